@@ -1,0 +1,258 @@
+"""Privileged actions on tenancy and tokens: one transaction each, authorization checked, audited.
+
+Views and API endpoints call these and only these to change data. Each action raises
+`django.core.exceptions.ValidationError` (with the offending field named) for bad input and
+`PermissionDenied` when the actor may see the object but not change it; both leave the database as it was.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.text import slugify
+
+from portal import audit
+from portal.models import ApiToken, Membership, Organization, Project, Team
+from portal.tenancy import TEAM_ROLES, Action, Role, can
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+    from django.http import HttpRequest
+
+    Actor = AbstractBaseUser | AnonymousUser
+
+MAX_TOKEN_DAYS = 366
+
+
+def _require(actor: Actor, action: Action, obj: Team | Membership | Organization, what: str) -> None:
+    if not can(actor, action, obj):
+        raise PermissionDenied(f"You may not {what}.")
+
+
+def _is_org_admin(actor: Actor, organization: Organization) -> bool:
+    if getattr(actor, "is_superuser", False):
+        return True
+    return Membership.objects.filter(user=actor, organization=organization, role=Role.ADMIN, team=None).exists()
+
+
+# --- API tokens -----------------------------------------------------------------------------------------
+
+
+def issue_token(
+    user: AbstractBaseUser, *, name: str, expires_in_days: int | None = None, request: HttpRequest | None = None
+) -> tuple[ApiToken, str]:
+    """A new token for `user`; returns the row and the raw token, which is never stored or shown again."""
+    name = (name or "").strip()
+    if not name:
+        raise ValidationError({"name": "Give the token a name, e.g. the machine or script that will use it."})
+    if len(name) > 80:
+        raise ValidationError({"name": "Ensure this field has no more than 80 characters."})
+    days = settings.API_TOKEN_DEFAULT_DAYS if expires_in_days is None else expires_in_days
+    if not 1 <= days <= MAX_TOKEN_DAYS:
+        raise ValidationError({"expires_in_days": f"Must be between 1 and {MAX_TOKEN_DAYS} days."})
+    raw, key_hash, hint = ApiToken.generate()
+    with transaction.atomic():
+        token = ApiToken.objects.create(
+            user=user, name=name, key_hash=key_hash, hint=hint, expires_at=timezone.now() + timedelta(days=days)
+        )
+        audit.record(
+            "token.created",
+            actor=user,
+            target=token,
+            organization=_home_organization(user),
+            changes={"name": name, "expires_at": token.expires_at.isoformat() if token.expires_at else None},
+            request=request,
+        )
+    return token, raw
+
+
+def revoke_token(actor: AbstractBaseUser, token: ApiToken, *, request: HttpRequest | None = None) -> ApiToken:
+    """Revoke one of the actor's own tokens. Revoking twice is harmless and records nothing new."""
+    if token.user_id != actor.pk:  # type: ignore[attr-defined]
+        raise PermissionDenied("You may revoke only your own tokens.")
+    with transaction.atomic():
+        claimed = ApiToken.objects.filter(pk=token.pk, revoked_at=None).update(revoked_at=timezone.now())
+        token.refresh_from_db()
+        if claimed:
+            audit.record(
+                "token.revoked", actor=actor, target=token, organization=_home_organization(actor), request=request
+            )
+    return token
+
+
+def _home_organization(user: Actor) -> Organization | None:
+    membership = Membership.objects.filter(user=user).select_related("organization").order_by("pk").first()
+    return membership.organization if membership else None
+
+
+# --- Teams and projects ---------------------------------------------------------------------------------
+
+
+def _slug_for(name: str, slug: str | None) -> str:
+    value = slugify(slug if slug else name)
+    if not value:
+        raise ValidationError({"slug" if slug else "name": "Needs at least one letter or digit."})
+    return value[:60]
+
+
+def create_team(
+    actor: Actor,
+    organization: Organization,
+    *,
+    name: str,
+    slug: str | None = None,
+    description: str = "",
+    request: HttpRequest | None = None,
+) -> Team:
+    if not _is_org_admin(actor, organization):
+        raise PermissionDenied("Only an organization admin may create teams.")
+    name = (name or "").strip()
+    if not name:
+        raise ValidationError({"name": "This field is required."})
+    team = Team(organization=organization, name=name, slug=_slug_for(name, slug), description=description)
+    team.full_clean(validate_constraints=False)
+    if Team.objects.filter(organization=organization, slug=team.slug).exists():
+        raise ValidationError({"slug": f"A team with the slug {team.slug!r} already exists."})
+    if Team.objects.filter(organization=organization, name=name).exists():
+        raise ValidationError({"name": f"A team named {name!r} already exists."})
+    with transaction.atomic():
+        team.save()
+        audit.record("team.created", actor=actor, target=team, changes={"name": name}, request=request)
+    return team
+
+
+def create_project(
+    actor: Actor,
+    team: Team,
+    *,
+    name: str,
+    slug: str | None = None,
+    description: str = "",
+    request: HttpRequest | None = None,
+) -> Project:
+    _require(actor, Action.CHANGE, team, f"create projects in {team.name}")
+    name = (name or "").strip()
+    if not name:
+        raise ValidationError({"name": "This field is required."})
+    project = Project(team=team, name=name, slug=_slug_for(name, slug), description=description)
+    project.full_clean(validate_constraints=False)
+    if Project.objects.filter(team=team, slug=project.slug).exists():
+        raise ValidationError({"slug": f"Team {team.name} already has a project with the slug {project.slug!r}."})
+    if Project.objects.filter(team=team, name=name).exists():
+        raise ValidationError({"name": f"Team {team.name} already has a project named {name!r}."})
+    with transaction.atomic():
+        project.save()
+        audit.record("project.created", actor=actor, target=project, changes={"name": name}, request=request)
+    return project
+
+
+# --- Memberships ----------------------------------------------------------------------------------------
+
+
+def add_member(
+    actor: Actor,
+    organization: Organization,
+    *,
+    username: str,
+    role: str,
+    team: Team | None = None,
+    request: HttpRequest | None = None,
+) -> Membership:
+    """Give a user a role: a team role in `team`, or an organization role (admins only)."""
+    role_value = _parse_role(role)
+    if role_value in TEAM_ROLES:
+        if team is None:
+            raise ValidationError({"team": f"A {role_value.label.lower()} belongs to a team: name the team."})
+        if team.organization_id != organization.pk:  # type: ignore[attr-defined]
+            raise ValidationError({"team": "The team is not in this organization."})
+        _require(actor, Action.CHANGE, team, f"add members to {team.name}")
+    else:
+        if team is not None:
+            raise ValidationError({"team": f"{role_value.label} is an organization-wide role; leave the team empty."})
+        if not _is_org_admin(actor, organization):
+            raise PermissionDenied("Only an organization admin may grant organization-wide roles.")
+    user = get_user_model().objects.filter(username=(username or "").strip(), is_active=True).first()
+    if user is None:
+        raise ValidationError({"username": f"No active user is called {username!r}."})
+    if user.pk == actor.pk:
+        raise PermissionDenied("You may not change your own roles.")
+    try:
+        with transaction.atomic():
+            membership = Membership.objects.create(user=user, organization=organization, team=team, role=role_value)
+            audit.record(
+                "membership.created",
+                actor=actor,
+                target=membership,
+                changes={"user": user.get_username(), "role": role_value.value, "team": team.name if team else None},
+                request=request,
+            )
+    except IntegrityError:
+        where = team.name if team else organization.name
+        raise ValidationError({"username": f"{user.get_username()} already has a role in {where}."}) from None
+    return membership
+
+
+def change_role(
+    actor: Actor, membership: Membership, *, role: str, reason: str = "", request: HttpRequest | None = None
+) -> Membership:
+    """Change a team member's role (researcher ↔ lead). Nobody changes their own role."""
+    role_value = _parse_role(role)
+    _require(actor, Action.CHANGE, membership, "change roles in this team")
+    if membership.user_id == actor.pk:  # type: ignore[attr-defined]
+        raise PermissionDenied("You may not change your own role.")
+    if membership.team_id is None:  # type: ignore[attr-defined]
+        raise ValidationError({"role": "Organization-wide roles are granted and removed, not changed."})
+    if role_value not in TEAM_ROLES:
+        raise ValidationError(
+            {"role": f"A team member is a researcher or a lead, not {role_value.label.lower()}."}
+        )
+    if role_value == membership.role:
+        return membership
+    with transaction.atomic():
+        old = membership.role
+        updated = Membership.objects.filter(pk=membership.pk, role=old).update(role=role_value)
+        if not updated:
+            raise ValidationError({"role": "The role was changed by someone else meanwhile; reload and retry."})
+        membership.refresh_from_db()
+        audit.record(
+            "membership.role_changed",
+            actor=actor,
+            target=membership,
+            changes={"role": [old, role_value.value]},
+            reason=reason,
+            request=request,
+        )
+    return membership
+
+
+def remove_member(actor: Actor, membership: Membership, *, request: HttpRequest | None = None) -> None:
+    if membership.team_id is None:  # type: ignore[attr-defined]
+        if not _is_org_admin(actor, membership.organization):
+            raise PermissionDenied("Only an organization admin may remove organization-wide roles.")
+    else:
+        _require(actor, Action.CHANGE, membership, "remove members of this team")
+    if membership.user_id == actor.pk:  # type: ignore[attr-defined]
+        raise PermissionDenied("You may not remove your own role.")
+    with transaction.atomic():
+        audit.record(
+            "membership.removed",
+            actor=actor,
+            target=membership,
+            changes={"user": membership.user.get_username(), "role": membership.role},
+            request=request,
+        )
+        membership.delete()
+
+
+def _parse_role(role: str) -> Role:
+    try:
+        return Role(role)
+    except ValueError:
+        raise ValidationError({"role": f"{role!r} is not a role; use one of {', '.join(Role.values)}."}) from None
+

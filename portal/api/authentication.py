@@ -1,0 +1,49 @@
+"""`Authorization: Bearer <token>` authentication against hashed personal API tokens."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from rest_framework import authentication, exceptions
+from rest_framework.request import Request
+
+from portal.models import ApiToken, hash_token
+
+# Writing last_used_at on every request would turn each read into a write; once a minute is enough.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+class ApiTokenAuthentication(authentication.BaseAuthentication):
+    keyword = "Bearer"
+
+    def authenticate(self, request: Request) -> tuple[Any, ApiToken] | None:
+        header = authentication.get_authorization_header(request).split()
+        if not header or header[0].lower() != self.keyword.lower().encode():
+            return None
+        if len(header) != 2:
+            raise exceptions.AuthenticationFailed("Malformed Authorization header: use 'Bearer <token>'.")
+        try:
+            raw = header[1].decode()
+        except UnicodeDecodeError:
+            raise exceptions.AuthenticationFailed("The token contains invalid characters.") from None
+        token = ApiToken.objects.usable().select_related("user").filter(key_hash=hash_token(raw)).first()
+        if token is None or not token.user.is_active:
+            raise exceptions.AuthenticationFailed("Invalid, expired or revoked token.")
+        now = timezone.now()
+        if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        return token.user, token
+
+    def authenticate_header(self, request: Request) -> str:
+        return f'{self.keyword} realm="api"'
+
+
+class ApiTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
+    target_class = "portal.api.authentication.ApiTokenAuthentication"
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {"type": "http", "scheme": "bearer", "description": "A personal API token (qm_…)."}

@@ -1,0 +1,18 @@
+from django.urls import include, path
+from rest_framework.routers import DefaultRouter
+
+from portal.api import views
+
+router = DefaultRouter(trailing_slash=True)
+router.register("organizations", views.OrganizationViewSet, basename="organization")
+router.register("teams", views.TeamViewSet, basename="team")
+router.register("projects", views.ProjectViewSet, basename="project")
+router.register("memberships", views.MembershipViewSet, basename="membership")
+router.register("audit-log", views.AuditLogViewSet, basename="auditlog")
+router.register("auth/tokens", views.TokenViewSet, basename="token")
+
+urlpatterns = [
+    path("auth/token/", views.TokenView.as_view(), name="token-obtain"),
+    path("me/", views.MeView.as_view(), name="me"),
+    path("", include(router.urls)),
+]

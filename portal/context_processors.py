@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+
+from portal.models import Membership
+from portal.tenancy import Role
+
+
+def user_roles(user: Any) -> set[Role]:
+    if not user.is_authenticated:
+        return set()
+    return {Role(role) for role in Membership.objects.filter(user=user).values_list("role", flat=True)}
+
+
+def navigation(request: HttpRequest) -> dict[str, Any]:
+    """The signed-in user's roles, for the navigation bar; computed once per request."""
+    if not hasattr(request, "_qm_roles"):
+        request._qm_roles = user_roles(request.user)  # type: ignore[attr-defined]
+    roles: set[Role] = request._qm_roles  # type: ignore[attr-defined]
+    return {"user_roles": sorted(roles), "is_org_admin": Role.ADMIN in roles}

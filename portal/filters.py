@@ -1,0 +1,42 @@
+"""FilterSets shared by the portal's list pages, the API and exports: one definition per model."""
+
+from __future__ import annotations
+
+import django_filters
+
+from portal.models import AuditLog, Membership, Project, Role, Team
+
+
+class TeamFilter(django_filters.FilterSet):
+    organization = django_filters.NumberFilter(field_name="organization")
+
+    class Meta:
+        model = Team
+        fields = ["organization", "slug"]
+
+
+class ProjectFilter(django_filters.FilterSet):
+    class Meta:
+        model = Project
+        fields = ["team", "archived", "slug"]
+
+
+class MembershipFilter(django_filters.FilterSet):
+    role = django_filters.ChoiceFilter(choices=Role.choices)
+    username = django_filters.CharFilter(field_name="user__username")
+
+    class Meta:
+        model = Membership
+        fields = ["organization", "team", "role", "username"]
+
+
+class AuditLogFilter(django_filters.FilterSet):
+    action = django_filters.CharFilter(lookup_expr="startswith", help_text="e.g. `membership` or `auth.login`")
+    actor = django_filters.CharFilter(field_name="actor_name", help_text="The actor's username.")
+    since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    until = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    q = django_filters.CharFilter(field_name="target_repr", lookup_expr="icontains", help_text="Target contains.")
+
+    class Meta:
+        model = AuditLog
+        fields = ["organization", "action", "actor", "since", "until", "q"]

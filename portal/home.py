@@ -1,0 +1,55 @@
+"""What each role can do, as the home page shows it.
+
+A capability whose page is not built yet is listed without a link, so each role sees the whole of what
+Quartermaster will do for it and what it can use today.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from portal.tenancy import Role
+
+
+@dataclass(frozen=True)
+class Capability:
+    title: str
+    description: str
+    roles: frozenset[Role]
+    url_name: str | None = None
+
+
+EVERYONE = frozenset(Role)
+
+CAPABILITIES: tuple[Capability, ...] = (
+    Capability("Submit a job", "Ask for accelerators by type and count; Quartermaster finds the cluster.",
+               frozenset({Role.RESEARCHER, Role.LEAD})),
+    Capability("Follow your jobs", "Where each job runs, why it waits and when it will start, what it costs.",
+               frozenset({Role.RESEARCHER, Role.LEAD})),
+    Capability("Your teams", "Members, roles and projects of the teams you belong to.",
+               frozenset({Role.RESEARCHER}), "team-list"),
+    Capability("Manage your team", "Add members, promote leads, create projects for sub-quotas.",
+               frozenset({Role.LEAD}), "team-list"),
+    Capability("Quotas and priority tiers", "Nominal, borrowing and lending limits per flavor; project sub-quotas.",
+               frozenset({Role.LEAD, Role.ADMIN})),
+    Capability("Budgets", "Monthly accelerator-hours and money per team and project, with alerts.",
+               frozenset({Role.LEAD, Role.FINANCE})),
+    Capability("Every team", "All teams of the organization, their members and projects.",
+               frozenset({Role.FINANCE, Role.ADMIN}), "team-list"),
+    Capability("Cost attribution and reports", "Costs by team, project, user, cluster and flavor; CSV and XLSX.",
+               frozenset({Role.FINANCE})),
+    Capability("Price book", "On-demand, reserved, spot and on-prem prices with effective dates.",
+               frozenset({Role.FINANCE})),
+    Capability("Capacity forecasts", "Demand against capacity per flavor, and what-if plans.",
+               frozenset({Role.FINANCE, Role.ADMIN})),
+    Capability("Clusters and nodes", "Live cluster views, health checks, drains and maintenance windows.",
+               frozenset({Role.ADMIN})),
+    Capability("Audit log", "Who did what to which object, from where.", frozenset({Role.ADMIN}), "audit-log"),
+    Capability("API tokens and CLI", "Personal tokens for the REST API and the qm command-line client.",
+               EVERYONE, "token-list"),
+    Capability("API documentation", "The REST API, browsable, with its OpenAPI schema.", EVERYONE, "api-docs"),
+)  # fmt: skip
+
+
+def capabilities_for(roles: set[Role]) -> list[Capability]:
+    return [cap for cap in CAPABILITIES if cap.roles & roles]

@@ -1,0 +1,13 @@
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from portal.demo import USERS, seed_demo
+
+
+class Command(BaseCommand):
+    help = "Create the demo organization, teams and users (idempotent; refused in production)."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        org = seed_demo()
+        self.stdout.write(f"Demo organization {org.name!r} ready with users: {', '.join(u.username for u in USERS)}")

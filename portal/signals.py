@@ -1,0 +1,41 @@
+"""Sign-ins, sign-outs and refused sign-ins go to the audit log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.signals import user_logged_in, user_logged_out, user_login_failed
+from django.dispatch import receiver
+
+from portal import audit
+
+
+def _organization(user: Any) -> Any:
+    membership = user.memberships.select_related("organization").first() if user is not None else None
+    return membership.organization if membership is not None else None
+
+
+@receiver(user_logged_in)
+def _logged_in(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
+    audit.record("auth.login", actor=user, target=user, organization=_organization(user), request=request)
+
+
+@receiver(user_logged_out)
+def _logged_out(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
+    if user is not None:
+        audit.record("auth.logout", actor=user, target=user, organization=_organization(user), request=request)
+
+
+@receiver(user_login_failed)
+def _login_failed(sender: Any, credentials: dict[str, Any], request: Any = None, **kwargs: Any) -> None:
+    username = str(credentials.get("username", ""))[:150]
+    user = get_user_model().objects.filter(username=username).first()
+    audit.record(
+        "auth.login_failed",
+        actor=None,
+        target=user,
+        organization=_organization(user),
+        changes={"username": username},
+        request=request,
+    )

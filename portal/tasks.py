@@ -1,0 +1,33 @@
+"""Periodic housekeeping of the portal. Tasks take ids (or nothing) and are safe to run twice."""
+
+from __future__ import annotations
+
+import socket
+from datetime import timedelta
+
+from celery import shared_task
+from django.core.cache import cache
+from django.db.models import Q
+from django.utils import timezone
+
+from portal.models import ApiToken
+
+HEARTBEAT_CACHE_KEY = "qm:worker-heartbeat"
+# Revoked and expired tokens stay listed for a while, so their owners can see what happened to them.
+TOKEN_RETENTION = timedelta(days=90)
+
+
+@shared_task
+def record_heartbeat() -> str:
+    """Proof that a worker and beat are running; the home page shows when it was last seen."""
+    now = timezone.now().isoformat()
+    cache.set(HEARTBEAT_CACHE_KEY, {"at": now, "host": socket.gethostname()}, timeout=None)
+    return now
+
+
+@shared_task
+def expire_api_tokens() -> int:
+    """Delete tokens that were revoked or expired more than the retention period ago."""
+    cutoff = timezone.now() - TOKEN_RETENTION
+    deleted, _ = ApiToken.objects.filter(Q(revoked_at__lt=cutoff) | Q(expires_at__lt=cutoff)).delete()
+    return deleted

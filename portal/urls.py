@@ -1,0 +1,29 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from portal import views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("login/", views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("healthz/", views.healthz, name="healthz"),
+    path("teams/", views.team_list, name="team-list"),
+    path("teams/<int:pk>/", views.team_detail, name="team-detail"),
+    path("teams/<int:pk>/projects/", views.project_create, name="project-create"),
+    path("teams/<int:pk>/members/", views.member_add, name="member-add"),
+    path("memberships/<int:pk>/role/", views.member_role, name="member-role"),
+    path("memberships/<int:pk>/remove/", views.member_remove, name="member-remove"),
+    path("account/tokens/", views.token_list, name="token-list"),
+    path("account/tokens/<int:pk>/revoke/", views.token_revoke, name="token-revoke"),
+    path("audit/", views.audit_log, name="audit-log"),
+    path("api/v1/", include("portal.api.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("admin/", admin.site.urls),
+]
+
+handler404 = "portal.errors.not_found"
+handler500 = "portal.errors.server_error"

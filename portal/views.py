@@ -1,0 +1,219 @@
+"""Pages of the portal: sign-in, home, teams, API tokens, audit log. Thin: scoping by `for_user`, changes by
+actions; an invalid form is answered with 400 and the form's errors beside their fields."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
+from django.core.cache import cache
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.db import connection
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from portal import actions
+from portal.context_processors import user_roles
+from portal.filters import AuditLogFilter
+from portal.forms import AddMemberForm, LoginForm, ProjectForm, RoleForm, TokenForm, apply_errors
+from portal.home import capabilities_for
+from portal.models import ApiToken, AuditLog, Membership, Team
+from portal.tasks import HEARTBEAT_CACHE_KEY
+from portal.tenancy import Action, Role, can
+
+BAD_REQUEST = 400
+
+
+class LoginView(auth_views.LoginView):
+    form_class = LoginForm
+    redirect_authenticated_user = True
+
+    def form_invalid(self, form: Any) -> HttpResponse:
+        response = super().form_invalid(form)
+        response.status_code = BAD_REQUEST
+        return response
+
+
+@require_GET
+def healthz(request: HttpRequest) -> JsonResponse:
+    """Liveness and readiness: 200 when the database answers."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except Exception as exc:  # noqa: BLE001 - any database failure means "not ready"
+        return JsonResponse({"status": "unavailable", "database": str(exc)[:200]}, status=503)
+    return JsonResponse({"status": "ok"})
+
+
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    roles = user_roles(request.user)
+    memberships = Membership.objects.filter(user=request.user).select_related("organization", "team")
+    context = {
+        "capabilities": capabilities_for(roles),
+        "memberships": memberships,
+        "heartbeat": cache.get(HEARTBEAT_CACHE_KEY) if request.user.is_superuser or roles else None,
+    }
+    return render(request, "portal/home.html", context)
+
+
+# --- Teams ----------------------------------------------------------------------------------------------
+
+
+@login_required
+def team_list(request: HttpRequest) -> HttpResponse:
+    teams = Team.objects.for_user(request.user, Action.VIEW).select_related("organization")
+    return render(request, "portal/team_list.html", {"teams": teams})
+
+
+def _visible_team(request: HttpRequest, pk: int) -> Team:
+    return get_object_or_404(Team.objects.for_user(request.user, Action.VIEW).select_related("organization"), pk=pk)
+
+
+def _render_team(request: HttpRequest, team: Team, status: int = 200, **forms: Any) -> HttpResponse:
+    members = (
+        Membership.objects.for_user(request.user, Action.VIEW)
+        .filter(team=team)
+        .select_related("user")
+        .order_by("role", "user__username")
+    )
+    context = {
+        "team": team,
+        "members": members,
+        "projects": team.projects.order_by("name"),
+        "can_manage": can(request.user, Action.CHANGE, team),
+        "project_form": forms.get("project_form") or ProjectForm(),
+        "member_form": forms.get("member_form") or AddMemberForm(),
+        "role_form_error": forms.get("role_form_error"),
+    }
+    return render(request, "portal/team_detail.html", context, status=status)
+
+
+@login_required
+def team_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    return _render_team(request, _visible_team(request, pk))
+
+
+@login_required
+@require_POST
+def project_create(request: HttpRequest, pk: int) -> HttpResponse:
+    team = _visible_team(request, pk)
+    form = ProjectForm(request.POST)
+    if form.is_valid():
+        try:
+            project = actions.create_project(request.user, team, **form.cleaned_data, request=request)
+        except ValidationError as exc:
+            apply_errors(form, exc)
+        else:
+            messages.success(request, f"Project {project.name} created.")
+            return redirect("team-detail", pk=team.pk)
+    return _render_team(request, team, BAD_REQUEST, project_form=form)
+
+
+@login_required
+@require_POST
+def member_add(request: HttpRequest, pk: int) -> HttpResponse:
+    team = _visible_team(request, pk)
+    form = AddMemberForm(request.POST)
+    if form.is_valid():
+        try:
+            membership = actions.add_member(
+                request.user, team.organization, team=team, request=request, **form.cleaned_data
+            )
+        except ValidationError as exc:
+            apply_errors(form, exc)
+        else:
+            messages.success(request, f"{membership.user} is now a {membership.get_role_display().lower()}.")  # type: ignore[attr-defined]
+            return redirect("team-detail", pk=team.pk)
+    return _render_team(request, team, BAD_REQUEST, member_form=form)
+
+
+def _visible_membership(request: HttpRequest, pk: int) -> Membership:
+    scoped = Membership.objects.for_user(request.user, Action.VIEW).select_related("team", "user", "organization")
+    return get_object_or_404(scoped, pk=pk)
+
+
+@login_required
+@require_POST
+def member_role(request: HttpRequest, pk: int) -> HttpResponse:
+    membership = _visible_membership(request, pk)
+    form = RoleForm(request.POST)
+    if form.is_valid():
+        try:
+            actions.change_role(request.user, membership, request=request, **form.cleaned_data)
+        except ValidationError as exc:
+            apply_errors(form, exc)
+        else:
+            messages.success(request, f"{membership.user} is now a {membership.get_role_display().lower()}.")  # type: ignore[attr-defined]
+            return redirect("team-detail", pk=membership.team_id)  # type: ignore[attr-defined]
+    if membership.team is None:
+        raise PermissionDenied
+    return _render_team(request, membership.team, BAD_REQUEST, role_form_error=form.errors)
+
+
+@login_required
+@require_POST
+def member_remove(request: HttpRequest, pk: int) -> HttpResponse:
+    membership = _visible_membership(request, pk)
+    team_id = membership.team_id  # type: ignore[attr-defined]
+    actions.remove_member(request.user, membership, request=request)
+    messages.success(request, f"{membership.user} no longer has a role in {membership.team or membership.organization}.")
+    return redirect("team-detail", pk=team_id) if team_id else redirect("home")
+
+
+# --- API tokens -----------------------------------------------------------------------------------------
+
+
+@login_required
+def token_list(request: HttpRequest) -> HttpResponse:
+    form = TokenForm(request.POST or None)
+    new_token = None
+    status = 200
+    if request.method == "POST":
+        if form.is_valid():
+            try:
+                _, new_token = actions.issue_token(request.user, request=request, **form.cleaned_data)  # type: ignore[arg-type]
+            except ValidationError as exc:
+                apply_errors(form, exc)
+                status = BAD_REQUEST
+            else:
+                form = TokenForm()
+        else:
+            status = BAD_REQUEST
+    tokens = ApiToken.objects.filter(user=request.user)  # type: ignore[misc]
+    return render(request, "portal/tokens.html", {"form": form, "tokens": tokens, "new_token": new_token}, status=status)
+
+
+@login_required
+@require_POST
+def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
+    token = get_object_or_404(ApiToken, pk=pk, user=request.user)  # type: ignore[misc]
+    actions.revoke_token(request.user, token, request=request)  # type: ignore[arg-type]
+    messages.success(request, f"Token {token.name} revoked.")
+    return redirect("token-list")
+
+
+# --- Audit log ------------------------------------------------------------------------------------------
+
+
+@login_required
+def audit_log(request: HttpRequest) -> HttpResponse:
+    visible = AuditLog.objects.for_user(request.user, Action.VIEW)
+    if not request.user.is_superuser and not Membership.objects.filter(user=request.user, role=Role.ADMIN).exists():
+        raise PermissionDenied("Only organization admins read the audit log.")
+    filterset = AuditLogFilter(request.GET, queryset=visible.select_related("target_type"))
+    if not filterset.is_valid():
+        status = BAD_REQUEST
+        entries = visible.none()
+    else:
+        status = 200
+        entries = filterset.qs
+    page = Paginator(entries, 50).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {"filter": filterset, "page": page, "query": query.urlencode()}
+    return render(request, "portal/audit_log.html", context, status=status)
