@@ -22,20 +22,18 @@ from portal.models import ApiToken, Membership, Organization, Project, Team
 from portal.tenancy import TEAM_ROLES, Action, Role, can
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+    from django.contrib.auth.models import User
     from django.http import HttpRequest
-
-    Actor = AbstractBaseUser | AnonymousUser
 
 MAX_TOKEN_DAYS = 366
 
 
-def _require(actor: Actor, action: Action, obj: Team | Membership | Organization, what: str) -> None:
+def _require(actor: User, action: Action, obj: Team | Membership | Organization, what: str) -> None:
     if not can(actor, action, obj):
         raise PermissionDenied(f"You may not {what}.")
 
 
-def _is_org_admin(actor: Actor, organization: Organization) -> bool:
+def _is_org_admin(actor: User, organization: Organization) -> bool:
     if getattr(actor, "is_superuser", False):
         return True
     return Membership.objects.filter(user=actor, organization=organization, role=Role.ADMIN, team=None).exists()
@@ -45,7 +43,7 @@ def _is_org_admin(actor: Actor, organization: Organization) -> bool:
 
 
 def issue_token(
-    user: AbstractBaseUser, *, name: str, expires_in_days: int | None = None, request: HttpRequest | None = None
+    user: User, *, name: str, expires_in_days: int | None = None, request: HttpRequest | None = None
 ) -> tuple[ApiToken, str]:
     """A new token for `user`; returns the row and the raw token, which is never stored or shown again."""
     name = (name or "").strip()
@@ -72,9 +70,9 @@ def issue_token(
     return token, raw
 
 
-def revoke_token(actor: AbstractBaseUser, token: ApiToken, *, request: HttpRequest | None = None) -> ApiToken:
+def revoke_token(actor: User, token: ApiToken, *, request: HttpRequest | None = None) -> ApiToken:
     """Revoke one of the actor's own tokens. Revoking twice is harmless and records nothing new."""
-    if token.user_id != actor.pk:  # type: ignore[attr-defined]
+    if token.user_id != actor.pk:
         raise PermissionDenied("You may revoke only your own tokens.")
     with transaction.atomic():
         claimed = ApiToken.objects.filter(pk=token.pk, revoked_at=None).update(revoked_at=timezone.now())
@@ -86,7 +84,7 @@ def revoke_token(actor: AbstractBaseUser, token: ApiToken, *, request: HttpReque
     return token
 
 
-def _home_organization(user: Actor) -> Organization | None:
+def _home_organization(user: User) -> Organization | None:
     membership = Membership.objects.filter(user=user).select_related("organization").order_by("pk").first()
     return membership.organization if membership else None
 
@@ -102,7 +100,7 @@ def _slug_for(name: str, slug: str | None) -> str:
 
 
 def create_team(
-    actor: Actor,
+    actor: User,
     organization: Organization,
     *,
     name: str,
@@ -128,7 +126,7 @@ def create_team(
 
 
 def create_project(
-    actor: Actor,
+    actor: User,
     team: Team,
     *,
     name: str,
@@ -156,7 +154,7 @@ def create_project(
 
 
 def add_member(
-    actor: Actor,
+    actor: User,
     organization: Organization,
     *,
     username: str,
@@ -169,7 +167,7 @@ def add_member(
     if role_value in TEAM_ROLES:
         if team is None:
             raise ValidationError({"team": f"A {role_value.label.lower()} belongs to a team: name the team."})
-        if team.organization_id != organization.pk:  # type: ignore[attr-defined]
+        if team.organization_id != organization.pk:
             raise ValidationError({"team": "The team is not in this organization."})
         _require(actor, Action.CHANGE, team, f"add members to {team.name}")
     else:
@@ -199,19 +197,17 @@ def add_member(
 
 
 def change_role(
-    actor: Actor, membership: Membership, *, role: str, reason: str = "", request: HttpRequest | None = None
+    actor: User, membership: Membership, *, role: str, reason: str = "", request: HttpRequest | None = None
 ) -> Membership:
     """Change a team member's role (researcher ↔ lead). Nobody changes their own role."""
     role_value = _parse_role(role)
     _require(actor, Action.CHANGE, membership, "change roles in this team")
-    if membership.user_id == actor.pk:  # type: ignore[attr-defined]
+    if membership.user_id == actor.pk:
         raise PermissionDenied("You may not change your own role.")
-    if membership.team_id is None:  # type: ignore[attr-defined]
+    if membership.team_id is None:
         raise ValidationError({"role": "Organization-wide roles are granted and removed, not changed."})
     if role_value not in TEAM_ROLES:
-        raise ValidationError(
-            {"role": f"A team member is a researcher or a lead, not {role_value.label.lower()}."}
-        )
+        raise ValidationError({"role": f"A team member is a researcher or a lead, not {role_value.label.lower()}."})
     if role_value == membership.role:
         return membership
     with transaction.atomic():
@@ -231,13 +227,13 @@ def change_role(
     return membership
 
 
-def remove_member(actor: Actor, membership: Membership, *, request: HttpRequest | None = None) -> None:
-    if membership.team_id is None:  # type: ignore[attr-defined]
+def remove_member(actor: User, membership: Membership, *, request: HttpRequest | None = None) -> None:
+    if membership.team_id is None:
         if not _is_org_admin(actor, membership.organization):
             raise PermissionDenied("Only an organization admin may remove organization-wide roles.")
     else:
         _require(actor, Action.CHANGE, membership, "remove members of this team")
-    if membership.user_id == actor.pk:  # type: ignore[attr-defined]
+    if membership.user_id == actor.pk:
         raise PermissionDenied("You may not remove your own role.")
     with transaction.atomic():
         audit.record(
@@ -255,4 +251,3 @@ def _parse_role(role: str) -> Role:
         return Role(role)
     except ValueError:
         raise ValidationError({"role": f"{role!r} is not a role; use one of {', '.join(Role.values)}."}) from None
-

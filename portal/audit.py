@@ -5,14 +5,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.contrib.contenttypes.models import ContentType
 from django.db import models
 
 from portal.models import AuditLog, Organization
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
     from django.http import HttpRequest
+
+    from portal.types import AnyUser
 
 
 def client_ip(request: HttpRequest) -> str | None:
@@ -44,7 +46,7 @@ def organization_of(obj: models.Model | None) -> Organization | None:
 def record(
     action: str,
     *,
-    actor: AbstractBaseUser | AnonymousUser | None,
+    actor: AnyUser | None,
     target: models.Model | None = None,
     organization: Organization | None = None,
     changes: dict[str, Any] | None = None,
@@ -55,7 +57,7 @@ def record(
 
     Call it inside the action's transaction, so the entry exists exactly when the change does.
     """
-    user = actor if actor is not None and actor.is_authenticated else None
+    user = actor if isinstance(actor, User) else None
     return AuditLog.objects.create(
         organization=organization or organization_of(target),
         actor=user,

@@ -15,7 +15,7 @@ from django.db import transaction
 from portal.models import Membership, Organization, Project, Team
 from portal.tenancy import Role
 
-DEMO_PASSWORD = "demo"
+DEMO_PASSWORD = "demo"  # noqa: S105 - the demo only; seed_demo refuses to run in production
 TEAMS = {
     "vision": ("Vision", "Image and video models.", ["detection", "segmentation"]),
     "robotics": ("Robotics", "Policies for manipulation and locomotion.", ["manipulation"]),

@@ -14,7 +14,7 @@ TEAM_ROLE_CHOICES = [(Role.RESEARCHER.value, Role.RESEARCHER.label), (Role.LEAD.
 
 def apply_errors(form: forms.Form, exc: ValidationError) -> None:
     """Put an action's ValidationError on the form, on the named fields where the form has them."""
-    errors = exc.message_dict if hasattr(exc, "error_dict") else {None: exc.messages}
+    errors = exc.message_dict if hasattr(exc, "error_dict") else {"__all__": exc.messages}
     for field, messages in errors.items():
         for message in messages:
             form.add_error(field if field in form.fields else None, message)

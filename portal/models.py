@@ -12,7 +12,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from portal.tenancy import ORG_ROLES, TEAM_ROLES, Action, Role, Tenancy, TenantQuerySet
+from portal.tenancy import ORG_ROLES, TEAM_ROLES, Action, Role, TenancyRules, TenantQuerySet
 
 __all__ = ["Action", "ApiToken", "AuditLog", "Membership", "Organization", "Project", "Role", "Team"]
 
@@ -26,7 +26,7 @@ class Organization(models.Model):
 
     objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
 
-    class Tenancy(Tenancy):
+    class Tenancy(TenancyRules):
         team_field = None
         org_field = "pk"
 
@@ -46,7 +46,7 @@ class Team(models.Model):
 
     objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
 
-    class Tenancy(Tenancy):
+    class Tenancy(TenancyRules):
         team_field = "pk"
         org_field = "organization"
 
@@ -71,7 +71,7 @@ class Project(models.Model):
 
     objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
 
-    class Tenancy(Tenancy):
+    class Tenancy(TenancyRules):
         pass
 
     class Meta:
@@ -96,14 +96,16 @@ class Membership(models.Model):
 
     objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
 
-    class Tenancy(Tenancy):
+    class Tenancy(TenancyRules):
         org_field = "organization"
 
     class Meta:
         ordering = ["organization__name", "team__name", "user__username"]
         constraints = [
             models.CheckConstraint(
-                condition=(Q(role__in=sorted(TEAM_ROLES), team__isnull=False) | Q(role__in=sorted(ORG_ROLES), team=None)),
+                condition=(
+                    Q(role__in=sorted(TEAM_ROLES), team__isnull=False) | Q(role__in=sorted(ORG_ROLES), team=None)
+                ),
                 name="membership_team_iff_team_role",
             ),
             models.UniqueConstraint(fields=["user", "team"], name="membership_one_role_per_team"),
@@ -116,7 +118,7 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         scope = self.team.name if self.team_id else self.organization.name  # type: ignore[union-attr]
-        return f"{self.user} — {self.get_role_display()} of {scope}"  # type: ignore[attr-defined]
+        return f"{self.user} — {self.get_role_display()} of {scope}"
 
 
 class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
@@ -186,7 +188,7 @@ class AuditLog(models.Model):
 
     objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
 
-    class Tenancy(Tenancy):
+    class Tenancy(TenancyRules):
         team_field = None
         org_field = "organization"
         policy = {Action.VIEW: frozenset({Role.ADMIN})}

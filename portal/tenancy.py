@@ -1,8 +1,8 @@
 """The one scoping path for tenant data: `Model.objects.for_user(user, action)`.
 
-Every tenant-owned model uses `TenantQuerySet` and says, in a nested `Tenancy` class, where its team and
-organization are (`team_field`, `org_field`) and which roles may do what (`policy`). Views, the API and
-exports all go through `for_user`; no other code filters tenant data by membership.
+Every tenant-owned model uses `TenantQuerySet` and says, in a nested `Tenancy(TenancyRules)` class, where
+its team and organization are (`team_field`, `org_field`) and which roles may do what (`policy`). Views,
+the API and exports all go through `for_user`; no other code filters tenant data by membership.
 
 Roles come from `Membership`: researchers and leads belong to one team; finance and admins hold their role
 over a whole organization. A superuser (the raw Django admin) sees everything.
@@ -17,7 +17,7 @@ from django.db import models
 from django.db.models import Q
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+    from portal.types import AnyUser
 
 
 class Action(enum.StrEnum):
@@ -47,7 +47,7 @@ DEFAULT_POLICY: dict[Action, frozenset[Role]] = {
 }
 
 
-class Tenancy:
+class TenancyRules:
     """Defaults for a model's nested `Tenancy` declaration."""
 
     team_field: str | None = "team"
@@ -62,13 +62,13 @@ def _memberships() -> Any:
 
 
 class TenantQuerySet(models.QuerySet[Any]):
-    def for_user(self, user: AbstractBaseUser | AnonymousUser, action: Action) -> Self:
+    def for_user(self, user: AnyUser, action: Action) -> Self:
         """The rows `user` may act on with `action`; empty for anonymous or inactive users."""
         if not user.is_authenticated or not user.is_active:
             return self.none()
         if getattr(user, "is_superuser", False):
             return self.all()
-        tenancy: type[Tenancy] = getattr(self.model, "Tenancy", Tenancy)
+        tenancy: type[TenancyRules] = getattr(self.model, "Tenancy", TenancyRules)
         roles = tenancy.policy.get(action, frozenset())
         mine = _memberships().filter(user=user)
         # Organization-wide roles reach every object of the organization.
@@ -83,7 +83,7 @@ class TenantQuerySet(models.QuerySet[Any]):
         return self.filter(scope)
 
 
-def can(user: AbstractBaseUser | AnonymousUser, action: Action, obj: models.Model) -> bool:
+def can(user: AnyUser, action: Action, obj: models.Model) -> bool:
     """Whether `user` may act on `obj`: the same rule as `for_user`, asked of one object."""
     manager = type(obj)._default_manager
     return bool(manager.all().for_user(user, action).filter(pk=obj.pk).exists())  # type: ignore[attr-defined]

@@ -24,6 +24,7 @@ from portal.home import capabilities_for
 from portal.models import ApiToken, AuditLog, Membership, Team
 from portal.tasks import HEARTBEAT_CACHE_KEY
 from portal.tenancy import Action, Role, can
+from portal.types import AuthenticatedHttpRequest
 
 BAD_REQUEST = 400
 
@@ -50,7 +51,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 
 @login_required
-def home(request: HttpRequest) -> HttpResponse:
+def home(request: AuthenticatedHttpRequest) -> HttpResponse:
     roles = user_roles(request.user)
     memberships = Membership.objects.filter(user=request.user).select_related("organization", "team")
     context = {
@@ -65,16 +66,19 @@ def home(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def team_list(request: HttpRequest) -> HttpResponse:
+def team_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     teams = Team.objects.for_user(request.user, Action.VIEW).select_related("organization")
     return render(request, "portal/team_list.html", {"teams": teams})
 
 
-def _visible_team(request: HttpRequest, pk: int) -> Team:
-    return get_object_or_404(Team.objects.for_user(request.user, Action.VIEW).select_related("organization"), pk=pk)
+def _visible_team(request: AuthenticatedHttpRequest, pk: int) -> Team:
+    team: Team = get_object_or_404(
+        Team.objects.for_user(request.user, Action.VIEW).select_related("organization"), pk=pk
+    )
+    return team
 
 
-def _render_team(request: HttpRequest, team: Team, status: int = 200, **forms: Any) -> HttpResponse:
+def _render_team(request: AuthenticatedHttpRequest, team: Team, status: int = 200, **forms: Any) -> HttpResponse:
     members = (
         Membership.objects.for_user(request.user, Action.VIEW)
         .filter(team=team)
@@ -94,13 +98,13 @@ def _render_team(request: HttpRequest, team: Team, status: int = 200, **forms: A
 
 
 @login_required
-def team_detail(request: HttpRequest, pk: int) -> HttpResponse:
+def team_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return _render_team(request, _visible_team(request, pk))
 
 
 @login_required
 @require_POST
-def project_create(request: HttpRequest, pk: int) -> HttpResponse:
+def project_create(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     team = _visible_team(request, pk)
     form = ProjectForm(request.POST)
     if form.is_valid():
@@ -116,7 +120,7 @@ def project_create(request: HttpRequest, pk: int) -> HttpResponse:
 
 @login_required
 @require_POST
-def member_add(request: HttpRequest, pk: int) -> HttpResponse:
+def member_add(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     team = _visible_team(request, pk)
     form = AddMemberForm(request.POST)
     if form.is_valid():
@@ -127,19 +131,20 @@ def member_add(request: HttpRequest, pk: int) -> HttpResponse:
         except ValidationError as exc:
             apply_errors(form, exc)
         else:
-            messages.success(request, f"{membership.user} is now a {membership.get_role_display().lower()}.")  # type: ignore[attr-defined]
+            messages.success(request, f"{membership.user} is now a {membership.get_role_display().lower()}.")
             return redirect("team-detail", pk=team.pk)
     return _render_team(request, team, BAD_REQUEST, member_form=form)
 
 
-def _visible_membership(request: HttpRequest, pk: int) -> Membership:
+def _visible_membership(request: AuthenticatedHttpRequest, pk: int) -> Membership:
     scoped = Membership.objects.for_user(request.user, Action.VIEW).select_related("team", "user", "organization")
-    return get_object_or_404(scoped, pk=pk)
+    membership: Membership = get_object_or_404(scoped, pk=pk)
+    return membership
 
 
 @login_required
 @require_POST
-def member_role(request: HttpRequest, pk: int) -> HttpResponse:
+def member_role(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     membership = _visible_membership(request, pk)
     form = RoleForm(request.POST)
     if form.is_valid():
@@ -148,8 +153,8 @@ def member_role(request: HttpRequest, pk: int) -> HttpResponse:
         except ValidationError as exc:
             apply_errors(form, exc)
         else:
-            messages.success(request, f"{membership.user} is now a {membership.get_role_display().lower()}.")  # type: ignore[attr-defined]
-            return redirect("team-detail", pk=membership.team_id)  # type: ignore[attr-defined]
+            messages.success(request, f"{membership.user} is now a {membership.get_role_display().lower()}.")
+            return redirect("team-detail", pk=membership.team_id)
     if membership.team is None:
         raise PermissionDenied
     return _render_team(request, membership.team, BAD_REQUEST, role_form_error=form.errors)
@@ -157,11 +162,13 @@ def member_role(request: HttpRequest, pk: int) -> HttpResponse:
 
 @login_required
 @require_POST
-def member_remove(request: HttpRequest, pk: int) -> HttpResponse:
+def member_remove(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     membership = _visible_membership(request, pk)
-    team_id = membership.team_id  # type: ignore[attr-defined]
+    team_id = membership.team_id
     actions.remove_member(request.user, membership, request=request)
-    messages.success(request, f"{membership.user} no longer has a role in {membership.team or membership.organization}.")
+    messages.success(
+        request, f"{membership.user} no longer has a role in {membership.team or membership.organization}."
+    )
     return redirect("team-detail", pk=team_id) if team_id else redirect("home")
 
 
@@ -169,14 +176,14 @@ def member_remove(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
-def token_list(request: HttpRequest) -> HttpResponse:
+def token_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = TokenForm(request.POST or None)
     new_token = None
     status = 200
     if request.method == "POST":
         if form.is_valid():
             try:
-                _, new_token = actions.issue_token(request.user, request=request, **form.cleaned_data)  # type: ignore[arg-type]
+                _, new_token = actions.issue_token(request.user, request=request, **form.cleaned_data)
             except ValidationError as exc:
                 apply_errors(form, exc)
                 status = BAD_REQUEST
@@ -184,15 +191,17 @@ def token_list(request: HttpRequest) -> HttpResponse:
                 form = TokenForm()
         else:
             status = BAD_REQUEST
-    tokens = ApiToken.objects.filter(user=request.user)  # type: ignore[misc]
-    return render(request, "portal/tokens.html", {"form": form, "tokens": tokens, "new_token": new_token}, status=status)
+    tokens = ApiToken.objects.filter(user=request.user)
+    return render(
+        request, "portal/tokens.html", {"form": form, "tokens": tokens, "new_token": new_token}, status=status
+    )
 
 
 @login_required
 @require_POST
-def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
-    token = get_object_or_404(ApiToken, pk=pk, user=request.user)  # type: ignore[misc]
-    actions.revoke_token(request.user, token, request=request)  # type: ignore[arg-type]
+def token_revoke(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    token = get_object_or_404(ApiToken, pk=pk, user=request.user)
+    actions.revoke_token(request.user, token, request=request)
     messages.success(request, f"Token {token.name} revoked.")
     return redirect("token-list")
 
@@ -201,7 +210,7 @@ def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
-def audit_log(request: HttpRequest) -> HttpResponse:
+def audit_log(request: AuthenticatedHttpRequest) -> HttpResponse:
     visible = AuditLog.objects.for_user(request.user, Action.VIEW)
     if not request.user.is_superuser and not Membership.objects.filter(user=request.user, role=Role.ADMIN).exists():
         raise PermissionDenied("Only organization admins read the audit log.")

@@ -36,7 +36,9 @@ def _fields(detail: Any) -> dict[str, Any]:
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, DjangoValidationError):
-        exc = exceptions.ValidationError(exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages})
+        exc = exceptions.ValidationError(
+            exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        )
     elif isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied(str(exc) or None)
     elif isinstance(exc, Http404):

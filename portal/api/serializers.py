@@ -51,7 +51,9 @@ class ProjectSerializer(serializers.ModelSerializer[Project]):
 
 
 class MembershipSerializer(serializers.ModelSerializer[Membership]):
-    username = serializers.SlugRelatedField(source="user", slug_field="username", read_only=True)
+    username: serializers.Field[Any, Any, Any, Any] = serializers.SlugRelatedField(
+        source="user", slug_field="username", read_only=True
+    )
     organization = ScopedRelatedField(queryset=Organization.objects.all())
     team = ScopedRelatedField(queryset=Team.objects.all(), required=False, allow_null=True)
 
@@ -63,7 +65,7 @@ class MembershipSerializer(serializers.ModelSerializer[Membership]):
 
 
 class MembershipCreateSerializer(MembershipSerializer):
-    username = serializers.CharField(max_length=150)  # type: ignore[assignment]
+    username: serializers.Field[Any, Any, Any, Any] = serializers.CharField(max_length=150)
 
 
 class RoleChangeSerializer(serializers.Serializer[Any]):
@@ -94,8 +96,10 @@ class NewTokenSerializer(TokenSerializer):
 
 
 class MeMembershipSerializer(serializers.ModelSerializer[Membership]):
-    organization = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    organization: serializers.SlugRelatedField[Organization] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
+    team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
 
     class Meta:
         model = Membership

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import authenticate
+from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
@@ -22,7 +23,16 @@ from portal.models import ApiToken, AuditLog, Membership, Organization, Project,
 from portal.tenancy import Action
 
 
-class TenantViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
+class SignedInViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
+    """A viewset behind IsAuthenticated; `actor` is the signed-in user, typed as such."""
+
+    @property
+    def actor(self) -> User:
+        assert isinstance(self.request.user, User)
+        return self.request.user
+
+
+class TenantViewSet(SignedInViewSet):
     """Every tenant endpoint derives from this: its rows are exactly those `for_user` lets the user see.
 
     An object outside that set is a 404, whatever the verb. Changes go through `portal.actions`, which
@@ -51,7 +61,7 @@ class TeamViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixi
     def perform_create(self, serializer: s.TeamSerializer) -> None:  # type: ignore[override]
         data = serializer.validated_data
         serializer.instance = actions.create_team(
-            self.request.user,
+            self.actor,
             data["organization"],
             name=data["name"],
             slug=data.get("slug"),
@@ -71,7 +81,7 @@ class ProjectViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelM
     def perform_create(self, serializer: s.ProjectSerializer) -> None:  # type: ignore[override]
         data = serializer.validated_data
         serializer.instance = actions.create_project(
-            self.request.user,
+            self.actor,
             data["team"],
             name=data["name"],
             slug=data.get("slug"),
@@ -104,7 +114,7 @@ class MembershipViewSet(
     def perform_create(self, serializer: s.MembershipCreateSerializer) -> None:  # type: ignore[override]
         data = serializer.validated_data
         serializer.instance = actions.add_member(
-            self.request.user,
+            self.actor,
             data["organization"],
             username=data["username"],
             role=data["role"],
@@ -118,13 +128,13 @@ class MembershipViewSet(
         change = s.RoleChangeSerializer(data=request.data)
         change.is_valid(raise_exception=True)
         membership = actions.change_role(
-            request.user, membership, role=change.validated_data["role"], reason=change.validated_data["reason"],
+            self.actor, membership, role=change.validated_data["role"], reason=change.validated_data["reason"],
             request=request,
         )  # fmt: skip
         return Response(s.MembershipSerializer(membership, context=self.get_serializer_context()).data)
 
     def perform_destroy(self, instance: Membership) -> None:
-        actions.remove_member(self.request.user, instance, request=self.request)
+        actions.remove_member(self.actor, instance, request=self.request)
 
 
 class AuditLogViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
@@ -150,7 +160,7 @@ class TokenView(APIView):
     throttle_scope = "auth"
 
     def get_permissions(self) -> list[Any]:
-        return [AllowAny()] if self.request.method == "POST" else super().get_permissions()
+        return [AllowAny()] if self.request.method == "POST" else list(super().get_permissions())
 
     def get_throttles(self) -> list[Any]:
         return [ScopedRateThrottle()] if self.request.method == "POST" else []
@@ -177,17 +187,17 @@ class TokenView(APIView):
         if not isinstance(request.auth, ApiToken):
             body = error_body(400, "no_token", "This request was not authenticated with a token.")
             return Response(body, status=status.HTTP_400_BAD_REQUEST)
-        actions.revoke_token(request.user, request.auth, request=request._request)
+        actions.revoke_token(request.auth.user, request.auth, request=request._request)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class TokenViewSet(viewsets.GenericViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin):  # type: ignore[type-arg]
+class TokenViewSet(SignedInViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin):
     """The requesting user's own tokens; another user's token is a 404. DELETE revokes."""
 
     serializer_class = s.TokenSerializer
 
     def get_queryset(self) -> QuerySet[ApiToken]:
-        return ApiToken.objects.filter(user=self.request.user)  # type: ignore[misc]
+        return ApiToken.objects.filter(user=self.actor)
 
     def perform_destroy(self, instance: ApiToken) -> None:
-        actions.revoke_token(self.request.user, instance, request=self.request._request)  # type: ignore[arg-type]
+        actions.revoke_token(self.actor, instance, request=self.request._request)
