@@ -15,7 +15,16 @@ class TeamFilter(django_filters.FilterSet):
         fields = ["organization", "slug"]
 
 
+def strict_boolean(field_name: str) -> django_filters.TypedChoiceFilter:
+    """`true` or `false`, and nothing else: an unknown value is a 400, not silently ignored."""
+    return django_filters.TypedChoiceFilter(
+        field_name=field_name, choices=[("true", "true"), ("false", "false")], coerce=lambda value: value == "true"
+    )
+
+
 class ProjectFilter(django_filters.FilterSet):
+    archived = strict_boolean("archived")
+
     class Meta:
         model = Project
         fields = ["team", "archived", "slug"]

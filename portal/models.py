@@ -12,7 +12,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from portal.tenancy import ORG_ROLES, TEAM_ROLES, Action, Role, TenancyRules, TenantQuerySet
+from portal.tenancy import ALL_ROLES, ORG_ROLES, TEAM_ROLES, Action, Role, TenancyRules, TenantQuerySet
 
 __all__ = ["Action", "ApiToken", "AuditLog", "Membership", "Organization", "Project", "Role", "Team"]
 
@@ -29,6 +29,7 @@ class Organization(models.Model):
     class Tenancy(TenancyRules):
         team_field = None
         org_field = "pk"
+        policy = {Action.VIEW: ALL_ROLES, Action.CHANGE: frozenset({Role.ADMIN})}
 
     class Meta:
         ordering = ["name"]

@@ -116,7 +116,6 @@ if _database["ENGINE"] == "django.db.backends.sqlite3":
         "timeout": 20,
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
-    _database["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
 elif _database["ENGINE"] == "django.db.backends.postgresql":
     _database["CONN_HEALTH_CHECKS"] = True
 DATABASES = {"default": _database}
@@ -216,6 +215,7 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {

@@ -65,7 +65,7 @@ class MembershipSerializer(serializers.ModelSerializer[Membership]):
 
 
 class MembershipCreateSerializer(MembershipSerializer):
-    username: serializers.Field[Any, Any, Any, Any] = serializers.CharField(max_length=150)
+    username: serializers.Field[Any, Any, Any, Any] = serializers.CharField(source="user.username", max_length=150)
 
 
 class RoleChangeSerializer(serializers.Serializer[Any]):

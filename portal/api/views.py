@@ -116,7 +116,7 @@ class MembershipViewSet(
         serializer.instance = actions.add_member(
             self.actor,
             data["organization"],
-            username=data["username"],
+            username=data["user"]["username"],
             role=data["role"],
             team=data.get("team"),
             request=self.request,

@@ -1,0 +1,64 @@
+"""Fixtures for the browser tests: Debian's Chromium driven by Playwright's sync API against `live_server`.
+
+Playwright's sync API keeps an asyncio event loop running in the test thread, so Django's async-safety
+check would refuse every ORM call made from a test or fixture; it is turned off for these tests only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+
+
+def _require_chromium() -> None:
+    if CHROMIUM.exists():
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"{CHROMIUM} is required in CI to run the browser tests (apt-get install chromium)")
+    pytest.skip("Debian's chromium is not installed (apt-get install chromium); browser tests skipped")
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    """One headless Chromium for the whole session."""
+    _require_chromium()
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser: Browser, live_server) -> Iterator[Page]:
+    """A fresh browser context (no cookies) per test, with relative URLs resolved against the live server."""
+    context = browser.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 800})
+    context.set_default_timeout(10_000)
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def demo(transactional_db):
+    """The demo organization: teams Vision, Robotics and Language and one user per role."""
+    from portal.demo import seed_demo
+
+    return seed_demo()

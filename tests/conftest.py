@@ -1,0 +1,62 @@
+"""Shared fixtures: the demo organization plus a second organization, and API clients per user.
+
+Every isolation test has an owner (the team's members), a privileged reader (finance, admin) and an
+outsider (another team, another organization).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from rest_framework.test import APIClient
+
+from portal import actions
+from portal.demo import seed_demo
+from portal.models import Membership, Organization, Project, Team
+from portal.tenancy import Role
+
+
+@dataclass
+class World:
+    org: Organization
+    other_org: Organization
+    teams: dict[str, Team]
+    users: dict[str, User]
+
+    def project(self, team: str) -> Project:
+        return self.teams[team].projects.order_by("pk").first()  # type: ignore[return-value]
+
+    def membership(self, username: str) -> Membership:
+        return Membership.objects.get(user=self.users[username])
+
+
+@pytest.fixture
+def world(db: Any) -> World:
+    org = seed_demo()
+    other_org = Organization.objects.create(name="Rival Labs", slug="rival")
+    intruders = Team.objects.create(organization=other_org, name="Intruders", slug="intruders")
+    Project.objects.create(team=intruders, name="Heist", slug="heist")
+    mallory = User.objects.create_user("mallory", password="pw")
+    Membership.objects.create(user=mallory, organization=other_org, role=Role.ADMIN)
+    trent = User.objects.create_user("trent", password="pw")
+    Membership.objects.create(user=trent, organization=other_org, team=intruders, role=Role.LEAD)
+    teams = {team.slug: team for team in Team.objects.all()}
+    users = {user.username: user for user in User.objects.all()}
+    return World(org=org, other_org=other_org, teams=teams, users=users)
+
+
+def api_client(user: User | None = None) -> APIClient:
+    """An API client authenticated with a fresh personal token of `user` (anonymous when None)."""
+    client = APIClient()
+    if user is not None:
+        _, raw = actions.issue_token(user, name="tests")
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    return client
+
+
+@pytest.fixture
+def api(world: World) -> Any:
+    return lambda username: api_client(world.users[username])
