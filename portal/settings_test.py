@@ -10,3 +10,18 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CELERY_TASK_ALWAYS_EAGER = True
 EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
 REST_FRAMEWORK = {**REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"auth": "1000/minute"}}
+
+# Each test run gets a broker folder of its own, so a demo running from the same checkout never takes
+# (or hands out) the tests' tasks; without Redis, the cache is per process like the eager tasks.
+if CELERY_BROKER_URL.startswith("filesystem://"):  # noqa: F405
+    import tempfile
+
+    _broker = tempfile.mkdtemp(prefix="qm-test-broker-")
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        **CELERY_BROKER_TRANSPORT_OPTIONS,  # noqa: F405
+        "data_folder_in": _broker,
+        "data_folder_out": _broker,
+        "processed_folder": _broker,
+    }
+if not REDIS_URL:  # noqa: F405
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}

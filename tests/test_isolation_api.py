@@ -77,9 +77,7 @@ def test_researcher_cannot_raise_own_role(world: World, api: Any) -> None:
     own = world.membership("alice")
     response = alice.patch(f"/api/v1/memberships/{own.pk}/", {"role": "lead"})
     assert response.status_code == 403
-    response = alice.post(
-        "/api/v1/memberships/", {"username": "alice", "organization": world.org.pk, "role": "admin"}
-    )
+    response = alice.post("/api/v1/memberships/", {"username": "alice", "organization": world.org.pk, "role": "admin"})
     assert response.status_code == 403
     own.refresh_from_db()
     assert own.role == Role.RESEARCHER
@@ -103,7 +101,11 @@ def test_lead_manages_own_team_members(world: World, api: Any) -> None:
     assert response.status_code == 200, response.json()
     assert response.json()["role"] == "lead"
     entry = AuditLog.objects.get(action="membership.role_changed")
-    assert (entry.actor_name, entry.changes, entry.reason) == ("lena", {"role": ["researcher", "lead"]}, "runs the detection work")
+    assert (entry.actor_name, entry.changes, entry.reason) == (
+        "lena",
+        {"role": ["researcher", "lead"]},
+        "runs the detection work",
+    )
     response = lena.post("/api/v1/memberships/", {"username": "bob", "organization": world.org.pk,
                                                   "team": world.teams["vision"].pk, "role": "researcher"})  # fmt: skip
     assert response.status_code == 201, response.json()

@@ -195,6 +195,7 @@ class TokenViewSet(SignedInViewSet, mixins.ListModelMixin, mixins.RetrieveModelM
     """The requesting user's own tokens; another user's token is a 404. DELETE revokes."""
 
     serializer_class = s.TokenSerializer
+    queryset = ApiToken.objects.none()  # for the schema; requests use get_queryset
 
     def get_queryset(self) -> QuerySet[ApiToken]:
         return ApiToken.objects.filter(user=self.actor)

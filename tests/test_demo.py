@@ -1,0 +1,89 @@
+"""The demo: seeding is idempotent, and `manage.py demo` runs web, worker and beat until stopped."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from django.contrib.auth import authenticate
+from django.core.exceptions import ImproperlyConfigured
+
+from portal.demo import USERS, seed_demo
+from portal.models import Membership, Organization, Project, Team
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_seed_is_idempotent(db) -> None:  # type: ignore[no-untyped-def]
+    seed_demo()
+    counts = [model.objects.count() for model in (Organization, Team, Project, Membership)]
+    seed_demo()
+    assert [model.objects.count() for model in (Organization, Team, Project, Membership)] == counts
+    assert {t.slug for t in Team.objects.all()} == {"vision", "robotics", "language"}
+    for demo in USERS:
+        user = authenticate(username=demo.username, password="demo")
+        assert user is not None
+        membership = Membership.objects.get(user=user)
+        assert membership.role == demo.role
+        assert (membership.team.slug if membership.team else None) == demo.team
+
+
+def test_seed_is_refused_in_production(db, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.PRODUCTION = True
+    with pytest.raises(ImproperlyConfigured, match="never seeded in production"):
+        seed_demo()
+    assert not Organization.objects.exists()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.worker
+def test_demo_command_serves_the_portal_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL"}}
+    env.update(QM_VAR_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="portal.settings")
+    demo = subprocess.Popen(
+        [sys.executable, "manage.py", "demo", "--bind", f"127.0.0.1:{port}"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert demo.poll() is None, demo.stdout.read() if demo.stdout else ""
+            try:
+                if requests.get(f"{base}/healthz/", timeout=2).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            assert time.monotonic() < deadline, "the demo did not come up in 90 s"
+            time.sleep(0.3)
+        assert requests.get(f"{base}/login/", timeout=5).status_code == 200
+        assert requests.get(f"{base}/static/css/portal.css", timeout=5).status_code == 200
+        token = requests.post(f"{base}/api/v1/auth/token/", json={"username": "lena", "password": "demo"}, timeout=5)
+        assert token.status_code == 201
+        me = requests.get(f"{base}/api/v1/me/", headers={"Authorization": f"Bearer {token.json()['token']}"}, timeout=5)
+        assert me.json()["memberships"][0]["role"] == "lead"
+    finally:
+        demo.send_signal(signal.SIGINT)
+        output, _ = demo.communicate(timeout=60)
+    assert demo.returncode == 0, output
+    assert f"Quartermaster is running at http://127.0.0.1:{port}/" in output
+    for demo_user in USERS:
+        assert demo_user.username in output
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"{base}/healthz/", timeout=2)
+    # Every child stopped with the demo: nothing of it is left in its process group.
+    with pytest.raises(ProcessLookupError):
+        os.killpg(demo.pid, 0)
