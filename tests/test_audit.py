@@ -17,6 +17,7 @@ def test_record_captures_actor_target_origin_and_organization(world: World, rf) 
     entry.refresh_from_db()
     assert entry.actor == world.users["adam"]
     assert entry.organization == world.org
+    assert entry.target_type is not None
     assert (entry.target_type.model, entry.target_id, entry.target_repr) == ("team", str(team.pk), "Vision")
     # X-Forwarded-For is not believed unless the deployment says a trusted proxy sets it.
     assert (entry.ip_address, entry.user_agent) == ("10.1.2.3", "qm-cli/1.0")

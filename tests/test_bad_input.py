@@ -35,7 +35,7 @@ def _ids(world: World) -> dict[str, int]:
 
 
 # (who, method, path, payload, fields that must be named)
-API_CASES: list[tuple[str, str, str, Any, set[str]]] = [
+API_CASES: list[tuple[str | None, str, str, Any, set[str]]] = [
     ("adam", "post", "/api/v1/teams/", {}, {"organization", "name"}),
     ("adam", "post", "/api/v1/teams/", {"organization": "{org}", "name": "X", "slug": "not a slug!"}, {"slug"}),
     ("adam", "post", "/api/v1/teams/", {"organization": 99999, "name": "X"}, {"organization"}),

@@ -36,7 +36,7 @@ def test_int_list_choice_and_file_secrets(monkeypatch: pytest.MonkeyPatch, tmp_p
     monkeypatch.setenv("QM_HOSTS", " a.example, ,b.example ")
     assert env_list("QM_HOSTS", []) == ["a.example", "b.example"]
     monkeypatch.setenv("QM_MODE", "prod")
-    with pytest.raises(ImproperlyConfigured, match="QM_MODE='prod' must be one of: dev, production"):
+    with pytest.raises(ImproperlyConfigured, match=r"QM_MODE='prod' must be one of: dev, production"):
         env_choice("QM_MODE", "dev", ("dev", "production"))
     secret = tmp_path / "secret"
     secret.write_text("s3cret\n")
@@ -44,14 +44,14 @@ def test_int_list_choice_and_file_secrets(monkeypatch: pytest.MonkeyPatch, tmp_p
     monkeypatch.setenv("QM_PASSWORD_FILE", str(secret))
     assert env_str("QM_PASSWORD") == "s3cret"
     monkeypatch.setenv("QM_PASSWORD_FILE", str(tmp_path / "missing"))
-    with pytest.raises(ImproperlyConfigured, match="QM_PASSWORD_FILE=.* cannot be read"):
+    with pytest.raises(ImproperlyConfigured, match=r"QM_PASSWORD_FILE=.* cannot be read"):
         env_str("QM_PASSWORD")
 
 
 def manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """Run manage.py in a fresh process with `env` on top of a clean environment."""
     base = {key: value for key, value in os.environ.items() if not key.startswith(("QM_", "DJANGO_"))}
-    for key in ("SECRET_KEY", "DEBUG", "ALLOWED_HOSTS", "DATABASE_URL"):
+    for key in ("SECRET_KEY", "DEBUG", "ALLOWED_HOSTS", "DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL"):
         base.pop(key, None)
     return subprocess.run(
         [sys.executable, "manage.py", *args], cwd=ROOT, env={**base, **env}, capture_output=True, text=True,
@@ -60,8 +60,11 @@ def manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_embedded_defaults_need_nothing(tmp_path: Path) -> None:
-    result = manage("shell", "--no-imports", "-c", "from django.conf import settings as s; print(s.DATABASES['default']['NAME'], "
-                    "s.CELERY_BROKER_URL, s.DEBUG, s.TIME_ZONE)", QM_VAR_DIR=str(tmp_path))  # fmt: skip
+    script = (
+        "from django.conf import settings as s; "
+        "print(s.DATABASES['default']['NAME'], s.CELERY_BROKER_URL, s.DEBUG, s.TIME_ZONE)"
+    )
+    result = manage("shell", "--no-imports", "-c", script, QM_VAR_DIR=str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [str(tmp_path / "quartermaster.sqlite3"), "filesystem://", "False", "UTC"]
     key = (tmp_path / "secret_key").read_text()

@@ -26,6 +26,7 @@ def test_token_for_username_and_password(world: World) -> None:
     assert raw.startswith(body["hint"])
     token = ApiToken.objects.get(pk=body["id"])
     assert token.user == world.users["alice"]
+    assert token.expires_at is not None
     assert timedelta(days=6, hours=23) < token.expires_at - timezone.now() <= timedelta(days=7)
     client = api_client()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
@@ -80,7 +81,8 @@ def test_page_creates_a_token_and_shows_it_once(world: World) -> None:
     response = client.post("/account/tokens/", {"name": "notebook", "expires_in_days": "30"})
     assert response.status_code == 200
     raw = response.context["new_token"]
-    assert raw.startswith("qm_") and raw in response.content.decode()
+    assert raw.startswith("qm_")
+    assert raw in response.content.decode()
     assert raw not in client.get("/account/tokens/").content.decode()
 
 
@@ -97,7 +99,7 @@ def test_expire_task_deletes_only_long_dead_tokens(world: World) -> None:
     from portal import actions
 
     long_ago = timezone.now() - tasks.TOKEN_RETENTION - timedelta(days=1)
-    live, _ = actions.issue_token(world.users["bob"], name="live")
+    actions.issue_token(world.users["bob"], name="live")
     dead, _ = actions.issue_token(world.users["bob"], name="dead")
     recent, _ = actions.issue_token(world.users["bob"], name="recently revoked")
     ApiToken.objects.filter(pk=dead.pk).update(expires_at=long_ago)
