@@ -20,9 +20,9 @@ TOKEN_RETENTION = timedelta(days=90)
 @shared_task
 def record_heartbeat() -> str:
     """Proof that a worker and beat are running; the home page shows when it was last seen."""
-    now = timezone.now().isoformat()
+    now = timezone.now()
     cache.set(HEARTBEAT_CACHE_KEY, {"at": now, "host": socket.gethostname()}, timeout=None)
-    return now
+    return now.isoformat()
 
 
 @shared_task
