@@ -28,6 +28,13 @@ HOME = re.compile(r"/$")
 LOGIN = re.compile(r"/login/(\?.*)?$")
 
 
+def visit(page: Page, path: str, status: int) -> None:
+    """Open `path` and check the HTTP status of the answer."""
+    response = page.goto(path)
+    assert response is not None
+    assert response.status == status
+
+
 def sign_in(page: Page, username: str, password: str = DEMO_PASSWORD) -> None:
     page.goto("/login/")
     page.locator("#id_username").fill(username)
@@ -81,24 +88,18 @@ def test_each_role_sees_its_own_home_and_teams(page: Page, demo, demo_user):
 def test_researcher_cannot_open_another_team_or_the_audit_log(page: Page, demo):
     sign_in(page, "alice")
 
-    response = page.goto(f"/teams/{team_pk('robotics')}/")
-    assert response is not None
-    assert response.status == 404
+    visit(page, f"/teams/{team_pk('robotics')}/", 404)
     expect(page.get_by_role("heading", name="Not found.")).to_be_visible()
     expect(page.get_by_text("Robotics")).to_have_count(0)
 
-    response = page.goto("/audit/")
-    assert response is not None
-    assert response.status == 403
+    visit(page, "/audit/", 403)
     expect(page.get_by_role("heading", name="You may not do that.")).to_be_visible()
     expect(page.get_by_test_id("audit")).to_have_count(0)
 
 
 def test_lead_creates_a_project_and_sees_errors_beside_the_field(page: Page, demo):
     sign_in(page, "lena")
-    response = page.goto(f"/teams/{team_pk('vision')}/")
-    assert response is not None
-    assert response.status == 200
+    visit(page, f"/teams/{team_pk('vision')}/", 200)
     expect(page.get_by_test_id("member-form")).to_be_visible()
     form = page.get_by_test_id("project-form")
     projects = page.get_by_test_id("projects")
@@ -123,9 +124,7 @@ def test_lead_creates_a_project_and_sees_errors_beside_the_field(page: Page, dem
 
 def test_researcher_cannot_manage_their_team(page: Page, demo):
     sign_in(page, "alice")
-    response = page.goto(f"/teams/{team_pk('vision')}/")
-    assert response is not None
-    assert response.status == 200
+    visit(page, f"/teams/{team_pk('vision')}/", 200)
     expect(page.get_by_role("heading", name=re.compile("^Vision"))).to_be_visible()
     expect(page.get_by_test_id("members")).to_contain_text("alice")
     expect(page.get_by_test_id("members")).to_contain_text("lena")
