@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import socket
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from celery import shared_task
 from django.core.cache import cache
@@ -23,6 +24,14 @@ def record_heartbeat() -> str:
     now = timezone.now()
     cache.set(HEARTBEAT_CACHE_KEY, {"at": now, "host": socket.gethostname()}, timeout=None)
     return now.isoformat()
+
+
+def last_heartbeat() -> dict[str, Any] | None:
+    """The last heartbeat, or None; a value of another shape (left by an older version) counts as none."""
+    beat = cache.get(HEARTBEAT_CACHE_KEY)
+    if isinstance(beat, dict) and isinstance(beat.get("at"), datetime):
+        return beat
+    return None
 
 
 @shared_task

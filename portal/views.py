@@ -8,7 +8,6 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.core.cache import cache
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db import connection
@@ -22,7 +21,7 @@ from portal.filters import AuditLogFilter
 from portal.forms import AddMemberForm, LoginForm, ProjectForm, RoleForm, TokenForm, apply_errors
 from portal.home import capabilities_for
 from portal.models import ApiToken, AuditLog, Membership, Team
-from portal.tasks import HEARTBEAT_CACHE_KEY
+from portal.tasks import last_heartbeat
 from portal.tenancy import Action, Role, can
 from portal.types import AuthenticatedHttpRequest
 
@@ -57,7 +56,7 @@ def home(request: AuthenticatedHttpRequest) -> HttpResponse:
     context = {
         "capabilities": capabilities_for(roles),
         "memberships": memberships,
-        "heartbeat": cache.get(HEARTBEAT_CACHE_KEY) if request.user.is_superuser or roles else None,
+        "heartbeat": last_heartbeat(),
     }
     return render(request, "portal/home.html", context)
 

@@ -62,5 +62,14 @@ def test_real_worker_runs_tasks_from_the_broker(world: World) -> None:
     with real_worker() as queue:
         tasks.record_heartbeat.apply_async(queue=queue)
         tasks.expire_api_tokens.apply_async(queue=queue)
-        assert wait_for(lambda: cache.get(tasks.HEARTBEAT_CACHE_KEY) is not None), "no heartbeat from the worker"
+        assert wait_for(lambda: tasks.last_heartbeat() is not None), "no heartbeat from the worker"
         assert wait_for(lambda: not ApiToken.objects.filter(pk=dead.pk).exists()), "the worker did not expire"
+
+
+def test_heartbeat_of_an_older_shape_counts_as_none(db) -> None:  # type: ignore[no-untyped-def]
+    cache.set(tasks.HEARTBEAT_CACHE_KEY, {"at": "2026-01-01T00:00:00", "host": "old"})
+    assert tasks.last_heartbeat() is None
+    tasks.record_heartbeat.delay()
+    beat = tasks.last_heartbeat()
+    assert beat is not None
+    assert (timezone.now() - beat["at"]).total_seconds() < 60
