@@ -16,7 +16,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from portal import actions
-from portal.context_processors import user_roles
+from portal.context_processors import request_roles
 from portal.filters import AuditLogFilter
 from portal.forms import AddMemberForm, LoginForm, ProjectForm, RoleForm, TokenForm, apply_errors
 from portal.home import capabilities_for
@@ -51,7 +51,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 @login_required
 def home(request: AuthenticatedHttpRequest) -> HttpResponse:
-    roles = user_roles(request.user)
+    roles = request_roles(request)
     memberships = Membership.objects.filter(user=request.user).select_related("organization", "team")
     context = {
         "capabilities": capabilities_for(roles),
