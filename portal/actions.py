@@ -8,12 +8,13 @@ Views and API endpoints call these and only these to change data. Each action ra
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -31,12 +32,6 @@ MAX_TOKEN_DAYS = 366
 def _require(actor: User, action: Action, obj: Team | Membership | Organization, what: str) -> None:
     if not can(actor, action, obj):
         raise PermissionDenied(f"You may not {what}.")
-
-
-def _is_org_admin(actor: User, organization: Organization) -> bool:
-    if getattr(actor, "is_superuser", False):
-        return True
-    return Membership.objects.filter(user=actor, organization=organization, role=Role.ADMIN, team=None).exists()
 
 
 # --- API tokens -----------------------------------------------------------------------------------------
@@ -63,7 +58,7 @@ def issue_token(
             "token.created",
             actor=user,
             target=token,
-            organization=_home_organization(user),
+            organization=audit.home_organization(user),
             changes={"name": name, "expires_at": token.expires_at.isoformat() if token.expires_at else None},
             request=request,
         )
@@ -79,14 +74,9 @@ def revoke_token(actor: User, token: ApiToken, *, request: HttpRequest | None = 
         token.refresh_from_db()
         if claimed:
             audit.record(
-                "token.revoked", actor=actor, target=token, organization=_home_organization(actor), request=request
+                "token.revoked", actor=actor, target=token, organization=audit.home_organization(actor), request=request
             )
     return token
-
-
-def _home_organization(user: User) -> Organization | None:
-    membership = Membership.objects.filter(user=user).select_related("organization").order_by("pk").first()
-    return membership.organization if membership else None
 
 
 # --- Teams and projects ---------------------------------------------------------------------------------
@@ -99,6 +89,20 @@ def _slug_for(name: str, slug: str | None) -> str:
     return value[:60]
 
 
+def _named(instance: Team | Project, name: str, slug: str | None, siblings: QuerySet[Any], where: str) -> None:
+    """Fill in a new team's or project's name and slug, refusing blanks and clashes with its siblings."""
+    name = (name or "").strip()
+    if not name:
+        raise ValidationError({"name": "This field is required."})
+    instance.name, instance.slug = name, _slug_for(name, slug)
+    instance.full_clean(validate_constraints=False)
+    kind = instance._meta.verbose_name
+    if siblings.filter(slug=instance.slug).exists():
+        raise ValidationError({"slug": f"{where} already has a {kind} with the slug {instance.slug!r}."})
+    if siblings.filter(name=name).exists():
+        raise ValidationError({"name": f"{where} already has a {kind} named {name!r}."})
+
+
 def create_team(
     actor: User,
     organization: Organization,
@@ -108,20 +112,12 @@ def create_team(
     description: str = "",
     request: HttpRequest | None = None,
 ) -> Team:
-    if not _is_org_admin(actor, organization):
-        raise PermissionDenied("Only an organization admin may create teams.")
-    name = (name or "").strip()
-    if not name:
-        raise ValidationError({"name": "This field is required."})
-    team = Team(organization=organization, name=name, slug=_slug_for(name, slug), description=description)
-    team.full_clean(validate_constraints=False)
-    if Team.objects.filter(organization=organization, slug=team.slug).exists():
-        raise ValidationError({"slug": f"A team with the slug {team.slug!r} already exists."})
-    if Team.objects.filter(organization=organization, name=name).exists():
-        raise ValidationError({"name": f"A team named {name!r} already exists."})
+    _require(actor, Action.CHANGE, organization, "create teams (organization admins only)")
+    team = Team(organization=organization, description=description)
+    _named(team, name, slug, Team.objects.filter(organization=organization), organization.name)
     with transaction.atomic():
         team.save()
-        audit.record("team.created", actor=actor, target=team, changes={"name": name}, request=request)
+        audit.record("team.created", actor=actor, target=team, changes={"name": team.name}, request=request)
     return team
 
 
@@ -135,18 +131,11 @@ def create_project(
     request: HttpRequest | None = None,
 ) -> Project:
     _require(actor, Action.CHANGE, team, f"create projects in {team.name}")
-    name = (name or "").strip()
-    if not name:
-        raise ValidationError({"name": "This field is required."})
-    project = Project(team=team, name=name, slug=_slug_for(name, slug), description=description)
-    project.full_clean(validate_constraints=False)
-    if Project.objects.filter(team=team, slug=project.slug).exists():
-        raise ValidationError({"slug": f"Team {team.name} already has a project with the slug {project.slug!r}."})
-    if Project.objects.filter(team=team, name=name).exists():
-        raise ValidationError({"name": f"Team {team.name} already has a project named {name!r}."})
+    project = Project(team=team, description=description)
+    _named(project, name, slug, Project.objects.filter(team=team), f"Team {team.name}")
     with transaction.atomic():
         project.save()
-        audit.record("project.created", actor=actor, target=project, changes={"name": name}, request=request)
+        audit.record("project.created", actor=actor, target=project, changes={"name": project.name}, request=request)
     return project
 
 
@@ -173,8 +162,7 @@ def add_member(
     else:
         if team is not None:
             raise ValidationError({"team": f"{role_value.label} is an organization-wide role; leave the team empty."})
-        if not _is_org_admin(actor, organization):
-            raise PermissionDenied("Only an organization admin may grant organization-wide roles.")
+        _require(actor, Action.CHANGE, organization, "grant organization-wide roles (organization admins only)")
     user = get_user_model().objects.filter(username=(username or "").strip(), is_active=True).first()
     if user is None:
         raise ValidationError({"username": f"No active user is called {username!r}."})
@@ -228,11 +216,8 @@ def change_role(
 
 
 def remove_member(actor: User, membership: Membership, *, request: HttpRequest | None = None) -> None:
-    if membership.team_id is None:
-        if not _is_org_admin(actor, membership.organization):
-            raise PermissionDenied("Only an organization admin may remove organization-wide roles.")
-    else:
-        _require(actor, Action.CHANGE, membership, "remove members of this team")
+    # Leads reach their team's memberships only; organization-wide ones are reached by admins alone.
+    _require(actor, Action.CHANGE, membership, "remove this role")
     if membership.user_id == actor.pk:
         raise PermissionDenied("You may not remove your own role.")
     with transaction.atomic():

@@ -43,6 +43,14 @@ def organization_of(obj: models.Model | None) -> Organization | None:
     return None
 
 
+def home_organization(user: AnyUser | None) -> Organization | None:
+    """The organization of a user's first membership: where entries about the user themselves belong."""
+    if user is None or not user.is_authenticated:
+        return None
+    membership = user.memberships.select_related("organization").order_by("pk").first()
+    return membership.organization if membership is not None else None
+
+
 def record(
     action: str,
     *,

@@ -11,20 +11,17 @@ from django.dispatch import receiver
 from portal import audit
 
 
-def _organization(user: Any) -> Any:
-    membership = user.memberships.select_related("organization").first() if user is not None else None
-    return membership.organization if membership is not None else None
-
-
 @receiver(user_logged_in)
 def _logged_in(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
-    audit.record("auth.login", actor=user, target=user, organization=_organization(user), request=request)
+    audit.record("auth.login", actor=user, target=user, organization=audit.home_organization(user), request=request)
 
 
 @receiver(user_logged_out)
 def _logged_out(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
     if user is not None:
-        audit.record("auth.logout", actor=user, target=user, organization=_organization(user), request=request)
+        audit.record(
+            "auth.logout", actor=user, target=user, organization=audit.home_organization(user), request=request
+        )
 
 
 @receiver(user_login_failed)
@@ -35,7 +32,7 @@ def _login_failed(sender: Any, credentials: dict[str, Any], request: Any = None,
         "auth.login_failed",
         actor=None,
         target=user,
-        organization=_organization(user),
+        organization=audit.home_organization(user),
         changes={"username": username},
         request=request,
     )

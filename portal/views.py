@@ -211,7 +211,7 @@ def token_revoke(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
 @login_required
 def audit_log(request: AuthenticatedHttpRequest) -> HttpResponse:
     visible = AuditLog.objects.for_user(request.user, Action.VIEW)
-    if not request.user.is_superuser and not Membership.objects.filter(user=request.user, role=Role.ADMIN).exists():
+    if not request.user.is_superuser and Role.ADMIN not in request_roles(request):
         raise PermissionDenied("Only organization admins read the audit log.")
     filterset = AuditLogFilter(request.GET, queryset=visible.select_related("target_type"))
     if not filterset.is_valid():
