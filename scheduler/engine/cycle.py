@@ -1,0 +1,525 @@
+"""One scheduling cycle: order the pending jobs, then admit, preempt, reserve or explain each in turn.
+
+The shape follows Kueue's cycle (SCHEDULING.md §1) with Armada's and Slurm's ideas where they are better:
+
+1. Build state from the snapshot: quota usage of the cohort tree, nodes as arrays, the backfill timeline.
+2. Order: each queue's jobs by (tier priority, submit time, id); across queues a heap over the queue
+   heads by (tier priority, then the queue's weighted dominant resource share, then submit time, id).
+   *Choice*: Kueue's fair-sharing tournament puts fairness before priority; we put the tier first, like
+   Armada's priority classes, because tiers are the organisation's explicit statement of urgency and
+   fair sharing is how equals divide what is left.
+3. For each job, walk its queue's flavor fallbacks (§3): a flavor whose quota fits and whose capacity is
+   free admits the job, preferring no borrowing; otherwise try preemption on the flavors in order (§5);
+   otherwise, if quota allows it but nodes are busy, reserve its future capacity (§6); otherwise pending
+   with the reason of the first flavor.
+4. Failures are cached per equivalence key (queue, tier, shape, constraints): within a cycle capacity only
+   shrinks and usage only grows, so an identical job that failed once fails again (§9, Armada's
+   scheduling keys). 50,000 pending jobs collapse to a few hundred keys.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Generic, TypeVar
+
+import numpy as np
+
+from . import explain
+from .backfill import Timeline
+from .fgd import Fragmentation, Shape, workload_mix
+from .model import (
+    RESOURCES,
+    WHOLE,
+    Admission,
+    Assignment,
+    Decisions,
+    Job,
+    Pending,
+    PendingReason,
+    Preemption,
+    Queue,
+    Reservation,
+    Snapshot,
+    Tier,
+    Workload,
+)
+from .nodes import FreeState, IntArray, NodeTable
+from .placement import Holds, accelerator_slots, held_fits, pick_single, spread, worker_fits
+from .preemption import Preemptor
+from .quota import Mode, QuotaTree
+
+#: Reasons that mean "not now" for lack of nodes (as opposed to quota, or "never").
+CAPACITY_REASONS = (PendingReason.CAPACITY, PendingReason.BACKFILL_BLOCKED)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    cluster: int
+    flavor: str
+    assignments: tuple[Assignment, ...]
+    cost_per_hour: float
+
+
+@dataclass(slots=True)
+class Verdict:
+    """Why a job could not start, per the first flavor that explains it best."""
+
+    reason: PendingReason
+    flavor: str | None
+    facts: Mapping[str, object]
+    reservable: str | None = None  # a flavor whose quota fits but whose nodes are busy
+    message: str = ""  # filled on first use; identical jobs share it
+    estimate: float | None = None
+    estimated: bool = False
+
+
+class Failures(Generic[T]):
+    """What failed this cycle, by job shape. Within a cycle free capacity only shrinks, usage only grows
+    and reservations only add up, so a job that asks for at least as much CPU, memory and time as one that
+    failed, with no higher price limit, fails the same way (Armada's scheduling keys, with dominance)."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[object, ...], list[tuple[int, int, int, float, T]]] = {}
+
+    @staticmethod
+    def _price(job: Job) -> float:
+        return job.max_price_per_hour if job.max_price_per_hour is not None else float("inf")
+
+    def get(self, key: tuple[object, ...], job: Job) -> T | None:
+        price = self._price(job)
+        for cpu, memory, limit, max_price, value in self._known.get(key, ()):
+            if job.cpu >= cpu and job.memory >= memory and job.time_limit >= limit and price <= max_price:
+                return value
+        return None
+
+    def put(self, key: tuple[object, ...], job: Job, value: T) -> None:
+        """Record a failure; it replaces the ones it covers (keeping the list short and most general)."""
+        entry = (job.cpu, job.memory, job.time_limit, self._price(job), value)
+        known = [
+            k for k in self._known.get(key, []) if not (k[0] >= entry[0] and k[1] >= entry[1] and k[2] >= entry[2]
+                                                         and k[3] <= entry[3])
+        ]  # fmt: skip
+        if len(known) < 16:
+            known.append(entry)
+        self._known[key] = known
+
+
+def schedule(snapshot: Snapshot) -> Decisions:
+    """Run one placement cycle on ``snapshot`` and return its decisions. Pure: the snapshot is not changed."""
+    return Cycle(snapshot).run()
+
+
+class Cycle:
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self.config = snapshot.config
+        self.now = snapshot.now
+        self.tiers = {t.name: t for t in snapshot.tiers}
+        self.queues = {q.name: q for q in snapshot.queues}
+        self.table = NodeTable(snapshot.clusters, snapshot.nodes)
+        self.quota = QuotaTree(snapshot.cohorts, snapshot.queues, self.table.flavors)
+        # Running work, grouped by flavor once; the timeline and the preemptor read it lazily, per flavor.
+        self.running: defaultdict[str, list[tuple[Workload, tuple[int, int, int]]]] = defaultdict(list)
+        usage: defaultdict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+        for w in sorted(snapshot.running, key=lambda w: w.id):
+            used = w.usage()
+            self.running[w.flavor].append((w, used))
+            total = usage[(w.queue, w.flavor)]
+            total[0], total[1], total[2] = total[0] + used[0], total[1] + used[1], total[2] + used[2]
+        for (queue, flavor), total in sorted(usage.items()):
+            # Charging a queue's total at once is exact: the tree's additions compose.
+            if queue in self.quota.index and flavor in self.quota.flavor_index:
+                self.quota.charge(self.quota.index[queue], flavor, total)
+        self.timeline = Timeline(
+            self.table, self.now, self.config.backfill_window, self.config.time_quantum, self.running
+        )
+        self.preemptor = Preemptor(self)
+        self.fragmentation = (
+            Fragmentation(self.table, workload_mix(self.table, snapshot.pending, self.config.fgd_shapes))
+            if self.config.fgd
+            else None
+        )
+        self._usable_rows: dict[tuple[str, int], IntArray] = {}
+        self._allowed: dict[tuple[str, tuple[str, ...], tuple[str, ...]], list[int]] = {}
+        self._capacity: dict[tuple[int, int], int] = {}
+        self._failed: Failures[Verdict] = Failures()
+        self._no_room: Failures[Verdict] = Failures()
+        self._share: dict[int, float] = {}
+        self.admissions: list[Admission] = []
+        self.preemptions: list[Preemption] = []
+        self.reservations: list[Reservation] = []
+        self.pending: list[Pending] = []
+        self.order: list[str] = []
+        self.stats: defaultdict[str, int] = defaultdict(int)
+
+    # ------------------------------------------------------------------------------------------ ordering
+
+    def _queue_share(self, queue: int) -> float:
+        share = self._share.get(queue)
+        if share is None:
+            weight = self.queues[self.quota.names[queue]].weight
+            raw = self.quota.share(queue)
+            share = raw / weight if weight > 0 else (float("inf") if raw > 0 else 0.0)
+            self._share[queue] = share
+        return share
+
+    def _in_order(self) -> Iterator[tuple[Job, Tier, Queue]]:
+        """Valid jobs in the order the cycle considers them; invalid ones go straight to pending.
+
+        A heap holds one head per queue. Only the queue just popped can change its share (by admitting),
+        so the other heads' keys stay exact without being recomputed.
+        """
+        per_queue: defaultdict[str, list[tuple[int, float, str, Job, Tier]]] = defaultdict(list)
+        for job in sorted(self.snapshot.pending, key=lambda j: j.id):
+            tier = self.tiers.get(job.tier)
+            if job.queue not in self.queues:
+                self.order.append(job.id)
+                self._pend(job, PendingReason.UNKNOWN_QUEUE)
+            elif tier is None:
+                self.order.append(job.id)
+                self._pend(job, PendingReason.UNKNOWN_TIER)
+            else:
+                per_queue[job.queue].append((-tier.priority, job.submitted_at, job.id, job, tier))
+        heads = []
+        for name, items in sorted(per_queue.items()):
+            items.sort(key=lambda item: item[:3], reverse=True)  # pop() from the end takes the next job
+            heads.append(self._head_key(name, items[-1]))
+        heapq.heapify(heads)
+        while heads:
+            *_, name = heapq.heappop(heads)
+            items = per_queue[name]
+            _, _, _, job, tier = items.pop()
+            yield job, tier, self.queues[name]
+            if items:
+                heapq.heappush(heads, self._head_key(name, items[-1]))
+
+    def _head_key(self, queue: str, item: tuple[int, float, str, Job, Tier]) -> tuple[float, float, float, str, str]:
+        neg_priority, submitted, job_id, _, _ = item
+        share = self._queue_share(self.quota.index[queue]) if self.config.fair_sharing else 0.0
+        return (neg_priority, share, submitted, job_id, queue)
+
+    # --------------------------------------------------------------------------------------------- cycle
+
+    def run(self) -> Decisions:
+        for position, (job, tier, queue) in enumerate(self._in_order()):
+            self.order.append(job.id)
+            if position >= self.config.max_jobs_per_cycle:
+                self._pend(job, PendingReason.NOT_CONSIDERED, position=position)
+                continue
+            self._consider(job, tier, queue, position)
+        return Decisions(
+            admissions=tuple(self.admissions),
+            preemptions=tuple(self.preemptions),
+            reservations=tuple(self.reservations),
+            pending=tuple(self.pending),
+            order=tuple(self.order),
+            stats=dict(self.stats),
+        )
+
+    def _consider(self, job: Job, tier: Tier, queue: Queue, position: int) -> None:
+        self.stats["considered"] += 1
+        key = (queue.name, tier.name, job.workers, job.accelerators, job.accel_milli, job.flavors, job.clusters,
+               job.regions, job.topology)  # fmt: skip
+        verdict = self._failed.get(key, job)
+        if verdict is not None:
+            self.stats["cache_hits"] += 1
+        else:
+            verdict = self._try_now(job, tier, queue, Shape.of(job), position)
+            if verdict is None:
+                return  # admitted, or waiting for the preemptions it issued
+            self._failed.put(key, job, verdict)
+        self._reserve_or_pend(job, verdict, position)
+
+    def _try_now(self, job: Job, tier: Tier, queue: Queue, shape: Shape, position: int) -> Verdict | None:
+        """Admit the job or issue preemptions for it (None), or say why it cannot start now."""
+        qi = self.quota.index[queue.name]
+        request = (job.workers * job.accel_per_worker, job.workers * job.cpu, job.workers * job.memory)
+        flavors = [f for f in queue.flavors if (not job.flavors or f in job.flavors) and self._allowed_clusters(job, f)]
+        if not flavors:
+            return Verdict(PendingReason.NO_FLAVOR, None, {})
+        best: tuple[int, int, Placement] | None = None
+        verdicts: list[Verdict] = []
+        preemptable: list[str] = []
+        for rank, flavor in enumerate(flavors):
+            mode = self.quota.classify(qi, flavor, request)
+            if mode is Mode.NO_FIT:
+                verdicts.append(self._quota_limit(qi, flavor, request))
+                continue
+            if mode is Mode.FIT:
+                # Capacity does not depend on the queue: one failure serves every queue's jobs of this shape.
+                room_key = (flavor, job.workers, job.accelerators, job.accel_milli, job.clusters, job.regions,
+                            job.topology)  # fmt: skip
+                no_room = self._no_room.get(room_key, job)
+                if no_room is None:
+                    placement = self.place(job, shape, flavor, self.table.free, self.now, self.timeline.holds)
+                    if placement is not None:
+                        level = self.quota.borrowing_level(qi, flavor, request)
+                        if best is None or level < best[0]:
+                            best = (level, rank, placement)
+                        if level == 0:
+                            break
+                        continue
+                    no_room, general = self._why_no_room(job, shape, flavor)
+                    self._no_room.put(room_key, general, no_room)
+                verdicts.append(no_room)
+                if no_room.reason in CAPACITY_REASONS:
+                    preemptable.append(flavor)
+            else:
+                verdicts.append(Verdict(PendingReason.QUOTA_EXHAUSTED, flavor, {"flavors": flavor}))
+                preemptable.append(flavor)
+        if best is not None:
+            self._admit(job, qi, request, best[2], borrowing=best[0] > 0)
+            return None
+        for flavor in preemptable:
+            if self.preemptor.try_preempt(job, tier, queue, qi, shape, request, flavor, position):
+                return None
+        # The first flavor's reason explains best, except that "busy now" beats "never" and "quota".
+        busy = [v for v in verdicts if v.reason in CAPACITY_REASONS]
+        first = busy[0] if busy else verdicts[0]
+        return Verdict(first.reason, first.flavor, first.facts, reservable=busy[0].flavor if busy else None)
+
+    def _reserve_or_pend(self, job: Job, verdict: Verdict, position: int) -> None:
+        flavor = verdict.reservable
+        if flavor is not None and self.config.backfill:
+            if len(self.reservations) < self.config.reservations:
+                reserved = self._reserve(job, Shape.of(job), flavor)
+                if reserved is not None:
+                    facts = {"start": reserved.start, "where": f"{flavor} in {reserved.cluster}"}
+                    self._pend(job, PendingReason.RESERVED, position=position, estimate=reserved.start, facts=facts)
+                    return
+            elif not verdict.estimated and self.stats["estimates"] < self.config.estimates:
+                # One estimate per verdict: identical jobs behind it cannot start earlier.
+                self.stats["estimates"] += 1
+                verdict.estimated = True
+                shape = Shape.of(job)
+                verdict.estimate = self.timeline.earliest(
+                    self.table.flavor_index[flavor],
+                    job.time_limit,
+                    lambda state, t: self.place(job, shape, flavor, state, t, None, pack=False),
+                )
+        if not verdict.message:
+            verdict.message = explain.message(verdict.reason, job, verdict.facts)
+        self.pending.append(Pending(job.id, verdict.reason, verdict.message, verdict.estimate, position))
+
+    # ----------------------------------------------------------------------------------------- placement
+
+    def _allowed_clusters(self, job: Job, flavor: str) -> list[int]:
+        key = (flavor, job.clusters, job.regions)
+        allowed = self._allowed.get(key)
+        if allowed is None:
+            allowed = [
+                c
+                for c in self.table.clusters_of(flavor)
+                if (not job.clusters or self.table.clusters[c].name in job.clusters)
+                and (not job.regions or self.table.clusters[c].region in job.regions)
+            ]
+            self._allowed[key] = allowed
+        return allowed
+
+    def _rows(self, flavor: str, cluster: int) -> IntArray:
+        rows = self._usable_rows.get((flavor, cluster))
+        if rows is None:
+            all_rows = self.table.rows(flavor, cluster)
+            assert all_rows is not None
+            rows = all_rows[self.table.usable[all_rows]]
+            self._usable_rows[(flavor, cluster)] = rows
+        return rows
+
+    def place(
+        self,
+        job: Job,
+        shape: Shape,
+        flavor: str,
+        state: FreeState,
+        t: float,
+        holds: Holds | None,
+        *,
+        price: bool = True,
+        pack: bool = True,
+    ) -> Placement | None:
+        """The best placement of ``job`` on ``flavor`` in ``state`` (now, or a future time ``t``), or None.
+
+        Every allowed cluster that has room offers one placement; the routing score picks among them.
+        """
+        end = t + job.time_limit
+        total_accel = job.workers * job.accel_per_worker
+        options: list[tuple[Placement, float, float]] = []
+        table = self.table
+        for c in self._allowed_clusters(job, flavor):
+            rows = self._rows(flavor, c)
+            if not len(rows):
+                continue
+            fits = worker_fits(state, rows, shape)
+            if holds is not None:
+                fits = held_fits(holds, rows, shape, end, fits)
+            if price and job.max_price_per_hour is not None and total_accel:
+                fits = np.where(table.price[rows] * total_accel / WHOLE <= job.max_price_per_hour + 1e-9, fits, 0)
+            first = -1
+            if job.workers == 1:
+                frag = self.fragmentation if pack and state is table.free else None
+                picked = pick_single(table, state, rows, fits, shape, frag, (table.flavor_index[flavor], c))
+                if picked is None:
+                    continue
+                pairs, first = [(picked[0], 1)], picked[1]
+            else:
+                spread_pairs = spread(table, rows, fits, table.clusters[c].levels, job.topology, job.workers)
+                if spread_pairs is None:
+                    continue
+                pairs = spread_pairs
+            assignments = tuple(
+                Assignment(
+                    node=table.names[row],
+                    workers=count,
+                    accels=tuple(accelerator_slots(state, row, shape, count, first)),
+                    cpu=count * job.cpu,
+                    memory=count * job.memory,
+                )
+                for row, count in sorted(pairs)
+            )
+            cost = sum(
+                float(table.price[table.index[a.node]]) * sum(m for _, m in a.accels) / WHOLE for a in assignments
+            )
+            used = [table.index[a.node] for a in assignments]
+            capacity = table.accel_count[used].sum() * WHOLE
+            left = state.accel[used].sum() - total_accel
+            fit = 1.0 - left / capacity if capacity else 1.0
+            options.append((Placement(c, flavor, assignments, cost), fit, cost))
+        if not options:
+            return None
+        if len(options) == 1:
+            return options[0][0]
+        return self._route(job, flavor, state, options)
+
+    def _route(
+        self, job: Job, flavor: str, state: FreeState, options: list[tuple[Placement, float, float]]
+    ) -> Placement:
+        """Pick a cluster among those that fit: hardware fit, availability, price, locality, preference."""
+        config = self.config
+        costs = [cost for _, _, cost in options]
+        low, high = min(costs), max(costs)
+        best: tuple[float, int, Placement] | None = None
+        for placement, fit, cost in options:
+            cluster = self.table.clusters[placement.cluster]
+            rows = self._rows(flavor, placement.cluster)
+            capacity = self._group_capacity(flavor, placement.cluster)
+            available = float(state.accel[rows].sum()) / capacity if capacity else 0.0
+            cheap = 1.0 - (cost - low) / (high - low) if high > low else 1.0
+            local = 1.0 if job.locality in (cluster.name, cluster.region) else 0.0
+            score = (
+                config.weight_fit * fit
+                + config.weight_availability * available
+                + config.weight_price * cheap
+                + config.weight_locality * local
+                + config.weight_preference * cluster.preference / 100
+            )
+            candidate = (-score, placement.cluster, placement)
+            if best is None or candidate[:2] < best[:2]:
+                best = candidate
+        assert best is not None
+        return best[2]
+
+    def _group_capacity(self, flavor: str, cluster: int) -> int:
+        key = (self.table.flavor_index[flavor], cluster)
+        if key not in self._capacity:
+            self._capacity[key] = int(self.table.accel_count[self._rows(flavor, cluster)].sum()) * WHOLE
+        return self._capacity[key]
+
+    # ------------------------------------------------------------------------------------------ outcomes
+
+    def _admit(self, job: Job, qi: int, request: tuple[int, int, int], placement: Placement, borrowing: bool) -> None:
+        self.table.take(self.table.free, placement.assignments)
+        self.quota.charge(qi, placement.flavor, request)
+        self._share.pop(qi, None)
+        backfilled = self.timeline.consume(placement.assignments, self.now + job.time_limit)
+        self.admissions.append(
+            Admission(
+                job=job.id,
+                cluster=self.table.clusters[placement.cluster].name,
+                flavor=placement.flavor,
+                assignments=placement.assignments,
+                borrowing=borrowing,
+                cost_per_hour=round(placement.cost_per_hour, 6),
+                backfilled=backfilled,
+            )
+        )
+        self.stats["admitted"] += 1
+
+    def _reserve(self, job: Job, shape: Shape, flavor: str) -> Reservation | None:
+        found: dict[str, object] = {}
+
+        def place(state: FreeState, t: float) -> Placement | None:
+            placement = self.place(job, shape, flavor, state, t, None, pack=False)
+            if placement is not None:
+                found["state"], found["placement"] = state, placement
+            return placement
+
+        start = self.timeline.earliest(self.table.flavor_index[flavor], job.time_limit, place)
+        if start is None:
+            return None
+        state = self.timeline.state_at(self.table.flavor_index[flavor], start, start + job.time_limit)
+        placement = self.place(job, shape, flavor, state, start, None, pack=False)
+        assert placement is not None
+        self.timeline.reserve(state, start, start + job.time_limit, placement.assignments)
+        reservation = Reservation(
+            job=job.id,
+            cluster=self.table.clusters[placement.cluster].name,
+            flavor=flavor,
+            start=start,
+            end=start + job.time_limit,
+            assignments=placement.assignments,
+        )
+        self.reservations.append(reservation)
+        return reservation
+
+    def _pend(
+        self,
+        job: Job,
+        reason: PendingReason,
+        *,
+        position: int | None = None,
+        estimate: float | None = None,
+        facts: Mapping[str, object] | None = None,
+    ) -> None:
+        self.pending.append(Pending(job.id, reason, explain.message(reason, job, facts or {}), estimate, position))
+
+    # ------------------------------------------------------------------------------------------- reasons
+
+    def _quota_limit(self, qi: int, flavor: str, request: tuple[int, int, int]) -> Verdict:
+        for r, fr in self.quota.frs(flavor):
+            limit = self.quota.potential(qi, fr)
+            if request[r] > limit:
+                if r == 0:
+                    needed, most, unit = explain.accel_words(request[r]), explain.accel_words(limit), "accelerators"
+                elif r == 1:
+                    needed, most, unit = f"{request[r] / 1000:g}", f"{limit / 1000:g}", "CPUs"
+                else:
+                    needed, most, unit = f"{request[r] / 1024:g}", f"{limit / 1024:g}", "GiB of memory"
+                facts = {"flavors": flavor, "needed": needed, "limit": most, "resource": unit}
+                return Verdict(PendingReason.QUOTA_EXCEEDS_LIMIT, flavor, facts)
+        return Verdict(PendingReason.QUOTA_EXCEEDS_LIMIT, flavor, {"flavors": flavor, "resource": RESOURCES[0]})
+
+    def _why_no_room(self, job: Job, shape: Shape, flavor: str) -> tuple[Verdict, Job]:
+        """Quota allows the job but no placement exists now: say why (busy, held for a reservation, or
+        never), and return the most general job that fails the same way, for the failure cache."""
+        facts: dict[str, object] = {"flavors": flavor}
+        free, empty = self.table.free, self.table.empty
+        if self.timeline.held and self.place(job, shape, flavor, free, self.now, None, pack=False):
+            return Verdict(PendingReason.BACKFILL_BLOCKED, flavor, facts), job
+        # Not the reservations' doing, so the time limit does not matter; if the accelerators alone do not
+        # fit, neither CPU, memory nor price matter either.
+        general = replace(job, time_limit=1)
+        bare = replace(general, cpu=0, memory=0, max_price_per_hour=None)
+        if not self.place(bare, Shape.of(bare), flavor, free, self.now, None, pack=False):
+            general = bare
+        shape = Shape.of(general)
+        if self.place(general, shape, flavor, empty, self.now, None, pack=False):
+            return Verdict(PendingReason.CAPACITY, flavor, facts), general
+        if self.place(general, shape, flavor, empty, self.now, None, price=False, pack=False):
+            return Verdict(PendingReason.PRICE_LIMIT, flavor, facts), general
+        if job.topology is not None:
+            return Verdict(PendingReason.TOPOLOGY, flavor, facts), general
+        return Verdict(PendingReason.NEVER_FITS, flavor, facts), general

@@ -1,0 +1,86 @@
+"""Pending reasons in words a researcher understands (the machine-readable code travels beside them)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from .fgd import Shape
+from .model import WHOLE, Job, PendingReason
+
+
+def shape_words(job: Job) -> str:
+    shape = Shape.of(job)
+    if shape.accelerators == 0:
+        each = "a CPU-only worker"
+    elif shape.fractional:
+        each = f"{shape.milli / WHOLE:g} of an accelerator"
+    else:
+        each = f"{shape.accelerators} accelerator{'s' if shape.accelerators > 1 else ''}"
+    return each if job.workers == 1 else f"{job.workers} workers x {each}"
+
+
+def accel_words(milli: int) -> str:
+    return f"{milli / WHOLE:g}"
+
+
+def when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
+
+
+def message(reason: PendingReason, job: Job, facts: Mapping[str, object]) -> str:
+    flavors = facts.get("flavors") or "its accelerator types"
+    shape = shape_words(job)
+    match reason:
+        case PendingReason.UNKNOWN_QUEUE:
+            return f"Queue {job.queue!r} does not exist (any more); ask your team lead which queue to use."
+        case PendingReason.UNKNOWN_TIER:
+            return f"Priority tier {job.tier!r} does not exist (any more); resubmit with another tier."
+        case PendingReason.NO_FLAVOR:
+            return (
+                f"None of the requested accelerator types is offered to queue {job.queue!r} "
+                "in the clusters and regions the job allows."
+            )
+        case PendingReason.NEVER_FITS:
+            return f"No node of {flavors} could hold {shape}, even with the whole fleet idle; shrink the request."
+        case PendingReason.TOPOLOGY:
+            level = job.topology.level if job.topology else "?"
+            return (
+                f"No single {level} of {flavors} has room for {shape}, even with the whole fleet idle; "
+                f"use fewer workers or make the {level} placement preferred instead of required."
+            )
+        case PendingReason.PRICE_LIMIT:
+            return (
+                f"Every placement of {shape} on {flavors} costs more than the job's limit of "
+                f"{job.max_price_per_hour:g} per hour."
+            )
+        case PendingReason.QUOTA_EXCEEDS_LIMIT:
+            return (
+                f"It needs {facts.get('needed', '?')} {facts.get('resource', 'accelerators')} of {flavors}, but queue "
+                f"{job.queue!r} can get at most {facts.get('limit', '?')} even when borrowing from its cohort."
+            )
+        case PendingReason.QUOTA_EXHAUSTED:
+            return (
+                f"Queue {job.queue!r} is using its quota of {flavors} and cannot borrow more from its cohort "
+                "right now; it starts when the team's running jobs finish or quota frees up."
+            )
+        case PendingReason.CAPACITY:
+            return f"Quota allows it, but no free {flavors} nodes can take {shape} right now."
+        case PendingReason.RESERVED:
+            return (
+                f"Capacity on {facts.get('where', flavors)} is reserved for it from about "
+                f"{when(float(str(facts['start'])))}, when running jobs reach their time limits."
+            )
+        case PendingReason.WAITING_FOR_PREEMPTION:
+            return (
+                f"{facts.get('victims', 'Some')} lower-priority or borrowed job(s) were asked to stop to make room; "
+                "it starts when they have checkpointed and exited."
+            )
+        case PendingReason.BACKFILL_BLOCKED:
+            return (
+                f"Free {flavors} capacity is held for a higher-priority job that starts soon, and this job "
+                "would still be running then; a shorter time limit could let it start now."
+            )
+        case PendingReason.NOT_CONSIDERED:
+            return "Not examined in this scheduling cycle: too many jobs are ahead of it. It keeps its place."
+    raise AssertionError(reason)  # pragma: no cover - every reason is handled above

@@ -1,0 +1,157 @@
+"""Fragmentation-aware packing of single-node jobs (FGD, Weng et al., USENIX ATC '23; SCHEDULING.md §8).
+
+A node's fragmentation, for a workload mix M of request shapes with popularities p_m, is
+``F = Σ_m p_m · frag_m`` where ``frag_m`` counts the free accelerator milli that shape m cannot use:
+all of it when the node cannot host m at all, else the accelerators with less free than m asks for.
+A job goes where it raises F the least. We compute F and its increase for every candidate node and
+every choice of accelerator at once with numpy, and keep the result per node between jobs of the same
+shape, recomputing only the nodes whose free resources changed since (``NodeTable.version``).
+
+Where we differ from the paper: ties (common on empty nodes) go to the tightest fit, then to the node
+order, instead of at random, so that the engine stays deterministic.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .model import WHOLE, Job
+from .nodes import BoolArray, FloatArray, FreeState, IntArray, NodeTable
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What one worker asks of a node."""
+
+    accelerators: int
+    milli: int
+    cpu: int
+    memory: int
+
+    @classmethod
+    def of(cls, job: Job) -> Shape:
+        return cls(job.accelerators, job.accel_milli, job.cpu, job.memory)
+
+    @property
+    def fractional(self) -> bool:
+        return self.accelerators == 1 and self.milli < WHOLE
+
+
+@dataclass(frozen=True, slots=True)
+class MixEntry:
+    shape: Shape
+    popularity: float
+    allowed: BoolArray  # per node: may this shape run there (flavor constraint)
+
+
+def workload_mix(table: NodeTable, jobs: Sequence[Job], size: int, sample: int = 5000) -> list[MixEntry]:
+    """The ``size`` most common accelerator shapes among ``jobs``, popularities renormalised to 1.
+
+    Popularity is estimated from an evenly spaced sample of at most ``sample`` jobs.
+    """
+    step = max(1, len(jobs) // sample)
+    counts = Counter(
+        (j.accelerators, j.accel_milli, j.cpu, j.memory, j.flavors) for j in jobs[::step] if j.accelerators > 0
+    )
+    top = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:size]
+    total = sum(count for _, count in top)
+    mix = []
+    for (accelerators, milli, cpu, memory, flavors), count in top:
+        shape = Shape(accelerators, milli, cpu, memory)
+        if flavors:
+            wanted = [table.flavor_index[f] for f in flavors if f in table.flavor_index]
+            allowed = np.isin(table.flavor, wanted)
+        else:
+            allowed = np.ones(len(table), np.bool_)
+        mix.append(MixEntry(shape, count / total, allowed))
+    return mix
+
+
+class Fragmentation:
+    def __init__(self, table: NodeTable, mix: list[MixEntry]) -> None:
+        self.table = table
+        self.mix = mix
+        # The mix as arrays, one column per shape, so that every shape is scored in the same numpy call.
+        self.k = np.array([e.shape.accelerators for e in mix], np.int64)
+        self.d = np.array([e.shape.milli for e in mix], np.int64)
+        self.cpu = np.array([e.shape.cpu for e in mix], np.int64)
+        self.memory = np.array([e.shape.memory for e in mix], np.int64)
+        self.p = np.array([e.popularity for e in mix], np.float64)
+        self.allowed = np.array([e.allowed for e in mix], np.bool_).T if mix else np.zeros((len(table), 0), np.bool_)
+        self._cache: dict[tuple[Shape, int, int], tuple[IntArray, FloatArray, IntArray]] = {}
+
+    def _frag(self, rows: IntArray, g: IntArray, total: IntArray, cpu: IntArray, memory: IntArray) -> FloatArray:
+        """Fragmentation per (node, shape) of nodes whose free accelerators are the rows of ``g``."""
+        big = g[..., None] >= self.d  # (nodes, accelerators, shapes)
+        count = big.sum(axis=1)
+        low = np.where(big, 0, g[..., None]).sum(axis=1)
+        ok = self.allowed[rows] & (cpu[:, None] >= self.cpu) & (memory[:, None] >= self.memory) & (count >= self.k)
+        return np.where(ok, low, total[..., None]).astype(np.float64)
+
+    def _compute(self, state: FreeState, rows: IntArray, shape: Shape) -> tuple[FloatArray, IntArray]:
+        """Increase in fragmentation for placing one worker on each row, and the accelerator to use."""
+        g = state.accel[rows]
+        cpu, memory = state.cpu[rows], state.memory[rows]
+        total = g.sum(axis=1)
+        before = self._frag(rows, g, total, cpu, memory) @ self.p
+        cpu_after, memory_after = cpu - shape.cpu, memory - shape.memory
+        if not shape.fractional:
+            # Taking k whole accelerators: they leave the "big enough" count and the total, nothing else.
+            k = shape.accelerators
+            whole = np.cumsum(g == WHOLE, axis=1) <= k
+            g_after = np.where((g == WHOLE) & whole, 0, g)
+            after = self._frag(rows, g_after, total - k * WHOLE, cpu_after, memory_after) @ self.p
+            slot = np.argmax(g == WHOLE, axis=1) if k else np.zeros(len(rows), np.int64)
+            return after - before, slot
+        d = shape.milli
+        valid = g >= d
+        # One option per accelerator: take d from accelerator j, for every j at once (axis 1).
+        options = np.repeat(g[:, None, :], g.shape[1], axis=1)
+        slots = np.arange(g.shape[1])
+        options[:, slots, slots] -= d
+        rows2 = np.repeat(rows[:, None], g.shape[1], axis=1)
+        after = self._frag_options(rows2, options, total - d, cpu_after, memory_after) @ self.p
+        delta = after - before[:, None]
+        # Among equal increases, the accelerator with the least free left (best fit).
+        delta = np.where(valid, delta + (g - d) * 1e-9, np.inf)
+        slot = np.argmin(delta, axis=1)
+        return delta[np.arange(len(rows)), slot], slot
+
+    def _frag_options(
+        self, rows2: IntArray, options: IntArray, total: IntArray, cpu: IntArray, memory: IntArray
+    ) -> FloatArray:
+        d = self.d
+        big = options[..., None] >= d  # (C, options, G, M)
+        count = big.sum(axis=-2)
+        low = np.where(big, 0, options[..., None]).sum(axis=-2)
+        ok = (
+            self.allowed[rows2]
+            & (cpu[:, None, None] >= self.cpu)
+            & (memory[:, None, None] >= self.memory)
+            & (count >= self.k)
+        )
+        return np.where(ok, low, total[:, None, None]).astype(np.float64)
+
+    def score(
+        self, state: FreeState, rows: IntArray, shape: Shape, key: tuple[int, int]
+    ) -> tuple[FloatArray, IntArray]:
+        """(fragmentation increase, accelerator slot) per row; cached per node between calls on ``free``."""
+        if state is not self.table.free:
+            return self._compute(state, rows, shape)
+        cache_key = (shape, *key)
+        cached = self._cache.get(cache_key)
+        versions = self.table.version[rows]
+        if cached is None:
+            delta, slot = self._compute(state, rows, shape)
+            self._cache[cache_key] = (versions.copy(), delta, slot)
+            return delta, slot
+        seen, delta, slot = cached
+        stale = np.flatnonzero(seen != versions)
+        if len(stale):
+            delta[stale], slot[stale] = self._compute(state, rows[stale], shape)
+            seen[stale] = versions[stale]
+        return delta, slot

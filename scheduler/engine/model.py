@@ -1,0 +1,341 @@
+"""The engine's vocabulary: an immutable snapshot goes in, decisions come out.
+
+Everything here is a frozen dataclass of plain values, so a snapshot can be built by the placement loop
+(from the database), by the simulator (from a trace) or by a test (from Hypothesis) in the same way, and
+the engine can never change its input.
+
+Units are integers so that quota arithmetic is exact:
+- accelerators in **milli-accelerators** (1000 = one whole GPU or TPU chip; 250 = a quarter of a GPU);
+- CPU in **millicores**;
+- memory in **MiB**.
+Times are seconds since the epoch (floats), money is currency units per hour (floats).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+#: The resources that quotas are kept in, in this order wherever a vector of them appears.
+RESOURCES = ("accelerator", "cpu", "memory")
+ACCEL, CPU, MEMORY = range(3)
+WHOLE = 1000  # milli-accelerators in one accelerator
+
+
+class TopologyMode(StrEnum):
+    REQUIRED = "required"  # all workers in one domain of the level, or do not start
+    PREFERRED = "preferred"  # one domain if possible, else the next level up, else anywhere
+
+
+class WithinQueue(StrEnum):
+    """Which of its own queue's running jobs a pending job may preempt (Kueue's withinClusterQueue)."""
+
+    NEVER = "never"
+    LOWER_PRIORITY = "lower_priority"
+    LOWER_OR_NEWER_EQUAL_PRIORITY = "lower_or_newer_equal_priority"
+
+
+class Reclaim(StrEnum):
+    """How a queue takes back capacity from other queues that are borrowing (over their nominal quota)."""
+
+    NEVER = "never"
+    LOWER_PRIORITY = "lower_priority"  # classical: only borrowed work of a lower priority
+    ANY = "any"  # classical: any borrowed work, whatever its priority
+    FAIR_SHARING = "fair_sharing"  # by dominant resource share (SCHEDULING.md §5)
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """One (flavor, resource) entry of a queue or cohort. ``None`` limits mean unlimited."""
+
+    nominal: int
+    borrowing_limit: int | None = None
+    lending_limit: int | None = None
+
+
+#: Quotas of a queue or cohort: {(flavor, resource): Quota}; a missing entry is a nominal of 0.
+Quotas = dict[tuple[str, str], Quota]
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    name: str
+    region: str
+    #: Topology level names from the widest to the narrowest, e.g. ("block", "rack", "nvlink").
+    #: The node ("host") is always the implicit last level.
+    levels: tuple[str, ...] = ()
+    #: Admin preference for this cluster, 0-100 (e.g. prefer on-prem capacity that is already paid for).
+    preference: int = 50
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    cluster: str
+    flavor: str
+    #: Free milli-accelerators of each accelerator on the node; its length is the accelerator count.
+    accel_free: tuple[int, ...]
+    cpu_free: int
+    memory_free: int
+    cpu_capacity: int
+    memory_capacity: int
+    #: Domain name at each of the cluster's levels, widest first (same length as ``Cluster.levels``).
+    topology: tuple[str, ...] = ()
+    healthy: bool = True
+    #: False while cordoned, draining or drained.
+    schedulable: bool = True
+    price_per_accel_hour: float = 0.0
+
+    @property
+    def accel_count(self) -> int:
+        return len(self.accel_free)
+
+
+@dataclass(frozen=True, slots=True)
+class Tier:
+    """A priority tier: higher ``priority`` goes first; a non-preemptible tier is never a victim."""
+
+    name: str
+    priority: int
+    preemptible: bool = True
+    #: Seconds a victim of this tier gets between the stop signal and the kill, to checkpoint.
+    grace_seconds: int = 300
+
+
+@dataclass(frozen=True, slots=True)
+class Cohort:
+    name: str
+    parent: str | None = None
+    quotas: Quotas = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    """A team's (or a team project's) queue: its quota lives in a cohort tree."""
+
+    name: str
+    cohort: str | None
+    quotas: Quotas = field(default_factory=dict)
+    #: Flavors to try in order, e.g. ("h100-reserved", "h100-spot", "a100").
+    flavors: tuple[str, ...] = ()
+    within_queue: WithinQueue = WithinQueue.LOWER_PRIORITY
+    reclaim: Reclaim = Reclaim.LOWER_PRIORITY
+    #: Fair-sharing weight: a queue of weight 2 gets twice the share of one of weight 1.
+    weight: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    level: str
+    mode: TopologyMode = TopologyMode.REQUIRED
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A pending job: ``workers`` identical workers, placed all-or-nothing (a gang when more than one)."""
+
+    id: str
+    queue: str
+    tier: str
+    submitted_at: float
+    workers: int = 1
+    #: Accelerators per worker, and milli of each: (1, 250) is a quarter GPU, (8, 1000) eight whole GPUs.
+    #: Fractions (< 1000) only with one accelerator per worker.
+    accelerators: int = 1
+    accel_milli: int = WHOLE
+    cpu: int = 1000
+    memory: int = 1024
+    #: Acceptable flavors; empty means any flavor of the queue. The queue's order decides which is tried first.
+    flavors: tuple[str, ...] = ()
+    clusters: tuple[str, ...] = ()  # allowed clusters; empty = any
+    regions: tuple[str, ...] = ()  # allowed regions; empty = any
+    topology: Topology | None = None
+    time_limit: int = 3600  # seconds
+    max_price_per_hour: float | None = None
+    #: Data-locality hint: a cluster or region name where the job's data lives.
+    locality: str | None = None
+    preemptible: bool = True
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ValueError(f"job {self.id}: workers must be at least 1")
+        if self.accelerators < 0 or not 0 < self.accel_milli <= WHOLE:
+            raise ValueError(f"job {self.id}: accelerators must be >= 0 and accel_milli in 1..1000")
+        if self.accel_milli < WHOLE and self.accelerators != 1:
+            raise ValueError(f"job {self.id}: a fractional accelerator share needs exactly one accelerator")
+        if self.cpu < 0 or self.memory < 0 or self.time_limit <= 0:
+            raise ValueError(f"job {self.id}: cpu and memory must be >= 0 and time_limit > 0")
+
+    @property
+    def accel_per_worker(self) -> int:
+        """Milli-accelerators one worker takes."""
+        return self.accelerators * self.accel_milli
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """What a job holds on one node: the accelerators (index, milli) and CPU/memory, for ``workers`` workers."""
+
+    node: str
+    workers: int
+    accels: tuple[tuple[int, int], ...]
+    cpu: int
+    memory: int
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A running (admitted) job as the engine sees it."""
+
+    id: str
+    queue: str
+    tier: str
+    cluster: str
+    flavor: str
+    assignments: tuple[Assignment, ...]
+    admitted_at: float
+    time_limit: int
+    submitted_at: float = 0.0
+    preemptible: bool = True
+    last_checkpoint_at: float | None = None
+    #: Already told to stop (preempted in an earlier cycle); its resources free up soon.
+    evicting: bool = False
+
+    @property
+    def expected_end(self) -> float:
+        return self.admitted_at + self.time_limit
+
+    def usage(self) -> tuple[int, int, int]:
+        """Quota usage (milli-accelerators, millicores, MiB)."""
+        return (
+            sum(milli for a in self.assignments for _, milli in a.accels),
+            sum(a.cpu for a in self.assignments),
+            sum(a.memory for a in self.assignments),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    fair_sharing: bool = True
+    #: Plan start times for blocked jobs and keep lower-priority jobs off their capacity (SCHEDULING.md §6).
+    backfill: bool = True
+    #: How many blocked jobs get a reservation each cycle (Slurm's bf_max_job_test, much smaller).
+    reservations: int = 16
+    backfill_window: int = 24 * 3600
+    time_quantum: int = 60
+    #: Jobs examined per cycle; the rest wait for the next cycle (kube-scheduler's queue lookback).
+    max_jobs_per_cycle: int = 100_000
+    #: Fragmentation-aware packing of single-node jobs (FGD); best fit when off or when no mix is known.
+    fgd: bool = True
+    #: How many of the most common pending shapes make the FGD workload mix.
+    fgd_shapes: int = 16
+    #: Weights of the multi-cluster routing score.
+    weight_fit: float = 1.0
+    weight_availability: float = 1.0
+    weight_price: float = 1.0
+    weight_locality: float = 2.0
+    weight_preference: float = 1.0
+    #: Preemption searches per cycle (Kueue looks at one head per queue per cycle; Armada caps each round).
+    preemption_attempts: int = 32
+    #: A job that would need more victims than this waits instead: that much disruption for one job is
+    #: rarely worth it, and the search stays bounded.
+    max_victims: int = 64
+    #: Pending jobs beyond the reservations that get an estimated start time (one search per job shape).
+    estimates: int = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    now: float
+    clusters: tuple[Cluster, ...]
+    nodes: tuple[Node, ...]
+    tiers: tuple[Tier, ...]
+    cohorts: tuple[Cohort, ...]
+    queues: tuple[Queue, ...]
+    running: tuple[Workload, ...]
+    pending: tuple[Job, ...]
+    config: Config = Config()
+
+
+# ----------------------------------------------------------------------------------------------- decisions
+
+
+class PendingReason(StrEnum):
+    """Why a job is still pending; each has a plain-words message in the decision."""
+
+    UNKNOWN_QUEUE = "unknown_queue"
+    UNKNOWN_TIER = "unknown_tier"
+    NO_FLAVOR = "no_flavor"  # none of the job's flavors is offered to its queue / exists in an allowed cluster
+    NEVER_FITS = "never_fits"  # no node or domain could hold it even on an empty fleet
+    TOPOLOGY = "topology"  # no domain at the required level can ever hold all workers
+    PRICE_LIMIT = "price_limit"  # every placement that fits costs more than the job's maximum
+    QUOTA_EXCEEDS_LIMIT = "quota_exceeds_limit"  # more than the queue could ever get, even borrowing
+    QUOTA_EXHAUSTED = "quota_exhausted"  # the queue's quota (with borrowing) is in use now
+    CAPACITY = "capacity"  # quota allows it, but no free nodes fit it now
+    RESERVED = "reserved"  # capacity is being held for it from an estimated start time
+    WAITING_FOR_PREEMPTION = "waiting_for_preemption"  # victims were told to stop; it starts when they have
+    BACKFILL_BLOCKED = "backfill_blocked"  # would delay a higher-priority job's reservation
+    NOT_CONSIDERED = "not_considered"  # the cycle's work limit was reached before this job
+
+
+class PreemptionReason(StrEnum):
+    PRIORITY = "priority"  # a higher-priority job of the same queue
+    RECLAIM = "reclaim"  # the victim's queue was borrowing quota that its owner now needs
+    FAIR_SHARING = "fair_sharing"  # the victim's queue had more than its fair share
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    job: str
+    cluster: str
+    flavor: str
+    assignments: tuple[Assignment, ...]
+    #: True when the queue borrows quota from its cohort for this job.
+    borrowing: bool
+    cost_per_hour: float
+    #: True when the job started on capacity that a reservation holds later (it ends before then).
+    backfilled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    workload: str
+    preemptor: str
+    reason: PreemptionReason
+    message: str
+    grace_seconds: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Capacity held for a blocked job from ``start`` until ``start + time_limit`` (backfill)."""
+
+    job: str
+    cluster: str
+    flavor: str
+    start: float
+    end: float
+    assignments: tuple[Assignment, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    job: str
+    reason: PendingReason
+    message: str
+    estimated_start: float | None = None
+    #: Position in this cycle's global order (0 = first), for "you are number N in line".
+    position: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decisions:
+    """A cycle's outcome, in the order the decisions were taken."""
+
+    admissions: tuple[Admission, ...]
+    preemptions: tuple[Preemption, ...]
+    reservations: tuple[Reservation, ...]
+    pending: tuple[Pending, ...]
+    #: Every job id in the order the cycle considered it (admissions and preemptions interleave in it).
+    order: tuple[str, ...] = ()
+    stats: dict[str, int] = field(default_factory=dict)

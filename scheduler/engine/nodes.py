@@ -1,0 +1,118 @@
+"""The fleet as numpy arrays (struct of arrays, SCHEDULING.md §9), mutated as the cycle places jobs.
+
+One row per node, sorted by (cluster, name) so that ties between equal nodes always break the same way.
+Accelerators are a 2-D array of free milli per accelerator, padded with 0 for nodes with fewer of them
+(a padded slot never fits anything, because every request asks for at least 1 milli).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from .model import WHOLE, Assignment, Cluster, Node
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(slots=True)
+class FreeState:
+    """Free resources per node; the placement functions read one of these (now, or at a future time)."""
+
+    accel: IntArray  # (nodes, max accelerators) free milli
+    cpu: IntArray
+    memory: IntArray
+
+    def copy(self) -> FreeState:
+        return FreeState(self.accel.copy(), self.cpu.copy(), self.memory.copy())
+
+
+class NodeTable:
+    def __init__(self, clusters: Sequence[Cluster], nodes: Sequence[Node]) -> None:
+        self.clusters = sorted(clusters, key=lambda c: c.name)
+        self.cluster_index = {c.name: i for i, c in enumerate(self.clusters)}
+        ordered = sorted(nodes, key=lambda n: (self.cluster_index.get(n.cluster, -1), n.name))
+        unknown = {n.cluster for n in ordered} - set(self.cluster_index)
+        if unknown:
+            raise ValueError(f"nodes refer to unknown clusters: {sorted(unknown)}")
+        self.names = [n.name for n in ordered]
+        self.index = {name: i for i, name in enumerate(self.names)}
+        if len(self.index) != len(self.names):
+            raise ValueError("node names must be unique")
+        self.flavors = sorted({n.flavor for n in ordered})
+        self.flavor_index = {f: i for i, f in enumerate(self.flavors)}
+        count = len(ordered)
+        width = max((n.accel_count for n in ordered), default=0) or 1
+        self.cluster = np.fromiter((self.cluster_index[n.cluster] for n in ordered), np.int64, count)
+        self.flavor = np.fromiter((self.flavor_index[n.flavor] for n in ordered), np.int64, count)
+        self.usable = np.fromiter((n.healthy and n.schedulable for n in ordered), np.bool_, count)
+        self.accel_count = np.fromiter((n.accel_count for n in ordered), np.int64, count)
+        self.price = np.fromiter((n.price_per_accel_hour for n in ordered), np.float64, count)
+        accel = np.zeros((count, width), np.int64)
+        for i, n in enumerate(ordered):
+            accel[i, : n.accel_count] = n.accel_free
+        self.free = FreeState(
+            accel,
+            np.fromiter((n.cpu_free for n in ordered), np.int64, count),
+            np.fromiter((n.memory_free for n in ordered), np.int64, count),
+        )
+        #: What an empty node would offer: used to tell "not now" from "never".
+        self.empty = FreeState(
+            np.where(np.arange(width)[None, :] < self.accel_count[:, None], WHOLE, 0).astype(np.int64),
+            np.fromiter((n.cpu_capacity for n in ordered), np.int64, count),
+            np.fromiter((n.memory_capacity for n in ordered), np.int64, count),
+        )
+        # Topology: one column per distinct level name; a domain id is unique per (cluster, path to it).
+        self.level_names = sorted({level for c in self.clusters for level in c.levels})
+        self.level_index = {name: i for i, name in enumerate(self.level_names)}
+        self.domain = np.full((count, max(1, len(self.level_names))), -1, np.int64)
+        domain_ids: dict[tuple[object, ...], int] = {}
+        paths = []
+        for i, n in enumerate(ordered):
+            levels = self.clusters[self.cluster_index[n.cluster]].levels
+            if len(n.topology) != len(levels):
+                raise ValueError(f"node {n.name}: topology {n.topology} does not match levels {levels}")
+            for depth, level in enumerate(levels):
+                paths.append((i, self.level_index[level], (n.cluster, *n.topology[: depth + 1])))
+        for key in sorted({path for _, _, path in paths}):
+            domain_ids[key] = len(domain_ids)
+        for i, column, path in paths:
+            self.domain[i, column] = domain_ids[path]
+        self.domain_names = {v: "/".join(str(part) for part in k[1:]) for k, v in domain_ids.items()}
+        # Node rows of each (flavor, cluster), the unit of routing.
+        self.groups: dict[tuple[int, int], IntArray] = {}
+        keys = self.flavor * len(self.clusters) + self.cluster
+        for key in np.unique(keys):
+            rows = np.flatnonzero(keys == key)
+            self.groups[(int(key) // len(self.clusters), int(key) % len(self.clusters))] = rows
+        #: Bumped whenever a node's free resources change, so per-node caches know what to recompute.
+        self.version = np.zeros(count, np.int64)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def rows(self, flavor: str, cluster: int) -> IntArray | None:
+        f = self.flavor_index.get(flavor)
+        return None if f is None else self.groups.get((f, cluster))
+
+    def clusters_of(self, flavor: str) -> list[int]:
+        f = self.flavor_index.get(flavor)
+        return [] if f is None else sorted(c for (fl, c) in self.groups if fl == f)
+
+    def take(self, state: FreeState, assignments: Sequence[Assignment], sign: int = -1) -> None:
+        """Subtract (sign -1) or give back (+1) what ``assignments`` hold, in ``state``."""
+        for a in assignments:
+            row = self.index.get(a.node)
+            if row is None:
+                continue  # a node that left the fleet: nothing to give back here
+            for slot, milli in a.accels:
+                state.accel[row, slot] += sign * milli
+            state.cpu[row] += sign * a.cpu
+            state.memory[row] += sign * a.memory
+            if state is self.free:
+                self.version[row] += 1

@@ -1,0 +1,181 @@
+"""Where a job's workers go inside one cluster: fit, topology, packing (SCHEDULING.md §7-8).
+
+- A single worker goes to the node where it raises fragmentation least (FGD), or to the tightest
+  node (best fit) when no workload mix is known.
+- Several workers (a gang) are placed all-or-nothing by descending the cluster's topology from its widest
+  level (Kueue's topology-aware scheduling): at each level take the tightest domain that holds what
+  remains, else the roomiest one whole, and so on down to the nodes. A required level first picks the
+  tightest single domain at that level that holds every worker; a preferred one falls back a level up.
+  Gangs without a topology request descend the same way, so they land as compactly as the fleet allows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .fgd import Fragmentation, Shape
+from .model import WHOLE, Topology, TopologyMode
+from .nodes import FreeState, IntArray, NodeTable
+
+BIG = np.iinfo(np.int64).max // 4
+
+
+@dataclass(slots=True)
+class Holds:
+    """Capacity promised to reservations: from ``start`` on, a node keeps only ``slack`` for others."""
+
+    start: np.ndarray
+    slack_accel: IntArray
+    slack_cpu: IntArray
+    slack_memory: IntArray
+
+    @classmethod
+    def none(cls, size: int) -> Holds:
+        return cls(np.full(size, np.inf), np.full(size, BIG), np.full(size, BIG), np.full(size, BIG))
+
+
+def worker_fits(state: FreeState, rows: IntArray, shape: Shape) -> IntArray:
+    """How many workers of ``shape`` each node in ``rows`` could take."""
+    g = state.accel[rows]
+    if shape.accelerators == 0:
+        fits = np.full(len(rows), BIG)
+    elif shape.milli == WHOLE:
+        fits = (g == WHOLE).sum(axis=1) // shape.accelerators
+    else:
+        fits = (g // shape.milli).sum(axis=1)
+    if shape.cpu:
+        fits = np.minimum(fits, state.cpu[rows] // shape.cpu)
+    if shape.memory:
+        fits = np.minimum(fits, state.memory[rows] // shape.memory)
+    return fits
+
+
+def held_fits(holds: Holds, rows: IntArray, shape: Shape, end: float, fits: IntArray) -> IntArray:
+    """Limit ``fits`` on nodes whose reservation starts before the job would end (backfill, §6)."""
+    late = end > holds.start[rows]
+    if not late.any():
+        return fits
+    per_worker = shape.accelerators * shape.milli
+    limit = np.full(len(rows), BIG)
+    if per_worker:
+        limit = np.minimum(limit, holds.slack_accel[rows] // per_worker)
+    if shape.cpu:
+        limit = np.minimum(limit, holds.slack_cpu[rows] // shape.cpu)
+    if shape.memory:
+        limit = np.minimum(limit, holds.slack_memory[rows] // shape.memory)
+    return np.where(late, np.minimum(fits, np.maximum(limit, 0)), fits)
+
+
+def _choose(keys: IntArray, capacity: IntArray, need: int) -> list[tuple[int, int]]:
+    """Split ``need`` over domains: tightest domain that holds the rest, else the roomiest one whole.
+
+    Returns (position in ``keys``, workers) pairs, or [] when the domains cannot hold ``need``.
+    """
+    if capacity.sum() < need:
+        return []
+    left = capacity.astype(np.int64).copy()
+    chosen: list[tuple[int, int]] = []
+    while need > 0:
+        holds_all = np.flatnonzero(left >= need)
+        if len(holds_all):
+            # Tightest first; among equals the first key (domains and nodes are in name order).
+            pos = int(holds_all[np.lexsort((keys[holds_all], left[holds_all]))[0]])
+            chosen.append((pos, need))
+            break
+        candidates = np.flatnonzero(left > 0)
+        pos = int(candidates[np.lexsort((keys[candidates], -left[candidates]))[0]])
+        chosen.append((pos, int(left[pos])))
+        need -= int(left[pos])
+        left[pos] = 0
+    return chosen
+
+
+def _descend(table: NodeTable, rows: IntArray, fits: IntArray, columns: list[int], need: int) -> list[tuple[int, int]]:
+    """Spread ``need`` workers over ``rows`` level by level; (row, workers) pairs."""
+    if not columns:
+        return [(int(rows[pos]), count) for pos, count in _choose(rows, fits, need)]
+    domains, inverse = np.unique(table.domain[rows, columns[0]], return_inverse=True)
+    capacity = np.bincount(inverse, weights=fits, minlength=len(domains)).astype(np.int64)
+    result: list[tuple[int, int]] = []
+    for pos, count in _choose(domains, capacity, need):
+        inside = inverse == pos
+        result += _descend(table, rows[inside], fits[inside], columns[1:], count)
+    return result
+
+
+def spread(
+    table: NodeTable, rows: IntArray, fits: IntArray, levels: tuple[str, ...], topology: Topology | None, need: int
+) -> list[tuple[int, int]] | None:
+    """Place ``need`` workers on ``rows`` (one cluster, whose levels are ``levels``), or None."""
+    has = fits > 0
+    rows, fits = rows[has], np.minimum(fits[has], need)
+    if fits.sum() < need:
+        return None
+    columns = [table.level_index[level] for level in levels]
+    if topology is not None and topology.level in levels:
+        depth = levels.index(topology.level)
+        # A required level must hold every worker in one domain; a preferred one tries wider levels next.
+        tries = [depth] if topology.mode is TopologyMode.REQUIRED else list(range(depth, -1, -1))
+        for level in tries:
+            domains, inverse = np.unique(table.domain[rows, columns[level]], return_inverse=True)
+            capacity = np.bincount(inverse, weights=fits, minlength=len(domains)).astype(np.int64)
+            fitting = np.flatnonzero(capacity >= need)
+            if len(fitting):
+                pos = int(fitting[np.lexsort((domains[fitting], capacity[fitting]))[0]])
+                inside = inverse == pos
+                return _descend(table, rows[inside], fits[inside], columns[level + 1 :], need)
+        if topology.mode is TopologyMode.REQUIRED:
+            return None
+    elif topology is not None and topology.mode is TopologyMode.REQUIRED:
+        return None  # the cluster has no such level
+    return _descend(table, rows, fits, columns, need) or None
+
+
+def pick_single(
+    table: NodeTable,
+    state: FreeState,
+    rows: IntArray,
+    fits: IntArray,
+    shape: Shape,
+    fragmentation: Fragmentation | None,
+    group: tuple[int, int],
+) -> tuple[int, int] | None:
+    """(row, accelerator slot for a fractional share) of the best node for one worker, or None."""
+    ok = np.flatnonzero(fits > 0)
+    if not len(ok):
+        return None
+    if fragmentation is not None and fragmentation.mix and shape.accelerators:
+        delta, slots = fragmentation.score(state, rows, shape, group)
+        # Least fragmentation; among equals the least free accelerators left; then node order.
+        tied = ok[delta[ok] <= delta[ok].min() + 1e-6]
+        best = tied[np.argmin(state.accel[rows[tied]].sum(axis=1))]
+        return int(rows[best]), int(slots[best])
+    # Best fit: the node left with the least free accelerators, then CPU, then memory.
+    sub = rows[ok]
+    order = np.lexsort((sub, state.memory[sub], state.cpu[sub], state.accel[sub].sum(axis=1)))
+    row = int(sub[order[0]])
+    slot = _tightest_slot(state.accel[row], shape.milli) if shape.fractional else -1
+    return row, slot
+
+
+def _tightest_slot(g: IntArray, milli: int) -> int:
+    room = np.where(g >= milli, g, BIG)
+    return int(np.argmin(room))
+
+
+def accelerator_slots(state: FreeState, row: int, shape: Shape, workers: int, first: int = -1) -> list[tuple[int, int]]:
+    """Which accelerators ``workers`` workers of ``shape`` take on ``row``: (slot, milli) pairs."""
+    if shape.accelerators == 0:
+        return []
+    g = state.accel[row].copy()
+    taken: list[tuple[int, int]] = []
+    if not shape.fractional:
+        full = np.flatnonzero(g == WHOLE)[: workers * shape.accelerators]
+        return [(int(slot), WHOLE) for slot in full]
+    for n in range(workers):
+        slot = first if n == 0 and first >= 0 else _tightest_slot(g, shape.milli)
+        g[slot] -= shape.milli
+        taken.append((slot, shape.milli))
+    return taken

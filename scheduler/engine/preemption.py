@@ -1,0 +1,286 @@
+"""Choosing victims so that a pending job can start (SCHEDULING.md §5).
+
+Candidates, per the preemptor's queue policy:
+- its own queue's running jobs that ``within_queue`` allows (lower priority; or also equal priority
+  submitted later) — reason *priority*;
+- other queues' jobs in the same cohort tree, only while that queue is over its nominal quota of the
+  flavor (it is borrowing) — reason *reclaim* (classical: lower priority only, or any priority), or
+  *fair sharing*, where a victim is taken only if the preemptor's queue, with the job, would still have
+  no larger a share than the victim's queue without the victim (Kueue's LessThanOrEqualToFinalShare).
+Never: non-preemptible tiers or jobs, jobs already chosen this cycle, other cohort trees.
+
+Order (cheapest first): work already stopping; other queues before one's own; lower priority; *least
+work lost* — time since the last checkpoint, or since the start if none — which is where we go beyond
+Kueue (it uses "most recently admitted" as a proxy); newest; id.
+
+Greedy then fill back: remove candidates in order until the job fits quota *and* nodes, then try putting
+each victim back, from the second-to-last to the first; the set left is minimal (no victim can be spared).
+Victims keep running through their grace period, so the preemptor waits; it is never admitted in the
+cycle that preempts for it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .fgd import Shape
+from .model import Job, PendingReason, Preemption, PreemptionReason, Queue, Reclaim, Tier, WithinQueue, Workload
+from .nodes import FreeState
+from .quota import Mode
+
+if TYPE_CHECKING:
+    from .cycle import Cycle, Placement
+
+
+@dataclass(frozen=True, slots=True, eq=False)  # compared by identity
+class Running:
+    workload: Workload
+    queue: int  # quota tree index, -1 for an unknown queue (never a candidate)
+    priority: int
+    preemptible: bool
+    grace: int
+    usage: tuple[int, int, int]
+
+
+class Preemptor:
+    def __init__(self, cycle: Cycle) -> None:
+        self.cycle = cycle
+        self.victims: set[str] = set()
+        self.attempts = 0
+        self._candidate_lists: dict[tuple[object, ...], list[Running]] = {}
+        self._by_flavor: dict[str, list[Running]] = {}
+
+    def running(self, flavor: str) -> list[Running]:
+        """The running workloads of a flavor, built on first use: most cycles preempt on few flavors."""
+        found = self._by_flavor.get(flavor)
+        if found is None:
+            cycle = self.cycle
+            found = []
+            for w, usage in cycle.running.get(flavor, ()):
+                tier = cycle.tiers.get(w.tier)
+                found.append(
+                    Running(
+                        workload=w,
+                        queue=cycle.quota.index.get(w.queue, -1),
+                        priority=tier.priority if tier else 0,
+                        preemptible=w.preemptible and tier is not None and tier.preemptible,
+                        grace=tier.grace_seconds if tier else 0,
+                        usage=usage,
+                    )
+                )
+            self._by_flavor[flavor] = found
+        return found
+
+    def _candidates(self, job: Job, tier: Tier, queue: Queue, qi: int, flavor: str) -> list[Running]:
+        """Workloads the policy lets ``job`` preempt, cheapest first (cached for identical preemptors)."""
+        newer_matters = queue.within_queue is WithinQueue.LOWER_OR_NEWER_EQUAL_PRIORITY
+        key = (qi, tier.priority, flavor, job.clusters, job.regions, job.submitted_at if newer_matters else None)
+        cached = self._candidate_lists.get(key)
+        if cached is None:
+            cached = self._candidate_lists[key] = self._find_candidates(job, tier, queue, qi, flavor)
+        return [r for r in cached if r.workload.id not in self.victims]
+
+    def _find_candidates(self, job: Job, tier: Tier, queue: Queue, qi: int, flavor: str) -> list[Running]:
+        cycle = self.cycle
+        quota = cycle.quota
+        root = quota.root(qi)
+        allowed = set(cycle._allowed_clusters(job, flavor))
+        candidates = []
+        for r in self.running(flavor):
+            w = r.workload
+            if not r.preemptible or r.queue < 0:
+                continue
+            if cycle.table.cluster_index.get(w.cluster) not in allowed:
+                continue
+            if r.queue == qi:
+                if queue.within_queue is WithinQueue.NEVER:
+                    continue
+                lower = r.priority < tier.priority
+                newer_equal = r.priority == tier.priority and w.submitted_at > job.submitted_at
+                if not (lower or (queue.within_queue is WithinQueue.LOWER_OR_NEWER_EQUAL_PRIORITY and newer_equal)):
+                    continue
+            else:
+                if queue.reclaim is Reclaim.NEVER or quota.root(r.queue) != root:
+                    continue
+                if queue.reclaim is Reclaim.LOWER_PRIORITY and r.priority >= tier.priority:
+                    continue
+            candidates.append(r)  # whether another queue is still over nominal is checked when it is chosen
+        now = cycle.now
+
+        def cost(r: Running) -> tuple[object, ...]:
+            w = r.workload
+            last_safe = max(w.admitted_at, w.last_checkpoint_at or w.admitted_at)
+            share = -cycle._queue_share(r.queue) if queue.reclaim is Reclaim.FAIR_SHARING and r.queue != qi else 0.0
+            return (not w.evicting, r.queue == qi, share, r.priority, now - last_safe, -w.admitted_at, w.id)
+
+        candidates.sort(key=cost)
+        return candidates
+
+    def try_preempt(
+        self,
+        job: Job,
+        tier: Tier,
+        queue: Queue,
+        qi: int,
+        shape: Shape,
+        request: tuple[int, int, int],
+        flavor: str,
+        position: int,
+    ) -> bool:
+        """Issue the preemptions that let ``job`` start on ``flavor``; True if it now only waits for them."""
+        cycle = self.cycle
+        if self.attempts >= cycle.config.preemption_attempts:
+            return False
+        candidates = self._candidates(job, tier, queue, qi, flavor)
+        if not candidates:
+            return False
+        self.attempts += 1
+
+        def quota_fits() -> bool:
+            return cycle.quota.classify(qi, flavor, request) is Mode.FIT
+
+        # Fail fast: if stopping every candidate would not be enough, stopping some will not be either.
+        # Done in bulk: quota per queue (removals add up exactly), node resources with one bincount.
+        everyone = self._stopped_state(candidates)
+        totals: defaultdict[int, list[int]] = defaultdict(lambda: [0, 0, 0])
+        for r in candidates:
+            for i, amount in enumerate(r.usage):
+                totals[r.queue][i] += amount
+        for q, amounts in totals.items():
+            cycle.quota.charge(q, flavor, amounts, -1)
+        enough = quota_fits()
+        target = cycle.place(job, shape, flavor, everyone, cycle.now, cycle.timeline.holds, pack=False)
+        for q, amounts in totals.items():
+            cycle.quota.charge(q, flavor, amounts)
+        if not enough or target is None:
+            return False
+        # Greedy, nodes first: the candidates on the nodes that placement used come first (kube-scheduler
+        # also picks a node, then its victims), the rest only for quota. Victims are stopped in a scratch
+        # copy of the free state, so that the cycle's own state and its packing caches never see a what-if.
+        target_nodes = {a.node for a in target.assignments}
+        candidates.sort(key=lambda r: not any(a.node in target_nodes for a in r.workload.assignments))
+        work = cycle.table.free.copy()
+
+        def placement() -> Placement | None:
+            return cycle.place(job, shape, flavor, work, cycle.now, cycle.timeline.holds, pack=False)
+
+        # Quota is cheap to check after every step; placement only when the number stopped has doubled
+        # since the last try (the fill back below gives back any victim the overshoot took).
+        chosen: list[Running] = []
+        found: Placement | None = None
+        next_check = 1
+        # Stopping victims only lowers a queue's usage, so a queue back within its nominal quota stays out.
+        spared: set[int] = set()
+        for r in candidates:
+            if r.queue in spared:
+                continue
+            if r.queue != qi:
+                if not cycle.quota.over_nominal(r.queue, flavor):
+                    spared.add(r.queue)
+                    continue
+                if queue.reclaim is Reclaim.FAIR_SHARING and not self._fair_to_take(r, queue, qi, flavor, request):
+                    continue
+            self._stop(r, flavor, work)
+            chosen.append(r)
+            if len(chosen) > 2 * cycle.config.max_victims:
+                break  # the fill back below rarely halves a set; give up rather than disrupt that much
+            if len(chosen) >= next_check and quota_fits():
+                next_check = 2 * len(chosen)
+                found = placement()
+                if found is not None:
+                    break
+        else:
+            found = placement() if chosen and quota_fits() else None
+        if found is None:
+            for r in chosen:
+                self._restart(r, flavor, work)
+            return False
+        # Fill back, last chosen first: give back every victim the job can do without. A victim with nothing
+        # on the nodes of the placement found only matters to quota, so that is all we need to re-check.
+        needed: list[Running] = []
+        for r in reversed(chosen):
+            self._restart(r, flavor, work)
+            if quota_fits():
+                nodes = {a.node for a in found.assignments}
+                if all(a.node not in nodes for a in r.workload.assignments):
+                    continue
+                again = placement()
+                if again is not None:
+                    found = again
+                    continue
+            self._stop(r, flavor, work)
+            needed.append(r)
+        needed.reverse()
+        for r in needed:
+            self._restart(r, flavor, work)  # they run on through their grace period
+        if len(needed) > cycle.config.max_victims:
+            return False
+        self._issue(job, tier, queue, qi, needed, position)
+        return True
+
+    def _stopped_state(self, candidates: list[Running]) -> FreeState:
+        """The free state with every candidate stopped."""
+        table = self.cycle.table
+        free = table.free
+        size, width = free.accel.shape
+        accel = np.zeros(size * width, np.int64)
+        cpu = np.zeros(size, np.int64)
+        memory = np.zeros(size, np.int64)
+        for r in candidates:
+            for a in r.workload.assignments:
+                row = table.index.get(a.node)
+                if row is None:
+                    continue
+                for slot, milli in a.accels:
+                    accel[row * width + slot] += milli
+                cpu[row] += a.cpu
+                memory[row] += a.memory
+        return FreeState(free.accel + accel.reshape(size, width), free.cpu + cpu, free.memory + memory)
+
+    def _fair_to_take(self, r: Running, queue: Queue, qi: int, flavor: str, request: tuple[int, int, int]) -> bool:
+        """Kueue's rule: take ``r`` only if our share with the job stays at most theirs without ``r``."""
+        quota = self.cycle.quota
+        mine = quota.share(qi, flavor, request) / (queue.weight or 1e-9)
+        quota.charge(r.queue, flavor, r.usage, -1)
+        victim_queue = self.cycle.queues[quota.names[r.queue]]
+        theirs = quota.share(r.queue) / (victim_queue.weight or 1e-9)
+        quota.charge(r.queue, flavor, r.usage)
+        return mine <= theirs
+
+    def _stop(self, r: Running, flavor: str, work: FreeState) -> None:
+        self.cycle.quota.charge(r.queue, flavor, r.usage, -1)
+        self.cycle.table.take(work, r.workload.assignments, +1)
+
+    def _restart(self, r: Running, flavor: str, work: FreeState) -> None:
+        self.cycle.quota.charge(r.queue, flavor, r.usage)
+        self.cycle.table.take(work, r.workload.assignments, -1)
+
+    def _issue(self, job: Job, tier: Tier, queue: Queue, qi: int, chosen: list[Running], position: int) -> None:
+        cycle = self.cycle
+        fresh = [r for r in chosen if not r.workload.evicting]
+        for r in fresh:
+            w = r.workload
+            self.victims.add(w.id)
+            if r.queue == qi:
+                reason = PreemptionReason.PRIORITY
+                why = f"job {job.id} of the same queue has a higher priority tier ({tier.name})"
+            elif queue.reclaim is Reclaim.FAIR_SHARING:
+                reason = PreemptionReason.FAIR_SHARING
+                why = f"queue {w.queue!r} was using more than its fair share, and queue {queue.name!r} needs it back"
+            else:
+                reason = PreemptionReason.RECLAIM
+                why = f"queue {w.queue!r} was borrowing quota that queue {queue.name!r} now needs"
+            cycle.preemptions.append(
+                Preemption(
+                    w.id, job.id, reason, f"Preempted: {why}. It is requeued and resumes from its checkpoint.", r.grace
+                )
+            )
+        cycle.stats["preempted"] += len(fresh)
+        start = cycle.now + max((r.grace for r in chosen), default=0)
+        cycle._pend(
+            job, PendingReason.WAITING_FOR_PREEMPTION, position=position, estimate=start, facts={"victims": len(chosen)}
+        )
