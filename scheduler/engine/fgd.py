@@ -137,10 +137,11 @@ class Fragmentation:
         return np.where(ok, low, total[:, None, None]).astype(np.float64)
 
     def score(
-        self, state: FreeState, rows: IntArray, shape: Shape, key: tuple[int, int]
+        self, state: FreeState, rows: IntArray, shape: Shape, key: tuple[int, int] | None
     ) -> tuple[FloatArray, IntArray]:
-        """(fragmentation increase, accelerator slot) per row; cached per node between calls on ``free``."""
-        if state is not self.table.free:
+        """(fragmentation increase, accelerator slot) per row. With a ``key`` naming a whole (flavor,
+        cluster) group of rows, results are kept per node and only nodes changed since are recomputed."""
+        if key is None or state is not self.table.free:
             return self._compute(state, rows, shape)
         cache_key = (shape, *key)
         cached = self._cache.get(cache_key)

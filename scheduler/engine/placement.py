@@ -147,11 +147,15 @@ def pick_single(
     if not len(ok):
         return None
     if fragmentation is not None and fragmentation.mix and shape.accelerators:
-        delta, slots = fragmentation.score(state, rows, shape, group)
+        if len(ok) <= 512:  # few nodes have room (the usual case on a busy fleet): score just those
+            delta, slots = fragmentation.score(state, rows[ok], shape, None)
+        else:  # many: score the whole group through the per-node cache, then keep the ones with room
+            all_delta, all_slots = fragmentation.score(state, rows, shape, group)
+            delta, slots = all_delta[ok], all_slots[ok]
         # Least fragmentation; among equals the least free accelerators left; then node order.
-        tied = ok[delta[ok] <= delta[ok].min() + 1e-6]
-        best = tied[np.argmin(state.accel[rows[tied]].sum(axis=1))]
-        return int(rows[best]), int(slots[best])
+        tied = np.flatnonzero(delta <= delta.min() + 1e-6)
+        best = tied[np.argmin(state.accel[rows[ok[tied]]].sum(axis=1))]
+        return int(rows[ok[best]]), int(slots[best])
     # Best fit: the node left with the least free accelerators, then CPU, then memory.
     sub = rows[ok]
     order = np.lexsort((sub, state.memory[sub], state.cpu[sub], state.accel[sub].sum(axis=1)))

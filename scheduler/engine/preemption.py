@@ -82,7 +82,9 @@ class Preemptor:
         cached = self._candidate_lists.get(key)
         if cached is None:
             cached = self._candidate_lists[key] = self._find_candidates(job, tier, queue, qi, flavor)
-        return [r for r in cached if r.workload.id not in self.victims]
+        # The cheapest few are plenty: a job needing more than max_victims victims waits anyway.
+        limit = 8 * self.cycle.config.max_victims
+        return [r for r in cached if r.workload.id not in self.victims][:limit]
 
     def _find_candidates(self, job: Job, tier: Tier, queue: Queue, qi: int, flavor: str) -> list[Running]:
         cycle = self.cycle
@@ -158,46 +160,52 @@ class Preemptor:
             cycle.quota.charge(q, flavor, amounts)
         if not enough or target is None:
             return False
-        # Greedy, nodes first: the candidates on the nodes that placement used come first (kube-scheduler
-        # also picks a node, then its victims), the rest only for quota. Victims are stopped in a scratch
-        # copy of the free state, so that the cycle's own state and its packing caches never see a what-if.
-        target_nodes = {a.node for a in target.assignments}
-        candidates.sort(key=lambda r: not any(a.node in target_nodes for a in r.workload.assignments))
+        # Victims are stopped in a scratch copy of the free state, so that the cycle's own state and its
+        # packing caches never see a what-if.
         work = cycle.table.free.copy()
 
         def placement() -> Placement | None:
             return cycle.place(job, shape, flavor, work, cycle.now, cycle.timeline.holds, pack=False)
 
-        # Quota is cheap to check after every step; placement only when the number stopped has doubled
-        # since the last try (the fill back below gives back any victim the overshoot took).
-        chosen: list[Running] = []
-        found: Placement | None = None
-        next_check = 1
-        # Stopping victims only lowers a queue's usage, so a queue back within its nominal quota stays out.
-        spared: set[int] = set()
-        for r in candidates:
-            if r.queue in spared:
-                continue
-            if r.queue != qi:
-                if not cycle.quota.over_nominal(r.queue, flavor):
-                    spared.add(r.queue)
+        def greedy(order: list[Running]) -> tuple[list[Running], Placement | None]:
+            """Stop candidates in ``order`` until the job fits. Quota is cheap to check after every step;
+            placement only when the number stopped has doubled since the last try (the fill back below
+            gives back any victim the overshoot took)."""
+            chosen: list[Running] = []
+            next_check = 1
+            spared: set[int] = set()  # queues back within nominal stay so: stopping only lowers usage
+            for r in order:
+                if r.queue in spared:
                     continue
-                if queue.reclaim is Reclaim.FAIR_SHARING and not self._fair_to_take(r, queue, qi, flavor, request):
-                    continue
-            self._stop(r, flavor, work)
-            chosen.append(r)
-            if len(chosen) > 2 * cycle.config.max_victims:
-                break  # the fill back below rarely halves a set; give up rather than disrupt that much
-            if len(chosen) >= next_check and quota_fits():
-                next_check = 2 * len(chosen)
-                found = placement()
-                if found is not None:
-                    break
-        else:
+                if r.queue != qi:
+                    if not cycle.quota.over_nominal(r.queue, flavor):
+                        spared.add(r.queue)
+                        continue
+                    if queue.reclaim is Reclaim.FAIR_SHARING and not self._fair_to_take(r, queue, qi, flavor, request):
+                        continue
+                self._stop(r, flavor, work)
+                chosen.append(r)
+                if len(chosen) > 2 * cycle.config.max_victims:
+                    break  # the fill back rarely halves a set; give up rather than disrupt that much
+                if len(chosen) >= next_check and quota_fits():
+                    next_check = 2 * len(chosen)
+                    if (found := placement()) is not None:
+                        return chosen, found
             found = placement() if chosen and quota_fits() else None
+            if found is None:
+                for r in chosen:
+                    self._restart(r, flavor, work)
+            return chosen, found
+
+        # Cheapest first. When that scatters victims over many nodes without freeing one, try again with
+        # the candidates on the nodes of the all-stopped placement first (kube-scheduler, too, picks a node
+        # and then its victims).
+        chosen, found = greedy(candidates)
         if found is None:
-            for r in chosen:
-                self._restart(r, flavor, work)
+            target_nodes = {a.node for a in target.assignments}
+            on_target = [r for r in candidates if any(a.node in target_nodes for a in r.workload.assignments)]
+            chosen, found = greedy(on_target + [r for r in candidates if r not in on_target])
+        if found is None:
             return False
         # Fill back, last chosen first: give back every victim the job can do without. A victim with nothing
         # on the nodes of the placement found only matters to quota, so that is all we need to re-check.

@@ -1,0 +1,355 @@
+"""Focused tests of each phase of the placement engine, on small hand-made fleets."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler.engine import schedule
+from scheduler.engine.model import (
+    Assignment,
+    Cluster,
+    Cohort,
+    Config,
+    Job,
+    Node,
+    PendingReason,
+    PreemptionReason,
+    Queue,
+    Quota,
+    Reclaim,
+    Snapshot,
+    Tier,
+    Topology,
+    TopologyMode,
+    WithinQueue,
+    Workload,
+)
+from scheduler.engine.quota import Mode, QuotaTree
+
+NOW = 1_000_000.0
+TIERS = (Tier("low", 0), Tier("normal", 100), Tier("urgent", 1000, preemptible=False))
+
+
+def gpus(n: int) -> Quota:
+    return Quota(n * 1000)
+
+
+def node(
+    name: str,
+    flavor: str = "h100",
+    cluster: str = "c1",
+    free: int = 8,
+    count: int = 8,
+    rack: str = "r1",
+    block: str = "b1",
+    price: float = 2.0,
+    **kw: object,
+) -> Node:
+    accel = (1000,) * free + (0,) * (count - free)
+    resources = (96_000, 1_000_000, 96_000, 1_000_000)
+    return Node(name, cluster, flavor, accel, *resources, (block, rack), price_per_accel_hour=price, **kw)  # type: ignore[arg-type]
+
+
+def job(id: str, queue: str = "a", tier: str = "normal", at: float = 0.0, **kw: object) -> Job:
+    return Job(id, queue, tier, NOW - 1000 + at, **kw)  # type: ignore[arg-type]
+
+
+def running(id: str, node_name: str, gpus_: int = 8, queue: str = "a", tier: str = "low", **kw: object) -> Workload:
+    assignment = Assignment(node_name, 1, tuple((i, 1000) for i in range(gpus_)), 1000, 1024)
+    defaults: dict[str, object] = {"admitted_at": NOW - 600, "time_limit": 3600}
+    defaults.update(kw)
+    return Workload(id, queue, tier, "c1", "h100", (assignment,), **defaults)  # type: ignore[arg-type]
+
+
+def snapshot(
+    nodes: tuple[Node, ...],
+    queues: tuple[Queue, ...],
+    pending: tuple[Job, ...],
+    running_: tuple[Workload, ...] = (),
+    cohorts: tuple[Cohort, ...] = (Cohort("org"),),
+    clusters: tuple[Cluster, ...] = (Cluster("c1", "eu", ("block", "rack")),),
+    **config: object,
+) -> Snapshot:
+    return Snapshot(NOW, clusters, nodes, TIERS, cohorts, queues, running_, pending, Config(**config))  # type: ignore[arg-type]
+
+
+def queue(name: str, quota: int = 64, flavors: tuple[str, ...] = ("h100",), **kw: object) -> Queue:
+    quotas = {(f, "accelerator"): gpus(quota) for f in flavors}
+    return Queue(name, "org", quotas, flavors, **kw)  # type: ignore[arg-type]
+
+
+def admitted(decisions: object) -> dict[str, object]:
+    return {a.job: a for a in decisions.admissions}  # type: ignore[attr-defined]
+
+
+def reasons(decisions: object) -> dict[str, PendingReason]:
+    return {p.job: p.reason for p in decisions.pending}  # type: ignore[attr-defined]
+
+
+# ----------------------------------------------------------------------------------------------- quota tree
+
+
+class TestQuotaTree:
+    """Kueue's arithmetic (SCHEDULING.md §2) on a two-queue cohort."""
+
+    def tree(self, lend: int | None = None, borrow: int | None = None) -> QuotaTree:
+        a = Queue("a", "org", {("h100", "accelerator"): Quota(8000, borrowing_limit=borrow)})
+        b = Queue("b", "org", {("h100", "accelerator"): Quota(8000, lending_limit=lend)})
+        return QuotaTree([Cohort("org")], [a, b], ["h100"])
+
+    def test_borrow_from_an_idle_sibling(self):
+        tree = self.tree()
+        a = tree.index["a"]
+        assert tree.classify(a, "h100", (16000, 0, 0)) is Mode.FIT
+        assert tree.classify(a, "h100", (17000, 0, 0)) is Mode.NO_FIT
+        assert tree.borrowing_level(a, "h100", (12000, 0, 0)) == 1
+        assert tree.borrowing_level(a, "h100", (8000, 0, 0)) == 0
+
+    def test_lending_limit_keeps_local_quota(self):
+        tree = self.tree(lend=2000)  # b lends at most 2 of its 8 GPUs
+        a = tree.index["a"]
+        assert tree.potential(a, tree.fr("h100", 0)) == 10000
+        assert tree.classify(a, "h100", (11000, 0, 0)) is Mode.NO_FIT
+
+    def test_borrowing_limit_caps_a_queue(self):
+        tree = self.tree(borrow=4000)
+        a = tree.index["a"]
+        assert tree.classify(a, "h100", (12000, 0, 0)) is Mode.FIT
+        assert tree.classify(a, "h100", (13000, 0, 0)) is Mode.NO_FIT
+
+    def test_usage_of_a_sibling_turns_fit_into_preempt(self):
+        tree = self.tree()
+        a, b = tree.index["a"], tree.index["b"]
+        tree.charge(b, "h100", (6000, 0, 0))
+        assert tree.classify(a, "h100", (10000, 0, 0)) is Mode.FIT
+        assert tree.classify(a, "h100", (11000, 0, 0)) is Mode.PREEMPT
+        tree.charge(b, "h100", (6000, 0, 0), -1)
+        assert tree.usage[tree.index["org"]][tree.fr("h100", 0)] == 0
+
+    def test_ungoverned_resources_are_not_limited(self):
+        tree = self.tree()
+        assert tree.classify(tree.index["a"], "h100", (1000, 10**9, 10**9)) is Mode.FIT
+
+
+# ------------------------------------------------------------------------------------------ flavors, quota
+
+
+def test_flavor_fallback_prefers_the_first_flavor_that_fits_without_borrowing():
+    nodes = (node("h1", "h100-reserved", free=0), node("s1", "h100-spot"), node("a1", "a100"))
+    order = ("h100-reserved", "h100-spot", "a100")
+    d = schedule(snapshot(nodes, (queue("a", flavors=order),), (job("j", accelerators=8),)))
+    assert admitted(d)["j"].flavor == "h100-spot"  # type: ignore[attr-defined]
+
+
+def test_a_job_more_than_the_queue_could_ever_have_is_told_so():
+    d = schedule(snapshot((node("n1"),), (queue("a", quota=4),), (job("big", accelerators=8),)))
+    pending = d.pending[0]
+    assert pending.reason is PendingReason.QUOTA_EXCEEDS_LIMIT
+    assert "at most 4" in pending.message
+
+
+def test_quota_exhausted_keeps_the_job_pending_even_with_free_nodes():
+    nodes = (node("n1"), node("n2"))
+    d = schedule(snapshot(nodes, (queue("a", quota=8),), (job("j1", accelerators=8), job("j2", at=1, accelerators=8))))
+    assert set(admitted(d)) == {"j1"}
+    assert reasons(d)["j2"] is PendingReason.QUOTA_EXCEEDS_LIMIT or reasons(d)["j2"] is PendingReason.QUOTA_EXHAUSTED
+
+
+# --------------------------------------------------------------------------------------------- ordering
+
+
+def test_fair_sharing_alternates_between_queues_of_equal_weight():
+    nodes = tuple(node(f"n{i}", free=8) for i in range(2))
+    queues = (queue("a", quota=0), queue("b", quota=0), Queue("pool", "org", {("h100", "accelerator"): gpus(16)}))
+    # Both queues borrow everything from the pool; a submitted all its jobs first.
+    pending = tuple(job(f"a{i}", "a", at=i, accelerators=2) for i in range(8)) + tuple(
+        job(f"b{i}", "b", at=100 + i, accelerators=2) for i in range(8)
+    )
+    d = schedule(snapshot(nodes, queues, pending))
+    got = admitted(d)
+    assert sum(j.startswith("a") for j in got) == 4
+    assert sum(j.startswith("b") for j in got) == 4
+
+
+def test_higher_tier_goes_first():
+    d = schedule(
+        snapshot(
+            (node("n1"),),
+            (queue("a"),),
+            (job("old", at=0, accelerators=8), job("vip", "a", "urgent", at=5, accelerators=8)),
+        )
+    )
+    assert set(admitted(d)) == {"vip"}
+
+
+# ------------------------------------------------------------------------------------------ gangs, topology
+
+
+def test_a_gang_is_placed_whole_or_not_at_all():
+    nodes = (node("n1"), node("n2", free=4))
+    d = schedule(snapshot(nodes, (queue("a"),), (job("gang", workers=2, accelerators=8),)))
+    assert not d.admissions
+    assert reasons(d)["gang"] is PendingReason.CAPACITY
+
+
+def test_required_topology_keeps_workers_in_one_rack_and_picks_the_tightest():
+    nodes = (
+        node("n1", rack="r1"), node("n2", rack="r1"), node("n3", rack="r1"),
+        node("n4", rack="r2"), node("n5", rack="r2"),
+    )  # fmt: skip
+    d = schedule(snapshot(nodes, (queue("a"),), (job("g", workers=2, accelerators=8, topology=Topology("rack")),)))
+    assert {a.node for a in admitted(d)["g"].assignments} == {"n4", "n5"}  # type: ignore[attr-defined]
+
+
+def test_required_topology_that_no_rack_can_hold_is_explained():
+    nodes = (node("n1", rack="r1"), node("n2", rack="r2"))
+    d = schedule(snapshot(nodes, (queue("a"),), (job("g", workers=2, accelerators=8, topology=Topology("rack")),)))
+    assert reasons(d)["g"] is PendingReason.TOPOLOGY
+
+
+def test_preferred_topology_falls_back_a_level():
+    nodes = (node("n1", rack="r1"), node("n2", rack="r2"))
+    topology = Topology("rack", TopologyMode.PREFERRED)
+    d = schedule(snapshot(nodes, (queue("a"),), (job("g", workers=2, accelerators=8, topology=topology),)))
+    assert "g" in admitted(d)
+
+
+# ------------------------------------------------------------------------------------------------ packing
+
+
+def test_fractional_jobs_share_a_gpu_instead_of_breaking_a_whole_one():
+    # n1 has one GPU half used; n2 is empty. A half-GPU job should fill n1's half, keeping n2 whole.
+    half = Node("n1", "c1", "l4", (500, 1000), 32_000, 128_000, 32_000, 128_000, ("b1", "r1"))
+    empty = Node("n2", "c1", "l4", (1000, 1000), 32_000, 128_000, 32_000, 128_000, ("b1", "r1"))
+    d = schedule(snapshot((half, empty), (queue("a", flavors=("l4",)),), (job("half", accel_milli=500),)))
+    assert admitted(d)["half"].assignments[0].node == "n1"  # type: ignore[attr-defined]
+    assert admitted(d)["half"].assignments[0].accels == ((0, 500),)  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------------------------------------------ routing
+
+
+def test_price_limit_is_a_hard_limit_and_routes_to_the_cheaper_cluster():
+    clusters = (Cluster("cheap", "eu", ("block", "rack")), Cluster("dear", "us", ("block", "rack")))
+    nodes = (node("c1", cluster="cheap", price=1.0), node("d1", cluster="dear", price=5.0))
+    d = schedule(
+        snapshot(nodes, (queue("a"),), (job("j", accelerators=8, max_price_per_hour=10.0),), clusters=clusters)
+    )
+    assert admitted(d)["j"].cluster == "cheap"  # type: ignore[attr-defined]
+    nodes = (node("d1", cluster="dear", price=5.0),)
+    d = schedule(
+        snapshot(nodes, (queue("a"),), (job("j", accelerators=8, max_price_per_hour=10.0),), clusters=clusters)
+    )
+    assert reasons(d)["j"] is PendingReason.PRICE_LIMIT
+
+
+def test_locality_hint_wins_between_equal_clusters():
+    clusters = (Cluster("east", "us-east", ("block", "rack")), Cluster("west", "us-west", ("block", "rack")))
+    nodes = (node("e1", cluster="east"), node("w1", cluster="west"))
+    d = schedule(snapshot(nodes, (queue("a"),), (job("j", accelerators=8, locality="us-west"),), clusters=clusters))
+    assert admitted(d)["j"].cluster == "west"  # type: ignore[attr-defined]
+
+
+# --------------------------------------------------------------------------------------------- preemption
+
+
+def test_priority_preemption_picks_one_victim_the_one_that_checkpointed_last():
+    nodes = (node("n1", free=0), node("n2", free=0))
+    victims = (
+        running("stale", "n1", last_checkpoint_at=NOW - 3000),
+        running("fresh", "n2", last_checkpoint_at=NOW - 60),
+    )
+    d = schedule(
+        snapshot(nodes, (queue("a", within_queue=WithinQueue.LOWER_PRIORITY),), (job("hi", accelerators=8),), victims)
+    )
+    assert [p.workload for p in d.preemptions] == ["fresh"]
+    assert d.preemptions[0].reason is PreemptionReason.PRIORITY
+    assert reasons(d)["hi"] is PendingReason.WAITING_FOR_PREEMPTION
+    assert not d.admissions  # victims checkpoint first; the job starts in a later cycle
+
+
+def test_non_preemptible_work_is_never_a_victim():
+    nodes = (node("n1", free=0),)
+    d = schedule(
+        snapshot(
+            nodes, (queue("a"),), (job("hi", "a", "urgent", accelerators=8),), (running("prod", "n1", tier="urgent"),)
+        )
+    )
+    assert not d.preemptions
+
+
+def test_reclaim_takes_back_lent_quota_only_from_a_borrowing_queue():
+    nodes = (node("n1", free=0), node("n2", free=0))
+    queues = (queue("a", quota=8, reclaim=Reclaim.ANY), queue("b", quota=8))
+    work = (
+        running("b-own", "n1", queue="b", tier="normal", admitted_at=NOW - 100),
+        running("b-borrowed", "n2", queue="b", tier="normal", admitted_at=NOW - 50),
+    )
+    d = schedule(snapshot(nodes, queues, (job("a1", accelerators=8),), work))
+    assert len(d.preemptions) == 1
+    assert d.preemptions[0].reason is PreemptionReason.RECLAIM
+
+
+def test_within_nominal_work_of_another_queue_is_not_taken():
+    nodes = (node("n1", free=0),)
+    queues = (queue("a", quota=8, reclaim=Reclaim.ANY), queue("b", quota=8))
+    d = schedule(snapshot(nodes, queues, (job("a1", accelerators=8),), (running("b1", "n1", queue="b"),)))
+    assert not d.preemptions
+    assert reasons(d)["a1"] is PendingReason.RESERVED  # it waits for b1 to reach its time limit
+
+
+# ---------------------------------------------------------------------------------------------- backfill
+
+
+def test_a_reservation_keeps_small_jobs_from_starving_a_gang():
+    # Two nodes: n1 free now, n2 busy until NOW+1800. A 2-node gang is first in line; a long small job
+    # behind it must not take n1 (it would delay the gang); a short one that ends in time may.
+    nodes = (node("n1"), node("n2", free=0))
+    work = (running("busy", "n2", tier="normal", admitted_at=NOW - 1800, time_limit=3600),)
+    pending = (
+        job("gang", at=0, workers=2, accelerators=8, time_limit=7200),
+        job("long", at=1, accelerators=8, time_limit=7200),
+        job("short", at=2, accelerators=8, time_limit=600),
+    )
+    d = schedule(snapshot(nodes, (queue("a"),), pending, work))
+    assert reasons(d)["gang"] is PendingReason.RESERVED
+    gang = next(p for p in d.pending if p.job == "gang")
+    assert gang.estimated_start == pytest.approx(NOW + 1800, abs=60)
+    assert reasons(d)["long"] is PendingReason.BACKFILL_BLOCKED
+    assert admitted(d)["short"].backfilled  # type: ignore[attr-defined]
+
+
+def test_without_backfill_the_long_job_takes_the_node():
+    nodes = (node("n1"), node("n2", free=0))
+    work = (running("busy", "n2", tier="normal", admitted_at=NOW - 1800, time_limit=3600),)
+    pending = (job("gang", workers=2, accelerators=8), job("long", at=1, accelerators=8, time_limit=7200))
+    d = schedule(snapshot(nodes, (queue("a"),), pending, work, backfill=False))
+    assert "long" in admitted(d)
+
+
+# ---------------------------------------------------------------------------------------------- explanations
+
+
+def test_every_pending_job_gets_a_reason_in_words_and_its_place_in_line():
+    nodes = (node("n1", free=0),)
+    pending = (*(job(f"j{i}", at=i, accelerators=8) for i in range(3)), job("lost", "nope"))
+    d = schedule(snapshot(nodes, (queue("a"),), pending))
+    by_job = {p.job: p for p in d.pending}
+    assert set(by_job) == {"j0", "j1", "j2", "lost"}
+    assert by_job["lost"].reason is PendingReason.UNKNOWN_QUEUE
+    assert [by_job[f"j{i}"].position for i in range(3)] == [0, 1, 2]
+    assert all(p.message and not p.message.startswith("{") for p in d.pending)
+
+
+def test_the_cycle_stops_after_its_work_limit_and_says_so():
+    pending = tuple(job(f"j{i}", at=i, accelerators=1) for i in range(5))
+    d = schedule(snapshot((node("n1"),), (queue("a"),), pending, max_jobs_per_cycle=2))
+    assert len(d.admissions) == 2
+    assert sum(p.reason is PendingReason.NOT_CONSIDERED for p in d.pending) == 3
+
+
+def test_same_snapshot_same_decisions():
+    nodes = tuple(node(f"n{i}", free=i % 9, rack=f"r{i % 3}") for i in range(12))
+    pending = tuple(job(f"j{i}", at=i % 5, accelerators=1 + i % 4, workers=1 + i % 2) for i in range(30))
+    snap = snapshot(nodes, (queue("a", quota=40), queue("b", quota=40)), pending)
+    assert schedule(snap) == schedule(snap)
