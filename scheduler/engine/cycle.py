@@ -12,9 +12,12 @@ The shape follows Kueue's cycle (SCHEDULING.md §1) with Armada's and Slurm's id
    free admits the job, preferring no borrowing; otherwise try preemption on the flavors in order (§5);
    otherwise, if quota allows it but nodes are busy, reserve its future capacity (§6); otherwise pending
    with the reason of the first flavor.
-4. Failures are cached per equivalence key (queue, tier, shape, constraints): within a cycle capacity only
-   shrinks and usage only grows, so an identical job that failed once fails again (§9, Armada's
-   scheduling keys). 50,000 pending jobs collapse to a few hundred keys.
+4. Failures are remembered (§9, Armada's scheduling keys, with dominance): within a cycle capacity only
+   shrinks, usage only grows and reservations only add up, so a job like one that failed, asking at
+   least as much CPU, memory and time, fails too. Two levels: per (queue, tier, shape, constraints) for
+   the whole verdict, and per (flavor, shape, constraints) for "no room", shared by every queue.
+5. Bounded work: ``max_jobs_per_cycle`` jobs are examined, ``preemption_attempts`` victim searches run,
+   ``reservations`` and ``estimates`` backfill searches; the rest waits for the next cycle.
 """
 
 from __future__ import annotations

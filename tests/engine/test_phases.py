@@ -231,16 +231,12 @@ def test_fractional_jobs_share_a_gpu_instead_of_breaking_a_whole_one():
 
 def test_price_limit_is_a_hard_limit_and_routes_to_the_cheaper_cluster():
     clusters = (Cluster("cheap", "eu", ("block", "rack")), Cluster("dear", "us", ("block", "rack")))
-    nodes = (node("c1", cluster="cheap", price=1.0), node("d1", cluster="dear", price=5.0))
-    d = schedule(
-        snapshot(nodes, (queue("a"),), (job("j", accelerators=8, max_price_per_hour=10.0),), clusters=clusters)
-    )
+    cheap, dear = node("c1", cluster="cheap", price=1.0), node("d1", cluster="dear", price=5.0)
+    capped = (job("j", accelerators=8, max_price_per_hour=10.0),)
+    d = schedule(snapshot((cheap, dear), (queue("a"),), capped, clusters=clusters))
     assert admitted(d)["j"].cluster == "cheap"  # type: ignore[attr-defined]
-    nodes = (node("d1", cluster="dear", price=5.0),)
-    d = schedule(
-        snapshot(nodes, (queue("a"),), (job("j", accelerators=8, max_price_per_hour=10.0),), clusters=clusters)
-    )
-    assert reasons(d)["j"] is PendingReason.PRICE_LIMIT
+    d = schedule(snapshot((dear,), (queue("a"),), capped, clusters=clusters))
+    assert reasons(d)["j"] is PendingReason.PRICE_LIMIT  # 8 GPUs x 5.0 = 40 an hour, over the limit
 
 
 def test_locality_hint_wins_between_equal_clusters():
