@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .model import Assignment, Workload
+from .model import WHOLE, Assignment, Workload
 from .nodes import FreeState, NodeTable
 from .placement import Holds
 
@@ -36,9 +36,15 @@ class _Releases:
 
 @dataclass(frozen=True, slots=True)
 class Held:
+    """A reservation's resources as flat arrays, ready to subtract from a future state."""
+
     start: float
     end: float
-    assignments: tuple[Assignment, ...]
+    cells: np.ndarray  # row * width + accelerator slot, one per accelerator share
+    milli: np.ndarray
+    rows: np.ndarray  # one per assignment
+    cpu: np.ndarray
+    memory: np.ndarray
 
 
 class Timeline:
@@ -111,9 +117,15 @@ class Timeline:
             free.cpu + np.bincount(rows, weights=cpu[:k], minlength=size).astype(np.int64),
             free.memory + np.bincount(rows, weights=memory[:k], minlength=size).astype(np.int64),
         )
-        for held in self.held:
-            if held.start < end and t < held.end:
-                self.table.take(state, held.assignments)
+        overlapping = [held for held in self.held if held.start < end and t < held.end]
+        if overlapping:
+            cells = np.concatenate([h.cells for h in overlapping])
+            flat = state.accel.reshape(-1)
+            np.subtract.at(flat, cells, np.concatenate([h.milli for h in overlapping]))
+            rows = np.concatenate([h.rows for h in overlapping])
+            np.subtract.at(state.cpu, rows, np.concatenate([h.cpu for h in overlapping]))
+            np.subtract.at(state.memory, rows, np.concatenate([h.memory for h in overlapping]))
+            state.whole[rows] = (state.accel[rows] == WHOLE).sum(axis=1)
         return state
 
     def candidate_times(self, flavor: int) -> list[float]:
@@ -143,7 +155,22 @@ class Timeline:
 
     def reserve(self, state: FreeState, start: float, end: float, assignments: tuple[Assignment, ...]) -> None:
         """Hold ``assignments`` from ``start``: jobs ending later may only use what is left beside it."""
-        self.held.append(Held(start, end, assignments))
+        width = self.table.free.accel.shape[1]
+        rows = [self.table.index[a.node] for a in assignments]
+        self.held.append(
+            Held(
+                start,
+                end,
+                np.array(
+                    [row * width + slot for row, a in zip(rows, assignments, strict=True) for slot, _ in a.accels],
+                    np.int64,
+                ),
+                np.array([milli for a in assignments for _, milli in a.accels], np.int64),
+                np.array(rows, np.int64),
+                np.array([a.cpu for a in assignments], np.int64),
+                np.array([a.memory for a in assignments], np.int64),
+            )
+        )
         holds = self.holds
         for a in assignments:
             row = self.table.index[a.node]

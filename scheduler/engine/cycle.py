@@ -34,6 +34,8 @@ from . import explain
 from .backfill import Timeline
 from .fgd import Fragmentation, Shape, workload_mix
 from .model import (
+    CPU,
+    MEMORY,
     RESOURCES,
     WHOLE,
     Admission,
@@ -67,6 +69,10 @@ class Placement:
     cost_per_hour: float
 
 
+#: A cluster's offer for a job: (cluster, [(row, workers)], first accelerator slot, fit 0-1, cost per hour).
+Option = tuple[int, list[tuple[int, int]], int, float, float]
+
+
 @dataclass(slots=True)
 class Verdict:
     """Why a job could not start, per the first flavor that explains it best."""
@@ -89,11 +95,11 @@ class Failures(Generic[T]):
         self._known: dict[tuple[object, ...], list[tuple[int, int, int, float, T]]] = {}
 
     @staticmethod
-    def _price(job: Job) -> float:
+    def price(job: Job) -> float:
         return job.max_price_per_hour if job.max_price_per_hour is not None else float("inf")
 
     def get(self, key: tuple[object, ...], job: Job) -> T | None:
-        price = self._price(job)
+        price = self.price(job)
         for cpu, memory, limit, max_price, value in self._known.get(key, ()):
             if job.cpu >= cpu and job.memory >= memory and job.time_limit >= limit and price <= max_price:
                 return value
@@ -101,7 +107,7 @@ class Failures(Generic[T]):
 
     def put(self, key: tuple[object, ...], job: Job, value: T) -> None:
         """Record a failure; it replaces the ones it covers (keeping the list short and most general)."""
-        entry = (job.cpu, job.memory, job.time_limit, self._price(job), value)
+        entry = (job.cpu, job.memory, job.time_limit, self.price(job), value)
         known = [
             k for k in self._known.get(key, []) if not (k[0] >= entry[0] and k[1] >= entry[1] and k[2] >= entry[2]
                                                          and k[3] <= entry[3])
@@ -150,8 +156,11 @@ class Cycle:
         self._allowed: dict[tuple[str, tuple[str, ...], tuple[str, ...]], list[int]] = {}
         self._capacity: dict[tuple[int, int], int] = {}
         self._failed: Failures[Verdict] = Failures()
-        self._no_room: Failures[Verdict] = Failures()
+        self._no_room: Failures[tuple[Verdict, Job]] = Failures()
         self._share: dict[int, float] = {}
+        self._ever: dict[tuple[object, ...], bool] = {}
+        self._largest: dict[tuple[object, ...], tuple[int, int]] = {}
+        self._modes: dict[tuple[int, str, tuple[int, int, int]], tuple[int, Mode]] = {}
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.reservations: list[Reservation] = []
@@ -231,24 +240,32 @@ class Cycle:
         if verdict is not None:
             self.stats["cache_hits"] += 1
         else:
-            verdict = self._try_now(job, tier, queue, Shape.of(job), position)
-            if verdict is None:
+            outcome = self._try_now(job, tier, queue, Shape.of(job), position)
+            if outcome is None:
                 return  # admitted, or waiting for the preemptions it issued
-            self._failed.put(key, job, verdict)
+            verdict, general = outcome
+            self._failed.put(key, general, verdict)
         self._reserve_or_pend(job, verdict, position)
 
-    def _try_now(self, job: Job, tier: Tier, queue: Queue, shape: Shape, position: int) -> Verdict | None:
-        """Admit the job or issue preemptions for it (None), or say why it cannot start now."""
+    def _try_now(self, job: Job, tier: Tier, queue: Queue, shape: Shape, position: int) -> tuple[Verdict, Job] | None:
+        """Admit the job or issue preemptions for it (None), or say why it cannot start now, with the
+        most general job (least CPU, memory and time, highest price limit) that fails for the same reasons."""
         qi = self.quota.index[queue.name]
         request = (job.workers * job.accel_per_worker, job.workers * job.cpu, job.workers * job.memory)
         flavors = [f for f in queue.flavors if (not job.flavors or f in job.flavors) and self._allowed_clusters(job, f)]
         if not flavors:
-            return Verdict(PendingReason.NO_FLAVOR, None, {})
+            return Verdict(PendingReason.NO_FLAVOR, None, {}), replace(job, cpu=0, memory=0, time_limit=1)
+        # What the failures found so far depend on; each one raises the floor (see ``Failures``).
+        floor = [0, 0, 1, float("inf")]  # cpu, memory, time limit, price limit
         best: tuple[int, int, Placement] | None = None
         verdicts: list[Verdict] = []
         preemptable: list[str] = []
         for rank, flavor in enumerate(flavors):
-            mode = self.quota.classify(qi, flavor, request)
+            mode = self._quota_mode(qi, flavor, request)
+            if mode is not Mode.FIT:  # quota depends on CPU and memory only where they are governed
+                governed = {r for r, _ in self.quota.frs(flavor)}
+                floor[0] = max(floor[0], job.cpu if CPU in governed else 0)
+                floor[1] = max(floor[1], job.memory if MEMORY in governed else 0)
             if mode is Mode.NO_FIT:
                 verdicts.append(self._quota_limit(qi, flavor, request))
                 continue
@@ -256,8 +273,8 @@ class Cycle:
                 # Capacity does not depend on the queue: one failure serves every queue's jobs of this shape.
                 room_key = (flavor, job.workers, job.accelerators, job.accel_milli, job.clusters, job.regions,
                             job.topology)  # fmt: skip
-                no_room = self._no_room.get(room_key, job)
-                if no_room is None:
+                known = self._no_room.get(room_key, job)
+                if known is None:
                     placement = self.place(job, shape, flavor, self.table.free, self.now, self.timeline.holds)
                     if placement is not None:
                         level = self.quota.borrowing_level(qi, flavor, request)
@@ -266,8 +283,11 @@ class Cycle:
                         if level == 0:
                             break
                         continue
-                    no_room, general = self._why_no_room(job, shape, flavor)
-                    self._no_room.put(room_key, general, no_room)
+                    known = self._why_no_room(job, shape, flavor)
+                    self._no_room.put(room_key, known[1], known)
+                no_room, general = known
+                floor = [max(floor[0], general.cpu), max(floor[1], general.memory),
+                         max(floor[2], general.time_limit), min(floor[3], Failures.price(general))]  # fmt: skip
                 verdicts.append(no_room)
                 if no_room.reason in CAPACITY_REASONS:
                     preemptable.append(flavor)
@@ -277,13 +297,29 @@ class Cycle:
         if best is not None:
             self._admit(job, qi, request, best[2], borrowing=best[0] > 0)
             return None
+        attempts = self.preemptor.attempts
         for flavor in preemptable:
             if self.preemptor.try_preempt(job, tier, queue, qi, shape, request, flavor, position):
                 return None
+        if self.preemptor.attempts != attempts:  # a victim search depends on the whole request
+            floor = [job.cpu, job.memory, job.time_limit, Failures.price(job)]
         # The first flavor's reason explains best, except that "busy now" beats "never" and "quota".
         busy = [v for v in verdicts if v.reason in CAPACITY_REASONS]
         first = busy[0] if busy else verdicts[0]
-        return Verdict(first.reason, first.flavor, first.facts, reservable=busy[0].flavor if busy else None)
+        verdict = Verdict(first.reason, first.flavor, first.facts, reservable=busy[0].flavor if busy else None)
+        price = None if floor[3] == float("inf") else floor[3]
+        general = replace(
+            job, cpu=int(floor[0]), memory=int(floor[1]), time_limit=int(floor[2]), max_price_per_hour=price
+        )
+        return verdict, general
+
+    def _quota_mode(self, qi: int, flavor: str, request: tuple[int, int, int]) -> Mode:
+        """``QuotaTree.classify``, remembered until the next admission changes usage."""
+        key = (qi, flavor, request)
+        cached = self._modes.get(key)
+        if cached is None or cached[0] != self.stats["admitted"]:
+            cached = self._modes[key] = (self.stats["admitted"], self.quota.classify(qi, flavor, request))
+        return cached[1]
 
     def _reserve_or_pend(self, job: Job, verdict: Verdict, position: int) -> None:
         flavor = verdict.reservable
@@ -350,7 +386,7 @@ class Cycle:
         """
         end = t + job.time_limit
         total_accel = job.workers * job.accel_per_worker
-        options: list[tuple[Placement, float, float]] = []
+        options: list[Option] = []
         table = self.table
         for c in self._allowed_clusters(job, flavor):
             rows = self._rows(flavor, c)
@@ -373,43 +409,39 @@ class Cycle:
                 if spread_pairs is None:
                     continue
                 pairs = spread_pairs
-            assignments = tuple(
-                Assignment(
-                    node=table.names[row],
-                    workers=count,
-                    accels=tuple(accelerator_slots(state, row, shape, count, first)),
-                    cpu=count * job.cpu,
-                    memory=count * job.memory,
-                )
-                for row, count in sorted(pairs)
-            )
-            cost = sum(
-                float(table.price[table.index[a.node]]) * sum(m for _, m in a.accels) / WHOLE for a in assignments
-            )
-            used = [table.index[a.node] for a in assignments]
-            capacity = table.accel_count[used].sum() * WHOLE
-            left = state.accel[used].sum() - total_accel
+            used = np.array([row for row, _ in pairs])
+            counts = np.array([count for _, count in pairs])
+            cost = float((table.price[used] * counts).sum()) * job.accel_per_worker / WHOLE
+            capacity = int(table.accel_count[used].sum()) * WHOLE
+            left = int(state.accel[used].sum()) - total_accel
             fit = 1.0 - left / capacity if capacity else 1.0
-            options.append((Placement(c, flavor, assignments, cost), fit, cost))
+            options.append((c, pairs, first, fit, cost))
         if not options:
             return None
-        if len(options) == 1:
-            return options[0][0]
-        return self._route(job, flavor, state, options)
+        c, pairs, first, _, cost = options[0] if len(options) == 1 else self._route(job, flavor, state, options)
+        assignments = tuple(
+            Assignment(
+                node=table.names[row],
+                workers=count,
+                accels=tuple(accelerator_slots(state, row, shape, count, first)),
+                cpu=count * job.cpu,
+                memory=count * job.memory,
+            )
+            for row, count in sorted(pairs)
+        )
+        return Placement(c, flavor, assignments, cost)
 
-    def _route(
-        self, job: Job, flavor: str, state: FreeState, options: list[tuple[Placement, float, float]]
-    ) -> Placement:
+    def _route(self, job: Job, flavor: str, state: FreeState, options: list[Option]) -> Option:
         """Pick a cluster among those that fit: hardware fit, availability, price, locality, preference."""
         config = self.config
-        costs = [cost for _, _, cost in options]
+        costs = [option[4] for option in options]
         low, high = min(costs), max(costs)
-        best: tuple[float, int, Placement] | None = None
-        for placement, fit, cost in options:
-            cluster = self.table.clusters[placement.cluster]
-            rows = self._rows(flavor, placement.cluster)
-            capacity = self._group_capacity(flavor, placement.cluster)
-            available = float(state.accel[rows].sum()) / capacity if capacity else 0.0
+        best: tuple[float, int, Option] | None = None
+        for option in options:
+            c, _, _, fit, cost = option
+            cluster = self.table.clusters[c]
+            capacity = self._group_capacity(flavor, c)
+            available = float(state.accel[self._rows(flavor, c)].sum()) / capacity if capacity else 0.0
             cheap = 1.0 - (cost - low) / (high - low) if high > low else 1.0
             local = 1.0 if job.locality in (cluster.name, cluster.region) else 0.0
             score = (
@@ -419,9 +451,8 @@ class Cycle:
                 + config.weight_locality * local
                 + config.weight_preference * cluster.preference / 100
             )
-            candidate = (-score, placement.cluster, placement)
-            if best is None or candidate[:2] < best[:2]:
-                best = candidate
+            if best is None or (-score, c) < best[:2]:
+                best = (-score, c, option)
         assert best is not None
         return best[2]
 
@@ -452,13 +483,8 @@ class Cycle:
         self.stats["admitted"] += 1
 
     def _reserve(self, job: Job, shape: Shape, flavor: str) -> Reservation | None:
-        found: dict[str, object] = {}
-
         def place(state: FreeState, t: float) -> Placement | None:
-            placement = self.place(job, shape, flavor, state, t, None, pack=False)
-            if placement is not None:
-                found["state"], found["placement"] = state, placement
-            return placement
+            return self.place(job, shape, flavor, state, t, None, pack=False)
 
         start = self.timeline.earliest(self.table.flavor_index[flavor], job.time_limit, place)
         if start is None:
@@ -509,7 +535,7 @@ class Cycle:
         """Quota allows the job but no placement exists now: say why (busy, held for a reservation, or
         never), and return the most general job that fails the same way, for the failure cache."""
         facts: dict[str, object] = {"flavors": flavor}
-        free, empty = self.table.free, self.table.empty
+        free = self.table.free
         if self.timeline.held and self.place(job, shape, flavor, free, self.now, None, pack=False):
             return Verdict(PendingReason.BACKFILL_BLOCKED, flavor, facts), job
         # Not the reservations' doing, so the time limit does not matter; if the accelerators alone do not
@@ -518,11 +544,32 @@ class Cycle:
         bare = replace(general, cpu=0, memory=0, max_price_per_hour=None)
         if not self.place(bare, Shape.of(bare), flavor, free, self.now, None, pack=False):
             general = bare
-        shape = Shape.of(general)
-        if self.place(general, shape, flavor, empty, self.now, None, pack=False):
-            return Verdict(PendingReason.CAPACITY, flavor, facts), general
-        if self.place(general, shape, flavor, empty, self.now, None, price=False, pack=False):
-            return Verdict(PendingReason.PRICE_LIMIT, flavor, facts), general
-        if job.topology is not None:
-            return Verdict(PendingReason.TOPOLOGY, flavor, facts), general
-        return Verdict(PendingReason.NEVER_FITS, flavor, facts), general
+        if not self._ever_fits(bare, flavor):
+            reason = PendingReason.TOPOLOGY if job.topology is not None else PendingReason.NEVER_FITS
+            return Verdict(reason, flavor, facts), bare
+        cpu, memory = self._largest_node(job, flavor)
+        if job.cpu > cpu or job.memory > memory:
+            return Verdict(PendingReason.NEVER_FITS, flavor, facts), replace(general, cpu=job.cpu, memory=job.memory)
+        if general.max_price_per_hour is not None:
+            empty = self.table.empty
+            if not self.place(general, Shape.of(general), flavor, empty, self.now, None, pack=False):
+                return Verdict(PendingReason.PRICE_LIMIT, flavor, facts), general
+        return Verdict(PendingReason.CAPACITY, flavor, facts), general
+
+    def _ever_fits(self, bare: Job, flavor: str) -> bool:
+        """Whether the job's accelerators fit the allowed part of the fleet with every node idle."""
+        key = (flavor, bare.workers, bare.accelerators, bare.accel_milli, bare.clusters, bare.regions, bare.topology)
+        if key not in self._ever:
+            empty = self.table.empty
+            self._ever[key] = self.place(bare, Shape.of(bare), flavor, empty, self.now, None, pack=False) is not None
+        return self._ever[key]
+
+    def _largest_node(self, job: Job, flavor: str) -> tuple[int, int]:
+        """The most CPU and memory any allowed node of the flavor has."""
+        key = (flavor, job.clusters, job.regions)
+        if key not in self._largest:
+            rows = [self._rows(flavor, c) for c in self._allowed_clusters(job, flavor)]
+            every = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+            empty = self.table.empty
+            self._largest[key] = (int(empty.cpu[every].max()), int(empty.memory[every].max())) if len(every) else (0, 0)
+        return self._largest[key]

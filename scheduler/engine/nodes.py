@@ -8,7 +8,7 @@ Accelerators are a 2-D array of free milli per accelerator, padded with 0 for no
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +27,11 @@ class FreeState:
     accel: IntArray  # (nodes, max accelerators) free milli
     cpu: IntArray
     memory: IntArray
+    #: Whole free accelerators per node, kept up to date by ``NodeTable.take`` (most jobs ask for whole ones).
+    whole: IntArray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.whole = (self.accel == WHOLE).sum(axis=1)
 
     def copy(self) -> FreeState:
         return FreeState(self.accel.copy(), self.cpu.copy(), self.memory.copy())
@@ -112,6 +117,7 @@ class NodeTable:
                 continue  # a node that left the fleet: nothing to give back here
             for slot, milli in a.accels:
                 state.accel[row, slot] += sign * milli
+            state.whole[row] = int((state.accel[row] == WHOLE).sum())
             state.cpu[row] += sign * a.cpu
             state.memory[row] += sign * a.memory
             if state is self.free:

@@ -38,13 +38,12 @@ class Holds:
 
 def worker_fits(state: FreeState, rows: IntArray, shape: Shape) -> IntArray:
     """How many workers of ``shape`` each node in ``rows`` could take."""
-    g = state.accel[rows]
     if shape.accelerators == 0:
         fits = np.full(len(rows), BIG)
     elif shape.milli == WHOLE:
-        fits = (g == WHOLE).sum(axis=1) // shape.accelerators
+        fits = state.whole[rows] // shape.accelerators
     else:
-        fits = (g // shape.milli).sum(axis=1)
+        fits = (state.accel[rows] // shape.milli).sum(axis=1)
     if shape.cpu:
         fits = np.minimum(fits, state.cpu[rows] // shape.cpu)
     if shape.memory:

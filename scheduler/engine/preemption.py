@@ -53,6 +53,7 @@ class Preemptor:
         self.attempts = 0
         self._candidate_lists: dict[tuple[object, ...], list[Running]] = {}
         self._by_flavor: dict[str, list[Running]] = {}
+        self._sorted: dict[str, list[Running]] = {}
 
     def running(self, flavor: str) -> list[Running]:
         """The running workloads of a flavor, built on first use: most cycles preempt on few flavors."""
@@ -86,41 +87,50 @@ class Preemptor:
         limit = 8 * self.cycle.config.max_victims
         return [r for r in cached if r.workload.id not in self.victims][:limit]
 
+    def _cheapest_first(self, flavor: str) -> list[Running]:
+        """A flavor's running work by cost of preemption: already stopping, lower priority, least work
+        lost since the last checkpoint (or the start), newest, id. Sorted once per cycle."""
+        found = self._sorted.get(flavor)
+        if found is None:
+            now = self.cycle.now
+
+            def cost(r: Running) -> tuple[object, ...]:
+                w = r.workload
+                last_safe = max(w.admitted_at, w.last_checkpoint_at or w.admitted_at)
+                return (not w.evicting, r.priority, now - last_safe, -w.admitted_at, w.id)
+
+            found = self._sorted[flavor] = sorted((r for r in self.running(flavor) if r.preemptible), key=cost)
+        return found
+
     def _find_candidates(self, job: Job, tier: Tier, queue: Queue, qi: int, flavor: str) -> list[Running]:
         cycle = self.cycle
         quota = cycle.quota
         root = quota.root(qi)
         allowed = set(cycle._allowed_clusters(job, flavor))
-        candidates = []
-        for r in self.running(flavor):
+        enough = 16 * cycle.config.max_victims  # _candidates keeps half of these after dropping victims
+        others: list[Running] = []
+        own: list[Running] = []
+        for r in self._cheapest_first(flavor):
+            if len(others) >= enough and len(own) >= enough:
+                break
             w = r.workload
-            if not r.preemptible or r.queue < 0:
-                continue
-            if cycle.table.cluster_index.get(w.cluster) not in allowed:
+            if r.queue < 0 or cycle.table.cluster_index.get(w.cluster) not in allowed:
                 continue
             if r.queue == qi:
                 if queue.within_queue is WithinQueue.NEVER:
                     continue
                 lower = r.priority < tier.priority
                 newer_equal = r.priority == tier.priority and w.submitted_at > job.submitted_at
-                if not (lower or (queue.within_queue is WithinQueue.LOWER_OR_NEWER_EQUAL_PRIORITY and newer_equal)):
-                    continue
-            else:
-                if queue.reclaim is Reclaim.NEVER or quota.root(r.queue) != root:
-                    continue
+                if lower or (queue.within_queue is WithinQueue.LOWER_OR_NEWER_EQUAL_PRIORITY and newer_equal):
+                    own.append(r)
+            elif queue.reclaim is not Reclaim.NEVER and quota.root(r.queue) == root:
                 if queue.reclaim is Reclaim.LOWER_PRIORITY and r.priority >= tier.priority:
                     continue
-            candidates.append(r)  # whether another queue is still over nominal is checked when it is chosen
-        now = cycle.now
-
-        def cost(r: Running) -> tuple[object, ...]:
-            w = r.workload
-            last_safe = max(w.admitted_at, w.last_checkpoint_at or w.admitted_at)
-            share = -cycle._queue_share(r.queue) if queue.reclaim is Reclaim.FAIR_SHARING and r.queue != qi else 0.0
-            return (not w.evicting, r.queue == qi, share, r.priority, now - last_safe, -w.admitted_at, w.id)
-
-        candidates.sort(key=cost)
-        return candidates
+                others.append(r)  # whether that queue is still over nominal is checked when it is chosen
+        if queue.reclaim is Reclaim.FAIR_SHARING:  # among equals, the queue with the largest share first
+            others.sort(key=lambda r: (not r.workload.evicting, r.priority, -cycle._queue_share(r.queue)))
+        # Work already stopping costs nothing; then other queues' borrowed work before one's own.
+        return sorted(others[:enough] + own[:enough], key=lambda r: (not r.workload.evicting, r.queue == qi))
 
     def try_preempt(
         self,
