@@ -52,7 +52,7 @@ from .model import (
     Workload,
 )
 from .nodes import FreeState, IntArray, NodeTable
-from .placement import Holds, accelerator_slots, held_fits, pick_single, spread, worker_fits
+from .placement import Holds, accelerator_slots, held_fits, lacks_level, pick_single, spread, worker_fits
 from .preemption import Preemptor
 from .quota import Mode, QuotaTree
 
@@ -160,6 +160,7 @@ class Cycle:
         self._share: dict[int, float] = {}
         self._ever: dict[tuple[object, ...], bool] = {}
         self._largest: dict[tuple[object, ...], tuple[int, int]] = {}
+        self._quota_epoch = 0
         self._modes: dict[tuple[int, str, tuple[int, int, int]], tuple[int, Mode]] = {}
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
@@ -186,28 +187,34 @@ class Cycle:
         so the other heads' keys stay exact without being recomputed.
         """
         per_queue: defaultdict[str, list[tuple[int, float, str, Job, Tier]]] = defaultdict(list)
-        for job in sorted(self.snapshot.pending, key=lambda j: j.id):
-            tier = self.tiers.get(job.tier)
-            if job.queue not in self.queues:
-                self.order.append(job.id)
-                self._pend(job, PendingReason.UNKNOWN_QUEUE)
-            elif tier is None:
-                self.order.append(job.id)
-                self._pend(job, PendingReason.UNKNOWN_TIER)
+        invalid = []
+        tiers, queues = self.tiers, self.queues
+        for job in self.snapshot.pending:
+            tier = tiers.get(job.tier)
+            if tier is None or job.queue not in queues:
+                invalid.append(job)
             else:
                 per_queue[job.queue].append((-tier.priority, job.submitted_at, job.id, job, tier))
+        for job in sorted(invalid, key=lambda j: j.id):
+            self.order.append(job.id)
+            reason = PendingReason.UNKNOWN_QUEUE if job.queue not in queues else PendingReason.UNKNOWN_TIER
+            self._pend(job, reason)
+        fair = self.config.fair_sharing
         heads = []
         for name, items in sorted(per_queue.items()):
-            items.sort(key=lambda item: item[:3], reverse=True)  # pop() from the end takes the next job
+            items.sort(reverse=True)  # ids are unique, so jobs themselves are never compared; pop() is next
             heads.append(self._head_key(name, items[-1]))
         heapq.heapify(heads)
+        index = self.quota.index
         while heads:
-            *_, name = heapq.heappop(heads)
+            name = heapq.heappop(heads)[4]
             items = per_queue[name]
             _, _, _, job, tier = items.pop()
-            yield job, tier, self.queues[name]
+            yield job, tier, queues[name]
             if items:
-                heapq.heappush(heads, self._head_key(name, items[-1]))
+                neg_priority, submitted, job_id, _, _ = items[-1]
+                share = self._queue_share(index[name]) if fair else 0.0
+                heapq.heappush(heads, (neg_priority, share, submitted, job_id, name))
 
     def _head_key(self, queue: str, item: tuple[int, float, str, Job, Tier]) -> tuple[float, float, float, str, str]:
         neg_priority, submitted, job_id, _, _ = item
@@ -234,8 +241,10 @@ class Cycle:
 
     def _consider(self, job: Job, tier: Tier, queue: Queue, position: int) -> None:
         self.stats["considered"] += 1
-        key = (queue.name, tier.name, job.workers, job.accelerators, job.accel_milli, job.flavors, job.clusters,
-               job.regions, job.topology)  # fmt: skip
+        # Once this cycle's victim searches are spent, a verdict no longer depends on the job's tier.
+        spent = self.preemptor.attempts >= self.config.preemption_attempts
+        key = (queue.name, None if spent else tier.name, job.workers, job.accelerators, job.accel_milli,
+               job.flavors, job.clusters, job.regions, job.topology)  # fmt: skip
         verdict = self._failed.get(key, job)
         if verdict is not None:
             self.stats["cache_hits"] += 1
@@ -317,9 +326,14 @@ class Cycle:
         """``QuotaTree.classify``, remembered until the next admission changes usage."""
         key = (qi, flavor, request)
         cached = self._modes.get(key)
-        if cached is None or cached[0] != self.stats["admitted"]:
-            cached = self._modes[key] = (self.stats["admitted"], self.quota.classify(qi, flavor, request))
+        if cached is None or cached[0] != self._quota_epoch:
+            cached = self._modes[key] = (self._quota_epoch, self.quota.classify(qi, flavor, request))
         return cached[1]
+
+    def quota_changed(self, qi: int) -> None:
+        """Usage of queue ``qi`` changed for good: forget what was derived from it."""
+        self._quota_epoch += 1
+        self._share.pop(qi, None)
 
     def _reserve_or_pend(self, job: Job, verdict: Verdict, position: int) -> None:
         flavor = verdict.reservable
@@ -390,7 +404,7 @@ class Cycle:
         table = self.table
         for c in self._allowed_clusters(job, flavor):
             rows = self._rows(flavor, c)
-            if not len(rows):
+            if not len(rows) or lacks_level(table.clusters[c].levels, job.topology):
                 continue
             fits = worker_fits(state, rows, shape)
             if holds is not None:
@@ -467,7 +481,7 @@ class Cycle:
     def _admit(self, job: Job, qi: int, request: tuple[int, int, int], placement: Placement, borrowing: bool) -> None:
         self.table.take(self.table.free, placement.assignments)
         self.quota.charge(qi, placement.flavor, request)
-        self._share.pop(qi, None)
+        self.quota_changed(qi)
         backfilled = self.timeline.consume(placement.assignments, self.now + job.time_limit)
         self.admissions.append(
             Admission(

@@ -104,6 +104,9 @@ def _descend(table: NodeTable, rows: IntArray, fits: IntArray, columns: list[int
     return result
 
 
+HOST = "host"  # the implicit narrowest level of every cluster: one node
+
+
 def spread(
     table: NodeTable, rows: IntArray, fits: IntArray, levels: tuple[str, ...], topology: Topology | None, need: int
 ) -> list[tuple[int, int]] | None:
@@ -113,12 +116,14 @@ def spread(
     if fits.sum() < need:
         return None
     columns = [table.level_index[level] for level in levels]
-    if topology is not None and topology.level in levels:
-        depth = levels.index(topology.level)
+    named = (*levels, HOST)
+    if topology is not None and topology.level in named:
+        depth = named.index(topology.level)
         # A required level must hold every worker in one domain; a preferred one tries wider levels next.
         tries = [depth] if topology.mode is TopologyMode.REQUIRED else list(range(depth, -1, -1))
         for level in tries:
-            domains, inverse = np.unique(table.domain[rows, columns[level]], return_inverse=True)
+            keys = rows if level == len(levels) else table.domain[rows, columns[level]]
+            domains, inverse = np.unique(keys, return_inverse=True)
             capacity = np.bincount(inverse, weights=fits, minlength=len(domains)).astype(np.int64)
             fitting = np.flatnonzero(capacity >= need)
             if len(fitting):
@@ -130,6 +135,16 @@ def spread(
     elif topology is not None and topology.mode is TopologyMode.REQUIRED:
         return None  # the cluster has no such level
     return _descend(table, rows, fits, columns, need) or None
+
+
+def lacks_level(levels: tuple[str, ...], topology: Topology | None) -> bool:
+    """True when a *required* topology names a level this cluster does not have: nothing may run there."""
+    return (
+        topology is not None
+        and topology.mode is TopologyMode.REQUIRED
+        and topology.level != HOST
+        and topology.level not in levels
+    )
 
 
 def pick_single(

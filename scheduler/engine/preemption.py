@@ -28,7 +28,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .fgd import Shape
-from .model import Job, PendingReason, Preemption, PreemptionReason, Queue, Reclaim, Tier, WithinQueue, Workload
+from .model import (
+    Assignment,
+    Job,
+    PendingReason,
+    Preemption,
+    PreemptionReason,
+    Queue,
+    Reclaim,
+    Tier,
+    WithinQueue,
+    Workload,
+)
 from .nodes import FreeState
 from .quota import Mode
 
@@ -54,6 +65,8 @@ class Preemptor:
         self._candidate_lists: dict[tuple[object, ...], list[Running]] = {}
         self._by_flavor: dict[str, list[Running]] = {}
         self._sorted: dict[str, list[Running]] = {}
+        #: Victims chosen this cycle: they still run (and count) until their grace period ends.
+        self.leaving: list[Running] = []
 
     def running(self, flavor: str) -> list[Running]:
         """The running workloads of a flavor, built on first use: most cycles preempt on few flavors."""
@@ -151,6 +164,35 @@ class Preemptor:
         if not candidates:
             return False
         self.attempts += 1
+        # Search in the cohort as it will be once this cycle's earlier preemptions have finished: their
+        # victims gone, their preemptors holding what they need (``_hold``).
+        quota = cycle.quota
+        for r in self.leaving:
+            quota.charge(r.queue, r.workload.flavor, r.usage, -1)
+        try:
+            found = self._search(job, queue, qi, shape, request, flavor, candidates)
+        finally:
+            for r in self.leaving:
+                quota.charge(r.queue, r.workload.flavor, r.usage)
+        if found is None:
+            return False
+        needed, placement = found
+        self._hold(qi, flavor, request, needed, placement)
+        self._issue(job, tier, queue, qi, needed, position)
+        return True
+
+    def _search(
+        self,
+        job: Job,
+        queue: Queue,
+        qi: int,
+        shape: Shape,
+        request: tuple[int, int, int],
+        flavor: str,
+        candidates: list[Running],
+    ) -> tuple[list[Running], Placement] | None:
+        """A minimal set of victims after which ``job`` fits quota and nodes, and the placement it gets."""
+        cycle = self.cycle
 
         def quota_fits() -> bool:
             return cycle.quota.classify(qi, flavor, request) is Mode.FIT
@@ -169,7 +211,7 @@ class Preemptor:
         for q, amounts in totals.items():
             cycle.quota.charge(q, flavor, amounts)
         if not enough or target is None:
-            return False
+            return None
         # Victims are stopped in a scratch copy of the free state, so that the cycle's own state and its
         # packing caches never see a what-if.
         work = cycle.table.free.copy()
@@ -216,7 +258,7 @@ class Preemptor:
             on_target = [r for r in candidates if any(a.node in target_nodes for a in r.workload.assignments)]
             chosen, found = greedy(on_target + [r for r in candidates if r not in on_target])
         if found is None:
-            return False
+            return None
         # Fill back, last chosen first: give back every victim the job can do without. A victim with nothing
         # on the nodes of the placement found only matters to quota, so that is all we need to re-check.
         needed: list[Running] = []
@@ -236,9 +278,39 @@ class Preemptor:
         for r in needed:
             self._restart(r, flavor, work)  # they run on through their grace period
         if len(needed) > cycle.config.max_victims:
-            return False
-        self._issue(job, tier, queue, qi, needed, position)
-        return True
+            return None
+        return needed, found
+
+    def _hold(
+        self, qi: int, flavor: str, request: tuple[int, int, int], victims: list[Running], placement: Placement
+    ) -> None:
+        """Keep what a waiting preemptor counts on from being taken by later jobs of this cycle: its quota,
+        and the free part of its placement (the rest is its victims', which run on for their grace)."""
+        cycle, table = self.cycle, self.cycle.table
+        cycle.quota.charge(qi, flavor, request)
+        cycle.quota_changed(qi)
+        from_victims: defaultdict[tuple[str, int], int] = defaultdict(int)
+        for r in victims:
+            for a in r.workload.assignments:
+                for slot, milli in a.accels:
+                    from_victims[(a.node, slot)] += milli
+                from_victims[(a.node, -1)] += a.cpu
+                from_victims[(a.node, -2)] += a.memory
+        held = []
+        for a in placement.assignments:
+            accels: dict[int, int] = {}
+            for slot, milli in a.accels:
+                accels[slot] = accels.get(slot, 0) + milli
+            net = tuple(
+                (slot, milli - from_victims[(a.node, slot)])
+                for slot, milli in sorted(accels.items())
+                if milli > from_victims[(a.node, slot)]
+            )
+            cpu = max(0, a.cpu - from_victims[(a.node, -1)])
+            memory = max(0, a.memory - from_victims[(a.node, -2)])
+            held.append(Assignment(a.node, a.workers, net, cpu, memory))
+        table.take(table.free, held)
+        self.leaving.extend(r for r in victims if not r.workload.evicting)
 
     def _stopped_state(self, candidates: list[Running]) -> FreeState:
         """The free state with every candidate stopped."""
