@@ -207,11 +207,13 @@ class Workload:
 
     def usage(self) -> tuple[int, int, int]:
         """Quota usage (milli-accelerators, millicores, MiB)."""
-        return (
-            sum(milli for a in self.assignments for _, milli in a.accels),
-            sum(a.cpu for a in self.assignments),
-            sum(a.memory for a in self.assignments),
-        )
+        accel = cpu = memory = 0
+        for a in self.assignments:
+            for _, milli in a.accels:
+                accel += milli
+            cpu += a.cpu
+            memory += a.memory
+        return accel, cpu, memory
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +238,7 @@ class Config:
     weight_locality: float = 2.0
     weight_preference: float = 1.0
     #: Preemption searches per cycle (Kueue looks at one head per queue per cycle; Armada caps each round).
-    preemption_attempts: int = 32
+    preemption_attempts: int = 16
     #: A job that would need more victims than this waits instead: that much disruption for one job is
     #: rarely worth it, and the search stays bounded.
     max_victims: int = 64
