@@ -137,21 +137,30 @@ class Timeline:
     def earliest(self, flavor: int, duration: int, place: Callable[[FreeState, float], object | None]) -> float | None:
         """Earliest time in the window at which ``place`` finds room for a job of ``duration`` seconds.
 
-        Capacity only grows as work ends, so we binary-search the release times, then step forward
-        past any time that an earlier reservation spoils.
+        Capacity only grows as work ends, so we binary-search the release times (at most ``probes`` of
+        them, evenly spaced, when there are more), then step forward past any time that an earlier
+        reservation spoils.
         """
         times = self.candidate_times(flavor)
+        probes = 32
+        if len(times) > probes:
+            times = [times[round(i * (len(times) - 1) / (probes - 1))] for i in range(probes)]
+        known: dict[int, bool] = {}
+
+        def fits(i: int) -> bool:
+            if i not in known:
+                t = times[i]
+                known[i] = place(self.state_at(flavor, t, t + duration), t) is not None
+            return known[i]
+
         lo, hi = 0, len(times)
         while lo < hi:
             mid = (lo + hi) // 2
-            if place(self.state_at(flavor, times[mid], times[mid] + duration), times[mid]) is not None:
+            if fits(mid):
                 hi = mid
             else:
                 lo = mid + 1
-        for t in times[lo : lo + 8]:
-            if place(self.state_at(flavor, t, t + duration), t) is not None:
-                return t
-        return None
+        return next((times[i] for i in range(lo, min(lo + 8, len(times))) if fits(i)), None)
 
     def reserve(self, state: FreeState, start: float, end: float, assignments: tuple[Assignment, ...]) -> None:
         """Hold ``assignments`` from ``start``: jobs ending later may only use what is left beside it."""
