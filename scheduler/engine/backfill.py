@@ -125,7 +125,7 @@ class Timeline:
             rows = np.concatenate([h.rows for h in overlapping])
             np.subtract.at(state.cpu, rows, np.concatenate([h.cpu for h in overlapping]))
             np.subtract.at(state.memory, rows, np.concatenate([h.memory for h in overlapping]))
-            state.whole[rows] = (state.accel[rows] == WHOLE).sum(axis=1)
+            _settle(state, np.unique(rows))
         return state
 
     def candidate_times(self, flavor: int) -> list[float]:
@@ -209,3 +209,22 @@ class Timeline:
                 holds.slack_memory[row] -= a.memory
         self.release(assignments, end)
         return backfilled
+
+
+def _settle(state: FreeState, rows: np.ndarray) -> None:
+    """After taking reservations off their recorded accelerators, move any shortfall (an accelerator that a
+    job backfilled onto since) to the node's other accelerators, fullest first: a reservation holds so
+    many accelerators of a node, not those exact ones."""
+    accel = state.accel
+    for row in rows[(accel[rows] < 0).any(axis=1)]:
+        g = accel[row]
+        short = int(-g[g < 0].sum())
+        g[g < 0] = 0
+        for slot in np.argsort(-g, kind="stable"):
+            take = min(short, int(g[slot]))
+            g[slot] -= take
+            short -= take
+            if not short:
+                break
+        # Anything still short means the node is over-promised: leave it at 0 free (never negative).
+    state.whole[rows] = (accel[rows] == WHOLE).sum(axis=1)

@@ -287,7 +287,9 @@ class Preemptor:
         """Keep what a waiting preemptor counts on from being taken by later jobs of this cycle: its quota,
         and the free part of its placement (the rest is its victims', which run on for their grace)."""
         cycle, table = self.cycle, self.cycle.table
-        cycle.quota.charge(qi, flavor, request)
+        # Victims of the preemptor's own queue still count there until they stop: hold only the rest.
+        own = [sum(r.usage[i] for r in victims if r.queue == qi) for i in range(3)]
+        cycle.quota.charge(qi, flavor, [max(0, need - mine) for need, mine in zip(request, own, strict=True)])
         cycle.quota_changed(qi)
         from_victims: defaultdict[tuple[str, int], int] = defaultdict(int)
         for r in victims:
