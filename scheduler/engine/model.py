@@ -53,7 +53,9 @@ class Quota:
     lending_limit: int | None = None
 
 
-#: Quotas of a queue or cohort: {(flavor, resource): Quota}; a missing entry is a nominal of 0.
+#: Quotas of a queue or cohort: {(flavor, resource): Quota}. Where some queue or cohort names a (flavor,
+#: resource) pair, a missing entry elsewhere is a nominal of 0; a pair nobody names is not governed (a fleet
+#: that only rations accelerators need not write CPU and memory quotas).
 Quotas = dict[tuple[str, str], Quota]
 
 
@@ -326,7 +328,8 @@ class Pending:
     reason: PendingReason
     message: str
     estimated_start: float | None = None
-    #: Position in this cycle's global order (0 = first), for "you are number N in line".
+    #: Position among this cycle's valid jobs in the order considered (0 = first), for "N jobs ahead of you";
+    #: None for jobs refused before ordering (unknown queue or tier).
     position: int | None = None
 
 

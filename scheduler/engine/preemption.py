@@ -65,6 +65,11 @@ class Preemptor:
         self._candidate_lists: dict[tuple[object, ...], list[Running]] = {}
         self._by_flavor: dict[str, list[Running]] = {}
         self._sorted: dict[str, list[Running]] = {}
+        #: Per (queue, flavor): what this cycle's preemptors asked, what their own-queue victims free, and
+        #: the quota held for them meanwhile (see ``_hold``).
+        self._holds: defaultdict[tuple[int, str], tuple[list[int], list[int], list[int]]] = defaultdict(
+            lambda: ([0, 0, 0], [0, 0, 0], [0, 0, 0])
+        )
         #: Victims chosen this cycle: they still run (and count) until their grace period ends.
         self.leaving: list[Running] = []
 
@@ -287,9 +292,17 @@ class Preemptor:
         """Keep what a waiting preemptor counts on from being taken by later jobs of this cycle: its quota,
         and the free part of its placement (the rest is its victims', which run on for their grace)."""
         cycle, table = self.cycle, self.cycle.table
-        # Victims of the preemptor's own queue still count there until they stop: hold only the rest.
-        own = [sum(r.usage[i] for r in victims if r.queue == qi) for i in range(3)]
-        cycle.quota.charge(qi, flavor, [max(0, need - mine) for need, mine in zip(request, own, strict=True)])
+        # Victims of a queue's own work still count there until they stop: per queue and flavor, hold only
+        # what this cycle's preemptors ask beyond what their own-queue victims give back.
+        asked, freed, held = self._holds[(qi, flavor)]
+        for i in range(3):
+            asked[i] += request[i]
+            freed[i] += sum(r.usage[i] for r in victims if r.queue == qi)
+        now_held = [max(0, a - f) for a, f in zip(asked, freed, strict=True)]
+        more = [n - h for n, h in zip(now_held, held, strict=True)]
+        cycle.quota.charge(qi, flavor, [max(0, m) for m in more])
+        cycle.quota.charge(qi, flavor, [max(0, -m) for m in more], -1)
+        held[:] = now_held
         cycle.quota_changed(qi)
         from_victims: defaultdict[tuple[str, int], int] = defaultdict(int)
         for r in victims:
@@ -298,7 +311,7 @@ class Preemptor:
                     from_victims[(a.node, slot)] += milli
                 from_victims[(a.node, -1)] += a.cpu
                 from_victims[(a.node, -2)] += a.memory
-        held = []
+        free_part = []
         for a in placement.assignments:
             accels: dict[int, int] = {}
             for slot, milli in a.accels:
@@ -310,8 +323,8 @@ class Preemptor:
             )
             cpu = max(0, a.cpu - from_victims[(a.node, -1)])
             memory = max(0, a.memory - from_victims[(a.node, -2)])
-            held.append(Assignment(a.node, a.workers, net, cpu, memory))
-        table.take(table.free, held)
+            free_part.append(Assignment(a.node, a.workers, net, cpu, memory))
+        table.take(table.free, free_part)
         self.leaving.extend(r for r in victims if not r.workload.evicting)
 
     def _stopped_state(self, candidates: list[Running]) -> FreeState:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from scheduler.engine import schedule
@@ -349,3 +351,28 @@ def test_same_snapshot_same_decisions():
     pending = tuple(job(f"j{i}", at=i % 5, accelerators=1 + i % 4, workers=1 + i % 2) for i in range(30))
     snap = snapshot(nodes, (queue("a", quota=40), queue("b", quota=40)), pending)
     assert schedule(snap) == schedule(snap)
+
+
+def test_backfilled_jobs_share_a_reservations_slack_and_no_more():
+    # The gang reserves 6 GPUs on each node from when n2 frees up; n1 keeps 2 spare GPUs (its slack). A long
+    # 2-GPU job may use them now; a second one may not, or the gang could not start on time.
+    nodes = (node("n1"), node("n2", free=0))
+    work = (running("busy", "n2", tier="normal", admitted_at=NOW - 1800, time_limit=3600),)
+    pending = (
+        job("gang", at=0, workers=2, accelerators=6, time_limit=7200),
+        job("first", at=1, accelerators=2, time_limit=7200),
+        job("second", at=2, accelerators=2, time_limit=7200),
+    )
+    d = schedule(snapshot(nodes, (queue("a"),), pending, work))
+    assert reasons(d)["gang"] is PendingReason.RESERVED
+    assert admitted(d)["first"].backfilled  # type: ignore[attr-defined]
+    assert "second" not in admitted(d)  # it gets a reservation of its own, after the gang's start
+
+
+def test_victims_are_minimal_even_when_the_search_overshoots():
+    # Eight 1-GPU low-priority jobs fill the node; a 3-GPU job needs exactly three of them. The search checks
+    # placement after 1, 2 and 4 victims, so it finds four; the fill back must give one back.
+    work = tuple(running(f"w{i}", "n1", gpus_=1, admitted_at=NOW - 600 + i) for i in range(8))
+    work = tuple(replace(w, assignments=(replace(w.assignments[0], accels=((i, 1000),)),)) for i, w in enumerate(work))
+    d = schedule(snapshot((node("n1", free=0),), (queue("a"),), (job("three", accelerators=3),), work))
+    assert len(d.preemptions) == 3
