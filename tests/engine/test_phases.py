@@ -12,6 +12,7 @@ from scheduler.engine.model import (
     Cluster,
     Cohort,
     Config,
+    Decisions,
     Job,
     Node,
     PendingReason,
@@ -299,17 +300,21 @@ def test_within_nominal_work_of_another_queue_is_not_taken():
 # ---------------------------------------------------------------------------------------------- backfill
 
 
-def test_a_reservation_keeps_small_jobs_from_starving_a_gang():
-    # Two nodes: n1 free now, n2 busy until NOW+1800. A 2-node gang is first in line; a long small job
-    # behind it must not take n1 (it would delay the gang); a short one that ends in time may.
+def one_node_free_one_busy(*pending: Job, backfill: bool = True) -> Decisions:
+    """Two nodes: n1 free now, n2 busy (same tier, so not a victim) until NOW+1800."""
     nodes = (node("n1"), node("n2", free=0))
     work = (running("busy", "n2", tier="normal", admitted_at=NOW - 1800, time_limit=3600),)
-    pending = (
+    return schedule(snapshot(nodes, (queue("a"),), pending, work, backfill=backfill))
+
+
+def test_a_reservation_keeps_small_jobs_from_starving_a_gang():
+    # A 2-node gang is first in line; a long small job behind it must not take n1 (it would delay the gang);
+    # a short one that ends in time may.
+    d = one_node_free_one_busy(
         job("gang", at=0, workers=2, accelerators=8, time_limit=7200),
         job("long", at=1, accelerators=8, time_limit=7200),
         job("short", at=2, accelerators=8, time_limit=600),
     )
-    d = schedule(snapshot(nodes, (queue("a"),), pending, work))
     assert reasons(d)["gang"] is PendingReason.RESERVED
     gang = next(p for p in d.pending if p.job == "gang")
     assert gang.estimated_start == pytest.approx(NOW + 1800, abs=60)
@@ -318,11 +323,23 @@ def test_a_reservation_keeps_small_jobs_from_starving_a_gang():
 
 
 def test_without_backfill_the_long_job_takes_the_node():
-    nodes = (node("n1"), node("n2", free=0))
-    work = (running("busy", "n2", tier="normal", admitted_at=NOW - 1800, time_limit=3600),)
-    pending = (job("gang", workers=2, accelerators=8), job("long", at=1, accelerators=8, time_limit=7200))
-    d = schedule(snapshot(nodes, (queue("a"),), pending, work, backfill=False))
+    d = one_node_free_one_busy(
+        job("gang", workers=2, accelerators=8), job("long", at=1, accelerators=8, time_limit=7200), backfill=False
+    )
     assert "long" in admitted(d)
+
+
+def test_backfilled_jobs_share_a_reservations_slack_and_no_more():
+    # The gang reserves 6 GPUs on each node from when n2 frees up; n1 keeps 2 spare GPUs (its slack). A long
+    # 2-GPU job may use them now; a second one may not, or the gang could not start on time.
+    d = one_node_free_one_busy(
+        job("gang", at=0, workers=2, accelerators=6, time_limit=7200),
+        job("first", at=1, accelerators=2, time_limit=7200),
+        job("second", at=2, accelerators=2, time_limit=7200),
+    )
+    assert reasons(d)["gang"] is PendingReason.RESERVED
+    assert admitted(d)["first"].backfilled  # type: ignore[attr-defined]
+    assert "second" not in admitted(d)  # it gets a reservation of its own, after the gang's start
 
 
 # ---------------------------------------------------------------------------------------------- explanations
@@ -351,22 +368,6 @@ def test_same_snapshot_same_decisions():
     pending = tuple(job(f"j{i}", at=i % 5, accelerators=1 + i % 4, workers=1 + i % 2) for i in range(30))
     snap = snapshot(nodes, (queue("a", quota=40), queue("b", quota=40)), pending)
     assert schedule(snap) == schedule(snap)
-
-
-def test_backfilled_jobs_share_a_reservations_slack_and_no_more():
-    # The gang reserves 6 GPUs on each node from when n2 frees up; n1 keeps 2 spare GPUs (its slack). A long
-    # 2-GPU job may use them now; a second one may not, or the gang could not start on time.
-    nodes = (node("n1"), node("n2", free=0))
-    work = (running("busy", "n2", tier="normal", admitted_at=NOW - 1800, time_limit=3600),)
-    pending = (
-        job("gang", at=0, workers=2, accelerators=6, time_limit=7200),
-        job("first", at=1, accelerators=2, time_limit=7200),
-        job("second", at=2, accelerators=2, time_limit=7200),
-    )
-    d = schedule(snapshot(nodes, (queue("a"),), pending, work))
-    assert reasons(d)["gang"] is PendingReason.RESERVED
-    assert admitted(d)["first"].backfilled  # type: ignore[attr-defined]
-    assert "second" not in admitted(d)  # it gets a reservation of its own, after the gang's start
 
 
 def test_victims_are_minimal_even_when_the_search_overshoots():
