@@ -414,7 +414,7 @@ class Cycle:
             first = -1
             if job.workers == 1:
                 frag = self.fragmentation if pack and state is table.free else None
-                picked = pick_single(table, state, rows, fits, shape, frag, (table.flavor_index[flavor], c))
+                picked = pick_single(state, rows, fits, shape, frag, (table.flavor_index[flavor], c))
                 if picked is None:
                     continue
                 pairs, first = [(picked[0], 1)], picked[1]

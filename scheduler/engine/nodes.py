@@ -88,7 +88,6 @@ class NodeTable:
             domain_ids[key] = len(domain_ids)
         for i, column, path in paths:
             self.domain[i, column] = domain_ids[path]
-        self.domain_names = {v: "/".join(str(part) for part in k[1:]) for k, v in domain_ids.items()}
         # Node rows of each (flavor, cluster), the unit of routing.
         self.groups: dict[tuple[int, int], IntArray] = {}
         keys = self.flavor * len(self.clusters) + self.cluster

@@ -148,7 +148,6 @@ def lacks_level(levels: tuple[str, ...], topology: Topology | None) -> bool:
 
 
 def pick_single(
-    table: NodeTable,
     state: FreeState,
     rows: IntArray,
     fits: IntArray,
