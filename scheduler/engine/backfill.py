@@ -19,25 +19,66 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .model import WHOLE, Assignment, Workload
+from .model import Assignment, Workload
 from .nodes import FreeState, NodeTable
 from .placement import Holds
 
 
-@dataclass(slots=True)
 class _Releases:
-    ends: list[float]
-    rows: list[int]
-    slots: list[int]  # -1 for the CPU/memory entry of an assignment
-    milli: list[int]
-    cpu: list[int]
-    memory: list[int]
+    """What the nodes of one flavor get back as work ends, in two parts: the snapshot's running work
+    (sorted by end time once) and what this cycle admits (a few hundred entries, kept apart so that an
+    admission never re-sorts the rest). Accelerator shares are (end, cell = row * width + slot, milli);
+    host resources are (end, row, cpu, memory)."""
+
+    def __init__(self) -> None:
+        self.accel: list[tuple[float, int, int]] = []
+        self.host: list[tuple[float, int, int, int]] = []
+        self.base: tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]] | None = None
+        self.added: tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]] | None = None
+        self.times: np.ndarray | None = None
+        self.loaded = False  # the snapshot's running work is in ``base``
+
+    def record(self, end: float, row: int, width: int, assignment: Assignment) -> None:
+        for slot, milli in assignment.accels:
+            self.accel.append((end, row * width + slot, milli))
+        self.host.append((end, row, assignment.cpu, assignment.memory))
+        self.added = self.times = None
+
+    def freeze(self) -> None:
+        """The running work recorded so far becomes the sorted base."""
+        self.base = (_sorted_columns(self.accel, 3), _sorted_columns(self.host, 4))
+        self.accel, self.host = [], []
+        self.added = self.times = None
+        self.loaded = True
+
+    def parts(self) -> list[tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]]:
+        assert self.base is not None
+        if self.added is None:
+            self.added = (_sorted_columns(self.accel, 3), _sorted_columns(self.host, 4))
+        return [self.base, self.added]
+
+    def ends(self) -> np.ndarray:
+        """Every end time, unsorted."""
+        if self.times is None:
+            self.times = np.concatenate([host[0] for _, host in self.parts()])  # one entry per assignment
+        return self.times
+
+
+def _sorted_columns(entries: Sequence[tuple[float, ...]], width: int) -> tuple[np.ndarray, ...]:
+    """Entries as one array per column (the first, the end time, as floats), sorted by end time."""
+    if not entries:
+        return (np.zeros(0, np.float64), *(np.zeros(0, np.int64) for _ in range(width - 1)))
+    ends = np.fromiter((e[0] for e in entries), np.float64, len(entries))
+    order = np.argsort(ends, kind="stable")
+    columns = [np.fromiter((e[i] for e in entries), np.int64, len(entries))[order] for i in range(1, width)]
+    return (ends[order], *columns)
 
 
 @dataclass(frozen=True, slots=True)
 class Held:
     """A reservation's resources as flat arrays, ready to subtract from a future state."""
 
+    flavor: int
     start: float
     end: float
     cells: np.ndarray  # row * width + accelerator slot, one per accelerator share
@@ -63,79 +104,58 @@ class Timeline:
         self.quantum = quantum
         self.holds = Holds.none(len(table))
         self.held: list[Held] = []
-        self._releases: dict[int, _Releases] = defaultdict(lambda: _Releases([], [], [], [], [], []))
-        self._arrays: dict[int, tuple[np.ndarray, ...]] = {}
-        self._loaded: set[int] = set()
+        self._releases: dict[int, _Releases] = defaultdict(_Releases)
+        self._width = table.free.accel.shape[1]
 
     def release(self, assignments: Sequence[Assignment], end: float) -> None:
         """Record that ``assignments`` give their resources back at ``end``."""
         for a in assignments:
             row = self.table.index.get(a.node)
-            if row is None:
-                continue
-            group = int(self.table.flavor[row])
-            rel = self._releases[group]
-            entries = [(slot, milli, 0, 0) for slot, milli in a.accels] + [(-1, 0, a.cpu, a.memory)]
-            for slot, milli, cpu, memory in entries:
-                rel.ends.append(end)
-                rel.rows.append(row)
-                rel.slots.append(slot)
-                rel.milli.append(milli)
-                rel.cpu.append(cpu)
-                rel.memory.append(memory)
-            self._arrays.pop(group, None)
+            if row is not None:
+                self._releases[int(self.table.flavor[row])].record(end, row, self._width, a)
 
-    def _sorted(self, flavor: int) -> tuple[np.ndarray, ...]:
-        if flavor not in self._loaded:
-            self._loaded.add(flavor)
+    def _of(self, flavor: int) -> _Releases:
+        releases = self._releases[flavor]
+        if not releases.loaded:
+            added = (releases.accel, releases.host)  # this cycle's admissions, recorded before first use
+            releases.accel, releases.host = [], []
             for w, _ in self._running.get(self.table.flavors[flavor], ()):
                 self.release(w.assignments, w.expected_end)
-        if flavor not in self._arrays:
-            rel = self._releases[flavor]
-            ends = np.asarray(rel.ends, np.float64)
-            order = np.argsort(ends, kind="stable")
-            self._arrays[flavor] = (
-                ends[order],
-                *(
-                    np.asarray(values, np.int64)[order]
-                    for values in (rel.rows, rel.slots, rel.milli, rel.cpu, rel.memory)
-                ),
-            )
-        return self._arrays[flavor]
+            releases.freeze()
+            releases.accel, releases.host = added
+        return releases
 
     def state_at(self, flavor: int, t: float, end: float) -> FreeState:
-        """Free resources of every node at time ``t`` for a job running until ``end``."""
-        free = self.table.free
-        size, width = free.accel.shape
-        ends, rows, slots, milli, cpu, memory = self._sorted(flavor)
-        k = int(np.searchsorted(ends, t, side="right"))
-        rows, slots = rows[:k], slots[:k]
-        cells = np.where(slots >= 0, rows * width + slots, 0)  # CPU/memory entries add 0 milli to cell 0
-        accel = np.bincount(cells, weights=milli[:k], minlength=size * width).astype(np.int64).reshape(size, width)
-        state = FreeState(
-            free.accel + accel,
-            free.cpu + np.bincount(rows, weights=cpu[:k], minlength=size).astype(np.int64),
-            free.memory + np.bincount(rows, weights=memory[:k], minlength=size).astype(np.int64),
-        )
-        overlapping = [held for held in self.held if held.start < end and t < held.end]
+        """Free resources of the flavor's nodes at time ``t`` for a job running until ``end`` (other rows
+        are left as they are now: nothing placed on this flavor reads them)."""
+        state = self.table.free.copy()
+        flat = state.accel.reshape(-1)
+        for (ends, cells, milli), (host_ends, rows, cpu, memory) in self._of(flavor).parts():
+            k = int(np.searchsorted(ends, t, side="right"))
+            np.add.at(flat, cells[:k], milli[:k])
+            k = int(np.searchsorted(host_ends, t, side="right"))
+            np.add.at(state.cpu, rows[:k], cpu[:k])
+            np.add.at(state.memory, rows[:k], memory[:k])
+        overlapping = [h for h in self.held if h.flavor == flavor and h.start < end and t < h.end]
         if overlapping:
-            cells = np.concatenate([h.cells for h in overlapping])
-            flat = state.accel.reshape(-1)
-            np.subtract.at(flat, cells, np.concatenate([h.milli for h in overlapping]))
+            np.subtract.at(
+                flat, np.concatenate([h.cells for h in overlapping]), np.concatenate([h.milli for h in overlapping])
+            )
             rows = np.concatenate([h.rows for h in overlapping])
             np.subtract.at(state.cpu, rows, np.concatenate([h.cpu for h in overlapping]))
             np.subtract.at(state.memory, rows, np.concatenate([h.memory for h in overlapping]))
-            _settle(state, np.unique(rows))
+            _settle(state, rows)
+        state.recount(self.table.groups_of(flavor))
         return state
 
     def candidate_times(self, flavor: int) -> list[float]:
         """When capacity of a flavor frees up within the window, rounded up to the quantum."""
-        ends = self._sorted(flavor)[0]
+        ends = self._of(flavor).ends()
         soon = ends[(ends > self.now) & (ends <= self.now + self.window)]
         return [float(t) for t in np.unique(np.ceil(soon / self.quantum) * self.quantum)]
 
-    def earliest(self, flavor: int, duration: int, place: Callable[[FreeState, float], object | None]) -> float | None:
-        """Earliest time in the window at which ``place`` finds room for a job of ``duration`` seconds.
+    def earliest(self, flavor: int, duration: int, room: Callable[[FreeState, float], bool]) -> float | None:
+        """Earliest time in the window at which ``room`` says a job of ``duration`` seconds fits.
 
         Capacity only grows as work ends, so we binary-search the release times (at most ``probes`` of
         them, evenly spaced, when there are more), then step forward past any time that an earlier
@@ -150,7 +170,7 @@ class Timeline:
         def fits(i: int) -> bool:
             if i not in known:
                 t = times[i]
-                known[i] = place(self.state_at(flavor, t, t + duration), t) is not None
+                known[i] = room(self.state_at(flavor, t, t + duration), t)
             return known[i]
 
         lo, hi = 0, len(times)
@@ -164,10 +184,11 @@ class Timeline:
 
     def reserve(self, state: FreeState, start: float, end: float, assignments: tuple[Assignment, ...]) -> None:
         """Hold ``assignments`` from ``start``: jobs ending later may only use what is left beside it."""
-        width = self.table.free.accel.shape[1]
+        width = self._width
         rows = [self.table.index[a.node] for a in assignments]
         self.held.append(
             Held(
+                int(self.table.flavor[rows[0]]),
                 start,
                 end,
                 np.array(
@@ -214,17 +235,17 @@ class Timeline:
 def _settle(state: FreeState, rows: np.ndarray) -> None:
     """After taking reservations off their recorded accelerators, move any shortfall (an accelerator that a
     job backfilled onto since) to the node's other accelerators, fullest first: a reservation holds so
-    many accelerators of a node, not those exact ones."""
-    accel = state.accel
-    for row in rows[(accel[rows] < 0).any(axis=1)]:
-        g = accel[row]
-        short = int(-g[g < 0].sum())
-        g[g < 0] = 0
-        for slot in np.argsort(-g, kind="stable"):
-            take = min(short, int(g[slot]))
-            g[slot] -= take
-            short -= take
-            if not short:
-                break
-        # Anything still short means the node is over-promised: leave it at 0 free (never negative).
-    state.whole[rows] = (accel[rows] == WHOLE).sum(axis=1)
+    many accelerators of a node, not those exact ones. A node still short is over-promised: it is left
+    at 0 free (never negative)."""
+    short_rows = np.unique(rows[(state.accel[rows] < 0).any(axis=1)])
+    if not len(short_rows):
+        return
+    g = state.accel[short_rows]
+    short = -np.minimum(g, 0).sum(axis=1)
+    g = np.maximum(g, 0)
+    order = np.argsort(-g, axis=1, kind="stable")
+    fullest = np.take_along_axis(g, order, axis=1)
+    before = np.cumsum(fullest, axis=1) - fullest  # what the fuller accelerators already gave
+    taken = np.clip(short[:, None] - before, 0, fullest)
+    np.put_along_axis(g, order, fullest - taken, axis=1)
+    state.accel[short_rows] = g

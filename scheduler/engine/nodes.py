@@ -36,6 +36,10 @@ class FreeState:
     def copy(self) -> FreeState:
         return FreeState(self.accel.copy(), self.cpu.copy(), self.memory.copy())
 
+    def recount(self, rows: IntArray) -> None:
+        """Bring ``whole`` up to date on ``rows`` after changing their accelerators directly."""
+        self.whole[rows] = (self.accel[rows] == WHOLE).sum(axis=1)
+
 
 class NodeTable:
     def __init__(self, clusters: Sequence[Cluster], nodes: Sequence[Node]) -> None:
@@ -94,6 +98,7 @@ class NodeTable:
         for key in np.unique(keys):
             rows = np.flatnonzero(keys == key)
             self.groups[(int(key) // len(self.clusters), int(key) % len(self.clusters))] = rows
+        self._flavor_rows: dict[int, IntArray] = {}
         #: Bumped whenever a node's free resources change, so per-node caches know what to recompute.
         self.version = np.zeros(count, np.int64)
 
@@ -103,6 +108,13 @@ class NodeTable:
     def rows(self, flavor: str, cluster: int) -> IntArray | None:
         f = self.flavor_index.get(flavor)
         return None if f is None else self.groups.get((f, cluster))
+
+    def groups_of(self, flavor: int) -> IntArray:
+        """Every node row of a flavor, in every cluster."""
+        rows = self._flavor_rows.get(flavor)
+        if rows is None:
+            rows = self._flavor_rows[flavor] = np.flatnonzero(self.flavor == flavor)
+        return rows
 
     def clusters_of(self, flavor: str) -> list[int]:
         f = self.flavor_index.get(flavor)

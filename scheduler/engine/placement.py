@@ -107,6 +107,16 @@ def _descend(table: NodeTable, rows: IntArray, fits: IntArray, columns: list[int
 HOST = "host"  # the implicit narrowest level of every cluster: one node
 
 
+def _domains(
+    table: NodeTable, rows: IntArray, fits: IntArray, levels: tuple[str, ...], level: int
+) -> tuple[IntArray, IntArray, IntArray]:
+    """The domains of ``levels[level]`` (a node at ``len(levels)``, the host level) that ``rows`` fall in:
+    (domain ids, each row's position among them, workers each domain can take)."""
+    keys = rows if level == len(levels) else table.domain[rows, table.level_index[levels[level]]]
+    domains, inverse = np.unique(keys, return_inverse=True)
+    return domains, inverse, np.bincount(inverse, weights=fits, minlength=len(domains)).astype(np.int64)
+
+
 def spread(
     table: NodeTable, rows: IntArray, fits: IntArray, levels: tuple[str, ...], topology: Topology | None, need: int
 ) -> list[tuple[int, int]] | None:
@@ -122,9 +132,7 @@ def spread(
         # A required level must hold every worker in one domain; a preferred one tries wider levels next.
         tries = [depth] if topology.mode is TopologyMode.REQUIRED else list(range(depth, -1, -1))
         for level in tries:
-            keys = rows if level == len(levels) else table.domain[rows, columns[level]]
-            domains, inverse = np.unique(keys, return_inverse=True)
-            capacity = np.bincount(inverse, weights=fits, minlength=len(domains)).astype(np.int64)
+            domains, inverse, capacity = _domains(table, rows, fits, levels, level)
             fitting = np.flatnonzero(capacity >= need)
             if len(fitting):
                 pos = int(fitting[np.lexsort((domains[fitting], capacity[fitting]))[0]])
@@ -135,6 +143,22 @@ def spread(
     elif topology is not None and topology.mode is TopologyMode.REQUIRED:
         return None  # the cluster has no such level
     return _descend(table, rows, fits, columns, need) or None
+
+
+def can_spread(
+    table: NodeTable, rows: IntArray, fits: IntArray, levels: tuple[str, ...], topology: Topology | None, need: int
+) -> bool:
+    """Whether ``spread`` would place the workers, without choosing where: enough room in all, and in one
+    domain of a required level (with room in all, the descent itself never fails)."""
+    fits = np.clip(fits, 0, need)
+    if fits.sum() < need:
+        return False
+    if topology is None or topology.mode is not TopologyMode.REQUIRED:
+        return True
+    named = (*levels, HOST)
+    if topology.level not in named:
+        return False
+    return bool((_domains(table, rows, fits, levels, named.index(topology.level))[2] >= need).any())
 
 
 def lacks_level(levels: tuple[str, ...], topology: Topology | None) -> bool:
