@@ -24,54 +24,83 @@ from .nodes import FreeState, NodeTable
 from .placement import Holds
 
 
+class _Columns:
+    """Release entries of one kind as parallel columns, the end time first."""
+
+    def __init__(self, width: int) -> None:
+        self.columns: list[list[float]] = [[] for _ in range(width)]
+
+    def arrays(self, sort: bool) -> tuple[np.ndarray, ...]:
+        ends = np.asarray(self.columns[0], np.float64)
+        rest = [np.asarray(column, np.int64) for column in self.columns[1:]]
+        if sort:
+            order = np.argsort(ends, kind="stable")
+            return (ends[order], *(column[order] for column in rest))
+        return (ends, *rest)
+
+
+Part = tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]  # (accelerator entries, host entries)
+
+
 class _Releases:
-    """What the nodes of one flavor get back as work ends, in two parts: the snapshot's running work
-    (sorted by end time once) and what this cycle admits (a few hundred entries, kept apart so that an
+    """What the nodes of one flavor get back as work ends, in two parts: the snapshot's running work,
+    sorted by end time once, and what this cycle admits (a few hundred entries, kept apart so that an
     admission never re-sorts the rest). Accelerator shares are (end, cell = row * width + slot, milli);
     host resources are (end, row, cpu, memory)."""
 
     def __init__(self) -> None:
-        self.accel: list[tuple[float, int, int]] = []
-        self.host: list[tuple[float, int, int, int]] = []
-        self.base: tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]] | None = None
-        self.added: tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]] | None = None
-        self.times: np.ndarray | None = None
+        self.accel, self.host = _Columns(3), _Columns(4)
+        self.base: Part | None = None
+        self.added: Part | None = None
+        self.base_times: np.ndarray | None = None
+        self.times: list[float] | None = None
         self.loaded = False  # the snapshot's running work is in ``base``
 
     def record(self, end: float, row: int, width: int, assignment: Assignment) -> None:
-        for slot, milli in assignment.accels:
-            self.accel.append((end, row * width + slot, milli))
-        self.host.append((end, row, assignment.cpu, assignment.memory))
-        self.added = self.times = None
+        ends, cells, milli = self.accel.columns
+        for slot, share in assignment.accels:
+            ends.append(end)
+            cells.append(row * width + slot)
+            milli.append(share)
+        for column, value in zip(self.host.columns, (end, row, assignment.cpu, assignment.memory), strict=True):
+            column.append(value)
+        self.added = None
+        self.times = None
 
     def freeze(self) -> None:
         """The running work recorded so far becomes the sorted base."""
-        self.base = (_sorted_columns(self.accel, 3), _sorted_columns(self.host, 4))
-        self.accel, self.host = [], []
-        self.added = self.times = None
+        self.base = (self.accel.arrays(sort=True), self.host.arrays(sort=True))
+        self.accel, self.host = _Columns(3), _Columns(4)
+        self.added = None
+        self.times = None
         self.loaded = True
 
-    def parts(self) -> list[tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]]:
+    def at(self, t: float) -> list[Part]:
+        """The entries that have ended by ``t``: a prefix of the sorted base, and the admissions' that have."""
         assert self.base is not None
         if self.added is None:
-            self.added = (_sorted_columns(self.accel, 3), _sorted_columns(self.host, 4))
-        return [self.base, self.added]
+            self.added = (self.accel.arrays(sort=False), self.host.arrays(sort=False))
+        (ends, *accel), (host_ends, *host) = self.base
+        k, h = int(np.searchsorted(ends, t, side="right")), int(np.searchsorted(host_ends, t, side="right"))
+        base = ((ends[:k], *(c[:k] for c in accel)), (host_ends[:h], *(c[:h] for c in host)))
+        (ends, *accel), (host_ends, *host) = self.added
+        ended, host_ended = ends <= t, host_ends <= t
+        added = ((ends[ended], *(c[ended] for c in accel)), (host_ends[host_ended], *(c[host_ended] for c in host)))
+        return [base, added]
 
-    def ends(self) -> np.ndarray:
-        """Every end time, unsorted."""
+    def candidate_times(self, now: float, window: int, quantum: int) -> list[float]:
+        """When capacity frees up within the window, rounded up to the quantum (at most window / quantum)."""
         if self.times is None:
-            self.times = np.concatenate([host[0] for _, host in self.parts()])  # one entry per assignment
+            assert self.base is not None
+
+            def rounded(ends: np.ndarray) -> np.ndarray:
+                return np.unique(np.ceil(ends[(ends > now) & (ends <= now + window)] / quantum) * quantum)
+
+            if self.base_times is None:
+                self.base_times = rounded(self.base[1][0])  # one host entry per assignment
+            added = np.asarray(self.host.columns[0], np.float64)
+            self.times = [float(t) for t in np.union1d(self.base_times, rounded(added))]
         return self.times
-
-
-def _sorted_columns(entries: Sequence[tuple[float, ...]], width: int) -> tuple[np.ndarray, ...]:
-    """Entries as one array per column (the first, the end time, as floats), sorted by end time."""
-    if not entries:
-        return (np.zeros(0, np.float64), *(np.zeros(0, np.int64) for _ in range(width - 1)))
-    ends = np.fromiter((e[0] for e in entries), np.float64, len(entries))
-    order = np.argsort(ends, kind="stable")
-    columns = [np.fromiter((e[i] for e in entries), np.int64, len(entries))[order] for i in range(1, width)]
-    return (ends[order], *columns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +147,7 @@ class Timeline:
         releases = self._releases[flavor]
         if not releases.loaded:
             added = (releases.accel, releases.host)  # this cycle's admissions, recorded before first use
-            releases.accel, releases.host = [], []
+            releases.accel, releases.host = _Columns(3), _Columns(4)
             for w, _ in self._running.get(self.table.flavors[flavor], ()):
                 self.release(w.assignments, w.expected_end)
             releases.freeze()
@@ -130,12 +159,10 @@ class Timeline:
         are left as they are now: nothing placed on this flavor reads them)."""
         state = self.table.free.copy()
         flat = state.accel.reshape(-1)
-        for (ends, cells, milli), (host_ends, rows, cpu, memory) in self._of(flavor).parts():
-            k = int(np.searchsorted(ends, t, side="right"))
-            np.add.at(flat, cells[:k], milli[:k])
-            k = int(np.searchsorted(host_ends, t, side="right"))
-            np.add.at(state.cpu, rows[:k], cpu[:k])
-            np.add.at(state.memory, rows[:k], memory[:k])
+        for (_, cells, milli), (_, rows, cpu, memory) in self._of(flavor).at(t):
+            np.add.at(flat, cells, milli)
+            np.add.at(state.cpu, rows, cpu)
+            np.add.at(state.memory, rows, memory)
         overlapping = [h for h in self.held if h.flavor == flavor and h.start < end and t < h.end]
         if overlapping:
             np.subtract.at(
@@ -150,9 +177,7 @@ class Timeline:
 
     def candidate_times(self, flavor: int) -> list[float]:
         """When capacity of a flavor frees up within the window, rounded up to the quantum."""
-        ends = self._of(flavor).ends()
-        soon = ends[(ends > self.now) & (ends <= self.now + self.window)]
-        return [float(t) for t in np.unique(np.ceil(soon / self.quantum) * self.quantum)]
+        return self._of(flavor).candidate_times(self.now, self.window, self.quantum)
 
     def earliest(self, flavor: int, duration: int, room: Callable[[FreeState, float], bool]) -> float | None:
         """Earliest time in the window at which ``room`` says a job of ``duration`` seconds fits.

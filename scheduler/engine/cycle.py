@@ -237,14 +237,16 @@ class Cycle:
         heapq.heapify(heads)
         index = self.quota.index
         while heads:
-            name = heapq.heappop(heads)[4]
+            name = heads[0][4]
             items = per_queue[name]
             _, _, _, job, tier = items.pop()
             yield job, tier, queues[name]
-            if items:
+            if items:  # the queue's next job takes its place among the heads (its share may have changed)
                 neg_priority, submitted, job_id, _, _ = items[-1]
                 share = self._queue_share(index[name]) if fair else 0.0
-                heapq.heappush(heads, (neg_priority, share, submitted, job_id, name))
+                heapq.heapreplace(heads, (neg_priority, share, submitted, job_id, name))
+            else:
+                heapq.heappop(heads)
 
     def _head_key(self, queue: str, item: tuple[int, float, str, Job, Tier]) -> tuple[float, float, float, str, str]:
         neg_priority, submitted, job_id, _, _ = item
@@ -254,12 +256,16 @@ class Cycle:
     # --------------------------------------------------------------------------------------------- cycle
 
     def run(self) -> Decisions:
+        limit, considered = self.config.max_jobs_per_cycle, 0
         for position, (job, tier, queue) in enumerate(self._in_order()):
             self.order.append(job.id)
-            if position >= self.config.max_jobs_per_cycle:
+            if position >= limit:
                 self._pend(job, PendingReason.NOT_CONSIDERED, position=position)
                 continue
+            considered += 1
             self._consider(job, tier, queue, position)
+        self.stats["considered"] = considered
+        self.stats["cache_hits"] = considered - self.stats["tried"]
         return Decisions(
             admissions=tuple(self.admissions),
             preemptions=tuple(self.preemptions),
@@ -270,15 +276,13 @@ class Cycle:
         )
 
     def _consider(self, job: Job, tier: Tier, queue: Queue, position: int) -> None:
-        self.stats["considered"] += 1
         # Once this cycle's victim searches are spent, a verdict no longer depends on the job's tier.
         spent = self.preemptor.attempts >= self.config.preemption_attempts
         key = (queue.name, None if spent else tier.name, job.workers, job.accelerators, job.accel_milli,
                job.flavors, job.clusters, job.regions, job.topology)  # fmt: skip
         verdict = self._failed.get(key, job)
-        if verdict is not None:
-            self.stats["cache_hits"] += 1
-        else:
+        if verdict is None:
+            self.stats["tried"] += 1
             outcome = self._try_now(job, tier, queue, Shape.of(job), position)
             if outcome is None:
                 return  # admitted, or waiting for the preemptions it issued
