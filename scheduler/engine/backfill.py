@@ -58,10 +58,10 @@ class _Releases:
 
     def record(self, end: float, row: int, width: int, assignment: Assignment) -> None:
         ends, cells, milli = self.accel.columns
-        for slot, share in assignment.accels:
-            ends.append(end)
-            cells.append(row * width + slot)
-            milli.append(share)
+        shares = assignment.accels
+        ends.extend([end] * len(shares))
+        cells.extend([row * width + slot for slot, _ in shares])
+        milli.extend([share for _, share in shares])
         for column, value in zip(self.host.columns, (end, row, assignment.cpu, assignment.memory), strict=True):
             column.append(value)
         self.added = None

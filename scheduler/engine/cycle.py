@@ -184,6 +184,7 @@ class Cycle:
         )
         self._usable_rows: dict[tuple[str, int], IntArray] = {}
         self._allowed: dict[tuple[str, tuple[str, ...], tuple[str, ...]], list[int]] = {}
+        self._queue_flavors: dict[tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]], list[str]] = {}
         self._capacity: dict[tuple[int, int], int] = {}
         self._failed: Failures[Verdict] = Failures()
         self._no_room: Failures[tuple[Verdict, Job]] = Failures()
@@ -237,16 +238,18 @@ class Cycle:
         heapq.heapify(heads)
         index = self.quota.index
         while heads:
-            name = heads[0][4]
-            items = per_queue[name]
-            _, _, _, job, tier = items.pop()
-            yield job, tier, queues[name]
-            if items:  # the queue's next job takes its place among the heads (its share may have changed)
-                neg_priority, submitted, job_id, _, _ = items[-1]
-                share = self._queue_share(index[name]) if fair else 0.0
-                heapq.heapreplace(heads, (neg_priority, share, submitted, job_id, name))
-            else:
-                heapq.heappop(heads)
+            name = heapq.heappop(heads)[4]
+            items, queue, qi = per_queue[name], queues[name], index[name]
+            # Take this queue's jobs while its next one still comes first (its share may have changed).
+            while items:
+                _, _, _, job, tier = items.pop()
+                yield job, tier, queue
+                if items:
+                    neg_priority, submitted, job_id, _, _ = items[-1]
+                    head = (neg_priority, self._queue_share(qi) if fair else 0.0, submitted, job_id, name)
+                    if heads and heads[0] < head:
+                        heapq.heappush(heads, head)
+                        break
 
     def _head_key(self, queue: str, item: tuple[int, float, str, Job, Tier]) -> tuple[float, float, float, str, str]:
         neg_priority, submitted, job_id, _, _ = item
@@ -295,7 +298,7 @@ class Cycle:
         most general job (least CPU, memory and time, highest price limit) that fails for the same reasons."""
         qi = self.quota.index[queue.name]
         request = (job.workers * job.accel_per_worker, job.workers * job.cpu, job.workers * job.memory)
-        flavors = [f for f in queue.flavors if (not job.flavors or f in job.flavors) and self._allowed_clusters(job, f)]
+        flavors = self._flavors(job, queue)
         if not flavors:
             return Verdict(PendingReason.NO_FLAVOR, None, {}), replace(job, cpu=0, memory=0, time_limit=1)
         # What the failures found so far depend on; each one raises the floor (see ``Failures``).
@@ -388,6 +391,16 @@ class Cycle:
         self.pending.append(Pending(job.id, verdict.reason, verdict.message, verdict.estimate, position))
 
     # ----------------------------------------------------------------------------------------- placement
+
+    def _flavors(self, job: Job, queue: Queue) -> list[str]:
+        """The queue's flavors, in its fallback order, that the job accepts and may run on somewhere."""
+        key = (queue.name, job.flavors, job.clusters, job.regions)
+        flavors = self._queue_flavors.get(key)
+        if flavors is None:
+            flavors = self._queue_flavors[key] = [
+                f for f in queue.flavors if (not job.flavors or f in job.flavors) and self._allowed_clusters(job, f)
+            ]
+        return flavors
 
     def _allowed_clusters(self, job: Job, flavor: str) -> list[int]:
         key = (flavor, job.clusters, job.regions)

@@ -110,14 +110,15 @@ class Preemptor:
         lost since the last checkpoint (or the start), newest, id. Sorted once per cycle."""
         found = self._sorted.get(flavor)
         if found is None:
-            now = self.cycle.now
-
-            def cost(r: Running) -> tuple[object, ...]:
-                w = r.workload
-                last_safe = max(w.admitted_at, w.last_checkpoint_at or w.admitted_at)
-                return (not w.evicting, r.priority, now - last_safe, -w.admitted_at, w.id)
-
-            found = self._sorted[flavor] = sorted((r for r in self.running(flavor) if r.preemptible), key=cost)
+            work = [r for r in self.running(flavor) if r.preemptible]  # in id order, the last tie-break
+            n = len(work)
+            admitted = np.fromiter((r.workload.admitted_at for r in work), np.float64, n)
+            saved = np.fromiter((r.workload.last_checkpoint_at or r.workload.admitted_at for r in work), np.float64, n)
+            lost = self.cycle.now - np.maximum(admitted, saved)
+            priority = np.fromiter((r.priority for r in work), np.int64, n)
+            staying = np.fromiter((not r.workload.evicting for r in work), np.bool_, n)
+            order = np.lexsort((np.arange(n), -admitted, lost, priority, staying))
+            found = self._sorted[flavor] = [work[i] for i in order]
         return found
 
     def _find_candidates(self, job: Job, tier: Tier, queue: Queue, qi: int, flavor: str) -> list[Running]:
