@@ -186,6 +186,7 @@ class Cycle:
         self._allowed: dict[tuple[str, tuple[str, ...], tuple[str, ...]], list[int]] = {}
         self._queue_flavors: dict[tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]], list[str]] = {}
         self._capacity: dict[tuple[int, int], int] = {}
+        self._largest_free: dict[tuple[int, int], tuple[int, ...]] = {}
         self._failed: Failures[Verdict] = Failures()
         self._no_room: Failures[tuple[Verdict, Job]] = Failures()
         self._share: dict[int, float] = {}
@@ -415,6 +416,31 @@ class Cycle:
             self._allowed[key] = allowed
         return allowed
 
+    def _may_fit(self, shape: Shape, workers: int, flavor: str, cluster: int) -> bool:
+        """A quick test on the free state, from each (flavor, cluster)'s largest free node and total free
+        accelerators: False means no placement exists there; True means look (most jobs that fail now fail
+        here, for a fraction of the cost of looking)."""
+        f = self.table.flavor_index[flavor]
+        version = int(self.table.group_version[f, cluster])
+        known = self._largest_free.get((f, cluster))
+        if known is None or known[0] != version:
+            free, rows = self.table.free, self._rows(flavor, cluster)
+            whole = free.whole[rows]
+            known = self._largest_free[(f, cluster)] = (
+                version,
+                int(whole.max()),
+                int(free.accel[rows].max()),
+                int(free.cpu[rows].max()),
+                int(free.memory[rows].max()),
+                int(whole.sum()),
+            )
+        _, whole_max, share_max, cpu_max, memory_max, whole_total = known
+        if shape.cpu > cpu_max or shape.memory > memory_max:
+            return False
+        if shape.milli == WHOLE:
+            return shape.accelerators <= whole_max and workers * shape.accelerators <= whole_total
+        return shape.accelerators == 0 or shape.milli <= share_max
+
     def _rows(self, flavor: str, cluster: int) -> IntArray:
         rows = self._usable_rows.get((flavor, cluster))
         if rows is None:
@@ -482,6 +508,8 @@ class Cycle:
             rows = self._rows(flavor, c)
             levels = table.clusters[c].levels
             if not len(rows) or lacks_level(levels, job.topology):
+                continue
+            if state is table.free and not self._may_fit(shape, job.workers, flavor, c):
                 continue
             fits = worker_fits(state, rows, shape)
             if holds is not None:

@@ -34,7 +34,14 @@ class FreeState:
         self.whole = (self.accel == WHOLE).sum(axis=1)
 
     def copy(self) -> FreeState:
-        return FreeState(self.accel.copy(), self.cpu.copy(), self.memory.copy())
+        state = FreeState.__new__(FreeState)  # skips counting ``whole`` again
+        state.accel, state.cpu, state.memory, state.whole = (
+            self.accel.copy(),
+            self.cpu.copy(),
+            self.memory.copy(),
+            self.whole.copy(),
+        )
+        return state
 
     def recount(self, rows: IntArray) -> None:
         """Bring ``whole`` up to date on ``rows`` after changing their accelerators directly."""
@@ -99,8 +106,10 @@ class NodeTable:
             rows = np.flatnonzero(keys == key)
             self.groups[(int(key) // len(self.clusters), int(key) % len(self.clusters))] = rows
         self._flavor_rows: dict[int, IntArray] = {}
-        #: Bumped whenever a node's free resources change, so per-node caches know what to recompute.
+        #: Bumped whenever a node's free resources change, so per-node caches know what to recompute;
+        #: ``group_version`` likewise per (flavor, cluster).
         self.version = np.zeros(count, np.int64)
+        self.group_version = np.zeros((len(self.flavors), len(self.clusters)), np.int64)
 
     def __len__(self) -> int:
         return len(self.names)
@@ -133,3 +142,4 @@ class NodeTable:
             state.memory[row] += sign * a.memory
             if state is self.free:
                 self.version[row] += 1
+                self.group_version[self.flavor[row], self.cluster[row]] += 1
