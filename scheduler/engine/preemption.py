@@ -22,6 +22,7 @@ cycle that preempts for it.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -40,7 +41,7 @@ from .model import (
     WithinQueue,
     Workload,
 )
-from .nodes import FreeState
+from .nodes import FreeState, IntArray
 from .quota import Mode
 
 if TYPE_CHECKING:
@@ -52,7 +53,6 @@ class Running:
     workload: Workload
     queue: int  # quota tree index, -1 for an unknown queue (never a candidate)
     priority: int
-    preemptible: bool
     grace: int
     usage: tuple[int, int, int]
 
@@ -63,8 +63,7 @@ class Preemptor:
         self.victims: set[str] = set()
         self.attempts = 0
         self._candidate_lists: dict[tuple[object, ...], list[Running]] = {}
-        self._by_flavor: dict[str, list[Running]] = {}
-        self._sorted: dict[str, list[Running]] = {}
+        self._sorted: dict[str, tuple[list[tuple[Workload, tuple[int, int, int], Tier]], list[Running]]] = {}
         #: Per (queue, flavor): what this cycle's preemptors asked, what their own-queue victims free, and
         #: the quota held for them meanwhile (see ``_hold``).
         self._holds: defaultdict[tuple[int, str], tuple[list[int], list[int], list[int]]] = defaultdict(
@@ -72,27 +71,6 @@ class Preemptor:
         )
         #: Victims chosen this cycle: they still run (and count) until their grace period ends.
         self.leaving: list[Running] = []
-
-    def running(self, flavor: str) -> list[Running]:
-        """The running workloads of a flavor, built on first use: most cycles preempt on few flavors."""
-        found = self._by_flavor.get(flavor)
-        if found is None:
-            cycle = self.cycle
-            found = []
-            for w, usage in cycle.running.get(flavor, ()):
-                tier = cycle.tiers.get(w.tier)
-                found.append(
-                    Running(
-                        workload=w,
-                        queue=cycle.quota.index.get(w.queue, -1),
-                        priority=tier.priority if tier else 0,
-                        preemptible=w.preemptible and tier is not None and tier.preemptible,
-                        grace=tier.grace_seconds if tier else 0,
-                        usage=usage,
-                    )
-                )
-            self._by_flavor[flavor] = found
-        return found
 
     def _candidates(self, job: Job, tier: Tier, queue: Queue, qi: int, flavor: str) -> list[Running]:
         """Workloads the policy lets ``job`` preempt, cheapest first (cached for identical preemptors)."""
@@ -105,21 +83,32 @@ class Preemptor:
         limit = 8 * self.cycle.config.max_victims
         return [r for r in cached if r.workload.id not in self.victims][:limit]
 
-    def _cheapest_first(self, flavor: str) -> list[Running]:
-        """A flavor's running work by cost of preemption: already stopping, lower priority, least work
-        lost since the last checkpoint (or the start), newest, id. Sorted once per cycle."""
+    def _cheapest_first(self, flavor: str) -> Iterator[Running]:
+        """A flavor's preemptible running work by cost of preemption: already stopping, lower priority,
+        least work lost since the last checkpoint (or the start), newest, id. Sorted once per cycle; the
+        records are made as searches read them (a search rarely reads past the first few thousand)."""
         found = self._sorted.get(flavor)
         if found is None:
-            work = [r for r in self.running(flavor) if r.preemptible]  # in id order, the last tie-break
+            cycle = self.cycle
+            work = []  # in id order, the last tie-break
+            for w, usage in cycle.running.get(flavor, ()):
+                tier = cycle.tiers.get(w.tier)
+                if w.preemptible and tier is not None and tier.preemptible:
+                    work.append((w, usage, tier))
             n = len(work)
-            admitted = np.fromiter((r.workload.admitted_at for r in work), np.float64, n)
-            saved = np.fromiter((r.workload.last_checkpoint_at or r.workload.admitted_at for r in work), np.float64, n)
-            lost = self.cycle.now - np.maximum(admitted, saved)
-            priority = np.fromiter((r.priority for r in work), np.int64, n)
-            staying = np.fromiter((not r.workload.evicting for r in work), np.bool_, n)
+            admitted = np.fromiter((w.admitted_at for w, _, _ in work), np.float64, n)
+            saved = np.fromiter((w.last_checkpoint_at or w.admitted_at for w, _, _ in work), np.float64, n)
+            priority = np.fromiter((tier.priority for _, _, tier in work), np.int64, n)
+            staying = np.fromiter((not w.evicting for w, _, _ in work), np.bool_, n)
+            lost = cycle.now - np.maximum(admitted, saved)
             order = np.lexsort((np.arange(n), -admitted, lost, priority, staying))
-            found = self._sorted[flavor] = [work[i] for i in order]
-        return found
+            found = self._sorted[flavor] = ([work[i] for i in order], [])
+        work, made = found
+        for i, (w, usage, tier) in enumerate(work):
+            if i == len(made):
+                queue = self.cycle.quota.index.get(w.queue, -1)
+                made.append(Running(w, queue, tier.priority, tier.grace_seconds, usage))
+            yield made[i]
 
     def _find_candidates(self, job: Job, tier: Tier, queue: Queue, qi: int, flavor: str) -> list[Running]:
         cycle = self.cycle
@@ -129,9 +118,10 @@ class Preemptor:
         enough = 16 * cycle.config.max_victims  # _candidates keeps half of these after dropping victims
         others: list[Running] = []
         own: list[Running] = []
+        fair = queue.reclaim is Reclaim.FAIR_SHARING  # which needs every other queue's work (sorted below)
         for r in self._cheapest_first(flavor):
-            if len(others) >= enough and len(own) >= enough:
-                break
+            if len(others) >= enough and (len(own) >= enough or not fair):
+                break  # own work comes after others' anyway
             w = r.workload
             if r.queue < 0 or cycle.table.cluster_index.get(w.cluster) not in allowed:
                 continue
@@ -146,7 +136,7 @@ class Preemptor:
                 if queue.reclaim is Reclaim.LOWER_PRIORITY and r.priority >= tier.priority:
                     continue
                 others.append(r)  # whether that queue is still over nominal is checked when it is chosen
-        if queue.reclaim is Reclaim.FAIR_SHARING:  # among equals, the queue with the largest share first
+        if fair:  # among equals, the queue with the largest share first
             others.sort(key=lambda r: (not r.workload.evicting, r.priority, -cycle._queue_share(r.queue)))
         # Work already stopping costs nothing; then other queues' borrowed work before one's own.
         return sorted(others[:enough] + own[:enough], key=lambda r: (not r.workload.evicting, r.queue == qi))
@@ -205,7 +195,6 @@ class Preemptor:
 
         # Fail fast: if stopping every candidate would not be enough, stopping some will not be either.
         # Done in bulk: quota per queue (removals add up exactly), node resources with one bincount.
-        everyone = self._stopped_state(candidates)
         totals: defaultdict[int, list[int]] = defaultdict(lambda: [0, 0, 0])
         for r in candidates:
             for i, amount in enumerate(r.usage):
@@ -213,10 +202,13 @@ class Preemptor:
         for q, amounts in totals.items():
             cycle.quota.charge(q, flavor, amounts, -1)
         enough = quota_fits()
-        target = cycle.place(job, shape, flavor, everyone, cycle.now, cycle.timeline.holds, pack=False)
         for q, amounts in totals.items():
             cycle.quota.charge(q, flavor, amounts)
-        if not enough or target is None:
+        if not enough:
+            return None
+        everyone = self._stopped_state(candidates)
+        target = cycle.place(job, shape, flavor, everyone, cycle.now, cycle.timeline.holds, pack=False)
+        if target is None:
             return None
         # Victims are stopped in a scratch copy of the free state, so that the cycle's own state and its
         # packing caches never see a what-if.
@@ -333,19 +325,29 @@ class Preemptor:
         table = self.cycle.table
         free = table.free
         size, width = free.accel.shape
-        accel = np.zeros(size * width, np.int64)
-        cpu = np.zeros(size, np.int64)
-        memory = np.zeros(size, np.int64)
+        cells: list[int] = []
+        shares: list[int] = []
+        rows: list[int] = []
+        cpu: list[int] = []
+        memory: list[int] = []
         for r in candidates:
             for a in r.workload.assignments:
                 row = table.index.get(a.node)
                 if row is None:
                     continue
-                for slot, milli in a.accels:
-                    accel[row * width + slot] += milli
-                cpu[row] += a.cpu
-                memory[row] += a.memory
-        return FreeState(free.accel + accel.reshape(size, width), free.cpu + cpu, free.memory + memory)
+                cells.extend([row * width + slot for slot, _ in a.accels])
+                shares.extend([milli for _, milli in a.accels])
+                rows.append(row)
+                cpu.append(a.cpu)
+                memory.append(a.memory)
+
+        def added(at: list[int], values: list[int], length: int) -> IntArray:
+            if not at:
+                return np.zeros(length, np.int64)
+            return np.bincount(at, weights=values, minlength=length).astype(np.int64)
+
+        accel = added(cells, shares, size * width).reshape(size, width)
+        return FreeState(free.accel + accel, free.cpu + added(rows, cpu, size), free.memory + added(rows, memory, size))
 
     def _fair_to_take(self, r: Running, queue: Queue, qi: int, flavor: str, request: tuple[int, int, int]) -> bool:
         """Kueue's rule: take ``r`` only if our share with the job stays at most theirs without ``r``."""
