@@ -110,9 +110,14 @@ class Failures(Generic[T]):
         return job.max_price_per_hour if job.max_price_per_hour is not None else float("inf")
 
     def get(self, key: tuple[object, ...], job: Job) -> T | None:
+        known = self._known.get(key)
+        if not known:
+            return None
         price = self.price(job)
-        for cpu, memory, limit, max_price, value in self._known.get(key, ()):
+        for i, (cpu, memory, limit, max_price, value) in enumerate(known):
             if job.cpu >= cpu and job.memory >= memory and job.time_limit >= limit and price <= max_price:
+                if i:  # the failure that matched is likely to match the next job too: try it first
+                    known.insert(0, known.pop(i))
                 return value
         return None
 

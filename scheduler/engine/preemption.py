@@ -41,7 +41,7 @@ from .model import (
     WithinQueue,
     Workload,
 )
-from .nodes import FreeState, IntArray
+from .nodes import FreeState
 from .quota import Mode
 
 if TYPE_CHECKING:
@@ -324,7 +324,7 @@ class Preemptor:
         """The free state with every candidate stopped."""
         table = self.cycle.table
         free = table.free
-        size, width = free.accel.shape
+        width = free.accel.shape[1]
         cells: list[int] = []
         shares: list[int] = []
         rows: list[int] = []
@@ -340,14 +340,13 @@ class Preemptor:
                 rows.append(row)
                 cpu.append(a.cpu)
                 memory.append(a.memory)
-
-        def added(at: list[int], values: list[int], length: int) -> IntArray:
-            if not at:
-                return np.zeros(length, np.int64)
-            return np.bincount(at, weights=values, minlength=length).astype(np.int64)
-
-        accel = added(cells, shares, size * width).reshape(size, width)
-        return FreeState(free.accel + accel, free.cpu + added(rows, cpu, size), free.memory + added(rows, memory, size))
+        state = free.copy()
+        np.add.at(state.accel.reshape(-1), np.asarray(cells, np.int64), np.asarray(shares, np.int64))
+        at = np.asarray(rows, np.int64)
+        np.add.at(state.cpu, at, np.asarray(cpu, np.int64))
+        np.add.at(state.memory, at, np.asarray(memory, np.int64))
+        state.recount(at)
+        return state
 
     def _fair_to_take(self, r: Running, queue: Queue, qi: int, flavor: str, request: tuple[int, int, int]) -> bool:
         """Kueue's rule: take ``r`` only if our share with the job stays at most theirs without ``r``."""
