@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import NamedTuple
 
 #: The resources that quotas are kept in, in this order wherever a vector of them appears.
 RESOURCES = ("accelerator", "cpu", "memory")
@@ -322,8 +323,10 @@ class Reservation:
     assignments: tuple[Assignment, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Pending:
+class Pending(NamedTuple):
+    """A job left waiting, and why. A named tuple rather than a dataclass: a cycle makes one per waiting
+    job, tens of thousands, and a tuple is made three times faster."""
+
     job: str
     reason: PendingReason
     message: str

@@ -323,7 +323,7 @@ class TestCheckerCatches:
         d = valid_cycle()
         again = Preemption("w-low2", "j-late", PreemptionReason.PRIORITY, "", 300)
         pending = tuple(
-            replace(p, reason=PendingReason.WAITING_FOR_PREEMPTION) if p.job == "j-late" else p for p in d.pending
+            p._replace(reason=PendingReason.WAITING_FOR_PREEMPTION) if p.job == "j-late" else p for p in d.pending
         )
         snapshot = job(world(), "j-late", tier="normal")
         with pytest.raises(AssertionError, match="already preempted this cycle by 'j-urgent'"):
