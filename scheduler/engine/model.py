@@ -210,13 +210,12 @@ class Workload:
 
     def usage(self) -> tuple[int, int, int]:
         """Quota usage (milli-accelerators, millicores, MiB)."""
-        accel = cpu = memory = 0
-        for a in self.assignments:
-            for _, milli in a.accels:
-                accel += milli
-            cpu += a.cpu
-            memory += a.memory
-        return accel, cpu, memory
+        assignments = self.assignments
+        return (
+            sum([milli for a in assignments for _, milli in a.accels]),
+            sum([a.cpu for a in assignments]),
+            sum([a.memory for a in assignments]),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ Accelerators are a 2-D array of free milli per accelerator, padded with 0 for no
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -63,15 +64,14 @@ class NodeTable:
         self.flavors = sorted({n.flavor for n in ordered})
         self.flavor_index = {f: i for i, f in enumerate(self.flavors)}
         count = len(ordered)
-        width = max((n.accel_count for n in ordered), default=0) or 1
+        self.accel_count = np.fromiter((len(n.accel_free) for n in ordered), np.int64, count)
+        width = int(self.accel_count.max(initial=0)) or 1
         self.cluster = np.fromiter((self.cluster_index[n.cluster] for n in ordered), np.int64, count)
         self.flavor = np.fromiter((self.flavor_index[n.flavor] for n in ordered), np.int64, count)
         self.usable = np.fromiter((n.healthy and n.schedulable for n in ordered), np.bool_, count)
-        self.accel_count = np.fromiter((n.accel_count for n in ordered), np.int64, count)
         self.price = np.fromiter((n.price_per_accel_hour for n in ordered), np.float64, count)
-        accel = np.zeros((count, width), np.int64)
-        for i, n in enumerate(ordered):
-            accel[i, : n.accel_count] = n.accel_free
+        padding = (0,) * width
+        accel = np.array([(n.accel_free + padding)[:width] for n in ordered], np.int64).reshape(count, width)
         self.free = FreeState(
             accel,
             np.fromiter((n.cpu_free for n in ordered), np.int64, count),
@@ -87,18 +87,15 @@ class NodeTable:
         self.level_names = sorted({level for c in self.clusters for level in c.levels})
         self.level_index = {name: i for i, name in enumerate(self.level_names)}
         self.domain = np.full((count, max(1, len(self.level_names))), -1, np.int64)
-        domain_ids: dict[tuple[object, ...], int] = {}
-        paths = []
+        columns = {c.name: [self.level_index[level] for level in c.levels] for c in self.clusters}
+        paths: defaultdict[tuple[str, ...], list[int]] = defaultdict(list)  # path to a domain: its rows
         for i, n in enumerate(ordered):
-            levels = self.clusters[self.cluster_index[n.cluster]].levels
-            if len(n.topology) != len(levels):
-                raise ValueError(f"node {n.name}: topology {n.topology} does not match levels {levels}")
-            for depth, level in enumerate(levels):
-                paths.append((i, self.level_index[level], (n.cluster, *n.topology[: depth + 1])))
-        for key in sorted({path for _, _, path in paths}):
-            domain_ids[key] = len(domain_ids)
-        for i, column, path in paths:
-            self.domain[i, column] = domain_ids[path]
+            if len(n.topology) != len(columns[n.cluster]):
+                raise ValueError(f"node {n.name}: topology {n.topology} does not match its cluster's levels")
+            for depth in range(len(n.topology)):
+                paths[(n.cluster, *n.topology[: depth + 1])].append(i)
+        for domain, path in enumerate(sorted(paths)):
+            self.domain[paths[path], columns[path[0]][len(path) - 2]] = domain
         # Node rows of each (flavor, cluster), the unit of routing.
         self.groups: dict[tuple[int, int], IntArray] = {}
         keys = self.flavor * len(self.clusters) + self.cluster
