@@ -246,13 +246,16 @@ class Cycle:
         while heads:
             name = heapq.heappop(heads)[4]
             items, queue, qi = per_queue[name], queues[name], index[name]
+            share, epoch = 0.0, -1
             # Take this queue's jobs while its next one still comes first (its share may have changed).
             while items:
                 _, _, _, job, tier = items.pop()
                 yield job, tier, queue
                 if items:
+                    if fair and epoch != self._quota_epoch:
+                        share, epoch = self._queue_share(qi), self._quota_epoch
                     neg_priority, submitted, job_id, _, _ = items[-1]
-                    head = (neg_priority, self._queue_share(qi) if fair else 0.0, submitted, job_id, name)
+                    head = (neg_priority, share, submitted, job_id, name)
                     if heads and heads[0] < head:
                         heapq.heappush(heads, head)
                         break
