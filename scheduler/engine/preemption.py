@@ -22,8 +22,7 @@ cycle that preempts for it.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -41,7 +40,7 @@ from .model import (
     WithinQueue,
     Workload,
 )
-from .nodes import FreeState
+from .nodes import BoolArray, FloatArray, FreeState, IntArray
 from .quota import Mode
 
 if TYPE_CHECKING:
@@ -57,13 +56,36 @@ class Running:
     usage: tuple[int, int, int]
 
 
+@dataclass(slots=True)
+class _Work:
+    """A flavor's preemptible running work, cheapest to stop first, with its attributes as arrays (in the
+    same order) so that a preemptor's candidates are chosen by masks."""
+
+    entries: list[tuple[Workload, tuple[int, int, int], Tier]]
+    queue: IntArray  # quota tree index, -1 for an unknown queue
+    root: IntArray
+    priority: IntArray
+    staying: BoolArray  # not already evicting
+    cluster: IntArray
+    submitted: FloatArray
+    made: dict[int, Running] = field(default_factory=dict)
+
+    def running(self, i: int) -> Running:
+        """The record of entry ``i``, made once (a search reads only a few thousand entries)."""
+        found = self.made.get(i)
+        if found is None:
+            w, usage, tier = self.entries[i]
+            found = self.made[i] = Running(w, int(self.queue[i]), tier.priority, tier.grace_seconds, usage)
+        return found
+
+
 class Preemptor:
     def __init__(self, cycle: Cycle) -> None:
         self.cycle = cycle
         self.victims: set[str] = set()
         self.attempts = 0
         self._candidate_lists: dict[tuple[object, ...], list[Running]] = {}
-        self._sorted: dict[str, tuple[list[tuple[Workload, tuple[int, int, int], Tier]], list[Running]]] = {}
+        self._sorted: dict[str, _Work] = {}
         #: Per (queue, flavor): what this cycle's preemptors asked, what their own-queue victims free, and
         #: the quota held for them meanwhile (see ``_hold``).
         self._holds: defaultdict[tuple[int, str], tuple[list[int], list[int], list[int]]] = defaultdict(
@@ -83,63 +105,69 @@ class Preemptor:
         limit = 8 * self.cycle.config.max_victims
         return [r for r in cached if r.workload.id not in self.victims][:limit]
 
-    def _cheapest_first(self, flavor: str) -> Iterator[Running]:
+    def _by_cost(self, flavor: str) -> _Work:
         """A flavor's preemptible running work by cost of preemption: already stopping, lower priority,
-        least work lost since the last checkpoint (or the start), newest, id. Sorted once per cycle; the
-        records are made as searches read them (a search rarely reads past the first few thousand)."""
+        least work lost since the last checkpoint (or the start), newest, id. Sorted once per cycle."""
         found = self._sorted.get(flavor)
         if found is None:
             cycle = self.cycle
-            work = []  # in id order, the last tie-break
+            entries = []  # in id order, the last tie-break
             for w, usage in cycle.running.get(flavor, ()):
                 tier = cycle.tiers.get(w.tier)
                 if w.preemptible and tier is not None and tier.preemptible:
-                    work.append((w, usage, tier))
-            n = len(work)
-            admitted = np.fromiter((w.admitted_at for w, _, _ in work), np.float64, n)
-            saved = np.fromiter((w.last_checkpoint_at or w.admitted_at for w, _, _ in work), np.float64, n)
-            priority = np.fromiter((tier.priority for _, _, tier in work), np.int64, n)
-            staying = np.fromiter((not w.evicting for w, _, _ in work), np.bool_, n)
+                    entries.append((w, usage, tier))
+            n = len(entries)
+            admitted = np.fromiter((w.admitted_at for w, _, _ in entries), np.float64, n)
+            saved = np.fromiter((w.last_checkpoint_at or w.admitted_at for w, _, _ in entries), np.float64, n)
+            priority = np.fromiter((tier.priority for _, _, tier in entries), np.int64, n)
+            staying = np.fromiter((not w.evicting for w, _, _ in entries), np.bool_, n)
             lost = cycle.now - np.maximum(admitted, saved)
             order = np.lexsort((np.arange(n), -admitted, lost, priority, staying))
-            found = self._sorted[flavor] = ([work[i] for i in order], [])
-        work, made = found
-        for i, (w, usage, tier) in enumerate(work):
-            if i == len(made):
-                queue = self.cycle.quota.index.get(w.queue, -1)
-                made.append(Running(w, queue, tier.priority, tier.grace_seconds, usage))
-            yield made[i]
+            entries = [entries[i] for i in order]
+            index, clusters = cycle.quota.index, cycle.table.cluster_index
+            queue = np.fromiter((index.get(w.queue, -1) for w, _, _ in entries), np.int64, n)
+            found = self._sorted[flavor] = _Work(
+                entries,
+                queue,
+                np.array([cycle.quota.root(q) if q >= 0 else -1 for q in queue.tolist()], np.int64),
+                priority[order],
+                staying[order],
+                np.fromiter((clusters.get(w.cluster, -1) for w, _, _ in entries), np.int64, n),
+                np.fromiter((w.submitted_at for w, _, _ in entries), np.float64, n),
+            )
+        return found
 
     def _find_candidates(self, job: Job, tier: Tier, queue: Queue, qi: int, flavor: str) -> list[Running]:
         cycle = self.cycle
-        quota = cycle.quota
-        root = quota.root(qi)
-        allowed = set(cycle._allowed_clusters(job, flavor))
+        work = self._by_cost(flavor)
         enough = 16 * cycle.config.max_victims  # _candidates keeps half of these after dropping victims
-        others: list[Running] = []
-        own: list[Running] = []
-        fair = queue.reclaim is Reclaim.FAIR_SHARING  # which needs every other queue's work (sorted below)
-        for r in self._cheapest_first(flavor):
-            if len(others) >= enough and (len(own) >= enough or not fair):
-                break  # own work comes after others' anyway
-            w = r.workload
-            if r.queue < 0 or cycle.table.cluster_index.get(w.cluster) not in allowed:
-                continue
-            if r.queue == qi:
-                if queue.within_queue is WithinQueue.NEVER:
-                    continue
-                lower = r.priority < tier.priority
-                newer_equal = r.priority == tier.priority and w.submitted_at > job.submitted_at
-                if lower or (queue.within_queue is WithinQueue.LOWER_OR_NEWER_EQUAL_PRIORITY and newer_equal):
-                    own.append(r)
-            elif queue.reclaim is not Reclaim.NEVER and quota.root(r.queue) == root:
-                if queue.reclaim is Reclaim.LOWER_PRIORITY and r.priority >= tier.priority:
-                    continue
-                others.append(r)  # whether that queue is still over nominal is checked when it is chosen
-        if fair:  # among equals, the queue with the largest share first
-            others.sort(key=lambda r: (not r.workload.evicting, r.priority, -cycle._queue_share(r.queue)))
+        mine = np.isin(work.cluster, cycle._allowed_clusters(job, flavor)) & (work.queue >= 0)
+        own = mine & (work.queue == qi)
+        if queue.within_queue is WithinQueue.NEVER:
+            own[:] = False
+        else:
+            lower = work.priority < tier.priority
+            if queue.within_queue is WithinQueue.LOWER_OR_NEWER_EQUAL_PRIORITY:
+                lower |= (work.priority == tier.priority) & (work.submitted > job.submitted_at)
+            own &= lower
+        # Whether another queue is still over nominal is checked when its work is chosen.
+        others = mine & (work.queue != qi) & (work.root == cycle.quota.root(qi))
+        if queue.reclaim is Reclaim.NEVER:
+            others[:] = False
+        elif queue.reclaim is Reclaim.LOWER_PRIORITY:
+            others &= work.priority < tier.priority
+        chosen_others = np.flatnonzero(others)
+        if queue.reclaim is Reclaim.FAIR_SHARING:  # among equals, the queue with the largest share first
+            share = {q: cycle._queue_share(q) for q in np.unique(work.queue[chosen_others]).tolist()}
+            shares = np.array([share[q] for q in work.queue[chosen_others].tolist()], np.float64)
+            chosen_others = chosen_others[
+                np.lexsort((chosen_others, -shares, work.priority[chosen_others], work.staying[chosen_others]))
+            ]
         # Work already stopping costs nothing; then other queues' borrowed work before one's own.
-        return sorted(others[:enough] + own[:enough], key=lambda r: (not r.workload.evicting, r.queue == qi))
+        chosen = np.concatenate([chosen_others[:enough], np.flatnonzero(own)[:enough]])
+        theirs = np.arange(len(chosen)) >= min(enough, len(chosen_others))
+        chosen = chosen[np.lexsort((np.arange(len(chosen)), theirs, work.staying[chosen]))]
+        return [work.running(i) for i in chosen.tolist()]
 
     def try_preempt(
         self,
