@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -103,7 +104,7 @@ class Preemptor:
             cached = self._candidate_lists[key] = self._find_candidates(job, tier, queue, qi, flavor)
         # The cheapest few are plenty: a job needing more than max_victims victims waits anyway.
         limit = 8 * self.cycle.config.max_victims
-        return [r for r in cached if r.workload.id not in self.victims][:limit]
+        return list(islice((r for r in cached if r.workload.id not in self.victims), limit))
 
     def _by_cost(self, flavor: str) -> _Work:
         """A flavor's preemptible running work by cost of preemption: already stopping, lower priority,

@@ -64,6 +64,8 @@ class QuotaTree:
                 fr = self.fr(flavor, RESOURCES.index(resource))
                 self._set(i, fr, quota)
                 self.covered[fr] = True
+        self._covered = [fr for fr in range(n_fr) if self.covered[fr]]
+        self._lendable: dict[int, list[int]] = {}
         self._frs = {
             f: [(r, b + r) for r in range(len(RESOURCES)) if self.covered[b + r]]
             for f, b in ((f, i * len(RESOURCES)) for f, i in self.flavor_index.items())
@@ -203,18 +205,19 @@ class QuotaTree:
         if p is None:
             return 0.0
         borrowed = [0] * len(RESOURCES)
-        lendable = [0] * len(RESOURCES)
+        lendable = self._lendable.get(p)
+        if lendable is None:  # potential is fixed for the cycle, so the parent's lendable total is too
+            lendable = self._lendable[p] = [0] * len(RESOURCES)
+            for fr in self._covered:
+                lendable[fr % len(RESOURCES)] += self.potential(p, fr)
         extra_base = -1 if flavor is None else self.flavor_index[flavor] * len(RESOURCES)
         usage, subtree = self.usage[i], self.subtree[i]
-        for fr in range(len(usage)):
-            if not self.covered[fr]:
-                continue
-            r = fr % len(RESOURCES)
-            extra = request[r] if fr - r == extra_base else 0
-            over = usage[fr] + extra - subtree[fr]
+        for fr in self._covered:
+            over = usage[fr] - subtree[fr]
+            if fr - fr % len(RESOURCES) == extra_base:
+                over += request[fr % len(RESOURCES)]
             if over > 0:
-                borrowed[r] += over
-            lendable[r] += self.potential(p, fr)
+                borrowed[fr % len(RESOURCES)] += over
         best = 0.0
         for r in range(len(RESOURCES)):
             if borrowed[r]:
