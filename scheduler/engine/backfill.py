@@ -14,14 +14,15 @@ minus what earlier reservations hold over the same window.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from .model import Assignment, Workload
+from .model import Assignment
 from .nodes import FreeState, NodeTable
 from .placement import Holds
+from .running import RunningWork
 
 
 class _Columns:
@@ -67,11 +68,9 @@ class _Releases:
         self.added = None
         self.times = None
 
-    def freeze(self) -> None:
-        """The running work recorded so far becomes the sorted base."""
-        self.base = (self.accel.arrays(sort=True), self.host.arrays(sort=True))
-        self.accel, self.host = _Columns(3), _Columns(4)
-        self.added = None
+    def load(self, base: Part) -> None:
+        """The snapshot's running work, sorted by end time."""
+        self.base = base
         self.times = None
         self.loaded = True
 
@@ -124,10 +123,10 @@ class Timeline:
         now: float,
         window: int,
         quantum: int,
-        running: Mapping[str, Sequence[tuple[Workload, object]]],
+        running: RunningWork,
     ) -> None:
         self.table = table
-        self._running = running  # read per flavor on first use
+        self._running = running  # its releases are read per flavor on first use
         self.now = now
         self.window = window
         self.quantum = quantum
@@ -146,12 +145,7 @@ class Timeline:
     def _of(self, flavor: int) -> _Releases:
         releases = self._releases[flavor]
         if not releases.loaded:
-            added = (releases.accel, releases.host)  # this cycle's admissions, recorded before first use
-            releases.accel, releases.host = _Columns(3), _Columns(4)
-            for w, _ in self._running.get(self.table.flavors[flavor], ()):
-                self.release(w.assignments, w.expected_end)
-            releases.freeze()
-            releases.accel, releases.host = added
+            releases.load(self._running.releases(flavor))
         return releases
 
     def state_at(self, flavor: int, t: float, end: float) -> FreeState:

@@ -51,7 +51,6 @@ from .model import (
     Reservation,
     Snapshot,
     Tier,
-    Workload,
 )
 from .nodes import FreeState, IntArray, NodeTable
 from .placement import (
@@ -66,6 +65,7 @@ from .placement import (
 )
 from .preemption import Preemptor
 from .quota import Mode, QuotaTree
+from .running import RunningWork
 
 #: Reasons that mean "not now" for lack of nodes (as opposed to quota, or "never").
 CAPACITY_REASONS = (PendingReason.CAPACITY, PendingReason.BACKFILL_BLOCKED)
@@ -166,21 +166,19 @@ class Cycle:
         self.queues = {q.name: q for q in snapshot.queues}
         self.table = NodeTable(snapshot.clusters, snapshot.nodes)
         self.quota = QuotaTree(snapshot.cohorts, snapshot.queues, self.table.flavors)
-        # Running work, grouped by flavor once; the timeline and the preemptor read it lazily, per flavor.
-        self.running: defaultdict[str, list[tuple[Workload, tuple[int, int, int]]]] = defaultdict(list)
+        # Running work, read once into arrays (``running.py``) and grouped by flavor for the preemptor.
+        self.work = RunningWork(self.table, snapshot.running)
+        self.running: defaultdict[str, list[int]] = defaultdict(list)
         usage: defaultdict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
-        for w in sorted(snapshot.running, key=lambda w: w.id):
-            used = w.usage()
-            self.running[w.flavor].append((w, used))
+        for i, (w, used) in enumerate(zip(self.work.workloads, self.work.usage, strict=True)):
+            self.running[w.flavor].append(i)
             total = usage[(w.queue, w.flavor)]
             total[0], total[1], total[2] = total[0] + used[0], total[1] + used[1], total[2] + used[2]
         for (queue, flavor), total in sorted(usage.items()):
             # Charging a queue's total at once is exact: the tree's additions compose.
             if queue in self.quota.index and flavor in self.quota.flavor_index:
                 self.quota.charge(self.quota.index[queue], flavor, total)
-        self.timeline = Timeline(
-            self.table, self.now, self.config.backfill_window, self.config.time_quantum, self.running
-        )
+        self.timeline = Timeline(self.table, self.now, self.config.backfill_window, self.config.time_quantum, self.work)
         self.preemptor = Preemptor(self)
         self.fragmentation = (
             Fragmentation(self.table, workload_mix(self.table, snapshot.pending, self.config.fgd_shapes))

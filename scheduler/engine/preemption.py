@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, slots=True, eq=False)  # compared by identity
 class Running:
     workload: Workload
+    index: int  # in ``RunningWork``
     queue: int  # quota tree index, -1 for an unknown queue (never a candidate)
     priority: int
     grace: int
@@ -62,7 +63,8 @@ class _Work:
     """A flavor's preemptible running work, cheapest to stop first, with its attributes as arrays (in the
     same order) so that a preemptor's candidates are chosen by masks."""
 
-    entries: list[tuple[Workload, tuple[int, int, int], Tier]]
+    entries: list[tuple[Workload, int, Tier]]  # (workload, its index in ``RunningWork``, tier)
+    usage: list[tuple[int, int, int]]  # per index in ``RunningWork``
     queue: IntArray  # quota tree index, -1 for an unknown queue
     root: IntArray
     priority: IntArray
@@ -75,8 +77,10 @@ class _Work:
         """The record of entry ``i``, made once (a search reads only a few thousand entries)."""
         found = self.made.get(i)
         if found is None:
-            w, usage, tier = self.entries[i]
-            found = self.made[i] = Running(w, int(self.queue[i]), tier.priority, tier.grace_seconds, usage)
+            w, index, tier = self.entries[i]
+            found = self.made[i] = Running(
+                w, index, int(self.queue[i]), tier.priority, tier.grace_seconds, self.usage[index]
+            )
         return found
 
 
@@ -113,10 +117,11 @@ class Preemptor:
         if found is None:
             cycle = self.cycle
             entries = []  # in id order, the last tie-break
-            for w, usage in cycle.running.get(flavor, ()):
+            for i in cycle.running.get(flavor, ()):
+                w = cycle.work.workloads[i]
                 tier = cycle.tiers.get(w.tier)
                 if w.preemptible and tier is not None and tier.preemptible:
-                    entries.append((w, usage, tier))
+                    entries.append((w, i, tier))
             n = len(entries)
             admitted = np.fromiter((w.admitted_at for w, _, _ in entries), np.float64, n)
             saved = np.fromiter((w.last_checkpoint_at or w.admitted_at for w, _, _ in entries), np.float64, n)
@@ -129,6 +134,7 @@ class Preemptor:
             queue = np.fromiter((index.get(w.queue, -1) for w, _, _ in entries), np.int64, n)
             found = self._sorted[flavor] = _Work(
                 entries,
+                cycle.work.usage,
                 queue,
                 np.array([cycle.quota.root(q) if q >= 0 else -1 for q in queue.tolist()], np.int64),
                 priority[order],
@@ -351,31 +357,7 @@ class Preemptor:
 
     def _stopped_state(self, candidates: list[Running]) -> FreeState:
         """The free state with every candidate stopped."""
-        table = self.cycle.table
-        free = table.free
-        width = free.accel.shape[1]
-        cells: list[int] = []
-        shares: list[int] = []
-        rows: list[int] = []
-        cpu: list[int] = []
-        memory: list[int] = []
-        for r in candidates:
-            for a in r.workload.assignments:
-                row = table.index.get(a.node)
-                if row is None:
-                    continue
-                cells.extend([row * width + slot for slot, _ in a.accels])
-                shares.extend([milli for _, milli in a.accels])
-                rows.append(row)
-                cpu.append(a.cpu)
-                memory.append(a.memory)
-        state = free.copy()
-        np.add.at(state.accel.reshape(-1), np.asarray(cells, np.int64), np.asarray(shares, np.int64))
-        at = np.asarray(rows, np.int64)
-        np.add.at(state.cpu, at, np.asarray(cpu, np.int64))
-        np.add.at(state.memory, at, np.asarray(memory, np.int64))
-        state.recount(at)
-        return state
+        return self.cycle.work.stopped(self.cycle.table.free, [r.index for r in candidates])
 
     def _fair_to_take(self, r: Running, queue: Queue, qi: int, flavor: str, request: tuple[int, int, int]) -> bool:
         """Kueue's rule: take ``r`` only if our share with the job stays at most theirs without ``r``."""
