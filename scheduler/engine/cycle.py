@@ -218,50 +218,64 @@ class Cycle:
     def _in_order(self) -> Iterator[tuple[Job, Tier, Queue]]:
         """Valid jobs in the order the cycle considers them; invalid ones go straight to pending.
 
-        A heap holds one head per queue. Only the queue just popped can change its share (by admitting),
-        so the other heads' keys stay exact without being recomputed.
+        Each queue's jobs are sorted once (one numpy sort for all queues). A heap then holds one head per
+        queue; only the queue being taken from can change its share (by admitting), so the other heads'
+        keys stay exact without being recomputed, and a queue is taken from while its next job still
+        comes first.
         """
-        per_queue: defaultdict[str, list[tuple[int, float, str, Job, Tier]]] = defaultdict(list)
-        invalid = []
         tiers, queues = self.tiers, self.queues
+        jobs: list[Job] = []
+        invalid: list[Job] = []
         for job in self.snapshot.pending:
-            tier = tiers.get(job.tier)
-            if tier is None or job.queue not in queues:
-                invalid.append(job)
-            else:
-                per_queue[job.queue].append((-tier.priority, job.submitted_at, job.id, job, tier))
+            (jobs if job.tier in tiers and job.queue in queues else invalid).append(job)
         for job in sorted(invalid, key=lambda j: j.id):
             self.order.append(job.id)
             reason = PendingReason.UNKNOWN_QUEUE if job.queue not in queues else PendingReason.UNKNOWN_TIER
             self._pend(job, reason)
+        if not jobs:
+            return
+        n = len(jobs)
+        names = sorted({job.queue for job in jobs})
+        number = {name: i for i, name in enumerate(names)}
+        tier_of = [tiers[job.tier] for job in jobs]
+        neg_priority = [-tier.priority for tier in tier_of]
+        submitted = [job.submitted_at for job in jobs]
+        ids = [job.id for job in jobs]
+        queue_of = np.fromiter((number[job.queue] for job in jobs), np.int64, n)
+        id_rank = np.empty(n, np.int64)
+        id_rank[np.argsort(np.array(ids), kind="stable")] = np.arange(n)
+        ordered = np.lexsort((id_rank, np.array(submitted), np.array(neg_priority), queue_of))
+        bounds = np.searchsorted(queue_of[ordered], np.arange(len(names) + 1)).tolist()
+        ordered_list = ordered.tolist()
+        per_queue = {name: ordered_list[bounds[i] : bounds[i + 1]] for i, name in enumerate(names)}
         fair = self.config.fair_sharing
-        heads = []
-        for name, items in sorted(per_queue.items()):
-            items.sort(reverse=True)  # ids are unique, so jobs themselves are never compared; pop() is next
-            heads.append(self._head_key(name, items[-1]))
-        heapq.heapify(heads)
         index = self.quota.index
+
+        def head(name: str, k: int, share: float) -> tuple[int, float, float, str, str]:
+            return (neg_priority[k], share, submitted[k], ids[k], name)
+
+        heads = [
+            head(name, items[0], self._queue_share(index[name]) if fair else 0.0) for name, items in per_queue.items()
+        ]
+        heapq.heapify(heads)
+        taken = dict.fromkeys(names, 0)
         while heads:
             name = heapq.heappop(heads)[4]
             items, queue, qi = per_queue[name], queues[name], index[name]
             share, epoch = 0.0, -1
-            # Take this queue's jobs while its next one still comes first (its share may have changed).
-            while items:
-                _, _, _, job, tier = items.pop()
-                yield job, tier, queue
-                if items:
+            at = taken[name]
+            while at < len(items):
+                k = items[at]
+                at += 1
+                yield jobs[k], tier_of[k], queue
+                if at < len(items):
                     if fair and epoch != self._quota_epoch:
                         share, epoch = self._queue_share(qi), self._quota_epoch
-                    neg_priority, submitted, job_id, _, _ = items[-1]
-                    head = (neg_priority, share, submitted, job_id, name)
-                    if heads and heads[0] < head:
-                        heapq.heappush(heads, head)
+                    following = head(name, items[at], share)
+                    if heads and heads[0] < following:
+                        heapq.heappush(heads, following)
                         break
-
-    def _head_key(self, queue: str, item: tuple[int, float, str, Job, Tier]) -> tuple[float, float, float, str, str]:
-        neg_priority, submitted, job_id, _, _ = item
-        share = self._queue_share(self.quota.index[queue]) if self.config.fair_sharing else 0.0
-        return (neg_priority, share, submitted, job_id, queue)
+            taken[name] = at
 
     # --------------------------------------------------------------------------------------------- cycle
 

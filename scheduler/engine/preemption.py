@@ -89,7 +89,7 @@ class Preemptor:
         self.cycle = cycle
         self.victims: set[str] = set()
         self.attempts = 0
-        self._candidate_lists: dict[tuple[object, ...], list[Running]] = {}
+        self._candidate_lists: dict[tuple[object, ...], list[int]] = {}  # positions in ``_Work``
         self._sorted: dict[str, _Work] = {}
         #: Per (queue, flavor): what this cycle's preemptors asked, what their own-queue victims free, and
         #: the quota held for them meanwhile (see ``_hold``).
@@ -105,10 +105,12 @@ class Preemptor:
         key = (qi, tier.priority, flavor, job.clusters, job.regions, job.submitted_at if newer_matters else None)
         cached = self._candidate_lists.get(key)
         if cached is None:
-            cached = self._candidate_lists[key] = self._find_candidates(job, tier, queue, qi, flavor)
+            cached = self._candidate_lists[key] = self._find_candidates(job, tier, queue, qi, flavor).tolist()
         # The cheapest few are plenty: a job needing more than max_victims victims waits anyway.
         limit = 8 * self.cycle.config.max_victims
-        return list(islice((r for r in cached if r.workload.id not in self.victims), limit))
+        work = self._by_cost(flavor)
+        every = (work.running(i) for i in cached)
+        return list(islice((r for r in every if r.workload.id not in self.victims), limit))
 
     def _by_cost(self, flavor: str) -> _Work:
         """A flavor's preemptible running work by cost of preemption: already stopping, lower priority,
@@ -144,7 +146,8 @@ class Preemptor:
             )
         return found
 
-    def _find_candidates(self, job: Job, tier: Tier, queue: Queue, qi: int, flavor: str) -> list[Running]:
+    def _find_candidates(self, job: Job, tier: Tier, queue: Queue, qi: int, flavor: str) -> IntArray:
+        """Positions in the flavor's ``_Work`` of what the policy lets ``job`` preempt, in the order to try."""
         cycle = self.cycle
         work = self._by_cost(flavor)
         enough = 16 * cycle.config.max_victims  # _candidates keeps half of these after dropping victims
@@ -173,8 +176,7 @@ class Preemptor:
         # Work already stopping costs nothing; then other queues' borrowed work before one's own.
         chosen = np.concatenate([chosen_others[:enough], np.flatnonzero(own)[:enough]])
         theirs = np.arange(len(chosen)) >= min(enough, len(chosen_others))
-        chosen = chosen[np.lexsort((np.arange(len(chosen)), theirs, work.staying[chosen]))]
-        return [work.running(i) for i in chosen.tolist()]
+        return chosen[np.lexsort((np.arange(len(chosen)), theirs, work.staying[chosen]))]
 
     def try_preempt(
         self,
