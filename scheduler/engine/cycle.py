@@ -95,6 +95,7 @@ class Verdict:
     message: str = ""  # filled on first use; identical jobs share it
     estimate: float | None = None
     estimated: bool = False
+    settled: bool = False  # nothing left to do for jobs with this verdict but pend them (``run``)
 
 
 class Failures(Generic[T]):
@@ -280,39 +281,42 @@ class Cycle:
     # --------------------------------------------------------------------------------------------- cycle
 
     def run(self) -> Decisions:
-        limit, considered = self.config.max_jobs_per_cycle, 0
+        """Consider every job in order. This loop runs once per pending job, tens of thousands of times a
+        cycle, and nearly every time the failure cache already knows the verdict; so that case is kept
+        inline and short."""
+        limit, attempts, considered = self.config.max_jobs_per_cycle, self.config.preemption_attempts, 0
+        order, pending, failed, preemptor = self.order, self.pending, self._failed, self.preemptor
         for position, (job, tier, queue) in enumerate(self._in_order()):
-            self.order.append(job.id)
+            order.append(job.id)
             if position >= limit:
                 self._pend(job, PendingReason.NOT_CONSIDERED, position=position)
                 continue
             considered += 1
-            self._consider(job, tier, queue, position)
+            # Once this cycle's victim searches are spent, a verdict no longer depends on the job's tier.
+            key = (queue.name, None if preemptor.attempts >= attempts else tier.name, job.workers,
+                   job.accelerators, job.accel_milli, job.flavors, job.clusters, job.regions, job.topology)  # fmt: skip
+            verdict = failed.get(key, job)
+            if verdict is None:
+                self.stats["tried"] += 1
+                outcome = self._try_now(job, tier, queue, Shape.of(job), position)
+                if outcome is None:
+                    continue  # admitted, or waiting for the preemptions it issued
+                verdict, general = outcome
+                failed.put(key, general, verdict)
+            if verdict.settled:
+                pending.append(Pending(job.id, verdict.reason, verdict.message, verdict.estimate, position))
+            else:
+                self._reserve_or_pend(job, verdict, position)
         self.stats["considered"] = considered
         self.stats["cache_hits"] = considered - self.stats["tried"]
         return Decisions(
             admissions=tuple(self.admissions),
             preemptions=tuple(self.preemptions),
             reservations=tuple(self.reservations),
-            pending=tuple(self.pending),
-            order=tuple(self.order),
+            pending=tuple(pending),
+            order=tuple(order),
             stats=dict(self.stats),
         )
-
-    def _consider(self, job: Job, tier: Tier, queue: Queue, position: int) -> None:
-        # Once this cycle's victim searches are spent, a verdict no longer depends on the job's tier.
-        spent = self.preemptor.attempts >= self.config.preemption_attempts
-        key = (queue.name, None if spent else tier.name, job.workers, job.accelerators, job.accel_milli,
-               job.flavors, job.clusters, job.regions, job.topology)  # fmt: skip
-        verdict = self._failed.get(key, job)
-        if verdict is None:
-            self.stats["tried"] += 1
-            outcome = self._try_now(job, tier, queue, Shape.of(job), position)
-            if outcome is None:
-                return  # admitted, or waiting for the preemptions it issued
-            verdict, general = outcome
-            self._failed.put(key, general, verdict)
-        self._reserve_or_pend(job, verdict, position)
 
     def _try_now(self, job: Job, tier: Tier, queue: Queue, shape: Shape, position: int) -> tuple[Verdict, Job] | None:
         """Admit the job or issue preemptions for it (None), or say why it cannot start now, with the
@@ -409,6 +413,16 @@ class Cycle:
                 verdict.estimate = self._earliest(job, flavor)
         if not verdict.message:
             verdict.message = explain.message(verdict.reason, job, verdict.facts)
+        # Reservations and estimates only run out: once neither can change this verdict, later jobs
+        # that share it are pended straight away.
+        verdict.settled = (
+            flavor is None
+            or not self.config.backfill
+            or (
+                len(self.reservations) >= self.config.reservations
+                and (verdict.estimated or self.stats["estimates"] >= self.config.estimates)
+            )
+        )
         self.pending.append(Pending(job.id, verdict.reason, verdict.message, verdict.estimate, position))
 
     # ----------------------------------------------------------------------------------------- placement
