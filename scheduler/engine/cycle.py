@@ -69,6 +69,7 @@ from .running import RunningWork
 
 #: Reasons that mean "not now" for lack of nodes (as opposed to quota, or "never").
 CAPACITY_REASONS = (PendingReason.CAPACITY, PendingReason.BACKFILL_BLOCKED)
+INF = float("inf")
 T = TypeVar("T")
 
 
@@ -104,14 +105,14 @@ class Failures(Generic[T]):
     failed, with no higher price limit, fails the same way (Armada's scheduling keys, with dominance)."""
 
     def __init__(self) -> None:
-        self._known: dict[tuple[object, ...], list[tuple[int, int, int, float, T]]] = {}
+        self.known: dict[tuple[object, ...], list[tuple[int, int, int, float, T]]] = {}
 
     @staticmethod
     def price(job: Job) -> float:
         return job.max_price_per_hour if job.max_price_per_hour is not None else float("inf")
 
     def get(self, key: tuple[object, ...], job: Job) -> T | None:
-        known = self._known.get(key)
+        known = self.known.get(key)
         if not known:
             return None
         price = self.price(job)
@@ -126,12 +127,12 @@ class Failures(Generic[T]):
         """Record a failure; it replaces the ones it covers (keeping the list short and most general)."""
         entry = (job.cpu, job.memory, job.time_limit, self.price(job), value)
         known = [
-            k for k in self._known.get(key, []) if not (k[0] >= entry[0] and k[1] >= entry[1] and k[2] >= entry[2]
+            k for k in self.known.get(key, []) if not (k[0] >= entry[0] and k[1] >= entry[1] and k[2] >= entry[2]
                                                          and k[3] <= entry[3])
         ]  # fmt: skip
         if len(known) < 16:
             known.append(entry)
-        self._known[key] = known
+        self.known[key] = known
 
 
 def schedule(snapshot: Snapshot) -> Decisions:
@@ -272,7 +273,8 @@ class Cycle:
                 if at < len(items):
                     if fair and epoch != self._quota_epoch:
                         share, epoch = self._queue_share(qi), self._quota_epoch
-                    following = head(name, items[at], share)
+                    k = items[at]
+                    following = (neg_priority[k], share, submitted[k], ids[k], name)
                     if heads and heads[0] < following:
                         heapq.heappush(heads, following)
                         break
@@ -295,7 +297,15 @@ class Cycle:
             # Once this cycle's victim searches are spent, a verdict no longer depends on the job's tier.
             key = (queue.name, None if preemptor.attempts >= attempts else tier.name, job.workers,
                    job.accelerators, job.accel_milli, job.flavors, job.clusters, job.regions, job.topology)  # fmt: skip
-            verdict = failed.get(key, job)
+            known = failed.known.get(key)
+            if not known:
+                verdict = None
+            else:  # the usual case, the first failure recorded for the key covers the job, tried inline
+                cpu, memory, time_limit, max_price, verdict = known[0]
+                price = job.max_price_per_hour
+                if not (job.cpu >= cpu and job.memory >= memory and job.time_limit >= time_limit
+                        and (max_price == INF if price is None else price <= max_price)):  # fmt: skip
+                    verdict = failed.get(key, job)
             if verdict is None:
                 self.stats["tried"] += 1
                 outcome = self._try_now(job, tier, queue, Shape.of(job), position)
