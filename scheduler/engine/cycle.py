@@ -191,7 +191,7 @@ class Cycle:
         self._allowed: dict[tuple[str, tuple[str, ...], tuple[str, ...]], list[int]] = {}
         self._queue_flavors: dict[tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]], list[str]] = {}
         self._capacity: dict[tuple[int, int], int] = {}
-        self._largest_free: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._largest_free: dict[tuple[int, int, int], tuple[int, ...]] = {}
         self._failed: Failures[Verdict] = Failures()
         self._no_room: Failures[tuple[Verdict, Job]] = Failures()
         self._share: dict[int, float] = {}
@@ -460,22 +460,23 @@ class Cycle:
             self._allowed[key] = allowed
         return allowed
 
-    def _may_fit(self, shape: Shape, workers: int, flavor: str, cluster: int) -> bool:
-        """A quick test on the free state, from each (flavor, cluster)'s largest free node and total free
-        accelerators: False means no placement exists there; True means look (most jobs that fail now fail
-        here, for a fraction of the cost of looking)."""
+    def _may_fit(self, state: FreeState, shape: Shape, workers: int, flavor: str, cluster: int) -> bool:
+        """A quick test from each (flavor, cluster)'s largest free node and total free accelerators, in
+        the free state now or with every node idle: False means no placement exists there; True means
+        look. Most jobs that fail now fail here, for a fraction of the cost of looking; and for one
+        worker that asks only for accelerators, True is the answer."""
         f = self.table.flavor_index[flavor]
-        version = int(self.table.group_version[f, cluster])
-        known = self._largest_free.get((f, cluster))
+        version = int(self.table.group_version[f, cluster]) if state is self.table.free else -1
+        known = self._largest_free.get((id(state), f, cluster))
         if known is None or known[0] != version:
-            free, rows = self.table.free, self._rows(flavor, cluster)
-            whole = free.whole[rows]
-            known = self._largest_free[(f, cluster)] = (
+            rows = self._rows(flavor, cluster)
+            whole = state.whole[rows]
+            known = self._largest_free[(id(state), f, cluster)] = (
                 version,
                 int(whole.max()),
-                int(free.accel[rows].max()),
-                int(free.cpu[rows].max()),
-                int(free.memory[rows].max()),
+                int(state.accel[rows].max()),
+                int(state.cpu[rows].max()),
+                int(state.memory[rows].max()),
                 int(whole.sum()),
             )
         _, whole_max, share_max, cpu_max, memory_max, whole_total = known
@@ -553,8 +554,12 @@ class Cycle:
             levels = table.clusters[c].levels
             if not len(rows) or lacks_level(levels, job.topology):
                 continue
-            if state is table.free and not self._may_fit(shape, job.workers, flavor, c):
-                continue
+            if state is table.free or state is table.empty:
+                if not self._may_fit(state, shape, job.workers, flavor, c):
+                    continue
+                bare = not shape.cpu and not shape.memory and holds is None and job.max_price_per_hour is None
+                if any_one and job.workers == 1 and bare:
+                    return [(c, [], -1, 0.0, 0.0)]  # exact for this job (see ``_may_fit``)
             fits = worker_fits(state, rows, shape)
             if holds is not None:
                 fits = held_fits(holds, rows, shape, end, fits)
