@@ -146,17 +146,21 @@ def _snapshot_frozen() -> Iterator[None]:
     """Keep Python's cyclic garbage collector off the snapshot during the cycle. A cycle allocates tens of
     thousands of small objects beside a snapshot of hundreds of thousands, and every full collection would
     walk the whole snapshot again (a fifth of the cycle at 10,000 nodes). ``gc.freeze`` moves what exists
-    now out of the collector's sight; objects the cycle creates are collected as usual; ``gc.unfreeze``
-    gives the rest back afterwards. A process that froze objects itself (a pre-forking server) keeps its
-    own freeze: we leave the permanent generation alone then."""
-    if gc.get_freeze_count():
-        yield
-        return
-    gc.freeze()
+    now out of the collector's sight and ``gc.unfreeze`` gives it back afterwards; objects the cycle
+    creates are still collected, in fewer, larger batches (almost all of them live to the end of the
+    cycle, so frequent young collections would only scan them again). A process that froze objects
+    itself (a pre-forking server) keeps its own freeze: we leave the permanent generation alone then."""
+    threshold = gc.get_threshold()
+    gc.set_threshold(max(threshold[0], 20_000), *threshold[1:])
+    frozen = not gc.get_freeze_count()
+    if frozen:
+        gc.freeze()
     try:
         yield
     finally:
-        gc.unfreeze()
+        if frozen:
+            gc.unfreeze()
+        gc.set_threshold(*threshold)
 
 
 class Cycle:
@@ -287,7 +291,7 @@ class Cycle:
         cycle, and nearly every time the failure cache already knows the verdict; so that case is kept
         inline and short."""
         limit, attempts, considered = self.config.max_jobs_per_cycle, self.config.preemption_attempts, 0
-        order, pending, failed, preemptor = self.order, self.pending, self._failed, self.preemptor
+        order, pending, failed, preemptor, make = self.order, self.pending, self._failed, self.preemptor, tuple.__new__
         for position, (job, tier, queue) in enumerate(self._in_order()):
             order.append(job.id)
             if position >= limit:
@@ -313,8 +317,8 @@ class Cycle:
                     continue  # admitted, or waiting for the preemptions it issued
                 verdict, general = outcome
                 failed.put(key, general, verdict)
-            if verdict.settled:
-                pending.append(Pending(job.id, verdict.reason, verdict.message, verdict.estimate, position))
+            if verdict.settled:  # (``tuple.__new__`` makes the named tuple without its Python-level __new__)
+                pending.append(make(Pending, (job.id, verdict.reason, verdict.message, verdict.estimate, position)))
             else:
                 self._reserve_or_pend(job, verdict, position)
         self.stats["considered"] = considered
