@@ -43,6 +43,7 @@ from .model import (
 )
 from .nodes import BoolArray, FloatArray, FreeState, IntArray
 from .quota import Mode
+from .running import Policy, RunningWork
 
 if TYPE_CHECKING:
     from .cycle import Cycle, Placement
@@ -63,11 +64,12 @@ class _Work:
     """A flavor's preemptible running work, cheapest to stop first, with its attributes as arrays (in the
     same order) so that a preemptor's candidates are chosen by masks."""
 
-    entries: list[tuple[Workload, int, Tier]]  # (workload, its index in ``RunningWork``, tier)
-    usage: list[tuple[int, int, int]]  # per index in ``RunningWork``
+    work: RunningWork
+    index: IntArray  # into ``work.workloads``
     queue: IntArray  # quota tree index, -1 for an unknown queue
     root: IntArray
     priority: IntArray
+    grace: IntArray
     staying: BoolArray  # not already evicting
     cluster: IntArray
     submitted: FloatArray
@@ -77,9 +79,14 @@ class _Work:
         """The record of entry ``i``, made once (a search reads only a few thousand entries)."""
         found = self.made.get(i)
         if found is None:
-            w, index, tier = self.entries[i]
+            k = int(self.index[i])
             found = self.made[i] = Running(
-                w, index, int(self.queue[i]), tier.priority, tier.grace_seconds, self.usage[index]
+                self.work.workloads[k],
+                k,
+                int(self.queue[i]),
+                int(self.priority[i]),
+                int(self.grace[i]),
+                self.work.usage[k],
             )
         return found
 
@@ -91,6 +98,7 @@ class Preemptor:
         self.attempts = 0
         self._candidate_lists: dict[tuple[object, ...], list[int]] = {}  # positions in ``_Work``
         self._sorted: dict[str, _Work] = {}
+        self._policy: Policy | None = None
         #: Per (queue, flavor): what this cycle's preemptors asked, what their own-queue victims free, and
         #: the quota held for them meanwhile (see ``_hold``).
         self._holds: defaultdict[tuple[int, str], tuple[list[int], list[int], list[int]]] = defaultdict(
@@ -118,31 +126,25 @@ class Preemptor:
         found = self._sorted.get(flavor)
         if found is None:
             cycle = self.cycle
-            entries = []  # in id order, the last tie-break
-            for i in cycle.running.get(flavor, ()):
-                w = cycle.work.workloads[i]
-                tier = cycle.tiers.get(w.tier)
-                if w.preemptible and tier is not None and tier.preemptible:
-                    entries.append((w, i, tier))
-            n = len(entries)
-            admitted = np.fromiter((w.admitted_at for w, _, _ in entries), np.float64, n)
-            saved = np.fromiter((w.last_checkpoint_at or w.admitted_at for w, _, _ in entries), np.float64, n)
-            priority = np.fromiter((tier.priority for _, _, tier in entries), np.int64, n)
-            staying = np.fromiter((not w.evicting for w, _, _ in entries), np.bool_, n)
-            lost = cycle.now - np.maximum(admitted, saved)
-            order = np.lexsort((np.arange(n), -admitted, lost, priority, staying))
-            entries = [entries[i] for i in order]
-            index, clusters = cycle.quota.index, cycle.table.cluster_index
-            queue = np.fromiter((index.get(w.queue, -1) for w, _, _ in entries), np.int64, n)
+            if self._policy is None:
+                self._policy = cycle.work.policy(cycle.tiers, cycle.quota.index)
+            p = self._policy
+            index = np.asarray(cycle.running.get(flavor, []), np.int64)  # in id order, the last tie-break
+            index = index[p.preemptible[index]]
+            lost = cycle.now - np.maximum(p.admitted[index], p.saved[index])
+            index = index[np.lexsort((index, -p.admitted[index], lost, p.priority[index], p.staying[index]))]
+            queue = p.queue[index]
+            roots = np.array([cycle.quota.root(q) if q >= 0 else -1 for q in range(len(cycle.quota.names))] + [-1])
             found = self._sorted[flavor] = _Work(
-                entries,
-                cycle.work.usage,
+                cycle.work,
+                index,
                 queue,
-                np.array([cycle.quota.root(q) if q >= 0 else -1 for q in queue.tolist()], np.int64),
-                priority[order],
-                staying[order],
-                np.fromiter((clusters.get(w.cluster, -1) for w, _, _ in entries), np.int64, n),
-                np.fromiter((w.submitted_at for w, _, _ in entries), np.float64, n),
+                roots[queue],  # (-1 picks the last entry, -1)
+                p.priority[index],
+                p.grace[index],
+                p.staying[index],
+                p.cluster[index],
+                p.submitted[index],
             )
         return found
 

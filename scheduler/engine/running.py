@@ -8,13 +8,29 @@ arrays, lets each of them select what it needs with numpy instead of walking the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
 
-from .model import Workload
-from .nodes import FreeState, IntArray, NodeTable
+from .model import Tier, Workload
+from .nodes import BoolArray, FloatArray, FreeState, IntArray, NodeTable
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """What preemption needs to know of every running workload, one array entry per workload."""
+
+    queue: IntArray  # quota tree index, -1 for an unknown queue
+    priority: IntArray
+    grace: IntArray
+    preemptible: BoolArray  # the workload and its tier allow it
+    staying: BoolArray  # not already told to stop
+    admitted: FloatArray
+    saved: FloatArray  # last checkpoint, or the start
+    submitted: FloatArray
+    cluster: IntArray  # -1 for a cluster that left the fleet
 
 
 class RunningWork:
@@ -54,6 +70,30 @@ class RunningWork:
     @staticmethod
     def _total(at: IntArray, values: IntArray, length: int) -> list[int]:
         return np.bincount(at, weights=values, minlength=length).astype(np.int64).tolist() if len(at) else [0] * length
+
+    def policy(self, tiers: Mapping[str, Tier], queues: Mapping[str, int]) -> Policy:
+        """The workloads' queues, tiers and times as arrays (a workload of an unknown tier is never a victim)."""
+        columns: tuple[list[float], ...] = ([], [], [], [], [], [], [], [], [])
+        queue, priority, grace, preemptible, staying, admitted, saved, submitted, cluster = columns
+        clusters = self.table.cluster_index
+        for w in self.workloads:
+            tier = tiers.get(w.tier)
+            queue.append(queues.get(w.queue, -1))
+            priority.append(tier.priority if tier else 0)
+            grace.append(tier.grace_seconds if tier else 0)
+            preemptible.append(w.preemptible and tier is not None and tier.preemptible)
+            staying.append(not w.evicting)
+            admitted.append(w.admitted_at)
+            saved.append(w.last_checkpoint_at or w.admitted_at)
+            submitted.append(w.submitted_at)
+            cluster.append(clusters.get(w.cluster, -1))
+        ints, floats, flags = np.int64, np.float64, np.bool_
+        return Policy(
+            *(
+                np.asarray(c, kind)
+                for c, kind in zip(columns, (ints, ints, ints, flags, flags, floats, floats, floats, ints), strict=True)
+            )
+        )
 
     def releases(self, flavor: int) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
         """What the nodes of ``flavor`` get back as their work ends: accelerator shares (end, cell, milli)
