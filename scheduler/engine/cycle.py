@@ -70,6 +70,8 @@ from .running import RunningWork
 #: Reasons that mean "not now" for lack of nodes (as opposed to quota, or "never").
 CAPACITY_REASONS = (PendingReason.CAPACITY, PendingReason.BACKFILL_BLOCKED)
 INF = float("inf")
+#: The least a job must ask for to fail like one that failed: (CPU, memory, time limit, price limit).
+Floor = tuple[int, int, int, float]
 T = TypeVar("T")
 
 
@@ -109,7 +111,12 @@ class Failures(Generic[T]):
 
     @staticmethod
     def price(job: Job) -> float:
-        return job.max_price_per_hour if job.max_price_per_hour is not None else float("inf")
+        return job.max_price_per_hour if job.max_price_per_hour is not None else INF
+
+    @staticmethod
+    def floor(job: Job) -> Floor:
+        """The job itself as a failure: only jobs asking at least as much fail like it."""
+        return (job.cpu, job.memory, job.time_limit, Failures.price(job))
 
     def get(self, key: tuple[object, ...], job: Job) -> T | None:
         known = self.known.get(key)
@@ -123,9 +130,10 @@ class Failures(Generic[T]):
                 return value
         return None
 
-    def put(self, key: tuple[object, ...], job: Job, value: T) -> None:
-        """Record a failure; it replaces the ones it covers (keeping the list short and most general)."""
-        entry = (job.cpu, job.memory, job.time_limit, self.price(job), value)
+    def put(self, key: tuple[object, ...], floor: Floor, value: T) -> None:
+        """Record a failure of every job asking at least ``floor``; it replaces the ones it covers (keeping
+        the list short and most general)."""
+        entry = (*floor, value)
         known = [
             k for k in self.known.get(key, []) if not (k[0] >= entry[0] and k[1] >= entry[1] and k[2] >= entry[2]
                                                          and k[3] <= entry[3])
@@ -197,7 +205,7 @@ class Cycle:
         self._capacity: dict[tuple[int, int], int] = {}
         self._largest_free: dict[tuple[int, int, int], tuple[int, ...]] = {}
         self._failed: Failures[Verdict] = Failures()
-        self._no_room: Failures[tuple[Verdict, Job]] = Failures()
+        self._no_room: Failures[tuple[Verdict, Floor]] = Failures()
         self._share: dict[int, float] = {}
         self._ever: dict[tuple[object, ...], bool] = {}
         self._largest: dict[tuple[object, ...], tuple[int, int]] = {}
@@ -315,8 +323,8 @@ class Cycle:
                 outcome = self._try_now(job, tier, queue, Shape.of(job), position)
                 if outcome is None:
                     continue  # admitted, or waiting for the preemptions it issued
-                verdict, general = outcome
-                failed.put(key, general, verdict)
+                verdict, floor = outcome
+                failed.put(key, floor, verdict)
             if verdict.settled:  # (``tuple.__new__`` makes the named tuple without its Python-level __new__)
                 pending.append(make(Pending, (job.id, verdict.reason, verdict.message, verdict.estimate, position)))
             else:
@@ -332,16 +340,16 @@ class Cycle:
             stats=dict(self.stats),
         )
 
-    def _try_now(self, job: Job, tier: Tier, queue: Queue, shape: Shape, position: int) -> tuple[Verdict, Job] | None:
+    def _try_now(self, job: Job, tier: Tier, queue: Queue, shape: Shape, position: int) -> tuple[Verdict, Floor] | None:
         """Admit the job or issue preemptions for it (None), or say why it cannot start now, with the
-        most general job (least CPU, memory and time, highest price limit) that fails for the same reasons."""
+        least a job of its kind must ask for to fail for the same reasons."""
         qi = self.quota.index[queue.name]
         request = (job.workers * job.accel_per_worker, job.workers * job.cpu, job.workers * job.memory)
         flavors = self._flavors(job, queue)
         if not flavors:
-            return Verdict(PendingReason.NO_FLAVOR, None, {}), replace(job, cpu=0, memory=0, time_limit=1)
+            return Verdict(PendingReason.NO_FLAVOR, None, {}), (0, 0, 1, Failures.price(job))
         # What the failures found so far depend on; each one raises the floor (see ``Failures``).
-        floor = [0, 0, 1, float("inf")]  # cpu, memory, time limit, price limit
+        floor = [0, 0, 1, INF]  # cpu, memory, time limit, price limit
         best: tuple[int, int, Placement] | None = None
         verdicts: list[Verdict] = []
         preemptable: list[str] = []
@@ -370,9 +378,9 @@ class Cycle:
                         continue
                     known = self._why_no_room(job, flavor)
                     self._no_room.put(room_key, known[1], known)
-                no_room, general = known
-                floor = [max(floor[0], general.cpu), max(floor[1], general.memory),
-                         max(floor[2], general.time_limit), min(floor[3], Failures.price(general))]  # fmt: skip
+                no_room, least = known
+                floor = [max(floor[0], least[0]), max(floor[1], least[1]), max(floor[2], least[2]),
+                         min(floor[3], least[3])]  # fmt: skip
                 verdicts.append(no_room)
                 if no_room.reason in CAPACITY_REASONS:
                     preemptable.append(flavor)
@@ -387,16 +395,12 @@ class Cycle:
             if self.preemptor.try_preempt(job, tier, queue, qi, shape, request, flavor, position):
                 return None
         if self.preemptor.attempts != attempts:  # a victim search depends on the whole request
-            floor = [job.cpu, job.memory, job.time_limit, Failures.price(job)]
+            floor = list(Failures.floor(job))
         # The first flavor's reason explains best, except that "busy now" beats "never" and "quota".
         busy = [v for v in verdicts if v.reason in CAPACITY_REASONS]
         first = busy[0] if busy else verdicts[0]
         verdict = Verdict(first.reason, first.flavor, first.facts, reservable=busy[0].flavor if busy else None)
-        price = None if floor[3] == float("inf") else floor[3]
-        general = replace(
-            job, cpu=int(floor[0]), memory=int(floor[1]), time_limit=int(floor[2]), max_price_per_hour=price
-        )
-        return verdict, general
+        return verdict, (int(floor[0]), int(floor[1]), int(floor[2]), floor[3])
 
     def _quota_mode(self, qi: int, flavor: str, request: tuple[int, int, int]) -> Mode:
         """``QuotaTree.classify``, remembered until the next admission changes usage."""
@@ -701,30 +705,29 @@ class Cycle:
                 return Verdict(PendingReason.QUOTA_EXCEEDS_LIMIT, flavor, facts)
         return Verdict(PendingReason.QUOTA_EXCEEDS_LIMIT, flavor, {"flavors": flavor, "resource": RESOURCES[0]})
 
-    def _why_no_room(self, job: Job, flavor: str) -> tuple[Verdict, Job]:
+    def _why_no_room(self, job: Job, flavor: str) -> tuple[Verdict, Floor]:
         """Quota allows the job but no placement exists now: say why (busy, held for a reservation, or
-        never), and return the most general job that fails the same way, for the failure cache."""
+        never), and the least a job of its kind must ask for to fail the same way (``Failures``)."""
         facts: dict[str, object] = {"flavors": flavor}
         free = self.table.free
         if self.timeline.held and self.fits(job, flavor, free, self.now):
-            return Verdict(PendingReason.BACKFILL_BLOCKED, flavor, facts), job
+            return Verdict(PendingReason.BACKFILL_BLOCKED, flavor, facts), Failures.floor(job)
         # Not the reservations' doing, so the time limit does not matter; if the accelerators alone do not
         # fit, neither CPU, memory nor price matter either.
-        general = replace(job, time_limit=1)
-        bare = replace(general, cpu=0, memory=0, max_price_per_hour=None)
-        if not self.fits(bare, flavor, free, self.now):
-            general = bare
+        bare = replace(job, cpu=0, memory=0, time_limit=1, max_price_per_hour=None)
+        anything: Floor = (0, 0, 1, INF)
+        room = self.fits(bare, flavor, free, self.now)  # for the accelerators alone
+        least = (job.cpu, job.memory, 1, Failures.price(job)) if room else anything
         if not self._ever_fits(bare, flavor):
             reason = PendingReason.TOPOLOGY if job.topology is not None else PendingReason.NEVER_FITS
-            return Verdict(reason, flavor, facts), bare
+            return Verdict(reason, flavor, facts), anything
         cpu, memory = self._largest_node(job, flavor)
         if job.cpu > cpu or job.memory > memory:
-            return Verdict(PendingReason.NEVER_FITS, flavor, facts), replace(general, cpu=job.cpu, memory=job.memory)
-        if general.max_price_per_hour is not None:
-            empty = self.table.empty
-            if not self.fits(general, flavor, empty, self.now):
-                return Verdict(PendingReason.PRICE_LIMIT, flavor, facts), general
-        return Verdict(PendingReason.CAPACITY, flavor, facts), general
+            return Verdict(PendingReason.NEVER_FITS, flavor, facts), (job.cpu, job.memory, 1, least[3])
+        priced = room and job.max_price_per_hour is not None
+        if priced and not self.fits(replace(job, time_limit=1), flavor, self.table.empty, self.now):
+            return Verdict(PendingReason.PRICE_LIMIT, flavor, facts), least
+        return Verdict(PendingReason.CAPACITY, flavor, facts), least
 
     def _ever_fits(self, bare: Job, flavor: str) -> bool:
         """Whether the job's accelerators fit the allowed part of the fleet with every node idle."""
