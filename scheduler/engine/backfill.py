@@ -134,6 +134,7 @@ class Timeline:
         self.held: list[Held] = []
         self._releases: dict[int, _Releases] = defaultdict(_Releases)
         self._width = table.free.accel.shape[1]
+        self._ended: dict[tuple[int, float], tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def release(self, assignments: Sequence[Assignment], end: float) -> None:
         """Record that ``assignments`` give their resources back at ``end``."""
@@ -150,23 +151,41 @@ class Timeline:
 
     def state_at(self, flavor: int, t: float, end: float) -> FreeState:
         """Free resources of the flavor's nodes at time ``t`` for a job running until ``end`` (other rows
-        are left as they are now: nothing placed on this flavor reads them)."""
+        are left as they are now: nothing placed on this flavor reads them).
+
+        Searches for different jobs probe the same release times, so what has ended by ``t`` is kept
+        per (flavor, t) until an admission on the flavor changes the free state or the releases."""
         state = self.table.free.copy()
-        flat = state.accel.reshape(-1)
-        for (_, cells, milli), (_, rows, cpu, memory) in self._of(flavor).at(t):
-            np.add.at(flat, cells, milli)
-            np.add.at(state.cpu, rows, cpu)
-            np.add.at(state.memory, rows, memory)
+        rows = self.table.groups_of(flavor)
+        version = int(self.table.group_version[flavor].sum())  # bumped by every admission on the flavor
+        known = self._ended.get((flavor, t))
+        if known is not None and known[0] == version:
+            _, state.accel[rows], state.cpu[rows], state.memory[rows], state.whole[rows] = known
+        else:
+            flat = state.accel.reshape(-1)
+            for (_, cells, milli), (_, ended, cpu, memory) in self._of(flavor).at(t):
+                np.add.at(flat, cells, milli)
+                np.add.at(state.cpu, ended, cpu)
+                np.add.at(state.memory, ended, memory)
+            state.recount(rows)
+            self._ended[(flavor, t)] = (
+                version,
+                state.accel[rows],
+                state.cpu[rows],
+                state.memory[rows],
+                state.whole[rows],
+            )  # (copies: fancy indexing)
         overlapping = [h for h in self.held if h.flavor == flavor and h.start < end and t < h.end]
         if overlapping:
+            flat = state.accel.reshape(-1)
             np.subtract.at(
                 flat, np.concatenate([h.cells for h in overlapping]), np.concatenate([h.milli for h in overlapping])
             )
-            rows = np.concatenate([h.rows for h in overlapping])
-            np.subtract.at(state.cpu, rows, np.concatenate([h.cpu for h in overlapping]))
-            np.subtract.at(state.memory, rows, np.concatenate([h.memory for h in overlapping]))
-            _settle(state, rows)
-        state.recount(self.table.groups_of(flavor))
+            held = np.concatenate([h.rows for h in overlapping])
+            np.subtract.at(state.cpu, held, np.concatenate([h.cpu for h in overlapping]))
+            np.subtract.at(state.memory, held, np.concatenate([h.memory for h in overlapping]))
+            _settle(state, held)
+            state.recount(held)
         return state
 
     def candidate_times(self, flavor: int) -> list[float]:
