@@ -18,6 +18,13 @@ The shape follows Kueue's cycle (SCHEDULING.md §1) with Armada's and Slurm's id
    the whole verdict, and per (flavor, shape, constraints) for "no room", shared by every queue.
 5. Bounded work: ``max_jobs_per_cycle`` jobs are examined, ``preemption_attempts`` victim searches run,
    ``reservations`` and ``estimates`` backfill searches; the rest waits for the next cycle.
+
+Speed (``manage.py bench_engine``: 10,000 nodes, 50,000 pending jobs, under a second a cycle). The
+snapshot's objects are read once into arrays (``nodes.py``, ``running.py``) and every later question is
+numpy over them; the cache-hit path in ``run`` is the only per-job Python, and is kept short; a
+(flavor, cluster)'s largest free node turns most failing placements away before any node is scanned
+(``_may_fit``); what-if checks (``fits``) skip routing and assignments; the collector is kept off the
+snapshot (``_snapshot_frozen``). ``tests/engine/test_fast_paths.py`` holds each shortcut to the slow way.
 """
 
 from __future__ import annotations
