@@ -21,10 +21,11 @@ cycle that preempts for it.
 
 from __future__ import annotations
 
+import weakref
 from collections import defaultdict
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -93,7 +94,9 @@ class _Work:
 
 class Preemptor:
     def __init__(self, cycle: Cycle) -> None:
-        self.cycle = cycle
+        # A weak reference: the cycle owns its preemptor, and a cycle of references would leave the whole
+        # cycle's state to the garbage collector instead of freeing it when ``schedule`` returns.
+        self.cycle: Cycle = cast("Cycle", weakref.proxy(cycle))
         self.victims: set[str] = set()
         self.attempts = 0
         self._candidate_lists: dict[tuple[object, ...], list[int]] = {}  # positions in ``_Work``
