@@ -90,8 +90,10 @@ class Placement:
     cost_per_hour: float
 
 
-#: A cluster's offer for a job: (cluster, [(row, workers)], first accelerator slot, fit 0-1, cost per hour).
-Option = tuple[int, list[tuple[int, int]], int, float, float]
+#: A cluster's offer for a job: (cluster, [(row, workers)], first accelerator slot, fit 0-1, cost per hour,
+#: fragmentation increase).
+#: The increase in fragmentation (FGD) is there when it was scored; it then measures the fit across clusters.
+Option = tuple[int, list[tuple[int, int]], int, float, float, float | None]
 
 
 @dataclass(slots=True)
@@ -528,7 +530,7 @@ class Cycle:
         options = self._offers(job, shape, flavor, state, t, holds, pack=pack)
         if not options:
             return None
-        c, pairs, first, _, cost = options[0] if len(options) == 1 else self._route(job, flavor, state, options)
+        c, pairs, first, _, cost, _ = options[0] if len(options) == 1 else self._route(job, flavor, state, options)
         table = self.table
         assignments = tuple(
             Assignment(
@@ -574,7 +576,7 @@ class Cycle:
                     continue
                 bare = not shape.cpu and not shape.memory and holds is None and job.max_price_per_hour is None
                 if any_one and job.workers == 1 and bare:
-                    return [(c, [], -1, 0.0, 0.0)]  # exact for this job (see ``_may_fit``)
+                    return [(c, [], -1, 0.0, 0.0, None)]  # exact for this job (see ``_may_fit``)
             fits = worker_fits(state, rows, shape)
             if holds is not None:
                 fits = held_fits(holds, rows, shape, end, fits)
@@ -586,15 +588,15 @@ class Cycle:
                     if job.workers == 1
                     else can_spread(table, rows, fits, levels, job.topology, job.workers)
                 ):
-                    return [(c, [], -1, 0.0, 0.0)]
+                    return [(c, [], -1, 0.0, 0.0, None)]
                 continue
-            first = -1
+            first, waste = -1, None
             if job.workers == 1:
                 frag = self.fragmentation if pack and state is table.free else None
                 picked = pick_single(state, rows, fits, shape, frag, (table.flavor_index[flavor], c))
                 if picked is None:
                     continue
-                pairs, first = [(picked[0], 1)], picked[1]
+                pairs, first, waste = [(picked[0], 1)], picked[1], picked[2]
             else:
                 spread_pairs = spread(table, rows, fits, levels, job.topology, job.workers)
                 if spread_pairs is None:
@@ -606,7 +608,7 @@ class Cycle:
             capacity = int(table.accel_count[used].sum()) * WHOLE
             left = int(state.accel[used].sum()) - total_accel
             fit = 1.0 - left / capacity if capacity else 1.0
-            options.append((c, pairs, first, fit, cost))
+            options.append((c, pairs, first, fit, cost, waste))
         return options
 
     def _route(self, job: Job, flavor: str, state: FreeState, options: list[Option]) -> Option:
@@ -614,9 +616,16 @@ class Cycle:
         config = self.config
         costs = [option[4] for option in options]
         low, high = min(costs), max(costs)
+        # Where fragmentation was scored in every cluster, it is the measure of fit: the cluster whose best
+        # node fragments least fits best (FGD across clusters as within one).
+        wastes = [option[5] for option in options]
+        scored = [w for w in wastes if w is not None]
+        least, most = (min(scored), max(scored)) if len(scored) == len(wastes) else (0.0, 0.0)
         best: tuple[float, int, Option] | None = None
         for option in options:
-            c, _, _, fit, cost = option
+            c, _, _, fit, cost, waste = option
+            if waste is not None and most > least:
+                fit = (most - waste) / (most - least)
             cluster = self.table.clusters[c]
             capacity = self._group_capacity(flavor, c)
             available = float(state.accel[self._rows(flavor, c)].sum()) / capacity if capacity else 0.0

@@ -136,6 +136,10 @@ class Fragmentation:
         )
         return np.where(ok, low, total[:, None, None]).astype(np.float64)
 
+    def cached(self, shape: Shape, key: tuple[int, int]) -> bool:
+        """Whether ``shape`` was scored on the group ``key`` before (so scoring it again is cheap)."""
+        return (shape, *key) in self._cache
+
     def score(
         self, state: FreeState, rows: IntArray, shape: Shape, key: tuple[int, int] | None
     ) -> tuple[FloatArray, IntArray]:

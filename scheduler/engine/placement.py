@@ -178,13 +178,14 @@ def pick_single(
     shape: Shape,
     fragmentation: Fragmentation | None,
     group: tuple[int, int],
-) -> tuple[int, int] | None:
-    """(row, accelerator slot for a fractional share) of the best node for one worker, or None."""
+) -> tuple[int, int, float | None] | None:
+    """(row, accelerator slot for a fractional share, increase in fragmentation if scored) of the best node
+    for one worker, or None."""
     ok = np.flatnonzero(fits > 0)
     if not len(ok):
         return None
     if fragmentation is not None and fragmentation.mix and shape.accelerators:
-        if len(ok) <= 512:  # few nodes have room (the usual case on a busy fleet): score just those
+        if len(ok) <= 512 and not fragmentation.cached(shape, group):  # few nodes have room: score just those
             delta, slots = fragmentation.score(state, rows[ok], shape, None)
         else:  # many: score the whole group through the per-node cache, then keep the ones with room
             all_delta, all_slots = fragmentation.score(state, rows, shape, group)
@@ -192,13 +193,13 @@ def pick_single(
         # Least fragmentation; among equals the least free accelerators left; then node order.
         tied = np.flatnonzero(delta <= delta.min() + 1e-6)
         best = tied[np.argmin(state.accel[rows[ok[tied]]].sum(axis=1))]
-        return int(rows[ok[best]]), int(slots[best])
+        return int(rows[ok[best]]), int(slots[best]), float(delta[best])
     # Best fit: the node left with the least free accelerators, then CPU, then memory.
     sub = rows[ok]
     order = np.lexsort((sub, state.memory[sub], state.cpu[sub], state.accel[sub].sum(axis=1)))
     row = int(sub[order[0]])
     slot = _tightest_slot(state.accel[row], shape.milli) if shape.fractional else -1
-    return row, slot
+    return row, slot, None
 
 
 def _tightest_slot(g: IntArray, milli: int) -> int:

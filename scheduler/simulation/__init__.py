@@ -1,0 +1,9 @@
+"""Simulation: the placement engine on recorded or synthetic workloads, away from real clusters.
+
+- ``traces``: readers for the public traces (Alibaba 2023 ``openb`` node and pod lists, Microsoft Philly).
+- ``packing``: the FGD paper's packing protocol (place pods one by one, no departures), our engine beside
+  the published baselines.
+
+Everything here is plain Python on the engine's entry point; the ``simulate`` management command is a thin
+shell over it.
+"""
