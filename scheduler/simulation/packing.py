@@ -255,13 +255,19 @@ def _dot_product(fleet: _Fleet, pod: Pod, rows: IntArray) -> tuple[int, int]:
 
 def _fgd(fleet: _Fleet, pod: Pod, rows: IntArray) -> tuple[int, int]:
     """FGD as published: the node (and GPU, for a share) whose fragmentation grows least; ties to the
-    first node."""
+    first node. A pod without GPUs goes where best fit puts it."""
     frag = fleet.fgd
     if frag is None or not pod.gpus:
         return _best_fit(fleet, pod, rows)
-    delta, slots = frag.score(fleet.state, rows, Shape(pod.gpus, pod.milli, pod.cpu, pod.memory), None)
-    best = int(np.argmin(delta))
-    return int(rows[best]), int(slots[best]) if pod.milli < WHOLE else -1
+    shape = Shape(pod.gpus, pod.milli, pod.cpu, pod.memory)
+    # Scores of whole (flavor, cluster) groups, kept per node between pods: one placement changes one node.
+    scored = [(group, *frag.score(fleet.state, every, shape, group)) for group, every in fleet.table.groups.items()]
+    every = np.concatenate([fleet.table.groups[group] for group, _, _ in scored])
+    delta = np.concatenate([d for _, d, _ in scored])
+    slots = np.concatenate([s for _, _, s in scored])
+    usable = np.isin(every, rows)
+    best = int(np.flatnonzero(usable)[np.argmin(delta[usable])])
+    return int(every[best]), int(slots[best]) if pod.milli < WHOLE else -1
 
 
 POLICIES: dict[str, Callable[[Sequence[PackNode], Sequence[Pod], int], list[bool]]] = {

@@ -1,0 +1,210 @@
+"""The packing replay: trace readers, the protocol's arrivals and curve, every policy, the command."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from scheduler.simulation import packing
+from scheduler.simulation.traces import PackNode, Pod, TraceError, read_nodes, read_pods
+
+NODES = "sn,cpu_milli,memory_mib,gpu,model\n"
+FULL = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+SHORT = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def pod(name: str, gpus: int = 1, milli: int = 1000, cpu: int = 1000, models: tuple[str, ...] = ()) -> Pod:
+    return Pod(name, cpu, 1024, gpus, milli if gpus else 1000, models)
+
+
+# --------------------------------------------------------------------------------------------- readers
+
+
+def test_reads_both_pod_list_formats(tmp_path: Path) -> None:
+    full = write(
+        tmp_path, "full.csv", FULL + "p0,4000,8192,1,460,V100M16|V100M32,LS,Running,0,10,0\np1,2000,4096,0,0,,BE,,,,\n"
+    )
+    short = write(tmp_path, "short.csv", SHORT + "p0,4000,8192,2,1000\n")
+    assert read_pods(full) == [
+        Pod("p0", 4000, 8192, 1, 460, ("V100M16", "V100M32")),
+        Pod("p1", 2000, 4096, 0, 1000, ()),
+    ]
+    assert read_pods(short) == [Pod("p0", 4000, 8192, 2, 1000, ())]
+    assert read_pods(full)[0].gpu_demand == pytest.approx(0.46)
+
+
+def test_reads_a_node_list(tmp_path: Path) -> None:
+    nodes = write(tmp_path, "nodes.csv", NODES + "n0,64000,262144,2,P100\nn1,32000,131072,0,\n")
+    assert read_nodes(nodes) == [PackNode("n0", 64000, 262144, 2, "P100"), PackNode("n1", 32000, 131072, 0, "")]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (SHORT.replace(",gpu_milli", "") + "p0,1,1,1\n", "missing column(s) gpu_milli"),
+        (SHORT + "p0,lots,1,1,1000\n", ":2: cpu_milli must be a number, not 'lots'"),
+        (SHORT + "p0,1,1,-1,1000\n", ":2: num_gpu must be between 0 and 64, not -1"),
+        (SHORT + "p0,1,1,2,500\n", ":2: a GPU share (gpu_milli < 1000) needs num_gpu 1, not 2"),
+        (SHORT + "p0,1,1,1,0\n", ":2: gpu_milli must be between 1 and 1000"),
+        (SHORT, "no pods"),
+    ],
+)
+def test_a_bad_pod_list_names_the_line_and_the_problem(tmp_path: Path, text: str, message: str) -> None:
+    path = write(tmp_path, "pods.csv", text)
+    with pytest.raises(TraceError, match=message.replace("(", r"\(").replace(")", r"\)")) as raised:
+        read_pods(path)
+    assert str(path) in str(raised.value)
+
+
+def test_a_missing_file_is_a_trace_error(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="cannot open"):
+        read_nodes(tmp_path / "absent.csv")
+
+
+# ------------------------------------------------------------------------------------------ the protocol
+
+
+def test_arrivals_are_the_shuffled_list_then_draws_until_130_percent() -> None:
+    pods = [pod(f"p{i}") for i in range(10)]  # 10 GPUs asked for
+    arrivals = packing.arrival_order(pods, capacity=10.0, seed=7)
+    assert sorted(p.name for p in arrivals[:10]) == sorted(p.name for p in pods)
+    assert len(arrivals) == 13  # 13 GPUs: the first count reaching 130% of 10
+    assert arrivals == packing.arrival_order(pods, capacity=10.0, seed=7)
+    assert arrivals != packing.arrival_order(pods, capacity=10.0, seed=8)
+
+
+def test_arrivals_stop_early_when_the_list_alone_passes_130_percent() -> None:
+    pods = [pod(f"p{i}") for i in range(10)]
+    assert len(packing.arrival_order(pods, capacity=5.0, seed=1)) == 7  # 7 GPUs >= 6.5
+
+
+def test_the_curve_reads_allocation_when_demand_first_reaches_each_percent() -> None:
+    arrivals = [pod("a", 2), pod("b", 2), pod("c", 1, 500)]  # 2, 4, 4.5 GPUs arrived of 4
+    curve = packing.allocation_curve(arrivals, [True, False, True], capacity=4.0)
+    assert len(curve) == 131
+    assert curve[0] == 0.0
+    assert curve[50] == 50.0  # 2 of 4 GPUs arrived: the first pod, placed
+    assert curve[100] == 50.0  # 4 arrived: the second failed
+    assert curve[112] == pytest.approx(62.5)  # 4.5 arrived: the share placed
+    assert curve[130] == pytest.approx(62.5)  # never reached: the last value holds
+
+
+# ---------------------------------------------------------------------------------------- the policies
+
+
+@pytest.mark.parametrize("policy", list(packing.POLICIES))
+def test_every_policy_places_what_fits_and_skips_what_does_not(policy: str) -> None:
+    nodes = [PackNode("n-a", 8000, 65536, 2, "A"), PackNode("n-b", 8000, 65536, 1, "B")]
+    arrivals = [
+        pod("whole-1", 1, models=("A",)),
+        pod("on-b", 1, models=("B",)),  # the one GPU of model B
+        pod("on-b-again", 1, models=("B",)),  # B is full now
+        pod("share-1", 1, 600),
+        pod("share-2", 1, 400),  # fills the same GPU exactly, or the last free one
+        pod("two", 2),  # no node has two free GPUs any more
+        pod("cpu-only", 0, cpu=6000),
+        pod("too-much-cpu", 0, cpu=9000),
+    ]
+    placed = packing.POLICIES[policy](nodes, arrivals, 42)
+    assert dict(zip([p.name for p in arrivals], placed, strict=True)) == {
+        "whole-1": True,
+        "on-b": True,
+        "on-b-again": False,
+        "share-1": True,
+        "share-2": True,
+        "two": False,
+        "cpu-only": True,
+        "too-much-cpu": False,
+    }
+
+
+def test_fgd_keeps_whole_gpus_whole_where_dot_product_does_not() -> None:
+    """Two one-GPU nodes. A second half-GPU share should go beside the first, so that a whole-GPU pod
+    arriving next still fits; dot-product spreads the shares and turns it away."""
+    nodes = [PackNode("n0", 64000, 262144, 1, "G"), PackNode("n1", 64000, 262144, 1, "G")]
+    arrivals = [pod("share", 1, 500), pod("share-2", 1, 500), pod("whole", 1)]
+    for policy in ("fgd", "best-fit", packing.DEFAULT_POLICY):
+        assert packing.POLICIES[policy](nodes, arrivals, 1) == [True, True, True], policy
+    assert packing.POLICIES["dot-product"](nodes, arrivals, 1) == [True, True, False]
+
+
+# ------------------------------------------------------------------------------------------ the command
+
+
+@pytest.fixture
+def trace(tmp_path: Path) -> tuple[Path, Path]:
+    nodes = write(
+        tmp_path, "nodes.csv", NODES + "".join(f"n{i},32000,131072,{(1, 2, 4, 8)[i % 4]},G{i % 2}\n" for i in range(8))
+    )
+    pods = write(
+        tmp_path,
+        "pods.csv",
+        SHORT
+        + "".join(
+            f"p{i},{1000 + 500 * (i % 5)},2048,{(0, 1, 1, 2)[i % 4]},{(1000, 500, 1000, 1000)[i % 4]}\n"
+            for i in range(40)
+        ),
+    )
+    return nodes, pods
+
+
+def test_the_command_prints_one_json_object(trace: tuple[Path, Path]) -> None:
+    out = StringIO()
+    call_command(
+        "simulate",
+        "packing",
+        "--nodes",
+        str(trace[0]),
+        "--pods",
+        str(trace[1]),
+        "--seeds",
+        "1-2,5",
+        "--json",
+        stdout=out,
+    )
+    report = json.loads(out.getvalue())
+    assert report["default_policy"] == packing.DEFAULT_POLICY
+    assert set(report["policies"]) == set(packing.POLICIES)
+    for figures in report["policies"].values():
+        assert figures["seeds"] == 3
+        assert len(figures["curve"]) == 131
+        assert 0 < figures["alloc_pct_at_100"] <= figures["alloc_pct_at_130"] <= 100
+        assert figures["curve"][100] == figures["alloc_pct_at_100"]
+
+
+def test_the_command_prints_a_table(trace: tuple[Path, Path]) -> None:
+    out = StringIO()
+    call_command("simulate", "packing", "--nodes", str(trace[0]), "--pods", str(trace[1]), "--seeds", "3",
+                 "--policy", "best-fit", "--policy", packing.DEFAULT_POLICY, stdout=out)  # fmt: skip
+    lines = out.getvalue().splitlines()
+    assert lines[0].split()[:2] == ["policy", "alloc"]
+    assert lines[1].startswith("best-fit")
+    assert lines[2].startswith(f"{packing.DEFAULT_POLICY} *")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--seeds", "9-3"], "runs backwards"),
+        (["--seeds", "x"], "is not a seed"),
+        (["--pods", "/nonexistent.csv"], "cannot open"),
+    ],
+)
+def test_the_command_refuses_bad_input_with_the_reason(
+    trace: tuple[Path, Path], arguments: list[str], message: str
+) -> None:
+    base = {"--nodes": str(trace[0]), "--pods": str(trace[1]), "--seeds": "1"}
+    base.update(dict(zip(arguments[::2], arguments[1::2], strict=True)))
+    with pytest.raises(CommandError, match=message):
+        call_command("simulate", "packing", *[x for pair in base.items() for x in pair])
