@@ -71,10 +71,15 @@ def workload_mix(table: NodeTable, jobs: Sequence[Job], size: int, sample: int =
     return mix
 
 
+BIG = np.iinfo(np.int64).max // 4
+
+
 class Fragmentation:
-    def __init__(self, table: NodeTable, mix: list[MixEntry]) -> None:
+    def __init__(self, table: NodeTable, mix: list[MixEntry], *, every_worker: bool = True) -> None:
         self.table = table
         self.mix = mix
+        #: Count every worker of a shape that a node could still take, not just whether it takes one (below).
+        self.every_worker = every_worker
         # The mix as arrays, one column per shape, so that every shape is scored in the same numpy call.
         self.k = np.array([e.shape.accelerators for e in mix], np.int64)
         self.d = np.array([e.shape.milli for e in mix], np.int64)
@@ -84,8 +89,28 @@ class Fragmentation:
         self.allowed = np.array([e.allowed for e in mix], np.bool_).T if mix else np.zeros((len(table), 0), np.bool_)
         self._cache: dict[tuple[Shape, int, int], tuple[IntArray, FloatArray, IntArray]] = {}
 
+    def _left_over(
+        self, allowed: BoolArray, g: IntArray, total: IntArray, cpu: IntArray, memory: IntArray
+    ) -> FloatArray:
+        """Fragmentation counting every worker of each shape that a node could still take: the free
+        accelerator milli those workers could not use. FGD as published asks only whether *one* worker
+        fits, so a node with 8 free GPUs and CPU for two workers counts as unfragmented; here it has six
+        GPUs stranded, and a placement that strands GPUs so scores worse (on Alibaba's trace, CPU-poor
+        8-GPU nodes strand more GPUs than fractional shares do). Works on any leading dimensions."""
+        whole = (g == WHOLE).sum(axis=-1)[..., None]
+        by_accel = np.where(self.d == WHOLE, whole // np.maximum(self.k, 1), (g[..., None] // self.d).sum(axis=-2))
+        by_cpu = np.where(self.cpu > 0, cpu[..., None] // np.maximum(self.cpu, 1), BIG)
+        by_memory = np.where(self.memory > 0, memory[..., None] // np.maximum(self.memory, 1), BIG)
+        workers = np.where(allowed, np.minimum(np.minimum(by_accel, by_cpu), by_memory), 0)
+        left: FloatArray = (total[..., None] - np.minimum(workers * self.k * self.d, total[..., None])).astype(
+            np.float64
+        )
+        return left
+
     def _frag(self, rows: IntArray, g: IntArray, total: IntArray, cpu: IntArray, memory: IntArray) -> FloatArray:
         """Fragmentation per (node, shape) of nodes whose free accelerators are the rows of ``g``."""
+        if self.every_worker:
+            return self._left_over(self.allowed[rows], g, total, cpu, memory)
         big = g[..., None] >= self.d  # (nodes, accelerators, shapes)
         count = big.sum(axis=1)
         low = np.where(big, 0, g[..., None]).sum(axis=1)
@@ -124,6 +149,15 @@ class Fragmentation:
     def _frag_options(
         self, rows2: IntArray, options: IntArray, total: IntArray, cpu: IntArray, memory: IntArray
     ) -> FloatArray:
+        if self.every_worker:
+            shape = options.shape[:2]
+            return self._left_over(
+                self.allowed[rows2],
+                options,
+                np.broadcast_to(total[:, None], shape),
+                np.broadcast_to(cpu[:, None], shape),
+                np.broadcast_to(memory[:, None], shape),
+            )
         d = self.d
         big = options[..., None] >= d  # (C, options, G, M)
         count = big.sum(axis=-2)

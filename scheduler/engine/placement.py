@@ -184,7 +184,8 @@ def pick_single(
     ok = np.flatnonzero(fits > 0)
     if not len(ok):
         return None
-    if fragmentation is not None and fragmentation.mix and shape.accelerators:
+    # Counting every worker, a job without accelerators fragments too: its CPU and memory strand them.
+    if fragmentation is not None and fragmentation.mix and (shape.accelerators or fragmentation.every_worker):
         if len(ok) <= 512 and not fragmentation.cached(shape, group):  # few nodes have room: score just those
             delta, slots = fragmentation.score(state, rows[ok], shape, None)
         else:  # many: score the whole group through the per-node cache, then keep the ones with room

@@ -180,7 +180,8 @@ class _Fleet:
         self.capacity = self.table.empty
         self.rnd = random.Random(seed)
         jobs = engine_jobs(arrivals)
-        self.fgd = Fragmentation(self.table, workload_mix(self.table, jobs, FGD_SHAPES, len(jobs))) if mix else None
+        shapes = workload_mix(self.table, jobs, FGD_SHAPES, len(jobs))
+        self.fgd = Fragmentation(self.table, shapes, every_worker=False) if mix else None
 
     def allowed(self, pod: Pod) -> IntArray:
         """Rows that may host the pod and have room for it now."""
