@@ -90,27 +90,41 @@ class Fragmentation:
         self._cache: dict[tuple[Shape, int, int], tuple[IntArray, FloatArray, IntArray]] = {}
 
     def _left_over(
-        self, allowed: BoolArray, g: IntArray, total: IntArray, cpu: IntArray, memory: IntArray
+        self, allowed: BoolArray, total: IntArray, cpu: IntArray, memory: IntArray, by_accel: IntArray
     ) -> FloatArray:
         """Fragmentation counting every worker of each shape that a node could still take: the free
         accelerator milli those workers could not use. FGD as published asks only whether *one* worker
         fits, so a node with 8 free GPUs and CPU for two workers counts as unfragmented; here it has six
         GPUs stranded, and a placement that strands GPUs so scores worse (on Alibaba's trace, CPU-poor
-        8-GPU nodes strand more GPUs than fractional shares do). Works on any leading dimensions."""
-        whole = (g == WHOLE).sum(axis=-1)[..., None]
-        by_accel = np.where(self.d == WHOLE, whole // np.maximum(self.k, 1), (g[..., None] // self.d).sum(axis=-2))
+        8-GPU nodes strand more GPUs than fractional shares do). ``by_accel``: workers of each shape the
+        accelerators alone could take. Any leading dimensions, shapes last."""
         by_cpu = np.where(self.cpu > 0, cpu[..., None] // np.maximum(self.cpu, 1), BIG)
         by_memory = np.where(self.memory > 0, memory[..., None] // np.maximum(self.memory, 1), BIG)
         workers = np.where(allowed, np.minimum(np.minimum(by_accel, by_cpu), by_memory), 0)
-        left: FloatArray = (total[..., None] - np.minimum(workers * self.k * self.d, total[..., None])).astype(
-            np.float64
-        )
+        usable = np.minimum(workers * self.k * self.d, total[..., None])
+        left: FloatArray = (total[..., None] - usable).astype(np.float64)
         return left
+
+    def _by_accel(self, g: IntArray) -> IntArray:
+        """Workers of each shape that free accelerators ``g`` (nodes, accelerators) could take."""
+        whole = (g == WHOLE).sum(axis=-1)[..., None]
+        by: IntArray = np.where(self.d == WHOLE, whole // np.maximum(self.k, 1), (g[..., None] // self.d).sum(axis=-2))
+        return by
+
+    def _by_accel_with_share(self, g: IntArray, milli: int) -> IntArray:
+        """``_by_accel`` once a share of ``milli`` is taken from accelerator j, for every j (axis 1): only
+        that accelerator's count changes, so no copy of the node per option is needed."""
+        shares = g[..., None] // self.d  # (nodes, accelerators, shapes)
+        taken = np.maximum(g - milli, 0)[..., None] // self.d
+        by_share = shares.sum(axis=1)[:, None, :] - shares + taken
+        whole = ((g == WHOLE).sum(axis=1)[:, None] - (g == WHOLE))[..., None]  # the share breaks a whole one
+        by: IntArray = np.where(self.d == WHOLE, whole // np.maximum(self.k, 1), by_share)
+        return by
 
     def _frag(self, rows: IntArray, g: IntArray, total: IntArray, cpu: IntArray, memory: IntArray) -> FloatArray:
         """Fragmentation per (node, shape) of nodes whose free accelerators are the rows of ``g``."""
         if self.every_worker:
-            return self._left_over(self.allowed[rows], g, total, cpu, memory)
+            return self._left_over(self.allowed[rows], total, cpu, memory, self._by_accel(g))
         big = g[..., None] >= self.d  # (nodes, accelerators, shapes)
         count = big.sum(axis=1)
         low = np.where(big, 0, g[..., None]).sum(axis=1)
@@ -135,11 +149,23 @@ class Fragmentation:
         d = shape.milli
         valid = g >= d
         # One option per accelerator: take d from accelerator j, for every j at once (axis 1).
-        options = np.repeat(g[:, None, :], g.shape[1], axis=1)
-        slots = np.arange(g.shape[1])
-        options[:, slots, slots] -= d
-        rows2 = np.repeat(rows[:, None], g.shape[1], axis=1)
-        after = self._frag_options(rows2, options, total - d, cpu_after, memory_after) @ self.p
+        if self.every_worker:
+            after = (
+                self._left_over(
+                    self.allowed[rows][:, None, :],
+                    (total - d)[:, None],
+                    cpu_after[:, None],
+                    memory_after[:, None],
+                    self._by_accel_with_share(g, d),
+                )
+                @ self.p
+            )
+        else:
+            options = np.repeat(g[:, None, :], g.shape[1], axis=1)
+            slots = np.arange(g.shape[1])
+            options[:, slots, slots] -= d
+            rows2 = np.repeat(rows[:, None], g.shape[1], axis=1)
+            after = self._frag_options(rows2, options, total - d, cpu_after, memory_after) @ self.p
         delta = after - before[:, None]
         # Among equal increases, the accelerator with the least free left (best fit).
         delta = np.where(valid, delta + (g - d) * 1e-9, np.inf)
@@ -149,15 +175,6 @@ class Fragmentation:
     def _frag_options(
         self, rows2: IntArray, options: IntArray, total: IntArray, cpu: IntArray, memory: IntArray
     ) -> FloatArray:
-        if self.every_worker:
-            shape = options.shape[:2]
-            return self._left_over(
-                self.allowed[rows2],
-                options,
-                np.broadcast_to(total[:, None], shape),
-                np.broadcast_to(cpu[:, None], shape),
-                np.broadcast_to(memory[:, None], shape),
-            )
         d = self.d
         big = options[..., None] >= d  # (C, options, G, M)
         count = big.sum(axis=-2)
