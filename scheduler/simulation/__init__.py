@@ -1,6 +1,6 @@
 """Simulation: the placement engine on recorded or synthetic workloads, away from real clusters.
 
-- ``traces``: readers for the public traces (Alibaba 2023 ``openb`` node and pod lists, Microsoft Philly).
+- ``traces``: readers for the public traces (Alibaba 2023 ``openb`` node and pod lists, Microsoft Philly jobs).
 - ``packing``: the FGD paper's packing protocol (place pods one by one, no departures), our engine beside
   the published baselines.
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from scheduler.engine.model import WHOLE
@@ -116,3 +117,42 @@ def read_pods(path: str | Path) -> list[Pod]:
     if not pods:
         raise TraceError(f"{path}: no pods")
     return pods
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """A job of the Philly trace: a gang of ``gpus`` GPUs that runs ``duration`` seconds once started."""
+
+    name: str
+    submitted: float  # seconds after the first submission read
+    duration: float
+    gpus: int
+    vc: str  # the virtual cluster (team) it was submitted to
+
+
+def read_philly(path: str | Path, vc: str | None = None) -> list[TraceJob]:
+    """The Philly job table (``timestamp,duration,num_gpus,gpu_time,cluster``), in submission order,
+    optionally only one virtual cluster's jobs. Times are seconds after the first of the jobs returned."""
+    path = Path(path)
+    rows = []
+    for line, row in _rows(path, ("timestamp", "duration", "num_gpus", "cluster")):
+        stamp = (row.get("timestamp") or "").strip()
+        try:
+            submitted = datetime.fromisoformat(stamp).replace(tzinfo=UTC).timestamp()
+        except ValueError:
+            raise TraceError(f"{path}:{line}: timestamp must be YYYY-MM-DD HH:MM:SS, not {stamp!r}") from None
+        try:
+            duration = float(row["duration"])
+        except ValueError:
+            raise TraceError(f"{path}:{line}: duration must be a number, not {row['duration']!r}") from None
+        if duration < 0:
+            raise TraceError(f"{path}:{line}: duration must be at least 0, not {duration:g}")
+        rows.append((submitted, line, duration, _int(path, line, row, "num_gpus", 1), row["cluster"].strip()))
+    if not rows:
+        raise TraceError(f"{path}: no jobs")
+    chosen = sorted(r for r in rows if vc is None or r[4] == vc)
+    if not chosen:
+        clusters = sorted({r[4] for r in rows})
+        raise TraceError(f"{path}: no jobs in virtual cluster {vc!r}; it has {', '.join(clusters)}")
+    start = chosen[0][0]
+    return [TraceJob(f"job-{line}", t - start, duration, gpus, cluster) for t, line, duration, gpus, cluster in chosen]

@@ -1,4 +1,4 @@
-"""The packing replay: trace readers, the protocol's arrivals and curve, every policy, the command."""
+"""Simulation: the trace readers (openb, Philly), the packing protocol, every packing policy, the command."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from scheduler.simulation import packing
-from scheduler.simulation.traces import PackNode, Pod, TraceError, read_nodes, read_pods
+from scheduler.simulation.traces import PackNode, Pod, TraceError, read_nodes, read_philly, read_pods
 
 NODES = "sn,cpu_milli,memory_mib,gpu,model\n"
 FULL = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
@@ -208,3 +208,38 @@ def test_the_command_refuses_bad_input_with_the_reason(
     base.update(dict(zip(arguments[::2], arguments[1::2], strict=True)))
     with pytest.raises(CommandError, match=message):
         call_command("simulate", "packing", *[x for pair in base.items() for x in pair])
+
+
+# --------------------------------------------------------------------------------- the Philly job trace
+
+PHILLY = "timestamp,duration,num_gpus,gpu_time,cluster\n"
+
+
+def test_reads_the_philly_trace_in_submission_order(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "philly.csv",
+        PHILLY + "2017-10-09 07:01:55,66.0,1,66.0,aa\n2017-10-09 06:13:03,2951.0,8,23608.0,bb\n"
+        "2017-10-09 07:00:00,10,2,20,bb\n",
+    )
+    jobs = read_philly(path)
+    assert [(j.submitted, j.duration, j.gpus, j.vc) for j in jobs] == [
+        (0.0, 2951.0, 8, "bb"),
+        (2817.0, 10.0, 2, "bb"),
+        (2932.0, 66.0, 1, "aa"),
+    ]
+    assert [(j.submitted, j.vc) for j in read_philly(path, "bb")] == [(0.0, "bb"), (2817.0, "bb")]
+
+
+@pytest.mark.parametrize(
+    ("text", "vc", "message"),
+    [
+        ("2017-13-09 07:01:55,66,1,66,aa\n", None, ":2: timestamp must be YYYY-MM-DD HH:MM:SS"),
+        ("2017-10-09 07:01:55,-5,1,66,aa\n", None, ":2: duration must be at least 0"),
+        ("2017-10-09 07:01:55,66,0,66,aa\n", None, ":2: num_gpus must be at least 1, not 0"),
+        ("2017-10-09 07:01:55,66,1,66,aa\n", "zz", "no jobs in virtual cluster 'zz'; it has aa"),
+    ],
+)
+def test_a_bad_philly_trace_names_the_problem(tmp_path: Path, text: str, vc: str | None, message: str) -> None:
+    with pytest.raises(TraceError, match=message):
+        read_philly(write(tmp_path, "philly.csv", PHILLY + text), vc)
