@@ -31,13 +31,8 @@ class _Columns:
     def __init__(self, width: int) -> None:
         self.columns: list[list[float]] = [[] for _ in range(width)]
 
-    def arrays(self, sort: bool) -> tuple[np.ndarray, ...]:
-        ends = np.asarray(self.columns[0], np.float64)
-        rest = [np.asarray(column, np.int64) for column in self.columns[1:]]
-        if sort:
-            order = np.argsort(ends, kind="stable")
-            return (ends[order], *(column[order] for column in rest))
-        return (ends, *rest)
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        return (np.asarray(self.columns[0], np.float64), *(np.asarray(c, np.int64) for c in self.columns[1:]))
 
 
 Part = tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]  # (accelerator entries, host entries)
@@ -51,11 +46,10 @@ class _Releases:
 
     def __init__(self) -> None:
         self.accel, self.host = _Columns(3), _Columns(4)
-        self.base: Part | None = None
+        self.base: Part | None = None  # the snapshot's running work, once read
         self.added: Part | None = None
         self.base_times: np.ndarray | None = None
         self.times: list[float] | None = None
-        self.loaded = False  # the snapshot's running work is in ``base``
 
     def record(self, end: float, row: int, width: int, assignment: Assignment) -> None:
         ends, cells, milli = self.accel.columns
@@ -72,13 +66,12 @@ class _Releases:
         """The snapshot's running work, sorted by end time."""
         self.base = base
         self.times = None
-        self.loaded = True
 
     def at(self, t: float) -> list[Part]:
         """The entries that have ended by ``t``: a prefix of the sorted base, and the admissions' that have."""
         assert self.base is not None
         if self.added is None:
-            self.added = (self.accel.arrays(sort=False), self.host.arrays(sort=False))
+            self.added = (self.accel.arrays(), self.host.arrays())
         (ends, *accel), (host_ends, *host) = self.base
         k, h = int(np.searchsorted(ends, t, side="right")), int(np.searchsorted(host_ends, t, side="right"))
         base = ((ends[:k], *(c[:k] for c in accel)), (host_ends[:h], *(c[:h] for c in host)))
@@ -145,7 +138,7 @@ class Timeline:
 
     def _of(self, flavor: int) -> _Releases:
         releases = self._releases[flavor]
-        if not releases.loaded:
+        if releases.base is None:
             releases.load(self._running.releases(flavor))
         return releases
 
@@ -156,7 +149,7 @@ class Timeline:
         Searches for different jobs probe the same release times, so what has ended by ``t`` is kept
         per (flavor, t) until an admission on the flavor changes the free state or the releases."""
         state = self.table.free.copy()
-        rows = self.table.groups_of(flavor)
+        rows = self.table.rows_of_flavor(flavor)
         version = int(self.table.group_version[flavor].sum())  # bumped by every admission on the flavor
         known = self._ended.get((flavor, t))
         if known is not None and known[0] == version:

@@ -115,7 +115,7 @@ class NodeTable:
         f = self.flavor_index.get(flavor)
         return None if f is None else self.groups.get((f, cluster))
 
-    def groups_of(self, flavor: int) -> IntArray:
+    def rows_of_flavor(self, flavor: int) -> IntArray:
         """Every node row of a flavor, in every cluster."""
         rows = self._flavor_rows.get(flavor)
         if rows is None:

@@ -248,7 +248,7 @@ class Preemptor:
             cycle.quota.charge(q, flavor, amounts)
         if not enough:
             return None
-        everyone = self._stopped_state(candidates)
+        everyone = cycle.work.stopped(cycle.table.free, [r.index for r in candidates])
         target = cycle.place(job, shape, flavor, everyone, cycle.now, cycle.timeline.holds, pack=False)
         if target is None:
             return None
@@ -361,10 +361,6 @@ class Preemptor:
             free_part.append(Assignment(a.node, a.workers, net, cpu, memory))
         table.take(table.free, free_part)
         self.leaving.extend(r for r in victims if not r.workload.evicting)
-
-    def _stopped_state(self, candidates: list[Running]) -> FreeState:
-        """The free state with every candidate stopped."""
-        return self.cycle.work.stopped(self.cycle.table.free, [r.index for r in candidates])
 
     def _fair_to_take(self, r: Running, queue: Queue, qi: int, flavor: str, request: tuple[int, int, int]) -> bool:
         """Kueue's rule: take ``r`` only if our share with the job stays at most theirs without ``r``."""

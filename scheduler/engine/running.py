@@ -40,11 +40,11 @@ class RunningWork:
     def __init__(self, table: NodeTable, workloads: Sequence[Workload]) -> None:
         self.table = table
         self.workloads = sorted(workloads, key=lambda w: w.id)
+        count = len(self.workloads)
         assignments = [a for w in self.workloads for a in w.assignments]
         n = len(assignments)
         self.workload = np.repeat(
-            np.arange(len(self.workloads)),
-            np.fromiter((len(w.assignments) for w in self.workloads), np.int64, len(self.workloads)),
+            np.arange(count), np.fromiter((len(w.assignments) for w in self.workloads), np.int64, count)
         )
         self.row = np.fromiter((table.index.get(a.node, -1) for a in assignments), np.int64, n)
         self.cpu = np.fromiter((a.cpu for a in assignments), np.int64, n)
@@ -56,8 +56,7 @@ class RunningWork:
         self.share_of = np.repeat(np.arange(n), shares)  # the assignment of each share
         self.cell = self.row[self.share_of] * table.free.accel.shape[1] + pairs[:, 0]
         self.milli = pairs[:, 1]
-        self.end = np.fromiter((w.admitted_at + w.time_limit for w in self.workloads), np.float64, len(self.workloads))
-        count = len(self.workloads)
+        self.end = np.fromiter((w.expected_end for w in self.workloads), np.float64, count)
         self.usage: list[tuple[int, int, int]] = list(
             zip(
                 self._total(self.workload[self.share_of], self.milli, count),

@@ -25,8 +25,9 @@ import numpy as np
 
 from scheduler.engine import schedule
 from scheduler.engine.fgd import Fragmentation, Shape, workload_mix
-from scheduler.engine.model import WHOLE, Cluster, Config, Job, Node, Queue, Snapshot, Tier
+from scheduler.engine.model import WHOLE, Assignment, Cluster, Config, Job, Node, Queue, Snapshot, Tier
 from scheduler.engine.nodes import IntArray, NodeTable
+from scheduler.engine.placement import accelerator_slots
 
 from .traces import PackNode, Pod
 
@@ -179,9 +180,11 @@ class _Fleet:
         self.state = self.table.free
         self.capacity = self.table.empty
         self.rnd = random.Random(seed)
-        jobs = engine_jobs(arrivals)
-        shapes = workload_mix(self.table, jobs, FGD_SHAPES, len(jobs))
-        self.fgd = Fragmentation(self.table, shapes, every_worker=False) if mix else None
+        self.fgd: Fragmentation | None = None
+        if mix:
+            jobs = engine_jobs(arrivals)
+            shapes = workload_mix(self.table, jobs, FGD_SHAPES, len(jobs))
+            self.fgd = Fragmentation(self.table, shapes, every_worker=False)
 
     def allowed(self, pod: Pod) -> IntArray:
         """Rows that may host the pod and have room for it now."""
@@ -196,21 +199,11 @@ class _Fleet:
             ok &= np.isin(table.cluster, [table.cluster_index[m] for m in pod.models if m in table.cluster_index])
         return np.flatnonzero(ok)
 
-    def tightest_slot(self, row: int, milli: int) -> int:
-        g = self.state.accel[row]
-        return int(np.argmin(np.where(g >= milli, g, 10 * WHOLE)))
-
     def take(self, row: int, slot: int, pod: Pod) -> None:
-        state = self.state
-        if pod.gpus and pod.milli == WHOLE:
-            slots = np.flatnonzero(state.accel[row] == WHOLE)[: pod.gpus]
-            state.accel[row, slots] = 0
-        elif pod.gpus:
-            state.accel[row, slot if slot >= 0 else self.tightest_slot(row, pod.milli)] -= pod.milli
-        state.cpu[row] -= pod.cpu
-        state.memory[row] -= pod.memory
-        state.recount(np.array([row]))
-        self.table.version[row] += 1
+        """Place the pod on ``row`` (its share on accelerator ``slot``, or the tightest one when -1), as the
+        engine places a worker."""
+        shares = accelerator_slots(self.state, row, Shape(pod.gpus, pod.milli, pod.cpu, pod.memory), 1, slot)
+        self.table.take(self.state, [Assignment(self.table.names[row], 1, tuple(shares), pod.cpu, pod.memory)])
 
 
 Chooser = Callable[[_Fleet, Pod, IntArray], tuple[int, int]]
