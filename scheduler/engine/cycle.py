@@ -3,8 +3,10 @@
 The shape follows Kueue's cycle (SCHEDULING.md §1) with Armada's and Slurm's ideas where they are better:
 
 1. Build state from the snapshot: quota usage of the cohort tree, nodes as arrays, the backfill timeline.
-2. Order: each queue's jobs by (tier priority, submit time, id); across queues a heap over the queue
-   heads by (tier priority, then the queue's weighted dominant resource share, then submit time, id).
+2. Order: each queue's jobs by (tier priority, aged submit time, id), where the aged submit time is
+   the submit time plus ``Config.short_first`` times the time limit (short jobs first, with aging);
+   across queues a heap over the queue heads by (tier priority, then the queue's weighted dominant
+   resource share, then aged submit time, id).
    *Choice*: Kueue's fair-sharing tournament puts fairness before priority; we put the tier first, like
    Armada's priority classes, because tiers are the organisation's explicit statement of urgency and
    fair sharing is how equals divide what is left.
@@ -262,7 +264,10 @@ class Cycle:
         number = {name: i for i, name in enumerate(names)}
         tier_of = [tiers[job.tier] for job in jobs]
         neg_priority = [-tier.priority for tier in tier_of]
-        submitted = [job.submitted_at for job in jobs]
+        aging = self.config.short_first
+        submitted = (
+            [job.submitted_at + aging * job.time_limit for job in jobs] if aging else [j.submitted_at for j in jobs]
+        )
         ids = [job.id for job in jobs]
         queue_of = np.fromiter((number[job.queue] for job in jobs), np.int64, n)
         id_rank = np.empty(n, np.int64)

@@ -156,3 +156,12 @@ def read_philly(path: str | Path, vc: str | None = None) -> list[TraceJob]:
         raise TraceError(f"{path}: no jobs in virtual cluster {vc!r}; it has {', '.join(clusters)}")
     start = chosen[0][0]
     return [TraceJob(f"job-{line}", t - start, duration, gpus, cluster) for t, line, duration, gpus, cluster in chosen]
+
+
+def read_vc_nodes(path: str | Path) -> dict[str, int]:
+    """Node counts per Philly virtual cluster (``vc,node num``)."""
+    path = Path(path)
+    counts = {}
+    for line, row in _rows(path, ("vc", "node num")):
+        counts[row["vc"].strip()] = _int(path, line, row, "node num", 1)
+    return counts

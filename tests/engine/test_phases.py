@@ -297,14 +297,52 @@ def test_within_nominal_work_of_another_queue_is_not_taken():
     assert reasons(d)["a1"] is PendingReason.RESERVED  # it waits for b1 to reach its time limit
 
 
+# ------------------------------------------------------------------------------------------------ order
+
+
+def first_of_two(long_at: float, short_at: float, short_first: float) -> str:
+    """Which of a 2-hour and a 10-minute job, each wanting the only free node, starts."""
+    nodes = (node("n1"),)
+    pending = (
+        job("long", at=long_at, accelerators=8, time_limit=7200),
+        job("short", at=short_at, accelerators=8, time_limit=600),
+    )
+    d = schedule(snapshot(nodes, (queue("a"),), pending, backfill=False, short_first=short_first))
+    (started,) = admitted(d)
+    return started
+
+
+def test_a_short_job_passes_a_long_one_submitted_a_little_earlier():
+    assert first_of_two(long_at=0, short_at=60, short_first=8.0) == "short"
+    assert first_of_two(long_at=0, short_at=60, short_first=0.0) == "long"  # first come, first served
+
+
+def test_aging_bounds_how_far_a_long_job_is_passed():
+    # The long job is ordered as if submitted 8 x 2 h later, the short one 8 x 10 min later: a short job
+    # submitted more than 16 h - 80 min after the long one comes after it.
+    assert first_of_two(long_at=0, short_at=8 * 7200 - 8 * 600 - 60, short_first=8.0) == "short"
+    assert first_of_two(long_at=0, short_at=8 * 7200 - 8 * 600 + 60, short_first=8.0) == "long"
+
+
+def test_a_higher_tier_still_comes_before_a_shorter_job():
+    nodes = (node("n1"),)
+    pending = (
+        job("long-urgent", tier="urgent", accelerators=8, time_limit=7200),
+        job("short", at=-500, accelerators=8, time_limit=60),
+    )
+    d = schedule(snapshot(nodes, (queue("a"),), pending, backfill=False))
+    assert set(admitted(d)) == {"long-urgent"}
+
+
 # ---------------------------------------------------------------------------------------------- backfill
 
 
 def one_node_free_one_busy(*pending: Job, backfill: bool = True) -> Decisions:
-    """Two nodes: n1 free now, n2 busy (same tier, so not a victim) until NOW+1800."""
+    """Two nodes: n1 free now, n2 busy (same tier, so not a victim) until NOW+1800. First come, first
+    served, so that the order is the submission order."""
     nodes = (node("n1"), node("n2", free=0))
     work = (running("busy", "n2", tier="normal", admitted_at=NOW - 1800, time_limit=3600),)
-    return schedule(snapshot(nodes, (queue("a"),), pending, work, backfill=backfill))
+    return schedule(snapshot(nodes, (queue("a"),), pending, work, backfill=backfill, short_first=0.0))
 
 
 def test_a_reservation_keeps_small_jobs_from_starving_a_gang():

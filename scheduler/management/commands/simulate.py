@@ -1,4 +1,4 @@
-"""`manage.py simulate packing ...`: replay a trace through the engine and the published baselines.
+"""`manage.py simulate packing|jobs ...`: replay a trace through the engine and the published baselines.
 
 A thin shell over `scheduler.simulation` (plain Python, no database). `--json` prints one object,
 `{"default_policy": ..., "policies": {name: figures}}`; otherwise a table. Progress goes to stderr.
@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
-from scheduler.simulation import packing
-from scheduler.simulation.traces import TraceError, read_nodes, read_pods
+from scheduler.simulation import jobs, packing
+from scheduler.simulation.events import SIZES, Outage
+from scheduler.simulation.traces import TraceError, read_nodes, read_philly, read_pods, read_vc_nodes
 
 
 def seed_list(text: str) -> list[int]:
@@ -48,6 +50,56 @@ def packing_table(report: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h"
+
+
+def jobs_table(report: dict[str, Any]) -> str:
+    head = (
+        "policy",
+        "avg JCT",
+        "p99 JCT",
+        "avg wait",
+        "p99 wait",
+        "max wait",
+        "makespan",
+        "GPU util",
+        "preempt",
+        "seconds",
+    )
+    rows = ["".join(f"{h:>11}" if i else f"{h:<15}" for i, h in enumerate(head))]
+    for name, f in report["policies"].items():
+        mark = " *" if name == report["default_policy"] else ""
+        times = [
+            hours(f[k]) for k in ("avg_jct_s", "p99_jct_s", "avg_wait_s", "p99_wait_s", "max_wait_s", "makespan_s")
+        ]
+        cells = [*times, f"{100 * f['gpu_utilization']:.1f}%", str(f["preemptions"]), f"{f['seconds']:.1f}"]
+        rows.append(f"{name + mark:<15}" + "".join(f"{c:>11}" for c in cells))
+    rows.append("")
+    rows.append(f"{'wait by GPUs':<15}" + "".join(f"{label:>22}" for label, *_ in SIZES))
+    for name, f in report["policies"].items():
+        cells = []
+        for label, *_ in SIZES:
+            size = f["by_gpus"].get(label)
+            cells.append(f"{hours(size['avg_wait_s'])} / {hours(size['max_wait_s'])}" if size else "-")
+        rows.append(f"{name:<15}" + "".join(f"{c:>22}" for c in cells))
+    rows.append(
+        f"{report['nodes']} nodes, {report['gpus']} GPUs, {report['jobs']} jobs; * ours. "
+        "JCT: submission to completion; wait: time spent waiting (avg / max per gang size)."
+    )
+    return "\n".join(rows)
+
+
+def gpu_counts(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise CommandError(f"--gpus-per-node: {text!r} is not a number or a list like 2,8") from None
+    if not counts or min(counts) < 1:
+        raise CommandError("--gpus-per-node: every node needs at least one GPU")
+    return counts
+
+
 class Command(BaseCommand):
     help = "Replay a trace through the placement engine and the published baselines."
     requires_system_checks: list[str] = []  # needs neither the database nor the project's checks
@@ -70,7 +122,47 @@ class Command(BaseCommand):
         pack.add_argument("--seeds", type=seed_list, default=list(range(42, 52)), help="e.g. 42-51 (the default).")
         pack.add_argument("--json", action="store_true", help="Print one JSON object instead of a table.")
 
+        replay = modes.add_parser(
+            "jobs",
+            help="Replay the Philly job trace of one virtual cluster: FIFO, SJF, Tiresias and ours.",
+            description=jobs.__doc__,
+        )
+        replay.add_argument("--trace", required=True, help="philly.csv (timestamp,duration,num_gpus,...,cluster).")
+        replay.add_argument("--vc", required=True, help="The virtual cluster to replay, e.g. 6214e9.")
+        replay.add_argument(
+            "--nodes",
+            type=int,
+            help="Nodes in the fleet (default: the VC's count in philly_vc_node_count.csv beside the trace).",
+        )
+        replay.add_argument(
+            "--gpus-per-node",
+            type=gpu_counts,
+            default=[2],
+            help="GPUs per node, or a list taken in turn (2,8 = half of each); default 2.",
+        )
+        replay.add_argument(
+            "--limits",
+            choices=("exact", "rounded"),
+            default="exact",
+            help="Time limits the jobs declare: their true duration, or that rounded up to 1h/2h/4h/8h/1d/3d/7d.",
+        )
+        replay.add_argument(
+            "--mtbf-days", type=float, help="Fail nodes at random with this mean time between failures."
+        )
+        replay.add_argument("--repair-hours", type=float, default=4.0, help="How long a failed node stays down.")
+        replay.add_argument("--seed", type=int, default=1, help="Seed of the node failures.")
+        replay.add_argument(
+            "--policy",
+            action="append",
+            choices=jobs.POLICY_NAMES,
+            help="A policy to run; repeat for several (default: all).",
+        )
+        replay.add_argument("--json", action="store_true", help="Print one JSON object instead of a table.")
+
     def handle(self, *args: Any, mode: str, **options: Any) -> None:
+        if mode == "jobs":
+            self.replay(**options)
+            return
         try:
             nodes, pods = read_nodes(options["nodes"]), read_pods(options["pods"])
         except TraceError as error:
@@ -88,3 +180,40 @@ class Command(BaseCommand):
             except ValueError as error:
                 raise CommandError(str(error)) from None
         self.stdout.write(json.dumps(report) if options["json"] else packing_table(report))
+
+    def replay(self, **options: Any) -> None:
+        trace_path = Path(options["trace"])
+        try:
+            trace = read_philly(trace_path, options["vc"])
+            nodes = options["nodes"]
+            if nodes is None:
+                counts_path = trace_path.with_name("philly_vc_node_count.csv")
+                counts = read_vc_nodes(counts_path) if counts_path.exists() else {}
+                if options["vc"] not in counts:
+                    raise CommandError(
+                        f"--nodes: {counts_path} does not give the node count of {options['vc']}; say it"
+                    )
+                nodes = counts[options["vc"]]
+        except TraceError as error:
+            raise CommandError(str(error)) from None
+        sizes = options["gpus_per_node"]
+        try:
+            clusters, fleet = jobs.philly_fleet(nodes, sizes)
+            workload = tuple(jobs.philly_jobs(trace, sizes, options["limits"]))
+            outages: tuple[Outage, ...] = ()
+            if options["mtbf_days"] is not None:
+                span = max(j.submitted for j in workload)
+                outages = jobs.random_outages(
+                    fleet, span, options["mtbf_days"], options["repair_hours"], options["seed"]
+                )
+        except ValueError as error:
+            raise CommandError(str(error)) from None
+        policies = options["policy"] or list(jobs.POLICY_NAMES)
+        with tqdm(total=len(policies) * len(workload), desc="jobs", unit="job", disable=None, miniters=500) as bar:
+
+            def progress(policy: str, done: int) -> None:
+                bar.set_postfix_str(policy, refresh=False)
+                bar.update()
+
+            report = jobs.run_jobs(jobs.Replay(clusters, fleet, workload, outages), policies, progress)
+        self.stdout.write(json.dumps(report) if options["json"] else jobs_table(report))

@@ -1,0 +1,460 @@
+"""Job-level replay: a stream of gang jobs through the event simulator (``events.py``) under each policy.
+
+Policies:
+
+- ``fifo``: first come, first served, strictly: when the oldest waiting job does not fit, nothing behind it
+  starts (head-of-line blocking), as the Helios artifact's FIFO does.
+- ``sjf``: shortest job first with runtime knowledge (the job's true duration), non-preemptive and strict
+  in the same way.
+- ``tiresias``: Tiresias's discretised two-dimensional least-attained-service (Gu et al., NSDI '19):
+  jobs are ranked by the accelerator-seconds they have had (queues at 1 and 10 GPU-hours), first come
+  first served within a rank; a job that has waited longer than ``PROMOTE`` times the time it ran goes
+  back to the first rank, its service counted afresh (the starvation guard). Preemptive: running jobs
+  that fall out of the top ranks are stopped at once (no grace period, no lost work), and waiting jobs
+  are placed in rank order, skipping those that do not fit.
+- ``quartermaster``: the production engine, unchanged, every cycle: tiers, fair sharing, backfill with
+  reservations for the jobs that head the queue, preemption with grace periods.
+
+The baselines place a gang's workers one at a time, each on the up node that it fits most tightly.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from scheduler.engine import schedule
+from scheduler.engine.model import (
+    WHOLE,
+    Assignment,
+    Cluster,
+    Config,
+    Job,
+    Node,
+    Queue,
+    Snapshot,
+    Tier,
+    Workload,
+)
+
+from .events import Outage, Plan, Policy, SimJob, Simulation
+from .traces import TraceJob
+
+DEFAULT_POLICY = "quartermaster"
+FLAVOR = "gpu"
+
+
+# -------------------------------------------------------------------------------------- the baselines
+
+
+class Room:
+    """The free resources of the up nodes, as a policy plans a cycle: places gangs and takes what they use."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.nodes = [(name, list(s.accel_free), [s.cpu_free, s.memory_free]) for name, s in sim.nodes.items() if s.up]
+
+    def free(self, name: str, assignments: Iterable[Assignment]) -> None:
+        """Give back what a job about to be stopped holds (on nodes that are up)."""
+        for node, accels, rest in self.nodes:
+            for a in assignments:
+                if a.node == node:
+                    for slot, milli in a.accels:
+                        accels[slot] += milli
+                    rest[0] += a.cpu
+                    rest[1] += a.memory
+
+    def place(self, job: SimJob) -> tuple[Assignment, ...] | None:
+        """Each worker on the node it fits most tightly (fewest free accelerators left, then the node order);
+        None, taking nothing, when the gang does not fit as a whole."""
+        whole = job.accel_milli == WHOLE
+        counts = []
+        for _, accels, (cpu, memory) in self.nodes:
+            if whole:
+                fit = sum(1 for m in accels if m == WHOLE) // job.accelerators if job.accelerators else job.workers
+            else:
+                fit = sum(m // job.accel_milli for m in accels)
+            if job.cpu:
+                fit = min(fit, cpu // job.cpu)
+            if job.memory:
+                fit = min(fit, memory // job.memory)
+            counts.append(fit)
+        if sum(counts) < job.workers:
+            return None
+        assignments = []
+        for _ in range(job.workers):
+            i = min((c, i) for i, c in enumerate(counts) if c > 0)[1]
+            counts[i] -= 1
+            name, accels, rest = self.nodes[i]
+            taken: list[tuple[int, int]] = []
+            if whole:
+                for slot, milli in enumerate(accels):
+                    if len(taken) == job.accelerators:
+                        break
+                    if milli == WHOLE:
+                        taken.append((slot, WHOLE))
+            else:
+                slot = min((m, s) for s, m in enumerate(accels) if m >= job.accel_milli)[1]
+                taken.append((slot, job.accel_milli))
+            for slot, milli in taken:
+                accels[slot] -= milli
+            rest[0] -= job.cpu
+            rest[1] -= job.memory
+            assignments.append(Assignment(name, 1, tuple(taken), job.cpu, job.memory))
+        return tuple(assignments)
+
+
+class Strict:
+    """Start waiting jobs in the order of ``key`` until one does not fit (head-of-line blocking)."""
+
+    def __init__(self, name: str, key: Callable[[SimJob], tuple[float, ...]]) -> None:
+        self.name = name
+        self.key = key
+        self._heap: list[tuple[tuple[float, ...], str]] = []
+
+    def plan(self, sim: Simulation, arrived: Sequence[str]) -> Plan:
+        for job_id in arrived:
+            heapq.heappush(self._heap, (self.key(sim.waiting[job_id].job), job_id))
+        room, starts = Room(sim), []
+        while self._heap:
+            job_id = self._heap[0][1]
+            waiting = sim.waiting.get(job_id)
+            if waiting is not None:
+                placed = room.place(waiting.job)
+                if placed is None:
+                    break
+                starts.append((job_id, placed))
+            heapq.heappop(self._heap)
+        return Plan(starts)
+
+
+def fifo() -> Strict:
+    return Strict("fifo", lambda job: (job.submitted,))
+
+
+def sjf() -> Strict:
+    return Strict("sjf", lambda job: (job.duration, job.submitted))
+
+
+class Tiresias:
+    """Discretised 2D-LAS with a starvation guard; see the module's docstring."""
+
+    name = "tiresias"
+    #: Queue thresholds, accelerator-seconds of attained service.
+    THRESHOLDS = (3600.0, 36000.0)
+    #: A waiting job goes back to the first queue once it has waited this many times as long as it ran.
+    PROMOTE = 4.0
+
+    def __init__(self) -> None:
+        #: Service counted from here on: a promoted job starts again from the first queue.
+        self._base: dict[str, float] = {}
+
+    def _service(self, sim: Simulation, job_id: str) -> float:
+        return sim.attained(job_id) - self._base.get(job_id, 0.0)
+
+    def plan(self, sim: Simulation, arrived: Sequence[str]) -> Plan:
+        now = sim.now
+        if not sim.waiting:
+            return Plan()
+        for job_id, waiting in sim.waiting.items():
+            service = self._service(sim, job_id)
+            if service > 0 and now - waiting.since >= self.PROMOTE * service / waiting.job.gpus:
+                self._base[job_id] = sim.attained(job_id)
+
+        def rank(job_id: str) -> int:
+            service = self._service(sim, job_id)
+            return sum(1 for t in self.THRESHOLDS if service >= t)
+
+        active = [(rank(i), r.job.submitted, i, True) for i, r in sim.running.items()] + [
+            (rank(i), w.job.submitted, i, False) for i, w in sim.waiting.items()
+        ]
+        active.sort()
+        capacity = sum(len(s.accel_free) for s in sim.nodes.values() if s.up)
+        chosen, used = set(), 0.0
+        for _, _, job_id, _ in active:
+            gpus = sim.records[job_id].job.gpus
+            if used + gpus <= capacity:
+                chosen.add(job_id)
+                used += gpus
+        room = Room(sim)
+        stops = [(job_id, 0.0) for job_id, run in sim.running.items() if job_id not in chosen]
+        for job_id, _ in stops:
+            room.free(job_id, sim.running[job_id].assignments)
+        starts = []
+        for _, _, job_id, running in active:
+            if not running and job_id in chosen:
+                placed = room.place(sim.waiting[job_id].job)
+                if placed is not None:
+                    starts.append((job_id, placed))
+        return Plan(starts, stops, self._next_change(sim, chosen))
+
+    def _next_change(self, sim: Simulation, chosen: set[str]) -> float | None:
+        """When a rank next changes: a running job crosses a threshold, or a waiting one earns promotion."""
+        times = []
+        for job_id, run in sim.running.items():
+            if job_id in chosen:
+                service = self._service(sim, job_id)
+                above = [t for t in self.THRESHOLDS if t > service]
+                if above:
+                    times.append(sim.now + (above[0] - service) / run.job.gpus)
+        for job_id, waiting in sim.waiting.items():
+            service = self._service(sim, job_id)
+            if service > 0:
+                times.append(waiting.since + self.PROMOTE * service / waiting.job.gpus)
+        later = [t for t in times if t > sim.now]
+        return min(later) if later else None
+
+
+# ---------------------------------------------------------------------------------------------- ours
+
+
+class Quartermaster:
+    """The production engine's ``schedule``, called unchanged on a snapshot of the simulation."""
+
+    name = DEFAULT_POLICY
+
+    def __init__(
+        self,
+        clusters: Sequence[Cluster],
+        config: Config | None = None,
+        tiers: Sequence[Tier] = (),
+        queues: Sequence[Queue] = (),
+    ) -> None:
+        self.clusters = tuple(clusters)
+        self.config = config or Config()
+        self.tiers = {t.name: t for t in tiers}
+        self.queues = {q.name: q for q in queues}
+        self._jobs: dict[str, tuple[float, Job]] = {}  # per waiting job: (work left, its engine Job)
+        self._workloads: dict[str, tuple[int, bool, Workload]] = {}  # per run: (token, stopping, Workload)
+
+    def _job(self, waiting_remaining: float, job: SimJob) -> Job:
+        known = self._jobs.get(job.id)
+        if known is None or known[0] != waiting_remaining:
+            done = job.duration - waiting_remaining
+            self.tiers.setdefault(job.tier, Tier(job.tier, 0))
+            self.queues.setdefault(job.queue, Queue(job.queue, cohort=None, flavors=(FLAVOR,)))
+            engine_job = Job(
+                id=job.id,
+                queue=job.queue,
+                tier=job.tier,
+                submitted_at=job.submitted,
+                workers=job.workers,
+                accelerators=job.accelerators,
+                accel_milli=job.accel_milli,
+                cpu=job.cpu,
+                memory=job.memory,
+                time_limit=max(1, math.ceil(job.time_limit - done)),
+            )
+            known = self._jobs[job.id] = (waiting_remaining, engine_job)
+        return known[1]
+
+    def plan(self, sim: Simulation, arrived: Sequence[str]) -> Plan:
+        nodes = tuple(
+            Node(
+                name=name,
+                cluster=s.node.cluster,
+                flavor=s.node.flavor,
+                accel_free=tuple(s.accel_free),
+                cpu_free=s.cpu_free,
+                memory_free=s.memory_free,
+                cpu_capacity=s.node.cpu_capacity,
+                memory_capacity=s.node.memory_capacity,
+                topology=s.node.topology,
+                healthy=s.up,
+                price_per_accel_hour=s.node.price_per_accel_hour,
+            )
+            for name, s in sim.nodes.items()
+        )
+        pending = tuple(self._job(w.remaining, w.job) for w in sim.waiting.values())
+        running = []
+        for job_id, run in sim.running.items():
+            known = self._workloads.get(job_id)
+            stopping = run.stopping_at is not None
+            if known is None or known[0] != run.token or known[1] != stopping:
+                done = run.job.duration - run.remaining
+                workload = Workload(
+                    id=job_id,
+                    queue=run.job.queue,
+                    tier=run.job.tier,
+                    cluster=run.cluster,
+                    flavor=run.flavor,
+                    assignments=run.assignments,
+                    admitted_at=run.started,
+                    # When it is expected to end: its limit, or the end of its grace period once told to stop.
+                    time_limit=(
+                        max(1, math.ceil(run.stopping_at - run.started))
+                        if run.stopping_at is not None
+                        else max(1, math.ceil(run.job.time_limit - done))
+                    ),
+                    submitted_at=run.job.submitted,
+                    evicting=stopping,
+                )
+                known = self._workloads[job_id] = (run.token, stopping, workload)
+            running.append(known[2])
+        for job_id in [j for j in self._jobs if j not in sim.waiting]:
+            del self._jobs[job_id]
+        for job_id in [j for j in self._workloads if j not in sim.running]:
+            del self._workloads[job_id]
+        decisions = schedule(
+            Snapshot(
+                now=sim.now,
+                clusters=self.clusters,
+                nodes=nodes,
+                tiers=tuple(self.tiers.values()),
+                cohorts=(),
+                queues=tuple(self.queues.values()),
+                running=tuple(running),
+                pending=pending,
+                config=self.config,
+            )
+        )
+        return Plan(
+            starts=[(a.job, a.assignments) for a in decisions.admissions],
+            stops=[(p.workload, float(p.grace_seconds)) for p in decisions.preemptions],
+        )
+
+
+def policies(clusters: Sequence[Cluster]) -> dict[str, Callable[[], Policy]]:
+    """Each policy by name, as a factory (a policy keeps state through one simulation)."""
+    return {
+        "fifo": fifo,
+        "sjf": sjf,
+        "tiresias": Tiresias,
+        DEFAULT_POLICY: lambda: Quartermaster(clusters),
+    }
+
+
+POLICY_NAMES = ("fifo", "sjf", "tiresias", DEFAULT_POLICY)
+
+
+# ---------------------------------------------------------------------------------- the Philly replay
+
+
+def philly_fleet(nodes: int, gpus_per_node: Sequence[int]) -> tuple[tuple[Cluster, ...], tuple[Node, ...]]:
+    """``nodes`` machines of one virtual cluster, their GPU counts taken in turn from ``gpus_per_node``.
+    The trace says nothing of CPU and memory, so neither is asked for (each node gets a nominal 64 cores
+    and 512 GiB)."""
+    if nodes < 1 or not gpus_per_node or min(gpus_per_node) < 1:
+        raise ValueError("a fleet needs at least one node, each with at least one GPU")
+    cluster = Cluster(name="philly", region="philly")
+    fleet = tuple(
+        Node(
+            name=f"node-{i:04d}",
+            cluster=cluster.name,
+            flavor=FLAVOR,
+            accel_free=(WHOLE,) * gpus_per_node[i % len(gpus_per_node)],
+            cpu_free=64_000,
+            memory_free=512 * 1024,
+            cpu_capacity=64_000,
+            memory_capacity=512 * 1024,
+        )
+        for i in range(nodes)
+    )
+    return (cluster,), fleet
+
+
+#: Time limits users declare, when ``limits="rounded"``: the duration rounded up to one of these (seconds).
+LIMIT_STEPS = (3600, 2 * 3600, 4 * 3600, 8 * 3600, 24 * 3600, 3 * 24 * 3600, 7 * 24 * 3600)
+
+
+def declared_limit(duration: float, limits: str) -> int:
+    """A job's time limit: its true duration (``exact``), or that rounded up to a preset that users pick
+    from (``rounded``, the next of 1 h, 2 h, 4 h, 8 h, 1 d, 3 d, 7 d, else whole weeks)."""
+    exact = max(1, math.ceil(duration))
+    if limits == "exact":
+        return exact
+    if limits != "rounded":
+        raise ValueError(f"limits must be 'exact' or 'rounded', not {limits!r}")
+    return next((step for step in LIMIT_STEPS if step >= exact), math.ceil(exact / LIMIT_STEPS[-1]) * LIMIT_STEPS[-1])
+
+
+def gang(gpus: int, node_sizes: Sequence[int]) -> tuple[int, int]:
+    """(workers, GPUs per worker) for a gang of ``gpus``: workers as large as the largest node allows and
+    dividing the gang evenly (8 GPUs on 2-GPU nodes: 4 workers of 2)."""
+    largest = max(node_sizes)
+    per = max(d for d in range(1, min(gpus, largest) + 1) if gpus % d == 0)
+    return gpus // per, per
+
+
+def philly_jobs(trace: Sequence[TraceJob], node_sizes: Sequence[int], limits: str = "exact") -> list[SimJob]:
+    jobs = []
+    for t in trace:
+        workers, per = gang(t.gpus, node_sizes)
+        jobs.append(
+            SimJob(
+                id=t.name,
+                submitted=t.submitted,
+                duration=t.duration,
+                workers=workers,
+                accelerators=per,
+                queue=t.vc,
+                time_limit=declared_limit(t.duration, limits),
+            )
+        )
+    return jobs
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """One replay's inputs: a fleet, a workload and how the simulation runs."""
+
+    clusters: tuple[Cluster, ...]
+    nodes: tuple[Node, ...]
+    jobs: tuple[SimJob, ...]
+    outages: tuple[Outage, ...] = ()
+    cycle_seconds: float = 60.0
+
+
+def run_jobs(
+    replay: Replay,
+    names: Sequence[str],
+    progress: Callable[[str, int], None] | None = None,
+) -> dict[str, object]:
+    """Every policy on the replay; the report ``simulate jobs --json`` prints."""
+    factories = policies(replay.clusters)
+    unknown = [n for n in names if n not in factories]
+    if unknown:
+        raise ValueError(f"unknown policy {', '.join(unknown)}; choose from {', '.join(factories)}")
+    results: dict[str, object] = {}
+    for name in names:
+        started = time.perf_counter()
+        simulation = Simulation(
+            replay.clusters,
+            replay.nodes,
+            replay.jobs,
+            factories[name](),
+            outages=replay.outages,
+            cycle_seconds=replay.cycle_seconds,
+            progress=(lambda done, name=name: progress(name, done)) if progress else None,  # type: ignore[misc]
+        )
+        figures = simulation.run().figures()
+        figures["seconds"] = round(time.perf_counter() - started, 1)
+        results[name] = figures
+    return {
+        "default_policy": DEFAULT_POLICY,
+        "nodes": len(replay.nodes),
+        "gpus": sum(n.accel_count for n in replay.nodes),
+        "jobs": len(replay.jobs),
+        "policies": results,
+    }
+
+
+def random_outages(
+    nodes: Sequence[Node], span: float, mtbf_days: float, repair_hours: float, seed: int
+) -> tuple[Outage, ...]:
+    """Node failures for a what-if: each node fails after exponentially distributed times with mean
+    ``mtbf_days`` and stays down ``repair_hours``; the same seed gives the same failures."""
+    if mtbf_days <= 0 or repair_hours <= 0:
+        raise ValueError("the mean time between failures and the repair time must be positive")
+    rnd = random.Random(seed)
+    mtbf, repair = mtbf_days * 86400, repair_hours * 3600
+    outages = []
+    for node in nodes:
+        at = rnd.expovariate(1 / mtbf)
+        while at < span:
+            outages.append(Outage(node.name, at, at + repair))
+            at += repair + rnd.expovariate(1 / mtbf)
+    return tuple(outages)
