@@ -327,7 +327,7 @@ def policies(clusters: Sequence[Cluster]) -> dict[str, Callable[[], Policy]]:
     }
 
 
-POLICY_NAMES = ("fifo", "sjf", "tiresias", DEFAULT_POLICY)
+POLICY_NAMES = tuple(policies(()))
 
 
 # ---------------------------------------------------------------------------------- the Philly replay

@@ -1,0 +1,1 @@
+"""Cluster backends: one small interface (``base.py``), one package per kind, imported lazily."""

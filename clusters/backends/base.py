@@ -1,0 +1,210 @@
+"""The one small interface every cluster backend implements, and the plain values it speaks.
+
+A backend talks to one cluster (a Slurm controller, a Kubernetes API server, a Google Cloud TPU project
+and zone, or the embedded simulated fleet). It knows nothing of Django: it takes an endpoint, decrypted
+credentials and options, and returns frozen dataclasses. The sync task, the health checks and the
+placement loop turn those into rows.
+
+Every backend:
+- raises only ``BackendError`` subclasses, with a message a cluster admin can act on (``Unreachable``,
+  ``AuthenticationFailed``, ``BadResponse`` for malformed or partial answers, ``Refused`` when the
+  cluster says no, e.g. an eviction forbidden by a disruption budget, ``NotFound``);
+- has a **dry-run** mode: mutating calls (``submit``, ``cancel``, ``cordon``, ``drain``, ``resume``)
+  check their arguments and return what they would have done, without calling the cluster; reads still
+  read;
+- makes ``submit`` idempotent on ``JobSpec.id`` (submitting the same id twice returns the first job);
+- is imported lazily through ``load(kind)``, so a deployment without, say, the TPU client never imports it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, ClassVar
+
+KINDS = ("simulated", "slurm", "kubernetes", "tpu")
+
+
+class BackendError(Exception):
+    """A backend call failed; the message says why in words an admin can act on."""
+
+
+class Unreachable(BackendError):
+    """The endpoint did not answer (connection refused, DNS, timeout, TLS)."""
+
+
+class AuthenticationFailed(BackendError):
+    """The endpoint answered but refused the credentials (401/403, an expired or wrong token)."""
+
+
+class BadResponse(BackendError):
+    """The endpoint answered something we cannot use: not JSON, missing fields, wrong types."""
+
+
+class Refused(BackendError):
+    """The cluster understood and said no (e.g. eviction refused by a PodDisruptionBudget: HTTP 429)."""
+
+
+class NotFound(BackendError):
+    """The node or job named does not exist on the cluster."""
+
+
+@dataclass(frozen=True, slots=True)
+class AcceleratorInfo:
+    """An accelerator model the cluster offers."""
+
+    model: str  # e.g. "H100-SXM-80GB", "A100-40GB", "v5p"
+    memory_gib: int = 0
+    generation: str = ""  # e.g. "hopper", "ampere", "tpu-v5"
+    interconnect: str = ""  # e.g. "nvlink", "pcie", "ici"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """One node as the cluster reports it. CPU in millicores, memory in MiB."""
+
+    name: str
+    accelerator: str  # model name, "" for a node without accelerators
+    accelerators: int  # capacity
+    accelerators_allocatable: int
+    cpu: int
+    cpu_allocatable: int
+    memory: int
+    memory_allocatable: int
+    #: Topology domain per level, widest first, e.g. {"zone": "eu-1a", "block": "b1", "rack": "r07"}.
+    topology: Mapping[str, str] = field(default_factory=dict)
+    ready: bool = True  # the node is up and its agent reports in
+    schedulable: bool = True  # False when cordoned or drained on the cluster itself
+    #: Free-form facts from the cluster (Slurm state flags, Kubernetes labels), for display.
+    labels: Mapping[str, str] = field(default_factory=dict)
+    heartbeat: datetime | None = None  # when the node last reported, if the cluster says
+
+
+@dataclass(frozen=True, slots=True)
+class Inventory:
+    nodes: tuple[NodeInfo, ...]
+    accelerators: tuple[AcceleratorInfo, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """What to run, where the scheduler placed it. ``id`` is Quartermaster's job id (the idempotency key)."""
+
+    id: str
+    name: str
+    workers: int
+    accelerators_per_worker: int
+    cpu_per_worker: int  # millicores
+    memory_per_worker: int  # MiB
+    #: The node of each worker, in worker order (a node appears once per worker on it).
+    nodes: tuple[str, ...]
+    time_limit: int  # seconds
+    image: str = ""
+    command: tuple[str, ...] = ()
+    script: str = ""  # a batch script, for Slurm
+    env: Mapping[str, str] = field(default_factory=dict)
+    #: Where the job is queued on the cluster: a Slurm partition, a Kueue LocalQueue, a TPU reservation.
+    queue: str = ""
+    spot: bool = False
+
+
+class JobState(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    backend_id: str
+    state: JobState
+    message: str = ""
+    nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class HealthSignal:
+    """One observation about one node: ``ok`` False means the check failed (the message says how)."""
+
+    node: str
+    check: str  # "ready", "heartbeat", "gpu_xid", "gpu_ecc", "gpu_temperature", "nvlink", ...
+    ok: bool
+    message: str = ""
+    observed_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DryRun:
+    """What a mutating call would have done, returned instead of doing it in dry-run mode."""
+
+    action: str
+    target: str
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Backend:
+    """Base class of the backends; each lives in ``clusters/backends/<kind>/`` and sets ``kind``."""
+
+    kind: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        endpoint: str,
+        credentials: Mapping[str, str] | None = None,
+        options: Mapping[str, Any] | None = None,
+        *,
+        dry_run: bool = False,
+        timeout: float = 10.0,
+    ) -> None:
+        self.endpoint = endpoint
+        self.credentials = dict(credentials or {})
+        self.options = dict(options or {})
+        self.dry_run = dry_run
+        self.timeout = timeout
+
+    # reads
+    def inventory(self) -> Inventory:
+        raise NotImplementedError
+
+    def status(self, backend_id: str) -> JobStatus:
+        raise NotImplementedError
+
+    def health(self) -> tuple[HealthSignal, ...]:
+        """Health signals the cluster itself gives (node not ready, stale heartbeat, ...). GPU-level signals
+        come from the node probe (``deploy/node_probe.py``) through the API instead."""
+        raise NotImplementedError
+
+    # writes (dry-run aware)
+    def submit(self, spec: JobSpec) -> str | DryRun:
+        """Start the job; returns the cluster's id for it. Idempotent on ``spec.id``."""
+        raise NotImplementedError
+
+    def cancel(self, backend_id: str) -> None | DryRun:
+        raise NotImplementedError
+
+    def cordon(self, node: str, reason: str) -> None | DryRun:
+        """Stop new work landing on the node; running work stays."""
+        raise NotImplementedError
+
+    def drain(self, node: str, reason: str) -> None | DryRun:
+        """Cordon, then move running work off (evict, or let the cluster requeue it)."""
+        raise NotImplementedError
+
+    def resume(self, node: str) -> None | DryRun:
+        """Undo cordon or drain."""
+        raise NotImplementedError
+
+
+def load(kind: str) -> type[Backend]:
+    """The backend class for ``kind``, imported only now (``clusters.backends.<kind>``)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown cluster kind {kind!r}; choose from {', '.join(KINDS)}")
+    module = importlib.import_module(f"clusters.backends.{kind}")
+    backend: type[Backend] = module.BACKEND
+    return backend
