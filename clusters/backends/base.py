@@ -185,18 +185,18 @@ class Backend:
         """Start the job; returns the cluster's id for it. Idempotent on ``spec.id``."""
         raise NotImplementedError
 
-    def cancel(self, backend_id: str) -> None | DryRun:
+    def cancel(self, backend_id: str) -> DryRun | None:
         raise NotImplementedError
 
-    def cordon(self, node: str, reason: str) -> None | DryRun:
+    def cordon(self, node: str, reason: str) -> DryRun | None:
         """Stop new work landing on the node; running work stays."""
         raise NotImplementedError
 
-    def drain(self, node: str, reason: str) -> None | DryRun:
+    def drain(self, node: str, reason: str) -> DryRun | None:
         """Cordon, then move running work off (evict, or let the cluster requeue it)."""
         raise NotImplementedError
 
-    def resume(self, node: str) -> None | DryRun:
+    def resume(self, node: str) -> DryRun | None:
         """Undo cordon or drain."""
         raise NotImplementedError
 
