@@ -1,0 +1,297 @@
+"""The Kubernetes backend: one API server through the official ``kubernetes`` client.
+
+Configuration:
+- ``endpoint``: the API server's URL, e.g. ``https://10.0.0.1:6443``;
+- ``credentials["token"]``: a bearer token (a service account's); ``credentials["ca_cert"]``: the PEM CA
+  bundle that signed the server's certificate (else the system roots), or ``options["insecure_skip_tls_verify"]``;
+- ``options["namespace"]`` (``default``): where Jobs go; ``options["kueue"]``: the cluster runs Kueue, so
+  Jobs are created suspended in the LocalQueue ``JobSpec.queue`` and Kueue admits them;
+- ``options["accelerator_resource"]`` (``nvidia.com/gpu``): what a worker's accelerators are requested as;
+  ``zone_label``/``block_label``/``rack_label`` and ``accelerator_resources``: see ``nodes.py``;
+- ``options["heartbeat_stale_seconds"]`` (600): a kubelet refreshes its Ready condition at least every
+  five minutes (``nodeStatusReportFrequency``), so anything much older means it stopped reporting.
+
+The service account needs: nodes get/list/patch, pods list, pods/eviction create, jobs create/get/delete.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from clusters.backends.base import (
+    AcceleratorInfo,
+    AuthenticationFailed,
+    Backend,
+    BackendError,
+    BadResponse,
+    DryRun,
+    HealthSignal,
+    Inventory,
+    JobSpec,
+    JobStatus,
+    NodeInfo,
+    NotFound,
+    Refused,
+    Unreachable,
+)
+from clusters.backends.kubernetes.jobs import JOB_ID_ANNOTATION, JOB_LABEL, job_manifest, job_name, job_state
+from clusters.backends.kubernetes.nodes import NodeLabels, health_signals, node_info
+
+#: Annotation holding why Quartermaster cordoned a node.
+CORDON_REASON_ANNOTATION = "quartermaster.io/cordon-reason"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+PAGE = 500  # objects per list call; large clusters page through ``continue``
+
+
+class KubernetesBackend(Backend):
+    kind = "kubernetes"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._api: client.ApiClient | None = None
+
+    # the client
+
+    def _client(self) -> client.ApiClient:
+        if self._api is None:
+            config = client.Configuration(host=self.endpoint.rstrip("/"))
+            token = self.credentials.get("token")
+            if token:
+                config.api_key = {"BearerToken": token}
+                config.api_key_prefix = {"BearerToken": "Bearer"}
+            if self.credentials.get("ca_cert"):
+                config.ca_cert_data = self.credentials["ca_cert"]
+            if self.options.get("insecure_skip_tls_verify"):
+                config.verify_ssl = False
+            # One retry for a refused connection; none for reads, so a timeout costs one ``timeout``.
+            config.retries = urllib3.Retry(total=1, read=0, redirect=0)
+            self._api = client.ApiClient(config)
+        return self._api
+
+    def _core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self._client())
+
+    def _batch(self) -> client.BatchV1Api:
+        return client.BatchV1Api(self._client())
+
+    @property
+    def namespace(self) -> str:
+        return str(self.options.get("namespace") or "default")
+
+    @contextmanager
+    def _calling(self, what: str) -> Iterator[None]:
+        """Turn what the client raises into the backend's errors, saying what we were doing."""
+        try:
+            yield
+        except ApiException as e:
+            raise self._api_error(e, what) from e
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            reason = getattr(e, "reason", None) or e
+            raise Unreachable(f"the API server at {self.endpoint} did not answer {what}: {reason}") from e
+        except ValueError as e:  # not JSON, or an object the client's models reject (pydantic)
+            first_line = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise BadResponse(f"the API server at {self.endpoint} answered {what} with {first_line}") from e
+
+    def _api_error(self, e: ApiException, what: str) -> BackendError:
+        status = e.status or 0
+        message = status_message(e)
+        if status == 0:  # raised by the client itself: TLS failures and unsupported content types
+            if "SSL" in message:
+                return Unreachable(f"TLS to the API server at {self.endpoint} failed {what}: {message}")
+            return BadResponse(f"the API server at {self.endpoint} answered {what} with {message}")
+        if status == 401:
+            return AuthenticationFailed(f"the API server at {self.endpoint} refused the token {what} ({message})")
+        if status == 403:
+            return AuthenticationFailed(f"the token may not do this {what}: {message}; grant its service account")
+        if status == 404:
+            return NotFound(f"{message} ({what})")
+        if status == 429 or status >= 500:
+            return Unreachable(f"the API server at {self.endpoint} is unavailable {what}: HTTP {status} {message}")
+        return Refused(f"the API server refused {what}: HTTP {status} {message}")
+
+    # reads
+
+    def inventory(self) -> Inventory:
+        labels_used = NodeLabels.from_options(self.options)
+        nodes: list[NodeInfo] = []
+        models: dict[str, AcceleratorInfo] = {}
+        for node in self._nodes():
+            info, accelerator = node_info(node, labels_used)
+            nodes.append(info)
+            if accelerator is not None:
+                models.setdefault(accelerator.model, accelerator)
+        return Inventory(nodes=tuple(nodes), accelerators=tuple(models.values()))
+
+    def health(self) -> tuple[HealthSignal, ...]:
+        stale_after = timedelta(seconds=float(self.options.get("heartbeat_stale_seconds", 600)))
+        now = datetime.now(UTC)
+        return tuple(signal for node in self._nodes() for signal in health_signals(node, now, stale_after))
+
+    def _nodes(self) -> list[Any]:
+        nodes: list[Any] = []
+        page: str | None = None
+        with self._calling("listing nodes"):
+            while True:
+                listed = self._core().list_node(limit=PAGE, _continue=page, _request_timeout=self.timeout)
+                nodes.extend(listed.items or [])
+                page = listed.metadata.var_continue if listed.metadata is not None else None
+                if not page:
+                    return nodes
+
+    def status(self, backend_id: str) -> JobStatus:
+        with self._calling(f"reading job {backend_id}"):
+            job = self._batch().read_namespaced_job(backend_id, self.namespace, _request_timeout=self.timeout)
+        state, message = job_state(job)
+        with self._calling(f"listing the pods of job {backend_id}"):
+            pods = self._core().list_namespaced_pod(
+                self.namespace, label_selector=f"{JOB_LABEL}={backend_id}", _request_timeout=self.timeout
+            )
+        nodes = sorted({pod.spec.node_name for pod in pods.items or [] if pod.spec and pod.spec.node_name})
+        return JobStatus(backend_id=backend_id, state=state, message=message, nodes=tuple(nodes))
+
+    # writes
+
+    def submit(self, spec: JobSpec) -> str | DryRun:
+        manifest = job_manifest(
+            spec,
+            namespace=self.namespace,
+            kueue=bool(self.options.get("kueue")),
+            accelerator_resource=str(self.options.get("accelerator_resource", "nvidia.com/gpu")),
+        )
+        name = str(manifest["metadata"]["name"])
+        if self.dry_run:
+            return DryRun("submit", name, {"namespace": self.namespace, "job": manifest})
+        try:
+            body = client.V1Job.model_validate(manifest)
+        except ValueError as e:  # a field the client's models do not know: our bug, caught before sending
+            raise BackendError(f"job {spec.id}: the Job we built is not valid: {e}") from e
+        with self._calling(f"creating job {name}"):
+            try:
+                self._batch().create_namespaced_job(self.namespace, body, _request_timeout=self.timeout)
+            except ApiException as e:
+                if e.status != 409:  # AlreadyExists: submitted before
+                    raise
+                self._check_same_job(name, spec.id)
+        return name
+
+    def _check_same_job(self, name: str, job_id: str) -> None:
+        """After a 409: the Job of that name must be the one an earlier ``submit`` of this id created."""
+        with self._calling(f"reading the existing job {name}"):
+            existing = self._batch().read_namespaced_job(name, self.namespace, _request_timeout=self.timeout)
+        annotations = (existing.metadata.annotations if existing.metadata else None) or {}
+        if annotations.get(JOB_ID_ANNOTATION) != job_id:
+            raise Refused(
+                f"a Job named {name} already exists in namespace {self.namespace} and was not created "
+                f"for Quartermaster job {job_id}"
+            )
+
+    def cancel(self, backend_id: str) -> DryRun | None:
+        if self.dry_run:
+            return DryRun("cancel", backend_id, {"namespace": self.namespace, "propagationPolicy": "Background"})
+        with self._calling(f"deleting job {backend_id}"):
+            self._batch().delete_namespaced_job(
+                backend_id, self.namespace, propagation_policy="Background", _request_timeout=self.timeout
+            )
+        return None
+
+    def cordon(self, node: str, reason: str) -> DryRun | None:
+        patch = {"spec": {"unschedulable": True}, "metadata": {"annotations": {CORDON_REASON_ANNOTATION: reason}}}
+        if self.dry_run:
+            return DryRun("cordon", node, {"patch": patch})
+        self._patch_node(node, patch, "cordoning")
+        return None
+
+    def resume(self, node: str) -> DryRun | None:
+        # null removes a field in a merge patch: the node looks as if it had never been cordoned.
+        patch = {"spec": {"unschedulable": None}, "metadata": {"annotations": {CORDON_REASON_ANNOTATION: None}}}
+        if self.dry_run:
+            return DryRun("resume", node, {"patch": patch})
+        self._patch_node(node, patch, "uncordoning")
+        return None
+
+    def _patch_node(self, node: str, patch: dict[str, Any], what: str) -> None:
+        with self._calling(f"{what} node {node}"):
+            self._core().patch_node(node, patch, _content_type=STRATEGIC_MERGE_PATCH, _request_timeout=self.timeout)
+
+    def drain(self, node: str, reason: str) -> DryRun | None:
+        """Cordon, then evict every pod on the node but DaemonSet and mirror (static) pods, honouring
+        PodDisruptionBudgets: like ``kubectl drain --ignore-daemonsets --delete-emptydir-data --force``,
+        without waiting for the pods to go. Pods a budget protects stay; ``Refused`` names them."""
+        if self.dry_run:
+            pods = [f"{namespace}/{name}" for namespace, name in self._evictable_pods(node)]
+            return DryRun("drain", node, {"reason": reason, "evict": pods})
+        self.cordon(node, reason)
+        refused = []
+        for namespace, name in self._evictable_pods(node):
+            refusal = self._evict(namespace, name, node)
+            if refusal:
+                refused.append(f"{namespace}/{name} ({refusal})")
+        if refused:
+            raise Refused(
+                f"node {node} is cordoned, but {len(refused)} pod(s) could not be evicted: {'; '.join(refused)}"
+            )
+        return None
+
+    def _evict(self, namespace: str, name: str, node: str) -> str | None:
+        """Evict one pod; the disruption budget's words when one forbids it (HTTP 429)."""
+        eviction = client.V1Eviction(
+            api_version="policy/v1", kind="Eviction", metadata=client.V1ObjectMeta(name=name, namespace=namespace)
+        )
+        with self._calling(f"evicting pod {namespace}/{name} from node {node}"):
+            try:
+                self._core().create_namespaced_pod_eviction(name, namespace, eviction, _request_timeout=self.timeout)
+            except ApiException as e:
+                if e.status == 429:
+                    return status_message(e)
+                if e.status != 404:  # 404: gone already
+                    raise
+        return None
+
+    def _evictable_pods(self, node: str) -> list[tuple[str, str]]:
+        """(namespace, name) of the pods a drain evicts: not DaemonSet-owned (the DaemonSet would put them back),
+        not mirror pods (the kubelet runs them from files), not finished or already being deleted."""
+        with self._calling(f"listing the pods on node {node}"):
+            pods = self._core().list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={node}", _request_timeout=self.timeout
+            )
+        evictable = []
+        for pod in pods.items or []:
+            meta = pod.metadata
+            if meta is None or not meta.name or not meta.namespace:
+                raise BadResponse(f"the API server listed a pod on node {node} without a name and namespace")
+            if MIRROR_POD_ANNOTATION in (meta.annotations or {}) or meta.deletion_timestamp is not None:
+                continue
+            if any(owner.kind == "DaemonSet" for owner in meta.owner_references or []):
+                continue
+            if pod.status is not None and pod.status.phase in ("Succeeded", "Failed"):
+                continue
+            evictable.append((meta.namespace, meta.name))
+        return evictable
+
+
+def status_message(e: ApiException) -> str:
+    """The ``message`` of the ``Status`` object an API error carries, with the first cause's if any."""
+    body = e.body.decode(errors="replace") if isinstance(e.body, bytes) else e.body
+    try:
+        status = json.loads(body) if body else None
+    except ValueError:
+        status = None
+    if not isinstance(status, dict) or not status.get("message"):
+        return str(e.reason or (body or "")[:200] or f"HTTP {e.status}")
+    message = str(status["message"])
+    causes = (status.get("details") or {}).get("causes") or []
+    if causes and isinstance(causes[0], dict) and causes[0].get("message"):
+        message += f" {causes[0]['message']}"
+    return message
+
+
+__all__ = ["KubernetesBackend", "job_name"]

@@ -1,0 +1,213 @@
+"""Kubernetes Node objects as ``NodeInfo`` and health signals: quantities, GPU labels, topology, conditions.
+
+Pure functions over the client's ``V1Node`` models; no network. Anything a node must report and does not
+(a name, CPU and memory capacity, a quantity we can parse) is a ``BadResponse`` naming the node and field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from kubernetes.utils import quantity as _quantity
+
+from clusters.backends.base import AcceleratorInfo, BadResponse, HealthSignal, NodeInfo
+
+#: Extended resources that count as accelerators, in order of preference.
+ACCELERATOR_RESOURCES = ("nvidia.com/gpu", "google.com/tpu", "amd.com/gpu")
+
+#: Labels naming the accelerator model, per resource: NVIDIA GPU feature discovery, GKE TPU node pools, AMD's.
+MODEL_LABELS = {
+    "nvidia.com/gpu": ("nvidia.com/gpu.product",),
+    "google.com/tpu": ("cloud.google.com/gke-tpu-accelerator",),
+    "amd.com/gpu": ("amd.com/gpu.product-name",),
+}
+#: The accelerator count when the device plugin has not (yet) reported capacity.
+COUNT_LABELS = {"nvidia.com/gpu": "nvidia.com/gpu.count"}
+
+#: Topology levels, widest first, and the labels tried for each (the first present wins). ``zone_label``,
+#: ``block_label`` and ``rack_label`` options (a label or a list of them) replace these.
+TOPOLOGY_LABELS: dict[str, tuple[str, ...]] = {
+    "zone": ("topology.kubernetes.io/zone",),
+    "block": (
+        "topology.kubernetes.io/block",
+        "cloud.google.com/gce-topology-block",
+        "cloud.google.com/gke-placement-group",
+    ),
+    "rack": ("topology.kubernetes.io/rack", "cloud.google.com/gce-topology-subblock"),
+}
+
+#: Node conditions that are healthy when False, and the check each one reports as.
+PRESSURE_CONDITIONS = {
+    "MemoryPressure": "memory_pressure",
+    "DiskPressure": "disk_pressure",
+    "PIDPressure": "pid_pressure",
+    "NetworkUnavailable": "network_unavailable",
+}
+
+MIB = 1024 * 1024
+
+#: The client's parser (``Ki``..``Ei``, ``n``..``E``, exponents), typed.
+parse_quantity: Callable[[Any], Decimal] = _quantity.parse_quantity
+
+
+def quantity(value: Any, *, node: str, field: str) -> Decimal:
+    """A Kubernetes quantity (``500m``, ``64``, ``256Gi``, ``1000Ki``, ``1e3``) as a number."""
+    try:
+        number = parse_quantity(value)
+    except (ValueError, ArithmeticError) as e:
+        raise BadResponse(f"node {node}: {field} is {value!r}, not a Kubernetes quantity") from e
+    if not number.is_finite() or number < 0:
+        raise BadResponse(f"node {node}: {field} is {value!r}, not a Kubernetes quantity")
+    return number
+
+
+def millicores(value: Any, *, node: str, field: str) -> int:
+    return int(quantity(value, node=node, field=field) * 1000)
+
+
+def mebibytes(value: Any, *, node: str, field: str) -> int:
+    return int(quantity(value, node=node, field=field) / MIB)
+
+
+def whole(value: Any, *, node: str, field: str) -> int:
+    return int(quantity(value, node=node, field=field))
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLabels:
+    """Which labels and resources this cluster uses, from the backend's options."""
+
+    accelerator_resources: tuple[str, ...] = ACCELERATOR_RESOURCES
+    topology: tuple[tuple[str, tuple[str, ...]], ...] = tuple(TOPOLOGY_LABELS.items())
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> NodeLabels:
+        topology = []
+        for level, defaults in TOPOLOGY_LABELS.items():
+            given = options.get(f"{level}_label")
+            labels = defaults if given is None else ((given,) if isinstance(given, str) else tuple(given))
+            topology.append((level, labels))
+        resources = options.get("accelerator_resources", ACCELERATOR_RESOURCES)
+        if isinstance(resources, str):
+            resources = (resources,)
+        return cls(accelerator_resources=tuple(resources), topology=tuple(topology))
+
+
+def _name(node: Any) -> str:
+    name = node.metadata.name if node.metadata is not None else None
+    if not name:
+        raise BadResponse("the API server listed a node without metadata.name")
+    return str(name)
+
+
+def _conditions(node: Any) -> dict[str, Any]:
+    status = node.status
+    return {c.type: c for c in (status.conditions or [])} if status is not None else {}
+
+
+def node_info(node: Any, labels_used: NodeLabels) -> tuple[NodeInfo, AcceleratorInfo | None]:
+    """One ``V1Node`` as ``NodeInfo``, with the accelerator model it offers (None without accelerators)."""
+    name = _name(node)
+    labels: dict[str, str] = dict(node.metadata.labels or {})
+    status = node.status
+    if status is None or not status.capacity:
+        raise BadResponse(f"node {name} reports no status.capacity")
+    capacity: Mapping[str, Any] = status.capacity
+    allocatable: Mapping[str, Any] = status.allocatable or {}
+    for required in ("cpu", "memory"):
+        if required not in capacity:
+            raise BadResponse(f"node {name} reports no {required} in status.capacity")
+
+    resource = next((r for r in labels_used.accelerator_resources if r in capacity), None)
+    if resource is None:  # the device plugin may not have registered yet: fall back to GPU feature discovery
+        resource = next((r for r, label in COUNT_LABELS.items() if label in labels), None)
+    accelerators = accelerators_allocatable = 0
+    model = ""
+    if resource is not None:
+        if resource in capacity:
+            accelerators = whole(capacity[resource], node=name, field=f"capacity[{resource}]")
+        else:
+            accelerators = whole(labels[COUNT_LABELS[resource]], node=name, field=f"label {COUNT_LABELS[resource]}")
+        if resource in allocatable:
+            accelerators_allocatable = whole(allocatable[resource], node=name, field=f"allocatable[{resource}]")
+        model = next((labels[label] for label in MODEL_LABELS.get(resource, ()) if labels.get(label)), "")
+        if accelerators and not model:
+            model = resource
+
+    ready = _conditions(node).get("Ready")
+    info = NodeInfo(
+        name=name,
+        accelerator=model if accelerators else "",
+        accelerators=accelerators,
+        accelerators_allocatable=accelerators_allocatable,
+        cpu=millicores(capacity["cpu"], node=name, field="capacity[cpu]"),
+        cpu_allocatable=millicores(allocatable.get("cpu", capacity["cpu"]), node=name, field="allocatable[cpu]"),
+        memory=mebibytes(capacity["memory"], node=name, field="capacity[memory]"),
+        memory_allocatable=mebibytes(
+            allocatable.get("memory", capacity["memory"]), node=name, field="allocatable[memory]"
+        ),
+        topology=_topology(labels, labels_used.topology),
+        ready=ready is not None and ready.status == "True",
+        schedulable=not (node.spec is not None and node.spec.unschedulable),
+        labels=labels,
+        heartbeat=ready.last_heartbeat_time if ready is not None else None,
+    )
+    return info, (_accelerator(model, labels) if info.accelerator else None)
+
+
+def _topology(labels: Mapping[str, str], levels: Sequence[tuple[str, tuple[str, ...]]]) -> dict[str, str]:
+    topology = {}
+    for level, candidates in levels:
+        value = next((labels[label] for label in candidates if labels.get(label)), None)
+        if value is not None:
+            topology[level] = value
+    return topology
+
+
+def _accelerator(model: str, labels: Mapping[str, str]) -> AcceleratorInfo:
+    """What GPU feature discovery says about the model: memory (MiB in ``nvidia.com/gpu.memory``), family."""
+    memory_mib = labels.get("nvidia.com/gpu.memory", "")
+    return AcceleratorInfo(
+        model=model,
+        memory_gib=int(memory_mib) // 1024 if memory_mib.isdigit() else 0,
+        generation=labels.get("nvidia.com/gpu.family", ""),
+    )
+
+
+def health_signals(node: Any, now: datetime, stale_after: timedelta) -> list[HealthSignal]:
+    """What the node's conditions say: Ready, how old its heartbeat is, and the pressure conditions."""
+    name = _name(node)
+    conditions = _conditions(node)
+    signals = []
+    ready = conditions.get("Ready")
+    if ready is None:
+        signals.append(HealthSignal(name, "ready", False, "the node reports no Ready condition", now))
+    else:
+        ok = ready.status == "True"
+        why = ": ".join(part for part in (ready.reason, ready.message) if part)
+        message = "" if ok else f"Ready is {ready.status}" + (f" ({why})" if why else "")
+        signals.append(HealthSignal(name, "ready", ok, message, ready.last_heartbeat_time or now))
+        beat = ready.last_heartbeat_time
+        if beat is None:
+            signals.append(HealthSignal(name, "heartbeat", False, "the node has never reported a heartbeat", now))
+        else:
+            age = now - beat
+            stale = age > stale_after
+            message = f"last heartbeat {int(age.total_seconds())} s ago" if stale else ""
+            signals.append(HealthSignal(name, "heartbeat", not stale, message, beat))
+    for condition_type, check in PRESSURE_CONDITIONS.items():
+        condition = conditions.get(condition_type)
+        if condition is None:
+            continue
+        ok = condition.status == "False"
+        message = (
+            ""
+            if ok
+            else f"{condition_type} is {condition.status}" + (f" ({condition.message})" if condition.message else "")
+        )
+        signals.append(HealthSignal(name, check, ok, message, condition.last_heartbeat_time or now))
+    return signals

@@ -1,0 +1,650 @@
+"""A small, faithful Kubernetes API server for the backend's tests: stdlib ``http.server`` in a thread.
+
+It serves what the Kubernetes backend uses, with the real API's paths, verbs, status codes and ``Status``
+error bodies (``kind: Status, apiVersion: v1, status: Failure, reason, code, message, details``):
+
+- ``GET /api/v1/nodes`` (``limit``/``continue`` paging), ``GET``/``PATCH /api/v1/nodes/{name}``;
+  PATCH takes ``application/merge-patch+json`` and ``application/strategic-merge-patch+json``, both as
+  RFC 7386 merge patches (null deletes a key). That is exact for the maps and scalars patched here; a
+  strategic merge of a list with a merge key (taints, say) is not modelled, and other patch types get 415;
+- ``GET /api/v1/pods`` and ``/api/v1/namespaces/{ns}/pods`` with ``fieldSelector`` (``spec.nodeName``,
+  ``metadata.name``, ``metadata.namespace``, ``status.phase``) and ``labelSelector`` (``=``, ``==``,
+  ``!=``, existence);
+- ``POST /api/v1/namespaces/{ns}/pods/{name}/eviction``: 201 and the pod is gone; 429 when a
+  PodDisruptionBudget matching the pod allows no disruption (the budget's allowance is spent on success);
+  404 for an unknown pod;
+- ``POST``/``GET /apis/batch/v1/namespaces/{ns}/jobs``, ``GET``/``DELETE .../jobs/{name}``: 201, 409
+  AlreadyExists, 404 NotFound, 422 Invalid for a bad name; DELETE records ``propagationPolicy`` and, unless
+  it is ``Orphan``, removes the Job's pods (what the garbage collector would do);
+- bearer tokens: a wrong or missing one is 401; a read-only one is 403 on anything but GET.
+
+No controllers run: tests move Jobs along by editing ``server.jobs`` under ``server.lock``. Every request is
+logged in ``server.requests`` as (method, path with query, content type, JSON body or None).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+TOKEN = "s3cret-token"
+READONLY_TOKEN = "read-only-token"
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+MERGE_PATCHES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
+
+
+class ApiError(Exception):
+    """Answered as a Kubernetes ``Status`` object."""
+
+    def __init__(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message, self.details = code, reason, message, details
+
+    def status(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        if self.details is not None:
+            body["details"] = self.details
+        return body
+
+
+def not_found(resource: str, name: str, group: str = "") -> ApiError:
+    qualified = f"{resource}.{group}" if group else resource
+    details = {"name": name, "kind": resource, **({"group": group} if group else {})}
+    return ApiError(404, "NotFound", f'{qualified} "{name}" not found', details)
+
+
+def success(code: int, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code}
+    if details is not None:
+        body["details"] = details
+    return body
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: objects merge key by key, null removes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def parse_selector(selector: str) -> list[tuple[str, str, str | None]]:
+    """``a=b,c!=d,e,!f`` as (key, operator, value) terms."""
+    terms: list[tuple[str, str, str | None]] = []
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            terms.append((key.strip(), "!=", value.strip()))
+        elif "==" in term or "=" in term:
+            key, value = term.split("==", 1) if "==" in term else term.split("=", 1)
+            terms.append((key.strip(), "=", value.strip()))
+        elif term.startswith("!"):
+            terms.append((term[1:].strip(), "!", None))
+        else:
+            terms.append((term, "exists", None))
+    return terms
+
+
+def matches(values: dict[str, Any], terms: list[tuple[str, str, str | None]]) -> bool:
+    for key, operator, value in terms:
+        present = key in values
+        if operator == "=" and values.get(key) != value:
+            return False
+        if operator == "!=" and present and values.get(key) == value:
+            return False
+        if (operator == "exists" and not present) or (operator == "!" and present):
+            return False
+    return True
+
+
+POD_FIELDS = {
+    "spec.nodeName": lambda pod: pod.get("spec", {}).get("nodeName", ""),
+    "metadata.name": lambda pod: pod["metadata"]["name"],
+    "metadata.namespace": lambda pod: pod["metadata"]["namespace"],
+    "status.phase": lambda pod: pod.get("status", {}).get("phase", ""),
+}
+
+
+class KubeServer:
+    """The cluster's state plus the HTTP server in front of it. Use as a context manager, or start/stop."""
+
+    def __init__(self, *, now: datetime | None = None, seed: bool = True) -> None:
+        self.lock = threading.RLock()
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.pdbs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.requests: list[tuple[str, str, str, Any]] = []
+        self.deleted_jobs: list[dict[str, Any]] = []
+        #: (method, path) -> (status, content type, raw body): answer this instead, for malformed replies.
+        self.canned: dict[tuple[str, str], tuple[int, str, bytes]] = {}
+        self.resource_version = 1000
+        if seed:
+            seed_fleet(self, now or datetime.now(UTC))
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # lifecycle
+
+    def start(self) -> KubeServer:
+        handler = type("Handler", (_Handler,), {"kube": self})
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.02,), name="kube-api", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> KubeServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None, "start the server first"
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def mutations(self) -> list[tuple[str, str, str, Any]]:
+        return [r for r in self.requests if r[0] != "GET"]
+
+    def _bump(self, obj: dict[str, Any]) -> None:
+        self.resource_version += 1
+        obj.setdefault("metadata", {})["resourceVersion"] = str(self.resource_version)
+
+    # the API: each returns (status, JSON body) or raises ApiError
+
+    def handle(self, method: str, path: str, query: dict[str, str], body: Any, content_type: str) -> tuple[int, Any]:
+        for pattern, handlers in ROUTES:
+            match = pattern.fullmatch(path)
+            if match:
+                handler = handlers.get(method)
+                if handler is None:
+                    raise ApiError(405, "MethodNotAllowed", f"the server does not allow this method on {path}")
+                with self.lock:
+                    return handler(self, query=query, body=body, content_type=content_type, **match.groupdict())
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+
+    def list_nodes(self, query: dict[str, str], **_: Any) -> tuple[int, Any]:
+        names = sorted(self.nodes)
+        start = int(query.get("continue") or 0)
+        limit = int(query.get("limit") or 0) or len(names)
+        page = names[start : start + limit]
+        meta: dict[str, Any] = {"resourceVersion": str(self.resource_version)}
+        if start + limit < len(names):
+            meta["continue"] = str(start + limit)
+        return 200, {"kind": "NodeList", "apiVersion": "v1", "metadata": meta, "items": [self.nodes[n] for n in page]}
+
+    def get_node(self, name: str, **_: Any) -> tuple[int, Any]:
+        if name not in self.nodes:
+            raise not_found("nodes", name)
+        return 200, {"kind": "Node", "apiVersion": "v1", **self.nodes[name]}
+
+    def patch_node(self, name: str, body: Any, content_type: str, **_: Any) -> tuple[int, Any]:
+        if content_type not in MERGE_PATCHES:
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format - accepted media types include: "
+                f"{', '.join(MERGE_PATCHES)} (this test server models no others; asked for {content_type!r})",
+            )
+        if not isinstance(body, dict):
+            raise ApiError(400, "BadRequest", "a merge patch must be a JSON object")
+        if name not in self.nodes:
+            raise not_found("nodes", name)
+        patched = merge_patch(self.nodes[name], body)
+        if patched.get("metadata", {}).get("name") != name:
+            raise ApiError(422, "Invalid", f'Node "{name}" is invalid: metadata.name: may not be changed')
+        unschedulable = patched.get("spec", {}).get("unschedulable")
+        if unschedulable is not None and not isinstance(unschedulable, bool):
+            raise ApiError(400, "BadRequest", "spec.unschedulable: expected a boolean")
+        self.nodes[name] = patched
+        self._bump(patched)
+        return 200, {"kind": "Node", "apiVersion": "v1", **patched}
+
+    def list_pods(self, query: dict[str, str], namespace: str | None = None, **_: Any) -> tuple[int, Any]:
+        fields = parse_selector(query.get("fieldSelector", ""))
+        for key, operator, _value in fields:
+            if key not in POD_FIELDS or operator not in ("=", "!="):
+                raise ApiError(400, "BadRequest", f'field label not supported: "{key}"')
+        labels = parse_selector(query.get("labelSelector", ""))
+        items = []
+        for (ns, _name), pod in sorted(self.pods.items()):
+            if namespace is not None and ns != namespace:
+                continue
+            if not matches({key: get(pod) for key, get in POD_FIELDS.items()}, fields):
+                continue
+            if not matches(pod["metadata"].get("labels", {}), labels):
+                continue
+            items.append(pod)
+        meta = {"resourceVersion": str(self.resource_version)}
+        return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": items}
+
+    def evict(self, namespace: str, name: str, body: Any, **_: Any) -> tuple[int, Any]:
+        # A missing kind/apiVersion is defaulted from the endpoint, as the real decoder does.
+        if not isinstance(body, dict) or body.get("kind", "Eviction") != "Eviction":
+            raise ApiError(400, "BadRequest", "the body must be an Eviction")
+        if body.get("metadata", {}).get("name") != name:
+            raise ApiError(400, "BadRequest", "name in URL does not match name in Eviction object")
+        pod = self.pods.get((namespace, name))
+        if pod is None:
+            raise not_found("pods", name)
+        if pod.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
+            labels = pod["metadata"].get("labels", {})
+            for (ns, pdb_name), pdb in sorted(self.pdbs.items()):
+                selector = pdb["spec"].get("selector", {}).get("matchLabels", {})
+                if ns != namespace or not selector or not matches(labels, parse_selector(_as_selector(selector))):
+                    continue
+                status = pdb["status"]
+                if status["disruptionsAllowed"] <= 0:
+                    cause = (
+                        f"The disruption budget {pdb_name} needs {status['desiredHealthy']} healthy pods "
+                        f"and has {status['currentHealthy']} currently"
+                    )
+                    raise ApiError(
+                        429,
+                        "TooManyRequests",
+                        "Cannot evict pod as it would violate the pod's disruption budget.",
+                        {"causes": [{"reason": "DisruptionBudget", "message": cause}]},
+                    )
+                status["disruptionsAllowed"] -= 1
+                status["currentHealthy"] -= 1
+        del self.pods[(namespace, name)]
+        return 201, success(201)
+
+    def create_job(self, namespace: str, body: Any, **_: Any) -> tuple[int, Any]:
+        if not isinstance(body, dict) or body.get("kind") != "Job" or body.get("apiVersion") != "batch/v1":
+            raise ApiError(400, "BadRequest", "the body must be a batch/v1 Job")
+        meta = body.setdefault("metadata", {})
+        name = meta.get("name", "")
+        if meta.get("namespace", namespace) != namespace:
+            raise ApiError(
+                400,
+                "BadRequest",
+                "the namespace of the provided object does not match the namespace sent on the request",
+            )
+        if not name or len(name) > 63 or not DNS_LABEL.match(name):
+            raise ApiError(
+                422,
+                "Invalid",
+                f'Job.batch "{name}" is invalid: metadata.name: Invalid value: "{name}": a lowercase RFC 1123 label',
+                {"name": name, "group": "batch", "kind": "Job"},
+            )
+        if (namespace, name) in self.jobs:
+            raise ApiError(
+                409,
+                "AlreadyExists",
+                f'jobs.batch "{name}" already exists',
+                {"name": name, "group": "batch", "kind": "jobs"},
+            )
+        uid = str(uuid.uuid4())
+        meta.update(namespace=namespace, uid=uid, creationTimestamp=_timestamp(datetime.now(UTC)))
+        spec = body.setdefault("spec", {})
+        # What the API server's defaulting adds: a selector on the controller uid, the same labels on pods.
+        generated = {"batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": name}
+        spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+        template_meta = spec.setdefault("template", {}).setdefault("metadata", {})
+        template_meta["labels"] = {**template_meta.get("labels", {}), **generated}
+        spec.setdefault("suspend", False)
+        spec.setdefault("backoffLimit", 6)
+        body["status"] = {}
+        self._bump(body)
+        self.jobs[(namespace, name)] = body
+        return 201, body
+
+    def list_jobs(self, namespace: str, **_: Any) -> tuple[int, Any]:
+        items = [job for (ns, _name), job in sorted(self.jobs.items()) if ns == namespace]
+        meta = {"resourceVersion": str(self.resource_version)}
+        return 200, {"kind": "JobList", "apiVersion": "batch/v1", "metadata": meta, "items": items}
+
+    def get_job(self, namespace: str, name: str, **_: Any) -> tuple[int, Any]:
+        if (namespace, name) not in self.jobs:
+            raise not_found("jobs", name, "batch")
+        return 200, self.jobs[(namespace, name)]
+
+    def delete_job(self, namespace: str, name: str, query: dict[str, str], body: Any, **_: Any) -> tuple[int, Any]:
+        if (namespace, name) not in self.jobs:
+            raise not_found("jobs", name, "batch")
+        policy = query.get("propagationPolicy") or (body or {}).get("propagationPolicy") or "Orphan"
+        job = self.jobs.pop((namespace, name))
+        uid = job["metadata"]["uid"]
+        if policy != "Orphan":  # the garbage collector removes the Job's pods
+            for key, pod in list(self.pods.items()):
+                if any(o.get("uid") == uid for o in pod["metadata"].get("ownerReferences", [])):
+                    del self.pods[key]
+        job["metadata"]["deletedWith"] = policy  # not a real field: lets tests see the policy
+        self.deleted_jobs.append(job)
+        return 200, success(200, {"name": name, "group": "batch", "kind": "jobs", "uid": uid})
+
+    def add_job_pod(self, namespace: str, job_name: str, index: int, node: str, phase: str = "Running") -> None:
+        """A pod of a created Job, as the Job controller would make it, bound to ``node``."""
+        job = self.jobs[(namespace, job_name)]
+        name = f"{job_name}-{index}-x{index:04d}"
+        labels = dict(job["spec"]["template"]["metadata"].get("labels", {}))
+        labels["batch.kubernetes.io/job-completion-index"] = str(index)
+        owner = {"apiVersion": "batch/v1", "kind": "Job", "name": job_name, "uid": job["metadata"]["uid"]}
+        self.pods[(namespace, name)] = {
+            "metadata": {"name": name, "namespace": namespace, "labels": labels, "ownerReferences": [owner]},
+            "spec": {**copy.deepcopy(job["spec"]["template"]["spec"]), "nodeName": node},
+            "status": {"phase": phase},
+        }
+
+
+def _as_selector(match_labels: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in match_labels.items())
+
+
+def _timestamp(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+CORE = "/api/v1"
+BATCH = "/apis/batch/v1/namespaces/(?P<namespace>[^/]+)/jobs"
+ROUTES: list[tuple[re.Pattern[str], dict[str, Callable[..., tuple[int, Any]]]]] = [
+    (re.compile(f"{CORE}/nodes"), {"GET": KubeServer.list_nodes}),
+    (re.compile(f"{CORE}/nodes/(?P<name>[^/]+)"), {"GET": KubeServer.get_node, "PATCH": KubeServer.patch_node}),
+    (re.compile(f"{CORE}/pods"), {"GET": KubeServer.list_pods}),
+    (re.compile(f"{CORE}/namespaces/(?P<namespace>[^/]+)/pods"), {"GET": KubeServer.list_pods}),
+    (re.compile(f"{CORE}/namespaces/(?P<namespace>[^/]+)/pods/(?P<name>[^/]+)/eviction"), {"POST": KubeServer.evict}),
+    (re.compile(BATCH), {"GET": KubeServer.list_jobs, "POST": KubeServer.create_job}),
+    (re.compile(f"{BATCH}/(?P<name>[^/]+)"), {"GET": KubeServer.get_job, "DELETE": KubeServer.delete_job}),
+]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    kube: KubeServer
+    protocol_version = "HTTP/1.1"  # keep-alive, as the client's urllib3 pool expects
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def do_GET(self) -> None:
+        self._serve("GET")
+
+    def do_POST(self) -> None:
+        self._serve("POST")
+
+    def do_PATCH(self) -> None:
+        self._serve("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._serve("DELETE")
+
+    def _serve(self, method: str) -> None:
+        url = urlsplit(self.path)
+        query = {key: values[-1] for key, values in parse_qs(url.query).items()}
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = raw.decode(errors="replace")
+        with self.kube.lock:
+            self.kube.requests.append((method, self.path, content_type, body))
+            canned = self.kube.canned.get((method, url.path))
+        if canned is not None:
+            self._reply(canned[0], canned[2], canned[1])
+            return
+        try:
+            self._authorize(method, url.path)
+            if isinstance(body, str):
+                raise ApiError(400, "BadRequest", "the request body is not JSON")
+            status, answer = self.kube.handle(method, url.path, query, body, content_type)
+        except ApiError as e:
+            status, answer = e.code, e.status()
+        self._reply(status, json.dumps(answer).encode(), "application/json")
+
+    def _authorize(self, method: str, path: str) -> None:
+        token = (self.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
+        if token == TOKEN:
+            return
+        if token == READONLY_TOKEN:
+            if method == "GET":
+                return
+            raise ApiError(
+                403,
+                "Forbidden",
+                f'{path} is forbidden: User "system:serviceaccount:quartermaster:read-only" cannot '
+                f"{method.lower()} this resource",
+            )
+        raise ApiError(401, "Unauthorized", "Unauthorized")
+
+    def _reply(self, status: int, payload: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+
+# the seeded cluster
+
+
+def seed_fleet(kube: KubeServer, now: datetime) -> None:
+    """Five nodes and a few pods:
+
+    - ``h100-a`` (8 x H100, zone eu-west-1a, block b1, rack r01): a training pod, a bare notebook pod, a
+      DaemonSet pod, a mirror pod, a finished pod, and ``serving/web-0`` which a PDB protects;
+    - ``h100-b`` (8 x H100, one not allocatable, rack r02): cordoned; one training pod;
+    - ``a100-a`` (4 x A100-40GB, eu-west-1b, a GKE placement group for its block): NotReady, heartbeat an hour
+      old, under memory pressure;
+    - ``cpu-a`` (no accelerators, decimal memory ``128G``); ``tpu-a`` (4 TPU v5p chips, capacity only).
+    """
+    fresh, stale = now - timedelta(seconds=20), now - timedelta(hours=1)
+    h100 = {
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+        "nvidia.com/gpu.count": "8",
+        "nvidia.com/gpu.memory": "81559",
+        "nvidia.com/gpu.family": "hopper",
+    }
+    a100 = {
+        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
+        "nvidia.com/gpu.count": "4",
+        "nvidia.com/gpu.memory": "40960",
+        "nvidia.com/gpu.family": "ampere",
+    }
+    add_node(
+        kube,
+        "h100-a",
+        {
+            **h100,
+            "topology.kubernetes.io/zone": "eu-west-1a",
+            "topology.kubernetes.io/block": "b1",
+            "topology.kubernetes.io/rack": "r01",
+        },
+        capacity={"cpu": "192", "memory": "2Ti", "nvidia.com/gpu": "8", "pods": "110"},
+        allocatable={"cpu": "191500m", "memory": "2146435072Ki", "nvidia.com/gpu": "8", "pods": "110"},
+        heartbeat=fresh,
+    )
+    add_node(
+        kube,
+        "h100-b",
+        {
+            **h100,
+            "topology.kubernetes.io/zone": "eu-west-1a",
+            "topology.kubernetes.io/block": "b1",
+            "topology.kubernetes.io/rack": "r02",
+        },
+        capacity={"cpu": "192", "memory": "2Ti", "nvidia.com/gpu": "8"},
+        allocatable={"cpu": "191500m", "memory": "2146435072Ki", "nvidia.com/gpu": "7"},
+        heartbeat=fresh,
+        unschedulable=True,
+    )
+    add_node(
+        kube,
+        "a100-a",
+        {
+            **a100,
+            "topology.kubernetes.io/zone": "eu-west-1b",
+            "cloud.google.com/gke-placement-group": "pg-7",
+            "topology.kubernetes.io/rack": "r11",
+        },
+        capacity={"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "4"},
+        allocatable={"cpu": "63", "memory": "250Gi", "nvidia.com/gpu": "4"},
+        heartbeat=stale,
+        ready=("False", "KubeletNotReady", "container runtime is down"),
+        memory_pressure=True,
+    )
+    add_node(
+        kube,
+        "cpu-a",
+        {"topology.kubernetes.io/zone": "eu-west-1b"},
+        capacity={"cpu": "32", "memory": "128G"},
+        allocatable={"cpu": "31750m", "memory": "125G"},
+        heartbeat=fresh,
+    )
+    add_node(
+        kube,
+        "tpu-a",
+        {"cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice", "topology.kubernetes.io/zone": "us-east5-a"},
+        capacity={"cpu": "208", "memory": "448Gi", "google.com/tpu": "4"},
+        allocatable={"cpu": "207", "memory": "440Gi", "google.com/tpu": "4"},
+        heartbeat=fresh,
+    )
+    job_owner = [{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u-train", "controller": True}]
+    ds_owner = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "name": "nvidia-device-plugin",
+            "uid": "u-ds",
+            "controller": True,
+        }
+    ]
+    rs_owner = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-5d9", "uid": "u-rs", "controller": True}]
+    node_owner = [{"apiVersion": "v1", "kind": "Node", "name": "h100-a", "uid": "u-node", "controller": True}]
+    add_pod(kube, "research", "train-0", "h100-a", owners=job_owner, labels={"job": "train"})
+    add_pod(kube, "research", "notebook", "h100-a")
+    add_pod(kube, "kube-system", "nvidia-device-plugin-h100a", "h100-a", owners=ds_owner)
+    add_pod(
+        kube,
+        "kube-system",
+        "kube-proxy-h100-a",
+        "h100-a",
+        owners=node_owner,
+        annotations={"kubernetes.io/config.mirror": "c0ffee"},
+    )
+    add_pod(kube, "research", "finished", "h100-a", owners=job_owner, phase="Succeeded")
+    add_pod(kube, "serving", "web-0", "h100-a", owners=rs_owner, labels={"app": "web"})
+    add_pod(kube, "research", "train-1", "h100-b", owners=job_owner, labels={"job": "train"})
+    kube.pdbs[("serving", "web-pdb")] = {
+        "metadata": {"name": "web-pdb", "namespace": "serving"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+        "status": {"disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1},
+    }
+
+
+def add_node(
+    kube: KubeServer,
+    name: str,
+    labels: dict[str, str],
+    *,
+    capacity: dict[str, str],
+    allocatable: dict[str, str],
+    heartbeat: datetime,
+    ready: tuple[str, str, str] = ("True", "KubeletReady", "kubelet is posting ready status"),
+    memory_pressure: bool = False,
+    unschedulable: bool = False,
+) -> None:
+    def condition(kind: str, status: str, reason: str, message: str) -> dict[str, str]:
+        return {
+            "type": kind,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastHeartbeatTime": _timestamp(heartbeat),
+            "lastTransitionTime": _timestamp(heartbeat - timedelta(days=1)),
+        }
+
+    pressure = ("True", "KubeletHasInsufficientMemory", "kubelet has insufficient memory available")
+    node: dict[str, Any] = {
+        "metadata": {
+            "name": name,
+            "uid": f"u-{name}",
+            "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", **labels},
+            "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
+            "creationTimestamp": "2026-01-05T09:00:00Z",
+        },
+        "spec": {"podCIDR": "10.244.0.0/24", **({"unschedulable": True} if unschedulable else {})},
+        "status": {
+            "capacity": capacity,
+            "allocatable": allocatable,
+            "conditions": [
+                condition(
+                    "MemoryPressure", *(pressure if memory_pressure else ("False", "KubeletHasSufficientMemory", ""))
+                ),
+                condition("DiskPressure", "False", "KubeletHasNoDiskPressure", ""),
+                condition("PIDPressure", "False", "KubeletHasSufficientPID", ""),
+                condition("Ready", *ready),
+            ],
+            "nodeInfo": {
+                "architecture": "amd64",
+                "bootID": f"boot-{name}",
+                "containerRuntimeVersion": "containerd://2.0.5",
+                "kernelVersion": "6.8.0-60-generic",
+                "kubeProxyVersion": "",
+                "kubeletVersion": "v1.33.2",
+                "machineID": f"machine-{name}",
+                "operatingSystem": "linux",
+                "osImage": "Ubuntu 24.04.2 LTS",
+                "systemUUID": f"uuid-{name}",
+            },
+        },
+    }
+    kube.nodes[name] = node
+    kube._bump(node)
+
+
+def add_pod(
+    kube: KubeServer,
+    namespace: str,
+    name: str,
+    node: str,
+    *,
+    owners: list[dict[str, Any]] | None = None,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    phase: str = "Running",
+) -> None:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": f"u-{namespace}-{name}"}
+    if owners:
+        meta["ownerReferences"] = owners
+    if labels:
+        meta["labels"] = labels
+    if annotations:
+        meta["annotations"] = annotations
+    kube.pods[(namespace, name)] = {
+        "metadata": meta,
+        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]},
+        "status": {"phase": phase},
+    }

@@ -1,0 +1,427 @@
+"""The Kubernetes backend through the official client against a faithful local API server (kube_server.py)."""
+
+from __future__ import annotations
+
+import socket
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import pytest
+
+from clusters.backends.base import (
+    AuthenticationFailed,
+    BackendError,
+    BadResponse,
+    DryRun,
+    JobSpec,
+    JobState,
+    NotFound,
+    Refused,
+    Unreachable,
+    load,
+)
+from clusters.backends.kubernetes import KubernetesBackend
+from clusters.backends.kubernetes.jobs import JOB_ID_ANNOTATION, KUEUE_QUEUE_LABEL, job_name
+from clusters.backends.kubernetes.nodes import parse_quantity
+from tests.clusters.kube_server import READONLY_TOKEN, TOKEN, KubeServer
+
+NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+NS = "research"
+
+
+@pytest.fixture
+def kube():
+    with KubeServer() as server:
+        yield server
+
+
+def backend(kube, *, token=TOKEN, dry_run=False, **options):
+    return KubernetesBackend(kube.url, {"token": token}, {"namespace": NS, **options}, dry_run=dry_run, timeout=5.0)
+
+
+def spec(job_id="42", **overrides):
+    values = {
+        "id": job_id,
+        "name": "llama-finetune",
+        "workers": 2,
+        "accelerators_per_worker": 8,
+        "cpu_per_worker": 96000,
+        "memory_per_worker": 512 * 1024,
+        "nodes": ("h100-a", "h100-b"),
+        "time_limit": 3600,
+        "image": "ghcr.io/acme/train:1.4",
+        "command": ("torchrun", "train.py"),
+        "env": {"EPOCHS": "3"},
+        "queue": "team-nlp",
+    }
+    return JobSpec(**{**values, **overrides})
+
+
+def test_loaded_lazily_by_kind():
+    assert load("kubernetes") is KubernetesBackend
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("500m", "0.5"),
+        ("64", "64"),
+        ("256Gi", str(256 * 2**30)),
+        ("1000Ki", "1024000"),
+        ("128G", "128e9"),
+        ("1e3", "1000"),
+        ("2Ti", str(2 * 2**40)),
+    ],
+)
+def test_quantities(text, value):
+    assert parse_quantity(text) == Decimal(value)
+
+
+def test_inventory_maps_quantities_labels_and_readiness(kube):
+    inventory = backend(kube).inventory()
+    nodes = {node.name: node for node in inventory.nodes}
+    assert sorted(nodes) == ["a100-a", "cpu-a", "h100-a", "h100-b", "tpu-a"]
+
+    h100 = nodes["h100-a"]
+    assert (h100.accelerator, h100.accelerators, h100.accelerators_allocatable) == ("NVIDIA-H100-80GB-HBM3", 8, 8)
+    assert (h100.cpu, h100.cpu_allocatable) == (192_000, 191_500)
+    assert (h100.memory, h100.memory_allocatable) == (2 * 1024 * 1024, 2_096_128)  # 2Ti; 2146435072Ki
+    assert dict(h100.topology) == {"zone": "eu-west-1a", "block": "b1", "rack": "r01"}
+    assert h100.ready
+    assert h100.schedulable
+    assert h100.labels["nvidia.com/gpu.family"] == "hopper"
+    assert h100.heartbeat is not None
+    assert h100.heartbeat.tzinfo is not None
+
+    cordoned = nodes["h100-b"]
+    assert not cordoned.schedulable
+    assert cordoned.ready
+    assert cordoned.accelerators_allocatable == 7
+
+    down = nodes["a100-a"]
+    assert not down.ready
+    assert (down.accelerator, down.accelerators) == ("NVIDIA-A100-SXM4-40GB", 4)
+    assert (down.cpu, down.memory, down.memory_allocatable) == (64_000, 256 * 1024, 250 * 1024)
+    assert dict(down.topology) == {"zone": "eu-west-1b", "block": "pg-7", "rack": "r11"}
+
+    cpu = nodes["cpu-a"]
+    assert (cpu.accelerator, cpu.accelerators) == ("", 0)
+    assert (cpu.cpu_allocatable, cpu.memory) == (31_750, 122_070)  # 128e9 bytes, in whole MiB
+    assert dict(cpu.topology) == {"zone": "eu-west-1b"}
+
+    tpu = nodes["tpu-a"]
+    assert (tpu.accelerator, tpu.accelerators, tpu.accelerators_allocatable) == ("tpu-v5p-slice", 4, 4)
+
+    models = {a.model: a for a in inventory.accelerators}
+    assert set(models) == {"NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-40GB", "tpu-v5p-slice"}
+    assert (models["NVIDIA-H100-80GB-HBM3"].memory_gib, models["NVIDIA-H100-80GB-HBM3"].generation) == (79, "hopper")
+
+
+def test_inventory_pages_through_large_clusters(kube, monkeypatch):
+    monkeypatch.setattr("clusters.backends.kubernetes.backend.PAGE", 2)
+    assert len(backend(kube).inventory().nodes) == 5
+    assert [path for _method, path, *_ in kube.requests] == [
+        "/api/v1/nodes?limit=2",
+        "/api/v1/nodes?continue=2&limit=2",
+        "/api/v1/nodes?continue=4&limit=2",
+    ]
+
+
+def test_topology_labels_are_options(kube):
+    node = next(n for n in backend(kube, rack_label="nvidia.com/gpu.family").inventory().nodes if n.name == "h100-a")
+    assert node.topology["rack"] == "hopper"
+
+
+def test_cordon_and_resume_round_trip(kube):
+    cluster = backend(kube)
+    assert cluster.cordon("h100-a", "GPU 3 XID 79") is None
+    node = kube.nodes["h100-a"]
+    assert node["spec"]["unschedulable"] is True
+    assert node["metadata"]["annotations"]["quartermaster.io/cordon-reason"] == "GPU 3 XID 79"
+    assert node["metadata"]["annotations"]["node.alpha.kubernetes.io/ttl"] == "0"  # merged, not replaced
+    method, _path, content_type, _body = kube.mutations()[-1]
+    assert (method, content_type) == ("PATCH", "application/strategic-merge-patch+json")
+    assert not next(n for n in cluster.inventory().nodes if n.name == "h100-a").schedulable
+
+    assert cluster.resume("h100-a") is None
+    node = kube.nodes["h100-a"]
+    assert "unschedulable" not in node["spec"]
+    assert "quartermaster.io/cordon-reason" not in node["metadata"]["annotations"]
+    assert next(n for n in cluster.inventory().nodes if n.name == "h100-a").schedulable
+
+
+def test_cordon_unknown_node_is_not_found(kube):
+    with pytest.raises(NotFound, match='nodes "h100-z" not found'):
+        backend(kube).cordon("h100-z", "why")
+
+
+def test_drain_evicts_but_skips_daemonsets_and_mirrors_and_names_the_pdb_protected_pod(kube):
+    with pytest.raises(Refused) as refused:
+        backend(kube).drain("h100-a", "rack maintenance")
+    assert "serving/web-0" in str(refused.value)
+    assert "disruption budget web-pdb" in str(refused.value)
+
+    assert kube.nodes["h100-a"]["spec"]["unschedulable"] is True
+    left = sorted(f"{ns}/{name}" for (ns, name), pod in kube.pods.items() if pod["spec"]["nodeName"] == "h100-a")
+    assert left == [
+        "kube-system/kube-proxy-h100-a",  # mirror pod
+        "kube-system/nvidia-device-plugin-h100a",  # DaemonSet
+        "research/finished",  # already done
+        "serving/web-0",  # its budget allows no disruption
+    ]
+    assert ("research", "train-1") in kube.pods  # on another node
+    evictions = [path for method, path, *_ in kube.mutations() if path.endswith("/eviction")]
+    assert evictions == [
+        "/api/v1/namespaces/research/pods/notebook/eviction",
+        "/api/v1/namespaces/research/pods/train-0/eviction",
+        "/api/v1/namespaces/serving/pods/web-0/eviction",
+    ]
+
+
+def test_drain_of_a_node_without_protected_pods_succeeds(kube):
+    assert backend(kube).drain("h100-b", "swap") is None
+    assert ("research", "train-1") not in kube.pods
+
+
+def test_submit_creates_an_indexed_job_pinned_to_its_nodes(kube):
+    name = backend(kube).submit(spec())
+    assert name == "qm-42"
+    job = kube.jobs[(NS, name)]
+    assert job["metadata"]["annotations"][JOB_ID_ANNOTATION] == "42"
+    job_spec = job["spec"]
+    assert (job_spec["completionMode"], job_spec["completions"], job_spec["parallelism"]) == ("Indexed", 2, 2)
+    assert job_spec["activeDeadlineSeconds"] == 3600
+    assert job_spec["suspend"] is False
+    pod = job_spec["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["image"] == "ghcr.io/acme/train:1.4"
+    assert container["command"] == ["torchrun", "train.py"]
+    assert {"name": "EPOCHS", "value": "3"} in container["env"]
+    assert container["resources"] == {
+        "requests": {"cpu": "96000m", "memory": "524288Mi", "nvidia.com/gpu": "8"},
+        "limits": {"nvidia.com/gpu": "8"},
+    }
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [
+        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["h100-a", "h100-b"]}]}
+    ]
+    (spread,) = pod["topologySpreadConstraints"]
+    assert (spread["maxSkew"], spread["whenUnsatisfiable"]) == (1, "DoNotSchedule")
+    assert KUEUE_QUEUE_LABEL not in job["metadata"]["labels"]
+
+
+def test_submit_on_one_node_uses_a_node_selector(kube):
+    name = backend(kube).submit(spec(workers=2, accelerators_per_worker=4, nodes=("h100-a", "h100-a")))
+    pod = kube.jobs[(NS, name)]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"kubernetes.io/hostname": "h100-a"}
+    assert "affinity" not in pod
+
+
+def test_submit_is_idempotent(kube):
+    cluster = backend(kube)
+    assert cluster.submit(spec()) == cluster.submit(spec()) == "qm-42"
+    assert list(kube.jobs) == [(NS, "qm-42")]
+    assert list(_post_statuses(kube)) == ["jobs", "jobs"]  # the second POST was answered 409
+
+
+def _post_statuses(kube):
+    return [path.rsplit("/", 1)[-1] for method, path, *_ in kube.mutations() if method == "POST"]
+
+
+def test_submit_refuses_a_same_named_job_of_another_id(kube):
+    backend(kube).submit(spec())
+    kube.jobs[(NS, "qm-42")]["metadata"]["annotations"][JOB_ID_ANNOTATION] = "someone-else"
+    with pytest.raises(Refused, match="was not created for Quartermaster job 42"):
+        backend(kube).submit(spec())
+
+
+def test_job_names_are_dns_safe_and_distinct():
+    assert job_name("42") == "qm-42"
+    odd = job_name("Team_NLP/Run#7")
+    assert odd.startswith("qm-team-nlp-run-7-")
+    assert odd == job_name("Team_NLP/Run#7")
+    assert job_name("team-nlp-run-7") != odd
+    long = job_name("x" * 200)
+    assert len(long) <= 52
+    assert long != job_name("x" * 199)
+
+
+def test_kueue_mode_labels_and_suspends(kube):
+    name = backend(kube, kueue=True).submit(spec())
+    job = kube.jobs[(NS, name)]
+    assert job["metadata"]["labels"][KUEUE_QUEUE_LABEL] == "team-nlp"
+    assert job["spec"]["suspend"] is True
+    status = backend(kube, kueue=True).status(name)
+    assert status.state is JobState.PENDING
+    assert "Kueue" in status.message
+
+
+def test_kueue_mode_needs_a_queue(kube):
+    with pytest.raises(BackendError, match="LocalQueue"):
+        backend(kube, kueue=True).submit(spec(queue=""))
+    assert kube.mutations() == []
+
+
+@pytest.mark.parametrize(
+    ("status", "state"),
+    [
+        ({}, JobState.PENDING),
+        ({"active": 2, "ready": 0}, JobState.PENDING),
+        ({"active": 2, "ready": 2}, JobState.RUNNING),
+        ({"succeeded": 2, "conditions": [{"type": "Complete", "status": "True"}]}, JobState.SUCCEEDED),
+        (
+            {
+                "failed": 1,
+                "conditions": [
+                    {
+                        "type": "Failed",
+                        "status": "True",
+                        "reason": "DeadlineExceeded",
+                        "message": "Job was active longer than specified deadline",
+                    }
+                ],
+            },
+            JobState.FAILED,
+        ),
+        ({"active": 2, "ready": 2, "conditions": [{"type": "Failed", "status": "False"}]}, JobState.RUNNING),
+    ],
+)
+def test_status_mapping(kube, status, state):
+    cluster = backend(kube)
+    name = cluster.submit(spec())
+    with kube.lock:
+        kube.jobs[(NS, name)]["status"] = status
+    assert cluster.status(name).state is state
+
+
+def test_status_reports_the_reason_and_nodes(kube):
+    cluster = backend(kube)
+    name = cluster.submit(spec())
+    with kube.lock:
+        kube.add_job_pod(NS, name, 0, "h100-a")
+        kube.add_job_pod(NS, name, 1, "h100-b")
+        kube.jobs[(NS, name)]["status"] = {
+            "failed": 1,
+            "conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded", "message": "too long"}],
+        }
+    status = cluster.status(name)
+    assert (status.state, status.message, status.nodes) == (
+        JobState.FAILED,
+        "DeadlineExceeded: too long",
+        ("h100-a", "h100-b"),
+    )
+
+
+def test_cancel_deletes_the_job_in_the_background(kube):
+    cluster = backend(kube)
+    name = cluster.submit(spec())
+    with kube.lock:
+        kube.add_job_pod(NS, name, 0, "h100-a")
+    assert cluster.cancel(name) is None
+    assert (NS, name) not in kube.jobs
+    assert kube.deleted_jobs[-1]["metadata"]["deletedWith"] == "Background"
+    assert not any(pod["metadata"]["name"].startswith(name) for pod in kube.pods.values())
+    with pytest.raises(NotFound):
+        cluster.status(name)
+    with pytest.raises(NotFound, match=r'jobs\.batch "qm-42" not found'):
+        cluster.cancel(name)
+
+
+def test_dry_run_changes_nothing(kube):
+    cluster = backend(kube, dry_run=True)
+    before = (repr(kube.nodes), repr(kube.pods), repr(kube.jobs))
+    submitted = cluster.submit(spec())
+    assert isinstance(submitted, DryRun)
+    assert submitted.detail["job"]["spec"]["completions"] == 2
+    assert isinstance(cluster.cancel("qm-42"), DryRun)
+    assert isinstance(cluster.cordon("h100-a", "why"), DryRun)
+    assert isinstance(cluster.resume("h100-b"), DryRun)
+    drained = cluster.drain("h100-a", "why")
+    assert isinstance(drained, DryRun)
+    assert drained.detail["evict"] == ["research/notebook", "research/train-0", "serving/web-0"]
+    assert kube.mutations() == []
+    assert (repr(kube.nodes), repr(kube.pods), repr(kube.jobs)) == before
+    assert len(cluster.inventory().nodes) == 5  # reads still read
+
+
+def test_health_signals(kube):
+    signals = {(s.node, s.check): s for s in backend(kube).health()}
+    assert signals[("h100-a", "ready")].ok
+    assert signals[("h100-a", "heartbeat")].ok
+    assert signals[("h100-a", "memory_pressure")].ok
+    down = signals[("a100-a", "ready")]
+    assert not down.ok
+    assert "KubeletNotReady" in down.message
+    assert "container runtime is down" in down.message
+    assert not signals[("a100-a", "heartbeat")].ok
+    assert "s ago" in signals[("a100-a", "heartbeat")].message
+    assert not signals[("a100-a", "memory_pressure")].ok
+    assert signals[("a100-a", "disk_pressure")].ok
+    failing = sorted(key for key, s in signals.items() if not s.ok)
+    assert failing == [("a100-a", "heartbeat"), ("a100-a", "memory_pressure"), ("a100-a", "ready")]
+
+
+def test_unknown_ready_is_unhealthy(kube):
+    for condition in kube.nodes["cpu-a"]["status"]["conditions"]:
+        if condition["type"] == "Ready":
+            condition.update(
+                status="Unknown", reason="NodeStatusUnknown", message="Kubelet stopped posting node status."
+            )
+    signal = next(s for s in backend(kube).health() if (s.node, s.check) == ("cpu-a", "ready"))
+    assert not signal.ok
+    assert "Unknown" in signal.message
+
+
+def test_wrong_token_is_authentication_failed(kube):
+    with pytest.raises(AuthenticationFailed, match="refused the token"):
+        backend(kube, token="wrong").inventory()
+
+
+def test_forbidden_is_authentication_failed(kube):
+    with pytest.raises(AuthenticationFailed, match="forbidden"):
+        backend(kube, token=READONLY_TOKEN).cordon("h100-a", "why")
+    assert "unschedulable" not in kube.nodes["h100-a"]["spec"]
+
+
+def test_closed_port_is_unreachable():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    cluster = KubernetesBackend(f"http://127.0.0.1:{port}", {"token": TOKEN}, timeout=2.0)
+    with pytest.raises(Unreachable, match="did not answer"):
+        cluster.inventory()
+
+
+def test_malformed_node_is_bad_response(kube):
+    kube.nodes["cpu-a"]["status"]["capacity"]["memory"] = "lots"
+    with pytest.raises(BadResponse, match="node cpu-a: capacity\\[memory\\] is 'lots'"):
+        backend(kube).inventory()
+
+
+def test_node_of_the_wrong_shape_is_bad_response(kube):
+    kube.nodes["cpu-a"]["status"]["conditions"] = [{"type": "Ready"}]  # status is required
+    with pytest.raises(BadResponse):
+        backend(kube).inventory()
+
+
+def test_node_without_capacity_is_bad_response(kube):
+    del kube.nodes["cpu-a"]["status"]["capacity"]
+    with pytest.raises(BadResponse, match=r"cpu-a reports no status\.capacity"):
+        backend(kube).inventory()
+
+
+def test_not_json_is_bad_response(kube):
+    kube.canned[("GET", "/api/v1/nodes")] = (200, "application/json", b"<html>proxy login</html>")
+    with pytest.raises(BadResponse):
+        backend(kube).inventory()
+
+
+def test_server_error_is_unreachable(kube):
+    kube.canned[("GET", "/api/v1/nodes")] = (
+        503,
+        "application/json",
+        b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"etcd is down",'
+        b'"reason":"ServiceUnavailable","code":503}',
+    )
+    with pytest.raises(Unreachable, match="etcd is down"):
+        backend(kube).inventory()
