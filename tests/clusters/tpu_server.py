@@ -1,0 +1,529 @@
+"""A faithful local Cloud TPU v2 REST server, for the TPU backend's tests.
+
+It answers the paths, query parameters and JSON shapes that ``google-cloud-tpu``'s ``tpu_v2`` REST
+transport sends and parses (``google/cloud/tpu_v2/services/tpu/transports/rest_base.py`` holds the URI
+templates; ``types/cloud_tpu.py`` the messages): lowerCamelCase fields, enums as names, or as numbers when
+the request says ``$alt=json;enum-encoding=int`` (the client always does), list pages with
+``nextPageToken``, long-running ``Operation``s, and errors as ``{"error": {"code", "message", "status"}}``.
+
+Only what the backend uses is served: accelerator types and nodes (list, get), queued resources (create,
+get, list, delete) and operations (get). A queued resource moves one state along ``progression`` on every
+GET, so a test follows it from ACCEPTED to ACTIVE deterministically; reaching ACTIVE creates its node.
+Everything it was asked is kept in ``requests``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+# Enum numbers from google/cloud/tpu/v2/cloud_tpu.proto.
+NODE_STATE = {
+    "STATE_UNSPECIFIED": 0,
+    "CREATING": 1,
+    "READY": 2,
+    "RESTARTING": 3,
+    "REIMAGING": 4,
+    "DELETING": 5,
+    "REPAIRING": 6,
+    "STOPPED": 8,
+    "STOPPING": 9,
+    "STARTING": 10,
+    "PREEMPTED": 11,
+    "TERMINATED": 12,
+    "HIDING": 13,
+    "HIDDEN": 14,
+    "UNHIDING": 15,
+    "UNKNOWN": 16,
+}
+NODE_HEALTH = {
+    "HEALTH_UNSPECIFIED": 0,
+    "HEALTHY": 1,
+    "TIMEOUT": 3,
+    "UNHEALTHY_TENSORFLOW": 4,
+    "UNHEALTHY_MAINTENANCE": 5,
+}
+API_VERSION = {"API_VERSION_UNSPECIFIED": 0, "V1_ALPHA1": 1, "V1": 2, "V2_ALPHA1": 3, "V2": 4}
+ACCELERATOR_CONFIG_TYPE = {"TYPE_UNSPECIFIED": 0, "V2": 2, "V3": 4, "V4": 7, "V5LITE_POD": 9, "V5P": 10, "V6E": 11}
+QR_STATE = {
+    "STATE_UNSPECIFIED": 0,
+    "CREATING": 1,
+    "ACCEPTED": 2,
+    "PROVISIONING": 3,
+    "FAILED": 4,
+    "DELETING": 5,
+    "ACTIVE": 6,
+    "SUSPENDING": 7,
+    "SUSPENDED": 8,
+    "WAITING_FOR_RESOURCES": 9,
+}
+STATE_INITIATOR = {"STATE_INITIATOR_UNSPECIFIED": 0, "USER": 1, "SERVICE": 2}
+SYMPTOM_TYPE = {
+    "SYMPTOM_TYPE_UNSPECIFIED": 0,
+    "LOW_MEMORY": 1,
+    "OUT_OF_MEMORY": 2,
+    "EXECUTE_TIMED_OUT": 3,
+    "MESH_BUILD_FAIL": 4,
+    "HBM_OUT_OF_MEMORY": 5,
+    "PROJECT_ABUSE": 6,
+}
+
+# google.rpc.Code names for the HTTP statuses this server answers.
+STATUS_NAMES = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    409: "ALREADY_EXISTS",
+    500: "INTERNAL",
+}
+
+# RFC 1035 label: what the API accepts as a queued resource id.
+RESOURCE_ID = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+PATH = re.compile(
+    r"^/v2/projects/(?P<project>[^/]+)/locations/(?P<zone>[^/]+)"
+    r"/(?P<collection>acceleratorTypes|nodes|queuedResources|operations)(?:/(?P<id>[^/:]+))?$"
+)
+NOW = "2026-11-21T09:00:00Z"
+PROGRESSION = ("ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE")
+
+
+class ApiError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    query: dict[str, str]
+    body: Any
+    headers: dict[str, str]  # names in lower case
+
+
+@dataclass
+class QueuedResource:
+    """A stored queued resource: its JSON (enums as names) and where it is in ``progression``."""
+
+    body: dict[str, Any]
+    step: int = 0
+    deleting: bool = False
+    fixed_state: str = ""  # FAILED or SUSPENDED once a test set it; progression stops
+
+
+def _accelerator_type(project: str, zone: str, name: str, kind: str, topology: str) -> dict[str, Any]:
+    return {
+        "name": f"projects/{project}/locations/{zone}/acceleratorTypes/{name}",
+        "type": name,
+        "acceleratorConfigs": [{"type": kind, "topology": topology}],
+    }
+
+
+def _endpoints(count: int, base: int) -> list[dict[str, Any]]:
+    return [{"ipAddress": f"10.0.{base}.{i + 2}", "port": 8470} for i in range(count)]
+
+
+@dataclass
+class TpuServer:
+    """One project and zone of Cloud TPU. Use as a context manager; ``url`` is the endpoint."""
+
+    project: str = "qm-test"
+    zone: str = "us-east5-a"
+    #: When set, every request must carry ``Authorization: Bearer <token>`` (else 401).
+    token: str | None = None
+    #: When set, every request is answered with this status and raw body instead (malformed answers).
+    canned: tuple[int, bytes] | None = None
+    #: Items per list page; small, so the client has to follow ``nextPageToken``.
+    page_size: int = 2
+    #: Whether create and delete answer with an Operation already done.
+    operations_done: bool = False
+    progression: tuple[str, ...] = PROGRESSION
+    accelerator_types: dict[str, dict[str, Any]] = field(default_factory=dict)
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    queued_resources: dict[str, QueuedResource] = field(default_factory=dict)
+    operations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    requests: list[Recorded] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        if not self.accelerator_types and not self.nodes:
+            self.seed()
+
+    # life cycle
+    def __enter__(self) -> TpuServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        server = self
+
+        class Handler(_Handler):
+            tpu = server
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), name="tpu-server", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None, "start the server first"
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    @property
+    def parent(self) -> str:
+        return f"projects/{self.project}/locations/{self.zone}"
+
+    # seed data
+    def seed(self) -> None:
+        p, z = self.project, self.zone
+        for name, kind, topology in (
+            ("v4-8", "V4", "2x2x1"),
+            ("v5p-8", "V5P", "2x2x1"),
+            ("v5p-16", "V5P", "2x2x2"),
+            ("v5litepod-8", "V5LITE_POD", "2x4"),
+            ("v6e-8", "V6E", "2x4"),
+        ):
+            self.accelerator_types[name] = _accelerator_type(p, z, name, kind, topology)
+        self.add_node(
+            "train-a",
+            acceleratorType="v5p-16",
+            acceleratorConfig={"type": "V5P", "topology": "2x2x2"},
+            state="READY",
+            health="HEALTHY",
+            labels={"team": "vision", "env": "prod"},
+            networkEndpoints=_endpoints(2, 1),
+        )
+        self.add_node(
+            "train-b",
+            acceleratorType="v5p-8",
+            acceleratorConfig={"type": "V5P", "topology": "2x2x1"},
+            state="REPAIRING",
+            health="UNHEALTHY_MAINTENANCE",
+            healthDescription="The TPU had a maintenance event at 2026-11-21T08:40:00Z",
+            labels={"team": "speech"},
+            networkEndpoints=_endpoints(1, 2),
+            symptoms=[
+                {
+                    "createTime": "2026-11-21T08:41:00Z",
+                    "symptomType": "HBM_OUT_OF_MEMORY",
+                    "details": "HBM usage above capacity",
+                    "workerId": "0",
+                }
+            ],
+        )
+        # No acceleratorConfig: the chip count comes from the type's name.
+        self.add_node(
+            "serve-c",
+            acceleratorType="v6e-8",
+            state="READY",
+            health="HEALTHY",
+            networkEndpoints=_endpoints(1, 3),
+            schedulingConfig={"spot": True},
+        )
+
+    def add_node(self, name: str, **fields: Any) -> dict[str, Any]:
+        node: dict[str, Any] = {
+            "name": f"{self.parent}/nodes/{name}",
+            "runtimeVersion": "v2-alpha-tpuv5",
+            "createTime": NOW,
+            "apiVersion": "V2",
+            "id": str(1000 + len(self.nodes)),
+            **fields,
+        }
+        self.nodes[name] = node
+        return node
+
+    # test hooks
+    def fail(self, qr_id: str, message: str) -> None:
+        qr = self.queued_resources[qr_id]
+        qr.fixed_state = "FAILED"
+        qr.body["state"] = {"state": "FAILED", "failedData": {"error": {"code": 8, "message": message}}}
+
+    def suspend(self, qr_id: str, initiator: str) -> None:
+        qr = self.queued_resources[qr_id]
+        qr.fixed_state = "SUSPENDED"
+        qr.body["state"] = {"state": "SUSPENDED", "suspendedData": {}, "stateInitiator": initiator}
+
+    def mutations(self) -> list[Recorded]:
+        return [r for r in self.requests if r.method != "GET"]
+
+    # request handling (called under the lock)
+    def handle(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple[int, Any]:
+        match = PATH.match(path)
+        if match is None:
+            raise ApiError(404, f"The requested URL {path} was not found on this server.")
+        project, zone, collection, item = match.group("project", "zone", "collection", "id")
+        if project != self.project:
+            raise ApiError(403, f"Permission denied on resource project {project}.")
+        if zone != self.zone:
+            raise ApiError(400, f"Invalid location: {zone}")
+        ints = query.get("$alt", "") == "json;enum-encoding=int"
+        key = (method, collection, item is not None)
+        if key == ("GET", "acceleratorTypes", False):
+            return 200, self._page("acceleratorTypes", list(self.accelerator_types.values()), query)
+        if key == ("GET", "acceleratorTypes", True):
+            return 200, self._get(self.accelerator_types, "acceleratorTypes", item)
+        if key == ("GET", "nodes", False):
+            nodes = [_encode_node(n, ints) for n in self.nodes.values()]
+            return 200, self._page("nodes", nodes, query)
+        if key == ("GET", "nodes", True):
+            return 200, _encode_node(self._get(self.nodes, "nodes", item), ints)
+        if key == ("POST", "queuedResources", False):
+            return 200, self._create_queued_resource(query, body, ints)
+        if key == ("GET", "queuedResources", False):
+            listed = [_encode_qr(qr.body, ints) for qr in self.queued_resources.values()]
+            return 200, self._page("queuedResources", listed, query)
+        if key == ("GET", "queuedResources", True):
+            return 200, _encode_qr(self._advance(item), ints)
+        if key == ("DELETE", "queuedResources", True):
+            return 200, self._delete_queued_resource(item, query)
+        if key == ("GET", "operations", True):
+            operation = self._get(self.operations, "operations", item)
+            operation["done"] = True  # finished by the time anyone asks
+            return 200, operation
+        raise ApiError(404, f"The requested URL {path} was not found on this server.")
+
+    def _get(self, table: dict[str, dict[str, Any]], collection: str, item: str) -> dict[str, Any]:
+        if item not in table:
+            raise ApiError(404, f"Resource '{self.parent}/{collection}/{item}' was not found")
+        return table[item]
+
+    def _page(self, key: str, items: list[dict[str, Any]], query: dict[str, str]) -> dict[str, Any]:
+        size = int(query.get("pageSize") or self.page_size)
+        start = int(query.get("pageToken") or 0)
+        page: dict[str, Any] = {key: items[start : start + size]}
+        if start + size < len(items):
+            page["nextPageToken"] = str(start + size)
+        return page
+
+    def _operation(self, verb: str, target: str, response: dict[str, Any] | None) -> dict[str, Any]:
+        op_id = f"operation-{len(self.operations) + 1}"
+        operation: dict[str, Any] = {
+            "name": f"{self.parent}/operations/{op_id}",
+            "metadata": {
+                "@type": "type.googleapis.com/google.cloud.tpu.v2.OperationMetadata",
+                "createTime": NOW,
+                "target": target,
+                "verb": verb,
+                "cancelRequested": False,
+                "apiVersion": "v2",
+            },
+            "done": self.operations_done,
+        }
+        if self.operations_done:
+            operation["response"] = response or {"@type": "type.googleapis.com/google.protobuf.Empty"}
+        self.operations[op_id] = operation
+        return operation
+
+    def _create_queued_resource(self, query: dict[str, str], body: Any, ints: bool) -> dict[str, Any]:
+        qr_id = query.get("queuedResourceId", "")
+        if not RESOURCE_ID.match(qr_id):
+            raise ApiError(400, f"Invalid queued resource id {qr_id!r}: must match {RESOURCE_ID.pattern}")
+        if not isinstance(body, dict):
+            raise ApiError(400, "Invalid JSON payload received.")
+        name = f"{self.parent}/queuedResources/{qr_id}"
+        if qr_id in self.queued_resources:
+            raise ApiError(409, f"Resource '{name}' already exists")
+        specs = body.get("tpu", {}).get("nodeSpec", [])
+        if len(specs) != 1:
+            raise ApiError(400, "tpu.node_spec: exactly one node spec is supported here")
+        spec = specs[0]
+        node = spec.get("node", {})
+        if spec.get("parent") != self.parent:
+            raise ApiError(400, f"tpu.node_spec[0].parent must be {self.parent}")
+        if not spec.get("nodeId"):
+            raise ApiError(400, "tpu.node_spec[0].node_id is required")
+        if node.get("acceleratorType") not in self.accelerator_types:
+            raise ApiError(400, f"Unknown accelerator type {node.get('acceleratorType')!r} in {self.zone}")
+        if not node.get("runtimeVersion"):
+            raise ApiError(400, "tpu.node_spec[0].node.runtime_version is required")
+        if "spot" in body and "guaranteed" in body:
+            raise ApiError(400, "Only one of spot and guaranteed may be set")
+        stored = _decode(copy.deepcopy(body))
+        stored.update(name=name, createTime=NOW, state={"state": self.progression[0]})
+        self.queued_resources[qr_id] = QueuedResource(body=stored)
+        return self._operation("create", name, {"@type": _QR_TYPE, **_encode_qr(stored, ints)})
+
+    def _advance(self, qr_id: str) -> dict[str, Any]:
+        """The queued resource as it is now; the next GET sees it one state further."""
+        qr = self.queued_resources.get(qr_id)
+        if qr is None:
+            raise ApiError(404, f"Resource '{self.parent}/queuedResources/{qr_id}' was not found")
+        if qr.deleting:
+            if qr.body["state"]["state"] == "DELETING":  # seen once as DELETING: now gone
+                del self.queued_resources[qr_id]
+                self.nodes.pop(qr.body["tpu"]["nodeSpec"][0]["nodeId"], None)
+                raise ApiError(404, f"Resource '{self.parent}/queuedResources/{qr_id}' was not found")
+            qr.body["state"] = {"state": "DELETING", "deletingData": {}}
+            return copy.deepcopy(qr.body)
+        if qr.fixed_state:
+            return copy.deepcopy(qr.body)
+        state = self.progression[min(qr.step, len(self.progression) - 1)]
+        qr.body["state"] = {"state": state, _STATE_DATA.get(state, "acceptedData"): {}}
+        if state == "ACTIVE":
+            self._provision(qr)
+        qr.step += 1
+        return copy.deepcopy(qr.body)
+
+    def _provision(self, qr: QueuedResource) -> None:
+        spec = qr.body["tpu"]["nodeSpec"][0]
+        node_id = spec["nodeId"]
+        if node_id in self.nodes:
+            return
+        wanted = spec["node"]
+        self.add_node(
+            node_id,
+            acceleratorType=wanted["acceleratorType"],
+            runtimeVersion=wanted["runtimeVersion"],
+            state="READY",
+            health="HEALTHY",
+            labels=wanted.get("labels", {}),
+            schedulingConfig=wanted.get("schedulingConfig", {}),
+            networkEndpoints=_endpoints(1, 9),
+            queuedResource=qr.body["name"],
+        )
+
+    def _delete_queued_resource(self, qr_id: str, query: dict[str, str]) -> dict[str, Any]:
+        qr = self.queued_resources.get(qr_id)
+        if qr is None:
+            raise ApiError(404, f"Resource '{self.parent}/queuedResources/{qr_id}' was not found")
+        state = qr.body["state"]["state"]
+        if state in ("ACTIVE", "PROVISIONING") and query.get("force") != "true":
+            raise ApiError(400, f"Queued resource in state {state} has nodes; delete them first or use force")
+        qr.deleting = True
+        return self._operation("delete", qr.body["name"], None)
+
+
+_QR_TYPE = "type.googleapis.com/google.cloud.tpu.v2.QueuedResource"
+_STATE_DATA = {
+    "CREATING": "creatingData",
+    "ACCEPTED": "acceptedData",
+    "PROVISIONING": "provisioningData",
+    "ACTIVE": "activeData",
+    "WAITING_FOR_RESOURCES": "acceptedData",  # the proto has no data message for this state
+}
+
+
+def _name(table: dict[str, int], value: Any) -> Any:
+    """An enum given as a number (the client's encoding) turned back into its name."""
+    if isinstance(value, int):
+        return next((name for name, number in table.items() if number == value), value)
+    return value
+
+
+def _decode(body: dict[str, Any]) -> dict[str, Any]:
+    for spec in body.get("tpu", {}).get("nodeSpec", []):
+        node = spec.get("node", {})
+        if "acceleratorConfig" in node:
+            config = node["acceleratorConfig"]
+            config["type"] = _name(ACCELERATOR_CONFIG_TYPE, config.get("type", 0))
+    return body
+
+
+def _enum(table: dict[str, int], value: str, ints: bool) -> Any:
+    return table[value] if ints else value
+
+
+def _encode_node(node: dict[str, Any], ints: bool) -> dict[str, Any]:
+    out = copy.deepcopy(node)
+    for key, table in (("state", NODE_STATE), ("health", NODE_HEALTH), ("apiVersion", API_VERSION)):
+        if key in out:
+            out[key] = _enum(table, out[key], ints)
+    if "acceleratorConfig" in out:
+        out["acceleratorConfig"]["type"] = _enum(ACCELERATOR_CONFIG_TYPE, out["acceleratorConfig"]["type"], ints)
+    for symptom in out.get("symptoms", []):
+        symptom["symptomType"] = _enum(SYMPTOM_TYPE, symptom["symptomType"], ints)
+    return out
+
+
+def _encode_qr(body: dict[str, Any], ints: bool) -> dict[str, Any]:
+    out = copy.deepcopy(body)
+    state = out.get("state", {})
+    if "state" in state:
+        state["state"] = _enum(QR_STATE, state["state"], ints)
+    if "stateInitiator" in state:
+        state["stateInitiator"] = _enum(STATE_INITIATOR, state["stateInitiator"], ints)
+    for spec in out.get("tpu", {}).get("nodeSpec", []):
+        config = spec.get("node", {}).get("acceleratorConfig")
+        if config:
+            config["type"] = _enum(ACCELERATOR_CONFIG_TYPE, config["type"], ints)
+    return out
+
+
+class _Handler(BaseHTTPRequestHandler):
+    tpu: TpuServer
+    protocol_version = "HTTP/1.1"
+    # Keep-alive with headers and body in separate writes meets delayed ACKs: 40 ms a request without this.
+    disable_nagle_algorithm = True
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def do_GET(self) -> None:
+        self._serve("GET")
+
+    def do_POST(self) -> None:
+        self._serve("POST")
+
+    def do_DELETE(self) -> None:
+        self._serve("DELETE")
+
+    def _serve(self, method: str) -> None:
+        url = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body: Any = json.loads(raw) if raw else None
+        except ValueError:
+            body = raw.decode("utf-8", "replace")
+        server = self.tpu
+        with server._lock:
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            server.requests.append(Recorded(method, url.path, query, body, headers))
+            if server.canned is not None:
+                self._send(*server.canned)
+                return
+            try:
+                if server.token is not None and self.headers.get("Authorization") != f"Bearer {server.token}":
+                    raise ApiError(
+                        401,
+                        "Request had invalid authentication credentials. Expected OAuth 2 access token, "
+                        "login cookie or other valid authentication credential.",
+                    )
+                if isinstance(body, str):
+                    raise ApiError(400, "Invalid JSON payload received.")
+                status, payload = server.handle(method, url.path, query, body)
+            except ApiError as error:
+                status = error.code
+                payload = {"error": {"code": error.code, "message": error.message, "status": STATUS_NAMES[error.code]}}
+        self._send(status, json.dumps(payload).encode())
+
+    def _send(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=UTF-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
