@@ -204,6 +204,16 @@ def test_submit_on_demand_when_the_cluster_has_no_reservation(server: TpuServer)
     assert "schedulingConfig" not in body["tpu"]["nodeSpec"][0]["node"]
 
 
+def test_a_job_queue_may_name_a_reservation(server: TpuServer) -> None:
+    backend(server, accelerator_type="v5p-8", reserved="false").submit(job(queue="lab-v5p"))
+    body = created(server)
+    assert body["reservationName"] == f"{server.parent}/reservations/lab-v5p"
+    node = body["tpu"]["nodeSpec"][0]["node"]
+    assert (node["acceleratorType"], node["schedulingConfig"]) == ("v5p-8", {"reserved": True})
+    with pytest.raises(BackendError, match="spot job cannot use reservation"):
+        backend(server, accelerator_type="v5p-8").submit(job("43", queue="lab-v5p", spot=True))
+
+
 def test_submit_takes_the_clusters_accelerator_type_and_checks_the_job_fits(server: TpuServer) -> None:
     tpu = backend(server, accelerator_type="v5p-16", runtime_version="v2-alpha-tpuv5-custom")
     tpu.submit(job(queue="", workers=2))
@@ -226,6 +236,13 @@ def test_submit_is_idempotent_on_the_job_id(server: TpuServer) -> None:
     assert tpu.submit(job()) == "qm-42"  # the server answered 409 ALREADY_EXISTS
     assert len(server.mutations()) == 2
     assert list(server.queued_resources) == ["qm-42"]
+
+
+def test_a_409_that_is_not_already_exists_is_refused(server: TpuServer) -> None:
+    aborted = {"error": {"code": 409, "message": "concurrent change", "status": "ABORTED"}}
+    server.canned = (409, json.dumps(aborted).encode())
+    with pytest.raises(Refused, match="concurrent change"):
+        backend(server).submit(job())
 
 
 def test_status_follows_the_queued_resource_to_active(server: TpuServer) -> None:
@@ -327,6 +344,13 @@ def test_connection_refused_is_unreachable() -> None:
         tpu.inventory()
     with pytest.raises(Unreachable):
         tpu.submit(job())
+
+
+def test_a_hung_api_is_unreachable(server: TpuServer) -> None:
+    server.delay = 0.5
+    tpu = TpuBackend(server.url, options={"project": server.project, "zone": server.zone}, timeout=0.1)
+    with pytest.raises(Unreachable, match="Timeout"):
+        tpu.status("qm-1")
 
 
 def test_refused_credentials(server: TpuServer) -> None:

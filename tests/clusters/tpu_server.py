@@ -18,6 +18,7 @@ import copy
 import json
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -142,6 +143,8 @@ class TpuServer:
     token: str | None = None
     #: When set, every request is answered with this status and raw body instead (malformed answers).
     canned: tuple[int, bytes] | None = None
+    #: Seconds to wait before answering (a slow or hung API).
+    delay: float = 0.0
     #: Items per list page; small, so the client has to follow ``nextPageToken``.
     page_size: int = 2
     #: Whether create and delete answer with an Operation already done.
@@ -500,6 +503,8 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = raw.decode("utf-8", "replace")
         server = self.tpu
+        if server.delay:
+            time.sleep(server.delay)
         with server._lock:
             headers = {k.lower(): v for k, v in self.headers.items()}
             server.requests.append(Recorded(method, url.path, query, body, headers))

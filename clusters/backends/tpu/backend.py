@@ -117,6 +117,8 @@ CONFIG_PREFIXES = {"V2": "v2", "V3": "v3", "V4": "v4", "V5LITE_POD": "v5litepod"
 # What the API accepts: queued resource ids are RFC 1035 labels; node ids are a little wider.
 _QR_ID = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _NODE_ID = re.compile(r"^[A-Za-z0-9_.~+%-]+$")
+#: A job queue that names a slice shape rather than a reservation.
+_LOOKS_LIKE_TYPE = re.compile(r"^v[0-9]+[a-z]*-[0-9]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TRUE = frozenset({"1", "true", "yes", "on"})
 
@@ -149,6 +151,19 @@ def _flag(value: Any, default: bool) -> bool:
     if isinstance(value, bool):
         return value
     return str(value).strip().lower() in _TRUE
+
+
+def _already_exists(error: BaseException | None) -> bool:
+    """409 is ALREADY_EXISTS or ABORTED (a concurrent change); only the error body's status tells them apart."""
+    if isinstance(error, api_exceptions.AlreadyExists):
+        return True
+    if not isinstance(error, api_exceptions.Conflict) or error.response is None:
+        return False
+    try:
+        status = error.response.json()["error"]["status"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    return bool(status == "ALREADY_EXISTS")
 
 
 def _enum_name(value: Any) -> str:
@@ -411,18 +426,34 @@ class TpuBackend(Backend):
                     parent=self.parent, queued_resource=queued, queued_resource_id=qr_id, timeout=self.timeout
                 )
         except Refused as error:
-            if isinstance(error.__cause__, api_exceptions.Conflict):  # ALREADY_EXISTS: submitted before
+            if _already_exists(error.__cause__):  # submitted before: that one is the job
                 return qr_id
             raise
         return qr_id
 
-    def _queued_resource(self, spec: JobSpec, qr_id: str) -> tpu_v2.QueuedResource:
-        accelerator_type = spec.queue or str(self.options.get("accelerator_type") or "")
+    def _placement(self, spec: JobSpec) -> tuple[str, str]:
+        """(accelerator type, reservation) of a job. Its queue names either (``v5p-8``, or a reservation,
+        short or full); the cluster's options ``accelerator_type`` and ``reservation`` fill in the other."""
+        accelerator_type = str(self.options.get("accelerator_type") or "")
+        reservation = str(self.options.get("reservation") or "")
+        queue = spec.queue.strip()
+        if _LOOKS_LIKE_TYPE.match(queue):
+            accelerator_type = queue
+        elif queue:
+            if spec.spot:
+                raise BackendError(f"job {spec.id}: a spot job cannot use reservation {queue}")
+            reservation = queue
         if not accelerator_type:
             raise BackendError(
                 f"job {spec.id}: no TPU accelerator type: set the job's queue (e.g. v5p-8) "
                 "or the cluster option accelerator_type"
             )
+        if reservation and "/" not in reservation:
+            reservation = f"{self.parent}/reservations/{reservation}"
+        return accelerator_type, reservation
+
+    def _queued_resource(self, spec: JobSpec, qr_id: str) -> tpu_v2.QueuedResource:
+        accelerator_type, reservation = self._placement(spec)
         try:
             generation = generation_of(accelerator_type)
             slice_chips = chips(accelerator_type)
@@ -431,34 +462,28 @@ class TpuBackend(Backend):
         wanted = spec.workers * spec.accelerators_per_worker
         if wanted > slice_chips:
             raise BackendError(f"job {spec.id} asks for {wanted} chips; a {accelerator_type} slice has {slice_chips}")
-        metadata = {}
+        # Spot, or guaranteed: from a reservation unless the cluster says it has none (on-demand).
+        named_by_job = bool(spec.queue.strip()) and not _LOOKS_LIKE_TYPE.match(spec.queue.strip())
+        reserved = not spec.spot and (named_by_job or _flag(self.options.get("reserved"), True))
         script = self._startup_script(spec)
-        if script:
-            metadata["startup-script"] = script
         node = tpu_v2.Node(
             accelerator_type=accelerator_type,
             runtime_version=str(self.options.get("runtime_version") or generation.runtime_version),
             description=spec.name[:512],
             labels={JOB_LABEL: _label_value(spec.id)},
-            metadata=metadata,
+            metadata={"startup-script": script} if script else {},
+            scheduling_config=tpu_v2.SchedulingConfig(reserved=True) if reserved else None,
         )
         queued = tpu_v2.QueuedResource(
             tpu=tpu_v2.QueuedResource.Tpu(
                 node_spec=[tpu_v2.QueuedResource.Tpu.NodeSpec(parent=self.parent, node_id=qr_id, node=node)]
-            )
+            ),
+            reservation_name=reservation if reserved else "",
         )
         if spec.spot:
             queued.spot = tpu_v2.QueuedResource.Spot()
         else:
             queued.guaranteed = tpu_v2.QueuedResource.Guaranteed()
-            if _flag(self.options.get("reserved"), default=True):
-                node.scheduling_config = tpu_v2.SchedulingConfig(reserved=True)
-                queued.tpu.node_spec[0].node = node
-                reservation = str(self.options.get("reservation") or "")
-                if reservation:
-                    if "/" not in reservation:
-                        reservation = f"{self.parent}/reservations/{reservation}"
-                    queued.reservation_name = reservation
         return queued
 
     @staticmethod
