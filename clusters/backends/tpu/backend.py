@@ -6,12 +6,16 @@ slice: it waits in Google's queue, is provisioned, and runs its startup script o
 A slice is whole: all its chips are allocatable unless it is broken (repairing, preempted, terminated), and
 all are used when a Quartermaster job holds it (its ``quartermaster-job`` label).
 
+A job's ``queue`` names either the slice (``v5p-8``) or a reservation to take it from (``lab-v5p``, or
+``projects/…/reservations/lab-v5p``); a spot job gets the Spot tier, any other the Guaranteed tier, reserved
+unless the cluster has no reservation. The startup script is the job's ``script``, else its ``image`` run
+under Docker, else its ``command``, after its environment.
+
 Options: ``project`` and ``zone`` (required); ``accelerator_type`` (the slice a job gets when its
-``queue`` names none, e.g. ``v5p-8``); ``runtime_version`` (else the generation's default in
-``accelerators.py``); ``reserved`` (default true: non-spot jobs use the project's reserved capacity;
-false asks for on-demand capacity); ``reservation`` (a reservation name, short or full, for reserved jobs);
-``host_cpu`` and ``host_memory_mib`` (millicores and MiB of one TPU VM host, which the API does not report;
-default 0).
+``queue`` names none); ``reservation`` (the reservation reserved jobs use when their queue names none);
+``reserved`` (default true; false: non-spot jobs ask for on-demand capacity); ``runtime_version`` (else the
+generation's default in ``accelerators.py``); ``host_cpu`` and ``host_memory_mib`` (millicores and MiB of
+one TPU VM host, which the API does not report; default 0).
 
 Credentials (the cluster's encrypted secret, never options): ``service_account_json`` (the text of a
 service-account key file; scoped to cloud-platform), or ``access_token`` (an OAuth 2 bearer token someone
