@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import ssl
 import threading
 import uuid
 from collections.abc import Callable
@@ -129,7 +130,8 @@ POD_FIELDS = {
 class KubeServer:
     """The cluster's state plus the HTTP server in front of it. Use as a context manager, or start/stop."""
 
-    def __init__(self, *, now: datetime | None = None, seed: bool = True) -> None:
+    def __init__(self, *, now: datetime | None = None, seed: bool = True, tls: ssl.SSLContext | None = None) -> None:
+        self.tls = tls  # serve HTTPS with this server-side context
         self.lock = threading.RLock()
         self.nodes: dict[str, dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
@@ -151,6 +153,8 @@ class KubeServer:
         handler = type("Handler", (_Handler,), {"kube": self})
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._httpd.daemon_threads = True
+        if self.tls is not None:
+            self._httpd.socket = self.tls.wrap_socket(self._httpd.socket, server_side=True)
         self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.02,), name="kube-api", daemon=True)
         self._thread.start()
         return self
@@ -172,7 +176,7 @@ class KubeServer:
     def url(self) -> str:
         assert self._httpd is not None, "start the server first"
         host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"{'https' if self.tls else 'http'}://{host!s}:{port}"
 
     def mutations(self) -> list[tuple[str, str, str, Any]]:
         return [r for r in self.requests if r[0] != "GET"]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
 import socket
-from datetime import UTC, datetime
+import ssl
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -342,6 +344,9 @@ def test_dry_run_changes_nothing(kube):
     assert kube.mutations() == []
     assert (repr(kube.nodes), repr(kube.pods), repr(kube.jobs)) == before
     assert len(cluster.inventory().nodes) == 5  # reads still read
+    with pytest.raises(NotFound):
+        cluster.cordon("h100-z", "no such node")
+    assert kube.mutations() == []
 
 
 def test_health_signals(kube):
@@ -425,3 +430,86 @@ def test_server_error_is_unreachable(kube):
     )
     with pytest.raises(Unreachable, match="etcd is down"):
         backend(kube).inventory()
+
+
+def test_read_timeout_is_unreachable():
+    with socket.socket() as silent:  # accepts connections (the backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        port = silent.getsockname()[1]
+        cluster = KubernetesBackend(f"http://127.0.0.1:{port}", {"token": TOKEN}, timeout=0.3)
+        with pytest.raises(Unreachable, match="did not answer listing nodes"):
+            cluster.inventory()
+
+
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory):
+    """A CA and a certificate it signed for 127.0.0.1, as PEM files."""
+    x509 = pytest.importorskip("cryptography.x509")
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    # A CA as real ones are: key identifiers, and key usage for signing certificates.
+    KEY_USAGE_CA = x509.KeyUsage(
+        digital_signature=False,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=True,
+        crl_sign=True,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+    def name(common_name):
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+    start, end = datetime.now(UTC) - timedelta(days=1), datetime.now(UTC) + timedelta(days=1)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = (
+        x509.CertificateBuilder(name("test-ca"), name("test-ca"), ca_key.public_key(), 1, start, end)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .add_extension(KEY_USAGE_CA, critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    server = (
+        x509.CertificateBuilder(ca.subject, name("kube-apiserver"), key.public_key(), 2, start, end)  # issuer first
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    folder = tmp_path_factory.mktemp("tls")
+    (folder / "server.pem").write_bytes(server.public_bytes(serialization.Encoding.PEM))
+    (folder / "server.key").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return ca.public_bytes(serialization.Encoding.PEM).decode(), folder
+
+
+@pytest.fixture
+def tls_kube(certificates):
+    _ca, folder = certificates
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(folder / "server.pem", folder / "server.key")
+    with KubeServer(tls=context) as server:
+        yield server
+
+
+def test_tls_verified_with_the_clusters_ca(tls_kube, certificates):
+    ca, _folder = certificates
+    cluster = KubernetesBackend(tls_kube.url, {"token": TOKEN, "ca_cert": ca})
+    assert len(cluster.inventory().nodes) == 5
+
+
+def test_tls_with_an_unknown_ca_is_unreachable(tls_kube):
+    with pytest.raises(Unreachable, match=r"TLS with .* failed listing nodes: .*CERTIFICATE_VERIFY_FAILED"):
+        KubernetesBackend(tls_kube.url, {"token": TOKEN}).inventory()
+
+
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
+def test_tls_verification_can_be_skipped(tls_kube):
+    cluster = KubernetesBackend(tls_kube.url, {"token": TOKEN}, {"insecure_skip_tls_verify": True})
+    assert len(cluster.inventory().nodes) == 5

@@ -96,6 +96,11 @@ class KubernetesBackend(Backend):
             raise self._api_error(e, what) from e
         except (urllib3.exceptions.HTTPError, OSError) as e:
             reason = getattr(e, "reason", None) or e
+            if isinstance(reason, urllib3.exceptions.SSLError):
+                raise Unreachable(
+                    f"TLS with the API server at {self.endpoint} failed {what}: {reason} (is the cluster's CA "
+                    "certificate set?)"
+                ) from e
             raise Unreachable(f"the API server at {self.endpoint} did not answer {what}: {reason}") from e
         except ValueError as e:  # not JSON, or an object the client's models reject (pydantic)
             first_line = str(e).splitlines()[0] if str(e) else type(e).__name__
@@ -106,7 +111,7 @@ class KubernetesBackend(Backend):
         message = status_message(e)
         if status == 0:  # raised by the client itself: TLS failures and unsupported content types
             if "SSL" in message:
-                return Unreachable(f"TLS to the API server at {self.endpoint} failed {what}: {message}")
+                return Unreachable(f"TLS with the API server at {self.endpoint} failed {what}: {message}")
             return BadResponse(f"the API server at {self.endpoint} answered {what} with {message}")
         if status == 401:
             return AuthenticationFailed(f"the API server at {self.endpoint} refused the token {what} ({message})")
@@ -206,7 +211,7 @@ class KubernetesBackend(Backend):
     def cordon(self, node: str, reason: str) -> DryRun | None:
         patch = {"spec": {"unschedulable": True}, "metadata": {"annotations": {CORDON_REASON_ANNOTATION: reason}}}
         if self.dry_run:
-            return DryRun("cordon", node, {"patch": patch})
+            return self._dry_run_on_node("cordon", node, {"patch": patch})
         self._patch_node(node, patch, "cordoning")
         return None
 
@@ -214,9 +219,15 @@ class KubernetesBackend(Backend):
         # null removes a field in a merge patch: the node looks as if it had never been cordoned.
         patch = {"spec": {"unschedulable": None}, "metadata": {"annotations": {CORDON_REASON_ANNOTATION: None}}}
         if self.dry_run:
-            return DryRun("resume", node, {"patch": patch})
+            return self._dry_run_on_node("resume", node, {"patch": patch})
         self._patch_node(node, patch, "uncordoning")
         return None
+
+    def _dry_run_on_node(self, action: str, node: str, detail: dict[str, Any]) -> DryRun:
+        """What ``action`` would do; reading the node first, so a dry run on an unknown node fails as a real one."""
+        with self._calling(f"reading node {node}"):
+            self._core().read_node(node, _request_timeout=self.timeout)
+        return DryRun(action, node, detail)
 
     def _patch_node(self, node: str, patch: dict[str, Any], what: str) -> None:
         with self._calling(f"{what} node {node}"):
@@ -228,7 +239,7 @@ class KubernetesBackend(Backend):
         without waiting for the pods to go. Pods a budget protects stay; ``Refused`` names them."""
         if self.dry_run:
             pods = [f"{namespace}/{name}" for namespace, name in self._evictable_pods(node)]
-            return DryRun("drain", node, {"reason": reason, "evict": pods})
+            return self._dry_run_on_node("drain", node, {"reason": reason, "evict": pods})
         self.cordon(node, reason)
         refused = []
         for namespace, name in self._evictable_pods(node):
