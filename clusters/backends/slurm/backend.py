@@ -1,0 +1,528 @@
+"""The Slurm backend: slurmrestd's REST API (``openapi/v0.0.38``, Slurm 22.05) with JWT authentication.
+
+Reads (nodes, jobs) and job writes (submit, cancel) go through slurmrestd. Slurm 22.05 has no REST call
+that changes a node's state (``POST node/{name}`` answers 405), so cordon, drain and resume run
+``scontrol update`` with the same JWT (``SLURM_JWT``): the host needs ``scontrol`` and a ``slurm.conf``
+naming the controller (``options["slurm_conf"]``), but no munge key.
+
+- ``endpoint``: slurmrestd's base URL, e.g. ``http://127.0.0.1:17080``.
+- ``credentials``: ``user`` (sent as ``X-SLURM-USER-NAME``) and ``token`` (a Slurm JWT, e.g. from
+  ``scontrol token username=...``).
+- ``options``: ``partition`` (used when a job names no queue), ``workdir`` (jobs' working directory,
+  default ``/tmp``), ``slurm_conf`` and ``scontrol`` (for node updates), ``gpu_models`` (GRES type to
+  model name, e.g. ``{"h100": "H100-SXM-80GB"}``; the GRES type itself otherwise), ``spot_qos`` (the QOS
+  of spot jobs, if the site has one).
+
+Jobs are named ``qm-<JobSpec.id>``: that name is the idempotency key ``submit`` looks for. Slurm forgets a
+finished job after ``MinJobAge`` (300 s by default), so a resubmission after that starts a new job.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import os
+import shlex
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import requests
+
+from clusters.backends.base import (
+    AcceleratorInfo,
+    AuthenticationFailed,
+    Backend,
+    BackendError,
+    BadResponse,
+    DryRun,
+    HealthSignal,
+    Inventory,
+    JobSpec,
+    JobState,
+    JobStatus,
+    NodeInfo,
+    NotFound,
+    Refused,
+    Unreachable,
+)
+from clusters.backends.slurm.parse import expand_hostlist, gpu_gres, job_state
+
+API_VERSION = "v0.0.38"
+JOB_NAME_PREFIX = "qm-"
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+# Node states and flags (as slurmrestd v0.0.38 spells them) that make a node not ready or not schedulable.
+NOT_READY_STATES = frozenset({"down", "unknown", "future", "error"})
+NOT_READY_FLAGS = frozenset({"NOT_RESPONDING", "POWERED_DOWN", "POWERING_UP"})
+UNSCHEDULABLE_FLAGS = frozenset({"DRAIN", "FAIL"})
+
+# Slurm error numbers (slurm_errno.h) that say more than "the cluster refused".
+ESLURM_ACCESS_DENIED = 2002
+ESLURM_USER_ID_MISSING = 2010
+ESLURM_INVALID_JOB_ID = 2017
+ESLURM_INVALID_NODE_NAME = 2018
+ESLURM_ALREADY_DONE = 2021
+SLURM_COMMUNICATIONS_ERRORS = range(1000, 1100)
+SLURM_AUTH_ERRORS = range(6000, 6100)
+
+# Slurm 22.05 reports a JWT that slurmctld rejects (wrong key, unknown user) and a controller that does not
+# answer alike: HTTP 500 with error -1, "Unspecified error". A rejection comes back at once; a dead
+# controller only after the client's connection retries (about 9 s in the lab). The time tells them apart.
+REJECTION_SECONDS = 2.0
+
+T = TypeVar("T")
+
+
+class InvalidJob(BackendError, ValueError):
+    """The JobSpec cannot be expressed as a Slurm job (nothing to run, node list of the wrong length, ...)."""
+
+
+class SlurmBackend(Backend):
+    kind = "slurm"
+
+    def __init__(
+        self,
+        endpoint: str,
+        credentials: Mapping[str, str] | None = None,
+        options: Mapping[str, Any] | None = None,
+        *,
+        dry_run: bool = False,
+        timeout: float = 10.0,
+    ) -> None:
+        super().__init__(endpoint, credentials, options, dry_run=dry_run, timeout=timeout)
+        self._base = f"{endpoint.rstrip('/')}/slurm/{API_VERSION}"
+        self._session = requests.Session()
+
+    # ----------------------------------------------------------------------------------------- reads
+
+    def inventory(self) -> Inventory:
+        nodes = tuple(self._node_info(raw) for raw in self._nodes())
+        models = sorted({node.accelerator for node in nodes if node.accelerator})
+        return Inventory(nodes=nodes, accelerators=tuple(AcceleratorInfo(model=model) for model in models))
+
+    def status(self, backend_id: str) -> JobStatus:
+        raw = self._job(backend_id)
+        state_text = _field(raw, "job_state", str, f"job {backend_id}")
+        state = job_state(state_text)
+        reason = raw.get("state_reason")
+        parts = [state_text]
+        if isinstance(reason, str) and reason not in ("", "None"):
+            parts.append(f"reason {reason}")
+        exit_code = raw.get("exit_code")
+        if state in (JobState.SUCCEEDED, JobState.FAILED) and isinstance(exit_code, int):
+            parts.append(f"exit code {exit_code >> 8}" + (f" signal {exit_code & 0x7F}" if exit_code & 0x7F else ""))
+        nodes_text = raw.get("nodes")
+        try:
+            nodes = expand_hostlist(nodes_text) if isinstance(nodes_text, str) else ()
+        except ValueError as exc:
+            raise BadResponse(f"slurmrestd gave job {backend_id} an unreadable node list: {exc}") from exc
+        return JobStatus(backend_id=backend_id, state=state, message=", ".join(parts), nodes=nodes)
+
+    def health(self) -> tuple[HealthSignal, ...]:
+        now = datetime.now(UTC)
+        signals: list[HealthSignal] = []
+        for raw in self._nodes():
+            node = self._node_info(raw)
+            state = node.labels.get("state", "")
+            flags = node.labels.get("state_flags", "")
+            reason = node.labels.get("reason", "")
+            described = state + (f" ({flags})" if flags else "") + (f": {reason}" if reason else "")
+            signals.append(HealthSignal(node.name, "ready", node.ready, "" if node.ready else described, now))
+            drain_message = ""
+            if not node.schedulable:
+                by = raw.get("reason_set_by_user")
+                drain_message = f"drained{f' by {by}' if isinstance(by, str) and by else ''}: {reason or 'no reason'}"
+            signals.append(HealthSignal(node.name, "drain", node.schedulable, drain_message, now))
+        return tuple(signals)
+
+    # ---------------------------------------------------------------------------------------- writes
+
+    def submit(self, spec: JobSpec) -> str | DryRun:
+        body = {"script": _script(spec), "job": self._job_properties(spec)}
+        existing = self._find_job(spec.id)
+        if self.dry_run:
+            detail: dict[str, Any] = dict(body)
+            if existing is not None:
+                detail["existing_job"] = existing
+            return DryRun("submit", spec.id, detail)
+        if existing is not None:
+            return existing
+        nodes = ",".join(dict.fromkeys(spec.nodes))
+        data = self._call("POST", "job/submit", body, what=f"the nodes of job {spec.id} ({nodes})")
+        job_id = data.get("job_id")
+        if not isinstance(job_id, int) or isinstance(job_id, bool):
+            raise BadResponse(f"slurmrestd accepted job {spec.id} but answered no job id (job_id={job_id!r})")
+        return str(job_id)
+
+    def cancel(self, backend_id: str) -> DryRun | None:
+        if self.dry_run:
+            self._job(backend_id)  # NotFound for a job Slurm does not know
+            return DryRun("cancel", backend_id)
+        self._call("DELETE", f"job/{_job_id(backend_id)}", what=f"job {backend_id}", ok_errors={ESLURM_ALREADY_DONE})
+        return None
+
+    def cordon(self, node: str, reason: str) -> DryRun | None:
+        """Slurm's DRAIN state: no new jobs, running ones finish."""
+        self._require_node(node)
+        return self._update_node(node, "cordon", f"Reason={reason or 'cordoned by Quartermaster'}")
+
+    def drain(self, node: str, reason: str) -> DryRun | None:
+        """DRAIN, then requeue the jobs running on the node, so it empties now instead of when they end."""
+        self._require_node(node)
+        running = self._jobs_on(node)
+        done = self._update_node(node, "drain", f"Reason={reason or 'drained by Quartermaster'}", requeue=running)
+        if done is None and running:
+            self._scontrol("requeue", ",".join(running), what=f"the jobs on {node}")
+        return done
+
+    def resume(self, node: str) -> DryRun | None:
+        self._require_node(node)
+        return self._update_node(node, "resume")
+
+    # ------------------------------------------------------------------------------------- internals
+
+    def _nodes(self) -> list[Mapping[str, Any]]:
+        data = self._call("GET", "nodes")
+        return [_mapping(raw, "GET nodes: a node") for raw in _field(data, "nodes", list, "GET nodes")]
+
+    def _node_info(self, raw: Mapping[str, Any]) -> NodeInfo:
+        name = _field(raw, "name", str, "a node")
+        where = f"node {name}"
+        state = _field(raw, "state", str, where).lower()
+        flags = [flag for flag in _field(raw, "state_flags", list, where, []) if isinstance(flag, str)]
+        cpus = _field(raw, "cpus", int, where)
+        alloc_cpus = _field(raw, "alloc_cpus", int, where, 0)
+        memory = _field(raw, "real_memory", int, where)
+        alloc_memory = _field(raw, "alloc_memory", int, where, 0)
+        gpus = gpu_gres(_field(raw, "gres", str, where, ""))
+        used = sum(count for _, count in gpu_gres(_field(raw, "gres_used", str, where, "")))
+        total = sum(count for _, count in gpus)
+        gres_type = next((kind for kind, _ in gpus if kind), "")
+        models: Mapping[str, str] = self.options.get("gpu_models") or {}
+        accelerator = models.get(gres_type, gres_type) if total else ""
+        partitions = [part for part in _field(raw, "partitions", list, where, []) if isinstance(part, str)]
+        reason = _field(raw, "reason", str, where, "")
+        labels = {"state": state, "partition": ",".join(partitions)}
+        if flags:
+            labels["state_flags"] = ",".join(flags)
+        if reason:
+            labels["reason"] = reason
+        return NodeInfo(
+            name=name,
+            accelerator=accelerator,
+            accelerators=total,
+            # Slurm reserves nothing of a node from jobs unless told to (CoreSpecCount, MemSpecLimit, which
+            # v0.0.38 does not report): all of it is allocatable, and jobs hold the "used" part.
+            accelerators_allocatable=total,
+            cpu=cpus * 1000,
+            cpu_allocatable=cpus * 1000,
+            memory=memory,
+            memory_allocatable=memory,
+            accelerators_used=min(used, total),
+            cpu_used=min(alloc_cpus, cpus) * 1000,
+            memory_used=min(alloc_memory, memory),
+            ready=state not in NOT_READY_STATES and not NOT_READY_FLAGS.intersection(flags),
+            schedulable=not UNSCHEDULABLE_FLAGS.intersection(flags),
+            labels=labels,
+        )
+
+    def _job(self, backend_id: str) -> Mapping[str, Any]:
+        what = f"job {backend_id}"
+        data = self._call("GET", f"job/{_job_id(backend_id)}", what=what)
+        jobs = [_mapping(raw, what) for raw in _field(data, "jobs", list, what)]
+        if not jobs:
+            raise NotFound(f"Slurm does not know {what}")
+        # an array or heterogeneous job answers several records; the one asked for carries the id
+        return next((job for job in jobs if str(job.get("job_id")) == backend_id), jobs[0])
+
+    def _jobs(self) -> list[Mapping[str, Any]]:
+        data = self._call("GET", "jobs")
+        return [_mapping(raw, "GET jobs: a job") for raw in _field(data, "jobs", list, "GET jobs")]
+
+    def _find_job(self, qm_id: str) -> str | None:
+        """The Slurm id of the job submitted for ``qm_id``, if Slurm still knows it."""
+        name = JOB_NAME_PREFIX + qm_id
+        found: list[int] = []
+        for job in self._jobs():
+            if job.get("name") != name:
+                continue
+            job_id = _field(job, "job_id", int, f"job {name}")
+            # a submission Slurm rejected still leaves a FAILED record that never got nodes: not a job
+            if job.get("job_state") == "FAILED" and not job.get("nodes"):
+                continue
+            found.append(job_id)
+        return str(min(found)) if found else None
+
+    def _jobs_on(self, node: str) -> list[str]:
+        on_node: list[str] = []
+        for job in self._jobs():
+            if job_state(str(job.get("job_state", ""))) is not JobState.RUNNING:
+                continue
+            nodes = job.get("nodes")
+            try:
+                if isinstance(nodes, str) and node in expand_hostlist(nodes):
+                    on_node.append(str(_field(job, "job_id", int, "a running job")))
+            except ValueError as exc:
+                raise BadResponse(f"slurmrestd gave job {job.get('job_id')} an unreadable node list: {exc}") from exc
+        return on_node
+
+    def _require_node(self, node: str) -> None:
+        if not node or any(char in node for char in ", \n\t[]="):
+            raise NotFound(f"{node!r} is not a Slurm node name")
+        self._call("GET", f"node/{node}", what=f"node {node}")
+
+    def _update_node(self, node: str, action: str, *reason: str, requeue: list[str] | None = None) -> DryRun | None:
+        state = "State=RESUME" if action == "resume" else "State=DRAIN"
+        command = ["update", f"NodeName={node}", state, *reason]
+        if self.dry_run:
+            detail: dict[str, Any] = {"scontrol": command}
+            if requeue:
+                detail["requeue"] = requeue
+            return DryRun(action, node, detail)
+        try:
+            self._scontrol(*command, what=f"node {node}")
+        except Refused as exc:
+            # RESUME on a node that is neither drained nor down: it already is what resume asks for
+            if action == "resume" and "Invalid node state specified" in str(exc):
+                return None
+            raise
+        return None
+
+    def _job_properties(self, spec: JobSpec) -> dict[str, Any]:
+        """slurmrestd's job description for ``spec`` (its keys are sbatch's long options)."""
+        if not spec.id or any(char.isspace() for char in spec.id):
+            raise InvalidJob(f"job id {spec.id!r} must be non-empty and without spaces (it names the Slurm job)")
+        if spec.workers < 1:
+            raise InvalidJob(f"job {spec.id} has {spec.workers} workers; it needs at least one")
+        if spec.nodes and len(spec.nodes) != spec.workers:
+            raise InvalidJob(f"job {spec.id} names {len(spec.nodes)} nodes for {spec.workers} workers")
+        if min(spec.accelerators_per_worker, spec.cpu_per_worker, spec.memory_per_worker, spec.time_limit) < 0:
+            raise InvalidJob(f"job {spec.id} asks for a negative amount of something")
+        environment = {"PATH": DEFAULT_PATH, **spec.env, "QM_JOB_ID": spec.id}
+        if spec.image:
+            environment["QM_IMAGE"] = spec.image  # Slurm runs no images itself; the script may use it
+        cpus_per_task = max(1, math.ceil(spec.cpu_per_worker / 1000))
+        props: dict[str, Any] = {
+            "name": JOB_NAME_PREFIX + spec.id,
+            "comment": f"Quartermaster job {spec.id}: {spec.name}",
+            "environment": environment,
+            "current_working_directory": str(self.options.get("workdir") or "/tmp"),  # noqa: S108
+            "tasks": spec.workers,
+            "cpus_per_task": cpus_per_task,
+        }
+        partition = spec.queue or self.options.get("partition")
+        if partition:
+            props["partition"] = partition
+        if spec.nodes:
+            per_node = Counter(spec.nodes)
+            props["nodelist"] = ",".join(per_node)
+            props["nodes"] = [len(per_node), len(per_node)]
+            if len(set(per_node.values())) == 1:  # the same number of workers on every node
+                props["tasks_per_node"] = spec.workers // len(per_node)
+        if spec.accelerators_per_worker:
+            props["gpus_per_task"] = str(spec.accelerators_per_worker)
+        if spec.memory_per_worker:
+            props["memory_per_cpu"] = math.ceil(spec.memory_per_worker / cpus_per_task)
+        if spec.time_limit:
+            props["time_limit"] = math.ceil(spec.time_limit / 60)
+        if spec.spot and self.options.get("spot_qos"):
+            props["qos"] = self.options["spot_qos"]
+        return props
+
+    # ------------------------------------------------------------------------------- the two channels
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        *,
+        what: str = "",
+        ok_errors: frozenset[int] | set[int] = frozenset(),
+    ) -> Mapping[str, Any]:
+        """One slurmrestd request; its JSON object, or the matching ``BackendError``."""
+        user, token = self._credentials()
+        url = f"{self._base}/{path}"
+        call = f"{method} {path}"
+        headers = {"X-SLURM-USER-NAME": user, "X-SLURM-USER-TOKEN": token}
+        started = time.monotonic()
+        try:
+            response = self._session.request(method, url, json=body, headers=headers, timeout=self.timeout)
+        except requests.Timeout as exc:
+            raise Unreachable(f"slurmrestd at {self.endpoint} did not answer {call} within {self.timeout:g} s") from exc
+        except requests.ConnectionError as exc:
+            raise Unreachable(f"cannot connect to slurmrestd at {self.endpoint}: {_reason(exc)}") from exc
+        except requests.RequestException as exc:
+            raise Unreachable(f"cannot reach slurmrestd at {self.endpoint!r}: {exc}") from exc
+        elapsed = time.monotonic() - started
+        code = response.status_code
+        if code in (401, 403):
+            raise AuthenticationFailed(
+                f"slurmrestd at {self.endpoint} refused the credentials of user {user!r} (HTTP {code}): "
+                "check the token (scontrol token username=...) and that slurmrestd runs with rest_auth/jwt"
+            )
+        try:
+            data = response.json()
+        except ValueError:
+            if code == 404:
+                raise BadResponse(
+                    f"{url} is not served (HTTP 404): is {self.endpoint} slurmrestd with openapi/{API_VERSION}?"
+                ) from None
+            raise BadResponse(
+                f"slurmrestd answered {call} with HTTP {code} and a body that is not JSON: {response.text[:200]!r}"
+            ) from None
+        if not isinstance(data, dict):
+            raise BadResponse(f"slurmrestd answered {call} with {type(data).__name__} instead of a JSON object")
+        errors = data.get("errors", [])
+        if not isinstance(errors, list):
+            raise BadResponse(f"slurmrestd answered {call} with 'errors' that is not a list")
+        numbers = [_error_number(error) for error in errors]
+        if errors and not set(numbers) <= set(ok_errors):
+            raise self._error(call, what, errors, numbers, elapsed)
+        if code >= 400 and not errors:
+            raise BadResponse(f"slurmrestd answered {call} with HTTP {code} and no error: {response.text[:200]!r}")
+        return data
+
+    def _error(self, call: str, what: str, errors: list[Any], numbers: list[int], elapsed: float) -> BackendError:
+        text = "; ".join(_error_text(error) for error in errors)
+        if ESLURM_INVALID_JOB_ID in numbers or ESLURM_INVALID_NODE_NAME in numbers:
+            return NotFound(f"Slurm does not know {what or 'the job or node named'}: {text}")
+        if ESLURM_ACCESS_DENIED in numbers or ESLURM_USER_ID_MISSING in numbers:
+            return AuthenticationFailed(f"Slurm refused {call} for user {self.credentials.get('user')!r}: {text}")
+        if any(number in SLURM_AUTH_ERRORS for number in numbers):
+            return AuthenticationFailed(f"Slurm rejected the credentials on {call}: {text}")
+        if any(number in SLURM_COMMUNICATIONS_ERRORS for number in numbers):
+            return Unreachable(f"slurmrestd at {self.endpoint} cannot reach slurmctld: {text}")
+        if set(numbers) == {-1}:
+            if elapsed < REJECTION_SECONDS:
+                return AuthenticationFailed(
+                    f"slurmctld rejected the token of user {self.credentials.get('user')!r} on {call} "
+                    f"({text}): is it signed with the cluster's JWT key, and for a user Slurm knows?"
+                )
+            return Unreachable(f"slurmrestd at {self.endpoint} got no answer from slurmctld on {call}: {text}")
+        return Refused(f"Slurm refused {call}: {text}")
+
+    def _credentials(self) -> tuple[str, str]:
+        user = self.credentials.get("user", "")
+        token = self.credentials.get("token", "")
+        if not user or not token:
+            raise AuthenticationFailed("Slurm credentials need a 'user' and a 'token' (scontrol token username=...)")
+        claims = _jwt_claims(token)
+        expires = claims.get("exp")
+        if isinstance(expires, int | float) and expires < time.time():
+            when = datetime.fromtimestamp(expires, UTC).isoformat(timespec="seconds")
+            raise AuthenticationFailed(f"the Slurm token of user {user!r} expired at {when}; issue a new one")
+        return user, token
+
+    def _scontrol(self, *args: str, what: str) -> None:
+        """Run scontrol with the backend's JWT; node updates have no REST call in Slurm 22.05."""
+        _, token = self._credentials()
+        scontrol = str(self.options.get("scontrol") or "scontrol")
+        env = {**os.environ, "SLURM_JWT": token}
+        if self.options.get("slurm_conf"):
+            env["SLURM_CONF"] = str(self.options["slurm_conf"])
+        command = [scontrol, *args]
+        try:
+            done = subprocess.run(  # noqa: S603 (a fixed program; arguments are a list, never a shell line)
+                command, capture_output=True, text=True, env=env, timeout=self.timeout, check=False
+            )
+        except FileNotFoundError as exc:
+            raise BackendError(
+                f"{scontrol} not found: Slurm 22.05 changes node states only through scontrol, which must be "
+                "installed where Quartermaster runs (options['scontrol'], options['slurm_conf'])"
+            ) from exc
+        except subprocess.TimeoutExpired as exc:
+            raise Unreachable(f"scontrol {' '.join(args)} got no answer from slurmctld in {self.timeout:g} s") from exc
+        if done.returncode == 0:
+            return
+        text = (done.stderr or done.stdout).strip() or f"exit status {done.returncode}"
+        if "Invalid node name" in text or "Invalid job id" in text:
+            raise NotFound(f"Slurm does not know {what}: {text}")
+        if "Unable to contact slurm controller" in text or "Connection refused" in text or "timed out" in text:
+            raise Unreachable(f"scontrol cannot reach slurmctld: {text}")
+        if "Zero Bytes were transmitted" in text or "Protocol authentication error" in text:
+            raise AuthenticationFailed(f"slurmctld rejected the token on scontrol {args[0]}: {text}")
+        if "Invalid user id" in text or "Access/permission denied" in text:
+            raise AuthenticationFailed(f"Slurm refused scontrol {args[0]} for this token's user: {text}")
+        raise Refused(f"scontrol {' '.join(args)} failed: {text}")
+
+
+# ------------------------------------------------------------------------------------------- helpers
+
+
+def _script(spec: JobSpec) -> str:
+    if spec.script:
+        return spec.script if spec.script.startswith("#!") else "#!/bin/bash\n" + spec.script
+    if not spec.command:
+        raise InvalidJob(f"job {spec.id} has neither a script nor a command")
+    # several workers: srun starts the command once per task of the allocation
+    launcher = "srun " if spec.workers > 1 else ""
+    return f"#!/bin/bash\nexec {launcher}{shlex.join(spec.command)}\n"
+
+
+def _job_id(backend_id: str) -> str:
+    if not backend_id.isdigit():
+        raise NotFound(f"{backend_id!r} is not a Slurm job id (Slurm's ids are numbers)")
+    return backend_id
+
+
+def _field(obj: Mapping[str, Any], key: str, kind: type[T], where: str, default: T | None = None) -> T:
+    """``obj[key]`` checked to be a ``kind``; a missing key is ``default``, or ``BadResponse`` without one."""
+    value = obj.get(key)
+    if value is None and default is not None:
+        return default
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        shown = "missing" if value is None else f"a {type(value).__name__}"
+        raise BadResponse(f"slurmrestd's answer for {where} has {key!r} {shown}, expected a {kind.__name__}")
+    return value
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise BadResponse(f"slurmrestd's answer for {where} is a {type(value).__name__}, not an object")
+    return value
+
+
+def _error_number(error: Any) -> int:
+    if isinstance(error, dict):
+        # v0.0.38 names the number differently depending on which part of slurmrestd failed
+        for key in ("error_number", "errno", "error_code"):
+            if isinstance(error.get(key), int):
+                return int(error[key])
+    return -1
+
+
+def _error_text(error: Any) -> str:
+    if not isinstance(error, dict):
+        return str(error)
+    parts = [str(error[key]) for key in ("error", "description") if error.get(key)]
+    return ": ".join(parts) or json.dumps(error)
+
+
+def _reason(exc: requests.ConnectionError) -> str:
+    text = str(exc)
+    for known in ("Connection refused", "Name or service not known", "No route to host", "timed out"):
+        if known in text:
+            return known.lower()
+    return text
+
+
+def _jwt_claims(token: str) -> Mapping[str, Any]:
+    """The token's claims, read without checking the signature (only Slurm holds the key)."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        raise AuthenticationFailed("the Slurm token is not a JWT (expected three dot-separated parts)")
+    try:
+        payload = base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4))
+        claims = json.loads(payload)
+    except (binascii.Error, ValueError) as exc:
+        raise AuthenticationFailed("the Slurm token is not a JWT (its claims do not decode)") from exc
+    if not isinstance(claims, dict):
+        raise AuthenticationFailed("the Slurm token is not a JWT (its claims are not an object)")
+    return claims
