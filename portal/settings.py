@@ -44,6 +44,8 @@ if not SECRET_KEY:
     if PRODUCTION:
         raise ImproperlyConfigured("SECRET_KEY must be set when QM_ENV=production")
     SECRET_KEY = _embedded_secret_key()
+# Encrypts cluster credentials at rest (clusters/secrets.py); SECRET_KEY's when unset.
+CREDENTIALS_KEY = env_str("CREDENTIALS_KEY") or ""
 
 DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", [] if PRODUCTION else ["127.0.0.1", "localhost", "[::1]", "testserver"])
@@ -162,6 +164,7 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BEAT_SCHEDULE = {
     "worker-heartbeat": {"task": "portal.tasks.record_heartbeat", "schedule": 30.0},
     "expire-api-tokens": {"task": "portal.tasks.expire_api_tokens", "schedule": crontab(minute=17)},
+    "sync-clusters": {"task": "clusters.tasks.sync_due_clusters", "schedule": 30.0},
 }
 
 # --- Authentication -------------------------------------------------------------------------------------

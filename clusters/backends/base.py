@@ -64,7 +64,12 @@ class AcceleratorInfo:
 
 @dataclass(frozen=True, slots=True)
 class NodeInfo:
-    """One node as the cluster reports it. CPU in millicores, memory in MiB."""
+    """One node as the cluster reports it. CPU in millicores, memory in MiB.
+
+    *Allocatable* is what the cluster lets jobs use at all (capacity less what the system reserves or
+    what is broken), as Kubernetes means it; *used* is what jobs hold now (Slurm's ``gres_used``,
+    ``alloc_cpus``, ``alloc_memory``; the sum of pod requests on Kubernetes), when the cluster says.
+    """
 
     name: str
     accelerator: str  # model name, "" for a node without accelerators
@@ -74,6 +79,9 @@ class NodeInfo:
     cpu_allocatable: int
     memory: int
     memory_allocatable: int
+    accelerators_used: int = 0
+    cpu_used: int = 0
+    memory_used: int = 0
     #: Topology domain per level, widest first, e.g. {"zone": "eu-1a", "block": "b1", "rack": "r07"}.
     topology: Mapping[str, str] = field(default_factory=dict)
     ready: bool = True  # the node is up and its agent reports in

@@ -1,0 +1,74 @@
+"""The simulated fleets: a few profiles of real hardware, laid out deterministically.
+
+A profile is one kind of node and how nodes group into topology domains. The fleet a simulated cluster
+reports is a profile and a size (``options["profile"]``, ``options["nodes"]``): node ``i`` is always the
+same node, in the same rack, so a sync of the same cluster always reports the same fleet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from clusters.backends.base import AcceleratorInfo, NodeInfo
+
+GIB = 1024  # MiB
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    accelerator: AcceleratorInfo
+    accelerators: int  # per node
+    cpu: int  # millicores
+    memory: int  # MiB
+    #: Topology levels, widest first, and how many nodes each domain of that level holds.
+    levels: tuple[tuple[str, int], ...]
+    prefix: str
+
+
+PROFILES = {
+    # HGX H100 nodes: NVLink joins the 8 GPUs inside a node; racks of 4 nodes; InfiniBand blocks of 32.
+    "h100-onprem": Profile(
+        AcceleratorInfo("H100-SXM-80GB", 80, "hopper", "nvlink"),
+        8,
+        112_000,
+        2048 * GIB,
+        (("ib_block", 32), ("rack", 4)),
+        "h100",
+    ),
+    # A Slurm-like A100 partition: racks of 8 nodes.
+    "a100-slurm": Profile(
+        AcceleratorInfo("A100-SXM-40GB", 40, "ampere", "nvlink"), 8, 128_000, 1024 * GIB, (("rack", 8),), "a100"
+    ),
+    # TPU v5p hosts of 4 chips; a v5p-32 slice is 4 hosts joined by ICI.
+    "tpu-slices": Profile(AcceleratorInfo("v5p", 95, "tpu-v5p", "ici"), 4, 208_000, 448 * GIB, (("slice", 4),), "v5p"),
+}
+
+
+def _fraction(*parts: object) -> float:
+    """A stable number in [0, 1) from its parts (the same on every run and machine)."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+def node(profile_name: str, seed: int, i: int, busy: float = 0.0) -> NodeInfo:
+    """Node ``i`` of a fleet: its topology from its index, its background load (a fraction ``busy`` of its
+    accelerators on average, for demos) from the seed."""
+    profile = PROFILES[profile_name]
+    topology = {level: f"{level.replace('_', '-')}-{i // size:03d}" for level, size in profile.levels}
+    used = round(profile.accelerators * busy * 2 * _fraction(seed, i)) if busy else 0
+    used = min(used, profile.accelerators)
+    return NodeInfo(
+        name=f"{profile.prefix}-{i:05d}",
+        accelerator=profile.accelerator.model,
+        accelerators=profile.accelerators,
+        accelerators_allocatable=profile.accelerators,
+        cpu=profile.cpu,
+        cpu_allocatable=profile.cpu - 2000,  # two cores for the system
+        memory=profile.memory,
+        memory_allocatable=profile.memory - 16 * GIB,
+        accelerators_used=used,
+        cpu_used=used * (profile.cpu // profile.accelerators // 2),
+        memory_used=used * (profile.memory // profile.accelerators // 2),
+        topology=topology,
+    )

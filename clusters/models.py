@@ -1,0 +1,268 @@
+"""The fleet as Quartermaster knows it: clusters, their nodes and accelerators, health and drains.
+
+Rows here are written by the sync task (what the clusters report) and by admins' actions (drains,
+maintenance windows); every write goes through ``clusters/actions.py`` or ``clusters/sync.py``.
+Clusters belong to an organization: every member may view them, only organization admins change them.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+from clusters.secrets import decrypt, encrypt
+from portal.models import Organization
+from portal.tenancy import ALL_ROLES, Action, Role, TenancyRules, TenantQuerySet
+
+
+class ClusterTenancy(TenancyRules):
+    team_field = None
+    org_field = "organization"
+    policy = {Action.VIEW: ALL_ROLES, Action.CHANGE: frozenset({Role.ADMIN})}
+
+
+class Cluster(models.Model):
+    class Kind(models.TextChoices):
+        SIMULATED = "simulated", "Simulated"
+        SLURM = "slurm", "Slurm"
+        KUBERNETES = "kubernetes", "Kubernetes"
+        TPU = "tpu", "Google Cloud TPU"
+
+    class Status(models.TextChoices):
+        NEW = "new", "Not synced yet"
+        HEALTHY = "healthy", "Healthy"
+        DEGRADED = "degraded", "Degraded"  # the last sync failed; earlier data is kept
+        UNREACHABLE = "unreachable", "Unreachable"  # several syncs in a row failed
+        DISABLED = "disabled", "Disabled"
+
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="clusters")
+    name = models.CharField(max_length=120)
+    slug = models.SlugField(max_length=60)
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    endpoint = models.CharField(max_length=500, blank=True, help_text="API URL; empty for a simulated cluster.")
+    region = models.CharField(max_length=60)
+    #: Topology level names, widest first, e.g. ["block", "rack", "nvlink"]; the node is the implicit last.
+    levels = models.JSONField(default=list, blank=True)
+    #: Backend options (partition, project and zone, Kueue on/off, simulated fleet size, ...).
+    options = models.JSONField(default=dict, blank=True)
+    #: Admin preference for placing work here, 0-100 (e.g. prefer paid-for on-prem capacity).
+    preference = models.PositiveSmallIntegerField(default=50, validators=[MaxValueValidator(100)])
+    credentials_ciphertext = models.BinaryField(default=b"", blank=True, editable=False)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.NEW)
+    last_sync_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    #: Failed syncs in a row; sets the backoff and, past a threshold, the unreachable status.
+    failures = models.PositiveIntegerField(default=0)
+    next_sync_at = models.DateTimeField(null=True, blank=True)
+    #: A sync in progress holds the cluster until then (a crashed worker's claim runs out by itself).
+    sync_claimed_until = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    Tenancy = ClusterTenancy
+
+    class Meta:
+        ordering = ["organization__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["organization", "slug"], name="cluster_slug_unique_in_org"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    # Credentials are encrypted at rest and never shown back: only the backend reads them.
+    def set_credentials(self, credentials: dict[str, str]) -> None:
+        self.credentials_ciphertext = encrypt(credentials) if credentials else b""
+
+    def credentials(self) -> dict[str, str]:
+        return decrypt(bytes(self.credentials_ciphertext)) if self.credentials_ciphertext else {}
+
+    @property
+    def has_credentials(self) -> bool:
+        return bool(self.credentials_ciphertext)
+
+
+class AcceleratorType(models.Model):
+    """An accelerator model (a flavor of capacity): what the scheduler matches jobs against."""
+
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="accelerator_types")
+    name = models.CharField(max_length=60, help_text="The model as clusters report it, e.g. H100-SXM-80GB or v5p.")
+    memory_gib = models.PositiveIntegerField(default=0)
+    generation = models.CharField(max_length=40, blank=True)
+    interconnect = models.CharField(max_length=40, blank=True)
+
+    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    Tenancy = ClusterTenancy
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["organization", "name"], name="accelerator_unique_in_org")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class NodeTenancy(ClusterTenancy):
+    org_field = "cluster__organization"
+
+
+class Node(models.Model):
+    class State(models.TextChoices):
+        SCHEDULABLE = "schedulable", "Schedulable"
+        CORDONED = "cordoned", "Cordoned"  # no new work; running work stays
+        DRAINING = "draining", "Draining"  # no new work; running work is being moved off
+        DRAINED = "drained", "Drained"
+        DOWN = "down", "Down"  # the cluster reports it down or not ready
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
+    name = models.CharField(max_length=200)
+    accelerator = models.ForeignKey(AcceleratorType, on_delete=models.PROTECT, null=True, blank=True)
+    accelerators = models.PositiveIntegerField(default=0)
+    accelerators_allocatable = models.PositiveIntegerField(default=0)
+    cpu = models.PositiveIntegerField(default=0, help_text="Millicores.")
+    cpu_allocatable = models.PositiveIntegerField(default=0)
+    memory = models.PositiveBigIntegerField(default=0, help_text="MiB.")
+    memory_allocatable = models.PositiveBigIntegerField(default=0)
+    #: What jobs hold now, as the cluster reports it.
+    accelerators_used = models.PositiveIntegerField(default=0)
+    cpu_used = models.PositiveIntegerField(default=0)
+    memory_used = models.PositiveBigIntegerField(default=0)
+    #: Domain per topology level of the cluster, e.g. {"block": "b1", "rack": "r07"}.
+    topology = models.JSONField(default=dict, blank=True)
+    labels = models.JSONField(default=dict, blank=True)
+    state = models.CharField(max_length=20, choices=State.choices, default=State.SCHEDULABLE)
+    ready = models.BooleanField(default=True)
+    healthy = models.BooleanField(default=True)
+    #: Passing health checks in a row since the last failure: auto-drained nodes resume after enough.
+    passing_checks = models.PositiveIntegerField(default=0)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+    #: False once a sync no longer finds the node on its cluster (kept for history and running jobs).
+    present = models.BooleanField(default=True)
+
+    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    Tenancy = NodeTenancy
+
+    class Meta:
+        ordering = ["cluster", "name"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="node_name_unique_in_cluster")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def takes_work(self) -> bool:
+        return self.present and self.ready and self.healthy and self.state == Node.State.SCHEDULABLE
+
+
+class TopologyDomain(models.Model):
+    """A domain at one topology level of a cluster (a block, a rack, an NVLink domain, a TPU slice), with
+    its parent at the level above: derived from the nodes at each sync."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="domains")
+    level = models.CharField(max_length=40)
+    name = models.CharField(max_length=200)
+    parent = models.ForeignKey("self", on_delete=models.CASCADE, null=True, blank=True, related_name="children")
+
+    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    Tenancy = NodeTenancy
+
+    class Meta:
+        ordering = ["cluster", "level", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "level", "name"], name="domain_unique_in_cluster_level")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.level} {self.name}"
+
+
+class NodeChildTenancy(ClusterTenancy):
+    org_field = "node__cluster__organization"
+
+
+class HealthCheckResult(models.Model):
+    class Source(models.TextChoices):
+        CLUSTER = "cluster", "Cluster"  # what the backend reports (not ready, stale heartbeat)
+        PROBE = "probe", "Node probe"  # what the probe on the node reads through NVML
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="health_results")
+    name = models.CharField(max_length=40, help_text="What was checked: ready, heartbeat, gpu_xid, gpu_ecc, ...")
+    ok = models.BooleanField()
+    message = models.TextField(blank=True)
+    source = models.CharField(max_length=20, choices=Source.choices)
+    observed_at = models.DateTimeField()
+
+    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    Tenancy = NodeChildTenancy
+
+    class Meta:
+        ordering = ["-observed_at", "-pk"]
+        indexes = [models.Index(fields=["node", "-observed_at"], name="health_node_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.node} {self.name} {'ok' if self.ok else 'failed'}"
+
+
+class Drain(models.Model):
+    """A request to take a node out of service: by an admin (with a reason) or by the auto-drain policy."""
+
+    class State(models.TextChoices):
+        DRAINING = "draining", "Draining"
+        DRAINED = "drained", "Drained"
+        RESUMED = "resumed", "Resumed"
+        FAILED = "failed", "Failed"
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="drains")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    automatic = models.BooleanField(default=False)
+    reason = models.TextField()
+    state = models.CharField(max_length=20, choices=State.choices, default=State.DRAINING)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    message = models.TextField(blank=True, help_text="What the cluster said, when it refused.")
+
+    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    Tenancy = NodeChildTenancy
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"drain of {self.node} ({self.state})"
+
+
+class MaintenanceWindow(models.Model):
+    """Planned work on some nodes of a cluster (all of them when none are named); they are drained
+    ``drain_ahead`` before the window starts."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="maintenance_windows")
+    nodes = models.ManyToManyField(Node, blank=True, related_name="maintenance_windows")
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    drain_ahead_minutes = models.PositiveIntegerField(default=60, validators=[MinValueValidator(0)])
+    reason = models.TextField()
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Tenancy(ClusterTenancy):
+        org_field = "cluster__organization"
+
+    class Meta:
+        ordering = ["starts_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(ends_at__gt=models.F("starts_at")), name="window_ends_after_start"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster} {self.starts_at:%Y-%m-%d %H:%M}"
+
+
+__all__ = ["AcceleratorType", "Cluster", "Drain", "HealthCheckResult", "MaintenanceWindow", "Node", "TopologyDomain"]

@@ -1,0 +1,163 @@
+"""Inventory sync on the database: bulk, idempotent, only changed rows; failures mark the cluster and touch
+no node; credentials stay encrypted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.test.utils import override_settings
+from django.utils import timezone
+
+from clusters import sync
+from clusters.backends.base import Inventory, NodeInfo, load
+from clusters.backends.simulated import backend as simulated
+from clusters.models import AcceleratorType, Cluster, Node, TopologyDomain
+from portal.models import Organization
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def fresh_simulated_state() -> Iterator[None]:
+    simulated._MEMORY.clear()
+    yield
+    simulated._MEMORY.clear()
+
+
+def make(org: Organization, slug: str = "h100", **options: Any) -> Cluster:
+    options = {"profile": "h100-onprem", "nodes": 64, **options}
+    return Cluster.objects.create(
+        organization=org,
+        name=slug,
+        slug=slug,
+        kind=Cluster.Kind.SIMULATED,
+        endpoint=f"sim://{slug}",
+        region="eu",
+        levels=["ib_block", "rack"],
+        options=options,
+    )
+
+
+@pytest.fixture
+def org() -> Organization:
+    return Organization.objects.create(name="Acme", slug="acme")
+
+
+def test_the_first_sync_creates_nodes_accelerators_and_domains(org: Organization) -> None:
+    cluster = make(org)
+    result = sync.sync_cluster(cluster.pk)
+    assert (result.ok, result.created, result.updated, result.gone) == (True, 64, 0, 0)
+    cluster.refresh_from_db()
+    assert cluster.status == Cluster.Status.HEALTHY
+    assert cluster.last_sync_at is not None
+    node = Node.objects.get(cluster=cluster, name="h100-00005")
+    assert (node.accelerators, node.cpu, node.topology) == (
+        8,
+        112_000,
+        {"ib_block": "ib-block-000", "rack": "rack-001"},
+    )
+    assert node.accelerator == AcceleratorType.objects.get(name="H100-SXM-80GB", organization=org)
+    assert node.state == Node.State.SCHEDULABLE
+    racks = TopologyDomain.objects.filter(cluster=cluster, level="rack")
+    assert racks.count() == 16
+    assert {r.parent.name for r in racks if r.parent} == {"ib-block-000", "ib-block-001"}
+
+
+def test_a_second_sync_writes_nothing_that_did_not_change(
+    org: Organization, django_assert_max_num_queries: Any
+) -> None:
+    cluster = make(org)
+    sync.sync_cluster(cluster.pk)
+    with django_assert_max_num_queries(12):
+        result = sync.sync_cluster(cluster.pk)
+    assert (result.created, result.updated, result.unchanged) == (0, 0, 64)
+
+
+def test_cluster_side_changes_reach_the_rows(org: Organization) -> None:
+    cluster = make(org)
+    sync.sync_cluster(cluster.pk)
+    backend = sync.backend_for(cluster)
+    backend.cordon("h100-00001", "cable swap")
+    cluster.options = {**cluster.options, "down": ["h100-00002"], "nodes": 60}
+    cluster.save()
+    result = sync.sync_cluster(cluster.pk)
+    assert (result.updated, result.gone) == (2, 4)
+    states = dict(Node.objects.filter(cluster=cluster).values_list("name", "state"))
+    assert states["h100-00001"] == Node.State.CORDONED
+    assert states["h100-00002"] == Node.State.DOWN
+    assert not Node.objects.get(cluster=cluster, name="h100-00063").present
+    # Ready again: down becomes schedulable, the admin-side cordon stays.
+    cluster.options = {**cluster.options, "down": []}
+    cluster.save()
+    sync.sync_cluster(cluster.pk)
+    states = dict(Node.objects.filter(cluster=cluster).values_list("name", "state"))
+    assert states["h100-00002"] == Node.State.SCHEDULABLE
+    assert states["h100-00001"] == Node.State.CORDONED
+
+
+def test_a_failing_backend_marks_the_cluster_and_touches_no_node(org: Organization) -> None:
+    cluster = make(org)
+    healthy = make(org, "a100", profile="a100-slurm", nodes=8)
+    sync.sync_cluster(cluster.pk)
+    before = list(Node.objects.filter(cluster=cluster).values_list("name", "state", "accelerators", "present"))
+    cluster.options = {**cluster.options, "profile": "no-such-hardware"}
+    cluster.save()
+    result = sync.sync_cluster(cluster.pk)
+    assert not result.ok
+    assert "unknown simulated profile 'no-such-hardware'" in result.error
+    cluster.refresh_from_db()
+    assert (cluster.status, cluster.failures) == (Cluster.Status.DEGRADED, 1)
+    assert "unknown simulated profile" in cluster.last_error
+    assert cluster.next_sync_at is not None
+    assert list(Node.objects.filter(cluster=cluster).values_list("name", "state", "accelerators", "present")) == before
+    # Backing off: not due, while the healthy cluster is.
+    assert sync.due_clusters() == [healthy.pk]
+    assert sync.sync_cluster(healthy.pk).ok
+
+
+def test_repeated_failures_back_off_and_end_unreachable(org: Organization) -> None:
+    cluster = make(org, profile="broken")
+    waits = []
+    for _ in range(3):
+        Cluster.objects.filter(pk=cluster.pk).update(next_sync_at=None)
+        started = timezone.now()
+        sync.sync_cluster(cluster.pk)
+        cluster.refresh_from_db()
+        assert cluster.next_sync_at is not None
+        assert cluster.last_sync_at is None
+        waits.append(round((cluster.next_sync_at - started).total_seconds()))
+    assert waits == [30, 60, 120]
+    assert cluster.status == Cluster.Status.UNREACHABLE
+    assert cluster.failures == 3
+
+
+def test_a_report_that_contradicts_itself_is_refused_whole(org: Organization, monkeypatch: Any) -> None:
+    cluster = make(org)
+    twice = NodeInfo("n1", "H100", 8, 8, 1000, 1000, 1024, 1024)
+    monkeypatch.setattr(load("simulated"), "inventory", lambda self: Inventory((twice, twice)))
+    result = sync.sync_cluster(cluster.pk)
+    assert "reported node n1 twice" in result.error
+    assert not Node.objects.exists()
+    cluster.refresh_from_db()
+    assert cluster.status == Cluster.Status.DEGRADED
+
+
+def test_a_cluster_being_synced_is_left_alone(org: Organization) -> None:
+    cluster = make(org)
+    Cluster.objects.filter(pk=cluster.pk).update(sync_claimed_until=timezone.now() + sync.CLAIM)
+    assert sync.sync_cluster(cluster.pk).skipped
+    assert not Node.objects.exists()
+
+
+def test_credentials_are_encrypted_at_rest_and_unreadable_under_another_key(org: Organization) -> None:
+    cluster = make(org)
+    cluster.set_credentials({"token": "s3cret-token"})
+    cluster.save()
+    stored = bytes(Cluster.objects.get(pk=cluster.pk).credentials_ciphertext)
+    assert b"s3cret" not in stored
+    assert Cluster.objects.get(pk=cluster.pk).credentials() == {"token": "s3cret-token"}
+    with override_settings(CREDENTIALS_KEY="another key"):
+        result = sync.sync_cluster(cluster.pk)
+    assert "cannot be decrypted" in result.error
