@@ -6,8 +6,12 @@ from dataclasses import asdict
 from typing import Any
 
 from celery import shared_task
+from django.utils import timezone
 
 from clusters import sync
+from clusters.backends.base import BackendError
+from clusters.models import Drain, Node
+from clusters.secrets import CredentialsError
 
 
 @shared_task
@@ -24,3 +28,41 @@ def sync_due_clusters() -> int:
     for cluster_id in due:
         sync_cluster.delay(cluster_id)
     return len(due)
+
+
+@shared_task(bind=True, max_retries=6)
+def apply_drain(self: Any, drain_id: int) -> str:
+    """Tell the cluster to drain the node of a committed drain; retried with backoff while the cluster
+    refuses (e.g. a disruption budget) or cannot be reached, then marked failed with the reason."""
+    drain = Drain.objects.select_related("node__cluster").get(pk=drain_id)
+    if drain.state != Drain.State.DRAINING:
+        return str(drain.state)  # resumed in the meantime, or done by an earlier run
+    try:
+        sync.backend_for(drain.node.cluster).drain(drain.node.name, drain.reason)
+    except (BackendError, CredentialsError) as error:
+        message = str(error) or type(error).__name__
+        if self.request.retries >= self.max_retries:
+            Drain.objects.filter(pk=drain_id, state=Drain.State.DRAINING).update(
+                state=Drain.State.FAILED, message=message, finished_at=timezone.now()
+            )
+            return str(Drain.State.FAILED)
+        Drain.objects.filter(pk=drain_id, state=Drain.State.DRAINING).update(message=message)
+        raise self.retry(countdown=60 * 2**self.request.retries) from error
+    if Drain.objects.filter(pk=drain_id, state=Drain.State.DRAINING).update(
+        state=Drain.State.DRAINED, message="", finished_at=timezone.now()
+    ):
+        Node.objects.filter(pk=drain.node_id, state=Node.State.DRAINING).update(state=Node.State.DRAINED)
+    return str(Drain.State.DRAINED)
+
+
+@shared_task(bind=True, max_retries=6)
+def apply_resume(self: Any, node_id: int) -> str:
+    """Tell the cluster a node is back in service (idempotent: resuming twice is harmless)."""
+    node = Node.objects.select_related("cluster").get(pk=node_id)
+    if node.state != Node.State.SCHEDULABLE:
+        return str(node.state)  # drained again since
+    try:
+        sync.backend_for(node.cluster).resume(node.name)
+    except (BackendError, CredentialsError) as error:
+        raise self.retry(countdown=60 * 2**self.request.retries) from error
+    return str(node.state)

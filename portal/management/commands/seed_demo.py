@@ -2,6 +2,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
+from clusters.demo import seed_demo_fleet, sync_demo_fleet
 from portal.demo import USERS, seed_demo
 
 
@@ -10,4 +11,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         org = seed_demo()
+        clusters = seed_demo_fleet(org)
+        sync_demo_fleet(org)
+        self.stdout.write(f"Demo fleet: {', '.join(c.name for c in clusters)}")
         self.stdout.write(f"Demo organization {org.name!r} ready with users: {', '.join(u.username for u in USERS)}")

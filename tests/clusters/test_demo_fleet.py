@@ -1,0 +1,30 @@
+"""The demo fleet: three simulated clusters, seeded idempotently and synced into nodes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clusters.demo import DEMO_CLUSTERS, seed_demo_fleet, sync_demo_fleet
+from clusters.models import Cluster, Node
+from portal.models import Organization
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_demo_fleet_is_seeded_once_and_synced(settings: Any, tmp_path: Path) -> None:
+    settings.VAR_DIR = tmp_path
+    org = Organization.objects.create(name="Demo", slug="demo")
+    seed_demo_fleet(org)
+    seed_demo_fleet(org)
+    assert Cluster.objects.filter(organization=org).count() == len(DEMO_CLUSTERS)
+    sync_demo_fleet(org)
+    assert set(Cluster.objects.values_list("status", flat=True)) == {Cluster.Status.HEALTHY}
+    per_cluster = {c.slug: c.nodes.count() for c in Cluster.objects.all()}
+    assert per_cluster == {"onprem-h100": 64, "slurm-a100": 32, "tpu-v5p": 16}
+    # Background load, for a demo that shows something: some accelerators busy, none over capacity.
+    used = list(Node.objects.values_list("accelerators_used", "accelerators"))
+    assert any(u for u, _ in used)
+    assert all(0 <= u <= cap for u, cap in used)
