@@ -199,14 +199,16 @@ class KubeServer:
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
 
     def list_nodes(self, query: dict[str, str], **_: Any) -> tuple[int, Any]:
-        names = sorted(self.nodes)
+        return 200, self._page("NodeList", [self.nodes[n] for n in sorted(self.nodes)], query)
+
+    def _page(self, kind: str, items: list[dict[str, Any]], query: dict[str, str]) -> dict[str, Any]:
+        """A list object, cut to ``limit`` items with an opaque ``continue`` token when more remain."""
         start = int(query.get("continue") or 0)
-        limit = int(query.get("limit") or 0) or len(names)
-        page = names[start : start + limit]
+        limit = int(query.get("limit") or 0) or len(items)
         meta: dict[str, Any] = {"resourceVersion": str(self.resource_version)}
-        if start + limit < len(names):
+        if start + limit < len(items):
             meta["continue"] = str(start + limit)
-        return 200, {"kind": "NodeList", "apiVersion": "v1", "metadata": meta, "items": [self.nodes[n] for n in page]}
+        return {"kind": kind, "apiVersion": "v1", "metadata": meta, "items": items[start : start + limit]}
 
     def get_node(self, name: str, **_: Any) -> tuple[int, Any]:
         if name not in self.nodes:
@@ -250,8 +252,7 @@ class KubeServer:
             if not matches(pod["metadata"].get("labels", {}), labels):
                 continue
             items.append(pod)
-        meta = {"resourceVersion": str(self.resource_version)}
-        return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": items}
+        return 200, self._page("PodList", items, query)
 
     def evict(self, namespace: str, name: str, body: Any, **_: Any) -> tuple[int, Any]:
         # A missing kind/apiVersion is defaulted from the endpoint, as the real decoder does.
@@ -547,9 +548,12 @@ def seed_fleet(kube: KubeServer, now: datetime) -> None:
     ]
     rs_owner = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-5d9", "uid": "u-rs", "controller": True}]
     node_owner = [{"apiVersion": "v1", "kind": "Node", "name": "h100-a", "uid": "u-node", "controller": True}]
-    add_pod(kube, "research", "train-0", "h100-a", owners=job_owner, labels={"job": "train"})
-    add_pod(kube, "research", "notebook", "h100-a")
-    add_pod(kube, "kube-system", "nvidia-device-plugin-h100a", "h100-a", owners=ds_owner)
+    train = {"cpu": "48", "memory": "256Gi", "nvidia.com/gpu": "4"}
+    add_pod(kube, "research", "train-0", "h100-a", owners=job_owner, labels={"job": "train"}, requests=train)
+    # Counted as its init container's 4 cores (the larger), not 2 + 4.
+    add_pod(kube, "research", "notebook", "h100-a", requests={"cpu": "2", "memory": "8Gi"}, init={"cpu": "4"})
+    ds = {"cpu": "100m", "memory": "64Mi"}
+    add_pod(kube, "kube-system", "nvidia-device-plugin-h100a", "h100-a", owners=ds_owner, requests=ds)
     add_pod(
         kube,
         "kube-system",
@@ -557,10 +561,13 @@ def seed_fleet(kube: KubeServer, now: datetime) -> None:
         "h100-a",
         owners=node_owner,
         annotations={"kubernetes.io/config.mirror": "c0ffee"},
+        requests={"cpu": "100m"},
     )
-    add_pod(kube, "research", "finished", "h100-a", owners=job_owner, phase="Succeeded")
-    add_pod(kube, "serving", "web-0", "h100-a", owners=rs_owner, labels={"app": "web"})
-    add_pod(kube, "research", "train-1", "h100-b", owners=job_owner, labels={"job": "train"})
+    done = {"cpu": "8", "nvidia.com/gpu": "2"}  # finished: holds nothing
+    add_pod(kube, "research", "finished", "h100-a", owners=job_owner, phase="Succeeded", requests=done)
+    web = {"cpu": "500m", "memory": "1Gi"}
+    add_pod(kube, "serving", "web-0", "h100-a", owners=rs_owner, labels={"app": "web"}, requests=web)
+    add_pod(kube, "research", "train-1", "h100-b", owners=job_owner, labels={"job": "train"}, requests=train)
     kube.pdbs[("serving", "web-pdb")] = {
         "metadata": {"name": "web-pdb", "namespace": "serving"},
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
@@ -639,6 +646,8 @@ def add_pod(
     labels: dict[str, str] | None = None,
     annotations: dict[str, str] | None = None,
     phase: str = "Running",
+    requests: dict[str, str] | None = None,
+    init: dict[str, str] | None = None,
 ) -> None:
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": f"u-{namespace}-{name}"}
     if owners:
@@ -649,6 +658,19 @@ def add_pod(
         meta["annotations"] = annotations
     kube.pods[(namespace, name)] = {
         "metadata": meta,
-        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]},
+        "spec": {"nodeName": node, "containers": [container("main", requests)]},
         "status": {"phase": phase},
     }
+    if init:
+        kube.pods[(namespace, name)]["spec"]["initContainers"] = [container("setup", init)]
+
+
+def container(name: str, requests: dict[str, str] | None) -> dict[str, Any]:
+    """A container as stored: the API server defaults limits of extended resources into requests and back."""
+    made: dict[str, Any] = {"name": name, "image": "busybox", "resources": {}}
+    if requests:
+        made["resources"]["requests"] = requests
+        extended = {k: v for k, v in requests.items() if "/" in k}
+        if extended:
+            made["resources"]["limits"] = extended
+    return made

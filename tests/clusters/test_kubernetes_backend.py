@@ -95,6 +95,15 @@ def test_inventory_maps_quantities_labels_and_readiness(kube):
     assert h100.heartbeat is not None
     assert h100.heartbeat.tzinfo is not None
 
+    # In use: what the bound, unfinished pods request (the notebook's init container counts as its 4 cores).
+    assert (h100.accelerators_used, h100.cpu_used, h100.memory_used) == (
+        4,
+        48_000 + 4_000 + 100 + 100 + 500,
+        262_144 + 8_192 + 64 + 1_024,
+    )
+    assert (nodes["h100-b"].accelerators_used, nodes["h100-b"].cpu_used) == (4, 48_000)
+    assert (nodes["cpu-a"].accelerators_used, nodes["cpu-a"].cpu_used, nodes["cpu-a"].memory_used) == (0, 0, 0)
+
     cordoned = nodes["h100-b"]
     assert not cordoned.schedulable
     assert cordoned.ready
@@ -120,13 +129,23 @@ def test_inventory_maps_quantities_labels_and_readiness(kube):
 
 
 def test_inventory_pages_through_large_clusters(kube, monkeypatch):
+    whole = {node.name: node for node in backend(kube).inventory().nodes}
+    kube.requests.clear()
     monkeypatch.setattr("clusters.backends.kubernetes.backend.PAGE", 2)
-    assert len(backend(kube).inventory().nodes) == 5
-    assert [path for _method, path, *_ in kube.requests] == [
+    paged = {node.name: node for node in backend(kube).inventory().nodes}
+    assert paged == whole
+    assert [path for _method, path, *_ in kube.requests if "nodes" in path] == [
         "/api/v1/nodes?limit=2",
         "/api/v1/nodes?continue=2&limit=2",
         "/api/v1/nodes?continue=4&limit=2",
     ]
+    assert len([path for _method, path, *_ in kube.requests if "/pods" in path]) == 3  # 6 pods in use, 2 a page
+
+
+def test_a_pod_asking_for_nonsense_is_bad_response(kube):
+    kube.pods[("serving", "web-0")]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "half"
+    with pytest.raises(BadResponse, match=r"pod serving/web-0: requests\[cpu\] is 'half'"):
+        backend(kube).inventory()
 
 
 def test_topology_labels_are_options(kube):

@@ -17,7 +17,7 @@ The service account needs: nodes get/list/patch, pods list, pods/eviction create
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -43,7 +43,7 @@ from clusters.backends.base import (
     Unreachable,
 )
 from clusters.backends.kubernetes.jobs import JOB_ID_ANNOTATION, JOB_LABEL, job_manifest, job_name, job_state
-from clusters.backends.kubernetes.nodes import NodeLabels, health_signals, node_info
+from clusters.backends.kubernetes.nodes import NodeLabels, health_signals, node_info, pod_usage
 
 #: Annotation holding why Quartermaster cordoned a node.
 CORDON_REASON_ANNOTATION = "quartermaster.io/cordon-reason"
@@ -127,14 +127,24 @@ class KubernetesBackend(Backend):
 
     def inventory(self) -> Inventory:
         labels_used = NodeLabels.from_options(self.options)
-        nodes: list[NodeInfo] = []
+        nodes = self._nodes()
+        # What is in use is what the bound, unfinished pods request (as the scheduler counts it).
+        usage = pod_usage(
+            self._list_pages(
+                self._core().list_pod_for_all_namespaces,
+                "listing the pods in use",
+                field_selector="status.phase!=Succeeded,status.phase!=Failed",
+            ),
+            labels_used.accelerator_resources,
+        )
+        infos: list[NodeInfo] = []
         models: dict[str, AcceleratorInfo] = {}
-        for node in self._nodes():
-            info, accelerator = node_info(node, labels_used)
-            nodes.append(info)
+        for node in nodes:
+            info, accelerator = node_info(node, labels_used, usage.get(node.metadata.name if node.metadata else ""))
+            infos.append(info)
             if accelerator is not None:
                 models.setdefault(accelerator.model, accelerator)
-        return Inventory(nodes=tuple(nodes), accelerators=tuple(models.values()))
+        return Inventory(nodes=tuple(infos), accelerators=tuple(models.values()))
 
     def health(self) -> tuple[HealthSignal, ...]:
         stale_after = timedelta(seconds=float(self.options.get("heartbeat_stale_seconds", 600)))
@@ -142,15 +152,19 @@ class KubernetesBackend(Backend):
         return tuple(signal for node in self._nodes() for signal in health_signals(node, now, stale_after))
 
     def _nodes(self) -> list[Any]:
-        nodes: list[Any] = []
+        return self._list_pages(self._core().list_node, "listing nodes")
+
+    def _list_pages(self, list_call: Callable[..., Any], what: str, **selectors: str) -> list[Any]:
+        """Every item of a list call, ``PAGE`` at a time (large clusters answer in pages through ``continue``)."""
+        items: list[Any] = []
         page: str | None = None
-        with self._calling("listing nodes"):
+        with self._calling(what):
             while True:
-                listed = self._core().list_node(limit=PAGE, _continue=page, _request_timeout=self.timeout)
-                nodes.extend(listed.items or [])
+                listed = list_call(limit=PAGE, _continue=page, _request_timeout=self.timeout, **selectors)
+                items.extend(listed.items or [])
                 page = listed.metadata.var_continue if listed.metadata is not None else None
                 if not page:
-                    return nodes
+                    return items
 
     def status(self, backend_id: str) -> JobStatus:
         with self._calling(f"reading job {backend_id}"):
@@ -270,12 +284,13 @@ class KubernetesBackend(Backend):
     def _evictable_pods(self, node: str) -> list[tuple[str, str]]:
         """(namespace, name) of the pods a drain evicts: not DaemonSet-owned (the DaemonSet would put them back),
         not mirror pods (the kubelet runs them from files), not finished or already being deleted."""
-        with self._calling(f"listing the pods on node {node}"):
-            pods = self._core().list_pod_for_all_namespaces(
-                field_selector=f"spec.nodeName={node}", _request_timeout=self.timeout
-            )
+        pods = self._list_pages(
+            self._core().list_pod_for_all_namespaces,
+            f"listing the pods on node {node}",
+            field_selector=f"spec.nodeName={node}",
+        )
         evictable = []
-        for pod in pods.items or []:
+        for pod in pods:
             meta = pod.metadata
             if meta is None or not meta.name or not meta.namespace:
                 raise BadResponse(f"the API server listed a pod on node {node} without a name and namespace")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 from kubernetes.utils import quantity as _quantity
@@ -54,27 +54,27 @@ MIB = 1024 * 1024
 parse_quantity: Callable[[Any], Decimal] = _quantity.parse_quantity
 
 
-def quantity(value: Any, *, node: str, field: str) -> Decimal:
+def quantity(value: Any, *, where: str, field: str) -> Decimal:
     """A Kubernetes quantity (``500m``, ``64``, ``256Gi``, ``1000Ki``, ``1e3``) as a number."""
     try:
         number = parse_quantity(value)
     except (ValueError, ArithmeticError) as e:
-        raise BadResponse(f"node {node}: {field} is {value!r}, not a Kubernetes quantity") from e
+        raise BadResponse(f"{where}: {field} is {value!r}, not a Kubernetes quantity") from e
     if not number.is_finite() or number < 0:
-        raise BadResponse(f"node {node}: {field} is {value!r}, not a Kubernetes quantity")
+        raise BadResponse(f"{where}: {field} is {value!r}, not a Kubernetes quantity")
     return number
 
 
-def millicores(value: Any, *, node: str, field: str) -> int:
-    return int(quantity(value, node=node, field=field) * 1000)
+def millicores(value: Any, *, where: str, field: str) -> int:
+    return int(quantity(value, where=where, field=field) * 1000)
 
 
-def mebibytes(value: Any, *, node: str, field: str) -> int:
-    return int(quantity(value, node=node, field=field) / MIB)
+def mebibytes(value: Any, *, where: str, field: str) -> int:
+    return int(quantity(value, where=where, field=field) / MIB)
 
 
-def whole(value: Any, *, node: str, field: str) -> int:
-    return int(quantity(value, node=node, field=field))
+def whole(value: Any, *, where: str, field: str) -> int:
+    return int(quantity(value, where=where, field=field))
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +109,76 @@ def _conditions(node: Any) -> dict[str, Any]:
     return {c.type: c for c in (status.conditions or [])} if status is not None else {}
 
 
-def node_info(node: Any, labels_used: NodeLabels) -> tuple[NodeInfo, AcceleratorInfo | None]:
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What the pods bound to a node request: accelerators, millicores, MiB (rounded up)."""
+
+    accelerators: int = 0
+    cpu: int = 0
+    memory: int = 0
+
+
+def pod_usage(pods: Sequence[Any], accelerator_resources: Sequence[str]) -> dict[str, Usage]:
+    """Per node, the sum of its pods' effective requests, as the scheduler counts them: the larger of the
+    app containers' sum and the largest init container, plus the pod's overhead. Pods not yet bound, and
+    finished ones, hold nothing. (Native sidecars, init containers that keep running, are counted with the
+    app containers.)"""
+    totals: dict[str, list[Decimal]] = {}
+    for pod in pods:
+        spec, status = pod.spec, pod.status
+        if spec is None or not spec.node_name or (status is not None and status.phase in ("Succeeded", "Failed")):
+            continue
+        meta = pod.metadata
+        where = f"pod {meta.namespace}/{meta.name}" if meta is not None else "a pod"
+        node_total = totals.setdefault(spec.node_name, [Decimal(0)] * 3)
+        for i, amount in enumerate(_pod_requests(spec, accelerator_resources, where)):
+            node_total[i] += amount
+    return {
+        node: Usage(int(accelerators), int((cpu * 1000).to_integral_value(ROUND_CEILING)), -int(-memory // MIB))
+        for node, (accelerators, cpu, memory) in totals.items()
+    }
+
+
+Amounts = tuple[Decimal, Decimal, Decimal]  # accelerators, cores, bytes
+ZERO: Amounts = (Decimal(0), Decimal(0), Decimal(0))
+
+
+def _pod_requests(spec: Any, accelerator_resources: Sequence[str], where: str) -> Amounts:
+    def amounts(asked: Mapping[str, Any] | None, field: str) -> Amounts:
+        asked = asked or {}
+
+        def read(resource: str) -> Decimal:
+            return (
+                quantity(asked[resource], where=where, field=f"{field}[{resource}]")
+                if resource in asked
+                else Decimal(0)
+            )
+
+        return (sum((read(r) for r in accelerator_resources), Decimal(0)), read("cpu"), read("memory"))
+
+    def plus(a: Amounts, b: Amounts) -> Amounts:
+        return (a[0] + b[0], a[1] + b[1], a[2] + b[2])
+
+    def larger(a: Amounts, b: Amounts) -> Amounts:
+        return (max(a[0], b[0]), max(a[1], b[1]), max(a[2], b[2]))
+
+    def requests(container: Any) -> Amounts:
+        return amounts(container.resources.requests if container.resources else None, "requests")
+
+    running, largest_init = ZERO, ZERO
+    for container in spec.containers or []:
+        running = plus(running, requests(container))
+    for container in spec.init_containers or []:
+        if container.restart_policy == "Always":  # a native sidecar runs beside the app containers
+            running = plus(running, requests(container))
+        else:
+            largest_init = larger(largest_init, requests(container))
+    return plus(larger(running, largest_init), amounts(spec.overhead, "overhead"))
+
+
+def node_info(node: Any, labels_used: NodeLabels, used: Usage | None = None) -> tuple[NodeInfo, AcceleratorInfo | None]:
     """One ``V1Node`` as ``NodeInfo``, with the accelerator model it offers (None without accelerators)."""
+    used = used or Usage()
     name = _name(node)
     labels: dict[str, str] = dict(node.metadata.labels or {})
     status = node.status
@@ -129,11 +197,15 @@ def node_info(node: Any, labels_used: NodeLabels) -> tuple[NodeInfo, Accelerator
     model = ""
     if resource is not None:
         if resource in capacity:
-            accelerators = whole(capacity[resource], node=name, field=f"capacity[{resource}]")
+            accelerators = whole(capacity[resource], where=f"node {name}", field=f"capacity[{resource}]")
         else:
-            accelerators = whole(labels[COUNT_LABELS[resource]], node=name, field=f"label {COUNT_LABELS[resource]}")
+            accelerators = whole(
+                labels[COUNT_LABELS[resource]], where=f"node {name}", field=f"label {COUNT_LABELS[resource]}"
+            )
         if resource in allocatable:
-            accelerators_allocatable = whole(allocatable[resource], node=name, field=f"allocatable[{resource}]")
+            accelerators_allocatable = whole(
+                allocatable[resource], where=f"node {name}", field=f"allocatable[{resource}]"
+            )
         model = next((labels[label] for label in MODEL_LABELS.get(resource, ()) if labels.get(label)), "")
         if accelerators and not model:
             model = resource
@@ -144,12 +216,17 @@ def node_info(node: Any, labels_used: NodeLabels) -> tuple[NodeInfo, Accelerator
         accelerator=model if accelerators else "",
         accelerators=accelerators,
         accelerators_allocatable=accelerators_allocatable,
-        cpu=millicores(capacity["cpu"], node=name, field="capacity[cpu]"),
-        cpu_allocatable=millicores(allocatable.get("cpu", capacity["cpu"]), node=name, field="allocatable[cpu]"),
-        memory=mebibytes(capacity["memory"], node=name, field="capacity[memory]"),
-        memory_allocatable=mebibytes(
-            allocatable.get("memory", capacity["memory"]), node=name, field="allocatable[memory]"
+        cpu=millicores(capacity["cpu"], where=f"node {name}", field="capacity[cpu]"),
+        cpu_allocatable=millicores(
+            allocatable.get("cpu", capacity["cpu"]), where=f"node {name}", field="allocatable[cpu]"
         ),
+        memory=mebibytes(capacity["memory"], where=f"node {name}", field="capacity[memory]"),
+        memory_allocatable=mebibytes(
+            allocatable.get("memory", capacity["memory"]), where=f"node {name}", field="allocatable[memory]"
+        ),
+        accelerators_used=used.accelerators,
+        cpu_used=used.cpu,
+        memory_used=used.memory,
         topology=_topology(labels, labels_used.topology),
         ready=ready is not None and ready.status == "True",
         schedulable=not (node.spec is not None and node.spec.unschedulable),
