@@ -9,7 +9,7 @@ from celery import shared_task
 from django.utils import timezone
 
 from clusters import sync
-from clusters.backends.base import BackendError
+from clusters.backends.base import AuthenticationFailed, BackendError, NotFound
 from clusters.models import Drain, Node
 from clusters.secrets import CredentialsError
 
@@ -41,7 +41,9 @@ def apply_drain(self: Any, drain_id: int) -> str:
         sync.backend_for(drain.node.cluster).drain(drain.node.name, drain.reason)
     except (BackendError, CredentialsError) as error:
         message = str(error) or type(error).__name__
-        if self.request.retries >= self.max_retries:
+        # A node the cluster does not know, or credentials it refuses, will not mend by waiting.
+        permanent = isinstance(error, NotFound | AuthenticationFailed | CredentialsError)
+        if permanent or self.request.retries >= self.max_retries:
             Drain.objects.filter(pk=drain_id, state=Drain.State.DRAINING).update(
                 state=Drain.State.FAILED, message=message, finished_at=timezone.now()
             )
