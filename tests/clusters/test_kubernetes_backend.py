@@ -424,7 +424,7 @@ def test_malformed_node_is_bad_response(kube):
 
 def test_node_of_the_wrong_shape_is_bad_response(kube):
     kube.nodes["cpu-a"]["status"]["conditions"] = [{"type": "Ready"}]  # status is required
-    with pytest.raises(BadResponse):
+    with pytest.raises(BadResponse, match="answered listing nodes with an invalid V1NodeCondition: status: "):
         backend(kube).inventory()
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
 
 from clusters.backends.base import (
     AcceleratorInfo,
@@ -103,8 +104,7 @@ class KubernetesBackend(Backend):
                 ) from e
             raise Unreachable(f"the API server at {self.endpoint} did not answer {what}: {reason}") from e
         except ValueError as e:  # not JSON, or an object the client's models reject (pydantic)
-            first_line = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise BadResponse(f"the API server at {self.endpoint} answered {what} with {first_line}") from e
+            raise BadResponse(f"the API server at {self.endpoint} answered {what} with {invalid(e)}") from e
 
     def _api_error(self, e: ApiException, what: str) -> BackendError:
         status = e.status or 0
@@ -116,7 +116,10 @@ class KubernetesBackend(Backend):
         if status == 401:
             return AuthenticationFailed(f"the API server at {self.endpoint} refused the token {what} ({message})")
         if status == 403:
-            return AuthenticationFailed(f"the token may not do this {what}: {message}; grant its service account")
+            return AuthenticationFailed(
+                f"the API server at {self.endpoint} forbade {what}: {message} (grant the token's service account "
+                "that permission)"
+            )
         if status == 404:
             return NotFound(f"{message} ({what})")
         if status == 429 or status >= 500:
@@ -302,6 +305,16 @@ class KubernetesBackend(Backend):
                 continue
             evictable.append((meta.namespace, meta.name))
         return evictable
+
+
+def invalid(e: ValueError) -> str:
+    """What was wrong with an answer: the first field the client's models rejected, or the parse error."""
+    if isinstance(e, ValidationError) and e.error_count():
+        first = e.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
+        return f"an invalid {e.title}: {where}: {first['msg']}{more}"
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
 def status_message(e: ApiException) -> str:
