@@ -349,23 +349,27 @@ def test_cancel_deletes_the_job_in_the_background(kube):
 
 
 def test_dry_run_changes_nothing(kube):
+    existing = backend(kube).submit(spec(job_id="7"))
+    kube.requests.clear()
     cluster = backend(kube, dry_run=True)
     before = (repr(kube.nodes), repr(kube.pods), repr(kube.jobs))
     submitted = cluster.submit(spec())
     assert isinstance(submitted, DryRun)
     assert submitted.detail["job"]["spec"]["completions"] == 2
-    assert isinstance(cluster.cancel("qm-42"), DryRun)
+    assert cluster.cancel(existing) == DryRun("cancel", "qm-7", {"namespace": NS, "propagationPolicy": "Background"})
     assert isinstance(cluster.cordon("h100-a", "why"), DryRun)
     assert isinstance(cluster.resume("h100-b"), DryRun)
     drained = cluster.drain("h100-a", "why")
     assert isinstance(drained, DryRun)
     assert drained.detail["evict"] == ["research/notebook", "research/train-0", "serving/web-0"]
-    assert kube.mutations() == []
-    assert (repr(kube.nodes), repr(kube.pods), repr(kube.jobs)) == before
     assert len(cluster.inventory().nodes) == 5  # reads still read
+    # Arguments are still checked against the cluster: what does not exist fails as it would for real.
     with pytest.raises(NotFound):
         cluster.cordon("h100-z", "no such node")
+    with pytest.raises(NotFound):
+        cluster.cancel("qm-42")
     assert kube.mutations() == []
+    assert (repr(kube.nodes), repr(kube.pods), repr(kube.jobs)) == before
 
 
 def test_health_signals(kube):

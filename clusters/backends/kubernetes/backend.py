@@ -217,7 +217,9 @@ class KubernetesBackend(Backend):
             )
 
     def cancel(self, backend_id: str) -> DryRun | None:
-        if self.dry_run:
+        if self.dry_run:  # read it, so that cancelling an unknown job fails as it would for real
+            with self._calling(f"reading job {backend_id}"):
+                self._batch().read_namespaced_job(backend_id, self.namespace, _request_timeout=self.timeout)
             return DryRun("cancel", backend_id, {"namespace": self.namespace, "propagationPolicy": "Background"})
         with self._calling(f"deleting job {backend_id}"):
             self._batch().delete_namespaced_job(
