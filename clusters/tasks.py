@@ -8,9 +8,9 @@ from typing import Any
 from celery import shared_task
 from django.utils import timezone
 
-from clusters import sync
+from clusters import health, sync
 from clusters.backends.base import AuthenticationFailed, BackendError, NotFound
-from clusters.models import Drain, Node
+from clusters.models import Cluster, Drain, Node
 from clusters.secrets import CredentialsError
 
 
@@ -68,3 +68,18 @@ def apply_resume(self: Any, node_id: int) -> str:
     except (BackendError, CredentialsError) as error:
         raise self.retry(countdown=60 * 2**self.request.retries) from error
     return str(node.state)
+
+
+@shared_task
+def check_cluster_health(cluster_id: int) -> dict[str, Any]:
+    """One round of health checks and the auto-drain policy on one cluster."""
+    return asdict(health.check_cluster(cluster_id))
+
+
+@shared_task
+def check_all_health() -> int:
+    """On the beat: a health round for every cluster that is not disabled, each in its own task."""
+    ids = list(Cluster.objects.exclude(status=Cluster.Status.DISABLED).values_list("pk", flat=True))
+    for cluster_id in ids:
+        check_cluster_health.delay(cluster_id)
+    return len(ids)

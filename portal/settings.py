@@ -165,6 +165,7 @@ CELERY_BEAT_SCHEDULE = {
     "worker-heartbeat": {"task": "portal.tasks.record_heartbeat", "schedule": 30.0},
     "expire-api-tokens": {"task": "portal.tasks.expire_api_tokens", "schedule": crontab(minute=17)},
     "sync-clusters": {"task": "clusters.tasks.sync_due_clusters", "schedule": 30.0},
+    "check-cluster-health": {"task": "clusters.tasks.check_all_health", "schedule": 60.0},
 }
 
 # --- Authentication -------------------------------------------------------------------------------------
