@@ -22,6 +22,7 @@ import pytest
 
 from clusters.backends.base import (
     AuthenticationFailed,
+    BackendError,
     BadResponse,
     DryRun,
     JobSpec,
@@ -29,6 +30,7 @@ from clusters.backends.base import (
     JobStatus,
     NodeInfo,
     NotFound,
+    Refused,
     Unreachable,
     load,
 )
@@ -270,6 +272,10 @@ def test_slurm_refusals_and_bad_specs(slurm_lab: SlurmLab) -> None:
         backend.submit(spec("lab-node1", command=()))
     with pytest.raises(InvalidJob, match="names 1 nodes for 2 workers"):
         backend.submit(spec("lab-node1", nodes=("lab-node1",), workers=2))
+    with pytest.raises(Refused, match="Invalid partition"):
+        backend.submit(spec("lab-node1", queue="no-such-partition"))
+    with pytest.raises(BackendError, match="scontrol not found"):
+        slurm_lab.backend(scontrol="/nonexistent/scontrol").cordon("lab-node3", "never happens")
 
 
 # -------------------------------------------------------------------------------- no cluster needed

@@ -153,8 +153,8 @@ class SlurmBackend(Backend):
             return DryRun("submit", spec.id, detail)
         if existing is not None:
             return existing
-        nodes = ",".join(dict.fromkeys(spec.nodes))
-        data = self._call("POST", "job/submit", body, what=f"the nodes of job {spec.id} ({nodes})")
+        what = f"the nodes of job {spec.id} ({','.join(dict.fromkeys(spec.nodes))})" if spec.nodes else f"job {spec.id}"
+        data = self._call("POST", "job/submit", body, what=what)
         job_id = data.get("job_id")
         if not isinstance(job_id, int) or isinstance(job_id, bool):
             raise BadResponse(f"slurmrestd accepted job {spec.id} but answered no job id (job_id={job_id!r})")
@@ -173,12 +173,20 @@ class SlurmBackend(Backend):
         return self._update_node(node, "cordon", f"Reason={reason or 'cordoned by Quartermaster'}")
 
     def drain(self, node: str, reason: str) -> DryRun | None:
-        """DRAIN, then requeue the jobs running on the node, so it empties now instead of when they end."""
+        """DRAIN, then requeue the jobs running on the node, so it empties now instead of when they end.
+
+        Slurm requeues finished batch jobs too: a job that ends between the listing and the requeue (a few
+        milliseconds) runs again. A job submitted with requeue disabled makes this ``Refused``, node drained.
+        """
         self._require_node(node)
         running = self._jobs_on(node)
         done = self._update_node(node, "drain", f"Reason={reason or 'drained by Quartermaster'}", requeue=running)
         if done is None and running:
-            self._scontrol("requeue", ",".join(running), what=f"the jobs on {node}")
+            try:
+                self._scontrol("requeue", ",".join(running), what=f"the jobs on {node}")
+            except Refused as exc:
+                jobs = ", ".join(running)
+                raise Refused(f"{node} is drained, but Slurm did not requeue its jobs {jobs}: {exc}") from exc
         return done
 
     def resume(self, node: str) -> DryRun | None:
