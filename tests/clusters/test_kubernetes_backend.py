@@ -277,6 +277,16 @@ def test_kueue_mode_labels_and_suspends(kube):
     assert "Kueue" in status.message
 
 
+def test_options_are_read_strictly(kube):
+    assert backend(kube, kueue="true")._flag("kueue")
+    assert not backend(kube, kueue="false")._flag("kueue")
+    with pytest.raises(BackendError, match="option kueue is 'ture'"):
+        backend(kube, kueue="ture").submit(spec())
+    with pytest.raises(BackendError, match="option heartbeat_stale_seconds is 'soon'"):
+        backend(kube, heartbeat_stale_seconds="soon").health()
+    assert kube.mutations() == []
+
+
 def test_kueue_mode_needs_a_queue(kube):
     with pytest.raises(BackendError, match="LocalQueue"):
         backend(kube, kueue=True).submit(spec(queue=""))

@@ -71,7 +71,7 @@ class KubernetesBackend(Backend):
                 config.api_key_prefix = {"BearerToken": "Bearer"}
             if self.credentials.get("ca_cert"):
                 config.ca_cert_data = self.credentials["ca_cert"]
-            if self.options.get("insecure_skip_tls_verify"):
+            if self._flag("insecure_skip_tls_verify"):
                 config.verify_ssl = False
             # One retry for a refused connection; none for reads, so a timeout costs one ``timeout``.
             config.retries = urllib3.Retry(total=1, read=0, redirect=0)
@@ -87,6 +87,25 @@ class KubernetesBackend(Backend):
     @property
     def namespace(self) -> str:
         return str(self.options.get("namespace") or "default")
+
+    def _flag(self, name: str) -> bool:
+        """A yes/no option, strictly: JSON true/false, or the words (a typo must not turn Kueue on)."""
+        value = self.options.get(name, False)
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", "1", "0", ""):
+            return value.strip().lower() in ("true", "yes", "1")
+        raise BackendError(f"option {name} is {value!r}; use true or false")
+
+    def _seconds(self, name: str, default: float) -> float:
+        value = self.options.get(name, default)
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            seconds = -1
+        if not 0 < seconds < 10**9:  # also refuses NaN and infinity
+            raise BackendError(f"option {name} is {value!r}; use a number of seconds above 0")
+        return seconds
 
     @contextmanager
     def _calling(self, what: str) -> Iterator[None]:
@@ -150,7 +169,7 @@ class KubernetesBackend(Backend):
         return Inventory(nodes=tuple(infos), accelerators=tuple(models.values()))
 
     def health(self) -> tuple[HealthSignal, ...]:
-        stale_after = timedelta(seconds=float(self.options.get("heartbeat_stale_seconds", 600)))
+        stale_after = timedelta(seconds=self._seconds("heartbeat_stale_seconds", 600))
         now = datetime.now(UTC)
         return tuple(signal for node in self._nodes() for signal in health_signals(node, now, stale_after))
 
@@ -186,7 +205,7 @@ class KubernetesBackend(Backend):
         manifest = job_manifest(
             spec,
             namespace=self.namespace,
-            kueue=bool(self.options.get("kueue")),
+            kueue=self._flag("kueue"),
             accelerator_resource=str(self.options.get("accelerator_resource", "nvidia.com/gpu")),
         )
         name = str(manifest["metadata"]["name"])
