@@ -151,6 +151,8 @@ def test_a_pod_asking_for_nonsense_is_bad_response(kube):
 def test_topology_labels_are_options(kube):
     node = next(n for n in backend(kube, rack_label="nvidia.com/gpu.family").inventory().nodes if n.name == "h100-a")
     assert node.topology["rack"] == "hopper"
+    listed = backend(kube, block_label=["no/such-label", "topology.kubernetes.io/rack"]).inventory().nodes
+    assert next(n for n in listed if n.name == "h100-a").topology["block"] == "r01"  # the first label present
 
 
 def test_cordon_and_resume_round_trip(kube):
@@ -284,6 +286,8 @@ def test_options_are_read_strictly(kube):
         backend(kube, kueue="ture").submit(spec())
     with pytest.raises(BackendError, match="option heartbeat_stale_seconds is 'soon'"):
         backend(kube, heartbeat_stale_seconds="soon").health()
+    with pytest.raises(BackendError, match="option rack_label is 7"):
+        backend(kube, rack_label=7).inventory()
     assert kube.mutations() == []
 
 

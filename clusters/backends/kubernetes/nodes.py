@@ -14,7 +14,7 @@ from typing import Any
 
 from kubernetes.utils import quantity as _quantity
 
-from clusters.backends.base import AcceleratorInfo, BadResponse, HealthSignal, NodeInfo
+from clusters.backends.base import AcceleratorInfo, BackendError, BadResponse, HealthSignal, NodeInfo
 
 #: Extended resources that count as accelerators, in order of preference.
 ACCELERATOR_RESOURCES = ("nvidia.com/gpu", "google.com/tpu", "amd.com/gpu")
@@ -89,12 +89,23 @@ class NodeLabels:
         topology = []
         for level, defaults in TOPOLOGY_LABELS.items():
             given = options.get(f"{level}_label")
-            labels = defaults if given is None else ((given,) if isinstance(given, str) else tuple(given))
-            topology.append((level, labels))
-        resources = options.get("accelerator_resources", ACCELERATOR_RESOURCES)
-        if isinstance(resources, str):
-            resources = (resources,)
-        return cls(accelerator_resources=tuple(resources), topology=tuple(topology))
+            topology.append((level, defaults if given is None else _names(f"{level}_label", given)))
+        resources = options.get("accelerator_resources")
+        return cls(
+            accelerator_resources=ACCELERATOR_RESOURCES
+            if resources is None
+            else _names("accelerator_resources", resources),
+            topology=tuple(topology),
+        )
+
+
+def _names(option: str, value: Any) -> tuple[str, ...]:
+    """A label or resource name option: one name, or a list of them."""
+    if isinstance(value, str) and value:
+        return (value,)
+    if isinstance(value, list | tuple) and value and all(isinstance(v, str) and v for v in value):
+        return tuple(value)
+    raise BackendError(f"option {option} is {value!r}; use a name or a list of names")
 
 
 def _name(node: Any) -> str:
