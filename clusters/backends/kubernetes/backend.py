@@ -11,7 +11,12 @@ Configuration:
 - ``options["heartbeat_stale_seconds"]`` (600): a kubelet refreshes its Ready condition at least every
   five minutes (``nodeStatusReportFrequency``), so anything much older means it stopped reporting.
 
-The service account needs: nodes get/list/patch, pods list, pods/eviction create, jobs create/get/delete.
+A job's ``backend_id`` is its Job's name (``jobs.job_name``), in ``options["namespace"]``. ``JobSpec.script``
+(for Slurm) and ``spot`` mean nothing here: the container runs ``command`` (else its image's entrypoint), and
+whether capacity is spot is a property of the nodes the job was placed on.
+
+The service account needs, cluster-wide: nodes get/list/patch, pods list, pods/eviction create; in the
+namespace: jobs create/get/delete.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""Kubernetes Node objects as ``NodeInfo`` and health signals: quantities, GPU labels, topology, conditions.
+"""Kubernetes Node objects as ``NodeInfo`` and health signals: quantities, GPU labels, topology, conditions,
+and what the pods bound to each node request.
 
-Pure functions over the client's ``V1Node`` models; no network. Anything a node must report and does not
-(a name, CPU and memory capacity, a quantity we can parse) is a ``BadResponse`` naming the node and field.
+Pure functions over the client's ``V1Node``/``V1Pod`` models; no network. Anything a node must report and does
+not (a name, CPU and memory capacity, a quantity we can parse) is a ``BadResponse`` naming the object and field.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ MODEL_LABELS = {
 #: The accelerator count when the device plugin has not (yet) reported capacity.
 COUNT_LABELS = {"nvidia.com/gpu": "nvidia.com/gpu.count"}
 
-#: Topology levels, widest first, and the labels tried for each (the first present wins). ``zone_label``,
-#: ``block_label`` and ``rack_label`` options (a label or a list of them) replace these.
+#: Topology levels, widest first, and the labels tried for each (the first present wins). Only the zone label
+#: is a Kubernetes well-known label; block and rack are whatever the cluster's admins or cloud put on nodes
+#: (the ``topology.kubernetes.io/...`` names by convention, GKE's topology and placement-group labels), so the
+#: ``zone_label``, ``block_label`` and ``rack_label`` options (a label or a list of them) replace these.
 TOPOLOGY_LABELS: dict[str, tuple[str, ...]] = {
     "zone": ("topology.kubernetes.io/zone",),
     "block": (
