@@ -148,6 +148,13 @@ def test_a_pod_asking_for_nonsense_is_bad_response(kube):
         backend(kube).inventory()
 
 
+def test_gpu_count_from_feature_discovery_before_the_device_plugin_registers(kube):
+    status = kube.nodes["h100-a"]["status"]
+    del status["capacity"]["nvidia.com/gpu"], status["allocatable"]["nvidia.com/gpu"]
+    node = next(n for n in backend(kube).inventory().nodes if n.name == "h100-a")
+    assert (node.accelerator, node.accelerators, node.accelerators_allocatable) == ("NVIDIA-H100-80GB-HBM3", 8, 0)
+
+
 def test_topology_labels_are_options(kube):
     node = next(n for n in backend(kube, rack_label="nvidia.com/gpu.family").inventory().nodes if n.name == "h100-a")
     assert node.topology["rack"] == "hopper"
