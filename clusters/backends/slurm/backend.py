@@ -125,6 +125,12 @@ class SlurmBackend(Backend):
         return JobStatus(backend_id=backend_id, state=state, message=", ".join(parts), nodes=nodes)
 
     def health(self) -> tuple[HealthSignal, ...]:
+        """One ``ready`` signal per node: failing when Slurm has it down or not responding.
+
+        A drain is a decision, not a symptom, so it never fails a check (a failing check would make the
+        health policy drain the node again and never resume it); the passing signal of a drained node
+        says who drained it and why. Inventory reports the same as ``schedulable`` and labels.
+        """
         now = datetime.now(UTC)
         signals: list[HealthSignal] = []
         for raw in self._nodes():
@@ -132,13 +138,14 @@ class SlurmBackend(Backend):
             state = node.labels.get("state", "")
             flags = node.labels.get("state_flags", "")
             reason = node.labels.get("reason", "")
-            described = state + (f" ({flags})" if flags else "") + (f": {reason}" if reason else "")
-            signals.append(HealthSignal(node.name, "ready", node.ready, "" if node.ready else described, now))
-            drain_message = ""
-            if not node.schedulable:
+            if not node.ready:
+                message = state + (f" ({flags})" if flags else "") + (f": {reason}" if reason else "")
+            elif not node.schedulable:
                 by = raw.get("reason_set_by_user")
-                drain_message = f"drained{f' by {by}' if isinstance(by, str) and by else ''}: {reason or 'no reason'}"
-            signals.append(HealthSignal(node.name, "drain", node.schedulable, drain_message, now))
+                message = f"drained{f' by {by}' if isinstance(by, str) and by else ''}: {reason or 'no reason'}"
+            else:
+                message = ""
+            signals.append(HealthSignal(node.name, "ready", node.ready, message, now))
         return tuple(signals)
 
     # ---------------------------------------------------------------------------------------- writes
