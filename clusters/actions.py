@@ -14,7 +14,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from clusters.models import Drain, Node
+from clusters.models import Cluster, Drain, Node, ProbeToken
 from portal import audit
 from portal.tenancy import Action, can
 
@@ -99,3 +99,26 @@ def _tell_cluster_resume(node_id: int) -> None:
     from clusters.tasks import apply_resume
 
     apply_resume.delay(node_id)
+
+
+def issue_probe_token(
+    actor: User, cluster: Cluster, name: str, *, request: HttpRequest | None = None
+) -> tuple[ProbeToken, str]:
+    """A token for the node probes of ``cluster``; returns the row and the raw token, shown only once."""
+    name = (name or "").strip()
+    if not name or len(name) > 80:
+        raise ValidationError({"name": "Name the token (at most 80 characters), e.g. the rack or image using it."})
+    if not can(actor, Action.CHANGE, cluster):
+        raise PermissionDenied(f"You may not issue probe tokens for {cluster}.")
+    raw, key_hash, hint = ProbeToken.generate()
+    with transaction.atomic():
+        token = ProbeToken.objects.create(cluster=cluster, name=name, key_hash=key_hash, hint=hint, created_by=actor)
+        audit.record(
+            "probe_token.created",
+            actor=actor,
+            target=token,
+            organization=cluster.organization,
+            changes={"cluster": cluster.slug, "name": name},
+            request=request,
+        )
+    return token, raw

@@ -1,8 +1,8 @@
 """Health checks and the auto-drain policy.
 
 Each round gathers signals per node: what the cluster reports (``Backend.health``: not ready, pressure),
-a heartbeat older than ``HEARTBEAT_STALE``, and what node probes posted since the last round (GPU XID
-and ECC errors, temperatures, NVLink). Then, per node:
+a heartbeat older than ``HEARTBEAT_STALE``, a node probe gone quiet as long, and what node probes posted
+since the last round (GPU XID and ECC errors, temperatures, NVLink; ``probe.py``). Then, per node:
 
 - any failing signal: the node is marked unhealthy and, unless it is already draining or drained, it is
   **drained automatically** with the failing checks as the reason;
@@ -76,6 +76,10 @@ def check_cluster(cluster_id: int, now: datetime | None = None) -> RoundResult:
         if node.heartbeat_at and now - node.heartbeat_at > HEARTBEAT_STALE:
             age = int((now - node.heartbeat_at).total_seconds() // 60)
             signals.append(HealthSignal(node.name, "heartbeat", False, f"last heartbeat {age} min ago", now))
+        # A node that has a probe and whose probe went quiet may have a hung driver.
+        if node.probe_reported_at and now - node.probe_reported_at > HEARTBEAT_STALE:
+            age = int((now - node.probe_reported_at).total_seconds() // 60)
+            signals.append(HealthSignal(node.name, "probe", False, f"no probe report for {age} min", now))
     last_round = now - HEARTBEAT_STALE
     probed = HealthCheckResult.objects.filter(
         node__in=nodes.values(), source=HealthCheckResult.Source.PROBE, observed_at__gt=last_round, ok=False

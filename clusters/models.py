@@ -7,6 +7,7 @@ Clusters belong to an organization: every member may view them, only organizatio
 
 from __future__ import annotations
 
+import secrets
 from typing import ClassVar
 
 from django.conf import settings
@@ -14,7 +15,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from clusters.secrets import decrypt, encrypt
-from portal.models import Organization
+from portal.models import Organization, hash_token
 from portal.tenancy import ALL_ROLES, Action, Role, TenancyRules, TenantQuerySet
 
 
@@ -139,6 +140,8 @@ class Node(models.Model):
     #: Passing health checks in a row since the last failure: auto-drained nodes resume after enough.
     passing_checks = models.PositiveIntegerField(default=0)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    #: When the node's health probe last reported (``deploy/node_probe.py``); None if it has no probe.
+    probe_reported_at = models.DateTimeField(null=True, blank=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
     #: False once a sync no longer finds the node on its cluster (kept for history and running jobs).
     present = models.BooleanField(default=True)
@@ -235,6 +238,38 @@ class Drain(models.Model):
         return f"drain of {self.node} ({self.state})"
 
 
+class ProbeToken(models.Model):
+    """A token the node probes of one cluster post health reports with. Only its SHA-256 is stored."""
+
+    PREFIX = "qmp_"
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="probe_tokens")
+    name = models.CharField(max_length=80)
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    hint = models.CharField(max_length=12, editable=False)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Tenancy(ClusterTenancy):
+        org_field = "cluster__organization"
+        policy = {Action.VIEW: frozenset({Role.ADMIN}), Action.CHANGE: frozenset({Role.ADMIN})}
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.hint}…)"
+
+    @classmethod
+    def generate(cls) -> tuple[str, str, str]:
+        raw = cls.PREFIX + secrets.token_urlsafe(32)
+        return raw, hash_token(raw), raw[: len(cls.PREFIX) + 6]
+
+
 class MaintenanceWindow(models.Model):
     """Planned work on some nodes of a cluster (all of them when none are named); they are drained
     ``drain_ahead`` before the window starts."""
@@ -265,4 +300,13 @@ class MaintenanceWindow(models.Model):
         return f"{self.cluster} {self.starts_at:%Y-%m-%d %H:%M}"
 
 
-__all__ = ["AcceleratorType", "Cluster", "Drain", "HealthCheckResult", "MaintenanceWindow", "Node", "TopologyDomain"]
+__all__ = [
+    "AcceleratorType",
+    "Cluster",
+    "Drain",
+    "HealthCheckResult",
+    "MaintenanceWindow",
+    "Node",
+    "ProbeToken",
+    "TopologyDomain",
+]

@@ -46,6 +46,8 @@ if not SECRET_KEY:
     SECRET_KEY = _embedded_secret_key()
 # Encrypts cluster credentials at rest (clusters/secrets.py); SECRET_KEY's when unset.
 CREDENTIALS_KEY = env_str("CREDENTIALS_KEY") or ""
+# Node health probes: at most one report per node this often.
+PROBE_MIN_INTERVAL_SECONDS = env_int("PROBE_MIN_INTERVAL_SECONDS", 10, minimum=1)
 
 DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", [] if PRODUCTION else ["127.0.0.1", "localhost", "[::1]", "testserver"])

@@ -1,6 +1,7 @@
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
+from clusters.api import ProbeReportView
 from portal.api import views
 
 router = DefaultRouter(trailing_slash=True)
@@ -14,5 +15,6 @@ router.register("auth/tokens", views.TokenViewSet, basename="token")
 urlpatterns = [
     path("auth/token/", views.TokenView.as_view(), name="token-obtain"),
     path("me/", views.MeView.as_view(), name="me"),
+    path("probe/health/", ProbeReportView.as_view(), name="probe-health"),
     path("", include(router.urls)),
 ]
