@@ -8,13 +8,14 @@ auto-drain policy acting on its own.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from clusters.models import Cluster, Drain, Node, ProbeToken
+from clusters.models import Cluster, Drain, MaintenanceWindow, Node, ProbeToken
 from portal import audit
 from portal.tenancy import Action, can
 
@@ -39,7 +40,14 @@ def _authorize(actor: User | None, node: Node, what: str) -> None:
         raise PermissionDenied(f"You may not {what} nodes of {node.cluster}.")
 
 
-def drain_node(actor: User | None, node: Node, reason: str, *, request: HttpRequest | None = None) -> Drain:
+def drain_node(
+    actor: User | None,
+    node: Node,
+    reason: str,
+    *,
+    window: MaintenanceWindow | None = None,
+    request: HttpRequest | None = None,
+) -> Drain:
     """Take the node out of service: no new work now, running work moved off by the cluster next."""
     reason = _reason(reason)
     _authorize(actor, node, "drain")
@@ -47,7 +55,9 @@ def drain_node(actor: User | None, node: Node, reason: str, *, request: HttpRequ
         locked = Node.objects.select_for_update().get(pk=node.pk)
         if locked.state in (Node.State.DRAINING, Node.State.DRAINED):
             raise ValidationError({"node": f"{locked.name} is already {locked.get_state_display().lower()}."})
-        drain = Drain.objects.create(node=locked, requested_by=actor, automatic=actor is None, reason=reason)
+        drain = Drain.objects.create(
+            node=locked, requested_by=actor, automatic=actor is None, reason=reason, window=window
+        )
         Node.objects.filter(pk=locked.pk).update(state=Node.State.DRAINING)
         audit.record(
             "node.drained",
@@ -122,3 +132,55 @@ def issue_probe_token(
             request=request,
         )
     return token, raw
+
+
+def plan_maintenance(
+    actor: User,
+    cluster: Cluster,
+    *,
+    starts_at: datetime,
+    ends_at: datetime,
+    reason: str,
+    nodes: list[Node] | None = None,
+    drain_ahead_minutes: int = 60,
+    request: HttpRequest | None = None,
+) -> MaintenanceWindow:
+    """Plan work on some nodes of a cluster (all when none are named): they are drained
+    ``drain_ahead_minutes`` before the window and resumed when it ends (``clusters.maintenance``)."""
+    reason = _reason(reason)
+    if not can(actor, Action.CHANGE, cluster):
+        raise PermissionDenied(f"You may not plan maintenance on {cluster}.")
+    if ends_at <= starts_at:
+        raise ValidationError({"ends_at": "The window must end after it starts."})
+    if ends_at <= timezone.now():
+        raise ValidationError({"ends_at": "The window is already over."})
+    if not 0 <= drain_ahead_minutes <= 7 * 24 * 60:
+        raise ValidationError({"drain_ahead_minutes": "Between 0 and 10080 minutes (a week)."})
+    nodes = nodes or []
+    if any(n.cluster_id != cluster.pk for n in nodes):
+        raise ValidationError({"nodes": f"Every node must belong to {cluster}."})
+    with transaction.atomic():
+        window = MaintenanceWindow.objects.create(
+            cluster=cluster,
+            starts_at=starts_at,
+            ends_at=ends_at,
+            reason=reason,
+            drain_ahead_minutes=drain_ahead_minutes,
+            created_by=actor,
+        )
+        window.nodes.set(nodes)
+        audit.record(
+            "maintenance.planned",
+            actor=actor,
+            target=window,
+            organization=cluster.organization,
+            changes={
+                "starts_at": starts_at.isoformat(),
+                "ends_at": ends_at.isoformat(),
+                "nodes": [n.name for n in nodes] or "all",
+                "drain_ahead_minutes": drain_ahead_minutes,
+            },
+            reason=reason,
+            request=request,
+        )
+    return window

@@ -92,7 +92,7 @@ def check_cluster(cluster_id: int, now: datetime | None = None) -> RoundResult:
     for result in probed:
         from_probes[result.node.name].append(HealthSignal(result.node.name, result.name, False, result.message))
     auto_drained = set(
-        Drain.objects.filter(node__in=nodes.values(), automatic=True)
+        Drain.objects.filter(node__in=nodes.values(), automatic=True, window=None)
         .filter(Q(state=Drain.State.DRAINING) | Q(state=Drain.State.DRAINED))
         .values_list("node__name", flat=True)
     )

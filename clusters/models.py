@@ -227,6 +227,10 @@ class Drain(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     message = models.TextField(blank=True, help_text="What the cluster said, when it refused.")
+    #: The maintenance window this drain is for: it ends with the window, not with good health.
+    window = models.ForeignKey(
+        "MaintenanceWindow", on_delete=models.SET_NULL, null=True, blank=True, related_name="drains"
+    )
 
     objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
     Tenancy = NodeChildTenancy

@@ -8,7 +8,7 @@ from typing import Any
 from celery import shared_task
 from django.utils import timezone
 
-from clusters import health, sync
+from clusters import health, maintenance, sync
 from clusters.backends.base import AuthenticationFailed, BackendError, NotFound
 from clusters.models import Cluster, Drain, Node
 from clusters.secrets import CredentialsError
@@ -83,3 +83,9 @@ def check_all_health() -> int:
     for cluster_id in ids:
         check_cluster_health.delay(cluster_id)
     return len(ids)
+
+
+@shared_task
+def apply_maintenance_windows() -> dict[str, int]:
+    """On the beat: drain the nodes of windows about to start, resume those of windows that ended."""
+    return asdict(maintenance.apply_windows())

@@ -168,6 +168,7 @@ CELERY_BEAT_SCHEDULE = {
     "expire-api-tokens": {"task": "portal.tasks.expire_api_tokens", "schedule": crontab(minute=17)},
     "sync-clusters": {"task": "clusters.tasks.sync_due_clusters", "schedule": 30.0},
     "check-cluster-health": {"task": "clusters.tasks.check_all_health", "schedule": 60.0},
+    "maintenance-windows": {"task": "clusters.tasks.apply_maintenance_windows", "schedule": 60.0},
 }
 
 # --- Authentication -------------------------------------------------------------------------------------

@@ -1,0 +1,238 @@
+"""Cluster pages for the admins and on-call: the clusters, one cluster, its live view, one node with its
+drain and resume forms. Thin: every lookup through ``for_user`` (another organization's cluster is a 404),
+every change through ``clusters.actions``; an invalid form is answered with 400 and its errors beside
+their fields, a user who may see but not change a node gets 403."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.db.models import Count, Sum
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from clusters import actions
+from clusters.filters import NodeFilter
+from clusters.forms import ReasonForm
+from clusters.live import ALLOCATION_STEPS, MARKED_STATES, UNHEALTHY, live_view
+from clusters.models import AcceleratorType, Cluster, Drain, HealthCheckResult, Node
+from portal.forms import apply_errors
+from portal.tenancy import Action, can
+from portal.types import AuthenticatedHttpRequest
+
+BAD_REQUEST = 400
+NODES_PER_PAGE = 50
+RECENT_DRAINS = 10
+HEALTH_HISTORY = 50
+#: Option names whose values are never shown, in case a secret was put in the options by mistake
+#: (credentials belong in the encrypted credentials, which are never shown at all).
+SECRET_OPTION = re.compile(r"secret|password|passwd|token|credential|private|api_?key", re.IGNORECASE)
+
+
+def _visible_cluster(request: AuthenticatedHttpRequest, pk: int) -> Cluster:
+    cluster: Cluster = get_object_or_404(Cluster.objects.for_user(request.user, Action.VIEW), pk=pk)
+    return cluster
+
+
+def _visible_node(request: AuthenticatedHttpRequest, pk: int) -> Node:
+    scoped = Node.objects.for_user(request.user, Action.VIEW).select_related("cluster", "accelerator")
+    node: Node = get_object_or_404(scoped, pk=pk)
+    return node
+
+
+# --- Clusters -------------------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def cluster_list(request: AuthenticatedHttpRequest) -> HttpResponse:
+    clusters = list(Cluster.objects.for_user(request.user, Action.VIEW).select_related("organization"))
+    # Node counts and accelerators per cluster and state, in one grouped query for all clusters.
+    counts: dict[int, dict[str, int]] = defaultdict(dict)
+    totals: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])
+    grouped = (
+        Node.objects.for_user(request.user, Action.VIEW)
+        .filter(cluster__in=[c.pk for c in clusters], present=True)
+        .order_by()
+        .values_list("cluster_id", "state")
+        .annotate(nodes=Count("pk"), used=Sum("accelerators_used"), total=Sum("accelerators"))
+    )
+    for cluster_id, state, nodes, used, total in grouped:
+        counts[cluster_id][state] = nodes
+        totals[cluster_id][0] += nodes
+        totals[cluster_id][1] += used or 0
+        totals[cluster_id][2] += total or 0
+    rows = []
+    for cluster in clusters:
+        by_state = counts.get(cluster.pk, {})
+        nodes, used, total = totals.get(cluster.pk, [0, 0, 0])
+        rows.append(
+            {
+                "cluster": cluster,
+                "states": [(state, label, by_state[state]) for state, label in Node.State.choices if state in by_state],
+                "nodes": nodes,
+                "used": used,
+                "total": total,
+                "percent": round(100 * used / total) if total else 0,
+            }
+        )
+    return render(request, "clusters/cluster_list.html", {"rows": rows})
+
+
+def _shown_options(options: Any) -> list[tuple[str, str]]:
+    if not isinstance(options, dict):
+        return []
+    return [
+        (str(key), "(hidden)" if SECRET_OPTION.search(str(key)) else str(value))
+        for key, value in sorted(options.items())
+    ]
+
+
+@login_required
+@require_GET
+def cluster_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    cluster = _visible_cluster(request, pk)
+    nodes = (
+        Node.objects.for_user(request.user, Action.VIEW)
+        .filter(cluster=cluster)
+        .select_related("accelerator")
+        .order_by("name")
+    )
+    filterset = NodeFilter(request.GET, queryset=nodes)
+    status = 200
+    if filterset.is_valid():
+        page = Paginator(filterset.qs, NODES_PER_PAGE).get_page(request.GET.get("page"))
+    else:
+        status = BAD_REQUEST
+        page = Paginator(nodes.none(), NODES_PER_PAGE).get_page(1)
+    query = request.GET.copy()
+    query.pop("page", None)
+    accelerator_types = (
+        AcceleratorType.objects.for_user(request.user, Action.VIEW)
+        .filter(node__cluster=cluster, node__present=True)
+        .annotate(nodes=Count("node"), total=Sum("node__accelerators"), used=Sum("node__accelerators_used"))
+        .order_by("name")
+    )
+    drains = (
+        Drain.objects.for_user(request.user, Action.VIEW)
+        .filter(node__cluster=cluster)
+        .select_related("node", "requested_by")[:RECENT_DRAINS]
+    )
+    context = {
+        "cluster": cluster,
+        "options": _shown_options(cluster.options),
+        "accelerator_types": accelerator_types,
+        "filter": filterset,
+        "page": page,
+        "query": query.urlencode(),
+        "drains": drains,
+    }
+    return render(request, "clusters/cluster_detail.html", context, status=status)
+
+
+# --- Live view ------------------------------------------------------------------------------------------
+
+
+def _live_context(request: AuthenticatedHttpRequest, cluster: Cluster) -> dict[str, Any]:
+    # Tiles link to their node as this prefix and the node's id: no reverse() per tile.
+    node_url = reverse("node-detail", kwargs={"pk": 0}).removesuffix("0/")
+    return {
+        "cluster": cluster,
+        "live": live_view(request.user, cluster, node_url),
+        "now": timezone.now(),
+    }
+
+
+@login_required
+@require_GET
+def cluster_live(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    cluster = _visible_cluster(request, pk)
+    context = _live_context(request, cluster)
+    context["allocation_steps"] = ALLOCATION_STEPS
+    context["marks"] = [(state, Node.State(state).label) for state in MARKED_STATES]
+    context["unhealthy_mark"] = UNHEALTHY
+    return render(request, "clusters/cluster_live.html", context)
+
+
+@login_required
+@require_GET
+def cluster_live_tiles(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    """The live view's tiles alone: what the page polls (htmx swaps it in place)."""
+    cluster = _visible_cluster(request, pk)
+    return render(request, "clusters/_live_tiles.html", _live_context(request, cluster))
+
+
+# --- Nodes ----------------------------------------------------------------------------------------------
+
+
+def _render_node(request: AuthenticatedHttpRequest, node: Node, status: int = 200, **forms: Any) -> HttpResponse:
+    context = {
+        "node": node,
+        "cluster": node.cluster,
+        "levels": [(level, node.topology.get(level, "")) for level in node.cluster.levels or []],
+        "health": HealthCheckResult.objects.for_user(request.user, Action.VIEW).filter(node=node)[:HEALTH_HISTORY],
+        "drains": Drain.objects.for_user(request.user, Action.VIEW).filter(node=node).select_related("requested_by"),
+        "can_change": can(request.user, Action.CHANGE, node),
+        # A form with errors is shown whatever the state, so its errors are seen.
+        "may_drain": "drain_form" in forms or node.state not in (Node.State.DRAINING, Node.State.DRAINED),
+        "may_resume": "resume_form" in forms
+        or node.state in (Node.State.CORDONED, Node.State.DRAINING, Node.State.DRAINED),
+        "drain_form": forms.get("drain_form") or ReasonForm(auto_id="drain_%s"),
+        "resume_form": forms.get("resume_form") or ReasonForm(auto_id="resume_%s"),
+    }
+    return render(request, "clusters/node_detail.html", context, status=status)
+
+
+@login_required
+@require_GET
+def node_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    return _render_node(request, _visible_node(request, pk))
+
+
+def _authorize_change(request: AuthenticatedHttpRequest, node: Node) -> None:
+    # Asked before the form is read, so a user who may not change the node gets 403 whatever they sent.
+    if not can(request.user, Action.CHANGE, node):
+        raise PermissionDenied(f"Only admins of {node.cluster.organization} drain and resume its nodes.")
+
+
+@login_required
+@require_POST
+def node_drain(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    node = _visible_node(request, pk)
+    _authorize_change(request, node)
+    form = ReasonForm(request.POST, auto_id="drain_%s")
+    if form.is_valid():
+        try:
+            actions.drain_node(request.user, node, form.cleaned_data["reason"], request=request)
+        except ValidationError as exc:
+            apply_errors(form, exc)
+        else:
+            messages.success(request, f"{node.name} is {node.get_state_display().lower()}.")
+            return redirect("node-detail", pk=node.pk)
+    return _render_node(request, node, BAD_REQUEST, drain_form=form)
+
+
+@login_required
+@require_POST
+def node_resume(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    node = _visible_node(request, pk)
+    _authorize_change(request, node)
+    form = ReasonForm(request.POST, auto_id="resume_%s")
+    if form.is_valid():
+        try:
+            actions.resume_node(request.user, node, form.cleaned_data["reason"], request=request)
+        except ValidationError as exc:
+            apply_errors(form, exc)
+        else:
+            messages.success(request, f"{node.name} is back in service.")
+            return redirect("node-detail", pk=node.pk)
+    return _render_node(request, node, BAD_REQUEST, resume_form=form)

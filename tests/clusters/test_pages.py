@@ -1,0 +1,381 @@
+"""The cluster pages: list, detail, live view, node detail with its drain and resume forms.
+
+Every member of the organization views its clusters, only its admins drain and resume; another
+organization's cluster or node is a 404; a form with bad input is a 400 with the field named and nothing
+changed; the list and live pages keep to a query budget however many clusters and nodes there are.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from clusters import sync
+from clusters.demo import seed_demo_fleet, sync_demo_fleet
+from clusters.live import allocation_class
+from clusters.models import Cluster, Drain, HealthCheckResult, Node
+from portal.models import AuditLog
+from tests.conftest import World
+
+MEMBERS = ["alice", "lena", "fiona", "adam"]
+
+
+@pytest.fixture
+def fleet(world: World, settings: Any, tmp_path: Path) -> dict[str, Cluster]:
+    """The demo fleet synced (64 H100 nodes in IB blocks and racks, 32 A100, 16 TPU hosts), and one small
+    cluster of the rival organization."""
+    settings.VAR_DIR = tmp_path
+    seed_demo_fleet(world.org)
+    sync_demo_fleet(world.org)
+    rival = Cluster.objects.create(
+        organization=world.other_org,
+        name="Rival secret cluster",
+        slug="rival",
+        kind=Cluster.Kind.SIMULATED,
+        endpoint="sim://rival-pages",
+        region="mars-1",
+        levels=["rack"],
+        options={"profile": "a100-slurm", "nodes": 8},
+    )
+    assert sync.sync_cluster(rival.pk).ok
+    return {c.slug: c for c in Cluster.objects.all()}
+
+
+def signed_in(world: World, username: str) -> Client:
+    client = Client()
+    client.force_login(world.users[username])
+    return client
+
+
+def h100(name: str = "h100-00005") -> Node:
+    return Node.objects.get(cluster__slug="onprem-h100", cluster__organization__slug="demo", name=name)
+
+
+def pages(cluster: Cluster, node: Node) -> list[str]:
+    return [
+        "/clusters/",
+        f"/clusters/{cluster.pk}/",
+        f"/clusters/{cluster.pk}/live/",
+        f"/clusters/{cluster.pk}/live/tiles/",
+        f"/clusters/nodes/{node.pk}/",
+    ]
+
+
+def unchanged(node: Node) -> tuple[Any, ...]:
+    node.refresh_from_db()
+    return node.state, Drain.objects.count(), AuditLog.objects.count()
+
+
+# --- Who sees what --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("username", MEMBERS)
+def test_every_member_of_the_organization_sees_every_page(world: World, fleet: dict[str, Cluster], username: str):
+    client = signed_in(world, username)
+    for path in pages(fleet["onprem-h100"], h100()):
+        assert client.get(path).status_code == 200, path
+
+
+def test_anonymous_is_sent_to_sign_in(world: World, fleet: dict[str, Cluster]):
+    for path in pages(fleet["onprem-h100"], h100()):
+        response = Client().get(path)
+        assert response.status_code == 302
+        assert response["Location"] == f"/login/?next={path}"
+
+
+def test_another_organizations_clusters_and_nodes_are_404(world: World, fleet: dict[str, Cluster]):
+    mallory = signed_in(world, "mallory")  # admin of Rival Labs
+    for path in pages(fleet["onprem-h100"], h100())[1:]:
+        assert mallory.get(path).status_code == 404, path
+    listed = mallory.get("/clusters/").content.decode()
+    assert "Rival secret cluster" in listed
+    assert "On-prem H100" not in listed
+
+    rival_node = Node.objects.filter(cluster=fleet["rival"]).first()
+    assert rival_node is not None
+    adam = signed_in(world, "adam")
+    for path in pages(fleet["rival"], rival_node)[1:]:
+        assert adam.get(path).status_code == 404, path
+    assert "Rival secret cluster" not in adam.get("/clusters/").content.decode()
+
+
+def test_posts_against_another_organizations_node_are_404_and_change_nothing(world: World, fleet: dict[str, Cluster]):
+    node = h100()
+    mallory = signed_in(world, "mallory")  # (signing in is audited too)
+    before = unchanged(node)
+    assert mallory.post(f"/clusters/nodes/{node.pk}/drain/", {"reason": "mine now"}).status_code == 404
+    assert mallory.post(f"/clusters/nodes/{node.pk}/resume/", {"reason": "mine now"}).status_code == 404
+    assert unchanged(node) == before
+
+
+# --- The clusters list ----------------------------------------------------------------------------------
+
+
+def test_list_shows_status_sync_nodes_by_state_and_accelerators(world: World, fleet: dict[str, Cluster]):
+    Node.objects.filter(pk=h100().pk).update(state=Node.State.DOWN)
+    Cluster.objects.filter(pk=fleet["tpu-v5p"].pk).update(
+        status=Cluster.Status.DEGRADED, last_error="TPU API: 503 Service Unavailable (try again)"
+    )
+    response = signed_in(world, "alice").get("/clusters/")
+    body = response.content.decode()
+    for name in ("On-prem H100", "A100 Slurm partition", "Cloud TPU v5p"):
+        assert name in body
+    assert "Degraded" in body
+    assert "TPU API: 503 Service Unavailable (try again)" in body
+    assert "ago" in body  # last sync, relative
+    assert "63 schedulable" in body
+    assert "1 down" in body
+    rows = {row["cluster"].slug: row for row in response.context["rows"]}
+    expected = {
+        slug: (
+            sum(n.accelerators_used for n in Node.objects.filter(cluster=cluster)),
+            sum(n.accelerators for n in Node.objects.filter(cluster=cluster)),
+        )
+        for slug, cluster in fleet.items()
+        if slug != "rival"
+    }
+    assert {slug: (row["used"], row["total"]) for slug, row in rows.items()} == expected
+    assert rows["onprem-h100"]["total"] == 64 * 8
+    assert rows["onprem-h100"]["nodes"] == 64
+
+
+def test_list_keeps_to_its_query_budget_whatever_the_number_of_clusters(
+    world: World, fleet: dict[str, Cluster], django_assert_max_num_queries: Any
+):
+    client = signed_in(world, "adam")
+    client.get("/clusters/")  # the session is read once
+    with django_assert_max_num_queries(5):
+        assert client.get("/clusters/").status_code == 200
+    for i in range(5):
+        Cluster.objects.create(
+            organization=world.org, name=f"Extra {i}", slug=f"extra-{i}", kind=Cluster.Kind.SIMULATED, region="x"
+        )
+    with django_assert_max_num_queries(5):
+        assert "Extra 4" in client.get("/clusters/").content.decode()
+
+
+# --- One cluster ----------------------------------------------------------------------------------------
+
+
+def test_detail_shows_sync_options_and_accelerators_but_never_credentials(world: World, fleet: dict[str, Cluster]):
+    cluster = fleet["slurm-a100"]
+    cluster.set_credentials({"token": "s3cr3t-jwt-value"})
+    cluster.options = {**cluster.options, "api_token": "leaked-into-options"}
+    cluster.save()
+    body = signed_in(world, "adam").get(f"/clusters/{cluster.pk}/").content.decode()
+    assert "credentials set" in body
+    assert "s3cr3t-jwt-value" not in body
+    assert "leaked-into-options" not in body
+    assert "a100-slurm" in body  # the other options are shown
+    assert "A100-SXM-40GB" in body
+    assert "Healthy" in body
+    no_credentials = signed_in(world, "adam").get(f"/clusters/{fleet['tpu-v5p'].pk}/").content.decode()
+    assert 'data-testid="credentials">none<' in no_credentials
+
+
+def test_detail_pages_filters_and_searches_nodes(world: World, fleet: dict[str, Cluster]):
+    cluster = fleet["onprem-h100"]
+    client = signed_in(world, "alice")
+    first = client.get(f"/clusters/{cluster.pk}/")
+    assert first.context["page"].paginator.count == 64
+    assert len(first.context["page"]) == 50
+    assert len(client.get(f"/clusters/{cluster.pk}/?page=2").context["page"]) == 14
+
+    Node.objects.filter(pk=h100("h100-00012").pk).update(state=Node.State.CORDONED)
+    cordoned = client.get(f"/clusters/{cluster.pk}/?state=cordoned")
+    assert [n.name for n in cordoned.context["page"]] == ["h100-00012"]
+    searched = client.get(f"/clusters/{cluster.pk}/?q=h100-0001")
+    assert [n.name for n in searched.context["page"]] == [f"h100-{i:05d}" for i in range(10, 20)]
+
+    bad = client.get(f"/clusters/{cluster.pk}/?state=exploded")
+    assert bad.status_code == 400
+    assert "state" in bad.context["filter"].errors
+
+
+def test_detail_lists_recent_drains(world: World, fleet: dict[str, Cluster]):
+    node = h100()
+    adam = signed_in(world, "adam")
+    adam.post(f"/clusters/nodes/{node.pk}/drain/", {"reason": "GPU 3 fell off the bus"})
+    body = adam.get(f"/clusters/{fleet['onprem-h100'].pk}/").content.decode()
+    assert "GPU 3 fell off the bus" in body
+    assert "h100-00005" in body
+
+
+# --- The live view --------------------------------------------------------------------------------------
+
+
+def test_live_view_groups_nodes_by_topology_and_marks_their_state(world: World, fleet: dict[str, Cluster]):
+    cluster = fleet["onprem-h100"]
+    Node.objects.filter(pk=h100("h100-00001").pk).update(state=Node.State.DRAINED)
+    Node.objects.filter(pk=h100("h100-00002").pk).update(state=Node.State.DOWN, healthy=False)
+    response = signed_in(world, "alice").get(f"/clusters/{cluster.pk}/live/")
+    live = response.context["live"]
+    # 64 nodes: 2 InfiniBand blocks of 8 racks of 4.
+    assert [s.path for s in live.sections] == ["ib_block ib-block-000", "ib_block ib-block-001"]
+    assert [len(s.domains) for s in live.sections] == [8, 8]
+    assert live.sections[0].domains[0].name == "rack-000"
+    assert all(len(d.tiles) == 4 for s in live.sections for d in s.domains)
+    assert live.nodes == 64
+    assert live.states == {"schedulable": 62, "drained": 1, "down": 1}
+    body = response.content.decode()
+    assert body.count('class="t ') == 64 + 6 + 4 + 1  # the tiles, then the legend's samples
+    assert body.count('data-domain="rack-') == 16
+    assert f'href="/clusters/nodes/{h100("h100-00001").pk}/"' in body
+    assert 'drained" href=' in body
+    assert "h100-00002: " in body
+    assert "down sick" in body
+    # It polls its partial, only while the tab is visible.
+    assert f'hx-get="/clusters/{cluster.pk}/live/tiles/"' in body
+    assert "every 5s [document.visibilityState === 'visible']" in body
+    assert "vendor/htmx/htmx.min.js" in body
+
+
+def test_live_partial_is_the_tiles_alone(world: World, fleet: dict[str, Cluster]):
+    cluster = fleet["tpu-v5p"]
+    body = signed_in(world, "fiona").get(f"/clusters/{cluster.pk}/live/tiles/").content.decode()
+    assert "<html" not in body
+    assert body.count('data-domain="slice-') == 4
+    assert body.count('class="t ') == 16
+
+
+def test_live_view_escapes_names(world: World, fleet: dict[str, Cluster]):
+    cluster = fleet["slurm-a100"]
+    Node.objects.create(
+        cluster=cluster, name='<script>alert("n")</script>', accelerators=8, topology={"rack": "<b>rack</b>"}
+    )
+    body = signed_in(world, "adam").get(f"/clusters/{cluster.pk}/live/").content.decode()
+    assert "<script>alert" not in body
+    assert "&lt;script&gt;alert(&quot;n&quot;)&lt;/script&gt;" in body
+    assert "<b>rack</b>" not in body
+    assert "&lt;b&gt;rack&lt;/b&gt;" in body
+
+
+def test_live_view_keeps_to_its_query_budget(
+    world: World, fleet: dict[str, Cluster], django_assert_max_num_queries: Any
+):
+    client = signed_in(world, "adam")
+    cluster = fleet["onprem-h100"]
+    client.get(f"/clusters/{cluster.pk}/live/")
+    with django_assert_max_num_queries(5):
+        assert client.get(f"/clusters/{cluster.pk}/live/").status_code == 200
+    with django_assert_max_num_queries(5):
+        assert client.get(f"/clusters/{cluster.pk}/live/tiles/").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("used", "total", "step"),
+    [(0, 8, "a0"), (1, 8, "a1"), (2, 8, "a1"), (3, 8, "a2"), (4, 8, "a2"), (6, 8, "a3"), (7, 8, "a4"), (8, 8, "a4"),
+     (0, 0, "an")],
+)  # fmt: skip
+def test_tiles_are_coloured_by_the_share_of_accelerators_in_use(used: int, total: int, step: str):
+    assert allocation_class(used, total) == step
+
+
+# --- One node: drain and resume -------------------------------------------------------------------------
+
+
+def test_node_detail_shows_capacity_topology_health_newest_first(world: World, fleet: dict[str, Cluster]):
+    node = h100()
+    now = timezone.now()
+    HealthCheckResult.objects.create(
+        node=node, name="gpu_ecc", ok=True, source="probe", observed_at=now - timedelta(hours=1)
+    )
+    HealthCheckResult.objects.create(
+        node=node, name="gpu_xid", ok=False, message="Xid 79", source="probe", observed_at=now
+    )
+    response = signed_in(world, "alice").get(f"/clusters/nodes/{node.pk}/")
+    assert [h.name for h in response.context["health"]] == ["gpu_xid", "gpu_ecc"]
+    body = response.content.decode()
+    assert "Xid 79" in body
+    assert "H100-SXM-80GB" in body
+    assert "ib-block-000" in body
+    assert "rack-001" in body
+    # A researcher sees no forms.
+    assert 'data-testid="drain-form"' not in body
+    assert 'data-testid="resume-form"' not in body
+
+
+def test_admin_drains_a_node_through_the_form(
+    world: World, fleet: dict[str, Cluster], django_capture_on_commit_callbacks: Any
+):
+    node = h100()
+    adam = signed_in(world, "adam")
+    assert 'data-testid="drain-form"' in adam.get(f"/clusters/nodes/{node.pk}/").content.decode()
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        response = adam.post(f"/clusters/nodes/{node.pk}/drain/", {"reason": "  ECC errors on GPU 2  "})
+    assert response.status_code == 302
+    assert response["Location"] == f"/clusters/nodes/{node.pk}/"
+    node.refresh_from_db()
+    assert node.state == Node.State.DRAINING
+    drain = Drain.objects.get(node=node)
+    assert (drain.reason, drain.requested_by, drain.state) == ("ECC errors on GPU 2", world.users["adam"], "draining")
+    entry = AuditLog.objects.get(action="node.drained")
+    assert (entry.actor, entry.reason, entry.target_repr) == (world.users["adam"], "ECC errors on GPU 2", node.name)
+    assert entry.ip_address == "127.0.0.1"
+    # Once committed the cluster is told (the task runs eagerly here) and the node is drained.
+    for callback in callbacks:
+        callback()
+    node.refresh_from_db()
+    assert node.state == Node.State.DRAINED
+    page = adam.get(f"/clusters/nodes/{node.pk}/").content.decode()
+    assert "ECC errors on GPU 2" in page
+    assert 'data-testid="drain-form"' not in page
+    assert 'data-testid="resume-form"' in page
+
+
+def test_admin_resumes_a_drained_node(world: World, fleet: dict[str, Cluster]):
+    node = h100()
+    adam = signed_in(world, "adam")
+    adam.post(f"/clusters/nodes/{node.pk}/drain/", {"reason": "reseat the cables"})
+    response = adam.post(f"/clusters/nodes/{node.pk}/resume/", {"reason": "cables reseated, burn-in passed"})
+    assert response.status_code == 302
+    node.refresh_from_db()
+    assert node.state == Node.State.SCHEDULABLE
+    assert Drain.objects.get(node=node).state == Drain.State.RESUMED
+    assert AuditLog.objects.get(action="node.resumed").reason == "cables reseated, burn-in passed"
+
+
+@pytest.mark.parametrize("username", ["alice", "lena", "fiona"])
+def test_who_may_not_change_gets_403_and_nothing_changes(world: World, fleet: dict[str, Cluster], username: str):
+    node = h100()
+    client = signed_in(world, username)
+    body = client.get(f"/clusters/nodes/{node.pk}/").content.decode()
+    assert 'data-testid="drain-form"' not in body
+    before = unchanged(node)
+    assert client.post(f"/clusters/nodes/{node.pk}/drain/", {"reason": "I want it"}).status_code == 403
+    assert client.post(f"/clusters/nodes/{node.pk}/drain/", {"reason": ""}).status_code == 403
+    assert client.post(f"/clusters/nodes/{node.pk}/resume/", {"reason": "I want it"}).status_code == 403
+    assert unchanged(node) == before
+
+
+@pytest.mark.parametrize("reason", ["", "   ", "x" * 2001])
+def test_a_bad_reason_is_400_naming_the_field_and_changes_nothing(world: World, fleet: dict[str, Cluster], reason: str):
+    node = h100()
+    adam = signed_in(world, "adam")
+    before = unchanged(node)
+    response = adam.post(f"/clusters/nodes/{node.pk}/drain/", {"reason": reason})
+    assert response.status_code == 400
+    assert "reason" in response.context["drain_form"].errors
+    body = response.content.decode()
+    assert 'class="field invalid"' in body
+    assert 'id="drain_reason"' in body
+    assert unchanged(node) == before
+
+
+def test_draining_twice_is_400_with_the_reason_and_changes_nothing(world: World, fleet: dict[str, Cluster]):
+    node = h100()
+    adam = signed_in(world, "adam")
+    adam.post(f"/clusters/nodes/{node.pk}/drain/", {"reason": "first"})
+    before = unchanged(node)
+    response = adam.post(f"/clusters/nodes/{node.pk}/drain/", {"reason": "second"})
+    assert response.status_code == 400
+    assert "h100-00005 is already draining." in response.content.decode()
+    assert unchanged(node) == before
+    resumed = adam.post(f"/clusters/nodes/{h100('h100-00006').pk}/resume/", {"reason": "nothing to resume"})
+    assert resumed.status_code == 400
+    assert "not drained" in resumed.content.decode()
