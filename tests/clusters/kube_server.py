@@ -16,6 +16,8 @@ error bodies (``kind: Status, apiVersion: v1, status: Failure, reason, code, mes
 - ``POST``/``GET /apis/batch/v1/namespaces/{ns}/jobs``, ``GET``/``DELETE .../jobs/{name}``: 201, 409
   AlreadyExists, 404 NotFound, 422 Invalid for a bad name; DELETE records ``propagationPolicy`` and, unless
   it is ``Orphan``, removes the Job's pods (what the garbage collector would do);
+- ``GET /apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases``: the kubelets' heartbeats (403 when
+  ``forbid_leases``);
 - bearer tokens: a wrong or missing one is 401; a read-only one is 403 on anything but GET.
 
 No controllers run: tests move Jobs along by editing ``server.jobs`` under ``server.lock``. Every request is
@@ -136,6 +138,9 @@ class KubeServer:
         self.nodes: dict[str, dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.pdbs: dict[tuple[str, str], dict[str, Any]] = {}
+        #: Node leases in kube-node-lease, by node name; ``forbid_leases`` answers 403 to listing them.
+        self.leases: dict[str, dict[str, Any]] = {}
+        self.forbid_leases = False
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.requests: list[tuple[str, str, str, Any]] = []
         self.deleted_jobs: list[dict[str, Any]] = []
@@ -326,6 +331,20 @@ class KubeServer:
         self.jobs[(namespace, name)] = body
         return 201, body
 
+    def list_leases(self, namespace: str, query: dict[str, str], **_: Any) -> tuple[int, Any]:
+        if self.forbid_leases:
+            raise ApiError(
+                403,
+                "Forbidden",
+                'leases.coordination.k8s.io is forbidden: User "system:serviceaccount:quartermaster:qm" cannot '
+                f'list resource "leases" in API group "coordination.k8s.io" in the namespace "{namespace}"',
+                {"group": "coordination.k8s.io", "kind": "leases"},
+            )
+        items = [self.leases[n] for n in sorted(self.leases)] if namespace == "kube-node-lease" else []
+        page = self._page("LeaseList", items, query)
+        page["apiVersion"] = "coordination.k8s.io/v1"
+        return 200, page
+
     def list_jobs(self, namespace: str, **_: Any) -> tuple[int, Any]:
         items = [job for (ns, _name), job in sorted(self.jobs.items()) if ns == namespace]
         meta = {"resourceVersion": str(self.resource_version)}
@@ -374,6 +393,7 @@ def _timestamp(when: datetime) -> str:
 
 CORE = "/api/v1"
 BATCH = "/apis/batch/v1/namespaces/(?P<namespace>[^/]+)/jobs"
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/(?P<namespace>[^/]+)/leases"
 ROUTES: list[tuple[re.Pattern[str], dict[str, Callable[..., tuple[int, Any]]]]] = [
     (re.compile(f"{CORE}/nodes"), {"GET": KubeServer.list_nodes}),
     (re.compile(f"{CORE}/nodes/(?P<name>[^/]+)"), {"GET": KubeServer.get_node, "PATCH": KubeServer.patch_node}),
@@ -381,6 +401,10 @@ ROUTES: list[tuple[re.Pattern[str], dict[str, Callable[..., tuple[int, Any]]]]] 
     (re.compile(f"{CORE}/namespaces/(?P<namespace>[^/]+)/pods"), {"GET": KubeServer.list_pods}),
     (re.compile(f"{CORE}/namespaces/(?P<namespace>[^/]+)/pods/(?P<name>[^/]+)/eviction"), {"POST": KubeServer.evict}),
     (re.compile(BATCH), {"GET": KubeServer.list_jobs, "POST": KubeServer.create_job}),
+    (
+        re.compile("/apis/coordination.k8s.io/v1/namespaces/(?P<namespace>[^/]+)/leases"),
+        {"GET": KubeServer.list_leases},
+    ),
     (re.compile(f"{BATCH}/(?P<name>[^/]+)"), {"GET": KubeServer.get_job, "DELETE": KubeServer.delete_job}),
 ]
 
@@ -465,7 +489,8 @@ def seed_fleet(kube: KubeServer, now: datetime) -> None:
       old, under memory pressure;
     - ``cpu-a`` (no accelerators, decimal memory ``128G``); ``tpu-a`` (4 TPU v5p chips, capacity only).
     """
-    fresh, stale = now - timedelta(seconds=20), now - timedelta(hours=1)
+    # A kubelet renews its Lease every ~10 s but rewrites an unchanged status only every 5 minutes.
+    fresh, stale = now - timedelta(minutes=4), now - timedelta(hours=1)
     h100 = {
         "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
         "nvidia.com/gpu.count": "8",
@@ -634,6 +659,19 @@ def add_node(
     }
     kube.nodes[name] = node
     kube._bump(node)
+    renewed = heartbeat if ready[0] != "True" else datetime.now(UTC) - timedelta(seconds=5)
+    kube.leases[name] = {
+        "metadata": {
+            "name": name,
+            "namespace": "kube-node-lease",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": f"u-{name}"}],
+        },
+        "spec": {
+            "holderIdentity": name,
+            "leaseDurationSeconds": 40,
+            "renewTime": renewed.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),  # a MicroTime
+        },
+    }
 
 
 def add_pod(

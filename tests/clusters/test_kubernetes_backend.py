@@ -410,6 +410,27 @@ def test_health_signals(kube):
     assert failing == [("a100-a", "heartbeat"), ("a100-a", "memory_pressure"), ("a100-a", "ready")]
 
 
+def test_heartbeat_is_the_node_lease_when_readable(kube):
+    nodes = {node.name: node for node in backend(kube).inventory().nodes}
+    now = datetime.now(UTC)
+    assert now - nodes["h100-a"].heartbeat < timedelta(minutes=1)  # the Lease, not the 4-minute-old condition
+    assert now - nodes["a100-a"].heartbeat > timedelta(minutes=59)  # its kubelet is gone: both are old
+
+    kube.forbid_leases = True  # a token that may not list leases: the Ready condition, and no error
+    nodes = {node.name: node for node in backend(kube).inventory().nodes}
+    assert timedelta(minutes=3) < now - nodes["h100-a"].heartbeat < timedelta(minutes=5)
+    signals = {(s.node, s.check): s for s in backend(kube).health()}
+    assert signals[("h100-a", "heartbeat")].ok  # 4 minutes is normal without a Lease
+    assert not signals[("a100-a", "heartbeat")].ok
+
+
+def test_a_stale_lease_is_a_failing_heartbeat(kube):
+    kube.leases["cpu-a"]["spec"]["renewTime"] = "2026-01-01T00:00:00.000000Z"
+    signals = {(s.node, s.check): s for s in backend(kube, heartbeat_stale_seconds=60).health()}
+    assert not signals[("cpu-a", "heartbeat")].ok  # its Ready condition (4 minutes) is newer, and still too old
+    assert signals[("h100-a", "heartbeat")].ok
+
+
 def test_unknown_ready_is_unhealthy(kube):
     for condition in kube.nodes["cpu-a"]["status"]["conditions"]:
         if condition["type"] == "Ready":

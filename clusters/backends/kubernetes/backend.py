@@ -8,15 +8,17 @@ Configuration:
   Jobs are created suspended in the LocalQueue ``JobSpec.queue`` and Kueue admits them;
 - ``options["accelerator_resource"]`` (``nvidia.com/gpu``): what a worker's accelerators are requested as;
   ``zone_label``/``block_label``/``rack_label`` and ``accelerator_resources``: see ``nodes.py``;
-- ``options["heartbeat_stale_seconds"]`` (600): a kubelet refreshes its Ready condition at least every
-  five minutes (``nodeStatusReportFrequency``), so anything much older means it stopped reporting.
+- ``options["heartbeat_stale_seconds"]`` (120): how old a node's heartbeat may be. The heartbeat is its Lease
+  in ``kube-node-lease``, renewed every ~10 s; a token that may not list leases leaves the Ready condition's
+  ``lastHeartbeatTime``, refreshed only every five minutes while nothing changes, and five minutes more are
+  allowed.
 
 A job's ``backend_id`` is its Job's name (``jobs.job_name``), in ``options["namespace"]``. ``JobSpec.script``
 (for Slurm) and ``spot`` mean nothing here: the container runs ``command`` (else its image's entrypoint), and
 whether capacity is spot is a property of the nodes the job was placed on.
 
-The service account needs, cluster-wide: nodes get/list/patch, pods list, pods/eviction create; in the
-namespace: jobs create/get/delete.
+The service account needs, cluster-wide: nodes get/list/patch, pods list, pods/eviction create; leases list in
+``kube-node-lease`` (optional, for prompt heartbeats); in the namespace: jobs create/get/delete.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from clusters.backends.kubernetes.nodes import NodeLabels, health_signals, node_
 CORDON_REASON_ANNOTATION = "quartermaster.io/cordon-reason"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+NODE_LEASE_NAMESPACE = "kube-node-lease"
 PAGE = 500  # objects per list call; large clusters page through ``continue``
 
 
@@ -166,17 +169,45 @@ class KubernetesBackend(Backend):
         )
         infos: list[NodeInfo] = []
         models: dict[str, AcceleratorInfo] = {}
+        leases = self._leases()
         for node in nodes:
-            info, accelerator = node_info(node, labels_used, usage.get(node.metadata.name if node.metadata else ""))
+            name = node.metadata.name if node.metadata else ""
+            info, accelerator = node_info(node, labels_used, usage.get(name), leases.get(name))
             infos.append(info)
             if accelerator is not None:
                 models.setdefault(accelerator.model, accelerator)
         return Inventory(nodes=tuple(infos), accelerators=tuple(models.values()))
 
     def health(self) -> tuple[HealthSignal, ...]:
-        stale_after = timedelta(seconds=self._seconds("heartbeat_stale_seconds", 600))
+        stale_after = timedelta(seconds=self._seconds("heartbeat_stale_seconds", 120))
+        nodes, leases = self._nodes(), self._leases()
         now = datetime.now(UTC)
-        return tuple(signal for node in self._nodes() for signal in health_signals(node, now, stale_after))
+        return tuple(
+            signal
+            for node in nodes
+            for signal in health_signals(
+                node, now, stale_after, leases.get(node.metadata.name if node.metadata else "")
+            )
+        )
+
+    def _leases(self) -> dict[str, datetime]:
+        """When each node's kubelet last renewed its Lease: the heartbeat, every ~10 s. A token that may not read
+        ``kube-node-lease`` (or a cluster without it) leaves only the slower Ready condition; that is no error."""
+        try:
+            leases = self._list_pages(
+                client.CoordinationV1Api(self._client()).list_namespaced_lease,
+                "listing node leases",
+                namespace=NODE_LEASE_NAMESPACE,
+            )
+        except (AuthenticationFailed, NotFound) as e:
+            if isinstance(e.__cause__, ApiException) and e.__cause__.status in (403, 404):
+                return {}
+            raise  # 401: the token itself is refused
+        return {
+            lease.metadata.name: lease.spec.renew_time
+            for lease in leases
+            if lease.metadata is not None and lease.spec is not None and lease.spec.renew_time is not None
+        }
 
     def _nodes(self) -> list[Any]:
         return self._list_pages(self._core().list_node, "listing nodes")

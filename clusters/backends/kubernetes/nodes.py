@@ -190,8 +190,11 @@ def _pod_requests(spec: Any, accelerator_resources: Sequence[str], where: str) -
     return plus(larger(running, largest_init), amounts(spec.overhead, "overhead"))
 
 
-def node_info(node: Any, labels_used: NodeLabels, used: Usage | None = None) -> tuple[NodeInfo, AcceleratorInfo | None]:
-    """One ``V1Node`` as ``NodeInfo``, with the accelerator model it offers (None without accelerators)."""
+def node_info(
+    node: Any, labels_used: NodeLabels, used: Usage | None = None, lease: datetime | None = None
+) -> tuple[NodeInfo, AcceleratorInfo | None]:
+    """One ``V1Node`` as ``NodeInfo``, with the accelerator model it offers (None without accelerators).
+    ``lease`` is when the node's kubelet last renewed its Lease, if we could read it (see ``heartbeat``)."""
     used = used or Usage()
     name = _name(node)
     labels: dict[str, str] = dict(node.metadata.labels or {})
@@ -245,7 +248,7 @@ def node_info(node: Any, labels_used: NodeLabels, used: Usage | None = None) -> 
         ready=ready is not None and ready.status == "True",
         schedulable=not (node.spec is not None and node.spec.unschedulable),
         labels=labels,
-        heartbeat=ready.last_heartbeat_time if ready is not None else None,
+        heartbeat=heartbeat(ready, lease),
     )
     return info, (_accelerator(model, labels) if info.accelerator else None)
 
@@ -269,8 +272,23 @@ def _accelerator(model: str, labels: Mapping[str, str]) -> AcceleratorInfo:
     )
 
 
-def health_signals(node: Any, now: datetime, stale_after: timedelta) -> list[HealthSignal]:
-    """What the node's conditions say: Ready, how old its heartbeat is, and the pressure conditions."""
+#: How often a kubelet rewrites its node status when nothing changed (``nodeStatusReportFrequency``).
+STATUS_REPORT_PERIOD = timedelta(minutes=5)
+
+
+def heartbeat(ready: Any, lease: datetime | None) -> datetime | None:
+    """When the node last reported: its Lease in ``kube-node-lease`` (renewed every ~10 s) when we have it, the
+    Ready condition's ``lastHeartbeatTime`` otherwise (refreshed only every ``STATUS_REPORT_PERIOD`` while
+    nothing changes), whichever is later."""
+    condition = ready.last_heartbeat_time if ready is not None else None
+    return max((t for t in (lease, condition) if t is not None), default=None)
+
+
+def health_signals(
+    node: Any, now: datetime, stale_after: timedelta, lease: datetime | None = None
+) -> list[HealthSignal]:
+    """What the node's conditions say: Ready, how old its heartbeat is, and the pressure conditions. Without a
+    Lease a healthy node's heartbeat may be ``STATUS_REPORT_PERIOD`` old, so that much more is allowed."""
     name = _name(node)
     conditions = _conditions(node)
     signals = []
@@ -282,7 +300,9 @@ def health_signals(node: Any, now: datetime, stale_after: timedelta) -> list[Hea
         why = ": ".join(part for part in (ready.reason, ready.message) if part)
         message = "" if ok else f"Ready is {ready.status}" + (f" ({why})" if why else "")
         signals.append(HealthSignal(name, "ready", ok, message, ready.last_heartbeat_time or now))
-        beat = ready.last_heartbeat_time
+        beat = heartbeat(ready, lease)
+        if lease is None:
+            stale_after += STATUS_REPORT_PERIOD
         if beat is None:
             signals.append(HealthSignal(name, "heartbeat", False, "the node has never reported a heartbeat", now))
         else:
