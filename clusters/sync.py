@@ -14,11 +14,12 @@ drained by an admin or the auto-drain policy) except that a node the cluster rep
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -201,21 +202,61 @@ def _apply(cluster: Cluster, inventory: Inventory) -> tuple[int, int, int, int]:
             changed.append(Node(cluster=cluster, name=info.name, last_seen_at=now, **values))
         else:
             unchanged += 1
-    # One upsert (INSERT ... ON CONFLICT DO UPDATE) for new and changed rows: Django's bulk_update builds a
-    # CASE per column and row, and took 110 s for 8,000 changed nodes where this takes under a second.
-    Node.objects.bulk_create(
-        created + changed,
-        update_conflicts=True,
-        unique_fields=["cluster", "name"],
-        update_fields=[*(c.removesuffix("_id") for c in COPIED), "last_seen_at"],
-        batch_size=BATCH,
-    )
+    Node.objects.bulk_create(created, batch_size=BATCH)
+    _update(cluster, changed)
     reported = {n.name for n in inventory.nodes}
     gone = Node.objects.filter(cluster=cluster, present=True).exclude(name__in=reported).update(present=False)
     # "Seen" for the unchanged rows in one statement rather than one per row.
     Node.objects.filter(cluster=cluster, present=True).update(last_seen_at=now)
     _domains(cluster, inventory)
     return len(created), len(changed), gone, unchanged
+
+
+#: Column types of the changed rows' staging table, for PostgreSQL's COPY (``_update``).
+_PG_TYPES = {
+    "accelerator_id": "bigint",
+    "memory": "bigint",
+    "memory_allocatable": "bigint",
+    "memory_used": "bigint",
+    "topology": "jsonb",
+    "labels": "jsonb",
+    "ready": "boolean",
+    "present": "boolean",
+    "heartbeat_at": "timestamptz",
+    "state": "text",
+}
+
+
+def _update(cluster: Cluster, changed: list[Node]) -> None:
+    """Write the changed rows. On PostgreSQL: COPY them into a temporary table and UPDATE from it in one
+    statement (8,000 rows in well under a second); Django's ``bulk_update`` builds a CASE per column
+    and row and took 110 s, its upsert spends seconds compiling parameters. Elsewhere, the upsert."""
+    if not changed:
+        return
+    columns = [*COPIED, "last_seen_at"]
+    if connection.vendor != "postgresql":
+        Node.objects.bulk_create(
+            changed,
+            update_conflicts=True,
+            unique_fields=["cluster", "name"],
+            update_fields=[c.removesuffix("_id") for c in columns],
+            batch_size=BATCH,
+        )
+        return
+    table = Node._meta.db_table
+    typed = ", ".join(f"{c} {_PG_TYPES.get(c, 'integer' if c != 'last_seen_at' else 'timestamptz')}" for c in columns)
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE TEMPORARY TABLE node_sync (name text, {typed}) ON COMMIT DROP")
+        with cursor.cursor.copy(f"COPY node_sync (name, {', '.join(columns)}) FROM STDIN") as copy:
+            for node in changed:
+                row = [getattr(node, c) for c in columns]
+                copy.write_row([node.name, *(json.dumps(v) if isinstance(v, dict) else v for v in row)])
+        assignments = ", ".join(f"{c} = s.{c}" for c in columns)
+        cursor.execute(
+            f"UPDATE {table} n SET {assignments} FROM node_sync s WHERE n.cluster_id = %s AND n.name = s.name",  # noqa: S608
+            [cluster.pk],
+        )
+        cursor.execute("DROP TABLE node_sync")  # now, not at commit: a caller's transaction may sync twice
 
 
 def _domains(cluster: Cluster, inventory: Inventory) -> None:
