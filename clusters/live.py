@@ -69,10 +69,9 @@ class Section:
 
     @property
     def domains_html(self) -> SafeString:
-        level = escape(self.level)
         boxes = (
-            f'<div class="domain" data-domain="{escape(d.name)}"><h3>{level} {escape(d.name)} '
-            f'<small class="muted">{d.used}/{d.accelerators}</small></h3>'
+            f'<div class="domain" data-domain="{escape(d.name)}"><h3>{escape(domain_label(self.level, d.name))} '
+            f'<small class="muted" title="accelerators in use">{d.used}/{d.accelerators}</small></h3>'
             f'<div class="tiles">{"".join(d.tiles)}</div></div>'
             for d in self.domains
         )
@@ -91,6 +90,13 @@ class LiveView:
     @property
     def percent_used(self) -> int:
         return round(100 * self.used / self.accelerators) if self.accelerators else 0
+
+
+def domain_label(level: str, name: str) -> str:
+    """``rack r07``, or ``rack-007`` alone when the name already says its level."""
+    if not level or name.lower().startswith(level.lower().replace("_", "-")):
+        return name
+    return f"{level} {name}"
 
 
 def allocation_class(used: int, total: int) -> str:
@@ -142,7 +148,7 @@ def live_view(user: AnyUser, cluster: Cluster, node_url: str) -> LiveView:
         outer = path[:-1]
         section = sections.get(outer)
         if section is None:
-            label = " / ".join(f"{level} {name}" for level, name in zip(levels, outer, strict=False))
+            label = " / ".join(domain_label(level, name) for level, name in zip(levels, outer, strict=False))
             section = sections[outer] = Section(label, levels[-1] if levels else "", [])
         section.domains.append(boxes[path])
     ordered_states = {state: states[state] for state in Node.State.values if states[state]}

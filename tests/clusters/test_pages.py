@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from clusters import sync
 from clusters.demo import seed_demo_fleet, sync_demo_fleet
-from clusters.live import allocation_class
+from clusters.live import allocation_class, domain_label
 from clusters.models import Cluster, Drain, HealthCheckResult, Node
 from portal.models import AuditLog
 from tests.conftest import World
@@ -216,7 +216,7 @@ def test_live_view_groups_nodes_by_topology_and_marks_their_state(world: World, 
     response = signed_in(world, "alice").get(f"/clusters/{cluster.pk}/live/")
     live = response.context["live"]
     # 64 nodes: 2 InfiniBand blocks of 8 racks of 4.
-    assert [s.path for s in live.sections] == ["ib_block ib-block-000", "ib_block ib-block-001"]
+    assert [s.path for s in live.sections] == ["ib-block-000", "ib-block-001"]
     assert [len(s.domains) for s in live.sections] == [8, 8]
     assert live.sections[0].domains[0].name == "rack-000"
     assert all(len(d.tiles) == 4 for s in live.sections for d in s.domains)
@@ -274,6 +274,13 @@ def test_live_view_keeps_to_its_query_budget(
 )  # fmt: skip
 def test_tiles_are_coloured_by_the_share_of_accelerators_in_use(used: int, total: int, step: str):
     assert allocation_class(used, total) == step
+
+
+def test_domains_are_named_by_level_unless_their_name_says_it():
+    assert domain_label("rack", "rack-007") == "rack-007"
+    assert domain_label("ib_block", "ib-block-000") == "ib-block-000"
+    assert domain_label("rack", "r07") == "rack r07"
+    assert domain_label("", "(none)") == "(none)"
 
 
 # --- One node: drain and resume -------------------------------------------------------------------------
