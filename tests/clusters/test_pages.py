@@ -243,6 +243,13 @@ def test_live_partial_is_the_tiles_alone(world: World, fleet: dict[str, Cluster]
     assert body.count('class="t ') == 16
 
 
+def test_live_partial_is_compressed_for_browsers_that_take_it(world: World, fleet: dict[str, Cluster]):
+    client = signed_in(world, "adam")
+    path = f"/clusters/{fleet['onprem-h100'].pk}/live/tiles/"
+    assert client.get(path, headers={"accept-encoding": "gzip"})["Content-Encoding"] == "gzip"
+    assert not client.get(path).has_header("Content-Encoding")
+
+
 def test_live_view_escapes_names(world: World, fleet: dict[str, Cluster]):
     cluster = fleet["slurm-a100"]
     Node.objects.create(
