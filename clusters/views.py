@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Count, Sum
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -164,7 +167,22 @@ def cluster_live(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return render(request, "clusters/cluster_live.html", context)
 
 
-@login_required
+def _signed_out_poll(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """When the session runs out while htmx polls, send the whole page to sign-in (``HX-Redirect``)
+    rather than swap the sign-in form in place of the tiles; other requests get ``login_required``."""
+    guarded = login_required(view)
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_authenticated and request.headers.get("HX-Request") == "true":
+            page = reverse("cluster-live", kwargs=kwargs)
+            return HttpResponse(headers={"HX-Redirect": f"{reverse('login')}?{urlencode({'next': page})}"})
+        return guarded(request, *args, **kwargs)
+
+    return wrapper
+
+
+@_signed_out_poll
 @require_GET
 @gzip_page
 def cluster_live_tiles(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:

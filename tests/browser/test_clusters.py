@@ -113,6 +113,12 @@ def test_admin_drains_a_node_and_sees_it_on_the_live_view(page: Page, fleet: dic
     tile.hover()
     shot(page, "cluster-live-drained")
 
+    # Signed out elsewhere: the next poll takes the whole page to sign-in, back here after.
+    page.context.clear_cookies()
+    login = re.compile(rf"/login/\?next=%2Fclusters%2F{h100.pk}%2Flive%2F$")
+    expect(page).to_have_url(login, timeout=(POLL_SECONDS + 3) * 1000)
+    expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+
 
 def test_researcher_reads_a_degraded_cluster_and_its_live_view_but_cannot_drain(
     page: Page, fleet: dict[str, Cluster]

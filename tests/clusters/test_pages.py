@@ -88,6 +88,14 @@ def test_anonymous_is_sent_to_sign_in(world: World, fleet: dict[str, Cluster]):
         assert response["Location"] == f"/login/?next={path}"
 
 
+def test_a_poll_after_the_session_ran_out_sends_the_page_to_sign_in(world: World, fleet: dict[str, Cluster]):
+    cluster = fleet["onprem-h100"]
+    response = Client().get(f"/clusters/{cluster.pk}/live/tiles/", headers={"HX-Request": "true"})
+    assert response.status_code == 200
+    assert response["HX-Redirect"] == f"/login/?next=%2Fclusters%2F{cluster.pk}%2Flive%2F"
+    assert response.content == b""
+
+
 def test_another_organizations_clusters_and_nodes_are_404(world: World, fleet: dict[str, Cluster]):
     mallory = signed_in(world, "mallory")  # admin of Rival Labs
     for path in pages(fleet["onprem-h100"], h100())[1:]:
