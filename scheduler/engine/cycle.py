@@ -206,7 +206,12 @@ class Cycle:
         self.timeline = Timeline(self.table, self.now, self.config.backfill_window, self.config.time_quantum, self.work)
         self.preemptor = Preemptor(self)
         self.fragmentation = (
-            Fragmentation(self.table, workload_mix(self.table, snapshot.pending, self.config.fgd_shapes))
+            Fragmentation(
+                self.table,
+                workload_mix(self.table, snapshot.pending, self.config.fgd_shapes),
+                suited=self.config.fgd_suited,
+                whole_mix=self.config.fgd_whole_mix,
+            )
             if self.config.fgd
             else None
         )

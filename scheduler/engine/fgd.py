@@ -8,7 +8,11 @@ every choice of accelerator at once with numpy, and keep the result per node bet
 shape, recomputing only the nodes whose free resources changed since (``NodeTable.version``).
 
 Where we differ from the paper: ties (common on empty nodes) go to the tightest fit, then to the node
-order, instead of at random, so that the engine stays deterministic.
+order, instead of at random, so that the engine stays deterministic. ``frag_m`` counts every worker of m
+a node could still take, so that CPU and memory strand accelerators too (``_left_over``). And a node is
+judged by the part of the workload that suits it best, not by the whole mix's mean (``_combine``). In
+the paper's packing replay of Alibaba's trace (``simulate packing``, 10 seeds), GPUs allocated at 130%
+demand: FGD as published 95.0% (the paper reports 95.4%), counting every worker 95.3%, with both 96.0%.
 """
 
 from __future__ import annotations
@@ -72,9 +76,21 @@ def workload_mix(table: NodeTable, jobs: Sequence[Job], size: int, sample: int =
 
 
 class Fragmentation:
-    def __init__(self, table: NodeTable, mix: list[MixEntry], *, every_worker: bool = True) -> None:
+    def __init__(
+        self,
+        table: NodeTable,
+        mix: list[MixEntry],
+        *,
+        every_worker: bool = True,
+        suited: float = 1.0,
+        whole_mix: float = 0.0,
+    ) -> None:
         self.table = table
         self.mix = mix
+        #: Judge a node by the best-suited share of the workload, plus this much of the mean over all of it
+        #: (``_combine``); 1 and 0 are the published measure.
+        self.suited = suited
+        self.whole_mix = whole_mix
         #: Count every worker of a shape that a node could still take, not just whether it takes one (below).
         self.every_worker = every_worker
         # The mix as arrays, one column per shape, so that every shape is scored in the same numpy call.
@@ -108,6 +124,34 @@ class Fragmentation:
         workers = np.where(allowed, np.minimum(np.minimum(by_accel, by_cpu), by_memory), 0.0)
         left = total[..., None] - np.minimum(workers * self._worker_milli, total[..., None])
         return np.asarray(left, np.float64)
+
+    def _combine(self, left: FloatArray) -> FloatArray:
+        """One fragmentation figure per node (or option) from what it leaves over for each shape (last axis).
+
+        As published: the mean over the mix, by popularity. Judged so, a node that suits part of the
+        workload perfectly and the rest not at all is "fragmented" already, and work that does not suit it
+        seems to cost nothing there. On Alibaba's trace, a pod asking 11 cores per GPU goes to a 16-core,
+        2-GPU node (its GPUs are stranded for CPU-hungry shapes anyway), leaving the second GPU with too
+        few cores for the lean pods that could have used all of it; and CPU-poor nodes end with idle GPUs.
+
+        A node need not suit every shape, only enough of the workload to be filled, and with many nodes
+        competing, the work that suits a node finds it. So with ``suited`` below 1 a node is judged by the
+        best-suited part of the workload: the mean over the shapes that leave the least behind on it,
+        taken in that order until their popularities add up to ``suited``. ``whole_mix`` times the
+        published mean is added: among nodes equally suited to some work, the one that stays useful to
+        more of it is kept (a CPU-only job goes to a CPU-rich node, not to one where lean GPU pods still
+        need the cores). ``suited`` 1 with ``whole_mix`` 0 is the published measure.
+        """
+        mean: FloatArray = left @ self.p
+        if self.suited >= 1.0 or not len(self.p):
+            return mean
+        # Popularities in the order of what each shape leaves, least first; each shape's weight is the part
+        # of its popularity still within ``suited``. (Shapes that leave the same share one sorted value, so
+        # sorting the values apart from the popularities gives the same sum.)
+        p = self.p[np.argsort(left, axis=-1)]
+        weight = np.clip(self.suited - np.cumsum(p, axis=-1) + p, 0.0, p)
+        best: FloatArray = (np.sort(left, axis=-1) * weight).sum(axis=-1) / self.suited
+        return best + self.whole_mix * mean
 
     def _shares_in(self, g: IntArray) -> IntArray:
         """How many shares of each shape's size fit in free accelerators ``g``: ``g // d`` by table lookup
@@ -147,13 +191,12 @@ class Fragmentation:
         """Fragmentation of ``rows`` as they are: the same whatever is placed next, so on the live state it
         is kept per node until the node changes."""
         if state is not self.table.free:
-            now: FloatArray = self._frag(rows, g, total, cpu, memory) @ self.p
-            return now
+            return self._combine(self._frag(rows, g, total, cpu, memory))
         versions = self.table.version[rows]
         stale = self._seen[rows] != versions
         if stale.any():
             at = np.flatnonzero(stale)
-            self._frag_now[rows[at]] = self._frag(rows[at], g[at], total[at], cpu[at], memory[at]) @ self.p
+            self._frag_now[rows[at]] = self._combine(self._frag(rows[at], g[at], total[at], cpu[at], memory[at]))
             self._seen[rows[at]] = versions[at]
         kept: FloatArray = self._frag_now[rows]
         return kept
@@ -170,14 +213,14 @@ class Fragmentation:
             k = shape.accelerators
             whole = np.cumsum(g == WHOLE, axis=1) <= k
             g_after = np.where((g == WHOLE) & whole, 0, g)
-            after = self._frag(rows, g_after, total - k * WHOLE, cpu_after, memory_after) @ self.p
+            after = self._combine(self._frag(rows, g_after, total - k * WHOLE, cpu_after, memory_after))
             slot = np.argmax(g == WHOLE, axis=1) if k else np.zeros(len(rows), np.int64)
             return after - before, slot
         d = shape.milli
         valid = g >= d
         # One option per accelerator: take d from accelerator j, for every j at once (axis 1).
         if self.every_worker:
-            after = (
+            after = self._combine(
                 self._left_over(
                     self.allowed[rows][:, None, :],
                     (total - d)[:, None],
@@ -185,14 +228,13 @@ class Fragmentation:
                     memory_after[:, None],
                     self._by_accel_with_share(g, d),
                 )
-                @ self.p
             )
         else:
             options = np.repeat(g[:, None, :], g.shape[1], axis=1)
             slots = np.arange(g.shape[1])
             options[:, slots, slots] -= d
             rows2 = np.repeat(rows[:, None], g.shape[1], axis=1)
-            after = self._frag_options(rows2, options, total - d, cpu_after, memory_after) @ self.p
+            after = self._combine(self._frag_options(rows2, options, total - d, cpu_after, memory_after))
         delta = after - before[:, None]
         # Among equal increases, the accelerator with the least free left (best fit).
         delta = np.where(valid, delta + (g - d) * 1e-9, np.inf)

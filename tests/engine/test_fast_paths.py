@@ -129,7 +129,7 @@ def test_fragmentation_of_a_share_on_each_accelerator_matches_scoring_each_optio
 
     def frag_of(row: int, accel: np.ndarray, cpu: int, memory: int) -> float:
         one, total = np.array([row]), np.array([accel.sum()])
-        return float((frag._frag(one, accel[None, :], total, np.array([cpu]), np.array([memory])) @ frag.p)[0])
+        return float(frag._combine(frag._frag(one, accel[None, :], total, np.array([cpu]), np.array([memory])))[0])
 
     for i, row in enumerate(rows.tolist()):
         g, cpu, memory = free.accel[row], int(free.cpu[row]), int(free.memory[row])
