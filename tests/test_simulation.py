@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from io import StringIO
 from pathlib import Path
 
@@ -100,6 +101,58 @@ def test_the_curve_reads_allocation_when_demand_first_reaches_each_percent() -> 
     assert curve[130] == pytest.approx(62.5)  # never reached: the last value holds
 
 
+# -------------------------------------------------------------------------------------- workload variants
+
+
+def source_pods() -> list[Pod]:
+    """A small list shaped like openb's: mostly whole GPUs, some shares, few multi-GPU pods, some CPU-only."""
+    kinds = [(1, 1000, 8000)] * 10 + [(1, 500, 4000), (1, 810, 3000)] * 3 + [(2, 1000, 16000)]
+    kinds += [(0, 1000, 12000)] * 2
+    return [pod(f"p{i}", g, m, cpu + 100 * i) for i, (g, m, cpu) in enumerate(kinds * 20)]
+
+
+def demand_share(pods: list[Pod], kind: str) -> float:
+    chosen = {"fractional": lambda p: p.gpus == 1 and p.milli < 1000, "multi-gpu": lambda p: p.gpus >= 2}[kind]
+    return sum(p.gpu_demand for p in pods if chosen(p)) / sum(p.gpu_demand for p in pods)
+
+
+@pytest.mark.parametrize(("kind", "target"), [("fractional", 0.6), ("multi-gpu", 0.3)])
+def test_a_variant_raises_its_kind_of_pod_with_real_rows_the_same_for_a_seed(kind: str, target: float) -> None:
+    pods = source_pods()
+    variant = packing.workload(pods, kind, 7)
+    assert demand_share(variant, kind) > demand_share(pods, kind) + 0.1
+    assert demand_share(variant, kind) == pytest.approx(target, abs=0.1)
+    assert len(variant) == len(pods)
+    assert all(p in pods for p in variant)  # every pod a row of the source, unchanged
+    assert any(not p.gpus for p in variant)  # the rest keep their places, CPU-only pods among them
+    assert variant == packing.workload(pods, kind, 7)
+    assert variant != packing.workload(pods, kind, 8)
+
+
+def test_the_gpu_spec_variant_asks_a_third_of_gpu_pods_for_a_model_that_can_hold_them() -> None:
+    nodes = [PackNode("a", 96000, 393216, 8, "A"), PackNode("b", 16000, 65536, 2, "B"), PackNode("c", 64000, 1, 0, "")]
+    pods = source_pods()
+    variant = packing.workload(pods, "gpu-spec", 3, nodes)
+    assert [replace(p, models=()) for p in variant] == pods  # the same pods, in the same order
+    with_gpus = [p for p in variant if p.gpus]
+    assert sum(1 for p in with_gpus if p.models) / len(with_gpus) == pytest.approx(1 / 3, abs=0.08)
+    assert not any(p.models for p in variant if not p.gpus)
+    for p in variant:
+        for model in p.models:
+            assert any(n.model == model and n.gpus >= p.gpus and n.cpu >= p.cpu for n in nodes), p
+    assert {m for p in variant for m in p.models} == {"A", "B"}
+    assert variant == packing.workload(pods, "gpu-spec", 3, nodes)
+
+
+def test_the_default_workload_is_the_list_and_an_unknown_one_is_refused() -> None:
+    pods = source_pods()
+    assert packing.workload(pods, "default", 1) == pods
+    with pytest.raises(ValueError, match="unknown workload"):
+        packing.workload(pods, "huge", 1)
+    with pytest.raises(ValueError, match="no pods of the kind"):
+        packing.workload([pod("p0")], "multi-gpu", 1)
+
+
 # ---------------------------------------------------------------------------------------- the policies
 
 
@@ -181,6 +234,15 @@ def test_the_command_prints_one_json_object(trace: tuple[Path, Path]) -> None:
         assert len(figures["curve"]) == 131
         assert 0 < figures["alloc_pct_at_100"] <= figures["alloc_pct_at_130"] <= 100
         assert figures["curve"][100] == figures["alloc_pct_at_100"]
+
+
+def test_the_command_replays_a_workload_variant(trace: tuple[Path, Path]) -> None:
+    out = StringIO()
+    call_command("simulate", "packing", "--nodes", str(trace[0]), "--pods", str(trace[1]), "--seeds", "1",
+                 "--policy", "fgd", "--workload", "multi-gpu", "--json", stdout=out)  # fmt: skip
+    report = json.loads(out.getvalue())
+    assert report["workload"] == "multi-gpu"
+    assert report["policies"]["fgd"]["seeds"] == 1
 
 
 def test_the_command_prints_a_table(trace: tuple[Path, Path]) -> None:

@@ -12,6 +12,10 @@ them in arrival order exactly as the protocol does.
 
 A GPU model is a cluster of the engine's fleet (one flavor, ``gpu``): a pod's ``gpu_spec`` is the
 clusters it may run in.
+
+Workloads: the pod list as it is, or a variant of it drawn per seed (``workload``), to check that a policy
+does not win on one trace's shape only: more fractional-GPU pods, more multi-GPU pods, or more pods that
+require a GPU model, always made of the list's own pods.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -90,6 +94,76 @@ def allocation_curve(arrivals: Sequence[Pod], placed: Sequence[bool], capacity: 
         i = int(np.searchsorted(arrived, percent / 100 * capacity - 1e-9))
         curve.append(0.0 if percent == 0 else 100 * float(allocated[min(i, len(arrivals) - 1)]) / capacity)
     return curve
+
+
+# ------------------------------------------------------------------------------------------- workload variants
+
+#: Workload variants of a pod list (``workload``): each raises one kind of pod to a share of the list.
+#: ``fractional``: pods on a share of one GPU (gpu_milli < 1000) ask for 60% of the GPUs (28% in openb's
+#: ``default``); ``multi-gpu``: pods of two or more GPUs ask for 30% of them (7% in ``default``);
+#: ``gpu-spec``: a third of the pods that ask for GPUs accept only one GPU model (none do in ``default``).
+WORKLOADS = ("default", "fractional", "multi-gpu", "gpu-spec")
+FRACTIONAL_SHARE = 0.6
+MULTI_GPU_SHARE = 0.3
+GPU_SPEC_SHARE = 1 / 3
+
+
+def _resampled(pods: Sequence[Pod], chosen: Callable[[Pod], bool], share: float, rnd: random.Random) -> list[Pod]:
+    """As many pods as ``pods``, drawn with replacement: the chosen ones weighted so that they ask for
+    ``share`` of the GPUs, the rest as often as in the list."""
+    mine = sum(p.gpu_demand for p in pods if chosen(p))
+    rest = sum(p.gpu_demand for p in pods if not chosen(p))
+    if not mine or not rest:
+        raise ValueError("the pod list has no pods of the kind this workload raises, or only those")
+    weight = share * rest / ((1 - share) * mine)
+    return rnd.choices(pods, weights=[weight if chosen(p) else 1.0 for p in pods], k=len(pods))
+
+
+def _with_gpu_specs(pods: Sequence[Pod], nodes: Sequence[PackNode], rnd: random.Random) -> list[Pod]:
+    """The pods, with a GPU model required by a third of those that ask for GPUs (counting any that
+    already name models): a model drawn in proportion to its GPUs in the fleet, among the models with a
+    node that could hold the pod when empty, so that no pod is made impossible."""
+    gpus_of: dict[str, int] = {}
+    for n in nodes:
+        if n.gpus:
+            gpus_of[n.model] = gpus_of.get(n.model, 0) + n.gpus
+    models = sorted(gpus_of)
+    with_gpus = [p for p in pods if p.gpus]
+    free = sum(1 for p in with_gpus if not p.models)
+    wanted = max(0.0, GPU_SPEC_SHARE * len(with_gpus) - (len(with_gpus) - free))
+    chance = wanted / free if free else 0.0
+    rooms: dict[tuple[int, int, int], list[str]] = {}
+    varied = []
+    for p in pods:
+        if p.gpus and not p.models and rnd.random() < chance:
+            need = (p.gpus, p.cpu, p.memory)
+            room = rooms.get(need)
+            if room is None:
+                fit = {n.model for n in nodes if n.gpus >= p.gpus and n.cpu >= p.cpu and n.memory >= p.memory}
+                room = rooms[need] = [m for m in models if m in fit]
+            if room:
+                model = rnd.choices(room, weights=[gpus_of[m] for m in room])[0]
+                p = replace(p, models=(model,))
+        varied.append(p)
+    return varied
+
+
+def workload(pods: Sequence[Pod], name: str, seed: int, nodes: Sequence[PackNode] = ()) -> list[Pod]:
+    """The pod list as the workload variant ``name`` (see ``WORKLOADS``), the same for the same seed.
+
+    The pods stay real: a variant is a weighted re-sample of the list's own rows (``fractional``,
+    ``multi-gpu``) or the list itself with GPU models required of some pods (``gpu-spec``, which needs
+    the ``nodes`` to know which models could hold each pod). ``default`` is the list as it is."""
+    rnd = random.Random(f"workload {name} {seed}")
+    if name == "default":
+        return list(pods)
+    if name == "fractional":
+        return _resampled(pods, lambda p: p.gpus == 1 and p.milli < WHOLE, FRACTIONAL_SHARE, rnd)
+    if name == "multi-gpu":
+        return _resampled(pods, lambda p: p.gpus >= 2, MULTI_GPU_SHARE, rnd)
+    if name == "gpu-spec":
+        return _with_gpu_specs(pods, nodes, rnd)
+    raise ValueError(f"unknown workload {name}; choose from {', '.join(WORKLOADS)}")
 
 
 # ------------------------------------------------------------------------------------ the fleet, as the engine sees it
@@ -279,11 +353,15 @@ def run_packing(
     policies: Sequence[str],
     seeds: Iterable[int],
     progress: Callable[[str, int], None] | None = None,
+    variant: str = "default",
 ) -> dict[str, object]:
-    """Every policy on every seed; the report ``simulate packing --json`` prints."""
+    """Every policy on every seed; the report ``simulate packing --json`` prints. With a ``variant`` other
+    than ``default``, each seed replays its own draw of that workload (``workload``)."""
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         raise ValueError(f"unknown policy {', '.join(unknown)}; choose from {', '.join(POLICIES)}")
+    if variant not in WORKLOADS:
+        raise ValueError(f"unknown workload {variant}; choose from {', '.join(WORKLOADS)}")
     capacity = float(sum(n.gpus for n in nodes))
     if capacity <= 0:
         raise ValueError("the node list has no GPUs")
@@ -291,7 +369,7 @@ def run_packing(
         raise ValueError("no pod asks for a GPU: there is no GPU demand to arrive")
     results = {name: PolicyResult() for name in policies}
     for seed in seeds:
-        arrivals = arrival_order(pods, capacity, seed)
+        arrivals = arrival_order(workload(pods, variant, seed, nodes), capacity, seed)
         for name in policies:
             started = time.perf_counter()
             placed = POLICIES[name](nodes, arrivals, seed)
@@ -301,6 +379,7 @@ def run_packing(
                 progress(name, seed)
     return {
         "default_policy": DEFAULT_POLICY,
+        "workload": variant,
         "nodes": len(nodes),
         "gpus": int(capacity),
         "pods": len(pods),

@@ -44,7 +44,7 @@ def packing_table(report: dict[str, Any]) -> str:
             f"{f['alloc_pct_at_130']:>9.2f} ±{f['std_at_130']:<4.2f} {f['seeds']:>6} {f['seconds']:>8.1f}"
         )
     rows.append(
-        f"{report['nodes']} nodes, {report['gpus']} GPUs, {report['pods']} pods; * ours. "
+        f"{report['nodes']} nodes, {report['gpus']} GPUs, {report['pods']} pods ({report['workload']}); * ours. "
         "Allocated GPUs as % of the fleet's, once arrived demand reaches 100% and 130% of it (mean ± std over seeds)."
     )
     return "\n".join(rows)
@@ -120,6 +120,13 @@ class Command(BaseCommand):
             help="A policy to run; repeat for several (default: all).",
         )
         pack.add_argument("--seeds", type=seed_list, default=list(range(42, 52)), help="e.g. 42-51 (the default).")
+        pack.add_argument(
+            "--workload",
+            choices=packing.WORKLOADS,
+            default="default",
+            help="The pod list as it is (default), or a variant drawn from it per seed: more fractional-GPU "
+            "pods, more multi-GPU pods, or more pods that require a GPU model.",
+        )
         pack.add_argument("--json", action="store_true", help="Print one JSON object instead of a table.")
 
         replay = modes.add_parser(
@@ -176,7 +183,7 @@ class Command(BaseCommand):
                 bar.update()
 
             try:
-                report = packing.run_packing(nodes, pods, policies, seeds, progress)
+                report = packing.run_packing(nodes, pods, policies, seeds, progress, options["workload"])
             except ValueError as error:
                 raise CommandError(str(error)) from None
         self.stdout.write(json.dumps(report) if options["json"] else packing_table(report))
