@@ -7,7 +7,6 @@ Clusters belong to an organization: every member may view them, only organizatio
 
 from __future__ import annotations
 
-import secrets
 from typing import ClassVar
 
 from django.conf import settings
@@ -15,7 +14,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from clusters.secrets import decrypt, encrypt
-from portal.models import Organization, hash_token
+from portal.models import Organization, new_token
 from portal.tenancy import ALL_ROLES, Action, Role, TenancyRules, TenantQuerySet
 
 
@@ -270,8 +269,7 @@ class ProbeToken(models.Model):
 
     @classmethod
     def generate(cls) -> tuple[str, str, str]:
-        raw = cls.PREFIX + secrets.token_urlsafe(32)
-        return raw, hash_token(raw), raw[: len(cls.PREFIX) + 6]
+        return new_token(cls.PREFIX)
 
 
 class MaintenanceWindow(models.Model):

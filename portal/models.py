@@ -134,6 +134,12 @@ def hash_token(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
+def new_token(prefix: str) -> tuple[str, str, str]:
+    """A new raw token (256 random bits after ``prefix``), its hash and its hint (the first characters)."""
+    raw = prefix + secrets.token_urlsafe(32)
+    return raw, hash_token(raw), raw[: len(prefix) + 6]
+
+
 class ApiToken(models.Model):
     """A personal API token. Only its SHA-256 is stored; the token itself is shown once, at creation."""
 
@@ -158,9 +164,7 @@ class ApiToken(models.Model):
 
     @classmethod
     def generate(cls) -> tuple[str, str, str]:
-        """A new raw token, its hash and its hint."""
-        raw = cls.PREFIX + secrets.token_urlsafe(32)
-        return raw, hash_token(raw), raw[: len(cls.PREFIX) + 6]
+        return new_token(cls.PREFIX)
 
     @property
     def is_usable(self) -> bool:

@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from clusters import actions, health, sync
+from clusters import actions, health
 from clusters.backends.base import HealthSignal
 from clusters.models import Cluster, Drain, HealthCheckResult, Node
 from portal.models import Organization
+from tests.clusters.factories import simulated_cluster
 
 pytestmark = pytest.mark.django_db
 State = Node.State
@@ -41,19 +42,8 @@ def test_what_an_admin_drained_is_never_resumed_automatically() -> None:
 
 
 @pytest.fixture
-def cluster(settings: Any, tmp_path: Path) -> Cluster:
-    org = Organization.objects.create(name="Acme", slug="acme")
-    cluster = Cluster.objects.create(
-        organization=org,
-        name="h100",
-        slug="h100",
-        kind=Cluster.Kind.SIMULATED,
-        endpoint="sim://health",
-        region="eu",
-        options={"profile": "h100-onprem", "nodes": 8, "state_file": str(tmp_path / "state.json")},
-    )
-    sync.sync_cluster(cluster.pk)
-    return cluster
+def cluster(tmp_path: Path) -> Cluster:
+    return simulated_cluster(Organization.objects.create(name="Acme", slug="acme"), "h100", tmp_path)
 
 
 def set_down(cluster: Cluster, *names: str) -> None:

@@ -11,25 +11,16 @@ import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
 
-from clusters import actions, health, maintenance, sync
+from clusters import actions, health, maintenance
 from clusters.models import Cluster, Drain, MaintenanceWindow, Node
 from portal.models import AuditLog
+from tests.clusters.factories import simulated_cluster
 from tests.conftest import World
 
 
 @pytest.fixture
 def cluster(world: World, tmp_path: Path) -> Cluster:
-    cluster = Cluster.objects.create(
-        organization=world.org,
-        name="a100",
-        slug="a100",
-        kind=Cluster.Kind.SIMULATED,
-        endpoint="sim://maintenance",
-        region="eu",
-        options={"profile": "a100-slurm", "nodes": 6, "state_file": str(tmp_path / "state.json")},
-    )
-    sync.sync_cluster(cluster.pk)
-    return cluster
+    return simulated_cluster(world.org, "a100", tmp_path, profile="a100-slurm", nodes=6)
 
 
 def states(cluster: Cluster) -> dict[str, str]:

@@ -16,24 +16,16 @@ from django.core.cache import cache
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from clusters import actions, health, sync
+from clusters import actions, health
 from clusters.models import Cluster, HealthCheckResult, Node
+from tests.clusters.factories import simulated_cluster
 from tests.conftest import World
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_cluster(world: World, slug: str, tmp_path: Path, org: Any = None) -> Cluster:
-    cluster = Cluster.objects.create(
-        organization=org or world.org,
-        name=slug,
-        slug=slug,
-        kind=Cluster.Kind.SIMULATED,
-        endpoint=f"sim://{slug}",
-        region="eu",
-        options={"profile": "h100-onprem", "nodes": 4, "state_file": str(tmp_path / f"{slug}.json")},
-    )
-    sync.sync_cluster(cluster.pk)
+    cluster = simulated_cluster(org or world.org, slug, tmp_path, nodes=4)
     for pk in Node.objects.filter(cluster=cluster).values_list("pk", flat=True):
         cache.delete(f"qm:probe:{pk}")
     return cluster

@@ -15,6 +15,7 @@ from clusters.backends.base import Inventory, NodeInfo, load
 from clusters.backends.simulated import backend as simulated
 from clusters.models import AcceleratorType, Cluster, Node, TopologyDomain
 from portal.models import Organization
+from tests.clusters.factories import simulated_cluster
 
 pytestmark = pytest.mark.django_db
 
@@ -27,17 +28,7 @@ def fresh_simulated_state() -> Iterator[None]:
 
 
 def make(org: Organization, slug: str = "h100", **options: Any) -> Cluster:
-    options = {"profile": "h100-onprem", "nodes": 64, **options}
-    return Cluster.objects.create(
-        organization=org,
-        name=slug,
-        slug=slug,
-        kind=Cluster.Kind.SIMULATED,
-        endpoint=f"sim://{slug}",
-        region="eu",
-        levels=["ib_block", "rack"],
-        options=options,
-    )
+    return simulated_cluster(org, slug, None, synced=False, levels=("ib_block", "rack"), **{"nodes": 64, **options})
 
 
 @pytest.fixture

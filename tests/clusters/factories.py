@@ -1,0 +1,39 @@
+"""Simulated clusters for tests: created, optionally synced, with their cluster-side state in a file of
+the test's own (so that the backend's state is fresh per test and shared by every process in it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from clusters import sync
+from clusters.models import Cluster
+from portal.models import Organization
+
+
+def simulated_cluster(
+    org: Organization,
+    slug: str,
+    state_dir: Path | None,
+    *,
+    synced: bool = True,
+    levels: tuple[str, ...] = (),
+    **options: Any,
+) -> Cluster:
+    """A simulated cluster (``options`` as the simulated backend takes them; 8 H100 nodes by default). With
+    no ``state_dir`` its cluster-side state lives in this process's memory."""
+    state = {"state_file": str(state_dir / f"{slug}.json")} if state_dir else {}
+    cluster = Cluster.objects.create(
+        organization=org,
+        name=slug,
+        slug=slug,
+        kind=Cluster.Kind.SIMULATED,
+        endpoint=f"sim://{slug}",
+        region="eu",
+        levels=list(levels),
+        options={"profile": "h100-onprem", "nodes": 8, **state, **options},
+    )
+    if synced:
+        result = sync.sync_cluster(cluster.pk)
+        assert result.ok, result.error
+    return cluster
