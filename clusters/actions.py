@@ -1,5 +1,6 @@
-"""Admins' actions on nodes: drain and resume. One transaction each, authorized, audited; the cluster
-itself is told afterwards, by a task (``clusters.tasks.apply_drain``), once the change is committed.
+"""Admins' actions on clusters and nodes: register and edit clusters, sync one now, drain and resume
+nodes, plan maintenance, issue and revoke probe tokens. One transaction each, authorized, audited; a
+cluster itself is told afterwards, by a task (``clusters.tasks.apply_drain``), once the change is committed.
 
 Each action raises ``ValidationError`` naming the field for bad input and ``PermissionDenied`` when the
 actor may see the node but not change it; both leave the database as it was. ``actor=None`` is the
@@ -8,20 +9,28 @@ auto-drain policy acting on its own.
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.validators import URLValidator
 from django.db import transaction
 from django.utils import timezone
+from django.utils.text import slugify
 
 from clusters.models import Cluster, Drain, MaintenanceWindow, Node, ProbeToken
+from clusters.secrets import CredentialsError
 from portal import audit
 from portal.tenancy import Action, can
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
     from django.http import HttpRequest
+
+    from portal.models import Organization
 
 MAX_REASON = 2000
 
@@ -184,3 +193,314 @@ def plan_maintenance(
             request=request,
         )
     return window
+
+
+# --- Clusters: register, edit, sync now, probe tokens ------------------------------------------------------
+
+#: ``update_cluster(..., credentials=CLEAR)`` removes the stored credentials.
+CLEAR = "clear"
+#: Credential keys each kind's backend reads (see its module): required, optional, and alternatives
+#: (exactly one of them). Giving one alternative replaces the others; the rest merge with what is stored.
+CREDENTIAL_KEYS: dict[str, dict[str, tuple[str, ...]]] = {
+    Cluster.Kind.SIMULATED: {"required": (), "optional": (), "one_of": ()},
+    Cluster.Kind.SLURM: {"required": ("user", "token"), "optional": (), "one_of": ()},
+    Cluster.Kind.KUBERNETES: {"required": ("token",), "optional": ("ca_cert",), "one_of": ()},
+    Cluster.Kind.TPU: {"required": (), "optional": (), "one_of": ("service_account_json", "access_token")},
+}
+#: Option names never stored in the clear: secrets belong in the encrypted credentials.
+SECRET_OPTION = re.compile(r"secret|password|passwd|token|credential|private|api_?key", re.IGNORECASE)
+#: Options that name a file or program on the Quartermaster host itself (the simulated state file, the
+#: scontrol binary and slurm.conf it runs with): an organization admin is a tenant, not the host's
+#: operator, so only a superuser sets or changes them.
+HOST_OPTIONS = frozenset({"state_file", "scontrol", "slurm_conf"})
+LEVEL = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
+MAX_LEVELS = 8
+EDITABLE = ("name", "slug", "endpoint", "region", "levels", "options", "preference")
+#: Changes that make the next sync worth trying now rather than after the backoff.
+RECONNECTING = frozenset({"endpoint", "options", "credentials"})
+
+
+def _text(fields: dict[str, Any], name: str, limit: int, *, required: bool = True) -> str:
+    given = fields.get(name)
+    value = "" if given is None else str(given).strip()
+    if required and not value:
+        raise ValidationError({name: "This field is required."})
+    if len(value) > limit:
+        raise ValidationError({name: f"Ensure this field has no more than {limit} characters."})
+    return value
+
+
+def _endpoint(kind: str, given: Any) -> str:
+    endpoint = "" if given is None else str(given).strip()
+    if kind == Cluster.Kind.SIMULATED:
+        # Empty, or a sim:// name that keeps this simulated cluster's state apart (as the demo's do).
+        if endpoint and not re.fullmatch(r"sim://[A-Za-z0-9._-]{1,100}", endpoint):
+            raise ValidationError({"endpoint": "A simulated cluster has no endpoint (leave it empty)."})
+        return endpoint
+    if not endpoint:
+        raise ValidationError({"endpoint": "The API URL of the cluster, e.g. https://slurm.example.org:6820."})
+    try:
+        URLValidator(schemes=["http", "https"])(endpoint)
+    except ValidationError:
+        raise ValidationError({"endpoint": "Enter an http:// or https:// URL."}) from None
+    if len(endpoint) > 500:
+        raise ValidationError({"endpoint": "Ensure this field has no more than 500 characters."})
+    return endpoint
+
+
+def _levels(given: Any) -> list[str]:
+    if given is None:
+        return []
+    if not isinstance(given, list) or not all(isinstance(level, str) for level in given):
+        raise ValidationError({"levels": "A list of topology level names, widest first, e.g. block, rack."})
+    levels: list[str] = [level.strip() for level in given if level.strip()]
+    bad = [level for level in levels if not LEVEL.match(level)]
+    if bad:
+        raise ValidationError(
+            {"levels": f"Level names are short lowercase names (letters, digits, - and _): not {', '.join(bad)}."}
+        )
+    if len(set(levels)) != len(levels):
+        raise ValidationError({"levels": "A level is named twice."})
+    if len(levels) > MAX_LEVELS:
+        raise ValidationError({"levels": f"At most {MAX_LEVELS} levels."})
+    return levels
+
+
+def _preference(given: Any) -> int:
+    if isinstance(given, bool) or not isinstance(given, int) or not 0 <= given <= 100:
+        raise ValidationError({"preference": "A whole number from 0 (avoid) to 100 (prefer)."})
+    return int(given)
+
+
+def _options(actor: User, kind: str, options: Any, stored: dict[str, Any]) -> dict[str, Any]:
+    if options is None:
+        options = {}
+    if not isinstance(options, dict):
+        raise ValidationError({"options": 'A JSON object, e.g. {"partition": "gpu"}.'})
+    secret = sorted(str(key) for key in options if SECRET_OPTION.search(str(key)))
+    if secret:
+        raise ValidationError(
+            {"options": f"Put {', '.join(secret)} in the credentials, which are encrypted; options are shown."}
+        )
+    host = sorted(key for key in HOST_OPTIONS if options.get(key) != stored.get(key))
+    if host and not actor.is_superuser:
+        raise ValidationError(
+            {"options": f"{', '.join(host)} names a path on the Quartermaster host: only its operators set it."}
+        )
+    if kind == Cluster.Kind.TPU:
+        missing = [key for key in ("project", "zone") if not isinstance(options.get(key), str) or not options[key]]
+        if missing:
+            raise ValidationError(
+                {"options": f"A TPU cluster needs {' and '.join(missing)} (its Google Cloud project and zone)."}
+            )
+    elif kind == Cluster.Kind.SIMULATED:
+        from clusters.backends.simulated.fleet import PROFILES
+
+        profile = options.get("profile", "h100-onprem")
+        if profile not in PROFILES:
+            raise ValidationError({"options": f"profile must be one of {', '.join(PROFILES)}."})
+        nodes = options.get("nodes", 16)
+        if isinstance(nodes, bool) or not isinstance(nodes, int) or not 0 <= nodes <= 100_000:
+            raise ValidationError({"options": "nodes must be a whole number from 0 to 100000."})
+    elif kind == Cluster.Kind.KUBERNETES:
+        namespace = options.get("namespace", "default")
+        if not isinstance(namespace, str) or not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", namespace):
+            raise ValidationError({"options": "namespace must be a Kubernetes namespace name."})
+    elif kind == Cluster.Kind.SLURM and not isinstance(options.get("gpu_models", {}), dict):
+        raise ValidationError({"options": 'gpu_models maps GRES types to models, e.g. {"h100": "H100-SXM-80GB"}.'})
+    return options
+
+
+def _credentials(kind: str, given: Mapping[str, str], stored: dict[str, str]) -> dict[str, str]:
+    """The credentials to store: the given non-blank values over the stored ones. Messages name keys only."""
+    keys = CREDENTIAL_KEYS[kind]
+    allowed = {*keys["required"], *keys["optional"], *keys["one_of"]}
+    given = {str(k): str(v) for k, v in given.items() if v is not None and str(v).strip()}
+    unknown = sorted(set(given) - allowed)
+    if unknown:
+        expected = ", ".join(sorted(allowed)) or "none"
+        raise ValidationError(
+            {"credentials": f"{Cluster.Kind(kind).label} credentials take {expected}; not {', '.join(unknown)}."}
+        )
+    if not given:
+        return stored
+    merged = {k: v for k, v in stored.items() if k in allowed}
+    if any(k in given for k in keys["one_of"]):
+        merged = {k: v for k, v in merged.items() if k not in keys["one_of"]}
+    merged.update(given)
+    missing = [k for k in keys["required"] if k not in merged]
+    if missing:
+        label, needed = Cluster.Kind(kind).label, " and ".join(keys["required"])
+        raise ValidationError({"credentials": f"{label} credentials need {needed}: give {', '.join(missing)} too."})
+    if keys["one_of"] and sum(k in merged for k in keys["one_of"]) != 1:
+        raise ValidationError({"credentials": f"Give one of {' or '.join(keys['one_of'])}."})
+    if kind == Cluster.Kind.TPU and "service_account_json" in merged:
+        try:
+            key = json.loads(merged["service_account_json"])
+        except ValueError:
+            key = None
+        if not isinstance(key, dict) or key.get("type") != "service_account":
+            raise ValidationError({"credentials": "service_account_json must be a service-account key file (JSON)."})
+    return merged
+
+
+def _require_admin(actor: User, obj: Cluster | Organization, what: str) -> None:
+    if not can(actor, Action.CHANGE, obj):
+        raise PermissionDenied(f"Only organization admins {what}.")
+
+
+def create_cluster(
+    actor: User,
+    organization: Organization,
+    *,
+    credentials: Mapping[str, str] | None = None,
+    request: HttpRequest | None = None,
+    **fields: Any,
+) -> Cluster:
+    """Register a cluster of ``organization``. ``fields``: name, slug, kind, endpoint, region, levels,
+    options, preference. Credentials are encrypted at once; the audit log says only whether there are any."""
+    unknown = set(fields) - {"kind", *EDITABLE}
+    if unknown:
+        raise TypeError(f"create_cluster() got unexpected fields {', '.join(sorted(unknown))}")
+    _require_admin(actor, organization, f"of {organization} register clusters")
+    kind = str(fields.get("kind") or "")
+    if kind not in Cluster.Kind.values:
+        raise ValidationError({"kind": f"Choose one of {', '.join(Cluster.Kind.values)}."})
+    cluster = Cluster(organization=organization, kind=kind, **_validated(actor, kind, fields, {}))
+    if Cluster.objects.filter(organization=organization, slug=cluster.slug).exists():
+        raise ValidationError({"slug": f"{organization} already has a cluster with the slug {cluster.slug!r}."})
+    secrets = _credentials(kind, credentials or {}, {})
+    cluster.set_credentials(secrets)
+    with transaction.atomic():
+        cluster.save()
+        audit.record(
+            "cluster.created",
+            actor=actor,
+            target=cluster,
+            organization=organization,
+            changes={**{name: getattr(cluster, name) for name in ("kind", *EDITABLE)}, "credentials": bool(secrets)},
+            request=request,
+        )
+        transaction.on_commit(lambda: _queue_sync(cluster.pk))  # its first sync, now rather than at the beat
+    return cluster
+
+
+def _validated(actor: User, kind: str, fields: dict[str, Any], stored_options: dict[str, Any]) -> dict[str, Any]:
+    name = _text(fields, "name", 120)
+    slug = slugify(_text(fields, "slug", 60, required=False) or name)[:60]
+    if not slug:
+        raise ValidationError({"slug" if fields.get("slug") else "name": "Needs at least one letter or digit."})
+    return {
+        "name": name,
+        "slug": slug,
+        "endpoint": _endpoint(kind, fields.get("endpoint")),
+        "region": _text(fields, "region", 60),
+        "levels": _levels(fields.get("levels")),
+        "options": _options(actor, kind, fields.get("options"), stored_options),
+        "preference": _preference(fields.get("preference", 50)),
+    }
+
+
+def update_cluster(
+    actor: User,
+    cluster: Cluster,
+    *,
+    credentials: Mapping[str, str] | str | None = None,
+    request: HttpRequest | None = None,
+    **changes: Any,
+) -> Cluster:
+    """Change a cluster's settings. Credentials are write-only: ``None`` or blank values keep them, given
+    values are merged in and re-encrypted, ``CLEAR`` removes them; the audit log says only that they
+    changed. The kind cannot change (its nodes came from that backend): register a new cluster instead."""
+    if "kind" in changes and changes.pop("kind") != cluster.kind:
+        raise ValidationError({"kind": "A cluster's kind cannot change; register a new cluster instead."})
+    unknown = set(changes) - set(EDITABLE)
+    if unknown:
+        raise TypeError(f"update_cluster() got unexpected fields {', '.join(sorted(unknown))}")
+    _require_admin(actor, cluster, f"of {cluster.organization} change its clusters")
+    with transaction.atomic():
+        locked: Cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
+        current = {name: getattr(locked, name) for name in EDITABLE}
+        values = _validated(actor, locked.kind, {**current, **changes}, dict(locked.options or {}))
+        if values["slug"] != locked.slug and (
+            Cluster.objects.filter(organization=locked.organization_id, slug=values["slug"])
+            .exclude(pk=locked.pk)
+            .exists()
+        ):
+            raise ValidationError(
+                {"slug": f"{locked.organization} already has a cluster with the slug {values['slug']!r}."}
+            )
+        diff: dict[str, Any] = {
+            name: [current[name], value] for name, value in values.items() if value != current[name]
+        }
+        if credentials == CLEAR:
+            if locked.has_credentials:
+                locked.set_credentials({})
+                diff["credentials"] = "cleared"
+        elif credentials is not None:
+            if isinstance(credentials, str):
+                raise ValidationError({"credentials": f"Give the credentials' fields, or {CLEAR!r} to remove them."})
+            try:
+                stored = locked.credentials()
+            except CredentialsError:
+                stored = {}  # unreadable under the current key: what is given replaces it
+            merged = _credentials(locked.kind, credentials, stored)
+            if merged != stored:
+                locked.set_credentials(merged)
+                diff["credentials"] = "changed"
+        if not diff:
+            return locked
+        for name, value in values.items():
+            setattr(locked, name, value)
+        if RECONNECTING & set(diff):
+            locked.next_sync_at = None  # try the new settings at the next beat, not after the backoff
+        locked.save()
+        audit.record(
+            "cluster.updated",
+            actor=actor,
+            target=locked,
+            organization=locked.organization,
+            changes=diff,
+            request=request,
+        )
+    cluster.refresh_from_db()
+    return locked
+
+
+def request_sync(actor: User, cluster: Cluster, *, request: HttpRequest | None = None) -> None:
+    """Sync the cluster now: its backoff is cleared and a sync task queued once this commits."""
+    _require_admin(actor, cluster, f"of {cluster.organization} sync its clusters by hand")
+    if cluster.status == Cluster.Status.DISABLED:
+        raise ValidationError({"cluster": f"{cluster} is disabled; it is not synced."})
+    with transaction.atomic():
+        Cluster.objects.filter(pk=cluster.pk).update(next_sync_at=None)
+        audit.record(
+            "cluster.sync_requested", actor=actor, target=cluster, organization=cluster.organization, request=request
+        )
+        transaction.on_commit(lambda: _queue_sync(cluster.pk))
+    cluster.refresh_from_db()
+
+
+def _queue_sync(cluster_id: int) -> None:
+    from clusters.tasks import sync_cluster
+
+    sync_cluster.delay(cluster_id)
+
+
+def revoke_probe_token(actor: User, token: ProbeToken, *, request: HttpRequest | None = None) -> ProbeToken:
+    """Revoke a cluster's probe token: its probes' reports are refused from now on. Twice is harmless."""
+    if not can(actor, Action.CHANGE, token):
+        raise PermissionDenied(f"Only organization admins revoke the probe tokens of {token.cluster}.")
+    with transaction.atomic():
+        claimed = ProbeToken.objects.filter(pk=token.pk, revoked_at=None).update(revoked_at=timezone.now())
+        token.refresh_from_db()
+        if claimed:
+            audit.record(
+                "probe_token.revoked",
+                actor=actor,
+                target=token,
+                organization=token.cluster.organization,
+                changes={"cluster": token.cluster.slug, "name": token.name},
+                request=request,
+            )
+    return token

@@ -1,11 +1,11 @@
-"""Cluster pages for the admins and on-call: the clusters, one cluster, its live view, one node with its
-drain and resume forms. Thin: every lookup through ``for_user`` (another organization's cluster is a 404),
+"""Cluster pages for the admins and on-call: the clusters, one cluster (with its admins' forms: edit, sync
+now, plan maintenance, probe tokens), registering a cluster, its live view, one node with its drain and
+resume forms. Thin: every lookup through ``for_user`` (another organization's cluster is a 404),
 every change through ``clusters.actions``; an invalid form is answered with 400 and its errors beside
 their fields, a user who may see but not change a node gets 403."""
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Callable
 from functools import wraps
@@ -21,15 +21,17 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.cache import patch_cache_control
 from django.views.decorators.gzip import gzip_page
 from django.views.decorators.http import require_GET, require_POST
 
 from clusters import actions
 from clusters.filters import NodeFilter
-from clusters.forms import ReasonForm
+from clusters.forms import ClusterForm, MaintenanceForm, ProbeTokenForm, ReasonForm
 from clusters.live import ALLOCATION_STEPS, MARKED_STATES, UNHEALTHY, live_view
-from clusters.models import AcceleratorType, Cluster, Drain, HealthCheckResult, Node
+from clusters.models import AcceleratorType, Cluster, Drain, HealthCheckResult, MaintenanceWindow, Node, ProbeToken
 from portal.forms import apply_errors
+from portal.models import Organization
 from portal.tenancy import Action, can
 from portal.types import AuthenticatedHttpRequest
 
@@ -38,8 +40,9 @@ NODES_PER_PAGE = 50
 RECENT_DRAINS = 10
 HEALTH_HISTORY = 50
 #: Option names whose values are never shown, in case a secret was put in the options by mistake
-#: (credentials belong in the encrypted credentials, which are never shown at all).
-SECRET_OPTION = re.compile(r"secret|password|passwd|token|credential|private|api_?key", re.IGNORECASE)
+#: (credentials belong in the encrypted credentials, which are never shown at all; the actions refuse
+#: such options now, but older rows may hold them).
+SECRET_OPTION = actions.SECRET_OPTION
 
 
 def _visible_cluster(request: AuthenticatedHttpRequest, pk: int) -> Cluster:
@@ -101,10 +104,10 @@ def _shown_options(options: Any) -> list[tuple[str, str]]:
     ]
 
 
-@login_required
-@require_GET
-def cluster_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
-    cluster = _visible_cluster(request, pk)
+def _render_cluster(
+    request: AuthenticatedHttpRequest, cluster: Cluster, status: int = 200, **extra: Any
+) -> HttpResponse:
+    """The cluster page; its admin forms (maintenance, probe tokens) are passed bound when they failed."""
     nodes = (
         Node.objects.for_user(request.user, Action.VIEW)
         .filter(cluster=cluster)
@@ -112,7 +115,6 @@ def cluster_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         .order_by("name")
     )
     filterset = NodeFilter(request.GET, queryset=nodes)
-    status = 200
     if filterset.is_valid():
         page = Paginator(filterset.qs, NODES_PER_PAGE).get_page(request.GET.get("page"))
     else:
@@ -131,6 +133,13 @@ def cluster_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         .filter(node__cluster=cluster)
         .select_related("node", "requested_by")[:RECENT_DRAINS]
     )
+    windows = (
+        MaintenanceWindow.objects.for_user(request.user, Action.VIEW)
+        .filter(cluster=cluster, ends_at__gt=timezone.now())
+        .select_related("created_by")
+        .prefetch_related("nodes")
+    )
+    can_change = can(request.user, Action.CHANGE, cluster)
     context = {
         "cluster": cluster,
         "options": _shown_options(cluster.options),
@@ -139,8 +148,157 @@ def cluster_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         "page": page,
         "query": query.urlencode(),
         "drains": drains,
+        "windows": windows,
+        "can_change": can_change,
+        "maintenance_form": extra.get("maintenance_form") or MaintenanceForm(auto_id="maintenance_%s"),
+        "probe_token_form": extra.get("probe_token_form") or ProbeTokenForm(auto_id="probe_token_%s"),
+        # Probe tokens are for admins' eyes only (their Tenancy says so); others get an empty list.
+        "probe_tokens": ProbeToken.objects.for_user(request.user, Action.VIEW)
+        .filter(cluster=cluster)
+        .select_related("created_by"),
+        "new_probe_token": extra.get("new_probe_token"),
+        "portal_url": request.build_absolute_uri("/").rstrip("/"),
     }
     return render(request, "clusters/cluster_detail.html", context, status=status)
+
+
+@login_required
+@require_GET
+def cluster_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    return _render_cluster(request, _visible_cluster(request, pk))
+
+
+def _administered_cluster(request: AuthenticatedHttpRequest, pk: int) -> Cluster:
+    """A cluster the user sees (else 404) and administers (else 403, before any input is read)."""
+    cluster = _visible_cluster(request, pk)
+    if not can(request.user, Action.CHANGE, cluster):
+        raise PermissionDenied(f"Only admins of {cluster.organization} change its clusters.")
+    return cluster
+
+
+@login_required
+def cluster_create(request: AuthenticatedHttpRequest) -> HttpResponse:
+    organizations = Organization.objects.for_user(request.user, Action.CHANGE)
+    if not organizations.exists():
+        raise PermissionDenied("Only organization admins register clusters.")
+    form = ClusterForm(request.POST or None, organizations=organizations)
+    status = 200
+    if request.method == "POST":
+        if form.is_valid():
+            try:
+                cluster = actions.create_cluster(
+                    request.user,
+                    form.organization(),
+                    credentials=_given(form.credentials()),
+                    request=request,
+                    **form.settings(),
+                )
+            except ValidationError as exc:
+                form.apply_errors(exc)
+            else:
+                messages.success(request, f"{cluster.name} is registered; its first sync is queued.")
+                return redirect("cluster-detail", pk=cluster.pk)
+        status = BAD_REQUEST
+    return render(request, "clusters/cluster_form.html", {"form": form, "cluster": None}, status=status)
+
+
+def _given(credentials: dict[str, str] | str | None) -> dict[str, str] | None:
+    return credentials if isinstance(credentials, dict) else None
+
+
+@login_required
+def cluster_edit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    cluster = _administered_cluster(request, pk)
+    form = ClusterForm(request.POST or None, cluster=cluster)
+    status = 200
+    if request.method == "POST":
+        if form.is_valid():
+            try:
+                actions.update_cluster(
+                    request.user, cluster, credentials=form.credentials(), request=request, **form.settings()
+                )
+            except ValidationError as exc:
+                form.apply_errors(exc)
+            else:
+                messages.success(request, f"{cluster.name} is saved.")
+                return redirect("cluster-detail", pk=cluster.pk)
+        status = BAD_REQUEST
+    return render(request, "clusters/cluster_form.html", {"form": form, "cluster": cluster}, status=status)
+
+
+@login_required
+@require_POST
+def cluster_sync(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    cluster = _administered_cluster(request, pk)
+    try:
+        actions.request_sync(request.user, cluster, request=request)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+        return _render_cluster(request, cluster, BAD_REQUEST)
+    messages.success(request, f"A sync of {cluster.name} is queued.")
+    return redirect("cluster-detail", pk=cluster.pk)
+
+
+@login_required
+@require_POST
+def cluster_maintenance(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    cluster = _administered_cluster(request, pk)
+    form = MaintenanceForm(request.POST, auto_id="maintenance_%s")
+    if form.is_valid():
+        names = form.cleaned_data["nodes"]
+        found = list(Node.objects.for_user(request.user, Action.VIEW).filter(cluster=cluster, name__in=names))
+        unknown = sorted(set(names) - {node.name for node in found})
+        if unknown:
+            form.add_error("nodes", f"{cluster.name} has no node {', '.join(unknown)}.")
+        else:
+            try:
+                actions.plan_maintenance(
+                    request.user,
+                    cluster,
+                    starts_at=form.cleaned_data["starts_at"],
+                    ends_at=form.cleaned_data["ends_at"],
+                    reason=form.cleaned_data["reason"],
+                    nodes=found,
+                    drain_ahead_minutes=form.cleaned_data["drain_ahead_minutes"],
+                    request=request,
+                )
+            except ValidationError as exc:
+                apply_errors(form, exc)
+            else:
+                messages.success(request, "The maintenance window is planned.")
+                return redirect("cluster-detail", pk=cluster.pk)
+    return _render_cluster(request, cluster, BAD_REQUEST, maintenance_form=form)
+
+
+@login_required
+@require_POST
+def probe_token_create(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    cluster = _administered_cluster(request, pk)
+    form = ProbeTokenForm(request.POST, auto_id="probe_token_%s")
+    if form.is_valid():
+        try:
+            _, raw = actions.issue_probe_token(request.user, cluster, form.cleaned_data["name"], request=request)
+        except ValidationError as exc:
+            apply_errors(form, exc)
+        else:
+            # Shown this once, in this answer (only its hash is kept); no redirect that would lose it,
+            # and no copy of the page kept by a cache.
+            response = _render_cluster(request, cluster, new_probe_token=raw)
+            patch_cache_control(response, no_store=True)
+            return response
+    return _render_cluster(request, cluster, BAD_REQUEST, probe_token_form=form)
+
+
+@login_required
+@require_POST
+def probe_token_revoke(request: AuthenticatedHttpRequest, pk: int, token_pk: int) -> HttpResponse:
+    cluster = _administered_cluster(request, pk)
+    token = get_object_or_404(
+        ProbeToken.objects.for_user(request.user, Action.CHANGE).filter(cluster=cluster), pk=token_pk
+    )
+    actions.revoke_probe_token(request.user, token, request=request)
+    messages.success(request, f"Probe token {token.name} is revoked.")
+    return redirect("cluster-detail", pk=cluster.pk)
 
 
 # --- Live view ------------------------------------------------------------------------------------------
