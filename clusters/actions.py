@@ -14,10 +14,11 @@ import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.validators import URLValidator
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -245,6 +246,10 @@ def _endpoint(kind: str, given: Any) -> str:
         raise ValidationError({"endpoint": "Enter an http:// or https:// URL."}) from None
     if len(endpoint) > 500:
         raise ValidationError({"endpoint": "Ensure this field has no more than 500 characters."})
+    parts = urlsplit(endpoint)
+    if parts.username or parts.password:
+        # The endpoint is shown on the cluster's page and in the audit log; credentials are not.
+        raise ValidationError({"endpoint": "Leave the user and password out of the URL: give them as credentials."})
     return endpoint
 
 
@@ -372,7 +377,12 @@ def create_cluster(
     secrets = _credentials(kind, credentials or {}, {})
     cluster.set_credentials(secrets)
     with transaction.atomic():
-        cluster.save()
+        try:
+            with transaction.atomic():
+                cluster.save()
+        except IntegrityError:  # the same slug registered at the same moment by someone else
+            taken = f"{organization} already has a cluster with the slug {cluster.slug!r}."
+            raise ValidationError({"slug": taken}) from None
         audit.record(
             "cluster.created",
             actor=actor,
@@ -412,12 +422,12 @@ def update_cluster(
     """Change a cluster's settings. Credentials are write-only: ``None`` or blank values keep them, given
     values are merged in and re-encrypted, ``CLEAR`` removes them; the audit log says only that they
     changed. The kind cannot change (its nodes came from that backend): register a new cluster instead."""
-    if "kind" in changes and changes.pop("kind") != cluster.kind:
-        raise ValidationError({"kind": "A cluster's kind cannot change; register a new cluster instead."})
-    unknown = set(changes) - set(EDITABLE)
+    unknown = set(changes) - {"kind", *EDITABLE}
     if unknown:
         raise TypeError(f"update_cluster() got unexpected fields {', '.join(sorted(unknown))}")
     _require_admin(actor, cluster, f"of {cluster.organization} change its clusters")
+    if "kind" in changes and changes.pop("kind") != cluster.kind:
+        raise ValidationError({"kind": "A cluster's kind cannot change; register a new cluster instead."})
     with transaction.atomic():
         locked: Cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
         current = {name: getattr(locked, name) for name in EDITABLE}

@@ -10,7 +10,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
-from clusters.actions import CLEAR, MAX_REASON
+from clusters.actions import CLEAR, MAX_REASON, SECRET_OPTION
 from clusters.models import Cluster
 from portal.forms import apply_errors
 from portal.models import Organization
@@ -46,6 +46,14 @@ CREDENTIAL_FIELDS: dict[str, dict[str, str]] = {
     Cluster.Kind.KUBERNETES: {"kubernetes_token": "token", "kubernetes_ca_cert": "ca_cert"},
     Cluster.Kind.TPU: {"tpu_service_account_json": "service_account_json", "tpu_access_token": "access_token"},
 }
+
+
+def _shown(options: Any) -> Any:
+    """Options as the edit form shows them: a secret put there by mistake (older rows; the actions refuse
+    new ones) is hidden, and saving asks for it to be moved to the credentials."""
+    if not isinstance(options, dict):
+        return options
+    return {key: "(hidden)" if SECRET_OPTION.search(str(key)) else value for key, value in options.items()}
 
 
 class ClusterForm(forms.Form):
@@ -118,7 +126,7 @@ class ClusterForm(forms.Form):
                 "endpoint": cluster.endpoint,
                 "region": cluster.region,
                 "levels": ", ".join(cluster.levels or []),
-                "options": json.dumps(cluster.options or {}, indent=1, sort_keys=True),
+                "options": json.dumps(_shown(cluster.options), indent=1, sort_keys=True),
                 "preference": cluster.preference,
             }
         super().__init__(*args, **kwargs)

@@ -294,6 +294,7 @@ BAD_NEW_CLUSTER = [
     ({"endpoint": ""}, "endpoint"),
     ({"endpoint": "ftp://k8s.example.org"}, "endpoint"),
     ({"endpoint": "k8s.example.org:6443"}, "endpoint"),
+    ({"endpoint": "https://admin:hunter2@k8s.example.org"}, "endpoint"),  # a password in the URL
     ({"kind": "simulated", "endpoint": "https://sim.example.org", **NO_KUBE}, "endpoint"),
     ({"region": ""}, "region"),
     ({"levels": "Rack!"}, "levels"),
@@ -455,6 +456,24 @@ def test_credentials_are_write_only(world: World, clusters: dict[str, Cluster]):
     logged = json.dumps(list(AuditLog.objects.values("changes", "reason", "target_repr")))
     for secret in (JWT, "rotated-jwt-value", "typed-but-refused"):
         assert secret not in logged
+
+
+def test_a_secret_left_in_the_options_is_hidden_on_the_edit_form(world: World, clusters: dict[str, Cluster]):
+    cluster = clusters["slurm"]
+    Cluster.objects.filter(pk=cluster.pk).update(options={"partition": "gpu", "api_token": "leaked-into-options"})
+    adam = signed_in(world, "adam")
+    page = adam.get(f"/clusters/{cluster.pk}/edit/")
+    assert "leaked-into-options" not in page.content.decode()
+    assert "(hidden)" in page.content.decode()
+    # Saved as shown, it is refused with the reason; saved without it, it is gone.
+    form = edit_form(cluster, options=page.context["form"]["options"].value())
+    response = adam.post(f"/clusters/{cluster.pk}/edit/", form)
+    assert response.status_code == 400
+    assert "Put api_token in the credentials" in response.context["form"].errors["options"][0]
+    assert "leaked-into-options" not in response.content.decode()
+    adam.post(f"/clusters/{cluster.pk}/edit/", edit_form(cluster, options='{"partition": "gpu"}'))
+    cluster.refresh_from_db()
+    assert cluster.options == {"partition": "gpu"}
 
 
 def test_tpu_credentials_are_one_or_the_other(world: World, clusters: dict[str, Cluster]):
