@@ -9,6 +9,7 @@ auto-drain policy acting on its own.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from collections.abc import Mapping
@@ -16,6 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.validators import URLValidator
 from django.db import IntegrityError, transaction
@@ -231,6 +233,30 @@ def _text(fields: dict[str, Any], name: str, limit: int, *, required: bool = Tru
     return value
 
 
+#: Hosts that answer for the machine Quartermaster runs on, not for a cluster: the clouds' instance
+#: metadata services (their answers hold the server's own credentials).
+METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata", "instance-data", "instance-data.ec2.internal"})
+
+
+def _refuse_internal(host: str) -> None:
+    """Keep cluster endpoints off the server's own metadata service and, unless allowed, its loopback: an
+    org admin must not be able to make the sync read them and show the answer in ``last_error``.
+    Private addresses stay allowed: on-prem clusters live there."""
+    host = host.strip("[]").lower()
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    if host in METADATA_HOSTS or (address is not None and address.is_link_local):
+        raise ValidationError({"endpoint": "That address is the server's own metadata service, not a cluster."})
+    if (host == "localhost" or (address is not None and address.is_loopback)) and not getattr(
+        settings, "CLUSTER_ENDPOINTS_ALLOW_LOOPBACK", False
+    ):
+        raise ValidationError(
+            {"endpoint": "That address is this server itself; set CLUSTER_ENDPOINTS_ALLOW_LOOPBACK to allow it."}
+        )
+
+
 def _endpoint(kind: str, given: Any) -> str:
     endpoint = "" if given is None else str(given).strip()
     if kind == Cluster.Kind.SIMULATED:
@@ -247,6 +273,7 @@ def _endpoint(kind: str, given: Any) -> str:
     if len(endpoint) > 500:
         raise ValidationError({"endpoint": "Ensure this field has no more than 500 characters."})
     parts = urlsplit(endpoint)
+    _refuse_internal(parts.hostname or "")
     if parts.username or parts.password:
         # The endpoint is shown on the cluster's page and in the audit log; credentials are not.
         raise ValidationError({"endpoint": "Leave the user and password out of the URL: give them as credentials."})

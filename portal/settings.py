@@ -46,6 +46,8 @@ if not SECRET_KEY:
     SECRET_KEY = _embedded_secret_key()
 # Encrypts cluster credentials at rest (clusters/secrets.py); SECRET_KEY's when unset.
 CREDENTIALS_KEY = env_str("CREDENTIALS_KEY") or ""
+# Cluster endpoints on this machine's loopback (a Slurm lab, a test server): allowed outside production.
+CLUSTER_ENDPOINTS_ALLOW_LOOPBACK = env_bool("CLUSTER_ENDPOINTS_ALLOW_LOOPBACK", not PRODUCTION)
 # Node health probes: at most one report per node this often.
 PROBE_MIN_INTERVAL_SECONDS = env_int("PROBE_MIN_INTERVAL_SECONDS", 10, minimum=1)
 

@@ -295,6 +295,9 @@ BAD_NEW_CLUSTER = [
     ({"endpoint": "ftp://k8s.example.org"}, "endpoint"),
     ({"endpoint": "k8s.example.org:6443"}, "endpoint"),
     ({"endpoint": "https://admin:hunter2@k8s.example.org"}, "endpoint"),  # a password in the URL
+    ({"endpoint": "http://169.254.169.254/computeMetadata/v1/"}, "endpoint"),  # the cloud metadata service
+    ({"endpoint": "http://metadata.google.internal"}, "endpoint"),
+    ({"endpoint": "http://[fe80::1]:6443"}, "endpoint"),
     ({"kind": "simulated", "endpoint": "https://sim.example.org", **NO_KUBE}, "endpoint"),
     ({"region": ""}, "region"),
     ({"levels": "Rack!"}, "levels"),
@@ -626,3 +629,19 @@ def test_a_token_of_another_cluster_is_404(world: World, clusters: dict[str, Clu
     assert signed_in(world, "adam").post(path).status_code == 404
     token.refresh_from_db()
     assert token.revoked_at is None
+
+
+def test_loopback_endpoints_only_where_allowed(world: World, clusters: dict[str, Cluster], settings: Any) -> None:
+    """A cluster on this machine (a Slurm lab) is fine in development; in production it is refused, so an
+    admin cannot point the sync at the server's own services."""
+    from django.core.exceptions import ValidationError
+
+    from clusters import actions
+
+    fields = {"name": "Lab", "kind": "slurm", "region": "lab", "endpoint": "http://127.0.0.1:17080"}
+    settings.CLUSTER_ENDPOINTS_ALLOW_LOOPBACK = False
+    with pytest.raises(ValidationError) as refused:
+        actions.create_cluster(world.users["adam"], world.org, slug="lab", **fields)
+    assert "this server itself" in refused.value.message_dict["endpoint"][0]
+    settings.CLUSTER_ENDPOINTS_ALLOW_LOOPBACK = True
+    assert actions.create_cluster(world.users["adam"], world.org, slug="lab", **fields).endpoint.endswith(":17080")
