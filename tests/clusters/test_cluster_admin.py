@@ -638,10 +638,15 @@ def test_loopback_endpoints_only_where_allowed(world: World, clusters: dict[str,
 
     from clusters import actions
 
-    fields = {"name": "Lab", "kind": "slurm", "region": "lab", "endpoint": "http://127.0.0.1:17080"}
+    def register() -> Cluster:
+        return actions.create_cluster(
+            world.users["adam"], world.org, name="Lab", slug="lab", kind="slurm", region="lab",
+            endpoint="http://127.0.0.1:17080",
+        )  # fmt: skip
+
     settings.CLUSTER_ENDPOINTS_ALLOW_LOOPBACK = False
     with pytest.raises(ValidationError) as refused:
-        actions.create_cluster(world.users["adam"], world.org, slug="lab", **fields)
+        register()
     assert "this server itself" in refused.value.message_dict["endpoint"][0]
     settings.CLUSTER_ENDPOINTS_ALLOW_LOOPBACK = True
-    assert actions.create_cluster(world.users["adam"], world.org, slug="lab", **fields).endpoint.endswith(":17080")
+    assert register().endpoint.endswith(":17080")
