@@ -7,6 +7,7 @@ Clusters belong to an organization: every member may view them, only organizatio
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import ClassVar
 
 from django.conf import settings
@@ -141,6 +142,7 @@ class Node(models.Model):
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     #: When the node's health probe last reported (``deploy/node_probe.py``); None if it has no probe.
     probe_reported_at = models.DateTimeField(null=True, blank=True)
+    #: For a node no longer present: the last sync that reported it (``seen_at`` covers present nodes).
     last_seen_at = models.DateTimeField(null=True, blank=True)
     #: False once a sync no longer finds the node on its cluster (kept for history and running jobs).
     present = models.BooleanField(default=True)
@@ -154,6 +156,11 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def seen_at(self) -> datetime | None:
+        """When a sync last reported the node: its cluster's last sync while it is present."""
+        return self.cluster.last_sync_at if self.present else self.last_seen_at
 
     @property
     def takes_work(self) -> bool:

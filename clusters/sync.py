@@ -170,7 +170,6 @@ def _apply(cluster: Cluster, inventory: Inventory) -> tuple[int, int, int, int]:
     """(created, updated, gone, unchanged) nodes."""
     _check(inventory)
     accelerators = _accelerators(cluster, inventory)
-    now = timezone.now()
     existing = {row[0]: row for row in Node.objects.filter(cluster=cluster).values_list("name", "pk", *COPIED)}
     created: list[Node] = []
     changed: list[Node] = []
@@ -197,17 +196,21 @@ def _apply(cluster: Cluster, inventory: Inventory) -> tuple[int, int, int, int]:
             "state": _state(info, old_state),
         }
         if row is None:
-            created.append(Node(cluster=cluster, name=info.name, last_seen_at=now, **values))
+            created.append(Node(cluster=cluster, name=info.name, **values))
         elif tuple(values[c] for c in COPIED) != row[2:]:
-            changed.append(Node(cluster=cluster, name=info.name, last_seen_at=now, **values))
+            changed.append(Node(cluster=cluster, name=info.name, **values))
         else:
             unchanged += 1
     Node.objects.bulk_create(created, batch_size=BATCH)
     _update(cluster, changed)
     reported = {n.name for n in inventory.nodes}
-    gone = Node.objects.filter(cluster=cluster, present=True).exclude(name__in=reported).update(present=False)
-    # "Seen" for the unchanged rows in one statement rather than one per row.
-    Node.objects.filter(cluster=cluster, present=True).update(last_seen_at=now)
+    # A node present now was seen by this sync (``Node.seen_at``); one that went missing was last seen by
+    # the sync before, which is all that needs writing: no statement touches every row of a large cluster.
+    gone = (
+        Node.objects.filter(cluster=cluster, present=True)
+        .exclude(name__in=reported)
+        .update(present=False, last_seen_at=cluster.last_sync_at)
+    )
     _domains(cluster, inventory)
     return len(created), len(changed), gone, unchanged
 
@@ -233,7 +236,7 @@ def _update(cluster: Cluster, changed: list[Node]) -> None:
     and row and took 110 s, its upsert spends seconds compiling parameters. Elsewhere, the upsert."""
     if not changed:
         return
-    columns = [*COPIED, "last_seen_at"]
+    columns = list(COPIED)
     if connection.vendor != "postgresql":
         Node.objects.bulk_create(
             changed,
@@ -244,7 +247,7 @@ def _update(cluster: Cluster, changed: list[Node]) -> None:
         )
         return
     table = Node._meta.db_table
-    typed = ", ".join(f"{c} {_PG_TYPES.get(c, 'integer' if c != 'last_seen_at' else 'timestamptz')}" for c in columns)
+    typed = ", ".join(f"{c} {_PG_TYPES.get(c, 'integer')}" for c in columns)
     with connection.cursor() as cursor:
         cursor.execute(f"CREATE TEMPORARY TABLE node_sync (name text, {typed}) ON COMMIT DROP")
         with cursor.cursor.copy(f"COPY node_sync (name, {', '.join(columns)}) FROM STDIN") as copy:
