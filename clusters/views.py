@@ -384,35 +384,42 @@ def _authorize_change(request: AuthenticatedHttpRequest, node: Node) -> None:
         raise PermissionDenied(f"Only admins of {node.cluster.organization} drain and resume its nodes.")
 
 
-@login_required
-@require_POST
-def node_drain(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+def _change_node(
+    request: AuthenticatedHttpRequest,
+    pk: int,
+    form_name: str,
+    act: Callable[[Node, str], object],
+    done: Callable[[Node], str],
+) -> HttpResponse:
+    """A drain or resume form posted: authorized before the form is read, the action called with the
+    reason, the node page again with the form's errors (400) when it refuses."""
     node = _visible_node(request, pk)
     _authorize_change(request, node)
-    form = ReasonForm(request.POST, auto_id="drain_%s")
+    form = ReasonForm(request.POST, auto_id=f"{form_name}_%s")
     if form.is_valid():
         try:
-            actions.drain_node(request.user, node, form.cleaned_data["reason"], request=request)
+            act(node, form.cleaned_data["reason"])
         except ValidationError as exc:
             apply_errors(form, exc)
         else:
-            messages.success(request, f"{node.name} is {node.get_state_display().lower()}.")
+            messages.success(request, done(node))
             return redirect("node-detail", pk=node.pk)
-    return _render_node(request, node, BAD_REQUEST, drain_form=form)
+    return _render_node(request, node, BAD_REQUEST, **{f"{form_name}_form": form})
+
+
+@login_required
+@require_POST
+def node_drain(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    def drain(node: Node, reason: str) -> object:
+        return actions.drain_node(request.user, node, reason, request=request)  # refreshes ``node``
+
+    return _change_node(request, pk, "drain", drain, lambda n: f"{n.name} is {n.get_state_display().lower()}.")
 
 
 @login_required
 @require_POST
 def node_resume(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
-    node = _visible_node(request, pk)
-    _authorize_change(request, node)
-    form = ReasonForm(request.POST, auto_id="resume_%s")
-    if form.is_valid():
-        try:
-            actions.resume_node(request.user, node, form.cleaned_data["reason"], request=request)
-        except ValidationError as exc:
-            apply_errors(form, exc)
-        else:
-            messages.success(request, f"{node.name} is back in service.")
-            return redirect("node-detail", pk=node.pk)
-    return _render_node(request, node, BAD_REQUEST, resume_form=form)
+    def resume(node: Node, reason: str) -> object:
+        return actions.resume_node(request.user, node, reason, request=request)
+
+    return _change_node(request, pk, "resume", resume, lambda n: f"{n.name} is back in service.")

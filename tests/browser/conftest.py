@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
@@ -62,3 +63,28 @@ def demo(transactional_db):
     from portal.demo import seed_demo
 
     return seed_demo()
+
+
+@pytest.fixture
+def fleet(demo, settings, tmp_path) -> dict[str, Any]:
+    """The demo fleet (three simulated clusters), synced, by slug; its simulated state under ``tmp_path``."""
+    from clusters.demo import seed_demo_fleet, sync_demo_fleet
+    from clusters.models import Cluster
+
+    settings.VAR_DIR = tmp_path
+    seed_demo_fleet(demo)
+    sync_demo_fleet(demo)
+    return {c.slug: c for c in Cluster.objects.filter(organization=demo)}
+
+
+def sign_in_as(page: Page, username: str) -> None:
+    """Sign in with the demo password and wait until the page says who is signed in."""
+    from playwright.sync_api import expect
+
+    from portal.demo import DEMO_PASSWORD
+
+    page.goto("/login/")
+    page.locator("#id_username").fill(username)
+    page.locator("#id_password").fill(DEMO_PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_test_id("username")).to_have_text(username)

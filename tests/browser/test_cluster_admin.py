@@ -11,37 +11,19 @@ import re
 import tempfile
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
-from clusters.demo import seed_demo_fleet, sync_demo_fleet
 from clusters.models import Cluster, MaintenanceWindow, ProbeToken
-from portal.demo import DEMO_PASSWORD
+from tests.browser.conftest import sign_in_as
 
 pytestmark = pytest.mark.browser
 
 SHOTS = Path(os.environ.get("QM_ADMIN_SHOTS") or Path(tempfile.gettempdir()) / "qm-shots")
 TOKEN = "eyJhbGciOiJSUzI1NiJ9.qm-browser-test-bearer.c2VjcmV0LXNpZ25hdHVyZQ"
 FORM_ADMIN = ("maintenance-form", "probe-token-form", "probe-tokens", "sync-form", "edit-link")
-
-
-@pytest.fixture
-def fleet(demo: Any, settings: Any, tmp_path: Path) -> dict[str, Cluster]:
-    settings.VAR_DIR = tmp_path
-    seed_demo_fleet(demo)
-    sync_demo_fleet(demo)
-    return {c.slug: c for c in Cluster.objects.filter(organization=demo)}
-
-
-def sign_in(page: Page, username: str) -> None:
-    page.goto("/login/")
-    page.locator("#id_username").fill(username)
-    page.locator("#id_password").fill(DEMO_PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
-    expect(page.get_by_test_id("username")).to_have_text(username)
 
 
 def shot(page: Page, name: str) -> None:
@@ -60,7 +42,7 @@ def field(page: Page, field_id: str):
 
 
 def test_admin_adds_a_kubernetes_cluster_and_its_token_is_never_shown(page: Page, fleet: dict[str, Cluster]) -> None:
-    sign_in(page, "adam")
+    sign_in_as(page, "adam")
     page.goto("/clusters/")
     page.get_by_test_id("add-cluster").click()
     expect(page).to_have_url(re.compile(r"/clusters/new/$"))
@@ -104,7 +86,7 @@ def test_add_form_shows_a_bad_endpoint_beside_its_field_and_creates_nothing(
     page: Page, fleet: dict[str, Cluster]
 ) -> None:
     before = Cluster.objects.count()
-    sign_in(page, "adam")
+    sign_in_as(page, "adam")
     page.goto("/clusters/new/")
     form = page.get_by_test_id("cluster-form")
     form.locator("#id_name").fill("Old FTP")
@@ -130,7 +112,7 @@ def test_add_form_shows_a_bad_endpoint_beside_its_field_and_creates_nothing(
 
 def test_admin_plans_maintenance_and_issues_then_revokes_a_probe_token(page: Page, fleet: dict[str, Cluster]) -> None:
     h100 = fleet["onprem-h100"]
-    sign_in(page, "adam")
+    sign_in_as(page, "adam")
     page.goto(f"/clusters/{h100.pk}/")
     expect(page.get_by_role("heading", level=1)).to_contain_text("On-prem H100")
     windows = page.get_by_test_id("windows")
@@ -186,7 +168,7 @@ def test_admin_plans_maintenance_and_issues_then_revokes_a_probe_token(page: Pag
 
 def test_researcher_sees_no_admin_forms_on_the_cluster_page(page: Page, fleet: dict[str, Cluster]) -> None:
     h100 = fleet["onprem-h100"]
-    sign_in(page, "alice")
+    sign_in_as(page, "alice")
     page.goto(f"/clusters/{h100.pk}/")
     expect(page.get_by_role("heading", level=1)).to_contain_text("On-prem H100")
     expect(page.get_by_test_id("windows")).to_be_visible()

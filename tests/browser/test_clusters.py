@@ -8,35 +8,17 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 from playwright.sync_api import Page, Request, expect
 
-from clusters.demo import seed_demo_fleet, sync_demo_fleet
 from clusters.models import Cluster, Node
-from portal.demo import DEMO_PASSWORD
+from tests.browser.conftest import sign_in_as
 
 pytestmark = pytest.mark.browser
 
 SHOTS = Path(os.environ.get("QM_SHOTS") or Path(__file__).resolve().parents[2] / "test-artifacts" / "browser")
 POLL_SECONDS = 5
-
-
-@pytest.fixture
-def fleet(demo: Any, settings: Any, tmp_path: Path) -> dict[str, Cluster]:
-    settings.VAR_DIR = tmp_path
-    seed_demo_fleet(demo)
-    sync_demo_fleet(demo)
-    return {c.slug: c for c in Cluster.objects.filter(organization=demo)}
-
-
-def sign_in(page: Page, username: str) -> None:
-    page.goto("/login/")
-    page.locator("#id_username").fill(username)
-    page.locator("#id_password").fill(DEMO_PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
-    expect(page.get_by_test_id("username")).to_have_text(username)
 
 
 def shot(page: Page, name: str) -> None:
@@ -47,7 +29,7 @@ def shot(page: Page, name: str) -> None:
 def test_admin_drains_a_node_and_sees_it_on_the_live_view(page: Page, fleet: dict[str, Cluster]) -> None:
     h100 = fleet["onprem-h100"]
     node = Node.objects.get(cluster=h100, name="h100-00005")
-    sign_in(page, "adam")
+    sign_in_as(page, "adam")
 
     page.get_by_role("navigation", name="Main").get_by_role("link", name="Clusters").click()
     rows = page.get_by_test_id("clusters").locator("tbody tr")
@@ -126,7 +108,7 @@ def test_researcher_reads_a_degraded_cluster_and_its_live_view_but_cannot_drain(
     tpu = fleet["tpu-v5p"]
     error = "TPU API: 503 Service Unavailable: the zone us-central2-b is overloaded, try again later"
     Cluster.objects.filter(pk=tpu.pk).update(status=Cluster.Status.DEGRADED, last_error=error, failures=1)
-    sign_in(page, "alice")
+    sign_in_as(page, "alice")
     page.goto("/clusters/")
     row = page.get_by_test_id("clusters").locator("tbody tr", has_text="Cloud TPU v5p")
     expect(row).to_contain_text("Degraded")
