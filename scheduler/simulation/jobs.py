@@ -57,15 +57,16 @@ class Room:
     def __init__(self, sim: Simulation) -> None:
         self.nodes = [(name, list(s.accel_free), [s.cpu_free, s.memory_free]) for name, s in sim.nodes.items() if s.up]
 
-    def free(self, name: str, assignments: Iterable[Assignment]) -> None:
+    def free(self, assignments: Iterable[Assignment]) -> None:
         """Give back what a job about to be stopped holds (on nodes that are up)."""
-        for node, accels, rest in self.nodes:
-            for a in assignments:
-                if a.node == node:
-                    for slot, milli in a.accels:
-                        accels[slot] += milli
-                    rest[0] += a.cpu
-                    rest[1] += a.memory
+        index = {name: i for i, (name, _, _) in enumerate(self.nodes)}
+        for a in assignments:
+            if a.node in index:
+                _, accels, rest = self.nodes[index[a.node]]
+                for slot, milli in a.accels:
+                    accels[slot] += milli
+                rest[0] += a.cpu
+                rest[1] += a.memory
 
     def place(self, job: SimJob) -> tuple[Assignment, ...] | None:
         """Each worker on the node it fits most tightly (fewest free accelerators left, then the node order);
@@ -182,7 +183,7 @@ class Tiresias:
         room = Room(sim)
         stops = [(job_id, 0.0) for job_id, run in sim.running.items() if job_id not in chosen]
         for job_id, _ in stops:
-            room.free(job_id, sim.running[job_id].assignments)
+            room.free(sim.running[job_id].assignments)
         starts = []
         for _, _, job_id, running in active:
             if not running and job_id in chosen:
