@@ -171,6 +171,9 @@ CELERY_BEAT_SCHEDULE = {
     "sync-clusters": {"task": "clusters.tasks.sync_due_clusters", "schedule": 30.0},
     "check-cluster-health": {"task": "clusters.tasks.check_all_health", "schedule": 60.0},
     "maintenance-windows": {"task": "clusters.tasks.apply_maintenance_windows", "schedule": 60.0},
+    # The placement loop (also woken by each submission) and the clusters' reports on placed jobs.
+    "placement-cycle": {"task": "scheduler.tasks.placement_cycle", "schedule": 10.0},
+    "follow-clusters": {"task": "scheduler.tasks.follow_clusters", "schedule": 15.0},
 }
 
 # --- Authentication -------------------------------------------------------------------------------------

@@ -188,6 +188,11 @@ class Backend:
         come from the node probe (``deploy/node_probe.py``) through the API instead."""
         raise NotImplementedError
 
+    def find(self, job_id: str) -> str | None:
+        """The cluster's id of the job submitted under ``job_id`` (``JobSpec.id``), or None if it has none: how a
+        job whose submission may or may not have gone through before a crash is found again."""
+        raise NotImplementedError
+
     # writes (dry-run aware)
     def submit(self, spec: JobSpec) -> str | DryRun:
         """Start the job; returns the cluster's id for it. Idempotent on ``spec.id``."""

@@ -235,6 +235,14 @@ class KubernetesBackend(Backend):
         nodes = sorted({pod.spec.node_name for pod in pods.items or [] if pod.spec and pod.spec.node_name})
         return JobStatus(backend_id=backend_id, state=state, message=message, nodes=tuple(nodes))
 
+    def find(self, job_id: str) -> str | None:
+        name = job_name(job_id)
+        try:
+            self.status(name)
+        except NotFound:
+            return None
+        return name
+
     # writes
 
     def submit(self, spec: JobSpec) -> str | DryRun:

@@ -120,6 +120,10 @@ class SimulatedBackend(Backend):
         state_ = JobState.SUCCEEDED if done else JobState.RUNNING
         return JobStatus(backend_id, state_, "", tuple(job["nodes"]))
 
+    def find(self, job_id: str) -> str | None:
+        with self._state() as state:
+            return job_id if job_id in state["jobs"] else None
+
     def health(self) -> tuple[HealthSignal, ...]:
         now = datetime.now(UTC)
         return tuple(

@@ -167,6 +167,9 @@ class SlurmBackend(Backend):
             raise BadResponse(f"slurmrestd accepted job {spec.id} but answered no job id (job_id={job_id!r})")
         return str(job_id)
 
+    def find(self, job_id: str) -> str | None:
+        return self._find_job(job_id)
+
     def cancel(self, backend_id: str) -> DryRun | None:
         if self.dry_run:
             self._job(backend_id)  # NotFound for a job Slurm does not know

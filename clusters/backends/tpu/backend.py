@@ -415,6 +415,14 @@ class TpuBackend(Backend):
             return JobState.UNKNOWN, f"unrecognised queued resource state {name}"
         return JOB_STATES[value], name
 
+    def find(self, job_id: str) -> str | None:
+        qr_id = queued_resource_id(job_id)
+        try:
+            self.status(qr_id)
+        except NotFound:
+            return None
+        return qr_id
+
     # writes
     def submit(self, spec: JobSpec) -> str | DryRun:
         qr_id = queued_resource_id(spec.id)

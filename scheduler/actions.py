@@ -1,0 +1,332 @@
+"""What people do to jobs: submit, cancel, clone; admins requeue. One transaction each, authorized,
+validated (a ``ValidationError`` naming the field, nothing written), audited where it is privileged.
+
+``submit_job`` is the one path for the web form, the API and the ``qm`` CLI alike. A request that can
+never fit anywhere (more accelerators than any node or domain has, a type nobody offers, a topology no
+domain has, more than the queue could ever get) is refused at once with the engine's own reason, found by
+placing it on the idle fleet (``feasibility.check``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from clusters.models import AcceleratorType, Cluster
+from portal import audit
+from portal.models import Membership, Project, Team
+from portal.tenancy import Action, Role, can
+from scheduler import feasibility, lifecycle
+from scheduler.lifecycle import PLACED, WAITING
+from scheduler.models import Attempt, Job, PriorityTier, Queue
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+    from django.http import HttpRequest
+
+S = Job.State
+MAX_WORKERS = 4096
+MAX_TIME_LIMIT = 30 * 24 * 3600
+MIN_TIME_LIMIT = 60
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass
+class JobRequest:
+    """What a researcher asks for, in engine units (millicores, MiB, seconds); the form and the API
+    convert from the units people type."""
+
+    team: Team
+    name: str
+    time_limit: int
+    tier: PriorityTier | None = None  # None: the organization's default tier
+    project: Project | None = None
+    accelerator_types: Sequence[str] = ()
+    accelerators: int = 1
+    accelerator_milli: int = 1000
+    workers: int = 1
+    cpu: int = 1000
+    memory: int = 4096
+    topology_level: str = ""
+    topology_mode: str = Job.TopologyMode.REQUIRED
+    preemptible: bool = True
+    checkpoint_location: str = ""
+    clusters: Sequence[Cluster] = ()
+    regions: Sequence[str] = ()
+    max_price_per_hour: Decimal | None = None
+    image: str = ""
+    command: Sequence[str] = ()
+    script: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+    max_retries: int = 3
+    idempotency_key: str = ""
+
+
+def teams_for_submission(actor: User) -> list[Team]:
+    """Teams ``actor`` may submit jobs to: their own (researcher, lead), all of an organization they admin."""
+    memberships = Membership.objects.filter(user=actor)
+    direct = memberships.filter(role__in=[Role.RESEARCHER, Role.LEAD]).values("team")
+    admin_orgs = memberships.filter(role=Role.ADMIN).values("organization")
+    teams = Team.objects.filter(pk__in=direct) | Team.objects.filter(organization__in=admin_orgs)
+    return list(teams.select_related("organization").distinct().order_by("name"))
+
+
+def tiers_for(team: Team) -> list[PriorityTier]:
+    """Priority tiers ``team`` may use: those open to every team, and those naming it."""
+    tiers = PriorityTier.objects.filter(organization=team.organization).prefetch_related("teams")
+    return [t for t in tiers if not t.teams.all() or team in t.teams.all()]
+
+
+def queue_for(team: Team, project: Project | None) -> Queue:
+    """A project's own queue if it has one, else the team's queue (made on first use)."""
+    if project is not None:
+        own: Queue | None = Queue.objects.filter(team=team, project=project).first()
+        if own is not None:
+            return own
+    team_queue: Queue | None = Queue.objects.filter(team=team, project=None).first()
+    if team_queue is None:
+        team_queue, _ = Queue.objects.get_or_create(team=team, project=None, defaults={"name": team.slug})
+    return team_queue
+
+
+def validate(actor: User, request: JobRequest) -> tuple[Queue, PriorityTier]:
+    """Check everything about ``request``; raise ``ValidationError`` naming every bad field at once."""
+    errors: dict[str, str] = {}
+    team = request.team
+    org = team.organization
+    if team not in teams_for_submission(actor):
+        raise PermissionDenied(f"You may not submit jobs to team {team}.")
+    name = request.name.strip()
+    if not name:
+        errors["name"] = "Give the job a name."
+    elif len(name) > 120:
+        errors["name"] = "Ensure this field has no more than 120 characters."
+    if request.project is not None and (request.project.team_id != team.pk or request.project.archived):
+        errors["project"] = f"Project {request.project.name} is not an active project of team {team}."
+
+    known = set(AcceleratorType.objects.filter(organization=org).values_list("name", flat=True))
+    unknown = [t for t in request.accelerator_types if t not in known]
+    if unknown:
+        errors["accelerator_types"] = (
+            f"Unknown accelerator type(s): {', '.join(unknown)}. Known: {', '.join(sorted(known)) or 'none'}."
+        )
+    if not 0 <= request.accelerators <= 64:
+        errors["accelerators"] = "Accelerators per worker must be between 0 and 64."
+    if not 1 <= request.accelerator_milli <= 1000:
+        errors["accelerator_milli"] = "A share of an accelerator is between 1 and 1000 milli."
+    elif request.accelerator_milli < 1000 and request.accelerators != 1:
+        errors["accelerator_milli"] = "A fraction of an accelerator needs exactly one accelerator per worker."
+    if request.accelerators == 0 and request.accelerator_types:
+        errors["accelerator_types"] = "A CPU-only job (0 accelerators) cannot ask for accelerator types."
+    if not 1 <= request.workers <= MAX_WORKERS:
+        errors["workers"] = f"Workers must be between 1 and {MAX_WORKERS}."
+    if request.cpu < 1:
+        errors["cpu"] = "Ask for some CPU (at least 0.001 cores)."
+    if request.memory < 1:
+        errors["memory"] = "Ask for some memory."
+    if not MIN_TIME_LIMIT <= request.time_limit <= MAX_TIME_LIMIT:
+        errors["time_limit"] = f"The time limit must be between {MIN_TIME_LIMIT // 60} minute and 30 days."
+    if request.topology_mode not in Job.TopologyMode.values:
+        errors["topology_mode"] = "Choose required or preferred."
+
+    clusters = Cluster.objects.filter(organization=org).exclude(status=Cluster.Status.DISABLED)
+    foreign = [c for c in request.clusters if c.organization_id != org.pk or c.status == Cluster.Status.DISABLED]
+    if foreign:
+        errors["clusters"] = f"Not a usable cluster of {org}: {', '.join(c.name for c in foreign)}."
+    regions = set(clusters.values_list("region", flat=True))
+    if bad := [r for r in request.regions if r not in regions]:
+        errors["regions"] = f"Unknown region(s): {', '.join(bad)}. Known: {', '.join(sorted(regions)) or 'none'}."
+    if request.topology_level:
+        levels = {level for row in clusters.values_list("levels", flat=True) for level in row}
+        if request.topology_level not in levels:
+            errors["topology_level"] = (
+                f"No cluster has a {request.topology_level!r} level. Known: {', '.join(sorted(levels)) or 'none'}."
+            )
+    if request.max_price_per_hour is not None and request.max_price_per_hour < 0:
+        errors["max_price_per_hour"] = "The price limit cannot be negative."
+
+    tier = request.tier or PriorityTier.objects.filter(organization=org, is_default=True).first()
+    if tier is None:
+        errors["tier"] = "Choose a priority tier."
+    elif tier.organization_id != org.pk or tier not in tiers_for(team):
+        errors["tier"] = f"Team {team} may not use priority tier {tier}."
+
+    if not request.image.strip() and not request.script.strip():
+        errors["image"] = "Give a container image (and command) or a batch script."
+    if len(request.image) > 500:
+        errors["image"] = "Ensure this field has no more than 500 characters."
+    if any(not isinstance(part, str) for part in request.command):
+        errors["command"] = "The command is a list of strings."
+    for key, value in request.env.items():
+        if not ENV_NAME.match(str(key)) or str(key).startswith("QM_"):
+            errors["env"] = f"{key!r} is not a valid environment variable name (QM_ names are reserved)."
+            break
+        if not isinstance(value, str):
+            errors["env"] = f"The value of {key} must be a string."
+            break
+    if not 0 <= request.max_retries <= 20:
+        errors["max_retries"] = "Retries must be between 0 and 20."
+    if len(request.idempotency_key) > 80:
+        errors["idempotency_key"] = "Ensure this field has no more than 80 characters."
+    if errors:
+        raise ValidationError(errors)
+
+    assert tier is not None
+    queue = queue_for(team, request.project)
+    refusal = feasibility.check(org, queue, tier, request)
+    if refusal is not None:
+        raise ValidationError({refusal.field: refusal.message})
+    return queue, tier
+
+
+def submit_job(actor: User, request: JobRequest, *, http: HttpRequest | None = None) -> tuple[Job, bool]:
+    """Create the job (pending) and wake the placement loop. Returns (job, created): a request repeating an
+    idempotency key returns the job first created with it."""
+    key = request.idempotency_key.strip()
+    if key:
+        existing = Job.objects.filter(submitted_by=actor, idempotency_key=key).first()
+        if existing is not None:
+            return existing, False
+    queue, tier = validate(actor, request)
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            job = Job.objects.create(
+                team=request.team,
+                project=request.project,
+                queue=queue,
+                submitted_by=actor,
+                name=request.name.strip(),
+                idempotency_key=key,
+                accelerator_types=list(request.accelerator_types),
+                accelerators=request.accelerators,
+                accelerator_milli=request.accelerator_milli,
+                workers=request.workers,
+                cpu=request.cpu,
+                memory=request.memory,
+                topology_level=request.topology_level,
+                topology_mode=request.topology_mode,
+                time_limit=request.time_limit,
+                tier=tier,
+                preemptible=request.preemptible and tier.preemptible,
+                checkpoint_location=request.checkpoint_location.strip(),
+                regions=list(request.regions),
+                max_price_per_hour=request.max_price_per_hour,
+                image=request.image.strip(),
+                command=list(request.command),
+                script=request.script,
+                env=dict(request.env),
+                max_retries=request.max_retries,
+                state=S.PENDING,
+                state_changed_at=now,
+                submitted_at=now,
+            )
+            if request.clusters:
+                job.clusters.set(request.clusters)
+            job.events.create(
+                created_at=now, from_state="", to_state=S.PENDING, reason="submitted", actor=actor,
+                message=f"Submitted to queue {queue} by {actor.get_username()}.",
+            )  # fmt: skip
+            transaction.on_commit(wake_loop)
+    except IntegrityError:  # the same key raced in from another request: that one won
+        existing = Job.objects.filter(submitted_by=actor, idempotency_key=key).first()
+        if key and existing is not None:
+            return existing, False
+        raise
+    return job, True
+
+
+def wake_loop() -> None:
+    from scheduler.tasks import placement_cycle
+
+    placement_cycle.delay()
+
+
+def cancel_job(actor: User, job: Job, reason: str = "", *, http: HttpRequest | None = None) -> Job:
+    """Cancel a waiting or placed job. Researchers cancel their own jobs; leads and admins any of the team's."""
+    if not can(actor, Action.CHANGE, job):
+        raise PermissionDenied("You may not cancel this job.")
+    if job.submitted_by_id != actor.pk and not _leads(actor, job):
+        raise PermissionDenied("Only the job's owner, the team's lead or an admin may cancel it.")
+    reason = (reason or "").strip()[:2000]
+    now = timezone.now()
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        if locked.state not in WAITING | PLACED:
+            state = locked.get_state_display().lower()
+            raise ValidationError({"state": f"Job #{job.pk} is {state}; nothing to cancel."})
+        message = f"Cancelled by {actor.get_username()}" + (f": {reason}" if reason else ".")
+        attempt = None
+        if locked.state in PLACED:
+            attempt = Attempt.objects.filter(job=locked, number=locked.attempt, outcome=Attempt.Outcome.ACTIVE).first()
+            if attempt is not None:
+                dispatched = bool(attempt.backend_id) or attempt.dispatch_claimed_until is not None
+                Attempt.objects.filter(pk=attempt.pk).update(
+                    outcome=Attempt.Outcome.CANCELLED, ended_at=now, cleanup_pending=dispatched
+                )
+        lifecycle.move(locked, S.CANCELLED, "cancelled", message, actor=actor, at=now, finished_at=now, message=message)
+        audit.record(
+            "job.cancelled",
+            actor=actor,
+            target=locked,
+            organization=job.team.organization,
+            changes={"state": [job.state, S.CANCELLED]},
+            reason=reason,
+            request=http,
+        )
+        if attempt is not None:
+            attempt_id = attempt.pk
+            transaction.on_commit(lambda: _cleanup_later(attempt_id))
+    job.refresh_from_db()
+    return job
+
+
+def _cleanup_later(attempt_id: int) -> None:
+    from scheduler.tasks import cleanup_attempt
+
+    cleanup_attempt.delay(attempt_id)
+
+
+def _leads(actor: User, job: Job) -> bool:
+    memberships = Membership.objects.filter(user=actor)
+    return (
+        memberships.filter(role=Role.LEAD, team=job.team_id).exists()
+        or memberships.filter(role=Role.ADMIN, organization=job.team.organization_id).exists()
+        or bool(getattr(actor, "is_superuser", False))
+    )
+
+
+def clone_request(job: Job) -> dict[str, Any]:
+    """The fields of ``job`` as initial values for a new submission (the form's "clone")."""
+    return {
+        "team": job.team_id,
+        "project": job.project_id,
+        "name": f"{job.name} (copy)"[:120],
+        "accelerator_types": list(job.accelerator_types),
+        "accelerators": job.accelerators,
+        "accelerator_milli": job.accelerator_milli,
+        "workers": job.workers,
+        "cpu": job.cpu,
+        "memory": job.memory,
+        "topology_level": job.topology_level,
+        "topology_mode": job.topology_mode,
+        "time_limit": job.time_limit,
+        "tier": job.tier_id,
+        "preemptible": job.preemptible,
+        "checkpoint_location": job.checkpoint_location,
+        "clusters": list(job.clusters.values_list("pk", flat=True)),
+        "regions": list(job.regions),
+        "max_price_per_hour": job.max_price_per_hour,
+        "image": job.image,
+        "command": list(job.command),
+        "script": job.script,
+        "env": dict(job.env),
+        "max_retries": job.max_retries,
+    }

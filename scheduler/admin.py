@@ -1,0 +1,59 @@
+"""Cohorts, queues, quotas and priority tiers in the Django admin (their own pages come with issue 7).
+Jobs are shown read-only here: they change only through their lifecycle."""
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from scheduler.models import Cohort, Job, JobEvent, PriorityTier, Queue, Quota
+
+
+class QuotaInline(admin.TabularInline[Quota, Any]):
+    model = Quota
+    extra = 1
+
+
+@admin.register(Cohort)
+class CohortAdmin(admin.ModelAdmin[Cohort]):
+    list_display = ["name", "organization", "parent"]
+    list_filter = ["organization"]
+    inlines = [QuotaInline]
+
+
+@admin.register(Queue)
+class QueueAdmin(admin.ModelAdmin[Queue]):
+    list_display = ["name", "team", "project", "cohort", "reclaim", "weight"]
+    list_filter = ["team__organization", "cohort"]
+    inlines = [QuotaInline]
+
+
+@admin.register(PriorityTier)
+class PriorityTierAdmin(admin.ModelAdmin[PriorityTier]):
+    list_display = ["name", "organization", "value", "preemptible", "grace_seconds", "is_default"]
+    list_filter = ["organization"]
+    filter_horizontal = ["teams"]
+
+
+class JobEventInline(admin.TabularInline[JobEvent, Any]):
+    model = JobEvent
+    extra = 0
+    can_delete = False
+    readonly_fields = ["created_at", "from_state", "to_state", "reason", "message", "attempt", "actor"]
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin[Job]):
+    list_display = ["pk", "name", "team", "state", "submitted_at"]
+    list_filter = ["state", "team__organization", "team"]
+    search_fields = ["name"]
+    inlines = [JobEventInline]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

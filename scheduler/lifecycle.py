@@ -1,0 +1,118 @@
+"""A job's states and the only moves between them (PRODUCT.md "Jobs: states").
+
+    pending -> admitted -> placing -> running -> succeeded | failed | cancelled
+    running/placing/admitted -> preempting -> requeued          (graceful preemption)
+    failed -> requeued                                          (retry policy, resume from checkpoint)
+
+Every move goes through ``move`` (one job, compare-and-set on the state it was read in) or, for the
+placement loop's batches, through ``record`` after the loop has locked the rows itself. Each move writes a
+``JobEvent`` with its reason; a move the table does not allow raises ``IllegalTransition``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from scheduler.models import Job, JobEvent
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+S = Job.State
+
+TRANSITIONS: dict[str, frozenset[str]] = {
+    S.PENDING: frozenset({S.ADMITTED, S.CANCELLED, S.FAILED}),
+    S.REQUEUED: frozenset({S.ADMITTED, S.CANCELLED, S.FAILED}),
+    S.ADMITTED: frozenset({S.PLACING, S.RUNNING, S.PREEMPTING, S.REQUEUED, S.FAILED, S.CANCELLED}),
+    S.PLACING: frozenset({S.RUNNING, S.PREEMPTING, S.REQUEUED, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
+    S.RUNNING: frozenset({S.PREEMPTING, S.REQUEUED, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
+    S.PREEMPTING: frozenset({S.REQUEUED, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
+    S.FAILED: frozenset({S.REQUEUED}),
+    S.SUCCEEDED: frozenset(),
+    S.CANCELLED: frozenset(),
+}
+
+#: Waiting to be placed: what the engine sees as pending.
+WAITING = frozenset({S.PENDING, S.REQUEUED})
+#: Holding capacity on a cluster: what the engine sees as running.
+PLACED = frozenset({S.ADMITTED, S.PLACING, S.RUNNING, S.PREEMPTING})
+ACTIVE = WAITING | PLACED
+#: No move leads out (a failed job may still be requeued by the retry policy in the same step).
+FINAL = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED})
+
+
+class IllegalTransition(ValueError):
+    def __init__(self, job: int, frm: str, to: str) -> None:
+        super().__init__(f"job {job} cannot go from {frm} to {to}")
+        self.job, self.frm, self.to = job, frm, to
+
+
+def check(job_id: int, frm: str, to: str) -> None:
+    if to not in TRANSITIONS[frm]:
+        raise IllegalTransition(job_id, frm, to)
+
+
+def event(
+    job_id: int,
+    frm: str,
+    to: str,
+    reason: str,
+    message: str = "",
+    *,
+    attempt: int = 0,
+    actor: User | None = None,
+    detail: dict[str, Any] | None = None,
+    at: datetime | None = None,
+) -> JobEvent:
+    """An unsaved event of a move the table allows (for batches: ``JobEvent.objects.bulk_create``)."""
+    check(job_id, frm, to)
+    return JobEvent(
+        job_id=job_id,
+        created_at=at or timezone.now(),
+        from_state=frm,
+        to_state=to,
+        reason=reason,
+        message=message,
+        attempt=attempt,
+        actor=actor,
+        detail=detail or {},
+    )
+
+
+def move(
+    job: Job,
+    to: str,
+    reason: str,
+    text: str = "",
+    *,
+    actor: User | None = None,
+    detail: dict[str, Any] | None = None,
+    at: datetime | None = None,
+    **fields: Any,
+) -> bool:
+    """Move ``job`` from the state it was read in to ``to``, setting ``fields`` too, and record the event
+    (``reason`` a short code, ``text`` in words).
+
+    Compare-and-set: if the row's state changed since ``job`` was read (another worker moved it), nothing is
+    written and False comes back; the caller re-reads and decides again. ``job`` is updated in place.
+    """
+    frm = job.state
+    at = at or timezone.now()
+    check(job.pk, frm, to)
+    with transaction.atomic():
+        if not Job.objects.filter(pk=job.pk, state=frm).update(state=to, state_changed_at=at, **fields):
+            return False
+        event(job.pk, frm, to, reason, text, attempt=job.attempt, actor=actor, detail=detail, at=at).save()
+    job.state, job.state_changed_at = to, at
+    for name, value in fields.items():
+        setattr(job, name, value)
+    return True
+
+
+def timeline(job: Job) -> Iterable[JobEvent]:
+    return job.events.select_related("actor").order_by("created_at", "pk")

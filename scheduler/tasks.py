@@ -1,0 +1,52 @@
+"""The placement loop's Celery tasks. Thin: each takes ids and calls ``loop`` or ``dispatch``, which claim
+their rows and are safe to run twice or to be killed anywhere."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from celery import shared_task
+from django.db.models import Q
+
+from clusters.models import Cluster
+from scheduler import dispatch, loop
+from scheduler.models import Attempt
+
+
+@shared_task(ignore_result=True)
+def placement_cycle() -> list[dict[str, Any]] | None:
+    """On the beat and after each submission: one cycle per organization, if this worker leads."""
+    reports = loop.run_all()
+    return None if reports is None else [r.as_dict() for r in reports]
+
+
+@shared_task(ignore_result=True)
+def dispatch_attempts(attempt_ids: list[int]) -> dict[str, int]:
+    """Hand admitted attempts to their clusters (idempotent per attempt)."""
+    outcomes: dict[str, int] = {}
+    for attempt_id in attempt_ids:
+        outcome = dispatch.dispatch(attempt_id)
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    return outcomes
+
+
+@shared_task(ignore_result=True)
+def follow_cluster(cluster_id: int) -> dict[str, Any]:
+    return asdict(dispatch.follow(cluster_id))
+
+
+@shared_task(ignore_result=True)
+def follow_clusters() -> int:
+    """On the beat: follow every cluster with live attempts, each in its own task."""
+    busy = Q(attempts__outcome=Attempt.Outcome.ACTIVE) | Q(attempts__cleanup_pending=True)
+    ids = list(Cluster.objects.filter(busy).distinct().values_list("pk", flat=True))
+    for cluster_id in ids:
+        follow_cluster.delay(cluster_id)
+    return len(ids)
+
+
+@shared_task(ignore_result=True)
+def cleanup_attempt(attempt_id: int) -> bool:
+    """Cancel an ended attempt on its cluster (a cancelled job); the follow loop retries if this fails."""
+    return dispatch.cleanup(attempt_id)
