@@ -223,7 +223,7 @@ def follow(cluster_id: int, now: datetime | None = None) -> FollowReport:
     attempts = (
         Attempt.objects.filter(cluster=cluster, outcome=O.ACTIVE)
         .exclude(backend_id="")
-        .select_related("job")
+        .select_related("job", "cluster")
         .order_by("pk")
     )
     for attempt in attempts:
@@ -236,7 +236,9 @@ def follow(cluster_id: int, now: datetime | None = None) -> FollowReport:
                 continue
             status = backend.status(attempt.backend_id)
         except NotFound:
-            if _end(attempt, O.LOST, f"Cluster {cluster} no longer knows the job.", "lost", now):
+            if attempt.job.state == S.PREEMPTING:  # e.g. a Kubernetes Job deleted with its grace period
+                report.ended += _end(attempt, O.PREEMPTED, "Preempted: it stopped within its grace period.", "", now)
+            elif _end(attempt, O.LOST, f"Cluster {cluster} no longer knows the job.", "lost", now):
                 report.lost += 1
             continue
         except BackendError:
@@ -249,7 +251,7 @@ def follow(cluster_id: int, now: datetime | None = None) -> FollowReport:
 
 def report_state(attempt: Attempt, state: JobState, message: str, now: datetime, report: FollowReport) -> None:
     job = attempt.job
-    where = f"cluster {attempt.cluster_id}"
+    where = f"cluster {attempt.cluster}"
     if state == JobState.RUNNING:
         if job.state in (S.ADMITTED, S.PLACING) and job.attempt == attempt.number:
             with transaction.atomic():
@@ -297,6 +299,11 @@ def recover(organization: Organization, now: datetime | None = None) -> dict[str
                 cleanup_pending=True):  # fmt: skip
             counts["cluster_unreachable"] += 1
 
+    # Preempted before it ever reached its cluster: nothing runs, it can go back to the queue now.
+    undispatched = Q(dispatch_claimed_until=None) | Q(dispatch_claimed_until__lt=now)
+    for attempt in active.filter(job__state=S.PREEMPTING, backend_id="").filter(undispatched).select_related("job"):
+        _end(attempt, O.PREEMPTED, "Preempted before it started.", "", now, cleanup_pending=True)
+
     stuck = active.filter(backend_id="").filter(Q(dispatch_claimed_until=None) | Q(dispatch_claimed_until__lt=now))
     stuck = stuck.exclude(cluster__status=Cluster.Status.UNREACHABLE)
     ids = list(stuck.filter(admitted_at__lt=now - timedelta(seconds=30)).values_list("pk", flat=True)[:5000])
@@ -307,6 +314,25 @@ def recover(organization: Organization, now: datetime | None = None) -> dict[str
             dispatch_attempts.delay(ids[start : start + 200])
         counts["redispatched"] = len(ids)
     return counts
+
+
+def signal(job_id: int) -> str:
+    """Tell a preempted job to checkpoint and exit; ``follow`` stops it for good when its grace period ends."""
+    attempt = (
+        Attempt.objects.filter(job_id=job_id, outcome=O.ACTIVE, job__state=S.PREEMPTING)
+        .exclude(backend_id="")
+        .select_related("cluster")
+        .first()
+    )
+    if attempt is None or attempt.stop_deadline is None:
+        return "nothing-to-signal"
+    grace = max(0, int((attempt.stop_deadline - timezone.now()).total_seconds()))
+    try:
+        backend_for(attempt.cluster).signal(attempt.backend_id, grace)
+    except (BackendError, CredentialsError) as error:
+        log.warning("could not signal job %s on %s: %s", job_id, attempt.cluster, error)
+        return "failed"
+    return "signalled"
 
 
 # --------------------------------------------------------------------------------------------- cleanup

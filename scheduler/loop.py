@@ -239,7 +239,7 @@ def apply(
         JobEvent.objects.bulk_create(events, batch_size=2000)
         _hook("before_commit")
         attempt_ids = [a.pk for a in admitted]
-        transaction.on_commit(lambda: _tell_clusters(attempt_ids))
+        transaction.on_commit(lambda: _tell_clusters(attempt_ids, preempted))
     _hook("after_commit")
     return generation, len(admitted), len(preempted), skipped
 
@@ -248,11 +248,13 @@ def _chunks(items: list[int], size: int) -> list[list[int]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def _tell_clusters(attempt_ids: list[int]) -> None:
+def _tell_clusters(attempt_ids: list[int], preempted: list[int]) -> None:
     from scheduler import tasks
 
     for chunk in _chunks(attempt_ids, 200):
         tasks.dispatch_attempts.delay(chunk)
+    for job_id in preempted:
+        tasks.signal_preemption.delay(job_id)
 
 
 def write_pending(index: Index, pending: tuple[m.Pending, ...]) -> int:

@@ -32,6 +32,12 @@ def dispatch_attempts(attempt_ids: list[int]) -> dict[str, int]:
 
 
 @shared_task(ignore_result=True)
+def signal_preemption(job_id: int) -> str:
+    """Tell a preempted job's cluster to let it checkpoint and exit."""
+    return dispatch.signal(job_id)
+
+
+@shared_task(ignore_result=True)
 def follow_cluster(cluster_id: int) -> dict[str, Any]:
     return asdict(dispatch.follow(cluster_id))
 

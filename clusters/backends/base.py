@@ -201,6 +201,11 @@ class Backend:
     def cancel(self, backend_id: str) -> DryRun | None:
         raise NotImplementedError
 
+    def signal(self, backend_id: str, grace_seconds: int) -> DryRun | None:
+        """Ask the job to checkpoint and exit (SIGTERM to its processes); whoever asked cancels it for good if
+        it still runs ``grace_seconds`` later. A cluster with no way to signal a job does nothing here."""
+        return None
+
     def cordon(self, node: str, reason: str) -> DryRun | None:
         """Stop new work landing on the node; running work stays."""
         raise NotImplementedError

@@ -68,6 +68,8 @@ class Fleet:
             state = json.loads(path.read_text())
             for job in state["jobs"].values():
                 job["submitted"] -= seconds
+                if job.get("exits_at") is not None:
+                    job["exits_at"] -= seconds
             path.write_text(json.dumps(state))
 
     def later(self, seconds: float) -> datetime:

@@ -290,6 +290,22 @@ class KubernetesBackend(Backend):
             )
         return None
 
+    def signal(self, backend_id: str, grace_seconds: int) -> DryRun | None:
+        """Delete the Job with the grace period: its pods get SIGTERM now and are killed when it ends."""
+        if self.dry_run:
+            with self._calling(f"reading job {backend_id}"):
+                self._batch().read_namespaced_job(backend_id, self.namespace, _request_timeout=self.timeout)
+            return DryRun("signal", backend_id, {"grace_period_seconds": grace_seconds})
+        with self._calling(f"deleting job {backend_id} with a grace period"):
+            self._batch().delete_namespaced_job(
+                backend_id,
+                self.namespace,
+                propagation_policy="Background",
+                grace_period_seconds=grace_seconds,
+                _request_timeout=self.timeout,
+            )
+        return None
+
     def cordon(self, node: str, reason: str) -> DryRun | None:
         patch = {"spec": {"unschedulable": True}, "metadata": {"annotations": {CORDON_REASON_ANNOTATION: reason}}}
         if self.dry_run:

@@ -8,7 +8,8 @@ and then succeed.
 
 Options: ``profile`` (see ``fleet.PROFILES``), ``nodes`` (how many), ``seed``, ``busy`` (average share of
 accelerators in use by work Quartermaster does not know of, for demos), ``down`` (node names the cluster
-reports not ready), ``state_file``, ``job_seconds``.
+reports not ready), ``state_file``, ``job_seconds``, ``checkpoint_seconds`` (how long a signalled job takes
+to checkpoint and exit).
 """
 
 from __future__ import annotations
@@ -116,6 +117,8 @@ class SimulatedBackend(Backend):
             raise NotFound(f"no job {backend_id!r} in this simulated cluster")
         if job["cancelled"]:
             return JobStatus(backend_id, JobState.CANCELLED, "cancelled", tuple(job["nodes"]))
+        if job.get("exits_at") is not None and time.time() >= job["exits_at"]:
+            return JobStatus(backend_id, JobState.CANCELLED, "exited after SIGTERM", tuple(job["nodes"]))
         done = time.time() >= job["submitted"] + job["seconds"]
         state_ = JobState.SUCCEEDED if done else JobState.RUNNING
         return JobStatus(backend_id, state_, "", tuple(job["nodes"]))
@@ -157,6 +160,19 @@ class SimulatedBackend(Backend):
             if job is None:
                 raise NotFound(f"no job {backend_id!r} in this simulated cluster")
             job["cancelled"] = True
+        return None
+
+    def signal(self, backend_id: str, grace_seconds: int) -> DryRun | None:
+        """The simulated job checkpoints and exits ``checkpoint_seconds`` (option, default 5) after the signal,
+        or when its grace period ends if that is sooner."""
+        if self.dry_run:
+            return DryRun("signal", backend_id, {"signal": "SIGTERM", "grace_seconds": grace_seconds})
+        seconds = min(float(self.options.get("checkpoint_seconds", 5)), grace_seconds)
+        with self._state(write=True) as state:
+            job = state["jobs"].get(backend_id)
+            if job is None:
+                raise NotFound(f"no job {backend_id!r} in this simulated cluster")
+            job["exits_at"] = min(job.get("exits_at") or float("inf"), time.time() + seconds)
         return None
 
     def cordon(self, node: str, reason: str) -> DryRun | None:

@@ -177,6 +177,15 @@ class SlurmBackend(Backend):
         self._call("DELETE", f"job/{_job_id(backend_id)}", what=f"job {backend_id}", ok_errors={ESLURM_ALREADY_DONE})
         return None
 
+    def signal(self, backend_id: str, grace_seconds: int) -> DryRun | None:
+        """SIGTERM to the job's processes (``DELETE job/{id}?signal=SIGTERM``); the job decides when to exit."""
+        if self.dry_run:
+            self._job(backend_id)
+            return DryRun("signal", backend_id, {"signal": "SIGTERM", "grace_seconds": grace_seconds})
+        path = f"job/{_job_id(backend_id)}?signal=SIGTERM"
+        self._call("DELETE", path, what=f"job {backend_id}", ok_errors={ESLURM_ALREADY_DONE})
+        return None
+
     def cordon(self, node: str, reason: str) -> DryRun | None:
         """Slurm's DRAIN state: no new jobs, running ones finish."""
         self._require_node(node)

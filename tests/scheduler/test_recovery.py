@@ -1,0 +1,141 @@
+"""Failures: a node fails or is drained, a cluster becomes unreachable, a dispatch dies half-way, a job is
+cancelled while it is being handed over. Nothing is lost, nothing runs twice."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from clusters.backends.base import JobState, NotFound
+from clusters.models import Cluster, Node
+from clusters.sync import backend_for
+from scheduler import actions, dispatch, loop
+from scheduler.models import Attempt, Job
+from tests.scheduler.conftest import Fleet
+
+pytestmark = pytest.mark.django_db
+
+
+def _running(fleet: Fleet, **fields: object) -> tuple[Job, Attempt]:
+    job = fleet.submit(**fields)
+    fleet.cycle()
+    fleet.follow()
+    job.refresh_from_db()
+    assert job.state == Job.State.RUNNING
+    return job, job.attempts.get()
+
+
+def test_a_failed_node_requeues_its_job_which_runs_again_elsewhere(fleet: Fleet) -> None:
+    job, first = _running(fleet, accelerators=8, checkpoint_location="s3://ckpt/run-1")
+    node = first.assignments.get().node
+    Node.objects.filter(pk=node.pk).update(healthy=False)
+
+    counts = dispatch.recover(fleet.org)
+    assert counts["node_failed"] == 1
+    job.refresh_from_db()
+    first.refresh_from_db()
+    assert job.state == Job.State.REQUEUED
+    assert job.retries == 1
+    assert job.not_before is not None
+    assert first.outcome == Attempt.Outcome.LOST
+    assert [e.reason for e in job.events.order_by("pk")][-2:] == ["node_failed", "retry"]
+    assert "s3://ckpt/run-1" in job.events.order_by("pk").last().message  # type: ignore[union-attr]
+
+    assert fleet.cycle().admitted == 0  # backing off
+    fleet.cycle(job.not_before)
+    job.refresh_from_db()
+    second = job.attempts.get(number=2)
+    assert job.state == Job.State.PLACING
+    assert second.assignments.get().node != node
+    # The lost attempt is stopped on its cluster, the new one runs: one copy of the job, never two.
+    fleet.follow()
+    first.refresh_from_db()
+    assert not first.cleanup_pending
+    backend = backend_for(first.cluster)
+    assert backend.status(first.backend_id).state == JobState.CANCELLED
+    assert backend.status(second.backend_id).state == JobState.RUNNING
+
+
+def test_no_retries_left_leaves_the_job_failed(fleet: Fleet) -> None:
+    job, first = _running(fleet, max_retries=0)
+    Node.objects.filter(pk=first.assignments.get().node_id).update(state=Node.State.DOWN)
+    dispatch.recover(fleet.org)
+    job.refresh_from_db()
+    assert job.state == Job.State.FAILED
+    assert "No retries left" in job.message
+
+
+def test_an_unreachable_cluster_fails_over_and_is_cleaned_when_it_returns(fleet: Fleet) -> None:
+    job, first = _running(fleet, accelerators=8, regions=[])
+    lost = first.cluster
+    Cluster.objects.filter(pk=lost.pk).update(status=Cluster.Status.UNREACHABLE)
+
+    assert dispatch.recover(fleet.org)["cluster_unreachable"] == 1
+    job.refresh_from_db()
+    fleet.cycle(job.not_before)
+    job.refresh_from_db()
+    second = job.attempts.get(number=2)
+    assert second.cluster != lost  # the other cluster took it
+    first.refresh_from_db()
+    assert first.cleanup_pending  # it may still run over there
+
+    Cluster.objects.filter(pk=lost.pk).update(status=Cluster.Status.HEALTHY)
+    fleet.follow()
+    first.refresh_from_db()
+    assert not first.cleanup_pending
+    assert backend_for(lost).status(first.backend_id).state == JobState.CANCELLED
+
+
+def test_an_admitted_attempt_whose_dispatch_never_ran_is_sent_again(fleet: Fleet) -> None:
+    job = fleet.submit()
+    loop.run_cycle(fleet.org)  # admitted; the worker "dies" before the dispatch task runs
+    attempt = Attempt.objects.get(job=job)
+    assert attempt.backend_id == ""
+    counts = dispatch.recover(fleet.org, timezone.now() + timezone.timedelta(minutes=1))
+    assert counts["redispatched"] == 1  # the eager task ran it
+    attempt.refresh_from_db()
+    assert attempt.backend_id == attempt.backend_key
+
+
+def test_a_dispatch_that_died_after_submitting_finds_its_job_again(fleet: Fleet) -> None:
+    job = fleet.submit()
+    loop.run_cycle(fleet.org)
+    attempt = Attempt.objects.get(job=job)
+    backend = backend_for(attempt.cluster)
+    backend.submit(dispatch.spec_for(attempt))  # submitted, then the worker died before recording it
+    later = timezone.now() + dispatch.DISPATCH_CLAIM * 2
+    assert dispatch.dispatch(attempt.pk, later) == "submitted"
+    attempt.refresh_from_db()
+    assert attempt.backend_id == attempt.backend_key
+    assert backend.find(attempt.backend_key) == attempt.backend_key
+
+
+def test_cancelling_while_placing_stops_the_job_on_its_cluster(
+    fleet: Fleet, django_capture_on_commit_callbacks: Any
+) -> None:
+    job = fleet.submit()
+    fleet.cycle()
+    attempt = Attempt.objects.get(job=job)
+    with django_capture_on_commit_callbacks(execute=True):
+        actions.cancel_job(fleet.user("alice"), job, "wrong data set")
+    attempt.refresh_from_db()
+    assert attempt.outcome == Attempt.Outcome.CANCELLED
+    assert not attempt.cleanup_pending  # the eager cleanup task cancelled it on the cluster
+    assert backend_for(attempt.cluster).status(attempt.backend_id).state == JobState.CANCELLED
+
+
+def test_a_job_the_cluster_forgot_is_requeued(fleet: Fleet) -> None:
+    job, first = _running(fleet)
+    path = fleet.state_dir / f"{first.cluster.slug}.json"
+    state = json.loads(path.read_text())
+    del state["jobs"][first.backend_id]
+    path.write_text(json.dumps(state))
+    with pytest.raises(NotFound):
+        backend_for(first.cluster).status(first.backend_id)
+    fleet.follow()
+    job.refresh_from_db()
+    assert job.state == Job.State.REQUEUED
+    assert job.events.order_by("pk").filter(reason="lost").exists()
