@@ -4,6 +4,7 @@ cancelled while it is being handed over. Nothing is lost, nothing runs twice."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from tests.scheduler.conftest import Fleet
 pytestmark = pytest.mark.django_db
 
 
-def _running(fleet: Fleet, **fields: object) -> tuple[Job, Attempt]:
+def _running(fleet: Fleet, **fields: Any) -> tuple[Job, Attempt]:
     job = fleet.submit(**fields)
     fleet.cycle()
     fleet.follow()
@@ -94,7 +95,7 @@ def test_an_admitted_attempt_whose_dispatch_never_ran_is_sent_again(fleet: Fleet
     loop.run_cycle(fleet.org)  # admitted; the worker "dies" before the dispatch task runs
     attempt = Attempt.objects.get(job=job)
     assert attempt.backend_id == ""
-    counts = dispatch.recover(fleet.org, timezone.now() + timezone.timedelta(minutes=1))
+    counts = dispatch.recover(fleet.org, timezone.now() + timedelta(minutes=1))
     assert counts["redispatched"] == 1  # the eager task ran it
     attempt.refresh_from_db()
     assert attempt.backend_id == attempt.backend_key
