@@ -20,6 +20,7 @@ urlpatterns = [
     path("account/tokens/<int:pk>/revoke/", views.token_revoke, name="token-revoke"),
     path("audit/", views.audit_log, name="audit-log"),
     path("clusters/", include("clusters.urls")),
+    path("jobs/", include("scheduler.urls")),
     # Namespaced, so the router's names (team-list, token-list, …) never shadow the pages' names.
     path("api/v1/", include(("portal.api.urls", "api"))),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),

@@ -4,6 +4,7 @@ from django.core.management.base import BaseCommand
 
 from clusters.demo import seed_demo_fleet, sync_demo_fleet
 from portal.demo import USERS, seed_demo
+from scheduler.demo import seed_demo_jobs
 
 
 class Command(BaseCommand):
@@ -13,5 +14,6 @@ class Command(BaseCommand):
         org = seed_demo()
         clusters = seed_demo_fleet(org)
         sync_demo_fleet(org)
-        self.stdout.write(f"Demo fleet: {', '.join(c.name for c in clusters)}")
+        jobs = seed_demo_jobs(org)
+        self.stdout.write(f"Demo fleet: {', '.join(c.name for c in clusters)}; {len(jobs)} demo jobs")
         self.stdout.write(f"Demo organization {org.name!r} ready with users: {', '.join(u.username for u in USERS)}")

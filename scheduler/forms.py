@@ -1,0 +1,336 @@
+"""Forms of the job pages. They take what people type (cores, GiB, hours and minutes, KEY=VALUE lines) and
+turn it into a ``JobRequest``; ``scheduler.actions`` validates meaning and permission, and its errors come
+back beside the fields here (``apply_action_errors``)."""
+
+from __future__ import annotations
+
+import shlex
+import uuid
+from decimal import Decimal
+from typing import Any
+
+from django import forms
+from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+from django.http import QueryDict
+
+from clusters.models import AcceleratorType, Cluster
+from portal.models import Project, Team
+from portal.tenancy import Action
+from portal.types import AnyUser
+from scheduler import actions
+from scheduler.actions import JobRequest
+from scheduler.lifecycle import ACTIVE, FINAL
+from scheduler.models import Job, PriorityTier
+
+GIB = 1024
+#: Shares of one accelerator a worker may ask for, in milli (a fraction needs one accelerator per worker).
+SHARES = [(1000, "Whole accelerators"), (500, "Half of one (0.5)"), (250, "A quarter of one (0.25)")]
+#: Where an action names a field the form calls otherwise.
+FORM_FIELD = {"cpu": "cpu_cores", "memory": "memory_gib", "time_limit": "time_limit_hours"}
+
+
+class CheckboxList(forms.CheckboxSelectMultiple):
+    """Checkboxes in a row (accelerator types, clusters, regions): few choices, several may be ticked."""
+
+    def __init__(self) -> None:
+        super().__init__(attrs={"class": "checks"})
+
+
+class ChoicesForm(forms.Form):
+    def _choices(self, name: str, choices: list[tuple[Any, str]]) -> None:
+        """Set a choice field's choices (drawn per user, so at run time)."""
+        field = self.fields[name]
+        assert isinstance(field, forms.ChoiceField)
+        field.choices = choices
+
+
+class JobForm(ChoicesForm):
+    """Submit a job (or a clone of one). Most fields have a sensible initial value; the name and what to run
+    are left to the action to ask for, so the preview can judge the rest before they are typed."""
+
+    user: User
+
+    team = forms.TypedChoiceField(coerce=int)
+    project = forms.TypedChoiceField(coerce=int, required=False, empty_value=None)
+    name = forms.CharField(max_length=120, required=False)
+    tier = forms.TypedChoiceField(coerce=int, required=False, empty_value=None, label="Priority tier")
+    preemptible = forms.BooleanField(
+        required=False,
+        initial=True,
+        help_text="Others of higher priority may stop it (it resumes from its checkpoint).",
+    )
+
+    accelerator_types = forms.MultipleChoiceField(
+        required=False, widget=CheckboxList(), label="Accelerator types", help_text="Any of these; none ticked: any."
+    )
+    accelerators = forms.IntegerField(min_value=0, max_value=64, initial=1, label="Accelerators per worker")
+    accelerator_milli = forms.TypedChoiceField(
+        coerce=int, choices=SHARES, initial=1000, label="Share", help_text="A fraction needs 1 accelerator per worker."
+    )
+    workers = forms.IntegerField(
+        min_value=1, max_value=actions.MAX_WORKERS, initial=1, help_text="A gang: all start together."
+    )
+    cpu_cores = forms.DecimalField(
+        min_value=Decimal("0.001"), max_value=100_000, decimal_places=3, initial=4, label="CPU cores per worker"
+    )
+    memory_gib = forms.DecimalField(
+        min_value=Decimal("0.001"), max_value=1_000_000, decimal_places=3, initial=16, label="Memory per worker (GiB)"
+    )
+
+    topology_level = forms.ChoiceField(required=False, label="Keep workers within one")
+    topology_mode = forms.ChoiceField(
+        choices=Job.TopologyMode.choices, initial=Job.TopologyMode.REQUIRED, label="How strictly"
+    )
+    clusters = forms.TypedMultipleChoiceField(
+        coerce=int, required=False, widget=CheckboxList(), help_text="Only these; none ticked: any."
+    )
+    regions = forms.MultipleChoiceField(
+        required=False, widget=CheckboxList(), help_text="Only these; none ticked: any."
+    )
+    max_price_per_hour = forms.DecimalField(
+        required=False, min_value=0, max_digits=12, decimal_places=2, label="Max price per hour",
+        help_text="For the whole job; empty: no limit.",
+    )  # fmt: skip
+
+    time_limit_hours = forms.IntegerField(min_value=0, max_value=30 * 24, initial=1, label="Time limit: hours")
+    time_limit_minutes = forms.IntegerField(min_value=0, max_value=59, initial=0, label="minutes")
+    max_retries = forms.IntegerField(
+        min_value=0, max_value=20, initial=3, label="Retries", help_text="After a node or cluster failure."
+    )
+    checkpoint_location = forms.CharField(
+        max_length=500,
+        required=False,
+        help_text="Where it saves checkpoints, e.g. s3://bucket/run. It resumes from there.",
+    )
+
+    image = forms.CharField(max_length=500, required=False, label="Container image")
+    command = forms.CharField(
+        max_length=5000, required=False, help_text="As in a shell: python train.py --lr 3e-4", label="Command"
+    )
+    script = forms.CharField(
+        max_length=100_000, required=False, label="or a batch script",
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
+    )  # fmt: skip
+    env = forms.CharField(
+        max_length=20_000, required=False, label="Environment variables",
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "placeholder": "KEY=VALUE, one a line"}),
+    )  # fmt: skip
+    idempotency_key = forms.CharField(max_length=80, required=False, widget=forms.HiddenInput())
+    #: The team the project and tier choices were drawn for: the preview redraws them when the team changes.
+    choices_team = forms.CharField(max_length=20, required=False, widget=forms.HiddenInput())
+
+    def __init__(self, user: User, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.user = user
+        self.teams = {team.pk: team for team in actions.teams_for_submission(user)}
+        orgs = {team.organization_id for team in self.teams.values()}
+        self._choices("team", [(pk, str(team)) for pk, team in self.teams.items()])
+        self.chosen_team = self._chosen_team()
+
+        types = AcceleratorType.objects.filter(organization__in=orgs).order_by("name")
+        self._choices("accelerator_types", [(t.name, t.name) for t in types])
+        clusters = list(
+            Cluster.objects.filter(organization__in=orgs).exclude(status=Cluster.Status.DISABLED).order_by("name")
+        )
+        self.cluster_rows = {c.pk: c for c in clusters}
+        self._choices("clusters", [(c.pk, f"{c.name} ({c.region})") for c in clusters])
+        self._choices("regions", [(r, r) for r in sorted({c.region for c in clusters})])
+        levels = sorted({str(level) for c in clusters for level in c.levels or []})
+        self._choices(
+            "topology_level",
+            [("", "anywhere (no topology need)")] + [(level, level.replace("_", " ")) for level in levels],
+        )
+        self._team_choices()
+        #: The team changed since the page drew its project and tier menus: they are drawn again for the new
+        #: team (the preview swaps them in), and what was chosen from the old menus is dropped.
+        self.redrawn = self.is_bound and str(self.data.get("choices_team", "")) != str(self.initial["choices_team"])
+        if self.redrawn:
+            data = self.data.copy() if isinstance(self.data, QueryDict) else QueryDict(mutable=True)
+            data["project"] = ""
+            data["tier"] = str(self.initial.get("tier") or "")
+            data["choices_team"] = str(self.initial["choices_team"])
+            self.data = data
+        milli = self["accelerator_milli"].value()
+        if milli not in (None, "") and str(milli).isdigit() and int(milli) not in dict(SHARES):
+            # A cloned job with a share the menu does not offer keeps it.
+            self._choices("accelerator_milli", [*SHARES, (int(milli), f"{int(milli) / 1000:g} of one")])
+        if not self.is_bound and not self.initial.get("idempotency_key"):
+            self.initial["idempotency_key"] = uuid.uuid4().hex
+
+    def _chosen_team(self) -> Team | None:
+        raw = self.data.get("team") if self.is_bound else self.initial.get("team")
+        first = next(iter(self.teams.values()), None)
+        try:
+            return self.teams.get(int(raw)) if raw not in (None, "") else first  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return first
+
+    def _team_choices(self) -> None:
+        """Projects and tiers of the chosen team (tiers: only those it may use)."""
+        team = self.chosen_team
+        projects: QuerySet[Project] = Project.objects.none()
+        tiers: list[PriorityTier] = []
+        if team is not None:
+            projects = Project.objects.for_user(self.user, Action.VIEW).filter(team=team, archived=False)
+            tiers = actions.tiers_for(team)
+        self._choices("project", [("", "(none: the team's queue)")] + [(p.pk, p.name) for p in projects])
+        default = next((t for t in tiers if t.is_default), None)
+        self._choices(
+            "tier", [(t.pk, f"{t.name} ({t.value}{'' if t.preemptible else ', not preemptible'})") for t in tiers]
+        )
+        if default is not None and not self.initial.get("tier"):
+            self.initial["tier"] = default.pk
+        self.tiers = {t.pk: t for t in tiers}
+        self.initial["choices_team"] = team.pk if team else ""
+
+    # --- cleaning ---------------------------------------------------------------------------------------
+
+    def clean_command(self) -> list[str]:
+        try:
+            return shlex.split(self.cleaned_data["command"])
+        except ValueError as error:
+            raise ValidationError(f"Cannot read the command: {error} (check the quotes).") from None
+
+    def clean_env(self) -> dict[str, str]:
+        env: dict[str, str] = {}
+        for number, line in enumerate(self.cleaned_data["env"].splitlines(), start=1):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            key, sep, value = line.partition("=")
+            if not sep or not key.strip():
+                raise ValidationError(f"Line {number} is not KEY=VALUE: {line.strip()[:60]!r}.")
+            env[key.strip()] = value
+        return env
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        hours, minutes = cleaned.get("time_limit_hours"), cleaned.get("time_limit_minutes")
+        if hours is not None and minutes is not None:
+            cleaned["time_limit"] = hours * 3600 + minutes * 60
+        return cleaned
+
+    def job_request(self, *, placeholders: bool = False) -> tuple[JobRequest, list[str]]:
+        """The request the form describes (call after ``is_valid``). With ``placeholders``, a missing name or
+        program is filled in (so the rest can be judged before they are typed) and named in the list."""
+        data = self.cleaned_data
+        assert self.chosen_team is not None
+        missing: list[str] = []
+        name, image, script = data["name"], data["image"], data["script"]
+        if placeholders and not name.strip():
+            name = "preview"
+            missing.append("a name")
+        if placeholders and not image.strip() and not script.strip():
+            image = "preview"
+            missing.append("a container image or a batch script")
+        project = Project.objects.filter(pk=data["project"]).first() if data.get("project") else None
+        request = JobRequest(
+            team=self.chosen_team,
+            project=project,
+            name=name,
+            time_limit=data["time_limit"],
+            tier=self.tiers.get(data["tier"]) if data.get("tier") else None,
+            accelerator_types=list(data["accelerator_types"]),
+            accelerators=data["accelerators"],
+            accelerator_milli=data["accelerator_milli"],
+            workers=data["workers"],
+            cpu=int(data["cpu_cores"] * 1000),
+            memory=int(data["memory_gib"] * GIB),
+            topology_level=data["topology_level"],
+            topology_mode=data["topology_mode"],
+            preemptible=data["preemptible"],
+            checkpoint_location=data["checkpoint_location"],
+            clusters=[self.cluster_rows[pk] for pk in data["clusters"]],
+            regions=list(data["regions"]),
+            max_price_per_hour=data["max_price_per_hour"],
+            image=image,
+            command=data["command"],
+            script=script,
+            env=data["env"],
+            max_retries=data["max_retries"],
+            idempotency_key=data["idempotency_key"],
+        )
+        if data.get("project") and project is None:
+            self.add_error("project", "Choose a project of the team.")
+        return request, missing
+
+    def apply_action_errors(self, exc: ValidationError) -> None:
+        """An action's errors beside the fields they name (cpu is typed as cores here, and so on)."""
+        errors = exc.message_dict if hasattr(exc, "error_dict") else {"__all__": exc.messages}
+        for name, messages in errors.items():
+            field = FORM_FIELD.get(name, name)
+            for message in messages:
+                self.add_error(field if field in self.fields else None, message)
+
+
+def initial_from_job(job: Job) -> dict[str, Any]:
+    """A job's fields (``actions.clone_request``) in the units the form asks for."""
+    values = actions.clone_request(job)
+    seconds = int(values.pop("time_limit"))
+    return {
+        **values,
+        "cpu_cores": Decimal(values.pop("cpu")) / 1000,
+        "memory_gib": (Decimal(values.pop("memory")) / GIB).quantize(Decimal("0.001")).normalize(),
+        "time_limit_hours": seconds // 3600,
+        "time_limit_minutes": seconds % 3600 // 60,
+        "command": shlex.join(values["command"]),
+        "env": "\n".join(f"{key}={value}" for key, value in values["env"].items()),
+    }
+
+
+class CancelForm(forms.Form):
+    reason = forms.CharField(
+        max_length=2000, required=False, widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Optional; kept in the job's timeline and the audit log.",
+    )  # fmt: skip
+
+
+class JobListFilter(ChoicesForm):
+    """The job list's filters: the list's queryset is already scoped; these narrow it."""
+
+    q = forms.CharField(required=False, max_length=120, label="Name contains")
+    state = forms.ChoiceField(required=False)
+    team = forms.TypedChoiceField(coerce=int, required=False, empty_value=None)
+    project = forms.TypedChoiceField(coerce=int, required=False, empty_value=None)
+    tier = forms.TypedChoiceField(coerce=int, required=False, empty_value=None)
+    mine = forms.BooleanField(required=False, label="Mine only")
+
+    ACTIVE, FINISHED = "active", "finished"
+
+    def __init__(self, user: AnyUser, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.user = user
+        self._choices(
+            "state",
+            [
+                ("", "any state"),
+                (self.ACTIVE, "active (waiting or placed)"),
+                (self.FINISHED, "finished"),
+                *Job.State.choices,
+            ],
+        )
+        teams = Team.objects.for_user(user, Action.VIEW).order_by("name")
+        self._choices("team", [("", "any team"), *((t.pk, t.name) for t in teams)])
+        projects = Project.objects.for_user(user, Action.VIEW).select_related("team").order_by("team__name", "name")
+        self._choices("project", [("", "any project"), *((p.pk, f"{p.team.name} / {p.name}") for p in projects)])
+        tiers = PriorityTier.objects.for_user(user, Action.VIEW)
+        self._choices("tier", [("", "any tier"), *((t.pk, t.name) for t in tiers)])
+
+    def filter(self, jobs: QuerySet[Job]) -> QuerySet[Job]:
+        data = self.cleaned_data
+        if data.get("q"):
+            jobs = jobs.filter(name__icontains=data["q"])
+        state = data.get("state")
+        if state == self.ACTIVE:
+            jobs = jobs.filter(state__in=ACTIVE)
+        elif state == self.FINISHED:
+            jobs = jobs.filter(state__in=FINAL)
+        elif state:
+            jobs = jobs.filter(state=state)
+        for name in ("team", "project", "tier"):
+            if data.get(name) is not None:
+                jobs = jobs.filter(**{f"{name}_id": data[name]})
+        if data.get("mine"):
+            jobs = jobs.filter(submitted_by=self.user.pk)
+        return jobs
