@@ -84,7 +84,6 @@ def spec_for(attempt: Attempt) -> JobSpec:
         script=job.script,
         env={
             **job.env,
-            "QM_JOB_ID": str(job.pk),
             "QM_ATTEMPT": str(attempt.number),
             "QM_CHECKPOINT_DIR": job.checkpoint_location,
         },

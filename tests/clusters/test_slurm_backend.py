@@ -165,6 +165,23 @@ def test_cancel_stops_a_running_job_and_frees_its_node(slurm_lab: SlurmLab) -> N
 
 
 @slurm
+def test_signal_lets_a_job_checkpoint_and_exit_by_itself(slurm_lab: SlurmLab) -> None:
+    backend = slurm_lab.backend()
+    checkpoint = Path(slurm_lab.options["workdir"]) / f"ckpt-{time.time_ns()}"
+    script = f"trap 'echo saved > {checkpoint}; exit 0' TERM; sleep 600 & wait"
+    job = backend.submit(spec("lab-node3", "bash", "-c", script, gpus=1))
+    assert isinstance(job, str)
+    wait_for(backend, job, JobState.RUNNING)
+    time.sleep(1)  # let bash install its trap
+
+    assert backend.signal(job, grace_seconds=60) is None
+    status = wait_for(backend, job, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+    assert status.state is JobState.SUCCEEDED, status  # it caught SIGTERM, saved, and exited cleanly
+    assert checkpoint.read_text().strip() == "saved"
+    assert backend.signal(job, grace_seconds=60) is None  # signalling an ended job is not an error
+
+
+@slurm
 def test_drain_requeues_the_running_job_resume_undoes_it_and_a_down_node_is_not_ready(slurm_lab: SlurmLab) -> None:
     backend = slurm_lab.backend()
     job = backend.submit(spec("lab-node4", "sleep", "600"))

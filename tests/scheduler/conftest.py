@@ -16,6 +16,7 @@ from django.utils import timezone
 from clusters.models import Cluster
 from scheduler import actions, dispatch, feasibility, loop
 from scheduler.models import Attempt, Job, PriorityTier
+from tests.clusters.conftest import slurm_lab  # noqa: F401 - the Slurm lab fixture, for the path on real Slurm
 from tests.clusters.factories import simulated_cluster
 from tests.conftest import World
 

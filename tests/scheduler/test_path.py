@@ -3,12 +3,19 @@ succeeded; every move an event with its reason."""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import pytest
 from django.core.exceptions import ValidationError
 
+from clusters import sync
 from clusters.backends.base import JobState
+from clusters.models import Cluster
 from clusters.sync import backend_for
+from scheduler import dispatch, feasibility
 from scheduler.models import Attempt, Job
+from tests.clusters.slurm_lab import SlurmLab
 from tests.scheduler.conftest import Fleet, states
 
 pytestmark = pytest.mark.django_db
@@ -83,3 +90,39 @@ def test_the_same_idempotency_key_returns_the_first_job(fleet: Fleet) -> None:
     again = fleet.submit(idempotency_key="run-42", name="other")
     assert again.pk == first.pk
     assert Job.objects.count() == 1
+
+
+@pytest.mark.slurm
+def test_a_job_runs_to_success_on_the_real_slurm_lab(fleet: Fleet, slurm_lab: SlurmLab) -> None:
+    cluster = Cluster.objects.create(
+        organization=fleet.org,
+        name="Slurm lab",
+        slug="slurm-lab",
+        kind=Cluster.Kind.SLURM,
+        endpoint=slurm_lab.endpoint,
+        region="eu",
+        options=slurm_lab.options,
+    )
+    cluster.set_credentials({"user": "root", "token": slurm_lab.token})
+    cluster.save()
+    assert sync.sync_cluster(cluster.pk).ok
+    feasibility.forget(fleet.org)
+    marker = f"qm-path-{time.time_ns()}"
+    job = fleet.submit(
+        accelerators=2, clusters=[cluster], script=f'echo "{marker} $QM_JOB_ID $CUDA_VISIBLE_DEVICES"', image=""
+    )
+
+    fleet.cycle()
+    job.refresh_from_db()
+    attempt = job.attempts.get()
+    assert attempt.cluster == cluster
+    assert attempt.backend_id.isdigit()  # Slurm's own job id
+    deadline = time.monotonic() + 30
+    while job.state != Job.State.SUCCEEDED and time.monotonic() < deadline:
+        time.sleep(0.5)
+        dispatch.follow(cluster.pk)
+        job.refresh_from_db()
+    assert job.state == Job.State.SUCCEEDED, job.events.values_list("reason", "message")
+    output = Path(slurm_lab.options["workdir"], f"slurm-{attempt.backend_id}.out").read_text().split()
+    assert output[:2] == [marker, attempt.backend_key]  # the backends set QM_JOB_ID to the attempt key
+    assert len(output[2].split(",")) == 2  # the two GPUs it asked for
