@@ -3,6 +3,7 @@ from rest_framework.routers import DefaultRouter
 
 from clusters.api import ProbeReportView
 from portal.api import views
+from scheduler.api import JobViewSet
 
 router = DefaultRouter(trailing_slash=True)
 router.register("organizations", views.OrganizationViewSet, basename="organization")
@@ -11,6 +12,7 @@ router.register("projects", views.ProjectViewSet, basename="project")
 router.register("memberships", views.MembershipViewSet, basename="membership")
 router.register("audit-log", views.AuditLogViewSet, basename="auditlog")
 router.register("auth/tokens", views.TokenViewSet, basename="token")
+router.register("jobs", JobViewSet, basename="job")
 
 urlpatterns = [
     path("auth/token/", views.TokenView.as_view(), name="token-obtain"),
