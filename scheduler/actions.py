@@ -9,14 +9,17 @@ placing it on the idle fleet (``feasibility.check``).
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from django.core.cache import cache
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from clusters.models import AcceleratorType, Cluster
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import User
     from django.http import HttpRequest
 
+log = logging.getLogger(__name__)
 S = Job.State
 MAX_WORKERS = 4096
 MAX_TIME_LIMIT = 30 * 24 * 3600
@@ -78,6 +82,20 @@ def teams_for_submission(actor: User) -> list[Team]:
     return list(teams.select_related("organization").distinct().order_by("name"))
 
 
+def may_submit(actor: User, team: Team) -> bool:
+    """Whether ``actor`` may submit to ``team``: a researcher or lead of it, or an admin of its organization."""
+    own = Q(team=team, role__in=[Role.RESEARCHER, Role.LEAD])
+    admin = Q(organization_id=team.organization_id, role=Role.ADMIN, team=None)
+    return Membership.objects.filter(own | admin, user=actor).exists()
+
+
+def may_use(team: Team, tier: PriorityTier) -> bool:
+    """Whether ``team`` may submit under ``tier`` (a tier that names no teams is open to all)."""
+    return tier.organization_id == team.organization_id and (
+        not tier.teams.exists() or tier.teams.filter(pk=team.pk).exists()
+    )
+
+
 def tiers_for(team: Team) -> list[PriorityTier]:
     """Priority tiers ``team`` may use: those open to every team, and those naming it."""
     tiers = PriorityTier.objects.filter(organization=team.organization).prefetch_related("teams")
@@ -101,7 +119,7 @@ def validate(actor: User, request: JobRequest) -> tuple[Queue, PriorityTier]:
     errors: dict[str, str] = {}
     team = request.team
     org = team.organization
-    if team not in teams_for_submission(actor):
+    if not may_submit(actor, team):
         raise PermissionDenied(f"You may not submit jobs to team {team}.")
     name = request.name.strip()
     if not name:
@@ -111,9 +129,10 @@ def validate(actor: User, request: JobRequest) -> tuple[Queue, PriorityTier]:
     if request.project is not None and (request.project.team_id != team.pk or request.project.archived):
         errors["project"] = f"Project {request.project.name} is not an active project of team {team}."
 
-    known = set(AcceleratorType.objects.filter(organization=org).values_list("name", flat=True))
-    unknown = [t for t in request.accelerator_types if t not in known]
-    if unknown:
+    known = set()
+    if request.accelerator_types:
+        known = set(AcceleratorType.objects.filter(organization=org).values_list("name", flat=True))
+    if unknown := [t for t in request.accelerator_types if t not in known]:
         errors["accelerator_types"] = (
             f"Unknown accelerator type(s): {', '.join(unknown)}. Known: {', '.join(sorted(known)) or 'none'}."
         )
@@ -140,7 +159,7 @@ def validate(actor: User, request: JobRequest) -> tuple[Queue, PriorityTier]:
     foreign = [c for c in request.clusters if c.organization_id != org.pk or c.status == Cluster.Status.DISABLED]
     if foreign:
         errors["clusters"] = f"Not a usable cluster of {org}: {', '.join(c.name for c in foreign)}."
-    regions = set(clusters.values_list("region", flat=True))
+    regions = set(clusters.values_list("region", flat=True)) if request.regions else set()
     if bad := [r for r in request.regions if r not in regions]:
         errors["regions"] = f"Unknown region(s): {', '.join(bad)}. Known: {', '.join(sorted(regions)) or 'none'}."
     if request.topology_level:
@@ -155,7 +174,7 @@ def validate(actor: User, request: JobRequest) -> tuple[Queue, PriorityTier]:
     tier = request.tier or PriorityTier.objects.filter(organization=org, is_default=True).first()
     if tier is None:
         errors["tier"] = "Choose a priority tier."
-    elif tier.organization_id != org.pk or tier not in tiers_for(team):
+    elif not may_use(team, tier):
         errors["tier"] = f"Team {team} may not use priority tier {tier}."
 
     if not request.image.strip() and not request.script.strip():
@@ -244,9 +263,15 @@ def submit_job(actor: User, request: JobRequest, *, http: HttpRequest | None = N
 
 
 def wake_loop() -> None:
+    """Run the placement loop soon. A burst of submissions wakes it at most once a second, and a broker or
+    cache that is down costs nothing but the wait for the next beat: the job is already committed."""
     from scheduler.tasks import placement_cycle
 
-    placement_cycle.delay()
+    try:
+        if cache.add("scheduler:loop-woken", 1, timeout=1):
+            placement_cycle.delay()
+    except Exception as error:  # noqa: BLE001 - any broker or cache failure; the beat runs the loop anyway
+        log.warning("could not wake the placement loop (the beat will run it): %s", error)
 
 
 def cancel_job(actor: User, job: Job, reason: str = "", *, http: HttpRequest | None = None) -> Job:

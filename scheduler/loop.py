@@ -88,8 +88,15 @@ def run_all(now: datetime | None = None) -> list[CycleReport] | None:
         return reports
 
 
-def run_cycle(organization: Organization, now: datetime | None = None, config: m.Config | None = None) -> CycleReport:
-    """One placement cycle of ``organization`` (call it under the leader lock; ``run_all`` does)."""
+def run_cycle(
+    organization: Organization,
+    now: datetime | None = None,
+    config: m.Config | None = None,
+    *,
+    tell_clusters: bool = True,
+) -> CycleReport:
+    """One placement cycle of ``organization`` (call it under the leader lock; ``run_all`` does).
+    ``tell_clusters=False`` leaves the dispatch to ``dispatch.recover`` (the admission benchmark)."""
     now = now or timezone.now()
     report = CycleReport(organization.slug)
     started = time.perf_counter()
@@ -102,7 +109,7 @@ def run_cycle(organization: Organization, now: datetime | None = None, config: m
 
     started = time.perf_counter()
     _hook("before_apply")
-    applied = apply(organization, index, decisions, now)
+    applied = apply(organization, index, decisions, now, tell_clusters=tell_clusters)
     report.seconds["apply"] = time.perf_counter() - started
     if applied is None:
         report.stale = True
@@ -121,7 +128,7 @@ def run_cycle(organization: Organization, now: datetime | None = None, config: m
 
 
 def apply(
-    organization: Organization, index: Index, decisions: m.Decisions, now: datetime
+    organization: Organization, index: Index, decisions: m.Decisions, now: datetime, *, tell_clusters: bool = True
 ) -> tuple[int, int, int, int] | None:
     """Write the cycle's admissions and preemptions; None (and nothing written) if another cycle applied
     since the snapshot. Returns (new generation, admitted, preempted, skipped)."""
@@ -239,7 +246,8 @@ def apply(
         JobEvent.objects.bulk_create(events, batch_size=2000)
         _hook("before_commit")
         attempt_ids = [a.pk for a in admitted]
-        transaction.on_commit(lambda: _tell_clusters(attempt_ids, preempted))
+        if tell_clusters:
+            transaction.on_commit(lambda: _tell_clusters(attempt_ids, preempted))
     _hook("after_commit")
     return generation, len(admitted), len(preempted), skipped
 
