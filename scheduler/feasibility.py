@@ -116,6 +116,9 @@ def _job(queue: Queue, tier: PriorityTier, request: JobRequest, submitted_at: fl
 def check(organization: Organization, queue: Queue, tier: PriorityTier, request: JobRequest) -> Refusal | None:
     """None if the request could run on this fleet under its queue's quota; else why it never will."""
     idle = _idle_snapshot(organization)
+    if queue.name not in {q.name for q in idle.queues} or tier.name not in {t.name for t in idle.tiers}:
+        forget(organization)  # a queue made on first use, or a tier added, since the fleet was read
+        idle = _idle_snapshot(organization)
     job = _job(queue, tier, request, idle.now)
     key = (organization.pk, replace(job, id="", submitted_at=0.0))
     with _lock:
