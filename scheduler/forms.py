@@ -110,7 +110,7 @@ class JobForm(ChoicesForm):
         max_length=5000, required=False, help_text="As in a shell: python train.py --lr 3e-4", label="Command"
     )
     script = forms.CharField(
-        max_length=100_000, required=False, label="or a batch script",
+        max_length=100_000, required=False, label="or a batch script", strip=False,
         widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
     )  # fmt: skip
     env = forms.CharField(
@@ -140,7 +140,7 @@ class JobForm(ChoicesForm):
         levels = sorted({str(level) for c in clusters for level in c.levels or []})
         self._choices(
             "topology_level",
-            [("", "anywhere (no topology need)")] + [(level, level.replace("_", " ")) for level in levels],
+            [("", "anywhere")] + [(level, level.replace("_", " ")) for level in levels],
         )
         self._team_choices()
         #: The team changed since the page drew its project and tier menus: they are drawn again for the new

@@ -1,0 +1,95 @@
+"""A researcher submits a job through the form, sees a bad value refused beside its field as they type and
+the estimate once it is fixed, lands on the job's page, finds it in the list, and cancels it.
+
+Screenshots go to ``test-artifacts/browser/`` (``QM_SHOTS`` names another folder).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from clusters.models import Cluster
+from scheduler.demo import H100, seed_governance
+from scheduler.models import Job
+from tests.browser.conftest import sign_in_as
+
+pytestmark = pytest.mark.browser
+
+SHOTS = Path(os.environ.get("QM_SHOTS") or Path(__file__).resolve().parents[2] / "test-artifacts" / "browser")
+POLL_SECONDS = 5
+
+
+def shot(page: Page, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+@pytest.fixture
+def governed(fleet: dict[str, Cluster], demo: Any) -> dict[str, Cluster]:
+    """The demo fleet with the demo's tiers, cohort, team quotas and prices."""
+    seed_governance(demo)
+    return fleet
+
+
+def test_researcher_submits_sees_the_estimate_and_cancels(page: Page, governed: dict[str, Cluster]) -> None:
+    sign_in_as(page, "alice")
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Submit").click()
+    expect(page).to_have_url(re.compile(r"/jobs/new/$"))
+    form = page.get_by_test_id("job-form")
+    # The tiers the Vision team may use: not Language's production tier.
+    expect(form.locator("#id_tier option")).to_have_text(["high (100)", "normal (50)", "spot (10)"])
+    expect(form.locator("#id_tier")).to_have_value(re.compile(r"\d+"))
+
+    form.get_by_label("Name").fill("resnet-sweep")
+    form.get_by_label(H100).check()
+    form.get_by_label("Container image").fill("ghcr.io/lab/train:1")
+    form.get_by_label("Command").fill("python train.py --lr 3e-4")
+    # 16 accelerators per worker on 8-GPU nodes: refused beside the field while typing, before any submit.
+    accelerators = form.get_by_label("Accelerators per worker")
+    accelerators.fill("16")
+    errors = page.locator("#errors-accelerators")
+    expect(errors).to_contain_text("could hold 16 accelerators")
+    expect(page.get_by_test_id("estimate-problem")).to_be_visible()
+    expect(page.locator('.field[data-field="accelerators"] input')).to_have_css("border-color", "rgb(180, 35, 24)")
+    shot(page, "job-form-never-fits")
+
+    accelerators.fill("8")
+    expect(errors).to_be_empty()
+    expect(page.get_by_test_id("estimate-cost")).to_contain_text("32.00 per hour")  # 8 H100 at 4.00
+    expect(page.get_by_test_id("estimate-start")).not_to_be_empty()
+    expect(page.get_by_test_id("estimate-missing")).to_have_count(0)
+    shot(page, "job-form-estimate")
+
+    page.get_by_role("button", name="Submit job").click()
+    expect(page).to_have_url(re.compile(r"/jobs/\d+/$"))
+    job = Job.objects.get(name="resnet-sweep")
+    assert job.submitted_by.username == "alice"
+    assert (job.accelerators, job.accelerator_types, job.command) == (8, [H100], ["python", "train.py", "--lr", "3e-4"])
+    expect(page.get_by_role("heading", level=1)).to_contain_text(f"#{job.pk} resnet-sweep")
+    expect(page.get_by_test_id("timeline")).to_contain_text("submitted")
+    shot(page, "job-detail")
+
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Jobs").click()
+    row = page.get_by_test_id("jobs").locator(f'tr[data-job="{job.pk}"]')
+    expect(row).to_contain_text("resnet-sweep")
+    expect(row).to_contain_text(f"8 {H100}")
+    # The table body polls while the tab is visible.
+    with page.expect_request(re.compile(r"/jobs/rows/"), timeout=(POLL_SECONDS + 3) * 1000):
+        pass
+    shot(page, "job-list")
+
+    row.get_by_role("link", name=re.compile("resnet-sweep")).click()
+    page.get_by_test_id("cancel").locator("summary").click()
+    page.get_by_test_id("cancel-form").get_by_label("Reason").fill("wrong learning rate")
+    page.get_by_role("button", name="Cancel job").click()
+    expect(page.get_by_test_id("job-state")).to_have_text("Cancelled")
+    expect(page.get_by_test_id("timeline")).to_contain_text("Cancelled by alice: wrong learning rate")
+    expect(page.get_by_test_id("cancel")).to_have_count(0)
+    shot(page, "job-cancelled")
+    assert Job.objects.get(pk=job.pk).state == Job.State.CANCELLED
