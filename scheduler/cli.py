@@ -1,0 +1,537 @@
+"""``qm``: the command-line client of the Quartermaster API (submit, list, show, follow and cancel jobs).
+
+It talks to the REST API only (``/api/v1/``) with a personal API token, and imports nothing of Django, so
+it runs on any machine with ``requests`` and PyYAML. Where it finds the server and the token, first match
+wins: ``--url`` / ``--token``, then ``QM_URL`` / ``QM_TOKEN``, then the file ``qm login`` writes
+(``$XDG_CONFIG_HOME/quartermaster/config.yaml``, mode 0600; its token is sent only to the URL it was issued
+by). Exit status: 0 done, 1 refused or failed (and ``follow`` of a job that did not succeed), 2 bad input.
+The token is never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import getpass
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import requests
+import yaml
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+TIMEOUT = 30.0
+#: The fields of a submission (the API's ``JobSubmissionSerializer``; a test keeps the two equal).
+SUBMIT_FIELDS = frozenset({
+    "team", "project", "name", "accelerator_types", "accelerators", "accelerator_fraction", "workers", "cpu",
+    "memory_gib", "topology_level", "topology_mode", "time_limit", "tier", "preemptible", "checkpoint_location",
+    "clusters", "regions", "max_price_per_hour", "image", "command", "script", "env", "max_retries",
+    "idempotency_key",
+})  # fmt: skip
+FINAL = frozenset({"succeeded", "failed", "cancelled"})
+WAITING = frozenset({"pending", "requeued"})
+OK, FAILED, BAD_INPUT = 0, 1, 2
+
+
+class CliError(Exception):
+    """Something to tell the user on stderr, with the exit status to leave with."""
+
+    def __init__(self, message: str, fields: Mapping[str, Any] | None = None, status: int = FAILED) -> None:
+        super().__init__(message)
+        self.message, self.fields, self.status = message, dict(fields or {}), status
+
+
+# ------------------------------------------------------------------------------------------ settings
+
+
+def config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "quartermaster" / "config.yaml"
+
+
+def load_config() -> dict[str, Any]:
+    path = config_path()
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, yaml.YAMLError) as error:
+        raise CliError(f"Cannot read {path}: {error}") from None
+    if not isinstance(data, dict):
+        raise CliError(f"{path} is not a mapping of url and token; run `qm login` again.")
+    return data
+
+
+def save_config(url: str, token: str) -> Path:
+    """Write url and token where only this user can read them (the folder 0700, the file 0600)."""
+    path = config_path()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an older file may have had looser permissions
+    with os.fdopen(fd, "w") as handle:
+        yaml.safe_dump({"url": url, "token": token}, handle, default_flow_style=False)
+    return path
+
+
+@dataclass
+class Settings:
+    url: str
+    token: str | None
+    out: TextIO = field(default_factory=lambda: sys.stdout)
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    config = load_config()
+    url = (getattr(args, "url", None) or os.environ.get("QM_URL") or config.get("url") or DEFAULT_URL).rstrip("/")
+    token = getattr(args, "token", None) or os.environ.get("QM_TOKEN")
+    if not token and str(config.get("url", "")).rstrip("/") == url:
+        token = config.get("token")
+    return Settings(url, token)
+
+
+# -------------------------------------------------------------------------------------------- client
+
+
+class Client:
+    """The API at ``url`` with a bearer token; an error answer becomes a ``CliError`` with its fields."""
+
+    def __init__(self, url: str, token: str | None) -> None:
+        self.url, self.token = url, token
+        self.session = requests.Session()
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        auth: bool = True,
+    ) -> tuple[int, Any]:
+        sent = {"Accept": "application/json", **(headers or {})}
+        if auth:
+            if not self.token:
+                raise CliError(f"Not signed in to {self.url}: run `qm login`, or set QM_TOKEN.")
+            sent["Authorization"] = f"Bearer {self.token}"
+        data = None
+        if body is not None:
+            data = json.dumps(body, default=str).encode()
+            sent["Content-Type"] = "application/json"
+        try:
+            response = self.session.request(
+                method, f"{self.url}/api/v1/{path}", data=data, params=params, headers=sent, timeout=TIMEOUT
+            )
+        except requests.RequestException as error:
+            raise CliError(f"Cannot reach {self.url}: {type(error).__name__}.") from None
+        try:
+            answer = response.json() if response.content else None
+        except ValueError:
+            answer = None
+        if response.status_code >= 400:
+            raise self._error(response.status_code, answer)
+        return response.status_code, answer
+
+    def _error(self, status: int, answer: Any) -> CliError:
+        error = answer.get("error") if isinstance(answer, dict) else None
+        if not isinstance(error, dict):
+            return CliError(f"{self.url} answered HTTP {status}; is it a Quartermaster server?")
+        message = str(error.get("message") or f"HTTP {status}")
+        if status == 401:
+            message = f"{message} The server refused the token: run `qm login`, or check QM_TOKEN."
+        return CliError(message, error.get("fields") or {}, BAD_INPUT if status == 400 else FAILED)
+
+    def get(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
+        return self.call("GET", path, params=params)[1]
+
+    def pages(self, path: str, params: Mapping[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+        """A paginated list's answers, page after page. Pages are asked for by number rather than through
+        the answer's ``next`` link, so the token only ever goes to ``url``."""
+        page = 1
+        while True:
+            answer = self.get(path, {**(params or {}), "page": page})
+            yield answer
+            if not answer.get("next"):
+                return
+            page += 1
+
+    def rows(self, path: str, params: Mapping[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+        for answer in self.pages(path, params):
+            yield from answer["results"]
+
+
+# --------------------------------------------------------------------------------------- job files
+
+
+def read_job_file(name: str, stdin: TextIO | None = None) -> dict[str, Any]:
+    """A job file's fields: a YAML mapping of the API's submission fields. Malformed YAML, a repeated or
+    unknown key is refused here, with its line, before anything is sent."""
+    try:
+        text = (stdin or sys.stdin).read() if name == "-" else Path(name).read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise CliError(f"Cannot read {name}: {getattr(error, 'strerror', None) or error}", status=BAD_INPUT) from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as error:
+        raise CliError(f"{name}: not valid YAML: {_yaml_problem(error)}", status=BAD_INPUT) from None
+    if root is None:
+        raise CliError(f"{name} is empty: it should map fields to values (name: train, ...).", status=BAD_INPUT)
+    if not isinstance(root, yaml.MappingNode):
+        raise CliError(f"{name}, line {root.start_mark.line + 1}: the file should map fields to values "
+                       "(name: train, ...).", status=BAD_INPUT)  # fmt: skip
+    problems: dict[str, list[str]] = {}
+    seen: dict[str, int] = {}
+    for key_node, _ in root.value:
+        line = key_node.start_mark.line + 1
+        key = key_node.value if isinstance(key_node, yaml.ScalarNode) else "?"
+        if key in seen:
+            problems[key] = [f"line {line}: given twice (first on line {seen[key]})."]
+        elif key not in SUBMIT_FIELDS:
+            close = difflib.get_close_matches(key, SUBMIT_FIELDS, n=1)
+            hint = f" Did you mean {close[0]}?" if close else ""
+            problems[key] = [f"line {line}: unknown key.{hint}"]
+        seen.setdefault(key, line)
+    if problems:
+        raise CliError(f"{name}: {', '.join(problems)} not allowed here. Fields: {', '.join(sorted(SUBMIT_FIELDS))}.",
+                       problems, BAD_INPUT)  # fmt: skip
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise CliError(f"{name}: not valid YAML: {_yaml_problem(error)}", status=BAD_INPUT) from None
+    assert isinstance(data, dict)
+    return data
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None) or str(error)
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else problem
+
+
+# ----------------------------------------------------------------------------------------- display
+
+
+def when(value: str | None) -> str:
+    """An API timestamp in this machine's time zone, to the second."""
+    if not value:
+        return "-"
+    try:
+        return datetime.fromisoformat(value).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return value
+
+
+def duration(seconds: int) -> str:
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size:
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+    return "".join(parts) or "0s"
+
+
+def resources(job: Mapping[str, Any]) -> str:
+    """``2 x 8 H100-SXM-80GB``, ``0.25 (any type)``, ``4 x CPU only``."""
+    types = "/".join(job.get("accelerator_types") or []) or "(any type)"
+    if not job["accelerators"]:
+        what = "CPU only"
+    elif job["accelerator_fraction"] < 1:
+        what = f"{job['accelerator_fraction']:g} {types}"
+    else:
+        what = f"{job['accelerators']} {types}"
+    return f"{job['workers']} x {what}" if job["workers"] > 1 else what
+
+
+def note(job: Mapping[str, Any]) -> str:
+    """What a list row says beside the state: why it waits, or where it runs."""
+    if job["state"] in WAITING:
+        return job.get("pending_message") or "waiting for the next placement cycle"
+    if job.get("cluster"):
+        return f"on {job['cluster']}, cost so far {job['cost_so_far']}"
+    return ""
+
+
+def table(rows: Sequence[Sequence[str]], out: TextIO) -> None:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip(), file=out)
+
+
+def event_line(event: Mapping[str, Any]) -> str:
+    move = f"{event['from_state'] or '-'} -> {event['to_state']}"
+    text = f"  {event['message']}" if event["message"] else ""
+    return f"{when(event['created_at'])}  {move:<22} {event['reason']:<12}{text}"
+
+
+def describe(job: Mapping[str, Any], out: TextIO) -> None:
+    """``qm show``: a job in plain words, one labelled line each."""
+    where = job["team"] + (f", project {job['project']}" if job["project"] else "")
+    cores = f"{job['cpu']:g} core" + ("" if job["cpu"] == 1 else "s")
+    asks = f"{resources(job)}; {cores} and {job['memory_gib']:g} GiB per worker"
+    asks += f"; time limit {duration(job['time_limit'])}" + ("" if job["preemptible"] else "; not preemptible")
+    runs = " ".join([job["image"], *job["command"]]) if job["image"] else "a batch script"
+    lines = [
+        ("state", f"{job['state']} since {when(job['state_changed_at'])}"),
+        ("team", f"{where}; queue {job['queue']}, tier {job['tier']}"),
+        ("submitted", f"{when(job['submitted_at'])} by {job['submitted_by']}"),
+        ("asks for", asks),
+        ("runs", runs),
+    ]
+    if job["topology_level"]:
+        lines.append(("topology", f"one {job['topology_level']} ({job['topology_mode']})"))
+    if job["state"] in WAITING:
+        lines.append(("waiting", job["pending_message"] or "Waiting for the next placement cycle."))
+        if job["queue_position"] is not None:
+            lines.append(("position", f"{job['queue_position'] + 1} in the order considered"))
+        if job["estimated_start"]:
+            lines.append(("est. start", when(job["estimated_start"])))
+    placement = job.get("placement")
+    if placement:
+        flavor = placement["flavor"] or "CPU only"
+        lines.append(("placement", f"{placement['cluster']}, {flavor}, {placement['cost_per_hour']} per hour"))
+        lines.append(("admitted", when(placement["admitted_at"])))
+        if placement["started_at"]:
+            lines.append(("started", when(placement["started_at"])))
+        for node in placement["nodes"]:
+            workers = f"{node['workers']} worker" + ("s" if node["workers"] != 1 else "")
+            lines.append(("node", f"{node['name']}: {workers}, {len(node['accelerators'])} accelerators"))
+    lines.append(("cost so far", str(job["cost_so_far"])))
+    if job["finished_at"]:
+        lines.append(("finished", when(job["finished_at"])))
+    if job["message"]:
+        lines.append(("message", job["message"]))
+    for attempt in job["attempts"]:
+        span = f"{when(attempt['admitted_at'])} to {when(attempt['ended_at'])}"
+        lines.append(
+            (
+                f"attempt {attempt['number']}",
+                f"{attempt['outcome']} on {attempt['cluster']}, {span}, cost {attempt['cost']}",
+            )
+        )
+    print(f"Job {job['id']}: {job['name']}", file=out)
+    for label, value in lines:
+        print(f"  {label:<12} {value}", file=out)
+
+
+# ---------------------------------------------------------------------------------------- commands
+
+
+def cmd_login(args: argparse.Namespace, settings: Settings, client: Client) -> int:
+    username = args.username or input("Username: ").strip()
+    password = sys.stdin.readline().rstrip("\n") if args.password_stdin else getpass.getpass("Password: ")
+    body = {"username": username, "password": password, "name": args.name or f"qm on {platform.node() or 'cli'}"}
+    _, answer = client.call("POST", "auth/token/", body=body, auth=False)
+    path = save_config(settings.url, answer["token"])
+    expires = f", expires {when(answer.get('expires_at'))}" if answer.get("expires_at") else ""
+    print(f"Signed in to {settings.url} as {username}; the token is saved in {path}{expires}.", file=settings.out)
+    return OK
+
+
+def cmd_submit(args: argparse.Namespace, settings: Settings, client: Client) -> int:
+    body = read_job_file(args.file)
+    headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else {}
+    out = settings.out
+    if args.dry_run:
+        _, preview = client.call("POST", "jobs/preview/", body=body, headers=headers)
+        price = "unknown" if preview["cost_per_hour"] is None else f"{preview['cost_per_hour']:.2f}"
+        print(f"Dry run: nothing submitted. Cost per hour: {price}.", file=out)
+        if preview["starts_now"]:
+            print("It would start now.", file=out)
+        else:
+            start = when(preview["estimated_start"]) if preview["estimated_start"] else "unknown"
+            print(f"It would wait ({preview['reason']}): {preview['message']} Estimated start: {start}.", file=out)
+        return OK
+    status, job = client.call("POST", "jobs/", body=body, headers=headers)
+    if status == 200:
+        print(f"Job {job['id']} was already submitted with this idempotency key; it is {job['state']}.", file=out)
+    else:
+        print(f"Submitted job {job['id']} ({job['name']}): {job['state']}.", file=out)
+    return OK
+
+
+def _list_params(args: argparse.Namespace) -> dict[str, str]:
+    params = {"state": args.state, "team": args.team, "project": args.project, "q": args.query}
+    if args.mine:
+        params["submitted_by"] = "me"
+    return {key: value for key, value in params.items() if value}
+
+
+def cmd_list(args: argparse.Namespace, settings: Settings, client: Client) -> int:
+    params = _list_params(args)
+    jobs: list[dict[str, Any]] = []
+    for answer in client.pages("jobs/", params):
+        jobs += answer["results"]
+        count = answer["count"]
+        if not args.all_pages:
+            break
+    if len(jobs) < count:
+        print(f"{len(jobs)} of {count} jobs shown; --all-pages for all.", file=sys.stderr)
+    if args.json:
+        print(json.dumps(jobs, indent=2), file=settings.out)
+        return OK
+    if not jobs:
+        print("No jobs.", file=settings.out)
+        return OK
+    rows = [["ID", "NAME", "TEAM", "USER", "STATE", "RESOURCES", "SUBMITTED", "NOTE"]]
+    rows += [
+        [str(j["id"]), j["name"], j["team"], j["submitted_by"], j["state"], resources(j), when(j["submitted_at"]),
+         note(j)]
+        for j in jobs
+    ]  # fmt: skip
+    table(rows, settings.out)
+    return OK
+
+
+def cmd_show(args: argparse.Namespace, settings: Settings, client: Client) -> int:
+    job = client.get(f"jobs/{args.id}/")
+    if args.json:
+        print(json.dumps(job, indent=2), file=settings.out)
+    else:
+        describe(job, settings.out)
+    return OK
+
+
+def cmd_cancel(args: argparse.Namespace, settings: Settings, client: Client) -> int:
+    _, job = client.call("POST", f"jobs/{args.id}/cancel/", body={"reason": args.reason or ""})
+    print(f"Job {job['id']} ({job['name']}): {job['state']}.", file=settings.out)
+    return OK
+
+
+def cmd_events(args: argparse.Namespace, settings: Settings, client: Client) -> int:
+    events = list(client.rows(f"jobs/{args.id}/events/"))
+    if args.json:
+        print(json.dumps(events, indent=2), file=settings.out)
+    else:
+        for event in events:
+            print(event_line(event), file=settings.out)
+    return OK
+
+
+def follow(
+    client: Client, job_id: int, interval: float, out: TextIO, sleep: Callable[[float], None] = time.sleep
+) -> int:
+    """Print the job's events as they come until it is over: 0 if it succeeded, 1 if not."""
+    last = 0
+    while True:
+        job = client.get(f"jobs/{job_id}/")  # read before the events: a final state's event is then printed
+        for event in client.rows(f"jobs/{job_id}/events/", {"after": last}):
+            print(event_line(event), file=out, flush=True)
+            last = max(last, event["id"])
+        if job["state"] in FINAL:
+            tail = f": {job['message']}" if job["message"] and job["state"] != "succeeded" else ""
+            print(f"Job {job_id} {job['state']}{tail}", file=out, flush=True)
+            return OK if job["state"] == "succeeded" else FAILED
+        sleep(interval)
+
+
+def cmd_follow(args: argparse.Namespace, settings: Settings, client: Client) -> int:
+    return follow(client, args.id, args.interval, settings.out, args.sleep)
+
+
+# ------------------------------------------------------------------------------------------- parser
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be more than 0")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", default=argparse.SUPPRESS, help=f"the server (QM_URL; default {DEFAULT_URL})")
+    common.add_argument("--token", default=argparse.SUPPRESS, help="an API token (QM_TOKEN; else `qm login`'s)")
+    parser = argparse.ArgumentParser(
+        prog="qm", parents=[common], description="Submit and follow jobs on a Quartermaster fleet."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, handler: Callable[..., int], text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, parents=[common], help=text, description=text)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    login = command("login", cmd_login, "get an API token with your username and password and keep it")
+    login.add_argument("--username", "-u")
+    login.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
+    login.add_argument("--name", help="the token's name (default: qm on this machine)")
+
+    submit = command("submit", cmd_submit, "submit the job a YAML file describes (- for standard input)")
+    submit.add_argument("file")
+    submit.add_argument("--dry-run", action="store_true", help="only say what it would cost and when it would start")
+    submit.add_argument("--idempotency-key", help="submitting again with the same key returns the first job")
+
+    listing = command("list", cmd_list, "list jobs, newest first")
+    listing.add_argument("--state", help="states, comma-separated (or active, final)")
+    listing.add_argument("--team", help="a team's slug")
+    listing.add_argument("--project", help="a project's slug")
+    listing.add_argument("--mine", action="store_true", help="only jobs I submitted")
+    listing.add_argument("--query", "-q", help="name contains")
+    listing.add_argument("--all-pages", action="store_true", help="every page, not only the first 50 jobs")
+    listing.add_argument("--json", action="store_true", help="the API's rows as JSON")
+
+    show = command("show", cmd_show, "a job's details: state, why it waits, where it runs, cost so far")
+    show.add_argument("id", type=int)
+    show.add_argument("--json", action="store_true", help="the API's answer as JSON")
+
+    cancel = command("cancel", cmd_cancel, "cancel a job")
+    cancel.add_argument("id", type=int)
+    cancel.add_argument("--reason", help="why (kept in the job's timeline and the audit log)")
+
+    following = command("follow", cmd_follow, "print a job's events until it ends (exit 0 if it succeeded)")
+    following.add_argument("id", type=int)
+    following.add_argument("--interval", type=_positive, default=5.0, help="seconds between polls (default 5)")
+
+    events = command("events", cmd_events, "a job's timeline")
+    events.add_argument("id", type=int)
+    events.add_argument("--json", action="store_true", help="the API's rows as JSON")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, *, sleep: Callable[[float], None] = time.sleep) -> int:
+    """The ``qm`` console script. ``sleep`` is what ``follow`` waits with between polls."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit:  # --help, or a usage error argparse has explained
+        return exit.code if isinstance(exit.code, int) else BAD_INPUT
+    args.sleep = sleep
+    try:
+        settings = settings_from(args)
+        return int(args.handler(args, settings, Client(settings.url, settings.token)))
+    except CliError as error:
+        print(f"qm: {error.message}", file=sys.stderr)
+        for name, messages in error.fields.items():
+            for message in _messages(messages):
+                print(f"  {name}: {message}", file=sys.stderr)
+        return error.status
+    except KeyboardInterrupt:
+        return 130
+
+
+def _messages(value: Any, prefix: str = "") -> Iterator[str]:
+    """Field messages, nested ones (``env: DEBUG: Not a string.``) flattened."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield from _messages(inner, f"{prefix}{key}: ")
+    elif isinstance(value, list):
+        for item in value:
+            yield from _messages(item, prefix)
+    else:
+        yield f"{prefix}{value}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
