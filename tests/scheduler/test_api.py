@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from clusters.models import Cluster
 from portal.models import AuditLog
-from scheduler import actions, feasibility
+from scheduler import feasibility
 from scheduler.models import Attempt, Job, JobEvent, Queue
 from tests.scheduler.conftest import Fleet
 
@@ -26,14 +26,6 @@ BODY: dict[str, Any] = {
     "image": "ghcr.io/lab/train:1",
     "command": ["python", "train.py"],
 }
-
-
-@pytest.fixture(autouse=True)
-def queues(fleet: Fleet) -> None:
-    """Every team's queue, as after each team's first job (see the xfail test below for why)."""
-    for team in fleet.world.teams.values():
-        if team.organization_id == fleet.org.pk:
-            actions.queue_for(team, None)
 
 
 def submit(api: Any, username: str = "alice", **fields: Any) -> Any:
@@ -219,14 +211,10 @@ def test_a_request_that_can_never_fit_is_refused_with_the_engines_reason(fleet: 
     assert not Job.objects.exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="actions.validate makes a team's queue on its first job after "
-    "feasibility.check cached the idle fleet without it (IDLE_TTL), so the engine says unknown queue",
-)
 def test_a_teams_first_job_is_accepted_right_after_another_teams(fleet: Fleet, api: Any) -> None:
-    Queue.objects.filter(team=fleet.world.teams["robotics"]).delete()
+    # Its queue is made on its first job, after the idle fleet was read (and cached) for alice's.
     assert submit(api, "alice").status_code == 201
+    assert not Queue.objects.filter(team=fleet.world.teams["robotics"]).exists()
     response = submit(api, "bob", team="robotics")
     assert response.status_code == 201, response.json()
 

@@ -42,9 +42,6 @@ command: [python, train.py]
 def server(live_server: Any, fleet: Fleet, settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Fleet:
     """The fleet behind a live server, with ``qm`` pointed at it as alice (QM_URL, QM_TOKEN)."""
     settings.VAR_DIR = tmp_path / "var"  # the placement loop's leader lock, this test's alone
-    for team in fleet.world.teams.values():
-        if team.organization_id == fleet.org.pk:
-            actions.queue_for(team, None)
     _, token = portal_actions.issue_token(fleet.user("alice"), name="cli tests")
     monkeypatch.setenv("QM_URL", live_server.url)
     monkeypatch.setenv("QM_TOKEN", token)
