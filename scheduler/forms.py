@@ -59,7 +59,7 @@ class JobForm(ChoicesForm):
     preemptible = forms.BooleanField(
         required=False,
         initial=True,
-        help_text="Others of higher priority may stop it (it resumes from its checkpoint).",
+        help_text="Higher-priority work may stop it (it resumes from its checkpoint); never in a non-preemptible tier.",
     )
 
     accelerator_types = forms.MultipleChoiceField(

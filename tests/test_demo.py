@@ -87,3 +87,38 @@ def test_demo_command_serves_the_portal_and_stops_on_ctrl_c(tmp_path: Path) -> N
     # Every child stopped with the demo: nothing of it is left in its process group.
     with pytest.raises(ProcessLookupError):
         os.killpg(demo.pid, 0)
+
+
+def test_demo_jobs_and_governance_are_seeded_once(db, settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from clusters.demo import seed_demo_fleet, sync_demo_fleet
+    from clusters.models import Cluster
+    from scheduler.demo import JOBS, PRICES, seed_demo_jobs
+    from scheduler.models import Cohort, Job, PriorityTier, Queue, Quota
+
+    settings.VAR_DIR = tmp_path
+    org = seed_demo()
+    seed_demo_fleet(org)
+    sync_demo_fleet(org)
+    first = seed_demo_jobs(org)
+    counts = [model.objects.count() for model in (Job, PriorityTier, Cohort, Queue, Quota)]
+    again = seed_demo_jobs(org)
+    assert [model.objects.count() for model in (Job, PriorityTier, Cohort, Queue, Quota)] == counts
+    assert [j.pk for j in again] == [j.pk for j in first]
+    assert counts == [len(JOBS), 4, 1, 3, 9]
+
+    production = PriorityTier.objects.get(organization=org, name="production")
+    assert (production.preemptible, [t.slug for t in production.teams.all()]) == (False, ["language"])
+    assert PriorityTier.objects.get(organization=org, is_default=True).name == "normal"
+    assert {q.team.slug: q.cohort.name for q in Queue.objects.select_related("team", "cohort")} == {
+        "vision": "research",
+        "robotics": "research",
+        "language": "research",
+    }
+    for cluster in Cluster.objects.filter(organization=org):
+        assert cluster.options["prices"] == PRICES
+    jobs = Job.objects.all()
+    assert {j.submitted_by.username for j in jobs} == {"alice", "bob"}
+    assert any(j.workers > 1 and j.accelerators > 0 for j in jobs)  # a gang
+    assert any(j.accelerator_milli < 1000 for j in jobs)  # a fraction of one GPU
+    assert any(j.accelerators == 0 for j in jobs)  # CPU only
+    assert all(j.state == Job.State.PENDING for j in jobs)

@@ -15,8 +15,9 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from clusters.models import Cluster
+from portal.models import Team
 from scheduler.demo import H100, seed_governance
-from scheduler.models import Job
+from scheduler.models import Job, PriorityTier
 from tests.browser.conftest import sign_in_as
 
 pytestmark = pytest.mark.browser
@@ -93,3 +94,78 @@ def test_researcher_submits_sees_the_estimate_and_cancels(page: Page, governed: 
     expect(page.get_by_test_id("cancel")).to_have_count(0)
     shot(page, "job-cancelled")
     assert Job.objects.get(pk=job.pk).state == Job.State.CANCELLED
+
+
+def test_lead_reads_why_a_job_waits_and_the_queue(page: Page, governed: dict[str, Cluster], demo: Any) -> None:
+    from django.contrib.auth.models import User
+
+    from scheduler import actions, loop
+    from scheduler.demo import seed_jobs
+
+    seed_jobs(demo)
+    alice = User.objects.get(username="alice")
+    vision = actions.teams_for_submission(alice)[0]
+    # 30 whole H100 nodes at once, within Vision's quota: more than the busy demo fleet has free now.
+    big, _ = actions.submit_job(
+        alice,
+        actions.JobRequest(
+            team=vision, name="big-gang", time_limit=4 * 3600, accelerator_types=[H100], accelerators=8, workers=30,
+            image="ghcr.io/demo/vision-train:2.4",
+        ),
+    )  # fmt: skip
+    loop.run_all()  # a burst of submissions wakes the loop once; run the cycle that follows it now
+    big.refresh_from_db()
+    assert big.state == Job.State.PENDING
+    assert big.pending_reason
+
+    sign_in_as(page, "lena")
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Jobs").click()
+    rows = page.get_by_test_id("jobs").locator("tbody tr")
+    expect(rows.filter(has_text="big-gang")).to_contain_text("30 x 8 " + H100)
+    expect(rows.filter(has_text="eval-notebook")).to_contain_text("0.25 of one")
+    expect(page.get_by_test_id("jobs")).not_to_contain_text("grasp-gang")  # Robotics' job
+    shot(page, "job-list-demo")
+
+    rows.filter(has_text="big-gang").get_by_role("link").click()
+    pending = page.get_by_test_id("pending")
+    expect(pending).to_contain_text("Why it is waiting")
+    expect(page.get_by_test_id("pending-message")).to_have_text(big.pending_message)
+    expect(page.get_by_test_id("queue-position")).to_contain_text("in vision")
+    # The lead may cancel a teammate's job; the state block polls while the job is active.
+    expect(page.get_by_test_id("cancel")).to_be_visible()
+    with page.expect_request(re.compile(rf"/jobs/{big.pk}/state/$"), timeout=(POLL_SECONDS + 3) * 1000):
+        pass
+    shot(page, "job-waiting")
+
+    pending.get_by_role("link", name="vision").click()
+    expect(page.get_by_role("heading", level=1)).to_contain_text("Queue vision")
+    usage = page.get_by_test_id("usage")
+    expect(usage.locator(f'tr[data-flavor="{H100}"]')).to_contain_text("160")  # nominal
+    expect(page.get_by_test_id("waiting")).to_contain_text("big-gang")
+    shot(page, "queue-vision")
+
+
+def test_admin_switching_team_gets_that_teams_tiers_and_projects(page: Page, governed: dict[str, Cluster]) -> None:
+    sign_in_as(page, "adam")
+    page.goto("/jobs/new/")
+    form = page.get_by_test_id("job-form")
+    language_tiers = ["production (1000, not preemptible)", "high (100)", "normal (50)", "spot (10)"]
+    expect(form.get_by_label("Team")).to_have_value(str(Team.objects.get(slug="language").pk))  # first by name
+    expect(form.locator("#id_tier option")).to_have_text(language_tiers)
+    form.get_by_label("Team").select_option(label="Vision")
+    expect(form.locator("#id_tier option")).to_have_text(["high (100)", "normal (50)", "spot (10)"])
+    expect(form.locator("#id_tier")).to_have_value(str(PriorityTier.objects.get(name="normal").pk))
+    expect(form.locator("#id_project option")).to_have_text(["(none: the team's queue)", "Detection", "Segmentation"])
+    form.get_by_label("Team").select_option(label="Language")
+    expect(form.locator("#id_tier option")).to_have_text(language_tiers)
+    expect(form.locator("#id_project option")).to_have_text(["(none: the team's queue)", "Alignment", "Pretraining"])
+    form.get_by_label("Priority tier").select_option(label="production (1000, not preemptible)")
+    form.get_by_label("Name").fill("llm-eval")
+    form.get_by_label("Container image").fill("ghcr.io/demo/llm:1")
+    expect(page.get_by_test_id("estimate-missing")).to_have_count(0)
+    expect(page.get_by_test_id("estimate-start")).not_to_be_empty()
+    shot(page, "job-form-admin-language")
+    page.get_by_role("button", name="Submit job").click()
+    expect(page).to_have_url(re.compile(r"/jobs/\d+/$"))
+    job = Job.objects.get(name="llm-eval")
+    assert (job.team.slug, job.tier.name, job.preemptible) == ("language", "production", False)
