@@ -95,6 +95,17 @@ def test_researcher_submits_sees_the_estimate_and_cancels(page: Page, governed: 
     shot(page, "job-cancelled")
     assert Job.objects.get(pk=job.pk).state == Job.State.CANCELLED
 
+    # Clone it: the form comes prefilled, with the estimate for what it asks.
+    page.get_by_test_id("clone-link").click()
+    expect(page).to_have_url(re.compile(rf"/jobs/{job.pk}/clone/$"))
+    form = page.get_by_test_id("job-form")
+    expect(form.get_by_label("Name")).to_have_value("resnet-sweep (copy)")
+    expect(form.get_by_label("Accelerators per worker")).to_have_value("8")
+    expect(form.get_by_label(H100)).to_be_checked()
+    expect(form.get_by_label("Command")).to_have_value("python train.py --lr 3e-4")
+    expect(page.get_by_test_id("estimate-cost")).to_contain_text("32.00 per hour")
+    shot(page, "job-clone")
+
 
 def test_lead_reads_why_a_job_waits_and_the_queue(page: Page, governed: dict[str, Cluster], demo: Any) -> None:
     from django.contrib.auth.models import User
