@@ -17,7 +17,7 @@ from django.db.models import Prefetch, QuerySet
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -82,7 +82,12 @@ class JobViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
         return form.job_request(request.headers.get("Idempotency-Key"))
 
     def _read(self, job: Job) -> dict[str, Any]:
-        return dict(s.JobSerializer(self.get_queryset().get(pk=job.pk), context=self.get_serializer_context()).data)
+        """``job`` as the detail endpoint shows it; a 404 if the user may no longer see it (a repeated
+        idempotency key of a job left behind in a team the user has since left)."""
+        visible = self.get_queryset().filter(pk=job.pk).first()
+        if visible is None:
+            raise NotFound()
+        return dict(s.JobSerializer(visible, context=self.get_serializer_context()).data)
 
     @extend_schema(
         request=s.JobSubmissionSerializer,

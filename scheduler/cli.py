@@ -137,15 +137,17 @@ class Client:
         except ValueError:
             answer = None
         if response.status_code >= 400:
-            raise self._error(response.status_code, answer)
+            raise self._error(response.status_code, answer, path)
         return response.status_code, answer
 
-    def _error(self, status: int, answer: Any) -> CliError:
+    def _error(self, status: int, answer: Any, path: str) -> CliError:
         error = answer.get("error") if isinstance(answer, dict) else None
         if not isinstance(error, dict):
             return CliError(f"{self.url} answered HTTP {status}; is it a Quartermaster server?")
         message = str(error.get("message") or f"HTTP {status}")
-        if status == 401:
+        if status == 404 and path.startswith("jobs/"):
+            message = f"No job {path.split('/')[1]}, or not one you may see."
+        elif status == 401:
             message = f"{message} The server refused the token: run `qm login`, or check QM_TOKEN."
         return CliError(message, error.get("fields") or {}, BAD_INPUT if status == 400 else FAILED)
 

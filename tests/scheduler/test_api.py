@@ -8,6 +8,8 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from clusters.models import Cluster
@@ -452,3 +454,23 @@ def test_preview_says_price_and_start_and_writes_nothing(fleet: Fleet, api: Any)
     assert "accelerators" in never.json()["error"]["fields"]
     assert api("fiona").post(f"{JOBS}preview/", BODY, format="json").status_code == 403
     assert Job.objects.count() == 6
+
+
+def test_list_and_detail_cost_the_same_queries_for_few_or_many_jobs(fleet: Fleet, api: Any) -> None:
+    alice = api("alice")
+    alice.get(JOBS)  # the token's last use is written once a minute: not in the count below
+
+    def queries(path: str) -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert alice.get(path).status_code == 200
+        return len(captured)
+
+    first = fleet.submit("alice", accelerators=2, workers=2)
+    fleet.cycle()
+    few, one = queries(JOBS), queries(f"{JOBS}{first.pk}/")
+    for i in range(10):
+        fleet.submit("alice", name=f"more-{i}", accelerators=2, workers=2)
+    fleet.cycle()
+    assert Attempt.objects.count() > 5
+    assert queries(JOBS) == few <= 6  # token, count, jobs, attempts, their nodes
+    assert queries(f"{JOBS}{first.pk}/") == one <= 6

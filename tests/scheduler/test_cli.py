@@ -123,7 +123,7 @@ def test_submit_list_show_events_and_cancel(server: Fleet, tmp_path: Path, capsy
     bobs = server.submit("bob", name="grasp")
     status, _, err = qm(capsys, "show", str(bobs.pk))
     assert status == 1
-    assert "Not found" in err
+    assert err == f"qm: No job {bobs.pk}, or not one you may see.\n"
 
 
 def test_the_example_job_file_previews_and_submits(server: Fleet, capsys: Any) -> None:
