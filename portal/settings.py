@@ -50,6 +50,8 @@ CREDENTIALS_KEY = env_str("CREDENTIALS_KEY") or ""
 CLUSTER_ENDPOINTS_ALLOW_LOOPBACK = env_bool("CLUSTER_ENDPOINTS_ALLOW_LOOPBACK", not PRODUCTION)
 # Node health probes: at most one report per node this often.
 PROBE_MIN_INTERVAL_SECONDS = env_int("PROBE_MIN_INTERVAL_SECONDS", 10, minimum=1)
+#: How long the placement loop's leader lock outlives a leader that died (it is renewed between cycles).
+PLACEMENT_LOCK_SECONDS = env_int("PLACEMENT_LOCK_SECONDS", 30, minimum=1)
 
 DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", [] if PRODUCTION else ["127.0.0.1", "localhost", "[::1]", "testserver"])
@@ -154,6 +156,8 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
     }
 # Tasks record their effects in the database; results are kept only where a backend is configured.
 CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND") or REDIS_URL or None
+#: The queue tasks go to unless routed elsewhere (one worker pool per deployment, or per test).
+CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_TASK_DEFAULT_QUEUE", "celery")
 CELERY_TASK_IGNORE_RESULT = CELERY_RESULT_BACKEND is None
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_EAGER_PROPAGATES = True

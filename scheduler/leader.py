@@ -12,26 +12,52 @@ import fcntl
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from django.conf import settings
 
 log = logging.getLogger(__name__)
 
 
+class Lease:
+    """What ``leadership`` yields: whether this process leads, and a way to renew the lease between cycles."""
+
+    def __init__(self, held: bool, lock: Any = None) -> None:
+        self.held = held
+        self._lock = lock
+
+    def __bool__(self) -> bool:
+        return self.held
+
+    def renew(self) -> bool:
+        """Restart the lock's expiry; False if it was lost meanwhile (then stop leading)."""
+        if self._lock is None or not self.held:
+            return self.held
+        from redis.exceptions import LockError, RedisError
+
+        try:
+            self._lock.reacquire()
+        except (LockError, RedisError) as error:
+            log.warning("placement loop lost its lock: %s", error)
+            self.held = False
+        return self.held
+
+
 @contextmanager
-def leadership(name: str, ttl: float = 300.0) -> Iterator[bool]:
-    """Yields True while this process holds the ``name`` lock, False when another one does (or Redis is
-    down: then nobody leads until it is back, and the cycle is skipped rather than run unguarded)."""
+def leadership(name: str) -> Iterator[Lease]:
+    """Yields a true ``Lease`` while this process holds the ``name`` lock, a false one when another process
+    does (or Redis is down: then nobody leads until it is back, and the cycle is skipped rather than run
+    unguarded). A leader that dies holds the lock ``PLACEMENT_LOCK_SECONDS`` at most."""
     if settings.REDIS_URL:
-        with _redis_lock(settings.REDIS_URL, name, ttl) as held:
-            yield held
+        with _redis_lock(settings.REDIS_URL, name, settings.PLACEMENT_LOCK_SECONDS) as lease:
+            yield lease
     else:
         with _file_lock(name) as held:
-            yield held
+            yield Lease(held)
 
 
 @contextmanager
-def _redis_lock(url: str, name: str, ttl: float) -> Iterator[bool]:
+def _redis_lock(url: str, name: str, ttl: float) -> Iterator[Lease]:
     import redis
     from redis.exceptions import LockError, RedisError
 
@@ -43,10 +69,11 @@ def _redis_lock(url: str, name: str, ttl: float) -> Iterator[bool]:
     except RedisError as error:
         log.warning("placement loop skipped: Redis lock unavailable (%s)", error)
         held = False
+    lease = Lease(held, lock)
     try:
-        yield held
+        yield lease
     finally:
-        if held:
+        if lease.held:
             try:
                 lock.release()
             except (LockError, RedisError) as error:  # expired and taken over, or Redis went away

@@ -83,6 +83,8 @@ def run_all(now: datetime | None = None) -> list[CycleReport] | None:
         reports = []
         orgs = Organization.objects.filter(teams__jobs__state__in=lifecycle.ACTIVE).distinct()
         for organization in orgs:
+            if not leader.renew():
+                break
             dispatch.recover(organization, now)
             reports.append(run_cycle(organization, now))
         return reports
