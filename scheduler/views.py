@@ -90,16 +90,17 @@ def _signed_out_poll(page: str) -> Callable[[Callable[..., HttpResponse]], Calla
     return decorate
 
 
-def describe_resources(job: Job) -> str:
-    """What a job asks for in one line: ``2 x 8 H100-SXM-80GB``, ``0.25 A100-SXM-40GB``, ``4 x CPU only``."""
+def describe_resources(job: Job, *, per_worker: bool = False) -> str:
+    """What a job asks for in one line: ``2 x 8 H100-SXM-80GB``, ``0.25 of one A100-SXM-40GB``, ``4 x CPU
+    only`` (with ``per_worker``, one worker's share alone)."""
     types = " or ".join(job.accelerator_types) or "any accelerator"
     if job.accelerators == 0:
-        what = "CPU only"
+        what = "CPU only" if not per_worker else "no accelerators"
     elif job.accelerator_milli < 1000:
         what = f"{job.accelerator_milli / 1000:g} of one {types}"
     else:
         what = f"{job.accelerators} {types}"
-    return f"{job.workers} x {what}" if job.workers > 1 else what
+    return f"{job.workers} x {what}" if job.workers > 1 and not per_worker else what
 
 
 def _duration(seconds: int) -> str:
@@ -204,6 +205,7 @@ def _render_job(request: AuthenticatedHttpRequest, job: Job, status: int = 200, 
         may_clone=job.team_id in {team.pk for team in actions.teams_for_submission(request.user)},
         cancel_form=extra.get("cancel_form") or CancelForm(),
         clusters=list(job.clusters.all()),
+        per_worker=describe_resources(job, per_worker=True),
         cpu_cores=job.cpu / 1000,
         memory_gib=job.memory / 1024,
         time_limit=_duration(job.time_limit),
