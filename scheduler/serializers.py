@@ -14,6 +14,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -80,11 +81,35 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
-class TeamRefField(serializers.CharField):
-    """A team by slug or id."""
+class RefField(serializers.Field):  # type: ignore[type-arg]
+    """An object by slug (a string) or by id (a number). A string of digits that no slug matches is taken as
+    an id too, so ``--team 7`` on a command line works, but a slug always wins over an id."""
+
+    default_error_messages = {"invalid": "Give a slug or an id."}
+
+    def to_internal_value(self, data: Any) -> int | str:
+        if isinstance(data, int) and not isinstance(data, bool):
+            return data
+        if isinstance(data, str) and data.strip() and len(data) <= 60:
+            return data.strip()
+        self.fail("invalid")
+        raise AssertionError  # unreachable: fail() raises
+
+    def to_representation(self, value: Any) -> Any:
+        return value
 
 
-extend_schema_field({"oneOf": [{"type": "string"}, {"type": "integer"}], "example": "vision"})(TeamRefField)
+extend_schema_field({"oneOf": [{"type": "string"}, {"type": "integer"}], "example": "vision"})(RefField)
+
+
+def find(queryset: QuerySet[Any], ref: int | str) -> list[Any]:
+    """Up to two rows of ``queryset`` that ``ref`` names (two: it is ambiguous)."""
+    if isinstance(ref, int):
+        return list(queryset.filter(pk=ref)[:2])
+    by_slug = list(queryset.filter(slug=ref)[:2])
+    if by_slug or not ref.isdigit():
+        return by_slug
+    return list(queryset.filter(pk=int(ref))[:2])
 
 
 def _strings(**kwargs: Any) -> serializers.ListField:
@@ -94,8 +119,8 @@ def _strings(**kwargs: Any) -> serializers.ListField:
 class JobSubmissionSerializer(serializers.Serializer[Any]):
     """What a submission (and a preview) takes. Unknown fields are refused by name."""
 
-    team = TeamRefField(max_length=60, required=False, help_text="Slug or id; optional if you have one team.")
-    project = serializers.CharField(max_length=60, required=False, allow_null=True, help_text="Slug or id.")
+    team = RefField(required=False, help_text="Slug or id; optional if you may submit to one team only.")
+    project = RefField(required=False, allow_null=True, help_text="Slug or id.")
     name = StrictCharField(max_length=120)
     accelerator_types = _strings(help_text="Any of these accelerator types; empty: any type.")
     accelerators = serializers.IntegerField(required=False, help_text="Accelerators per worker (0 for CPU only).")
@@ -153,10 +178,10 @@ class JobSubmissionSerializer(serializers.Serializer[Any]):
         if team is not None:
             org = team.organization
             if attrs.get("project") is not None:
-                ref = str(attrs["project"])
-                match = Project.objects.filter(team=team)
-                attrs["project"] = (match.filter(pk=int(ref)) if ref.isdigit() else match.filter(slug=ref)).first()
-                if attrs["project"] is None:
+                ref = attrs["project"]
+                projects = find(Project.objects.filter(team=team), ref)
+                attrs["project"] = projects[0] if projects else None
+                if not projects:
                     errors["project"] = f"Team {team.slug} has no project {ref!r}."
             if attrs.get("tier") is not None:
                 name = attrs["tier"]
@@ -176,7 +201,7 @@ class JobSubmissionSerializer(serializers.Serializer[Any]):
             raise serializers.ValidationError(errors)
         return attrs
 
-    def _team(self, ref: str | None, errors: dict[str, str]) -> Team | None:
+    def _team(self, ref: int | str | None, errors: dict[str, str]) -> Team | None:
         if ref is None:
             mine = teams_for_submission(self.actor)
             if not mine:
@@ -186,12 +211,12 @@ class JobSubmissionSerializer(serializers.Serializer[Any]):
                 return None
             return mine[0]
         visible = Team.objects.for_user(self.actor, Action.VIEW).select_related("organization")
-        found: list[Team] = list((visible.filter(pk=int(ref)) if ref.isdigit() else visible.filter(slug=ref))[:2])
+        found: list[Team] = find(visible, ref)
         if not found:
             errors["team"] = f"No team {ref!r}."
             return None
         if len(found) > 1:
-            errors["team"] = f"Several of your organizations have a team {ref!r}: give its id."
+            errors["team"] = f"Several of your organizations have a team {ref!r}: give its id (a number)."
             return None
         return found[0]
 

@@ -89,8 +89,15 @@ def test_submit_takes_peoples_units_and_replies_201_with_the_job(fleet: Fleet, a
 
 
 def test_team_by_id_or_left_out_when_the_user_has_one(fleet: Fleet, api: Any) -> None:
-    by_id = submit(api, team=fleet.world.teams["vision"].pk)
+    project = fleet.world.project("vision")
+    by_id = submit(api, team=fleet.world.teams["vision"].pk, project=project.pk)
     assert by_id.status_code == 201, by_id.json()
+    assert by_id.json()["project"] == project.slug
+    assert submit(api, project=str(project.pk)).json()["project"] == project.slug  # digits, from a command line
+    # A slug of digits that is another project's id: a string is the slug, a number the id.
+    numbered = fleet.world.teams["vision"].projects.create(name="Numbered", slug=str(project.pk))
+    assert submit(api, project=str(project.pk)).json()["project"] == numbered.slug
+    assert Job.objects.get(pk=submit(api, project=project.pk).json()["id"]).project == project
     body = {k: v for k, v in BODY.items() if k != "team"}
     implied = api("alice").post(JOBS, body, format="json")
     assert implied.status_code == 201, implied.json()
@@ -123,6 +130,9 @@ BAD_INPUT = [
     ({"team": "robotics"}, "team"),  # exists, but not alice's to see
     ({"team": "intruders"}, "team"),  # another organization's
     ({"team": "nonesuch"}, "team"),
+    ({"team": True}, "team"),
+    ({"team": ["vision"]}, "team"),
+    ({"project": 10**9}, "project"),
     ({"project": "manipulation"}, "project"),  # robotics' project
     ({"name": ""}, "name"),
     ({"name": "x" * 121}, "name"),
