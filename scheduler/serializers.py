@@ -99,7 +99,7 @@ class RefField(serializers.Field):  # type: ignore[type-arg]
         return value
 
 
-extend_schema_field({"oneOf": [{"type": "string"}, {"type": "integer"}], "example": "vision"})(RefField)
+extend_schema_field({"oneOf": [{"type": "string"}, {"type": "integer"}]})(RefField)
 
 
 def find(queryset: QuerySet[Any], ref: int | str) -> list[Any]:
