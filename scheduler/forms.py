@@ -7,7 +7,7 @@ from __future__ import annotations
 import shlex
 import uuid
 from decimal import Decimal
-from typing import Any
+from typing import Any, ClassVar
 
 from django import forms
 from django.contrib.auth.models import User
@@ -211,10 +211,21 @@ class JobForm(ChoicesForm):
             cleaned["time_limit"] = hours * 3600 + minutes * 60
         return cleaned
 
+    #: Stand-ins for fields that failed the form's own checks, so that the action can still judge the rest
+    #: and every error is shown at once (its errors on these fields are then dropped: ``apply_action_errors``).
+    STAND_INS: ClassVar[dict[str, Any]] = {
+        "project": None, "name": "", "tier": None, "preemptible": True, "accelerator_types": [], "accelerators": 1,
+        "accelerator_milli": 1000, "workers": 1, "cpu_cores": Decimal(1), "memory_gib": Decimal(1),
+        "topology_level": "", "topology_mode": Job.TopologyMode.PREFERRED, "clusters": [], "regions": [],
+        "max_price_per_hour": None, "time_limit": 3600, "max_retries": 3, "checkpoint_location": "", "image": "",
+        "command": [], "script": "", "env": {}, "idempotency_key": "",
+    }  # fmt: skip
+
     def job_request(self, *, placeholders: bool = False) -> tuple[JobRequest, list[str]]:
-        """The request the form describes (call after ``is_valid``). With ``placeholders``, a missing name or
-        program is filled in (so the rest can be judged before they are typed) and named in the list."""
-        data = self.cleaned_data
+        """The request the form describes (call after ``is_valid``; a field that failed is replaced by its
+        stand-in). With ``placeholders``, a missing name or program is filled in (so the rest can be judged
+        before they are typed) and named in the list."""
+        data = {**self.STAND_INS, **self.cleaned_data}
         assert self.chosen_team is not None
         missing: list[str] = []
         name, image, script = data["name"], data["image"], data["script"]
@@ -256,10 +267,16 @@ class JobForm(ChoicesForm):
         return request, missing
 
     def apply_action_errors(self, exc: ValidationError) -> None:
-        """An action's errors beside the fields they name (cpu is typed as cores here, and so on)."""
+        """An action's errors beside the fields they name (cpu is typed as cores here, and so on), except on
+        fields that already failed the form's checks (the action saw their stand-ins, not what was typed)."""
         errors = exc.message_dict if hasattr(exc, "error_dict") else {"__all__": exc.messages}
+        failed = set(self.errors)
+        if "time_limit_minutes" in failed:
+            failed.add("time_limit_hours")
         for name, messages in errors.items():
             field = FORM_FIELD.get(name, name)
+            if field in failed:
+                continue
             for message in messages:
                 self.add_error(field if field in self.fields else None, message)
 

@@ -32,10 +32,11 @@ from django.views.decorators.http import require_GET, require_POST
 from portal.tenancy import Action, can
 from portal.types import AuthenticatedHttpRequest
 from scheduler import actions, costs, feasibility, lifecycle
+from scheduler.actions import JobRequest
 from scheduler.engine.model import PendingReason
 from scheduler.forms import CancelForm, JobForm, JobListFilter, initial_from_job
 from scheduler.lifecycle import PLACED, WAITING
-from scheduler.models import Assignment, Attempt, Job, Queue, Quota
+from scheduler.models import Assignment, Attempt, Job, PriorityTier, Queue, Quota
 
 BAD_REQUEST = 400
 JOBS_PER_PAGE = 25
@@ -257,6 +258,21 @@ def _render_form(request: AuthenticatedHttpRequest, form: JobForm, status: int =
     return render(request, "scheduler/job_form.html", context, status=status)
 
 
+def _judged(request: AuthenticatedHttpRequest, form: JobForm, *, placeholders: bool = False) -> tuple[
+    JobRequest, list[str], tuple[Queue, PriorityTier] | None
+]:  # fmt: skip
+    """Check the form, then the request by the action's own rules (even when some fields failed the form's
+    checks, so that every error shows at once); the queue and tier when all is well."""
+    form.is_valid()
+    job_request, missing = form.job_request(placeholders=placeholders)
+    try:
+        queue_and_tier = actions.validate(request.user, job_request)
+    except ValidationError as exc:
+        form.apply_action_errors(exc)
+        return job_request, missing, None
+    return job_request, missing, None if form.errors else queue_and_tier
+
+
 @login_required
 def job_new(request: AuthenticatedHttpRequest) -> HttpResponse:
     _may_submit(request)
@@ -267,14 +283,15 @@ def job_new(request: AuthenticatedHttpRequest) -> HttpResponse:
         form.add_error("tier", "The team changed: check the project and priority tier chosen for it.")
     elif form.is_valid():
         job_request, _ = form.job_request()
-        if form.is_valid():
-            try:
-                job, _ = actions.submit_job(request.user, job_request, http=request)
-            except ValidationError as exc:
-                form.apply_action_errors(exc)
-            else:
-                messages.success(request, f"Job #{job.pk} {job.name} is submitted to queue {job.queue}.")
-                return redirect("job-detail", pk=job.pk)
+        try:
+            job, _ = actions.submit_job(request.user, job_request, http=request)
+        except ValidationError as exc:
+            form.apply_action_errors(exc)
+        else:
+            messages.success(request, f"Job #{job.pk} {job.name} is submitted to queue {job.queue}.")
+            return redirect("job-detail", pk=job.pk)
+    else:
+        _judged(request, form)  # the action's word on the fields the form let through, beside them too
     return _render_form(request, form, BAD_REQUEST)
 
 
@@ -302,22 +319,18 @@ def job_preview(request: AuthenticatedHttpRequest) -> HttpResponse:
     _may_submit(request)
     form = JobForm(request.user, request.POST)
     estimate = Estimate()
-    if form.is_valid():
-        job_request, estimate.missing = form.job_request(placeholders=True)
-        try:
-            queue, tier = actions.validate(request.user, job_request)
-        except ValidationError as exc:
-            form.apply_action_errors(exc)
-        else:
-            found = feasibility.preview(job_request.team.organization, queue, tier, job_request)
-            estimate.cost_per_hour = found.cost_per_hour
-            if found.cost_per_hour is not None:
-                estimate.total_cost = found.cost_per_hour * job_request.time_limit / 3600
-            estimate.starts_now = found.starts_now
-            estimate.estimated_start = found.estimated_start
-            estimate.reason = found.reason
-            estimate.reason_label = REASON_LABELS.get(found.reason, "")
-            estimate.message = found.message
+    job_request, estimate.missing, queue_and_tier = _judged(request, form, placeholders=True)
+    if queue_and_tier is not None:
+        queue, tier = queue_and_tier
+        found = feasibility.preview(job_request.team.organization, queue, tier, job_request)
+        estimate.cost_per_hour = found.cost_per_hour
+        if found.cost_per_hour is not None:
+            estimate.total_cost = found.cost_per_hour * job_request.time_limit / 3600
+        estimate.starts_now = found.starts_now
+        estimate.estimated_start = found.estimated_start
+        estimate.reason = found.reason
+        estimate.reason_label = REASON_LABELS.get(found.reason, "")
+        estimate.message = found.message
     estimate.problems = bool(form.errors)
     context = {"form": form, "estimate": estimate, "redraw": form.redrawn}
     return render(request, "scheduler/_preview.html", context)

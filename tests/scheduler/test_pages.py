@@ -278,6 +278,23 @@ def test_bad_input_is_a_400_beside_its_field_and_writes_nothing(
     assert not JobEvent.objects.exists()
 
 
+def test_every_error_shows_at_once_the_forms_and_the_actions(fleet: Fleet) -> None:
+    alice = signed_in(fleet, "alice")
+    data = form_data(fleet, cpu_cores="0", env="BAD LINE", accelerators=16)
+    response = alice.post("/jobs/new/", data)
+    assert response.status_code == 400
+    errors = response.context["form"].errors
+    assert set(errors) == {"cpu_cores", "env", "accelerators"}
+    assert "could hold 16 accelerators" in errors["accelerators"][0]  # judged with a stand-in for the CPU
+    unnamed = alice.post("/jobs/new/", form_data(fleet, cpu_cores="0", name="", image="", command=""))
+    assert set(unnamed.context["form"].errors) == {"cpu_cores", "name", "image"}
+    assert not Job.objects.exists()
+
+    preview = alice.post("/jobs/new/preview/", data).content.decode()
+    for field in ("cpu_cores", "env", "accelerators"):
+        assert f'id="errors-{field}" hx-swap-oob="true"><small class="error"' in preview, field
+
+
 def test_a_tier_of_another_team_is_refused(fleet: Fleet) -> None:
     alice = signed_in(fleet, "alice")
     page = alice.get("/jobs/new/").content.decode()
