@@ -139,7 +139,7 @@ def test_another_teams_job_is_404_everywhere(fleet: Fleet) -> None:
         client = signed_in(fleet, username)
         for path in [f"/jobs/{job.pk}/", f"/jobs/{job.pk}/state/", f"/jobs/queues/{job.queue_id}/"]:
             assert client.get(path).status_code == 404, (username, path)
-        assert client.get(f"/jobs/{job.pk}/clone/").status_code in (403, 404), username
+        assert client.get(f"/jobs/{job.pk}/clone/").status_code == 404, username
         assert client.post(f"/jobs/{job.pk}/cancel/", {"reason": "mine"}).status_code == 404, username
         listed = client.get("/jobs/").content.decode()
         assert "vision-secret" not in listed, username
@@ -414,6 +414,17 @@ def test_the_job_page_says_why_it_waits_and_where_it_runs(fleet: Fleet) -> None:
     assert "48.00" in page  # 32 per hour for 1.5 hours
     for node in attempt.assignments.values_list("node__name", flat=True):
         assert node in page
+
+
+def test_the_state_block_polls_while_the_job_is_active_and_stops_after(fleet: Fleet) -> None:
+    job = fleet.submit("alice")
+    alice = signed_in(fleet, "alice")
+    assert f'hx-get="/jobs/{job.pk}/state/"' in alice.get(f"/jobs/{job.pk}/").content.decode()
+    assert "hx-trigger" in alice.get(f"/jobs/{job.pk}/state/").content.decode()
+    alice.post(f"/jobs/{job.pk}/cancel/")
+    ended = alice.get(f"/jobs/{job.pk}/state/").content.decode()
+    assert "Cancelled" in ended
+    assert "hx-trigger" not in ended  # swapped in once more, then no more polls
 
 
 def test_list_filters_and_search(fleet: Fleet) -> None:
