@@ -92,6 +92,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
     config = load_config()
     url = (getattr(args, "url", None) or os.environ.get("QM_URL") or config.get("url") or DEFAULT_URL).rstrip("/")
     token = getattr(args, "token", None) or os.environ.get("QM_TOKEN")
+    if not url.startswith(("http://", "https://")):
+        raise CliError(f"The server's URL must start with http:// or https://, not {url!r}.", status=BAD_INPUT)
     if not token and str(config.get("url", "")).rstrip("/") == url:
         token = config.get("token")
     return Settings(url, token)

@@ -254,6 +254,9 @@ def test_a_wrong_token_is_refused_clearly_and_never_printed(
     status, _, err = qm(capsys, "list")
     assert status == 1
     assert "Not signed in" in err
+    status, _, err = qm(capsys, "list", "--url", "localhost:8000")
+    assert status == 2
+    assert "must start with http:// or https://" in err
 
 
 def test_login_keeps_the_token_for_this_server_only(
