@@ -265,13 +265,15 @@ def submit_job(actor: User, request: JobRequest, *, http: HttpRequest | None = N
 def wake_loop() -> None:
     """Run the placement loop soon. A burst of submissions wakes it at most once a second, and a broker or
     cache that is down costs nothing but the wait for the next beat: the job is already committed."""
-    from scheduler.tasks import placement_cycle
+    from scheduler.tasks import placement_cycle, send
 
     try:
-        if cache.add("scheduler:loop-woken", 1, timeout=1):
-            placement_cycle.delay()
-    except Exception as error:  # noqa: BLE001 - any broker or cache failure; the beat runs the loop anyway
+        woken = cache.add("scheduler:loop-woken", 1, timeout=1)
+    except Exception as error:  # noqa: BLE001 - any cache failure; the beat runs the loop anyway
         log.warning("could not wake the placement loop (the beat will run it): %s", error)
+        return
+    if woken:
+        send(placement_cycle)
 
 
 def cancel_job(actor: User, job: Job, reason: str = "", *, http: HttpRequest | None = None) -> Job:
@@ -314,9 +316,9 @@ def cancel_job(actor: User, job: Job, reason: str = "", *, http: HttpRequest | N
 
 
 def _cleanup_later(attempt_id: int) -> None:
-    from scheduler.tasks import cleanup_attempt
+    from scheduler.tasks import cleanup_attempt, send
 
-    cleanup_attempt.delay(attempt_id)
+    send(cleanup_attempt, attempt_id)
 
 
 def _leads(actor: User, job: Job) -> bool:

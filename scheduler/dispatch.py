@@ -307,10 +307,10 @@ def recover(organization: Organization, now: datetime | None = None) -> dict[str
     stuck = stuck.exclude(cluster__status=Cluster.Status.UNREACHABLE)
     ids = list(stuck.filter(admitted_at__lt=now - timedelta(seconds=30)).values_list("pk", flat=True)[:5000])
     if ids:
-        from scheduler.tasks import dispatch_attempts
+        from scheduler.tasks import dispatch_attempts, send
 
         for start in range(0, len(ids), 200):
-            dispatch_attempts.delay(ids[start : start + 200])
+            send(dispatch_attempts, ids[start : start + 200])
         counts["redispatched"] = len(ids)
     return counts
 

@@ -262,9 +262,9 @@ def _tell_clusters(attempt_ids: list[int], preempted: list[int]) -> None:
     from scheduler import tasks
 
     for chunk in _chunks(attempt_ids, 200):
-        tasks.dispatch_attempts.delay(chunk)
+        tasks.send(tasks.dispatch_attempts, chunk)
     for job_id in preempted:
-        tasks.signal_preemption.delay(job_id)
+        tasks.send(tasks.signal_preemption, job_id)
 
 
 def write_pending(index: Index, pending: tuple[m.Pending, ...]) -> int:
@@ -318,6 +318,7 @@ def _write_pending_postgresql(rows: list[tuple[Any, ...]]) -> None:
             " FROM job_pending p WHERE j.id = p.id AND j.state IN (%s, %s)",
             list(waiting),
         )
+        cursor.execute("DROP TABLE job_pending")  # now, not at commit: a caller's transaction may run two cycles
 
 
 __all__ = ["PLACED", "CycleReport", "Hooks", "apply", "run_all", "run_cycle", "write_pending"]

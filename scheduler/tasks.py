@@ -3,6 +3,7 @@ their rows and are safe to run twice or to be killed anywhere."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict
 from typing import Any
 
@@ -12,6 +13,20 @@ from django.db.models import Q
 from clusters.models import Cluster
 from scheduler import dispatch, loop
 from scheduler.models import Attempt
+
+log = logging.getLogger(__name__)
+
+
+def send(task: Any, *args: Any) -> bool:
+    """Queue ``task`` after a commit. A broker that is down is logged, not raised, so a committed change never
+    turns into an error for the person who made it: every such task is also redone by a periodic loop
+    (``recover`` resends dispatches, ``follow`` retries cleanups and stops preempted jobs at their deadline)."""
+    try:
+        task.delay(*args)
+    except Exception as error:  # noqa: BLE001 - any broker failure; the periodic loops make up for it
+        log.warning("could not queue %s%s (a periodic loop will do it): %s", task.name, args, error)
+        return False
+    return True
 
 
 @shared_task(ignore_result=True)

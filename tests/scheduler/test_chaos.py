@@ -130,7 +130,7 @@ class Worker:
             self.process = None
 
     def send(self, *tasks: str) -> None:
-        client = Celery(broker=self.redis.url)
+        client = Celery(broker=self.redis.url, set_as_current=False)  # the test's own tasks keep their broker
         try:
             for task in tasks:
                 client.send_task(task, queue=self.queue)

@@ -140,3 +140,31 @@ def test_a_job_the_cluster_forgot_is_requeued(fleet: Fleet) -> None:
     job.refresh_from_db()
     assert job.state == Job.State.REQUEUED
     assert job.events.order_by("pk").filter(reason="lost").exists()
+
+
+def test_a_broker_that_is_down_never_fails_a_committed_change(
+    fleet: Fleet, django_capture_on_commit_callbacks: Any
+) -> None:
+    from portal.celery import app
+
+    app.conf.task_always_eager = False
+    previous = app.conf.broker_url
+    app.conf.broker_url = "redis://127.0.0.1:1/0"  # type: ignore[misc]  # nothing listens there
+    app.conf.broker_connection_retry = False
+    app.conf.broker_connection_max_retries = 0
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            job = fleet.submit()  # the wake-up cannot be queued
+        with django_capture_on_commit_callbacks(execute=True):
+            report = loop.run_cycle(fleet.org)  # nor the dispatch
+        assert report.admitted == 1
+        attempt = Attempt.objects.get(job=job)
+        with django_capture_on_commit_callbacks(execute=True):
+            actions.cancel_job(fleet.user("alice"), job)  # nor the cleanup
+    finally:
+        app.conf.broker_url = previous  # type: ignore[misc]
+        app.conf.task_always_eager = True
+    job.refresh_from_db()
+    attempt.refresh_from_db()
+    assert job.state == Job.State.CANCELLED
+    assert attempt.outcome == Attempt.Outcome.CANCELLED
