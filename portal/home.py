@@ -23,9 +23,9 @@ EVERYONE = frozenset(Role)
 
 CAPABILITIES: tuple[Capability, ...] = (
     Capability("Submit a job", "Ask for accelerators by type and count; Quartermaster finds the cluster.",
-               frozenset({Role.RESEARCHER, Role.LEAD})),
+               frozenset({Role.RESEARCHER, Role.LEAD}), "job-new"),
     Capability("Follow your jobs", "Where each job runs, why it waits and when it will start, what it costs.",
-               frozenset({Role.RESEARCHER, Role.LEAD})),
+               frozenset({Role.RESEARCHER, Role.LEAD}), "job-list"),
     Capability("Your teams", "Members, roles and projects of the teams you belong to.",
                frozenset({Role.RESEARCHER}), "team-list"),
     Capability("Manage your team", "Add members, promote leads, create projects for sub-quotas.",

@@ -280,7 +280,7 @@ def cancel_job(actor: User, job: Job, reason: str = "", *, http: HttpRequest | N
     """Cancel a waiting or placed job. Researchers cancel their own jobs; leads and admins any of the team's."""
     if not can(actor, Action.CHANGE, job):
         raise PermissionDenied("You may not cancel this job.")
-    if job.submitted_by_id != actor.pk and not _leads(actor, job):
+    if not may_cancel(actor, job):
         raise PermissionDenied("Only the job's owner, the team's lead or an admin may cancel it.")
     reason = (reason or "").strip()[:2000]
     now = timezone.now()
@@ -319,6 +319,11 @@ def _cleanup_later(attempt_id: int) -> None:
     from scheduler.tasks import cleanup_attempt, send
 
     send(cleanup_attempt, attempt_id)
+
+
+def may_cancel(actor: User, job: Job) -> bool:
+    """The job's owner, a lead of its team or an admin of its organization (``cancel_job``'s rule)."""
+    return job.submitted_by_id == actor.pk or _leads(actor, job)
 
 
 def _leads(actor: User, job: Job) -> bool:

@@ -116,7 +116,7 @@ def may_cancel(request: AuthenticatedHttpRequest, job: Job) -> bool:
     of its team or an admin (asked of the action's own helper, so the page never offers what it refuses)."""
     if not job.is_active or not can(request.user, Action.CHANGE, job):
         return False
-    return job.submitted_by_id == request.user.pk or actions._leads(request.user, job)
+    return actions.may_cancel(request.user, job)
 
 
 # --- the list ---------------------------------------------------------------------------------------------
