@@ -211,6 +211,8 @@ class Cycle:
                 workload_mix(self.table, snapshot.pending, self.config.fgd_shapes),
                 suited=self.config.fgd_suited,
                 whole_mix=self.config.fgd_whole_mix,
+                remainder=self.config.fgd_remainder,
+                remainder_suited=self.config.fgd_remainder_suited,
             )
             if self.config.fgd
             else None
