@@ -89,17 +89,19 @@ def may_submit(actor: User, team: Team) -> bool:
     return Membership.objects.filter(own | admin, user=actor).exists()
 
 
+def _open_to(team: Team) -> Q:
+    """Tiers of the team's organization that name no teams (open to all) or name this one."""
+    return Q(organization_id=team.organization_id) & (Q(teams=None) | Q(teams=team))
+
+
 def may_use(team: Team, tier: PriorityTier) -> bool:
-    """Whether ``team`` may submit under ``tier`` (a tier that names no teams is open to all)."""
-    return tier.organization_id == team.organization_id and (
-        not tier.teams.exists() or tier.teams.filter(pk=team.pk).exists()
-    )
+    """Whether ``team`` may submit under ``tier``."""
+    return PriorityTier.objects.filter(_open_to(team), pk=tier.pk).exists()
 
 
 def tiers_for(team: Team) -> list[PriorityTier]:
-    """Priority tiers ``team`` may use: those open to every team, and those naming it."""
-    tiers = PriorityTier.objects.filter(organization=team.organization).prefetch_related("teams")
-    return [t for t in tiers if not t.teams.all() or team in t.teams.all()]
+    """Priority tiers ``team`` may use, the highest first."""
+    return list(PriorityTier.objects.filter(_open_to(team)).distinct().order_by("-value"))
 
 
 def queue_for(team: Team, project: Project | None) -> Queue:
@@ -294,9 +296,8 @@ def cancel_job(actor: User, job: Job, reason: str = "", *, http: HttpRequest | N
         if locked.state in PLACED:
             attempt = Attempt.objects.filter(job=locked, number=locked.attempt, outcome=Attempt.Outcome.ACTIVE).first()
             if attempt is not None:
-                dispatched = bool(attempt.backend_id) or attempt.dispatch_claimed_until is not None
                 Attempt.objects.filter(pk=attempt.pk).update(
-                    outcome=Attempt.Outcome.CANCELLED, ended_at=now, cleanup_pending=dispatched
+                    outcome=Attempt.Outcome.CANCELLED, ended_at=now, cleanup_pending=attempt.may_run_on_cluster
                 )
         lifecycle.move(locked, S.CANCELLED, "cancelled", message, actor=actor, at=now, finished_at=now, message=message)
         audit.record(

@@ -58,6 +58,21 @@ BACKOFF_BASE, BACKOFF_MAX = 30, 15 * 60
 LOST_NODE_STATES = (Node.State.DOWN, Node.State.DRAINING, Node.State.DRAINED)
 
 
+def _unclaimed(now: datetime) -> Q:
+    """Attempts no dispatch holds now (never claimed, or the claim ran out)."""
+    return Q(dispatch_claimed_until=None) | Q(dispatch_claimed_until__lt=now)
+
+
+def _on_lost_node(prefix: str = "") -> Q:
+    """Rows (through ``prefix``) on a node that is gone, unhealthy, not ready, down or drained."""
+    return (
+        Q(**{f"{prefix}node__present": False})
+        | Q(**{f"{prefix}node__healthy": False})
+        | Q(**{f"{prefix}node__ready": False})
+        | Q(**{f"{prefix}node__state__in": LOST_NODE_STATES})
+    )
+
+
 def backoff(retries: int) -> timedelta:
     return timedelta(seconds=min(BACKOFF_MAX, BACKOFF_BASE * 2 ** max(0, retries - 1)))
 
@@ -96,7 +111,7 @@ def dispatch(attempt_id: int, now: datetime | None = None) -> str:
     now = now or timezone.now()
     claimed = (
         Attempt.objects.filter(pk=attempt_id, outcome=O.ACTIVE, backend_id="", job__state__in=[S.ADMITTED, S.PLACING])
-        .filter(Q(dispatch_claimed_until=None) | Q(dispatch_claimed_until__lt=now))
+        .filter(_unclaimed(now))
         .update(dispatch_claimed_until=now + DISPATCH_CLAIM)
     )
     if not claimed:
@@ -280,17 +295,12 @@ def recover(organization: Organization, now: datetime | None = None) -> dict[str
     counts = {"node_failed": 0, "cluster_unreachable": 0, "redispatched": 0}
     active = Attempt.objects.filter(cluster__organization=organization, outcome=O.ACTIVE, job__state__in=PLACED)
 
-    bad_nodes = Q(assignments__node__present=False) | Q(assignments__node__healthy=False)
-    bad_nodes |= Q(assignments__node__ready=False) | Q(assignments__node__state__in=LOST_NODE_STATES)
-    for attempt in (
-        active.exclude(cluster__status=Cluster.Status.UNREACHABLE).filter(bad_nodes).distinct().select_related("job")
-    ):
-        node = attempt.assignments.filter(
-            Q(node__present=False) | Q(node__healthy=False) | Q(node__ready=False) | Q(node__state__in=LOST_NODE_STATES)
-        ).select_related("node").first()  # fmt: skip
+    reachable = active.exclude(cluster__status=Cluster.Status.UNREACHABLE)
+    for attempt in reachable.filter(_on_lost_node("assignments__")).distinct().select_related("job"):
+        node = attempt.assignments.filter(_on_lost_node()).select_related("node").first()
         what = f"node {node.node.name} ({node.node.get_state_display().lower()})" if node else "its node"
         if _end(attempt, O.LOST, f"Its {what} failed or was taken out of service.", "node_failed", now,
-                cleanup_pending=bool(attempt.backend_id) or attempt.dispatch_claimed_until is not None):  # fmt: skip
+                cleanup_pending=attempt.may_run_on_cluster):  # fmt: skip
             counts["node_failed"] += 1
 
     for attempt in active.filter(cluster__status=Cluster.Status.UNREACHABLE).select_related("job", "cluster"):
@@ -299,12 +309,11 @@ def recover(organization: Organization, now: datetime | None = None) -> dict[str
             counts["cluster_unreachable"] += 1
 
     # Preempted before it ever reached its cluster: nothing runs, it can go back to the queue now.
-    undispatched = Q(dispatch_claimed_until=None) | Q(dispatch_claimed_until__lt=now)
-    for attempt in active.filter(job__state=S.PREEMPTING, backend_id="").filter(undispatched).select_related("job"):
+    undispatched = active.filter(backend_id="").filter(_unclaimed(now))
+    for attempt in undispatched.filter(job__state=S.PREEMPTING).select_related("job"):
         _end(attempt, O.PREEMPTED, "Preempted before it started.", "", now, cleanup_pending=True)
 
-    stuck = active.filter(backend_id="").filter(Q(dispatch_claimed_until=None) | Q(dispatch_claimed_until__lt=now))
-    stuck = stuck.exclude(cluster__status=Cluster.Status.UNREACHABLE)
+    stuck = undispatched.exclude(cluster__status=Cluster.Status.UNREACHABLE)
     ids = list(stuck.filter(admitted_at__lt=now - timedelta(seconds=30)).values_list("pk", flat=True)[:5000])
     if ids:
         from scheduler.tasks import dispatch_attempts, send

@@ -72,7 +72,7 @@ def _idle_snapshot(organization: Organization) -> m.Snapshot:
         if cached is not None and now - cached[0] < IDLE_TTL:
             return cached[1]
     index = Index(generation=0)
-    clusters, nodes, every_flavor = fleet(organization, index, idle=True)
+    clusters, nodes, every_flavor = fleet(organization, index)
     tiers, cohorts, queues = governance(organization, every_flavor, index)
     snapshot = m.Snapshot(time.time(), clusters, nodes, tiers, cohorts, queues, running=(), pending=())
     with _lock:

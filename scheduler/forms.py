@@ -21,7 +21,7 @@ from portal.tenancy import Action
 from portal.types import AnyUser
 from scheduler import actions
 from scheduler.actions import JobRequest
-from scheduler.lifecycle import ACTIVE, FINAL
+from scheduler.filters import JobFilter
 from scheduler.models import Job, PriorityTier
 
 GIB = 1024
@@ -335,19 +335,17 @@ class JobListFilter(ChoicesForm):
         self._choices("tier", [("", "any tier"), *((t.pk, t.name) for t in tiers)])
 
     def filter(self, jobs: QuerySet[Job]) -> QuerySet[Job]:
+        """Narrow ``jobs`` through the FilterSet the API uses too (``scheduler.filters.JobFilter``)."""
         data = self.cleaned_data
-        if data.get("q"):
-            jobs = jobs.filter(name__icontains=data["q"])
-        state = data.get("state")
-        if state == self.ACTIVE:
-            jobs = jobs.filter(state__in=ACTIVE)
-        elif state == self.FINISHED:
-            jobs = jobs.filter(state__in=FINAL)
-        elif state:
-            jobs = jobs.filter(state=state)
-        for name in ("team", "project", "tier"):
-            if data.get(name) is not None:
-                jobs = jobs.filter(**{f"{name}_id": data[name]})
-        if data.get("mine"):
-            jobs = jobs.filter(submitted_by=self.user.pk)
-        return jobs
+        state = data.get("state") or ""
+        tier = data.get("tier")
+        params = {
+            "q": data.get("q") or "",
+            "state": "final" if state == self.FINISHED else state,
+            "team": "" if data.get("team") is None else str(data["team"]),
+            "project": "" if data.get("project") is None else str(data["project"]),
+            "tier": "" if tier is None else dict(self.fields["tier"].choices)[tier],  # type: ignore[attr-defined]
+            "submitted_by": self.user.get_username() if data.get("mine") else "",
+        }
+        narrowed: QuerySet[Job] = JobFilter(params, queryset=jobs).qs
+        return narrowed

@@ -33,7 +33,7 @@ from scheduler import lifecycle
 from scheduler.engine import model as m
 from scheduler.engine import schedule
 from scheduler.leader import leadership
-from scheduler.lifecycle import PLACED, WAITING
+from scheduler.lifecycle import WAITING
 from scheduler.models import Assignment, Attempt, Job, JobEvent, LoopState
 from scheduler.snapshot import Index, build
 
@@ -134,9 +134,6 @@ def apply(
 ) -> tuple[int, int, int, int] | None:
     """Write the cycle's admissions and preemptions; None (and nothing written) if another cycle applied
     since the snapshot. Returns (new generation, admitted, preempted, skipped)."""
-    admitted: list[Attempt] = []
-    preempted: list[int] = []
-    skipped = 0
     with transaction.atomic():
         generation = index.generation + 1
         claimed = LoopState.objects.filter(organization=organization, generation=index.generation).update(
@@ -155,103 +152,123 @@ def apply(
             .iterator(chunk_size=5000)
         }
         events: list[JobEvent] = []
-
-        by_state: dict[str, list[int]] = {}
-        for admission in decisions.admissions:
-            pk = int(admission.job)
-            seen = index.waiting.get(pk)
-            if seen is None or rows.get(pk) != seen[:2]:
-                skipped += 1
-                continue
-            state, number = seen[0], seen[1] + 1
-            by_state.setdefault(state, []).append(pk)
-            attempt = Attempt(
-                job_id=pk,
-                number=number,
-                cluster_id=index.clusters[admission.cluster],
-                flavor=admission.flavor,
-                cost_per_hour=Decimal(str(round(admission.cost_per_hour, 4))),
-                borrowing=admission.borrowing,
-                backfilled=admission.backfilled,
-                admitted_at=now,
-            )
-            attempt._assignments = admission.assignments  # type: ignore[attr-defined]
-            admitted.append(attempt)
-            where = admission.cluster + (", borrowing quota" if admission.borrowing else "")
-            events.append(
-                lifecycle.event(
-                    pk,
-                    state,
-                    S.ADMITTED,
-                    "admitted",
-                    f"Placed on {where} ({admission.flavor}).",
-                    attempt=number,
-                    at=now,
-                    detail={"nodes": sorted({a.node for a in admission.assignments})},
-                )
-            )
-        Attempt.objects.bulk_create(admitted, batch_size=2000)
-        Assignment.objects.bulk_create(
-            [
-                Assignment(
-                    attempt_id=attempt.pk,
-                    node_id=index.nodes[a.node],
-                    workers=a.workers,
-                    accelerators=[list(x) for x in a.accels],
-                    cpu=a.cpu,
-                    memory=a.memory,
-                )
-                for attempt in admitted
-                for a in attempt._assignments  # type: ignore[attr-defined]
-            ],
-            batch_size=2000,
-        )
-        for state, pks in by_state.items():
-            for chunk in _chunks(pks, 5000):
-                # Every job of one state had the attempt number the snapshot saw (rows are locked): +1.
-                Job.objects.filter(pk__in=chunk, state=state).update(
-                    state=S.ADMITTED,
-                    state_changed_at=now,
-                    attempt=F("attempt") + 1,
-                    not_before=None,
-                    pending_reason="",
-                    pending_message="",
-                    queue_position=None,
-                    estimated_start=None,
-                )
-
-        for preemption in decisions.preemptions:
-            pk = int(preemption.workload)
-            seen_placed = index.placed.get(pk)
-            state = rows.get(pk, ("", 0))[0]
-            if seen_placed is None or rows.get(pk) != seen_placed or state == S.PREEMPTING:
-                skipped += 1
-                continue
-            deadline = now + timedelta(seconds=preemption.grace_seconds)
-            Job.objects.filter(pk=pk, state=state).update(state=S.PREEMPTING, state_changed_at=now)
-            Attempt.objects.filter(job_id=pk, number=seen_placed[1], outcome=Attempt.Outcome.ACTIVE).update(
-                stop_deadline=deadline
-            )
-            events.append(
-                lifecycle.event(
-                    pk,
-                    state,
-                    S.PREEMPTING,
-                    f"preempted_{preemption.reason}",
-                    f"{preemption.message} It has {preemption.grace_seconds} s to checkpoint and exit.",
-                    attempt=seen_placed[1],
-                    at=now,
-                    detail={"preemptor": preemption.preemptor, "deadline": deadline.isoformat()},
-                )
-            )
-            preempted.append(pk)
+        attempt_ids = _admit(index, decisions.admissions, rows, now, events)
+        preempted = _preempt(index, decisions.preemptions, rows, now, events)
         JobEvent.objects.bulk_create(events, batch_size=2000)
         _hook("before_commit")
-        attempt_ids = [a.pk for a in admitted]
         if tell_clusters:
             transaction.on_commit(lambda: _tell_clusters(attempt_ids, preempted))
     _hook("after_commit")
-    return generation, len(admitted), len(preempted), skipped
+    skipped = len(decisions.admissions) - len(attempt_ids) + len(decisions.preemptions) - len(preempted)
+    return generation, len(attempt_ids), len(preempted), skipped
+
+
+def _admit(
+    index: Index,
+    admissions: tuple[m.Admission, ...],
+    rows: dict[int, tuple[str, int]],
+    now: datetime,
+    events: list[JobEvent],
+) -> list[int]:
+    """New attempts and their assignments for the admissions whose job is still as the snapshot saw it (the
+    rows are locked); returns the attempts' ids."""
+    placements: list[tuple[Attempt, m.Admission]] = []
+    by_state: dict[str, list[int]] = {}
+    for admission in admissions:
+        pk = int(admission.job)
+        seen = index.waiting.get(pk)
+        if seen is None or rows.get(pk) != seen[:2]:
+            continue
+        state, number = seen[0], seen[1] + 1
+        by_state.setdefault(state, []).append(pk)
+        attempt = Attempt(
+            job_id=pk,
+            number=number,
+            cluster_id=index.clusters[admission.cluster],
+            flavor=admission.flavor,
+            cost_per_hour=Decimal(str(round(admission.cost_per_hour, 4))),
+            borrowing=admission.borrowing,
+            backfilled=admission.backfilled,
+            admitted_at=now,
+        )
+        placements.append((attempt, admission))
+        where = admission.cluster + (", borrowing quota" if admission.borrowing else "")
+        events.append(
+            lifecycle.event(
+                pk,
+                state,
+                S.ADMITTED,
+                "admitted",
+                f"Placed on {where} ({admission.flavor}).",
+                attempt=number,
+                at=now,
+                detail={"nodes": sorted({a.node for a in admission.assignments})},
+            )
+        )
+    Attempt.objects.bulk_create([attempt for attempt, _ in placements], batch_size=2000)
+    Assignment.objects.bulk_create(
+        [
+            Assignment(
+                attempt_id=attempt.pk,
+                node_id=index.nodes[a.node],
+                workers=a.workers,
+                accelerators=[list(x) for x in a.accels],
+                cpu=a.cpu,
+                memory=a.memory,
+            )
+            for attempt, admission in placements
+            for a in admission.assignments
+        ],
+        batch_size=2000,
+    )
+    for state, pks in by_state.items():
+        for chunk in _chunks(pks, 5000):
+            # Every job of one state had the attempt number the snapshot saw (rows are locked): +1.
+            Job.objects.filter(pk__in=chunk, state=state).update(
+                state=S.ADMITTED,
+                state_changed_at=now,
+                attempt=F("attempt") + 1,
+                not_before=None,
+                pending_reason="",
+                pending_message="",
+                queue_position=None,
+                estimated_start=None,
+            )
+    return [attempt.pk for attempt, _ in placements]
+
+
+def _preempt(
+    index: Index,
+    preemptions: tuple[m.Preemption, ...],
+    rows: dict[int, tuple[str, int]],
+    now: datetime,
+    events: list[JobEvent],
+) -> list[int]:
+    """Tell the victims still as the snapshot saw them to stop within their grace; returns their job ids."""
+    preempted = []
+    for preemption in preemptions:
+        pk = int(preemption.workload)
+        current = rows.get(pk)
+        if current is None or current != index.placed.get(pk) or current[0] == S.PREEMPTING:
+            continue
+        state, number = current
+        deadline = now + timedelta(seconds=preemption.grace_seconds)
+        Job.objects.filter(pk=pk, state=state).update(state=S.PREEMPTING, state_changed_at=now)
+        Attempt.objects.filter(job_id=pk, number=number, outcome=Attempt.Outcome.ACTIVE).update(stop_deadline=deadline)
+        events.append(
+            lifecycle.event(
+                pk,
+                state,
+                S.PREEMPTING,
+                f"preempted_{preemption.reason}",
+                f"{preemption.message} It has {preemption.grace_seconds} s to checkpoint and exit.",
+                attempt=number,
+                at=now,
+                detail={"preemptor": preemption.preemptor, "deadline": deadline.isoformat()},
+            )
+        )
+        preempted.append(pk)
+    return preempted
 
 
 def _chunks(items: list[int], size: int) -> list[list[int]]:
@@ -321,4 +338,4 @@ def _write_pending_postgresql(rows: list[tuple[Any, ...]]) -> None:
         cursor.execute("DROP TABLE job_pending")  # now, not at commit: a caller's transaction may run two cycles
 
 
-__all__ = ["PLACED", "CycleReport", "Hooks", "apply", "run_all", "run_cycle", "write_pending"]
+__all__ = ["CycleReport", "Hooks", "apply", "run_all", "run_cycle", "write_pending"]

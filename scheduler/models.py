@@ -267,17 +267,6 @@ class Job(models.Model):
 
         return self.state in ACTIVE
 
-    @property
-    def current(self) -> Attempt | None:
-        """The current attempt (placement), if the job was ever placed."""
-        if not self.attempt:
-            return None
-        return self.attempts.filter(number=self.attempt).first()
-
-    @property
-    def accelerators_total(self) -> float:
-        return self.workers * self.accelerators * self.accelerator_milli / 1000
-
 
 class Attempt(models.Model):
     """One placement of a job on one cluster, from admission to its end. Retries and requeues make new
@@ -328,6 +317,11 @@ class Attempt(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} attempt {self.number}"
+
+    @property
+    def may_run_on_cluster(self) -> bool:
+        """Whether the cluster may have been handed the attempt (submitted, or a dispatch was under way)."""
+        return bool(self.backend_id) or self.dispatch_claimed_until is not None
 
     @property
     def backend_key(self) -> str:

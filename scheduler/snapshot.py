@@ -15,7 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from django.db.models import Q
 from django.utils import timezone
@@ -84,9 +84,10 @@ def build(organization: Organization, now: datetime | None = None, config: m.Con
     now = now or timezone.now()
     state, _ = LoopState.objects.get_or_create(organization=organization)
     index = Index(generation=state.generation)
-    clusters, nodes, every_flavor = fleet(organization, index)
+    placed = _placed_assignments(organization)
+    clusters, nodes, every_flavor = fleet(organization, index, placed)
     tiers, cohorts, queues = governance(organization, every_flavor, index)
-    running = _running(organization, tiers, index)
+    running = _running(organization, tiers, index, placed)
     pending = _pending(organization, now, index)
     snapshot = m.Snapshot(
         now=now.timestamp(),
@@ -102,11 +103,21 @@ def build(organization: Organization, now: datetime | None = None, config: m.Con
     return snapshot, index
 
 
-def fleet(organization: Organization, index: Index, *, idle: bool = False) -> tuple[
+def _placed_assignments(organization: Organization) -> list[dict[str, Any]]:
+    """What our placed jobs hold, node by node: read once, for the nodes' free capacity and the running work."""
+    live = Q(attempt__job__state__in=PLACED, attempt__outcome=Attempt.Outcome.ACTIVE)
+    rows = Assignment.objects.filter(live, attempt__cluster__organization=organization).values(
+        "attempt_id", "node_id", "node__name", "attempt__cluster__slug", "workers", "accelerators", "cpu", "memory"
+    )
+    return cast(list[dict[str, Any]], list(rows))
+
+
+def fleet(organization: Organization, index: Index, placed: list[dict[str, Any]] | None = None) -> tuple[
     tuple[m.Cluster, ...], tuple[m.Node, ...], tuple[str, ...]
 ]:  # fmt: skip
-    """The clusters and nodes of ``organization`` with what is free on each (everything, when ``idle``), and
-    every flavor in the default fallback order: the cheapest first, CPU-only nodes last."""
+    """The clusters and nodes of ``organization`` with what is free on each after ``placed`` (everything, when
+    None: the idle fleet), and every flavor in the default fallback order: the cheapest first, CPU-only last."""
+    idle = placed is None
     clusters = list(
         Cluster.objects.filter(organization=organization)
         .exclude(status=Cluster.Status.DISABLED)
@@ -118,9 +129,7 @@ def fleet(organization: Organization, index: Index, *, idle: bool = False) -> tu
     # Our placements, per node: (accelerator index -> milli), cpu, memory.
     held_accel: dict[int, dict[int, int]] = defaultdict(dict)
     held: dict[int, list[int]] = defaultdict(lambda: [0, 0])
-    live = Q(attempt__job__state__in=PLACED, attempt__outcome=Attempt.Outcome.ACTIVE)
-    ours = Assignment.objects.filter(live, attempt__cluster__organization=organization)
-    for a in ours.values("node_id", "accelerators", "cpu", "memory") if not idle else ():
+    for a in placed or ():
         for i, milli in a["accelerators"]:
             held_accel[a["node_id"]][i] = held_accel[a["node_id"]].get(i, 0) + milli
         held[a["node_id"]][0] += a["cpu"]
@@ -210,13 +219,12 @@ def governance(organization: Organization, every_flavor: tuple[str, ...], index:
     return tuple(tiers), cohorts, queues
 
 
-def _running(organization: Organization, tiers: tuple[m.Tier, ...], index: Index) -> tuple[m.Workload, ...]:
+def _running(
+    organization: Organization, tiers: tuple[m.Tier, ...], index: Index, placed: list[dict[str, Any]]
+) -> tuple[m.Workload, ...]:
     preemptible_tier = {t.name: t.preemptible for t in tiers}
     assignments: dict[int, list[m.Assignment]] = defaultdict(list)
-    live = Q(attempt__job__state__in=PLACED, attempt__outcome=Attempt.Outcome.ACTIVE)
-    for x in Assignment.objects.filter(live, attempt__cluster__organization=organization).values(
-        "attempt_id", "node__name", "attempt__cluster__slug", "workers", "accelerators", "cpu", "memory"
-    ):
+    for x in placed:
         assignments[x["attempt_id"]].append(
             m.Assignment(
                 f"{x['attempt__cluster__slug']}/{x['node__name']}",
