@@ -74,6 +74,7 @@ def test_submit_list_show_events_and_cancel(server: Fleet, tmp_path: Path, capsy
     assert (status, err) == (0, "")
     job = Job.objects.get(pk=submitted_id(out))
     assert (job.name, job.time_limit, job.submitted_by.username) == ("train", 7200, "alice")
+    server.cycle()  # placed now, whether or not the submission's wake-up ran a cycle (it is debounced)
     for i in range(6):  # whole nodes; with alice's job on one of the 6, the last waits
         server.submit("lena", name=f"fill-{i}", accelerators=8)
     server.cycle()
