@@ -26,6 +26,7 @@ from django.utils import timezone
 from clusters.backends.base import Backend, BackendError, Inventory, NodeInfo, load
 from clusters.models import AcceleratorType, Cluster, Node, TopologyDomain
 from clusters.secrets import CredentialsError
+from portal.staging import staged
 
 UNREACHABLE_AFTER = 3
 BACKOFF_BASE = timedelta(seconds=30)
@@ -231,9 +232,8 @@ _PG_TYPES = {
 
 
 def _update(cluster: Cluster, changed: list[Node]) -> None:
-    """Write the changed rows. On PostgreSQL: COPY them into a temporary table and UPDATE from it in one
-    statement (8,000 rows in well under a second); Django's ``bulk_update`` builds a CASE per column
-    and row and took 110 s, its upsert spends seconds compiling parameters. Elsewhere, the upsert."""
+    """Write the changed rows. On PostgreSQL: staged by COPY and one UPDATE (8,000 rows in well under a
+    second, ``portal.staging``); Django's upsert spends seconds compiling parameters. Elsewhere, the upsert."""
     if not changed:
         return
     columns = list(COPIED)
@@ -247,19 +247,17 @@ def _update(cluster: Cluster, changed: list[Node]) -> None:
         )
         return
     table = Node._meta.db_table
-    typed = ", ".join(f"{c} {_PG_TYPES.get(c, 'integer')}" for c in columns)
-    with connection.cursor() as cursor:
-        cursor.execute(f"CREATE TEMPORARY TABLE node_sync (name text, {typed}) ON COMMIT DROP")
-        with cursor.cursor.copy(f"COPY node_sync (name, {', '.join(columns)}) FROM STDIN") as copy:
-            for node in changed:
-                row = [getattr(node, c) for c in columns]
-                copy.write_row([node.name, *(json.dumps(v) if isinstance(v, dict) else v for v in row)])
+    typed = [("name", "text"), *((c, _PG_TYPES.get(c, "integer")) for c in columns)]
+    rows = (
+        [node.name, *(json.dumps(v) if isinstance(v, dict) else v for v in (getattr(node, c) for c in columns))]
+        for node in changed
+    )
+    with connection.cursor() as cursor, staged(cursor, "node_sync", typed, rows):
         assignments = ", ".join(f"{c} = s.{c}" for c in columns)
         cursor.execute(
             f"UPDATE {table} n SET {assignments} FROM node_sync s WHERE n.cluster_id = %s AND n.name = s.name",  # noqa: S608
             [cluster.pk],
         )
-        cursor.execute("DROP TABLE node_sync")  # now, not at commit: a caller's transaction may sync twice
 
 
 def _domains(cluster: Cluster, inventory: Inventory) -> None:

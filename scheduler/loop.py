@@ -29,6 +29,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from portal.models import Organization
+from portal.staging import staged
 from scheduler import lifecycle
 from scheduler.engine import model as m
 from scheduler.engine import schedule
@@ -318,24 +319,17 @@ def _same_minute(a: datetime | None, b: datetime | None) -> bool:
 
 
 def _write_pending_postgresql(rows: list[tuple[Any, ...]]) -> None:
-    """COPY into a temporary table and UPDATE from it: one statement for tens of thousands of jobs."""
+    """One UPDATE from the staged rows, for tens of thousands of jobs."""
     table = Job._meta.db_table
-    waiting = tuple(str(s) for s in WAITING)
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            "CREATE TEMPORARY TABLE job_pending (id bigint, reason text, message text, position integer,"
-            " estimate timestamptz) ON COMMIT DROP"
-        )
-        with cursor.cursor.copy("COPY job_pending (id, reason, message, position, estimate) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row(row)
+    columns = (("id", "bigint"), ("reason", "text"), ("message", "text"), ("position", "integer"),
+               ("estimate", "timestamptz"))  # fmt: skip
+    with transaction.atomic(), connection.cursor() as cursor, staged(cursor, "job_pending", columns, rows):
         cursor.execute(
             f"UPDATE {table} j SET pending_reason = p.reason, pending_message = p.message,"  # noqa: S608
             " queue_position = p.position, estimated_start = p.estimate"
             " FROM job_pending p WHERE j.id = p.id AND j.state IN (%s, %s)",
-            list(waiting),
+            [str(s) for s in WAITING],
         )
-        cursor.execute("DROP TABLE job_pending")  # now, not at commit: a caller's transaction may run two cycles
 
 
 __all__ = ["CycleReport", "Hooks", "apply", "run_all", "run_cycle", "write_pending"]
