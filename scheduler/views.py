@@ -341,7 +341,7 @@ def job_preview(request: AuthenticatedHttpRequest) -> HttpResponse:
 def job_clone(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     job = _visible_job(request, pk)
     _may_submit(request)
-    if job.team_id not in {team.pk for team in actions.teams_for_submission(request.user)}:
+    if not actions.may_submit(request.user, job.team):
         raise PermissionDenied(f"You may not submit jobs to team {job.team}.")
     form = JobForm(request.user, initial=initial_from_job(job))
     return _render_form(request, form, cloned_from=job)
