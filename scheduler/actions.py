@@ -105,15 +105,12 @@ def tiers_for(team: Team) -> list[PriorityTier]:
 
 
 def queue_for(team: Team, project: Project | None) -> Queue:
-    """A project's own queue if it has one, else the team's queue (made on first use)."""
-    if project is not None:
-        own: Queue | None = Queue.objects.filter(team=team, project=project).first()
-        if own is not None:
-            return own
-    team_queue: Queue | None = Queue.objects.filter(team=team, project=None).first()
-    if team_queue is None:
-        team_queue, _ = Queue.objects.get_or_create(team=team, project=None, defaults={"name": team.slug})
-    return team_queue
+    """A project's own queue if it has one, else the team's queue (every team has one: ``scheduler.signals``)."""
+    queues = {q.project_id: q for q in Queue.objects.filter(Q(project=None) | Q(project=project), team=team)}
+    queue = queues.get(project.pk if project is not None else None) or queues.get(None)
+    if queue is None:
+        raise ValidationError({"team": f"Team {team} has no queue; ask an admin of {team.organization} to add one."})
+    return queue
 
 
 def validate(actor: User, request: JobRequest) -> tuple[Queue, PriorityTier]:

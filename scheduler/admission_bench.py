@@ -91,7 +91,9 @@ def setup(queues: int, cohorts: int, jobs: int, seed: int) -> tuple[Organization
     for q in range(queues):
         team = Team.objects.create(organization=org, name=f"Team {q:02d}", slug=f"team-{q:02d}")
         Membership.objects.create(user=user, organization=org, team=team, role=Role.RESEARCHER)
-        queue = Queue.objects.create(team=team, name=team.slug, cohort=cohort_rows[q // per_cohort])
+        queue = Queue.objects.get(team=team, project=None)  # made with the team
+        queue.cohort = cohort_rows[q // per_cohort]
+        queue.save(update_fields=["cohort"])
         Quota.objects.create(queue=queue, flavor=h100, nominal=share.quantize(Decimal(1)))
         teams.append(team)
     feasibility.forget(org)

@@ -13,6 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from clusters.models import Cluster
+from portal import actions as portal_actions
 from portal.models import AuditLog
 from scheduler import feasibility
 from scheduler.models import Attempt, Job, JobEvent, Queue
@@ -224,11 +225,16 @@ def test_a_request_that_can_never_fit_is_refused_with_the_engines_reason(fleet: 
 
 
 def test_a_teams_first_job_is_accepted_right_after_another_teams(fleet: Fleet, api: Any) -> None:
-    # Its queue is made on its first job, after the idle fleet was read (and cached) for alice's.
+    # The idle fleet was read (and cached) for alice's job; robotics' queue, made with the team, is in it.
     assert submit(api, "alice").status_code == 201
-    assert not Queue.objects.filter(team=fleet.world.teams["robotics"]).exists()
     response = submit(api, "bob", team="robotics")
     assert response.status_code == 201, response.json()
+    assert Job.objects.get(pk=response.json()["id"]).queue == Queue.objects.get(team=fleet.world.teams["robotics"])
+
+
+def test_a_new_team_has_its_queue_from_the_start(fleet: Fleet, api: Any) -> None:
+    speech = portal_actions.create_team(fleet.world.users["adam"], fleet.org, name="Speech")
+    assert Queue.objects.filter(team=speech, project=None).values_list("name", flat=True).get() == speech.slug
 
 
 def test_only_members_who_may_submit_can(fleet: Fleet, api: Any) -> None:
@@ -439,6 +445,7 @@ def test_anonymous_gets_401(fleet: Fleet) -> None:
 
 def test_preview_says_price_and_start_and_writes_nothing(fleet: Fleet, api: Any) -> None:
     priced(fleet, 2.0)
+    queues = list(Queue.objects.values_list("pk", flat=True))
     alice = api("alice")
     now = alice.post(f"{JOBS}preview/", {**BODY, "accelerators": 4}, format="json")
     assert now.status_code == 200, now.json()
@@ -464,6 +471,7 @@ def test_preview_says_price_and_start_and_writes_nothing(fleet: Fleet, api: Any)
     assert "accelerators" in never.json()["error"]["fields"]
     assert api("fiona").post(f"{JOBS}preview/", BODY, format="json").status_code == 403
     assert Job.objects.count() == 6
+    assert list(Queue.objects.values_list("pk", flat=True)) == queues
 
 
 def test_list_and_detail_cost_the_same_queries_for_few_or_many_jobs(fleet: Fleet, api: Any) -> None:
