@@ -52,6 +52,8 @@ CLUSTER_ENDPOINTS_ALLOW_LOOPBACK = env_bool("CLUSTER_ENDPOINTS_ALLOW_LOOPBACK", 
 PROBE_MIN_INTERVAL_SECONDS = env_int("PROBE_MIN_INTERVAL_SECONDS", 10, minimum=1)
 #: How long the placement loop's leader lock outlives a leader that died (it is renewed between cycles).
 PLACEMENT_LOCK_SECONDS = env_int("PLACEMENT_LOCK_SECONDS", 30, minimum=1)
+#: Admissions per placement cycle; a larger burst is admitted over back-to-back cycles of this size.
+PLACEMENT_MAX_ADMISSIONS = env_int("PLACEMENT_MAX_ADMISSIONS", 2000, minimum=1)
 
 DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", [] if PRODUCTION else ["127.0.0.1", "localhost", "[::1]", "testserver"])

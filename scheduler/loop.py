@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -54,6 +55,8 @@ class CycleReport:
     skipped: int = 0
     #: True when another cycle applied first: nothing of this one was written.
     stale: bool = False
+    #: True when the cycle stopped at its admission limit with jobs it did not examine: run the next one now.
+    more: bool = False
     seconds: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -103,6 +106,7 @@ def run_cycle(
     now = now or timezone.now()
     report = CycleReport(organization.slug)
     started = time.perf_counter()
+    config = config or m.Config(max_admissions_per_cycle=settings.PLACEMENT_MAX_ADMISSIONS)
     snapshot, index = build(organization, now, config)
     report.seconds["snapshot"] = time.perf_counter() - started
 
@@ -123,6 +127,7 @@ def run_cycle(
     write_pending(index, decisions.pending)
     report.seconds["pending"] = time.perf_counter() - started
     report.pending = len(decisions.pending)
+    report.more = any(p.reason is m.PendingReason.NOT_CONSIDERED for p in decisions.pending)
     report.running = len(snapshot.running) + report.admitted
     LoopState.objects.filter(organization=organization).update(
         last_cycle_at=now, last_cycle={k: v for k, v in report.as_dict().items() if k != "organization"}

@@ -31,9 +31,15 @@ def send(task: Any, *args: Any) -> bool:
 
 @shared_task(ignore_result=True)
 def placement_cycle() -> list[dict[str, Any]] | None:
-    """On the beat and after each submission: one cycle per organization, if this worker leads."""
+    """On the beat and after each submission: one cycle per organization, if this worker leads. A cycle that
+    stopped at its admission limit queues the next one at once, so a burst is admitted without waiting for
+    the beat."""
     reports = loop.run_all()
-    return None if reports is None else [r.as_dict() for r in reports]
+    if reports is None:
+        return None
+    if any(r.more for r in reports):
+        send(placement_cycle)
+    return [r.as_dict() for r in reports]
 
 
 @shared_task(ignore_result=True)

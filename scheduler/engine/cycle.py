@@ -18,7 +18,8 @@ The shape follows Kueue's cycle (SCHEDULING.md §1) with Armada's and Slurm's id
    shrinks, usage only grows and reservations only add up, so a job like one that failed, asking at
    least as much CPU, memory and time, fails too. Two levels: per (queue, tier, shape, constraints) for
    the whole verdict, and per (flavor, shape, constraints) for "no room", shared by every queue.
-5. Bounded work: ``max_jobs_per_cycle`` jobs are examined, ``preemption_attempts`` victim searches run,
+5. Bounded work: ``max_jobs_per_cycle`` jobs are examined, ``max_admissions_per_cycle`` admitted,
+   ``preemption_attempts`` victim searches run,
    ``reservations`` and ``estimates`` backfill searches; the rest waits for the next cycle.
 
 Speed (``manage.py bench_engine``: 10,000 nodes, 50,000 pending jobs, under a second a cycle). The
@@ -320,10 +321,11 @@ class Cycle:
         cycle, and nearly every time the failure cache already knows the verdict; so that case is kept
         inline and short."""
         limit, attempts, considered = self.config.max_jobs_per_cycle, self.config.preemption_attempts, 0
+        admit_limit, admissions = self.config.max_admissions_per_cycle, self.admissions
         order, pending, failed, preemptor, make = self.order, self.pending, self._failed, self.preemptor, tuple.__new__
         for position, (job, tier, queue) in enumerate(self._in_order()):
             order.append(job.id)
-            if position >= limit:
+            if position >= limit or len(admissions) >= admit_limit:
                 self._pend(job, PendingReason.NOT_CONSIDERED, position=position)
                 continue
             considered += 1

@@ -234,6 +234,10 @@ class Config:
     short_first: float = 8.0
     #: Jobs examined per cycle; the rest wait for the next cycle (kube-scheduler's queue lookback).
     max_jobs_per_cycle: int = 100_000
+    #: Admissions per cycle; once reached, the rest wait for the next cycle. A burst of submissions is then
+    #: admitted over several short cycles: the first jobs start sooner, and the placement loop writes and
+    #: dispatches in batches instead of holding its lock through one long cycle.
+    max_admissions_per_cycle: int = 100_000
     #: Fragmentation-aware packing of single-node jobs (FGD); best fit when off or when no mix is known.
     fgd: bool = True
     #: How many of the most common pending shapes make the FGD workload mix.

@@ -355,6 +355,7 @@ def snapshots(
         backfill=contended or not _rare(draw, 4),
         reservations=16 if contended else _pick(draw, (16, 2, 1, 0)),
         max_jobs_per_cycle=3 if _rare(draw, 8) else 100_000,
+        max_admissions_per_cycle=2 if _rare(draw, 8) else 100_000,
         fgd=_coin(draw),
         time_quantum=_pick(draw, (60, 1)),
         # Tight limits on the victim search now and then, so that its give-up paths run too.

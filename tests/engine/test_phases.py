@@ -401,6 +401,21 @@ def test_the_cycle_stops_after_its_work_limit_and_says_so():
     assert sum(p.reason is PendingReason.NOT_CONSIDERED for p in d.pending) == 3
 
 
+def test_the_cycle_stops_after_its_admission_limit_and_the_next_one_goes_on():
+    pending = tuple(job(f"j{i}", at=i, accelerators=1) for i in range(5))
+    snap = snapshot((node("n1"),), (queue("a"),), pending, max_admissions_per_cycle=2)
+    d = schedule(snap)
+    assert [a.job for a in d.admissions] == ["j0", "j1"]
+    assert [(p.job, p.reason, p.position) for p in d.pending] == [
+        (f"j{i}", PendingReason.NOT_CONSIDERED, i) for i in range(2, 5)
+    ]
+    # The next cycle sees the two running and goes on in the same order.
+    now_running = (running("j0", "n1", 1, tier="normal"), running("j1", "n1", 1, tier="normal"))
+    later = schedule(replace(snap, nodes=(node("n1", free=6),), running=now_running, pending=pending[2:]))
+    assert [a.job for a in later.admissions] == ["j2", "j3"]
+    assert [(p.job, p.reason) for p in later.pending] == [("j4", PendingReason.NOT_CONSIDERED)]
+
+
 def test_same_snapshot_same_decisions():
     nodes = tuple(node(f"n{i}", free=i % 9, rack=f"r{i % 3}") for i in range(12))
     pending = tuple(job(f"j{i}", at=i % 5, accelerators=1 + i % 4, workers=1 + i % 2) for i in range(30))

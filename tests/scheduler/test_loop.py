@@ -13,7 +13,7 @@ from django.utils import timezone
 from clusters.backends.base import JobState
 from clusters.models import AcceleratorType
 from clusters.sync import backend_for
-from scheduler import actions, loop, snapshot
+from scheduler import actions, loop, snapshot, tasks
 from scheduler.engine import schedule
 from scheduler.models import Attempt, Job, LoopState, Quota
 from tests.scheduler.conftest import Fleet
@@ -54,6 +54,22 @@ def test_a_queue_never_runs_past_its_quota(fleet: Fleet) -> None:
     assert running.count() == 4
     waiting = Job.objects.filter(pk__in=[j.pk for j in jobs], state=Job.State.PENDING)
     assert {j.pending_reason for j in waiting} == {"quota_exhausted"}
+
+
+def test_a_burst_is_admitted_over_back_to_back_cycles_of_the_admission_limit(fleet: Fleet, settings: Any) -> None:
+    settings.PLACEMENT_MAX_ADMISSIONS = 2
+    jobs = [fleet.submit(name=f"burst-{i}") for i in range(5)]
+    first = loop.run_cycle(fleet.org)
+    assert (first.admitted, first.more) == (2, True)
+    waiting = Job.objects.filter(state=Job.State.PENDING).order_by("pk")
+    assert [(j.name, j.pending_reason, j.queue_position) for j in waiting] == [
+        (f"burst-{i}", "not_considered", i) for i in range(2, 5)
+    ]
+    generation = LoopState.objects.get(organization=fleet.org).generation
+    tasks.placement_cycle()  # eager: it queues the next cycle itself while one stopped at the limit
+    assert Attempt.objects.filter(job__in=jobs).count() == 5
+    assert LoopState.objects.get(organization=fleet.org).generation == generation + 2
+    assert not Job.objects.filter(state=Job.State.PENDING).exists()
 
 
 def test_preemption_is_graceful_and_the_victim_comes_back(fleet: Fleet) -> None:
