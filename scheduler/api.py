@@ -78,8 +78,7 @@ class JobViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
 
     def _job_request(self, request: Request) -> actions.JobRequest:
         form = s.JobSubmissionSerializer(data=request.data, context=self.get_serializer_context())
-        form.is_valid(raise_exception=True)
-        return form.job_request(request.headers.get("Idempotency-Key"))
+        return form.checked_request(request.headers.get("Idempotency-Key"))
 
     def _read(self, job: Job) -> dict[str, Any]:
         """``job`` as the detail endpoint shows it; a 404 if the user may no longer see it (a repeated

@@ -3,7 +3,9 @@ duration such as ``2h``), and their conversion to ``actions.JobRequest`` (millic
 
 The request serializer checks types and resolves names (team, project, tier, clusters) among what the user
 may see; everything else about a request (ranges, whether it can ever fit) is ``actions.validate``'s, so
-the web form, the API and the ``qm`` CLI refuse the same things with the same words.
+the web form, the API and the ``qm`` CLI refuse the same things with the same words. Both are asked at once
+(``checked_request``): a request with a field of the wrong type has its other fields judged by the action
+too, so one answer names every bad field.
 """
 
 from __future__ import annotations
@@ -11,19 +13,22 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any
+from typing import Any, ClassVar
 
 from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
+from rest_framework.settings import api_settings
 
 from clusters.models import Cluster
 from portal.models import Project, Team
 from portal.tenancy import Action
-from scheduler import costs
+from scheduler import actions, costs
 from scheduler.actions import JobRequest, teams_for_submission, tiers_for
 from scheduler.lifecycle import PLACED
 from scheduler.models import Attempt, Job, JobEvent, PriorityTier
@@ -157,12 +162,22 @@ class JobSubmissionSerializer(serializers.Serializer[Any]):
     max_retries = serializers.IntegerField(required=False)
     idempotency_key = StrictCharField(max_length=80, required=False, allow_blank=True)
 
+    #: Stand-ins for required fields that failed their checks, so that the rest can still be judged.
+    STAND_INS: ClassVar[dict[str, Any]] = {"name": "stand-in", "time_limit": 3600}
+
     def to_internal_value(self, data: Any) -> Any:
+        unknown: dict[str, list[str]] = {}
         if isinstance(data, Mapping):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError({key: ["Unknown field."] for key in unknown})
-        return super().to_internal_value(data)
+            unknown = {key: ["Unknown field."] for key in sorted(set(data) - set(self.fields))}
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as error:
+            if unknown and isinstance(error.detail, dict):
+                raise serializers.ValidationError({**error.detail, **unknown}) from error
+            raise
+        if unknown:
+            raise serializers.ValidationError(unknown)
+        return value
 
     @property
     def actor(self) -> User:
@@ -219,6 +234,49 @@ class JobSubmissionSerializer(serializers.Serializer[Any]):
             errors["team"] = f"Several of your organizations have a team {ref!r}: give its id (a number)."
             return None
         return found[0]
+
+    def checked_request(self, idempotency_header: str | None = None) -> JobRequest:
+        """The request (``job_request``) if it is valid; else a ``ValidationError`` naming every bad field at
+        once: this serializer's own errors and, where the rest can still be judged (the team is known),
+        ``actions.validate``'s errors on the other fields, found with the failed fields left out (or, if
+        required, given stand-ins). A field in error keeps this serializer's message."""
+        if self.is_valid():
+            return self.job_request(idempotency_header)
+        errors = dict(self.errors)
+        for name, messages in self._errors_of_the_rest().items():
+            errors.setdefault(name, messages)
+        raise serializers.ValidationError(errors)
+
+    def _errors_of_the_rest(self) -> dict[str, Any]:
+        if not isinstance(self.initial_data, Mapping):
+            return {}
+        errors: dict[str, Any] = {}
+        failed = set(self.errors)
+        while True:  # the fields' own checks, then the names they resolve: each round leaves out more
+            if {"team", api_settings.NON_FIELD_ERRORS_KEY} & failed:
+                return errors  # no team to judge the rest by
+            rest = {name: value for name, value in self.initial_data.items() if name in self.fields}
+            rest = {name: value for name, value in rest.items() if name not in failed}
+            rest.update({name: value for name, value in self.STAND_INS.items() if name in failed})
+            others = JobSubmissionSerializer(data=rest, context=self.context)
+            try:
+                if others.is_valid():
+                    break
+            except PermissionDenied:
+                return errors
+            fresh = {name: messages for name, messages in others.errors.items() if name not in failed}
+            if not fresh:
+                return errors
+            errors.update(fresh)
+            failed |= set(fresh)
+        try:
+            actions.validate(self.actor, others.job_request())
+        except DjangoValidationError as error:
+            if hasattr(error, "error_dict"):
+                errors.update({API_FIELD_NAMES.get(k, k): v for k, v in error.message_dict.items() if k not in failed})
+        except DjangoPermissionDenied:
+            pass  # the fields are answered first; who may submit is the next request's answer
+        return errors
 
     def job_request(self, idempotency_header: str | None = None) -> JobRequest:
         """The validated request in engine units; ``idempotency_header`` is the ``Idempotency-Key`` header."""

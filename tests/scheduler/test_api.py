@@ -210,6 +210,37 @@ def test_missing_fields_and_bodies_that_are_not_an_object(fleet: Fleet, api: Any
     assert not Job.objects.exists()
 
 
+ONE_ROUND = [
+    ({"cpu": "lots", "workers": 0}, {"cpu", "workers"}),  # a type error and a range error
+    ({"gpus": 8, "accelerators": "many", "max_retries": 21}, {"gpus", "accelerators", "max_retries"}),
+    ({"name": 42, "accelerators": 16}, {"name", "accelerators"}),  # beside it, a request that never fits
+    ({"time_limit": "soon", "image": "", "script": ""}, {"time_limit", "image"}),  # a required field's stand-in
+    ({"tier": "platinum", "env": {"DEBUG": 1}, "regions": ["mars"]}, {"tier", "env", "regions"}),
+    ({"team": "nonesuch", "workers": 0}, {"team"}),  # no team to judge the rest by
+]
+
+
+@pytest.mark.parametrize(("fields", "named"), ONE_ROUND)
+def test_every_bad_field_is_named_in_one_answer(
+    fleet: Fleet, api: Any, fields: dict[str, Any], named: set[str]
+) -> None:
+    alice = api("alice")
+    for path in (JOBS, f"{JOBS}preview/"):
+        response = alice.post(path, {**BODY, **fields}, format="json")
+        assert response.status_code == 400, response.json()
+        assert set(response.json()["error"]["fields"]) == named, path
+    assert not Job.objects.exists()
+    assert not JobEvent.objects.exists()
+
+
+def test_a_field_in_error_keeps_the_serializers_message(fleet: Fleet, api: Any) -> None:
+    response = submit(api, cpu="lots", workers=0, accelerator_fraction=2)
+    fields = response.json()["error"]["fields"]
+    assert fields["cpu"] == ["A valid number is required."]
+    assert fields["workers"] == ["Workers must be between 1 and 4096."]
+    assert fields["accelerator_fraction"] == ["Ensure this value is less than or equal to 1."]
+
+
 def test_a_request_that_can_never_fit_is_refused_with_the_engines_reason(fleet: Fleet, api: Any) -> None:
     too_big = submit(api, accelerators=16)  # nodes have 8
     assert too_big.status_code == 400
