@@ -349,3 +349,14 @@ class JobListFilter(ChoicesForm):
         }
         narrowed: QuerySet[Job] = JobFilter(params, queryset=jobs).qs
         return narrowed
+
+
+class QueueListFilter(ChoicesForm):
+    """The queue list's filter: one team's queues (the list's queryset is already scoped)."""
+
+    team = forms.TypedChoiceField(coerce=int, required=False, empty_value=None)
+
+    def __init__(self, user: AnyUser, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        teams = Team.objects.for_user(user, Action.VIEW).order_by("name")
+        self._choices("team", [("", "any team"), *((t.pk, t.name) for t in teams)])

@@ -14,5 +14,7 @@ urlpatterns = [
     path("<int:pk>/cancel/", views.job_cancel, name="job-cancel"),
     path("<int:pk>/clone/", views.job_clone, name="job-clone"),
     path("queues/", views.queue_list, name="queue-list"),
+    path("queues/rows/", views.queue_rows, name="queue-rows"),
     path("queues/<int:pk>/", views.queue_detail, name="queue-detail"),
+    path("queues/<int:pk>/state/", views.queue_state, name="queue-state"),
 ]

@@ -34,7 +34,7 @@ from portal.types import AuthenticatedHttpRequest
 from scheduler import actions, costs, feasibility, lifecycle
 from scheduler.actions import JobRequest
 from scheduler.engine.model import PendingReason
-from scheduler.forms import CancelForm, JobForm, JobListFilter, initial_from_job
+from scheduler.forms import CancelForm, JobForm, JobListFilter, QueueListFilter, initial_from_job
 from scheduler.lifecycle import PLACED, WAITING
 from scheduler.models import Assignment, Attempt, Job, PriorityTier, Queue, Quota
 
@@ -350,10 +350,9 @@ def job_clone(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
 # --- queues -----------------------------------------------------------------------------------------------
 
 
-@login_required
-@require_GET
-def queue_list(request: AuthenticatedHttpRequest) -> HttpResponse:
-    queues = (
+def _queue_list_context(request: AuthenticatedHttpRequest) -> tuple[dict[str, Any], int]:
+    filters = QueueListFilter(request.user, request.GET)
+    queues: QuerySet[Queue] = (
         Queue.objects.for_user(request.user, Action.VIEW)
         .select_related("team", "project", "cohort")
         .annotate(
@@ -361,7 +360,33 @@ def queue_list(request: AuthenticatedHttpRequest) -> HttpResponse:
             waiting=Count("jobs", filter=Q(jobs__state__in=WAITING)),
         )
     )
-    return render(request, "scheduler/queue_list.html", {"queues": queues})
+    status = 200
+    if not filters.is_valid():
+        queues, status = queues.none(), BAD_REQUEST
+    elif filters.cleaned_data["team"] is not None:
+        queues = queues.filter(team_id=filters.cleaned_data["team"])
+    context = {
+        "filter": filters,
+        "queues": queues,
+        "now": timezone.now(),
+        "rows_url": f"{reverse('queue-rows')}?{request.GET.urlencode()}",
+    }
+    return context, status
+
+
+@login_required
+@require_GET
+def queue_list(request: AuthenticatedHttpRequest) -> HttpResponse:
+    context, status = _queue_list_context(request)
+    return render(request, "scheduler/queue_list.html", context, status=status)
+
+
+@_signed_out_poll("queue-list")
+@require_GET
+def queue_rows(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """The queue list's table body alone: polled while its tab is visible, as the job list is."""
+    context, status = _queue_list_context(request)
+    return render(request, "scheduler/_queue_rows.html", context, status=status)
 
 
 @dataclass
@@ -410,9 +435,7 @@ def queue_usage(request: AuthenticatedHttpRequest, queue: Queue) -> list[Usage]:
     return rows
 
 
-@login_required
-@require_GET
-def queue_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+def _queue_context(request: AuthenticatedHttpRequest, pk: int) -> dict[str, Any]:
     scoped = Queue.objects.for_user(request.user, Action.VIEW).select_related("team", "project", "cohort")
     queue: Queue = get_object_or_404(scoped, pk=pk)
     current = Attempt.objects.filter(job=OuterRef("pk"), number=OuterRef("attempt"))
@@ -433,4 +456,17 @@ def queue_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         "waiting": [(job, describe_resources(job), REASON_LABELS.get(job.pending_reason, "")) for job in waiting],
         "now": timezone.now(),
     }
-    return render(request, "scheduler/queue_detail.html", context)
+    return context
+
+
+@login_required
+@require_GET
+def queue_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    return render(request, "scheduler/queue_detail.html", _queue_context(request, pk))
+
+
+@_signed_out_poll("queue-detail")
+@require_GET
+def queue_state(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    """The queue page's usage and jobs alone: polled while its tab is visible, as the job list is."""
+    return render(request, "scheduler/_queue_state.html", _queue_context(request, pk))

@@ -83,7 +83,9 @@ def pages(job: Job) -> list[str]:
         f"/jobs/{job.pk}/",
         f"/jobs/{job.pk}/state/",
         "/jobs/queues/",
+        "/jobs/queues/rows/",
         f"/jobs/queues/{job.queue_id}/",
+        f"/jobs/queues/{job.queue_id}/state/",
     ]
 
 
@@ -97,7 +99,11 @@ def test_every_member_sees_the_teams_jobs(fleet: Fleet, username: str) -> None:
     for path in pages(job):
         response = client.get(path)
         assert response.status_code == 200, path
-        expected = {"/jobs/queues/": "vision", f"/jobs/{job.pk}/state/": "Submitted to queue vision"}
+        expected = {
+            "/jobs/queues/": "vision",
+            "/jobs/queues/rows/": "vision",
+            f"/jobs/{job.pk}/state/": "Submitted to queue vision",
+        }
         assert expected.get(path, "visible-job") in response.content.decode(), path
 
 
@@ -131,13 +137,22 @@ def test_anonymous_is_sent_to_sign_in_and_a_poll_to_the_page(fleet: Fleet) -> No
     poll = Client().get(f"/jobs/{job.pk}/state/", headers={"HX-Request": "true"})
     assert poll["HX-Redirect"] == f"/login/?next=%2Fjobs%2F{job.pk}%2F"
     assert Client().get("/jobs/rows/", headers={"HX-Request": "true"})["HX-Redirect"] == "/login/?next=%2Fjobs%2F"
+    queue_poll = Client().get(f"/jobs/queues/{job.queue_id}/state/", headers={"HX-Request": "true"})
+    assert queue_poll["HX-Redirect"] == f"/login/?next=%2Fjobs%2Fqueues%2F{job.queue_id}%2F"
+    rows_poll = Client().get("/jobs/queues/rows/", headers={"HX-Request": "true"})
+    assert rows_poll["HX-Redirect"] == "/login/?next=%2Fjobs%2Fqueues%2F"
 
 
 def test_another_teams_job_is_404_everywhere(fleet: Fleet) -> None:
     job = fleet.submit("alice", name="vision-secret")
     for username in ["bob", "mallory", "trent"]:  # Robotics researcher, rival admin, rival lead
         client = signed_in(fleet, username)
-        for path in [f"/jobs/{job.pk}/", f"/jobs/{job.pk}/state/", f"/jobs/queues/{job.queue_id}/"]:
+        for path in [
+            f"/jobs/{job.pk}/",
+            f"/jobs/{job.pk}/state/",
+            f"/jobs/queues/{job.queue_id}/",
+            f"/jobs/queues/{job.queue_id}/state/",
+        ]:
             assert client.get(path).status_code == 404, (username, path)
         assert client.get(f"/jobs/{job.pk}/clone/").status_code == 404, username
         assert client.post(f"/jobs/{job.pk}/cancel/", {"reason": "mine"}).status_code == 404, username
@@ -485,3 +500,57 @@ def test_queue_page_shows_usage_against_quota_and_waiting_jobs_in_order(fleet: F
     html = response.content.decode()
     assert "third" in html
     assert "first" in html
+
+
+def test_the_queue_pages_poll_while_visible_as_the_job_list_does(fleet: Fleet) -> None:
+    job = fleet.submit("alice", name="queued-one")
+    lena = signed_in(fleet, "lena")
+    trigger = "every 5s [document.visibilityState === 'visible']"
+
+    page = lena.get(f"/jobs/queues/{job.queue_id}/").content.decode()
+    assert f'hx-get="/jobs/queues/{job.queue_id}/state/"' in page
+    assert trigger in page
+    state = lena.get(f"/jobs/queues/{job.queue_id}/state/")
+    assert state.status_code == 200
+    html = state.content.decode()
+    assert 'id="queue-state"' in html
+    assert trigger in html  # swapped in whole, so it keeps polling
+    assert "queued-one" in html
+    assert "<html" not in html
+
+    listing = lena.get("/jobs/queues/").content.decode()
+    assert 'hx-get="/jobs/queues/rows/?"' in listing
+    rows = lena.get("/jobs/queues/rows/").content.decode()
+    assert 'id="queue-rows"' in rows
+    assert trigger in rows
+    assert f'data-queue="{job.queue_id}"' in rows
+    assert "<html" not in rows
+
+
+def test_the_queue_list_narrows_to_one_team(fleet: Fleet) -> None:
+    vision = fleet.submit("alice").queue
+    robotics = fleet.submit("bob").queue
+    adam = signed_in(fleet, "adam")
+
+    def listed(query: str) -> set[int]:
+        response = adam.get(f"/jobs/queues/rows/?{query}")
+        assert response.status_code == 200
+        return {q.pk for q in response.context["queues"]}
+
+    assert {vision.pk, robotics.pk} <= listed("")
+    assert listed(f"team={vision.team_id}") == {vision.pk}
+    page = adam.get(f"/jobs/queues/?team={vision.team_id}").content.decode()
+    assert f'hx-get="/jobs/queues/rows/?team={vision.team_id}"' in page  # the poll keeps the filter
+    assert adam.get("/jobs/queues/?team=lots").status_code == 400
+    assert adam.get(f"/jobs/queues/?team={fleet.world.other_org.teams.get().pk}").status_code == 400  # not visible
+    assert listed(f"team={robotics.team_id}") == {robotics.pk}
+
+
+def test_the_team_page_and_the_job_list_link_to_the_queues(fleet: Fleet) -> None:
+    vision = fleet.world.teams["vision"]
+    lena = signed_in(fleet, "lena")
+    team_page = lena.get(f"/teams/{vision.pk}/").content.decode()
+    assert f'href="/jobs/queues/?team={vision.pk}"' in team_page
+    assert f'href="/jobs/?team={vision.pk}"' in team_page
+    assert 'href="/jobs/queues/"' in lena.get("/jobs/").content.decode()
+    assert f'href="/jobs/queues/?team={vision.pk}"' in lena.get(f"/jobs/?team={vision.pk}").content.decode()
