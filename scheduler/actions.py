@@ -106,7 +106,8 @@ def tiers_for(team: Team) -> list[PriorityTier]:
 
 def queue_for(team: Team, project: Project | None) -> Queue:
     """A project's own queue if it has one, else the team's queue (every team has one: ``scheduler.signals``)."""
-    queues = {q.project_id: q for q in Queue.objects.filter(Q(project=None) | Q(project=project), team=team)}
+    found = Queue.objects.filter(Q(project=None) | Q(project=project), team=team)
+    queues: dict[int | None, Queue] = {q.project_id: q for q in found}
     queue = queues.get(project.pk if project is not None else None) or queues.get(None)
     if queue is None:
         raise ValidationError({"team": f"Team {team} has no queue; ask an admin of {team.organization} to add one."})

@@ -7,7 +7,9 @@ Both questions are put to the engine itself, so that the answer matches what the
 - ``preview`` places it beside today's running and waiting jobs, for the form's estimated start and cost.
 
 The idle fleet is kept for ``IDLE_TTL`` seconds per organization, so a burst of submissions costs one
-read of the fleet, and a verdict per request shape within it.
+read of the fleet, and a verdict per request shape within it. Today's snapshot, for previews, is kept
+while the placement loop has applied nothing since and for at most ``PREVIEW_TTL`` seconds, so a form
+that asks again as its user types costs one small query, not a read of every node and job.
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ from django.utils import timezone
 from portal.models import Organization
 from scheduler.engine import model as m
 from scheduler.engine import schedule
-from scheduler.models import PriorityTier, Queue
+from scheduler.models import LoopState, PriorityTier, Queue
 from scheduler.snapshot import Index, build, engine_job, fleet, governance
 
 if TYPE_CHECKING:
     from scheduler.actions import JobRequest
 
 IDLE_TTL = 30.0
+PREVIEW_TTL = 10.0
 R = m.PendingReason
 #: Reasons that hold on an idle fleet too, and the request field each is about.
 NEVER = {
@@ -63,6 +66,7 @@ class Preview:
 _lock = threading.Lock()
 _idle: dict[int, tuple[float, m.Snapshot]] = {}
 _verdicts: dict[tuple[int, Any], Refusal | None] = {}
+_current: dict[int, tuple[float, int, m.Snapshot]] = {}  # organization -> (read at, generation, snapshot)
 
 
 def _idle_snapshot(organization: Organization) -> m.Snapshot:
@@ -82,10 +86,25 @@ def _idle_snapshot(organization: Organization) -> m.Snapshot:
     return snapshot
 
 
+def _current_snapshot(organization: Organization) -> m.Snapshot:
+    """Today's snapshot: the cached one while no cycle applied since and it is younger than ``PREVIEW_TTL``."""
+    generation = LoopState.objects.filter(organization=organization).values_list("generation", flat=True).first()
+    now = time.monotonic()
+    with _lock:
+        cached = _current.get(organization.pk)
+        if cached is not None and cached[1] == generation and now - cached[0] < PREVIEW_TTL:
+            return cached[2]
+    snapshot, index = build(organization, timezone.now())
+    with _lock:
+        _current[organization.pk] = (now, index.generation, snapshot)
+    return snapshot
+
+
 def forget(organization: Organization) -> None:
-    """Drop the cached idle fleet (tests, and after the fleet or quotas change)."""
+    """Drop the cached fleets and snapshot (tests, and after the fleet or quotas change)."""
     with _lock:
         _idle.pop(organization.pk, None)
+        _current.pop(organization.pk, None)
         for key in [k for k in _verdicts if k[0] == organization.pk]:
             del _verdicts[key]
 
@@ -137,7 +156,7 @@ def check(organization: Organization, queue: Queue, tier: PriorityTier, request:
 
 def preview(organization: Organization, queue: Queue, tier: PriorityTier, request: JobRequest) -> Preview:
     """Where and when the request would start if submitted now, with today's queue and fleet."""
-    snapshot, _ = build(organization, timezone.now())
+    snapshot = replace(_current_snapshot(organization), now=time.time())
     job = _job(queue, tier, request, snapshot.now)
     decisions = schedule(replace(snapshot, pending=(*snapshot.pending, job)))
     for admission in decisions.admissions:

@@ -12,7 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from clusters.models import Cluster
+from clusters.models import Cluster, Node
 from portal import actions as portal_actions
 from portal.models import AuditLog
 from scheduler import feasibility
@@ -503,6 +503,23 @@ def test_preview_says_price_and_start_and_writes_nothing(fleet: Fleet, api: Any)
     assert api("fiona").post(f"{JOBS}preview/", BODY, format="json").status_code == 403
     assert Job.objects.count() == 6
     assert list(Queue.objects.values_list("pk", flat=True)) == queues
+
+
+def test_a_preview_asked_again_before_the_next_cycle_does_not_read_the_fleet_again(fleet: Fleet, api: Any) -> None:
+    alice = api("alice")
+    node_table = Node._meta.db_table
+    reads = []
+    for _ in range(2):
+        with CaptureQueriesContext(connection) as queries:
+            assert alice.post(f"{JOBS}preview/", BODY, format="json").status_code == 200
+        reads.append(sum(f'FROM "{node_table}"' in q["sql"] for q in queries.captured_queries))
+    assert reads == [2, 0]  # the first: the idle fleet (for "can it ever fit") and today's
+    fleet.submit("lena", accelerators=8)
+    fleet.cycle()  # the loop applied since: the next preview reads today's fleet again
+    with CaptureQueriesContext(connection) as queries:
+        again = alice.post(f"{JOBS}preview/", {**BODY, "accelerators": 8}, format="json")
+    assert sum(f'FROM "{node_table}"' in q["sql"] for q in queries.captured_queries) == 1
+    assert again.json()["starts_now"] is True
 
 
 def test_list_and_detail_cost_the_same_queries_for_few_or_many_jobs(fleet: Fleet, api: Any) -> None:
