@@ -1,4 +1,4 @@
-"""Cohorts, queues, quotas and priority tiers in the Django admin (their own pages come with issue 7).
+"""Cohorts, queues, quotas and priority tiers in the Django admin (leads and admins use the portal's pages).
 Jobs are shown read-only here: they change only through their lifecycle."""
 
 from typing import Any
@@ -6,7 +6,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from scheduler.models import Cohort, Job, JobEvent, PriorityTier, Queue, Quota
+from scheduler.models import Cohort, Job, JobEvent, PriorityTier, Queue, Quota, QuotaChange
 
 
 class QuotaInline(admin.TabularInline[Quota, Any]):
@@ -51,6 +51,21 @@ class JobAdmin(admin.ModelAdmin[Job]):
     list_filter = ["state", "team__organization", "team"]
     search_fields = ["name"]
     inlines = [JobEventInline]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(QuotaChange)
+class QuotaChangeAdmin(admin.ModelAdmin[QuotaChange]):
+    """The quota history, read-only: it is written by ``scheduler/quotas.py`` alongside each change."""
+
+    list_display = ["created_at", "actor_name", "subject", "reason"]
+    list_filter = ["organization", "kind", "team"]
+    search_fields = ["subject", "reason", "actor_name"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -133,6 +133,48 @@ class Quota(models.Model):
         return f"{self.queue or self.cohort} {self.flavor} {self.resource}: {self.nominal}"
 
 
+class QuotaChange(models.Model):
+    """One change to how a team or the organization is governed (a quota, a queue's policy, a cohort), with
+    who made it, why, and the values before and after: the history team leads and admins read. Written only
+    by ``scheduler/quotas.py``, next to the audit log entry of the same change."""
+
+    class Kind(models.TextChoices):
+        QUOTA = "quota", "Quota"
+        POLICY = "policy", "Queue policy"
+        QUEUE = "queue", "Queue"
+        COHORT = "cohort", "Cohort"
+
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="quota_changes")
+    #: The team whose queue changed; empty for organization-level changes (cohorts), which only
+    #: organization-wide roles see.
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, null=True, blank=True, related_name="quota_changes")
+    queue = models.ForeignKey(Queue, on_delete=models.SET_NULL, null=True, blank=True, related_name="changes")
+    cohort = models.ForeignKey(Cohort, on_delete=models.SET_NULL, null=True, blank=True, related_name="changes")
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    #: What changed, in words ("queue vision: H100 accelerators").
+    subject = models.CharField(max_length=200)
+    before: models.JSONField[Any, Any] = models.JSONField(default=dict, blank=True)
+    after: models.JSONField[Any, Any] = models.JSONField(default=dict, blank=True)
+    reason = models.TextField()
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    actor_name = models.CharField(max_length=150)
+    created_at = models.DateTimeField(db_index=True)
+
+    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Tenancy(TenancyRules):
+        team_field = "team"
+        org_field = "organization"
+        policy = {Action.VIEW: ALL_ROLES}
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["team", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M} {self.actor_name}: {self.subject}"
+
+
 class PriorityTier(models.Model):
     """A priority class jobs are submitted under. Higher values go first and may preempt lower ones."""
 

@@ -201,22 +201,51 @@ def governance(organization: Organization, every_flavor: tuple[str, ...], index:
     for q in Quota.objects.filter(flavor__organization=organization).values("queue_id", "cohort_id", *quota_fields):
         (queue_quotas[q["queue_id"]] if q["queue_id"] else cohort_quotas[q["cohort_id"]]).append(q)
     cohort_rows = list(Cohort.objects.filter(organization=organization).values("pk", "name", "parent__name"))
-    cohorts = tuple(m.Cohort(c["name"], c["parent__name"], _quotas(cohort_quotas[c["pk"]])) for c in cohort_rows)
-    queues = tuple(
-        m.Queue(
-            q["name"],
-            q["cohort__name"],
-            _quotas(queue_quotas[q["pk"]]),
-            tuple(q["flavor_order"]) or every_flavor,
-            m.WithinQueue(q["within_queue"]),
-            m.Reclaim(q["reclaim"]),
-            q["weight"],
-        )
-        for q in Queue.objects.filter(team__organization=organization).values(
-            "pk", "name", "cohort__name", "flavor_order", "within_queue", "reclaim", "weight"
+    cohorts = [m.Cohort(c["name"], c["parent__name"], _quotas(cohort_quotas[c["pk"]])) for c in cohort_rows]
+    rows = list(
+        Queue.objects.filter(team__organization=organization).values(
+            "pk", "name", "team_id", "project_id", "cohort__name", "flavor_order", "within_queue", "reclaim", "weight"
         )
     )
-    return tuple(tiers), cohorts, queues
+    # A team whose projects have queues of their own is a cohort holding the team's quota (``quotas.py``).
+    split = {q["team_id"] for q in rows if q["project_id"] is not None}
+    team_cohort: dict[int, str] = {}
+    for q in rows:
+        if q["project_id"] is None and q["team_id"] in split:
+            # Its queues below bring the team's quota; the cohort keeps the team's borrowing and lending limits.
+            name = team_cohort[q["team_id"]] = f"team {q['name']}"
+            limits = [{**r, "nominal": Decimal(0)} for r in queue_quotas[q["pk"]]]
+            cohorts.append(m.Cohort(name, q["cohort__name"], _quotas(limits)))
+    given: dict[tuple[int, str, str], Decimal] = defaultdict(Decimal)  # what a team gave its projects
+    for q in rows:
+        if q["project_id"] is not None and q["team_id"] in team_cohort:
+            for quota in queue_quotas[q["pk"]]:
+                given[(q["team_id"], quota["flavor__name"], quota["resource"])] += quota["nominal"]
+    queues = []
+    for q in rows:
+        quota_rows = queue_quotas[q["pk"]]
+        cohort = q["cohort__name"]
+        if q["team_id"] in team_cohort:
+            cohort = team_cohort[q["team_id"]]
+            if q["project_id"] is None:  # the team's own queue keeps what its projects were not given
+                quota_rows = [
+                    {**r, "nominal": max(Decimal(0), r["nominal"] - given[(q["team_id"], r["flavor__name"],
+                                                                          r["resource"])]),
+                     "borrowing_limit": None, "lending_limit": None}
+                    for r in quota_rows
+                ]  # fmt: skip
+        queues.append(
+            m.Queue(
+                q["name"],
+                cohort,
+                _quotas(quota_rows),
+                tuple(q["flavor_order"]) or every_flavor,
+                m.WithinQueue(q["within_queue"]),
+                m.Reclaim(q["reclaim"]),
+                q["weight"],
+            )
+        )
+    return tuple(tiers), tuple(cohorts), tuple(queues)
 
 
 def _running(
