@@ -13,6 +13,7 @@ import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -361,3 +362,109 @@ def clone_request(job: Job) -> dict[str, Any]:
         "env": dict(job.env),
         "max_retries": job.max_retries,
     }
+
+
+# --- on-call: force-preempt and requeue --------------------------------------------------------------------
+
+#: Where a job holds capacity and may be told to stop (a preempting job is stopping already).
+PREEMPTABLE = PLACED - {S.PREEMPTING}
+
+
+def may_intervene(actor: User, job: Job) -> bool:
+    """Whether ``actor`` may force-preempt or requeue ``job``: an admin of its organization, or a superuser."""
+    if getattr(actor, "is_superuser", False):
+        return True
+    return Membership.objects.filter(
+        user=actor, organization_id=job.team.organization_id, role=Role.ADMIN, team=None
+    ).exists()
+
+
+def _intervention(actor: User, job: Job, reason: str, what: str) -> str:
+    """The checks both on-call actions make first; the reason, which they require, stripped."""
+    if not may_intervene(actor, job):
+        raise PermissionDenied(f"Only an admin of {job.team.organization} may {what} a job.")
+    reason = (reason or "").strip()
+    if not reason:
+        raise ValidationError({"reason": f"Say why you {what} it (kept in its timeline and the audit log)."})
+    if len(reason) > 2000:
+        raise ValidationError({"reason": "Ensure the reason has no more than 2000 characters."})
+    return reason
+
+
+def _sentence(text: str) -> str:
+    return text if text.endswith((".", "!", "?")) else f"{text}."
+
+
+def preempt_job(actor: User, job: Job, reason: str, *, http: HttpRequest | None = None) -> Job:
+    """Force-preempt a placed job (on-call), as the loop preempts its victims: it is told to checkpoint and
+    exit within its tier's grace period, stopped when that ends, and requeued to resume from its checkpoint
+    (``dispatch``). A preemption is not the job's failure: its retries are untouched. Admins only; this
+    overrides the job's being non-preemptible, which only keeps the scheduler from choosing it."""
+    reason = _intervention(actor, job, reason, "preempt")
+    now = timezone.now()
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        if locked.state not in PREEMPTABLE:
+            state = locked.get_state_display().lower()
+            raise ValidationError(
+                {"state": f"Job #{job.pk} is {state}; only a placed or running job can be preempted."}
+            )
+        grace = PriorityTier.objects.values_list("grace_seconds", flat=True).get(pk=locked.tier_id)
+        deadline = now + timedelta(seconds=grace)
+        frm = locked.state
+        Attempt.objects.filter(job=locked, number=locked.attempt, outcome=Attempt.Outcome.ACTIVE).update(
+            stop_deadline=deadline
+        )
+        message = f"Preempted by {actor.get_username()}: {_sentence(reason)} It has {grace} s to checkpoint and exit."
+        detail = {"deadline": deadline.isoformat(), "reason": reason}
+        lifecycle.move(locked, S.PREEMPTING, "preempted_by_admin", message, actor=actor, detail=detail, at=now)
+        audit.record(
+            "job.preempted",
+            actor=actor,
+            target=locked,
+            organization=job.team.organization,
+            changes={"state": [frm, S.PREEMPTING]},
+            reason=reason,
+            request=http,
+        )
+        job_id = locked.pk
+        transaction.on_commit(lambda: _signal_later(job_id))
+    job.refresh_from_db()
+    return job
+
+
+def _signal_later(job_id: int) -> None:
+    from scheduler.tasks import send, signal_preemption
+
+    send(signal_preemption, job_id)
+
+
+def requeue_job(actor: User, job: Job, reason: str, *, http: HttpRequest | None = None) -> Job:
+    """Put a failed job (one out of retries, say, after its cluster was mended) back in its queue at once,
+    to be placed again and resume from its checkpoint. That is one more try, outside the retry policy: its
+    retries are not given back, so should it fail again it stays failed. Admins only."""
+    reason = _intervention(actor, job, reason, "requeue")
+    now = timezone.now()
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        if locked.state != S.FAILED:
+            state = locked.get_state_display().lower()
+            raise ValidationError({"state": f"Job #{job.pk} is {state}; only a failed job can be requeued."})
+        resume = f" It resumes from {locked.checkpoint_location}." if locked.checkpoint_location else ""
+        message = f"Requeued by {actor.get_username()}: {_sentence(reason)} One more try.{resume}"
+        lifecycle.move(
+            locked, S.REQUEUED, "requeued_by_admin", message, actor=actor, detail={"reason": reason}, at=now,
+            not_before=None, finished_at=None,
+        )  # fmt: skip
+        audit.record(
+            "job.requeued",
+            actor=actor,
+            target=locked,
+            organization=job.team.organization,
+            changes={"state": [S.FAILED, S.REQUEUED]},
+            reason=reason,
+            request=http,
+        )
+        transaction.on_commit(wake_loop)
+    job.refresh_from_db()
+    return job

@@ -1,14 +1,16 @@
-"""The jobs API: submit (and preview), list, read, follow the timeline of, and cancel jobs.
+"""The jobs API: submit (and preview), list, read, follow the timeline of, and cancel jobs; admins also
+force-preempt and requeue them.
 
 Thin, like the rest of the API: rows come from ``Job.objects.for_user`` (another team's job is a 404 for
 every verb), a submission goes through ``actions.submit_job`` (the one path, shared with the web form and
-the ``qm`` CLI), a cancellation through ``actions.cancel_job``. The serializers convert between the units
-people use and the engine's.
+the ``qm`` CLI), a cancellation through ``actions.cancel_job``, a preemption or requeue through
+``actions.preempt_job`` / ``actions.requeue_job``; a job in the wrong state for the change is a 409. The
+serializers convert between the units people use and the engine's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -21,6 +23,7 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.serializers import Serializer
 
 from portal.api.errors import error_body
 from portal.api.views import TenantViewSet
@@ -141,11 +144,47 @@ class JobViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         """Cancel a waiting or running job: researchers their own, leads and admins any of the team's."""
+        return self._change(request, s.CancelSerializer, actions.cancel_job)
+
+    @extend_schema(
+        request=s.InterventionSerializer,
+        responses={
+            200: s.JobSerializer,
+            400: ERROR,
+            403: ERROR,
+            404: ERROR,
+            409: OpenApiResponse(description="Not placed or running."),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def preempt(self, request: Request, pk: str | None = None) -> Response:
+        """Admins: stop a placed or running job within its tier's grace period (it checkpoints and exits) and
+        put it back in its queue, to resume from its checkpoint. Not counted as a retry."""
+        return self._change(request, s.InterventionSerializer, actions.preempt_job)
+
+    @extend_schema(
+        request=s.InterventionSerializer,
+        responses={
+            200: s.JobSerializer,
+            400: ERROR,
+            403: ERROR,
+            404: ERROR,
+            409: OpenApiResponse(description="Not failed."),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def requeue(self, request: Request, pk: str | None = None) -> Response:
+        """Admins: put a failed job (out of retries, say) back in its queue for one more try."""
+        return self._change(request, s.InterventionSerializer, actions.requeue_job)
+
+    def _change(self, request: Request, form_class: type[Serializer[Any]], change: Callable[..., Job]) -> Response:
+        """Apply ``change`` (an action taking the actor, the job and a reason) to a job the user can see; a job
+        in a state the change does not apply to is a 409 naming the state."""
         job = self.get_object()
-        form = s.CancelSerializer(data=request.data)
+        form = form_class(data=request.data)
         form.is_valid(raise_exception=True)
         try:
-            job = actions.cancel_job(self.actor, job, form.validated_data["reason"], http=request._request)
+            job = change(self.actor, job, form.validated_data["reason"], http=request._request)
         except DjangoValidationError as error:
             if "state" not in getattr(error, "error_dict", {}):
                 raise

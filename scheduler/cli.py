@@ -1,4 +1,5 @@
-"""``qm``: the command-line client of the Quartermaster API (submit, list, show, follow and cancel jobs).
+"""``qm``: the command-line client of the Quartermaster API (submit, list, show, follow and cancel jobs;
+admins preempt and requeue them).
 
 It talks to the REST API only (``/api/v1/``) with a personal API token, and imports nothing of Django, so
 it runs on any machine with ``requests`` and PyYAML. Where it finds the server and the token, first match
@@ -403,8 +404,9 @@ def cmd_show(args: argparse.Namespace, settings: Settings, client: Client) -> in
     return OK
 
 
-def cmd_cancel(args: argparse.Namespace, settings: Settings, client: Client) -> int:
-    _, job = client.call("POST", f"jobs/{args.id}/cancel/", body={"reason": args.reason or ""})
+def cmd_change(args: argparse.Namespace, settings: Settings, client: Client) -> int:
+    """``cancel``, ``preempt`` or ``requeue`` (the command's name is the endpoint's) a job, with a reason."""
+    _, job = client.call("POST", f"jobs/{args.id}/{args.command}/", body={"reason": args.reason or ""})
     print(f"Job {job['id']} ({job['name']}): {job['state']}.", file=settings.out)
     return OK
 
@@ -490,9 +492,17 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("id", type=int)
     show.add_argument("--json", action="store_true", help="the API's answer as JSON")
 
-    cancel = command("cancel", cmd_cancel, "cancel a job")
+    cancel = command("cancel", cmd_change, "cancel a job")
     cancel.add_argument("id", type=int)
     cancel.add_argument("--reason", help="why (kept in the job's timeline and the audit log)")
+
+    preempt = command("preempt", cmd_change, "admins: stop a running job within its grace period and requeue it")
+    preempt.add_argument("id", type=int)
+    preempt.add_argument("--reason", required=True, help="why (kept in the job's timeline and the audit log)")
+
+    requeue = command("requeue", cmd_change, "admins: put a failed job back in its queue for one more try")
+    requeue.add_argument("id", type=int)
+    requeue.add_argument("--reason", required=True, help="why (kept in the job's timeline and the audit log)")
 
     following = command("follow", cmd_follow, "print a job's events until it ends (exit 0 if it succeeded)")
     following.add_argument("id", type=int)

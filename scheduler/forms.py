@@ -303,6 +303,19 @@ class CancelForm(forms.Form):
     )  # fmt: skip
 
 
+class InterventionForm(forms.Form):
+    """An admin's force-preempt or requeue: the reason is required (the action says so too)."""
+
+    reason = forms.CharField(
+        max_length=2000, widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Required; kept in the job's timeline and the audit log.",
+    )  # fmt: skip
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("auto_id", "intervene_%s")  # beside the cancel form on one page: ids of its own
+        super().__init__(*args, **kwargs)
+
+
 class JobListFilter(ChoicesForm):
     """The job list's filters: the list's queryset is already scoped; these narrow it."""
 

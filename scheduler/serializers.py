@@ -316,6 +316,12 @@ class CancelSerializer(serializers.Serializer[Any]):
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
 
 
+class InterventionSerializer(serializers.Serializer[Any]):
+    """An admin's force-preempt or requeue: why, for the job's timeline and the audit log."""
+
+    reason = StrictCharField(max_length=2000)
+
+
 class PreviewSerializer(serializers.Serializer[Any]):
     cost_per_hour = serializers.FloatField(allow_null=True, help_text="Of the placement it would get.")
     starts_now = serializers.BooleanField()

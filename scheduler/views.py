@@ -1,6 +1,7 @@
 """Job pages: the list (filtered, paged, polled while visible), one job (its state, why it waits, where it
-runs, its timeline and cost so far; cancel and clone), the submit form with its live preview (field errors
-and the estimated cost and start as you type), and the team queues with their usage against quota.
+runs, its timeline and cost so far; cancel and clone; admins force-preempt and requeue), the submit form with
+its live preview (field errors and the estimated cost and start as you type), and the team queues with their
+usage against quota (polled while visible too).
 
 Thin: every job is looked up through ``Job.objects.for_user`` (another team's job is a 404), every change
 goes through ``scheduler.actions``; bad input is answered with 400 and the errors beside their fields.
@@ -34,7 +35,7 @@ from portal.types import AuthenticatedHttpRequest
 from scheduler import actions, costs, feasibility, lifecycle
 from scheduler.actions import JobRequest
 from scheduler.engine.model import PendingReason
-from scheduler.forms import CancelForm, JobForm, JobListFilter, QueueListFilter, initial_from_job
+from scheduler.forms import CancelForm, InterventionForm, JobForm, JobListFilter, QueueListFilter, initial_from_job
 from scheduler.lifecycle import PLACED, WAITING
 from scheduler.models import Assignment, Attempt, Job, PriorityTier, Queue, Quota
 
@@ -201,8 +202,15 @@ def _state_context(request: AuthenticatedHttpRequest, job: Job) -> dict[str, Any
 
 def _render_job(request: AuthenticatedHttpRequest, job: Job, status: int = 200, **extra: Any) -> HttpResponse:
     context = _state_context(request, job)
+    intervenes = actions.may_intervene(request.user, job)
+    posted, refused = extra.get("intervention", ""), extra.get("intervene_form")
     context.update(
         may_cancel=may_cancel(request, job),
+        may_preempt=intervenes and job.state in actions.PREEMPTABLE,
+        may_requeue=intervenes and job.state == Job.State.FAILED,
+        preempt_form=refused if posted == "preempt" else InterventionForm(),
+        requeue_form=refused if posted == "requeue" else InterventionForm(),
+        intervention=posted,
         may_clone=job.team_id in {team.pk for team in actions.teams_for_submission(request.user)},
         cancel_form=extra.get("cancel_form") or CancelForm(),
         clusters=list(job.clusters.all()),
@@ -243,6 +251,43 @@ def job_cancel(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
             return redirect("job-detail", pk=job.pk)
     job.refresh_from_db()
     return _render_job(request, job, BAD_REQUEST, cancel_form=form)
+
+
+def _intervene(
+    request: AuthenticatedHttpRequest, pk: int, name: str, change: Callable[..., Job], done: str
+) -> HttpResponse:
+    """An admin's force-preempt or requeue (``change``, the action) of a job the user can see: a 403 for
+    anyone else, the page again with the reason's or the state's error beside the form if refused."""
+    job = _visible_job(request, pk)
+    form = InterventionForm(request.POST)
+    if form.is_valid():
+        try:
+            job = change(request.user, job, form.cleaned_data["reason"], http=request)
+        except ValidationError as exc:
+            errors = exc.message_dict if hasattr(exc, "error_dict") else {"__all__": exc.messages}
+            for field, texts in errors.items():
+                form.add_error("reason" if field == "reason" else None, texts)
+        else:
+            messages.success(request, done.format(job=job))
+            return redirect("job-detail", pk=job.pk)
+    job.refresh_from_db()
+    return _render_job(request, job, BAD_REQUEST, intervene_form=form, intervention=name)
+
+
+@login_required
+@require_POST
+def job_preempt(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    return _intervene(
+        request, pk, "preempt", actions.preempt_job,
+        "Job #{job.pk} is preempted: it has {job.tier.grace_seconds} s to checkpoint and exit, then goes back to "
+        "its queue.",
+    )  # fmt: skip
+
+
+@login_required
+@require_POST
+def job_requeue(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    return _intervene(request, pk, "requeue", actions.requeue_job, "Job #{job.pk} is requeued for one more try.")
 
 
 # --- submitting -------------------------------------------------------------------------------------------

@@ -127,6 +127,26 @@ def test_submit_list_show_events_and_cancel(server: Fleet, tmp_path: Path, capsy
     assert err == f"qm: No job {bobs.pk}, or not one you may see.\n"
 
 
+def test_an_admin_preempts_and_requeues_a_job(server: Fleet, capsys: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    job = server.submit("alice", name="train")
+    server.cycle()
+    status, _, err = qm(capsys, "preempt", str(job.pk), "--reason", "rack 3 maintenance")  # alice: not an admin
+    assert status == 1
+    assert "Only an admin" in err
+    _, token = portal_actions.issue_token(server.user("adam"), name="on-call")
+    monkeypatch.setenv("QM_TOKEN", token)
+    status, out, err = qm(capsys, "preempt", str(job.pk))
+    assert status == 2  # --reason is required
+    assert "--reason" in err
+    status, out, err = qm(capsys, "preempt", str(job.pk), "--reason", "rack 3 maintenance")
+    assert (status, out.strip(), err) == (0, f"Job {job.pk} (train): preempting.", "")
+    status, out, err = qm(capsys, "requeue", str(job.pk), "--reason", "again")
+    assert status == 1
+    assert "only a failed job can be requeued" in err
+    assert "  state: " in err
+    assert Job.objects.get(pk=job.pk).state == Job.State.PREEMPTING
+
+
 def test_the_example_job_file_previews_and_submits(server: Fleet, capsys: Any) -> None:
     assert set(JobSubmissionSerializer().fields) == cli.SUBMIT_FIELDS
     example = yaml.safe_load(EXAMPLE.read_text())
