@@ -3,6 +3,8 @@
 The shape follows Kueue's cycle (SCHEDULING.md §1) with Armada's and Slurm's ideas where they are better:
 
 1. Build state from the snapshot: quota usage of the cohort tree, nodes as arrays, the backfill timeline.
+   Then give back quota that was lowered below usage (``over_quota.py``): preempt, gracefully, what a queue
+   or cohort holds beyond what it may, before any pending job is considered.
 2. Order: each queue's jobs by (tier priority, aged submit time, id), where the aged submit time is
    the submit time plus ``Config.short_first`` times the time limit (short jobs first, with aging);
    across queues a heap over the queue heads by (tier priority, then the queue's weighted dominant
@@ -63,6 +65,7 @@ from .model import (
     Tier,
 )
 from .nodes import FreeState, IntArray, NodeTable
+from .over_quota import reclaim_over_quota
 from .placement import (
     Holds,
     accelerator_slots,
@@ -317,9 +320,10 @@ class Cycle:
     # --------------------------------------------------------------------------------------------- cycle
 
     def run(self) -> Decisions:
-        """Consider every job in order. This loop runs once per pending job, tens of thousands of times a
-        cycle, and nearly every time the failure cache already knows the verdict; so that case is kept
-        inline and short."""
+        """Give back quota lowered below usage, then consider every job in order. This loop runs once per
+        pending job, tens of thousands of times a cycle, and nearly every time the failure cache already
+        knows the verdict; so that case is kept inline and short."""
+        reclaim_over_quota(self)
         limit, attempts, considered = self.config.max_jobs_per_cycle, self.config.preemption_attempts, 0
         admit_limit, admissions = self.config.max_admissions_per_cycle, self.admissions
         order, pending, failed, preemptor, make = self.order, self.pending, self._failed, self.preemptor, tuple.__new__

@@ -305,6 +305,9 @@ class PreemptionReason(StrEnum):
     PRIORITY = "priority"  # a higher-priority job of the same queue
     RECLAIM = "reclaim"  # the victim's queue was borrowing quota that its owner now needs
     FAIR_SHARING = "fair_sharing"  # the victim's queue had more than its fair share
+    #: Its queue or a cohort above it uses more than its quota now allows (a quota was lowered below
+    #: usage); no pending job asked for it, so the preemptor is "" (``over_quota.py``).
+    OVER_QUOTA = "over_quota"
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,6 +326,7 @@ class Admission:
 @dataclass(frozen=True, slots=True)
 class Preemption:
     workload: str
+    #: The pending job the victim makes room for; "" when none does (reason ``OVER_QUOTA``).
     preemptor: str
     reason: PreemptionReason
     message: str

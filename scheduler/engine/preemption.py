@@ -16,7 +16,8 @@ Kueue (it uses "most recently admitted" as a proxy); newest; id.
 Greedy then fill back: remove candidates in order until the job fits quota *and* nodes, then try putting
 each victim back, from the second-to-last to the first; the set left is minimal (no victim can be spared).
 Victims keep running through their grace period, so the preemptor waits; it is never admitted in the
-cycle that preempts for it.
+cycle that preempts for it. The victims of the cycle's first phase, which gives back quota lowered below
+usage (``over_quota.py``), are registered here as well (``victims``, ``leaving``).
 """
 
 from __future__ import annotations
@@ -110,6 +111,13 @@ class Preemptor:
         #: Victims chosen this cycle: they still run (and count) until their grace period ends.
         self.leaving: list[Running] = []
 
+    def policy(self) -> Policy:
+        """The running work's queues, tiers and times as arrays, read once per cycle (``RunningWork.policy``)."""
+        if self._policy is None:
+            cycle = self.cycle
+            self._policy = cycle.work.policy(cycle.tiers, cycle.quota.index)
+        return self._policy
+
     def _candidates(self, job: Job, tier: Tier, queue: Queue, qi: int, flavor: str) -> list[Running]:
         """Workloads the policy lets ``job`` preempt, cheapest first (cached for identical preemptors)."""
         newer_matters = queue.within_queue is WithinQueue.LOWER_OR_NEWER_EQUAL_PRIORITY
@@ -129,9 +137,7 @@ class Preemptor:
         found = self._sorted.get(flavor)
         if found is None:
             cycle = self.cycle
-            if self._policy is None:
-                self._policy = cycle.work.policy(cycle.tiers, cycle.quota.index)
-            p = self._policy
+            p = self.policy()
             index = np.asarray(cycle.running.get(flavor, []), np.int64)  # in id order, the last tie-break
             index = index[p.preemptible[index]]
             lost = cycle.now - np.maximum(p.admitted[index], p.saved[index])
@@ -216,7 +222,7 @@ class Preemptor:
             return False
         needed, placement = found
         self._hold(qi, flavor, request, needed, placement)
-        self._issue(job, tier, queue, qi, needed, position)
+        self._issue(job, tier, queue, qi, flavor, needed, position)
         return True
 
     def _search(
@@ -380,7 +386,9 @@ class Preemptor:
         self.cycle.quota.charge(r.queue, flavor, r.usage)
         self.cycle.table.take(work, r.workload.assignments, -1)
 
-    def _issue(self, job: Job, tier: Tier, queue: Queue, qi: int, chosen: list[Running], position: int) -> None:
+    def _issue(
+        self, job: Job, tier: Tier, queue: Queue, qi: int, flavor: str, chosen: list[Running], position: int
+    ) -> None:
         cycle = self.cycle
         fresh = [r for r in chosen if not r.workload.evicting]
         for r in fresh:
@@ -401,7 +409,11 @@ class Preemptor:
                 )
             )
         cycle.stats["preempted"] += len(fresh)
-        start = cycle.now + max((r.grace for r in chosen), default=0)
+        # With no victims of its own, the job waits for this cycle's earlier victims in its cohort tree (the
+        # search counted them gone; their nodes stay taken, so it is their quota that it waits for).
+        root, tree = cycle.quota.root(qi), cycle.quota.root
+        waited = chosen or [r for r in self.leaving if r.workload.flavor == flavor and tree(r.queue) == root]
+        start = cycle.now + max((r.grace for r in waited), default=0)
         cycle._pend(
-            job, PendingReason.WAITING_FOR_PREEMPTION, position=position, estimate=start, facts={"victims": len(chosen)}
+            job, PendingReason.WAITING_FOR_PREEMPTION, position=position, estimate=start, facts={"victims": len(waited)}
         )

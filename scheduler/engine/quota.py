@@ -194,6 +194,12 @@ class QuotaTree:
             if request[r]:
                 (self.add if sign > 0 else self.remove)(queue, fr, request[r])
 
+    def over_potential(self) -> bool:
+        """True when some node uses more of a governed column than it could ever hold (a quota was lowered
+        below usage); see ``over_quota.py``. One comparison per node and column: cheap enough for every cycle."""
+        covered = self._covered
+        return any(u[fr] > p[fr] for u, p in zip(self.usage, self.potential_of, strict=True) for fr in covered)
+
     def over_nominal(self, queue: int, flavor: str) -> bool:
         """True when the queue uses more than its own nominal quota of the flavor (it is borrowing)."""
         return any(self.usage[queue][fr] > self.nominal[queue][fr] for _, fr in self.frs(flavor))

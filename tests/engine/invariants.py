@@ -9,7 +9,10 @@ What the replay assumes (SCHEDULING.md §5, §6):
 - a victim keeps running through its grace period, so a preemption frees neither quota nor capacity in
   the cycle that issues it: only admissions change usage and free capacity;
 - every (flavor, resource) that an admission touches must keep its limits. The input may already break a
-  limit (a quota was lowered); then the admission must not add usage to the tree node that is over.
+  limit (a quota was lowered); then the admission must not add usage to the tree node that is over;
+- preemptions with no preemptor (reason ``over_quota``) give back quota lowered below usage: they come
+  before every job, and once they play out no node stays over while preemptible work could give it back
+  (``over_quota_rules.py``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from scheduler.engine.model import (
     Node,
     PendingReason,
     Preemption,
+    PreemptionReason,
     Queue,
     Reservation,
     Snapshot,
@@ -38,6 +42,7 @@ from scheduler.engine.model import (
     TopologyMode,
     Workload,
 )
+from tests.engine.over_quota_rules import check_reclaim, check_reclaimed
 from tests.engine.quota_tree import Key, QuotaTree, describe, usage_by_key
 from tests.engine.victims import check_victims_suffice, preempt
 
@@ -162,6 +167,7 @@ class Replay:
             by_preemptor[p.preemptor].append(p)
         admissions = {a.job: a for a in self.decisions.admissions}
         reservations = {r.job: r for r in self.decisions.reservations}
+        check_reclaim(self, by_preemptor.pop("", []))
         for step, job_id in enumerate(self.decisions.order):
             where = f"step {step} (job {job_id!r})"
             if by_preemptor[job_id]:
@@ -173,6 +179,7 @@ class Replay:
             if job_id in reservations:
                 self._reserve(where, self.jobs[job_id], reservations[job_id])
         check_victims_suffice(self)
+        check_reclaimed(self)
 
     def _waits_for_evicting(self, job: Job) -> None:
         """A job waiting on workloads told to stop in an earlier cycle will use its queue's quota, like a
@@ -208,7 +215,9 @@ class Replay:
             if a.job not in considered:
                 _fail(f"admission of {a.job!r}: the job is not in the cycle's order")
         for p in d.preemptions:
-            if p.preemptor not in considered:
+            if (p.preemptor == "") != (p.reason == PreemptionReason.OVER_QUOTA):
+                _fail(f"preemption of {p.workload!r}: reason {p.reason} with preemptor {p.preemptor!r}")
+            if p.preemptor and p.preemptor not in considered:
                 _fail(f"preemption of {p.workload!r}: its preemptor {p.preemptor!r} is not in the cycle's order")
         reserved: set[str] = set()
         for r in d.reservations:

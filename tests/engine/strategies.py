@@ -271,6 +271,34 @@ def _running(
     return tuple(workloads)
 
 
+def _lowered(
+    draw: st.DrawFn, cohorts: tuple[Cohort, ...], queues: tuple[Queue, ...], running: tuple[Workload, ...]
+) -> tuple[tuple[Cohort, ...], tuple[Queue, ...]]:
+    """A quota lowered below what runs, as a team lead or an admin may do at any time (issue 7): a queue's
+    accelerator quota in a flavor it uses cut to a fraction of its usage (and now and then its borrowing
+    too), or its cohort's borrowing cut to nothing."""
+    used: dict[tuple[str, str], int] = {}
+    for w in running:
+        key = (w.queue, w.flavor)
+        used[key] = used.get(key, 0) + sum(milli for a in w.assignments for _, milli in a.accels)
+    busy = sorted(key for key, amount in used.items() if amount)
+    if not busy:
+        return cohorts, queues
+    name, flavor = _pick(draw, busy)
+    key = (flavor, "accelerator")
+    cohort = next(q.cohort for q in queues if q.name == name)
+    if cohort is None or _coin(draw):
+        nominal = used[(name, flavor)] * _int(draw, 0, 3) // 4 // WHOLE * WHOLE
+        quota = Quota(nominal, 0 if _coin(draw) else None)
+        queues = tuple(replace(q, quotas={**q.quotas, key: quota}) if q.name == name else q for q in queues)
+    else:
+        cohorts = tuple(
+            replace(c, quotas={**c.quotas, key: Quota(0, None if c.parent is None else 0)}) if c.name == cohort else c
+            for c in cohorts
+        )
+    return cohorts, queues
+
+
 def _job(
     draw: st.DrawFn,
     k: int,
@@ -328,6 +356,8 @@ def snapshots(
 
     ``contended`` (drawn when None): a handful of busy nodes and generous quotas, so that capacity, not
     quota, is what blocks jobs: that is where preemption for room, reservations and backfill happen.
+    Running work is carved out of the fleet whatever the quotas, so it often uses more than a queue or
+    cohort may (as after a quota was lowered); now and then a quota is lowered below usage on purpose.
     """
     if contended is None:
         contended = _rare(draw, 3)
@@ -347,6 +377,8 @@ def snapshots(
     fleet = _Fleet(draw, clusters, flavors, size)
     attempts = _int(draw, size, 4 * size) if contended else _int(draw, 0, max_running)
     running = _running(draw, fleet, queues, tiers, attempts, recent=contended)
+    if _rare(draw, 3):
+        cohorts, queues = _lowered(draw, cohorts, queues, running)
     pending = tuple(
         _job(draw, k, clusters, flavors, queues, tiers, short=contended) for k in range(_int(draw, 0, max_pending))
     )

@@ -87,6 +87,26 @@ def test_input_order_does_not_change_decisions(snapshot: Snapshot, rnd: random.R
     assert schedule(snapshot) == schedule(shuffled(snapshot, rnd))
 
 
+def _over_quota(decisions: Decisions) -> list[Preemption]:
+    return [p for p in decisions.preemptions if p.reason is PreemptionReason.OVER_QUOTA]
+
+
+@PROPERTY
+@given(snapshots())
+def test_quota_is_given_back_whatever_is_pending(snapshot: Snapshot) -> None:
+    """Giving back quota lowered below usage comes first: no pending job changes it."""
+    assert _over_quota(schedule(snapshot)) == _over_quota(schedule(replace(snapshot, pending=())))
+
+
+@PROPERTY
+@given(snapshots())
+def test_nothing_more_is_given_back_while_the_victims_stop(snapshot: Snapshot) -> None:
+    """The next cycle, with this cycle's victims still in their grace period, preempts nothing for quota."""
+    stopping = {p.workload for p in schedule(snapshot).preemptions}
+    running = tuple(replace(w, evicting=w.evicting or w.id in stopping) for w in snapshot.running)
+    assert not _over_quota(schedule(replace(snapshot, running=running, pending=())))
+
+
 # --------------------------------------------------------------------------- small scenarios, by hand
 
 H100 = "h100"

@@ -242,7 +242,8 @@ def check_victims_suffice(r: Replay) -> None:
     """
     by_preemptor: dict[str, list[Workload]] = defaultdict(list)
     for p in r.decisions.preemptions:
-        by_preemptor[p.preemptor].append(r.running[p.workload])
+        if p.preemptor:  # over-quota victims make room for nobody (``over_quota_rules.py``)
+            by_preemptor[p.preemptor].append(r.running[p.workload])
     if not by_preemptor:
         return
     gone = [r.running[w] for w in r.preempted] + [w for w in r.snapshot.running if w.evicting]
