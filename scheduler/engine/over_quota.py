@@ -24,8 +24,9 @@ Choices:
   over: preemptible work only (its tier and the job allow it, as the preemptor decides it), not evicting,
   not a victim yet. First the work of queues that are borrowing (over their own nominal quota in a column
   over at the node, re-checked at every pick), then the rest; within each, lower tier priority first, then
-  newest admitted (the work that took the quota last, and the least work lost), then id. Each victim's
-  usage leaves the tree as it is chosen, and the choice stops as soon as no column of the node is over.
+  newest admitted (the work that took the quota last, and the least work lost), then newest submitted
+  (work admitted in one cycle), then the highest id. Each victim's usage leaves the tree as it is chosen,
+  and the choice stops as soon as no column of the node is over.
   Then a fill back, as the preemptor's: from the second-to-last victim back, one is given back when the
   node and every node between it and the victim's queue stay within their potential; borrowed work is
   never given back while work within its nominal quota stays chosen.
@@ -139,7 +140,8 @@ class _Reclaim:
         p = self.policy
         index = np.asarray(self.cycle.running.get(flavor, []), np.int64)  # in id order, the last tie-break
         index = index[p.preemptible[index] & p.staying[index] & self.under[n][p.queue[index]]]
-        index = index[np.lexsort((index, -p.admitted[index], p.priority[index]))]
+        # Lower tier first, then the newest: admitted last, then (for work admitted in the same cycle) submitted last.
+        index = index[np.lexsort((-index, -p.submitted[index], -p.admitted[index], p.priority[index]))]
         victims = self.cycle.preemptor.victims
         workloads = self.cycle.work.workloads
         return [k for k in index.tolist() if k not in self.taken and workloads[k].id not in victims]

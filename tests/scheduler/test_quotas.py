@@ -3,6 +3,7 @@ kept, and how a team's split among its projects reaches the engine and holds in 
 
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -13,7 +14,8 @@ from clusters.models import AcceleratorType
 from portal.models import AuditLog, Project
 from portal.tenancy import Action
 from scheduler import actions, quotas, snapshot
-from scheduler.models import Cohort, Job, Queue, Quota, QuotaChange
+from scheduler.lifecycle import PLACED
+from scheduler.models import Attempt, Cohort, Job, Queue, Quota, QuotaChange
 from tests.scheduler.conftest import Fleet
 
 pytestmark = pytest.mark.django_db
@@ -240,3 +242,32 @@ def test_a_quota_change_takes_effect_at_the_next_cycle(fleet: Fleet) -> None:
     give(fleet, team_queue(fleet), 12)
     fleet.cycle()
     assert Job.objects.filter(state__in=["admitted", "placing"]).count() == 3
+
+
+def test_lowering_a_quota_below_usage_reclaims_the_newest_work_and_usage_ends_within_it(fleet: Fleet) -> None:
+    give(fleet, team_queue(fleet), 16, borrowing_limit=0)
+    jobs = [fleet.submit("alice", name=f"j{i}", accelerators=4) for i in range(4)]
+    fleet.cycle()
+    fleet.follow()
+    assert Job.objects.filter(state=Job.State.RUNNING).count() == 4
+
+    give(fleet, team_queue(fleet), 8, borrowing_limit=0)  # the admin halves it: 16 in use, 8 allowed
+    report = fleet.cycle()
+    assert (report.preempted, report.admitted) == (2, 0)
+    victims = Job.objects.filter(state=Job.State.PREEMPTING).order_by("pk")
+    assert [j.name for j in victims] == ["j2", "j3"]  # the newest go first
+    event = victims[0].events.order_by("pk").last()
+    assert event is not None
+    assert event.reason == "preempted_over_quota"
+    assert "than its quota now allows" in event.message
+    assert fleet.cycle().preempted == 0  # while they stop, nothing more is taken
+
+    deadline = Attempt.objects.filter(job__in=victims).values_list("stop_deadline", flat=True).first()
+    assert deadline is not None
+    later = deadline + timedelta(seconds=1)
+    fleet.follow(later)
+    fleet.cycle(later)
+    in_use = sum(j.accelerators for j in Job.objects.filter(pk__in=[j.pk for j in jobs], state__in=PLACED))
+    assert in_use == 8
+    waiting = Job.objects.filter(state=Job.State.REQUEUED).order_by("pk")
+    assert [(j.name, j.pending_reason) for j in waiting] == [("j2", "quota_exhausted"), ("j3", "quota_exhausted")]
