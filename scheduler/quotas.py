@@ -230,20 +230,37 @@ def set_quota(
         )  # fmt: skip
 
 
-def _authorize_quota(actor: User, owner: Queue | Cohort, changed: set[str]) -> None:
+def quota_fields(actor: User, owner: Queue | Cohort) -> frozenset[str]:
+    """The limits of ``owner``'s quotas that ``actor`` may change: all of them for an admin (and for the lead
+    of a project's queue), the lending limit alone for the lead of a team's own queue, none otherwise. The
+    one rule: ``set_quota`` refuses by it, and pages ask it which cells to offer."""
     if isinstance(owner, Cohort):
-        if not is_admin(actor, owner.organization):
-            raise PermissionDenied("Only an organization admin may change a cohort's quota.")
-        return
+        return frozenset(LIMITS) if is_admin(actor, owner.organization) else frozenset()
     team = owner.team
     if is_admin(actor, team.organization):
-        return
+        return frozenset(LIMITS)
     if not is_lead(actor, team):
-        raise PermissionDenied(f"Only a lead of {team} or an admin may change its quotas.")
-    if owner.project_id is None and changed - {"lending_limit"}:
+        return frozenset()
+    return frozenset(LIMITS) if owner.project_id is not None else frozenset({"lending_limit"})
+
+
+def authorize_quota_change(actor: User, owner: Queue | Cohort) -> None:
+    """Raise ``PermissionDenied`` unless ``actor`` may change some quota of ``owner`` (asked before a request's
+    values are judged, so that one who may change nothing is told so rather than what is wrong with them)."""
+    _authorize_quota(actor, owner, set())
+
+
+def _authorize_quota(actor: User, owner: Queue | Cohort, changed: set[str]) -> None:
+    allowed = quota_fields(actor, owner)
+    if not allowed:
+        if isinstance(owner, Cohort):
+            raise PermissionDenied("Only an organization admin may change a cohort's quota.")
+        raise PermissionDenied(f"Only a lead of {owner.team} or an admin may change its quotas.")
+    if changed - allowed:
+        assert isinstance(owner, Queue)  # a cohort's quota is all or nothing
         raise PermissionDenied(
-            f"Team {team}'s own quota and borrowing limit are set by an organization admin; its lead sets how much "
-            "of it others may borrow (the lending limit) and splits it among the team's projects."
+            f"Team {owner.team}'s own quota and borrowing limit are set by an organization admin; its lead sets how "
+            "much of it others may borrow (the lending limit) and splits it among the team's projects."
         )
 
 
@@ -271,11 +288,41 @@ def _check_split(queue: Queue, flavor: AcceleratorType, resource: str, nominal: 
         )  # fmt: skip
 
 
+def give_project_quota(
+    actor: User,
+    project: Project,
+    *,
+    flavor: str,
+    resource: str = Quota.Resource.ACCELERATORS,
+    nominal: Any,
+    borrowing_limit: Any = None,
+    lending_limit: Any = None,
+    reason: str,
+    http: HttpRequest | None = None,
+) -> tuple[Queue, QuotaChange | None]:
+    """Give ``project`` a sub-quota of its team's: its queue (made on first use, ``project_queue``) and the
+    quota (``set_quota``), in one transaction, so a refused quota leaves no new queue behind."""
+    with transaction.atomic():
+        queue = project_queue(actor, project, reason=reason, http=http)
+        change = set_quota(actor, queue, flavor=flavor, resource=resource, nominal=nominal,
+                           borrowing_limit=borrowing_limit, lending_limit=lending_limit, reason=reason,
+                           http=http)  # fmt: skip
+    return queue, change
+
+
 # --------------------------------------------------------------------------------------- queue policies
 
 #: Policy fields and who sets them: the lead the flavor order, an admin everything.
 LEAD_POLICY = frozenset({"flavor_order"})
 POLICY = ("flavor_order", "within_queue", "reclaim", "weight", "cohort")
+
+
+def policy_fields(actor: User, queue: Queue) -> frozenset[str]:
+    """The policy fields of ``queue`` that ``actor`` may change (``set_policy``'s rule): all for an admin, the
+    flavor order for the team's lead, none otherwise."""
+    if is_admin(actor, queue.team.organization):
+        return frozenset(POLICY)
+    return LEAD_POLICY if is_lead(actor, queue.team) else frozenset()
 
 
 def set_policy(
@@ -284,7 +331,8 @@ def set_policy(
     """Change a queue's policy: ``flavor_order`` (accelerator type names), ``within_queue`` and ``reclaim``
     (preemption), ``weight`` (fair sharing), ``cohort`` (a Cohort or None). Returns None if nothing changed."""
     team, organization = queue.team, queue.team.organization
-    if not may_govern(actor, team):
+    allowed = policy_fields(actor, queue)
+    if not allowed:
         raise PermissionDenied(f"Only a lead of {team} or an admin may change its queues.")
     errors: dict[str, str] = {}
     reason = _reason(reason, errors)
@@ -333,7 +381,7 @@ def set_policy(
         changed = {k for k, v in new.items() if getattr(locked, k) != v}
         if not changed:
             return None
-        if changed - LEAD_POLICY and not is_admin(actor, organization):
+        if changed - allowed:
             raise PermissionDenied(
                 f"A team lead sets the flavor order; {', '.join(sorted(changed - LEAD_POLICY))} "
                 "are set by an organization admin."
@@ -424,4 +472,15 @@ def set_parent(actor: User, cohort: Cohort, parent: Cohort | None, *, reason: st
                        action="cohort.moved", http=http)  # fmt: skip
 
 
-__all__ = ["create_cohort", "may_govern", "project_queue", "set_parent", "set_policy", "set_quota"]
+__all__ = [
+    "authorize_quota_change",
+    "create_cohort",
+    "give_project_quota",
+    "may_govern",
+    "policy_fields",
+    "project_queue",
+    "quota_fields",
+    "set_parent",
+    "set_policy",
+    "set_quota",
+]

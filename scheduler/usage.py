@@ -30,7 +30,8 @@ For one row (a queue, a flavor, a resource):
 
 Rows: every quota row of the queue, and every (flavor, resource) it uses or asks for that is governed —
 accelerators always; CPU and memory only where some quota in the organization rations them (every job
-uses CPU and memory, and a table of unrationed ones says nothing).
+uses CPU and memory, and a table of unrationed ones says nothing). A cohort's rows: its own quota rows and
+every governed (flavor, resource) that its subtree brings a pool of or uses.
 
 Amounts are in people's units (accelerators, cores, GiB), rounded to three decimals.
 """
@@ -95,6 +96,11 @@ class Row:
         if not self.own:
             return 100 if self.used else 0
         return round(100 * self.used / self.own)
+
+    @property
+    def meter(self) -> int:
+        """The share in use for a meter of 0-100."""
+        return min(100, self.percent or 0)
 
     @property
     def ceiling(self) -> Decimal | None:
@@ -345,6 +351,13 @@ def _cohort_tree(
             for (queue, flavor), total in usage.items():
                 if queue in tree.index and tree.index[queue] in below[at]:
                     keys |= {(flavor, r) for r, amount in zip(RESOURCES, total, strict=True) if amount}
+            # Every governed column its subtree brings a pool of.
+            keys |= {
+                (flavor, resource)
+                for flavor in tree.flavors
+                for r, resource in enumerate(RESOURCES)
+                if tree.covered[tree.fr(flavor, r)] and tree.subtree[at][tree.fr(flavor, r)]
+            }
         keys = {k for k in keys if k in quota_rows[c["pk"]] or governed(*k)}
         for flavor, resource in sorted(keys, key=lambda k: (k[0], RESOURCES.index(k[1]))):
             quota = quota_rows[c["pk"]].get((flavor, resource))

@@ -1,0 +1,86 @@
+"""Forms of the quota pages. They check shape only (a choice among what the user may see, a reason given);
+``scheduler/quotas.py`` judges the amounts, the names and who may change what."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from clusters.models import AcceleratorType
+from portal.models import Organization, Team
+from portal.tenancy import Action
+from scheduler.models import Cohort, Quota
+
+AMOUNT_HELP = "Empty: no limit."
+TEAM_QUEUE = "team"
+
+
+def _amount(label: str, help_text: str = AMOUNT_HELP, required: bool = False) -> forms.CharField:
+    # Text, not a number input: the browser must not refuse a value before the server names what is wrong.
+    return forms.CharField(
+        label=label, required=required, help_text=help_text, widget=forms.TextInput(attrs={"inputmode": "decimal"})
+    )
+
+
+class LimitsForm(forms.Form):
+    """A flavor, a resource, the three limits and a reason: the fields ``quotas.set_quota`` takes."""
+
+    flavor = forms.ChoiceField(label="Accelerator type")
+    resource = forms.ChoiceField(label="Resource", choices=Quota.Resource.choices, initial=Quota.Resource.ACCELERATORS)
+    nominal = _amount("Nominal quota", "In accelerators, cores or GiB.", required=True)
+    borrowing_limit = _amount("May borrow")
+    lending_limit = _amount("May lend")
+    reason = forms.CharField(label="Reason", max_length=2000, help_text="Kept in the quota history.")
+
+    def __init__(self, organization: Organization, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        names = (
+            AcceleratorType.objects.filter(organization=organization).order_by("name").values_list("name", flat=True)
+        )
+        self.fields["flavor"].choices = [(name, name) for name in names]  # type: ignore[attr-defined]
+
+
+class TeamQuotaForm(LimitsForm):
+    """A quota for one of a team's queues: the team's own (admins) or a project's, given a queue of its own
+    on first use (``quotas.give_project_quota``). ``target`` is ``team`` or ``project:<id>``."""
+
+    target = forms.ChoiceField(label="For")
+
+    field_order = ["target", "flavor", "resource", "nominal", "borrowing_limit", "lending_limit", "reason"]
+
+    def __init__(self, team: Team, *args: Any, admin: bool, **kwargs: Any) -> None:
+        super().__init__(team.organization, *args, **kwargs)
+        choices = [(TEAM_QUEUE, f"the team's own queue ({team.slug})")] if admin else []
+        projects = team.projects.filter(archived=False).order_by("name")
+        choices += [(f"project:{p.pk}", f"project {p.name}") for p in projects]
+        self.fields["target"].choices = choices  # type: ignore[attr-defined]
+        self.projects = {f"project:{p.pk}": p for p in projects}
+
+
+class CohortQuotaForm(LimitsForm):
+    cohort = forms.ChoiceField(label="Cohort")
+
+    field_order = ["cohort", "flavor", "resource", "nominal", "borrowing_limit", "lending_limit", "reason"]
+
+    def __init__(self, organization: Organization, user: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(organization, *args, **kwargs)
+        self.cohorts = {str(c.pk): c for c in visible_cohorts(organization, user)}
+        self.fields["cohort"].choices = [(pk, c.name) for pk, c in self.cohorts.items()]  # type: ignore[attr-defined]
+
+
+class CohortForm(forms.Form):
+    name = forms.CharField(label="Name", max_length=80)
+    parent = forms.ChoiceField(label="Inside", required=False)
+    reason = forms.CharField(label="Reason", max_length=2000, help_text="Kept in the quota history.")
+
+    def __init__(self, organization: Organization, user: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cohorts = {str(c.pk): c for c in visible_cohorts(organization, user)}
+        self.fields["parent"].choices = [("", "— a root of the tree —")] + [  # type: ignore[attr-defined]
+            (pk, c.name) for pk, c in self.cohorts.items()
+        ]
+
+
+def visible_cohorts(organization: Organization, user: Any) -> list[Cohort]:
+    return list(Cohort.objects.for_user(user, Action.VIEW).filter(organization=organization).order_by("name"))
