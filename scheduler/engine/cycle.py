@@ -207,6 +207,13 @@ class Cycle:
             # Charging a queue's total at once is exact: the tree's additions compose.
             if queue in self.quota.index and flavor in self.quota.flavor_index:
                 self.quota.charge(self.quota.index[queue], flavor, total)
+        # Per-member limits: what each limited member's running work holds (milli-accelerators).
+        self.member_limits = snapshot.member_limits
+        self.member_used: defaultdict[str, int] = defaultdict(int)
+        if self.member_limits:
+            for w, used in zip(self.work.workloads, self.work.usage, strict=True):
+                if w.owner in self.member_limits:
+                    self.member_used[w.owner] += used[0]
         self.timeline = Timeline(self.table, self.now, self.config.backfill_window, self.config.time_quantum, self.work)
         self.preemptor = Preemptor(self)
         self.fragmentation = (
@@ -326,6 +333,7 @@ class Cycle:
         reclaim_over_quota(self)
         limit, attempts, considered = self.config.max_jobs_per_cycle, self.config.preemption_attempts, 0
         admit_limit, admissions = self.config.max_admissions_per_cycle, self.admissions
+        limits = self.member_limits
         order, pending, failed, preemptor, make = self.order, self.pending, self._failed, self.preemptor, tuple.__new__
         for position, (job, tier, queue) in enumerate(self._in_order()):
             order.append(job.id)
@@ -333,6 +341,8 @@ class Cycle:
                 self._pend(job, PendingReason.NOT_CONSIDERED, position=position)
                 continue
             considered += 1
+            if limits and job.owner in limits and self._over_member_limit(job, position):
+                continue
             # Once this cycle's victim searches are spent, a verdict no longer depends on the job's tier.
             key = (queue.name, None if preemptor.attempts >= attempts else tier.name, job.workers,
                    job.accelerators, job.accel_milli, job.flavors, job.clusters, job.regions, job.topology)  # fmt: skip
@@ -366,6 +376,24 @@ class Cycle:
             order=tuple(order),
             stats=dict(self.stats),
         )
+
+    def _over_member_limit(self, job: Job, position: int) -> bool:
+        """Pend the job if its submitter's running (and just admitted) work would pass their per-member limit.
+        Checked before the failure cache, whose verdicts do not depend on who submitted a job."""
+        limit, used, needed = (
+            self.member_limits[job.owner],
+            self.member_used[job.owner],
+            job.workers * job.accel_per_worker,
+        )
+        if used + needed <= limit:
+            return False
+        facts = {
+            "used": explain.accel_words(used),
+            "limit": explain.accel_words(limit),
+            "needed": explain.accel_words(needed),
+        }
+        self._pend(job, PendingReason.MEMBER_LIMIT, position=position, facts=facts)
+        return True
 
     def _try_now(self, job: Job, tier: Tier, queue: Queue, shape: Shape, position: int) -> tuple[Verdict, Floor] | None:
         """Admit the job or issue preemptions for it (None), or say why it cannot start now, with the
@@ -673,6 +701,8 @@ class Cycle:
         self.table.take(self.table.free, placement.assignments)
         self.quota.charge(qi, placement.flavor, request)
         self.quota_changed(qi)
+        if job.owner in self.member_limits:
+            self.member_used[job.owner] += request[0]
         backfilled = self.timeline.consume(placement.assignments, self.now + job.time_limit)
         self.admissions.append(
             Admission(

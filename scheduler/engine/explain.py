@@ -83,4 +83,10 @@ def message(reason: PendingReason, job: Job, facts: Mapping[str, object]) -> str
             )
         case PendingReason.NOT_CONSIDERED:
             return "Not examined in this scheduling cycle: too many jobs are ahead of it. It keeps its place."
+        case PendingReason.MEMBER_LIMIT:
+            return (
+                f"Its submitter's running jobs hold {facts.get('used')} accelerators and the team lead allows each "
+                f"member {facts.get('limit')} at once; it needs {facts.get('needed')}. It starts when enough of them "
+                "have finished."
+            )
     raise AssertionError(reason)  # pragma: no cover - every reason is handled above

@@ -13,6 +13,7 @@ Times are seconds since the epoch (floats), money is currency units per hour (fl
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
@@ -158,6 +159,8 @@ class Job:
     #: Data-locality hint: a cluster or region name where the job's data lives.
     locality: str | None = None
     preemptible: bool = True
+    #: Who submitted it, for per-member limits (``Snapshot.member_limits``); empty: no limit applies.
+    owner: str = ""
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -203,6 +206,7 @@ class Workload:
     last_checkpoint_at: float | None = None
     #: Already told to stop (preempted in an earlier cycle); its resources free up soon.
     evicting: bool = False
+    owner: str = ""  # as ``Job.owner``
 
     @property
     def expected_end(self) -> float:
@@ -278,6 +282,8 @@ class Snapshot:
     running: tuple[Workload, ...]
     pending: tuple[Job, ...]
     config: Config = Config()
+    #: Per-member limits: owner -> the most milli-accelerators that owner's running jobs may hold at once.
+    member_limits: Mapping[str, int] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------------------------- decisions
@@ -299,6 +305,7 @@ class PendingReason(StrEnum):
     WAITING_FOR_PREEMPTION = "waiting_for_preemption"  # victims were told to stop; it starts when they have
     BACKFILL_BLOCKED = "backfill_blocked"  # would delay a higher-priority job's reservation
     NOT_CONSIDERED = "not_considered"  # the cycle's work limit was reached before this job
+    MEMBER_LIMIT = "member_limit"  # its submitter's running jobs already hold the team lead's per-member limit
 
 
 class PreemptionReason(StrEnum):

@@ -67,6 +67,8 @@ def check(snapshot: Snapshot, decisions: Decisions, *, reclaim_now: bool = False
     several preemptors could each take a "borrowed" workload and together push that queue below its nominal
     quota, while a queue that only its own waiting job takes over nominal could not be reclaimed from.
 
+    Per-member limits: no admission takes a member's running work and admissions past their limit.
+
     ``literal_quota``: a (flavor, resource) that no queue or cohort names is limited to 0 too, as model.py's
     "a missing entry is a nominal of 0" reads; by default such a pair is not rationed, as the engine does.
     """
@@ -132,6 +134,12 @@ class Replay:
         self.tiers: dict[str, Tier] = {t.name: t for t in snapshot.tiers}
         self.queues: dict[str, Queue] = {q.name: q for q in snapshot.queues}
         self.running: dict[str, Workload] = {w.id: w for w in snapshot.running}
+
+        #: Per-member limits: what each limited member's running work and admissions hold.
+        self.member_used: dict[str, int] = defaultdict(int)
+        for w in snapshot.running:
+            if w.owner in snapshot.member_limits:
+                self.member_used[w.owner] += sum(milli for a in w.assignments for _, milli in a.accels)
 
         self.quota = QuotaTree(snapshot)
         for w in snapshot.running:
@@ -410,6 +418,11 @@ class Replay:
                 )
 
         self._admit_quota(what, job, admission)
+        limit = self.snapshot.member_limits.get(job.owner)
+        if limit is not None:
+            self.member_used[job.owner] += job.workers * job.accel_per_worker
+            if self.member_used[job.owner] > limit:
+                _fail(f"{what}: member {job.owner!r} would hold {self.member_used[job.owner]} milli, limit {limit}")
         self.admissions[job.id] = admission
 
         end = self.snapshot.now + job.time_limit

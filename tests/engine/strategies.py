@@ -44,6 +44,8 @@ LEVELS = (("block", "rack"), ("block", "rack"), ("rack",), ())
 ACCEL_COUNTS = (1, 2, 4, 8)
 PRICES = (0.0, 1.0, 2.5, 4.0)
 TIME_LIMITS = (300, 1800, 3600, 7200, 86_400)
+#: Who submitted jobs, for per-member limits.
+OWNERS = ("ann", "ben", "cy")
 ROOT = "org"
 
 T = TypeVar("T")
@@ -266,6 +268,7 @@ def _running(
                 preemptible=not _rare(draw, 8),
                 last_checkpoint_at=None if _coin(draw) else admitted_at + _int(draw, 0, 600),
                 evicting=_rare(draw, 10),
+                owner=_pick(draw, OWNERS),
             )
         )
     return tuple(workloads)
@@ -341,6 +344,7 @@ def _job(
         max_price_per_hour=_pick(draw, (0.0, 1.0, 5.0, 40.0)) if _rare(draw, 4) else None,
         locality=_pick(draw, cluster_names + list(REGIONS)) if _rare(draw, 4) else None,
         preemptible=not _rare(draw, 6),
+        owner=_pick(draw, OWNERS),
     )
 
 
@@ -404,6 +408,8 @@ def snapshots(
         running=running,
         pending=pending,
         config=config,
+        # Per-member limits now and then, from none at all to more than anyone asks for.
+        member_limits={o: _pick(draw, (0, 1000, 4000, 16_000)) for o in OWNERS if _rare(draw, 3)},
     )
 
 

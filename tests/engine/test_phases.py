@@ -416,6 +416,25 @@ def test_the_cycle_stops_after_its_admission_limit_and_the_next_one_goes_on():
     assert [(p.job, p.reason) for p in later.pending] == [("j4", PendingReason.NOT_CONSIDERED)]
 
 
+def test_a_member_limit_holds_that_members_jobs_but_not_their_teammates():
+    pending = (
+        job("a1", at=1, accelerators=4, owner="ann"),
+        job("a2", at=2, accelerators=4, owner="ann"),
+        job("b1", at=3, accelerators=4, owner="ben"),
+    )
+    held = running("a0", "n1", 2, queue="a", owner="ann")
+    snap = snapshot((node("n1", free=6), node("n2")), (queue("a"),), pending, (held,))
+    unlimited = schedule(snap)
+    assert {a.job for a in unlimited.admissions} == {"a1", "a2", "b1"}
+
+    limited = schedule(replace(snap, member_limits={"ann": 6000}))
+    assert {a.job for a in limited.admissions} == {"a1", "b1"}  # ann: 2 running + 4 = 6, the limit
+    (waiting,) = limited.pending
+    assert (waiting.job, waiting.reason) == ("a2", PendingReason.MEMBER_LIMIT)
+    assert "hold 6 accelerators" in waiting.message
+    assert "allows each member 6" in waiting.message
+
+
 def test_same_snapshot_same_decisions():
     nodes = tuple(node(f"n{i}", free=i % 9, rack=f"r{i % 3}") for i in range(12))
     pending = tuple(job(f"j{i}", at=i % 5, accelerators=1 + i % 4, workers=1 + i % 2) for i in range(30))
