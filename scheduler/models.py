@@ -133,6 +133,27 @@ class Quota(models.Model):
         return f"{self.queue or self.cohort} {self.flavor} {self.resource}: {self.nominal}"
 
 
+class MemberLimit(models.Model):
+    """The most accelerators one member's running jobs in a team may hold at once, set by the team's lead
+    (``quotas.set_member_limit``); the placement loop keeps that member's further jobs pending."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="member_limits")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="member_limits")
+    accelerators = models.DecimalField(max_digits=12, decimal_places=3, validators=[MinValueValidator(Decimal(0))])
+
+    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Tenancy(TenancyRules):
+        pass
+
+    class Meta:
+        ordering = ["team__name", "user__username"]
+        constraints = [models.UniqueConstraint(fields=["team", "user"], name="member_limit_one_per_member")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team}: {self.accelerators} accelerators"
+
+
 class QuotaChange(models.Model):
     """One change to how a team or the organization is governed (a quota, a queue's policy, a cohort), with
     who made it, why, and the values before and after: the history team leads and admins read. Written only
@@ -143,6 +164,7 @@ class QuotaChange(models.Model):
         POLICY = "policy", "Queue policy"
         QUEUE = "queue", "Queue"
         COHORT = "cohort", "Cohort"
+        MEMBER = "member", "Member limit"
 
     organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="quota_changes")
     #: The team whose queue changed; empty for organization-level changes (cohorts), which only

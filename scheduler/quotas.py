@@ -33,7 +33,7 @@ from portal import audit
 from portal.models import Membership, Organization, Project, Team
 from portal.tenancy import Role
 from scheduler import feasibility
-from scheduler.models import Cohort, Queue, Quota, QuotaChange
+from scheduler.models import Cohort, MemberLimit, Queue, Quota, QuotaChange
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -472,6 +472,43 @@ def set_parent(actor: User, cohort: Cohort, parent: Cohort | None, *, reason: st
                        action="cohort.moved", http=http)  # fmt: skip
 
 
+# ------------------------------------------------------------------------------------------ member limits
+
+
+def set_member_limit(
+    actor: User, team: Team, member: User, accelerators: Any, *, reason: str, http: HttpRequest | None = None
+) -> QuotaChange | None:
+    """Limit how many accelerators ``member``'s running jobs in ``team`` may hold at once (``accelerators``
+    None or empty: no limit). The team's lead or an admin; the member must belong to the team. Jobs beyond
+    it wait with reason ``member_limit``; running jobs are never stopped for it."""
+    if not may_govern(actor, team):
+        raise PermissionDenied(f"Only a lead of {team} or an admin may set its members' limits.")
+    errors: dict[str, str] = {}
+    reason = _reason(reason, errors)
+    amount = _amount(accelerators, "accelerators", errors, required=False)
+    if not Membership.objects.filter(user=member, team=team).exists():
+        errors["member"] = f"{member.get_username()} is not a member of team {team}."
+    if errors:
+        raise ValidationError(errors)
+    with transaction.atomic():
+        row: MemberLimit | None = MemberLimit.objects.select_for_update().filter(team=team, user=member).first()
+        old = row.accelerators if row is not None else None
+        if old == amount:
+            return None
+        if amount is None:
+            assert row is not None
+            row.delete()
+        elif row is None:
+            MemberLimit.objects.create(team=team, user=member, accelerators=amount)
+        else:
+            row.accelerators = amount
+            row.save(update_fields=["accelerators"])
+        return _record(actor, organization=team.organization, team=team, queue=None, cohort=None,
+                       kind=QuotaChange.Kind.MEMBER, subject=f"team {team}: limit of {member.get_username()}",
+                       before={"accelerators": _text(old)}, after={"accelerators": _text(amount)}, reason=reason,
+                       target=team, action="member_limit.changed", http=http)  # fmt: skip
+
+
 __all__ = [
     "authorize_quota_change",
     "create_cohort",
@@ -480,6 +517,7 @@ __all__ = [
     "policy_fields",
     "project_queue",
     "quota_fields",
+    "set_member_limit",
     "set_parent",
     "set_policy",
     "set_quota",

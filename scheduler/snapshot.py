@@ -24,7 +24,7 @@ from clusters.models import Cluster, Node
 from portal.models import Organization
 from scheduler.engine import model as m
 from scheduler.lifecycle import PLACED, WAITING
-from scheduler.models import Assignment, Attempt, Cohort, Job, LoopState, PriorityTier, Queue, Quota
+from scheduler.models import Assignment, Attempt, Cohort, Job, LoopState, MemberLimit, PriorityTier, Queue, Quota
 from scheduler.prices import accelerator_price
 
 CPU_FLAVOR = "cpu"  # the flavor of nodes without accelerators
@@ -89,6 +89,8 @@ def build(organization: Organization, now: datetime | None = None, config: m.Con
     tiers, cohorts, queues = governance(organization, every_flavor, index)
     running = _running(organization, tiers, index, placed)
     pending = _pending(organization, now, index)
+    limits = MemberLimit.objects.filter(team__organization=organization).values_list("team", "user", "accelerators")
+    member_limits = {owner(team, user): int(amount * 1000) for team, user, amount in limits}
     snapshot = m.Snapshot(
         now=now.timestamp(),
         clusters=clusters,
@@ -99,8 +101,14 @@ def build(organization: Organization, now: datetime | None = None, config: m.Con
         running=running,
         pending=pending,
         config=config or m.Config(),
+        member_limits=member_limits,
     )
     return snapshot, index
+
+
+def owner(team_id: int, user_id: int | None) -> str:
+    """The engine's name for a member of a team (per-member limits): ``"<team pk>:<user pk>"``."""
+    return f"{team_id}:{user_id}"
 
 
 def _placed_assignments(organization: Organization) -> list[dict[str, Any]]:
@@ -269,6 +277,7 @@ def _running(
         .values(
             "pk", "job_id", "number", "job__attempt", "job__state", "job__queue__name", "job__tier__name",
             "cluster__slug", "flavor", "admitted_at", "job__time_limit", "job__submitted_at", "job__preemptible",
+            "job__team_id", "job__submitted_by_id",
         )
         .order_by("job_id")
     ):  # fmt: skip
@@ -288,6 +297,7 @@ def _running(
                 submitted_at=_ts(a["job__submitted_at"]),
                 preemptible=a["job__preemptible"] and preemptible_tier.get(a["job__tier__name"], True),
                 evicting=a["job__state"] == Job.State.PREEMPTING,
+                owner=owner(a["job__team_id"], a["job__submitted_by_id"]),
             )
         )
     return tuple(running)
@@ -307,7 +317,7 @@ def _pending(organization: Organization, now: datetime, index: Index) -> tuple[m
             "pk", "state", "attempt", "queue__name", "tier__name", "submitted_at", "workers", "accelerators",
             "accelerator_milli", "cpu", "memory", "accelerator_types", "regions", "topology_level", "topology_mode",
             "time_limit", "max_price_per_hour", "preemptible", "pending_reason", "pending_message", "queue_position",
-            "estimated_start",
+            "estimated_start", "team_id", "submitted_by_id",
         )
         .order_by("submitted_at", "pk")
     ):  # fmt: skip
@@ -342,4 +352,5 @@ def engine_job(j: dict[str, Any]) -> m.Job:
         time_limit=j["time_limit"],
         max_price_per_hour=float(price) if price is not None else None,
         preemptible=j["preemptible"],
+        owner=owner(j["team_id"], j["submitted_by_id"]) if "team_id" in j else "",
     )

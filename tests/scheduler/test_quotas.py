@@ -15,7 +15,7 @@ from portal.models import AuditLog, Project
 from portal.tenancy import Action
 from scheduler import actions, quotas, snapshot
 from scheduler.lifecycle import PLACED
-from scheduler.models import Attempt, Cohort, Job, Queue, Quota, QuotaChange
+from scheduler.models import Attempt, Cohort, Job, MemberLimit, Queue, Quota, QuotaChange
 from tests.scheduler.conftest import Fleet
 
 pytestmark = pytest.mark.django_db
@@ -271,3 +271,40 @@ def test_lowering_a_quota_below_usage_reclaims_the_newest_work_and_usage_ends_wi
     assert in_use == 8
     waiting = Job.objects.filter(state=Job.State.REQUEUED).order_by("pk")
     assert [(j.name, j.pending_reason) for j in waiting] == [("j2", "quota_exhausted"), ("j3", "quota_exhausted")]
+
+
+# ------------------------------------------------------------------------------------------ member limits
+
+
+def test_a_lead_limits_a_member_and_only_that_members_further_jobs_wait(fleet: Fleet) -> None:
+    team, alice = fleet.world.teams["vision"], fleet.user("alice")
+    lena = fleet.user("lena")
+    change = quotas.set_member_limit(lena, team, alice, 8, reason="share the cluster this week")
+    assert change is not None
+    assert (change.kind, change.after) == ("member", {"accelerators": "8"})
+    first = [fleet.submit("alice", name=f"a{i}", accelerators=4) for i in range(3)]
+    teammate = fleet.submit("lena", name="l0", accelerators=4)
+    fleet.cycle()
+    placed = {j.name for j in Job.objects.filter(state__in=PLACED)}
+    assert placed == {"a0", "a1", "l0"}
+    held = Job.objects.get(pk=first[2].pk)
+    assert held.pending_reason == "member_limit"
+    assert "allows each member 8" in held.pending_message
+    assert teammate.pk in {j.pk for j in Job.objects.filter(state__in=PLACED)}
+
+    quotas.set_member_limit(lena, team, alice, None, reason="back to normal")  # lifted: it starts next cycle
+    fleet.cycle()
+    assert Job.objects.get(pk=first[2].pk).state in PLACED
+
+
+def test_member_limits_are_set_by_the_lead_or_an_admin_within_the_team(fleet: Fleet) -> None:
+    team = fleet.world.teams["vision"]
+    before = written(), list(MemberLimit.objects.values_list("pk", flat=True))
+    for username in ("alice", "bob", "fiona", "mallory"):
+        with pytest.raises(PermissionDenied):
+            quotas.set_member_limit(fleet.user(username), team, fleet.user("alice"), 4, reason="x")
+    with pytest.raises(ValidationError) as refused:
+        quotas.set_member_limit(fleet.user("lena"), team, fleet.user("bob"), -1, reason="")
+    assert set(refused.value.message_dict) == {"member", "accelerators", "reason"}
+    assert (written(), list(MemberLimit.objects.values_list("pk", flat=True))) == before
+    assert quotas.set_member_limit(fleet.user("adam"), team, fleet.user("alice"), 4, reason="admin too")
