@@ -49,6 +49,7 @@ REASON_LABELS: dict[str, str] = {
     PendingReason.WAITING_FOR_PREEMPTION: "waiting for preempted jobs to stop",
     PendingReason.BACKFILL_BLOCKED: "behind a reservation",
     PendingReason.NOT_CONSIDERED: "not reached in the last cycle",
+    PendingReason.MEMBER_LIMIT: "at its submitter's limit",
     PendingReason.NEVER_FITS: "never fits",
     PendingReason.TOPOLOGY: "no domain big enough",
     PendingReason.PRICE_LIMIT: "over its price limit",
