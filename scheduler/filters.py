@@ -1,12 +1,15 @@
-"""FilterSets for jobs, shared by the job pages, the API and the ``qm`` CLI (through the API)."""
+"""FilterSets for jobs, shared by the job pages, the API and the ``qm`` CLI (through the API); and for queues
+and the history of quota changes (the quotas API)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import django_filters
 from django.db.models import Q, QuerySet
 
 from scheduler.lifecycle import ACTIVE, FINAL
-from scheduler.models import Job
+from scheduler.models import Job, Queue, QuotaChange
 
 #: Names for groups of states, usable beside the states themselves: ``?state=active``.
 STATE_GROUPS: dict[str, frozenset[str]] = {"active": ACTIVE, "final": FINAL}
@@ -56,3 +59,37 @@ class JobFilter(django_filters.FilterSet):
         if value == "me":
             return queryset.filter(submitted_by=self.request.user) if self.request else queryset.none()
         return queryset.filter(submitted_by__username=value)
+
+
+# --- quotas: the queues API and the history of quota changes (``scheduler/quota_api.py``) -------------------
+
+
+def _of_team(queryset: QuerySet[Any], value: str) -> QuerySet[Any]:
+    match = Q(team__slug=value)
+    if value.isdigit():
+        match |= Q(team_id=int(value))
+    return queryset.filter(match)
+
+
+class QueueFilter(django_filters.FilterSet):
+    team = django_filters.CharFilter(method="filter_team", help_text="A team's slug or id.")
+
+    class Meta:
+        model = Queue
+        fields = ["team"]
+
+    def filter_team(self, queryset: QuerySet[Queue], name: str, value: str) -> QuerySet[Queue]:
+        return _of_team(queryset, value)
+
+
+class QuotaChangeFilter(django_filters.FilterSet):
+    team = django_filters.CharFilter(method="filter_team", help_text="A team's slug or id.")
+    queue = django_filters.NumberFilter(field_name="queue_id", help_text="A queue's id.")
+    kind = django_filters.ChoiceFilter(choices=QuotaChange.Kind.choices)
+
+    class Meta:
+        model = QuotaChange
+        fields = ["team", "queue", "kind"]
+
+    def filter_team(self, queryset: QuerySet[QuotaChange], name: str, value: str) -> QuerySet[QuotaChange]:
+        return _of_team(queryset, value)

@@ -4,6 +4,7 @@ from rest_framework.routers import DefaultRouter
 from clusters.api import ProbeReportView
 from portal.api import views
 from scheduler.api import JobViewSet
+from scheduler.quota_api import QueueViewSet, QuotaChangeViewSet
 
 router = DefaultRouter(trailing_slash=True)
 router.register("organizations", views.OrganizationViewSet, basename="organization")
@@ -13,6 +14,8 @@ router.register("memberships", views.MembershipViewSet, basename="membership")
 router.register("audit-log", views.AuditLogViewSet, basename="auditlog")
 router.register("auth/tokens", views.TokenViewSet, basename="token")
 router.register("jobs", JobViewSet, basename="job")
+router.register("queues", QueueViewSet, basename="queue")
+router.register("quota-changes", QuotaChangeViewSet, basename="quotachange")
 
 urlpatterns = [
     path("auth/token/", views.TokenView.as_view(), name="token-obtain"),
