@@ -194,7 +194,9 @@ def _history(request: AuthenticatedHttpRequest, changes: Any) -> dict[str, Any]:
 
 def _shown(field: str, value: Any) -> str:
     if value is None:
-        return {"nominal": "none", "borrowing_limit": "no limit", "lending_limit": "no limit"}.get(field, "—")
+        return (
+            "none" if field == "nominal" else ("no limit" if field in LIMIT_LABELS or field == "accelerators" else "—")
+        )
     if isinstance(value, list):
         return ", ".join(str(v) for v in value) or "any, cheapest first"
     return str(value)

@@ -1,0 +1,151 @@
+"""The quota pages and API, role by role: every page and endpoint read or refused (404 beyond what the user
+may see, 403 for what they see but may not change), every change refused or made, and nothing written on
+refusal. Vision's lead changes Vision's lending limit, flavor order and projects' sub-quotas; an admin of the
+organization everything; researchers and finance read only; another team's or organization's people get 404.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from clusters.models import AcceleratorType
+from portal.models import AuditLog, Project
+from scheduler import actions, quotas
+from scheduler.models import Cohort, Queue, Quota, QuotaChange
+from tests.conftest import World, api_client
+
+H100 = "H100-SXM-80GB"
+ROLES = ["alice", "bob", "lena", "fiona", "adam", "mallory", "trent"]
+#: Reads of Vision's pages and queue: its members and the organization's finance and admins.
+READS_VISION = {"alice": 200, "bob": 404, "lena": 200, "fiona": 200, "adam": 200, "mallory": 404, "trent": 404}
+#: Vision's lead and the organization's admins change; others who see it 403; the rest 404.
+LEAD_OR_ADMIN = {"alice": 403, "bob": 404, "lena": 200, "fiona": 403, "adam": 200, "mallory": 404, "trent": 404}
+ADMIN_ONLY = {**LEAD_OR_ADMIN, "lena": 403}
+#: The organization's page: its finance and admins (another organization's admin sees their own).
+ORG_PAGE = {"alice": 403, "bob": 403, "lena": 403, "fiona": 200, "adam": 200, "mallory": 200, "trent": 403}
+#: Shaping the demo organization's cohort tree: its admins; a rival admin is told it is not there.
+COHORT_TREE = {"alice": 403, "bob": 403, "lena": 403, "fiona": 403, "adam": 302, "mallory": 404, "trent": 403}
+#: A cohort's quota in place: every member of the organization sees the tree; only its admins change it.
+COHORT_CELL = {"alice": 403, "bob": 403, "lena": 403, "fiona": 403, "adam": 200, "mallory": 404, "trent": 404}
+
+
+@pytest.fixture
+def governed(world: World) -> World:
+    AcceleratorType.objects.create(organization=world.org, name=H100)
+    adam = world.users["adam"]
+    vision = actions.queue_for(world.teams["vision"], None)
+    quotas.set_quota(adam, vision, flavor=H100, nominal=16, borrowing_limit=8, reason="Q4 plan")
+    quotas.create_cohort(adam, world.org, name="research", reason="one pool")
+    cohort = Cohort.objects.get(name="research")
+    quotas.set_quota(adam, cohort, flavor=H100, nominal=4, reason="reserve")
+    return world
+
+
+def written() -> tuple[Any, ...]:
+    """Everything the quota pages and API may write (signing in and tokens are audited too: left out)."""
+    rows = list(Quota.objects.order_by("pk").values_list("pk", "nominal", "borrowing_limit", "lending_limit"))
+    policies = list(Queue.objects.order_by("pk").values_list("pk", "flavor_order", "weight", "reclaim", "cohort"))
+    audited = AuditLog.objects.exclude(action__startswith="auth.").exclude(action__startswith="token.").count()
+    return rows, policies, QuotaChange.objects.count(), audited, Cohort.objects.count()
+
+
+def page_client(world: World, username: str) -> Client:
+    client = Client()
+    client.force_login(world.users[username])
+    return client
+
+
+def check_write(expected: int, attempt: Callable[[], Any], what: str) -> None:
+    """One change: refused (4xx) with nothing written, or made (something written)."""
+    before = written()
+    response = attempt()
+    assert response.status_code == expected, (what, response.status_code)
+    if expected >= 400:
+        assert written() == before, what
+    else:
+        assert written() != before, what
+
+
+@pytest.mark.parametrize("username", ROLES)
+def test_quota_pages_role_by_role(governed: World, username: str) -> None:
+    world = governed
+    client = page_client(world, username)
+    vision = Queue.objects.get(team=world.teams["vision"], project=None)
+    team = f"/teams/{world.teams['vision'].pk}/quotas/"
+    cell = f"{team}queues/{vision.pk}/quota/"
+    policy = f"{team}queues/{vision.pk}/policy/"
+    cohort = Cohort.objects.get(name="research")
+    reads = [team, f"{team}chart/", f"{team}history/", f"{cell}?flavor={H100}", f"{cell}?edit=1&flavor={H100}", policy]
+    for path in reads:
+        assert client.get(path).status_code == READS_VISION[username], path
+    assert client.get("/quotas/").status_code == ORG_PAGE[username]
+
+    lend = {"flavor": H100, "lending_limit": "2", "reason": "lend"}
+    check_write(LEAD_OR_ADMIN[username], lambda: client.post(cell, lend), "lending limit")
+    grow = {"flavor": H100, "nominal": "20", "reason": "grow"}
+    check_write(ADMIN_ONLY[username], lambda: client.post(cell, grow), "the team's nominal")
+    order = {"flavor_order": H100, "reason": "first"}
+    check_write(LEAD_OR_ADMIN[username], lambda: client.post(policy, order), "flavor order")
+    heavier = {"weight": "2", "reason": "heavier"}
+    check_write(ADMIN_ONLY[username], lambda: client.post(policy, heavier), "weight")
+    project = Project.objects.get(team=world.teams["vision"], slug="detection")
+    sub_quota = {"target": f"project:{project.pk}", "flavor": H100, "resource": "accelerator", "nominal": "4",
+                 "reason": "detection's share"}  # fmt: skip
+    new = {**LEAD_OR_ADMIN, "lena": 302, "adam": 302}
+    check_write(new[username], lambda: client.post(f"{team}new/", sub_quota), "sub-quota")
+    org = world.org.pk
+    pool = {"organization": org, "name": "pool", "reason": "x"}
+    check_write(COHORT_TREE[username], lambda: client.post("/quotas/cohorts/", pool), "cohort")
+    cohort_quota = {"organization": org, "cohort": cohort.pk, "flavor": H100, "resource": "cpu", "nominal": "64",
+                    "reason": "cores"}  # fmt: skip
+    check_write(COHORT_TREE[username], lambda: client.post("/quotas/cohorts/quotas/", cohort_quota), "cohort quota")
+    more = {"flavor": H100, "nominal": "6", "reason": "more"}
+    check_write(COHORT_CELL[username], lambda: client.post(f"/quotas/cohorts/{cohort.pk}/quota/", more), "in place")
+
+
+@pytest.mark.parametrize("username", ROLES)
+def test_quota_api_role_by_role(governed: World, username: str) -> None:
+    world = governed
+    client = api_client(world.users[username])
+    vision = Queue.objects.get(team=world.teams["vision"], project=None)
+    listed = {q["name"] for q in client.get("/api/v1/queues/?page_size=100").json()["results"]}
+    assert ("vision" in listed) == (READS_VISION[username] == 200)
+    assert client.get(f"/api/v1/queues/{vision.pk}/").status_code == READS_VISION[username]
+    history = {c["team"] for c in client.get("/api/v1/quota-changes/?page_size=100").json()["results"]}
+    assert ("vision" in history) == (READS_VISION[username] == 200)
+    assert ("robotics" in listed) == (username in ("bob", "fiona", "adam"))
+
+    path = f"/api/v1/queues/{vision.pk}/"
+    lend = {"flavor": H100, "lending_limit": 2, "reason": "lend"}
+    check_write(LEAD_OR_ADMIN[username], lambda: client.post(f"{path}quotas/", lend), "lending")
+    grow = {"flavor": H100, "nominal": 20, "reason": "grow"}
+    check_write(ADMIN_ONLY[username], lambda: client.post(f"{path}quotas/", grow), "nominal")
+    order = {"flavor_order": [H100], "reason": "first"}
+    check_write(LEAD_OR_ADMIN[username], lambda: client.patch(path, order), "flavor order")
+    heavier = {"weight": 2, "reason": "heavier"}
+    check_write(ADMIN_ONLY[username], lambda: client.patch(path, heavier), "weight")
+    assert client.post("/api/v1/queues/", {"name": "mine"}).status_code in (403, 404, 405)
+    assert client.delete(path).status_code in (404, 405)
+    if READS_VISION[username] == 200:
+        assert Quota.objects.get(queue=vision).nominal == (20 if username == "adam" else 16)
+        assert Quota.objects.get(queue=vision).lending_limit == (Decimal(2) if username in ("lena", "adam") else None)
+
+
+def test_anonymous_is_sent_to_sign_in_or_refused(governed: World) -> None:
+    vision = Queue.objects.get(team=governed.teams["vision"], project=None)
+    team = f"/teams/{governed.teams['vision'].pk}/quotas/"
+    for path in (team, "/quotas/"):
+        response = Client().get(path)
+        assert response.status_code == 302
+        assert response["Location"].startswith("/login/")
+    before = written()
+    assert Client().post(f"{team}queues/{vision.pk}/quota/", {"flavor": H100, "nominal": "99"}).status_code == 302
+    assert api_client().get("/api/v1/queues/").status_code == 401
+    assert api_client().post(f"/api/v1/queues/{vision.pk}/quotas/", {"flavor": H100, "nominal": 99}).status_code == 401
+    assert api_client().get("/api/v1/quota-changes/").status_code == 401
+    assert written() == before
