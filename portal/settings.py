@@ -153,6 +153,8 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "data_folder_in": str(BROKER_DIR / "queue"),
         "data_folder_out": str(BROKER_DIR / "queue"),
         "processed_folder": str(BROKER_DIR / "processed"),
+        # Exchange tables, which kombu otherwise writes to ./control in the working directory.
+        "control_folder": str(BROKER_DIR / "control"),
         "store_processed": False,
         "polling_interval": 0.05,
     }

@@ -22,6 +22,7 @@ if CELERY_BROKER_URL.startswith("filesystem://"):  # noqa: F405
         "data_folder_in": _broker,
         "data_folder_out": _broker,
         "processed_folder": _broker,
+        "control_folder": f"{_broker}/control",
     }
 if not REDIS_URL:  # noqa: F405
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
