@@ -208,8 +208,7 @@ class QueueViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMix
         form = QuotaWriteSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         data = form.validated_data
-        current = Quota.objects.filter(queue=queue, flavor__name=data["flavor"], resource=data["resource"]).first()
-        limits = {k: data[k] if k in data else (getattr(current, k) if current else None) for k in quotas.LIMITS}
+        limits = {k: data.get(k, quotas.KEEP) for k in quotas.LIMITS}
         quotas.set_quota(self.actor, queue, flavor=data["flavor"], resource=data["resource"], reason=data["reason"],
                          http=request._request, **limits)  # fmt: skip
         row = next(

@@ -14,6 +14,7 @@ back as the row again with ``HX-Trigger: quotas-changed``, on which the chart an
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -305,23 +306,32 @@ def quota_cell(request: AuthenticatedHttpRequest, pk: int, queue: int) -> HttpRe
     the resource, the limits the form offers and a reason; limits not posted keep their values)."""
     team = _team(request, pk)
     owner = _queue(request, team, queue)
+
+    def cell(flavor: str, resource: str, **options: Any) -> HttpResponse:
+        return _cell(request, team, owner, flavor, resource, **options)
+
+    return _quota_row(request, owner, cell)
+
+
+def _quota_row(
+    request: AuthenticatedHttpRequest, owner: Queue | Cohort, cell: Callable[..., HttpResponse]
+) -> HttpResponse:
+    """One quota row of a queue or a cohort: read (GET), as a form (GET ``?edit=1``), or changed (POST: the
+    flavor, the resource, the limits the form offers and a reason; limits not posted keep their values).
+    ``cell(flavor, resource, **options)`` renders the row."""
     data = request.POST if request.method == "POST" else request.GET
     flavor, resource = data.get("flavor", ""), data.get("resource", Quota.Resource.ACCELERATORS)
     if request.method == "GET":
-        return _cell(request, team, owner, flavor, resource, edit=bool(request.GET.get("edit")))
-    current = Quota.objects.filter(queue=owner, flavor__organization=team.organization, flavor__name=flavor,
-                                   resource=resource).first()  # fmt: skip
-    limits = {k: data[k] if k in data else (getattr(current, k) if current else None) for k in quotas.LIMITS}
+        return cell(flavor, resource, edit=bool(request.GET.get("edit")))
+    limits = {k: data.get(k, quotas.KEEP) for k in quotas.LIMITS}
     try:
         change = quotas.set_quota(request.user, owner, flavor=flavor, resource=resource,
                                   reason=data.get("reason", ""), http=request, **limits)  # fmt: skip
     except ValidationError as exc:
-        return _cell(request, team, owner, flavor, resource, edit=True, errors=_errors(exc), posted=data,
-                     status=BAD_REQUEST)  # fmt: skip
+        return cell(flavor, resource, edit=True, errors=_errors(exc), posted=data, status=BAD_REQUEST)
     except PermissionDenied as exc:
-        return _cell(request, team, owner, flavor, resource, edit=True, errors={"__all__": [str(exc)]}, posted=data,
-                     status=FORBIDDEN)  # fmt: skip
-    return _cell(request, team, owner, flavor, resource, headers=CHANGED if change else None)
+        return cell(flavor, resource, edit=True, errors={"__all__": [str(exc)]}, posted=data, status=FORBIDDEN)
+    return cell(flavor, resource, headers=CHANGED if change else None)
 
 
 def _cell(
@@ -487,22 +497,11 @@ def org_quotas(request: AuthenticatedHttpRequest) -> HttpResponse:
 def cohort_cell(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """One quota row of a cohort, read, as a form or changed: as ``quota_cell`` for a team's queue."""
     cohort = _cohort(request, pk)
-    data = request.POST if request.method == "POST" else request.GET
-    flavor, resource = data.get("flavor", ""), data.get("resource", Quota.Resource.ACCELERATORS)
-    if request.method == "GET":
-        return _cohort_cell(request, cohort, flavor, resource, edit=bool(request.GET.get("edit")))
-    current = Quota.objects.filter(cohort=cohort, flavor__name=flavor, resource=resource).first()
-    limits = {k: data[k] if k in data else (getattr(current, k) if current else None) for k in quotas.LIMITS}
-    try:
-        change = quotas.set_quota(request.user, cohort, flavor=flavor, resource=resource,
-                                  reason=data.get("reason", ""), http=request, **limits)  # fmt: skip
-    except ValidationError as exc:
-        return _cohort_cell(request, cohort, flavor, resource, edit=True, errors=_errors(exc), posted=data,
-                            status=BAD_REQUEST)  # fmt: skip
-    except PermissionDenied as exc:
-        return _cohort_cell(request, cohort, flavor, resource, edit=True, errors={"__all__": [str(exc)]},
-                            posted=data, status=FORBIDDEN)  # fmt: skip
-    return _cohort_cell(request, cohort, flavor, resource, headers=CHANGED if change else None)
+
+    def cell(flavor: str, resource: str, **options: Any) -> HttpResponse:
+        return _cohort_cell(request, cohort, flavor, resource, **options)
+
+    return _quota_row(request, cohort, cell)
 
 
 def _find_cohort_row(nodes: list[usage.CohortNode], pk: int, flavor: str, resource: str) -> usage.CohortRow | None:

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 #: The largest quota anyone may set, in people's units (accelerators, cores, GiB).
 MAX_QUOTA = Decimal(1_000_000)
 LIMITS = ("nominal", "borrowing_limit", "lending_limit")
+#: A limit not given to ``set_quota``: keep the current value (the partial updates of the pages and the API).
+KEEP: Any = object()
 RESOURCE_WORDS = {r.value: r.label for r in Quota.Resource}
 
 
@@ -174,10 +176,17 @@ def set_quota(
     http: HttpRequest | None = None,
 ) -> QuotaChange | None:
     """Set (or, with ``nominal=None``, remove) the quota of ``owner`` for one (flavor, resource). Amounts are in
-    people's units: accelerators, CPU cores, GiB of memory. Limits left empty mean unlimited. Returns the
-    history entry, or None when nothing changed."""
+    people's units: accelerators, CPU cores, GiB of memory. Limits left empty mean unlimited; ``KEEP`` keeps
+    the current value. Returns the history entry, or None when nothing changed."""
     organization = owner.organization if isinstance(owner, Cohort) else owner.team.organization
     _authorize_quota(actor, owner, set())
+    given = (nominal, borrowing_limit, lending_limit)
+    if any(value is KEEP for value in given):
+        owned: dict[str, Any] = {"cohort" if isinstance(owner, Cohort) else "queue": owner}
+        current = Quota.objects.filter(**owned, flavor__name=flavor, resource=resource).first()
+        nominal, borrowing_limit, lending_limit = (
+            getattr(current, name, None) if value is KEEP else value for name, value in zip(LIMITS, given, strict=True)
+        )
     errors: dict[str, str] = {}
     reason = _reason(reason, errors)
     if resource not in Quota.Resource.values:
@@ -510,6 +519,7 @@ def set_member_limit(
 
 
 __all__ = [
+    "KEEP",
     "authorize_quota_change",
     "create_cohort",
     "give_project_quota",

@@ -161,23 +161,19 @@ class Usage:
 
 def running_usage(running: Iterable[m.Workload]) -> dict[tuple[str, str], list[int]]:
     """(queue, flavor) -> [accelerator milli, millicores, MiB] held by the running work, as the engine counts
-    it (``engine.running.RunningWork``: every accelerator share and every assignment's CPU and memory)."""
+    it (``Workload.usage``: every accelerator share and every assignment's CPU and memory)."""
     usage: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
     for w in running:
         total = usage[(w.queue, w.flavor)]
-        for a in w.assignments:
-            total[0] += sum(milli for _, milli in a.accels)
-            total[1] += a.cpu
-            total[2] += a.memory
+        for r, amount in enumerate(w.usage()):
+            total[r] += amount
     return usage
 
 
 def charged_tree(snap: m.Snapshot, usage: dict[tuple[str, str], list[int]]) -> QuotaTree:
     """The engine's quota tree of ``snap`` with ``usage`` charged, exactly as ``Cycle.__init__`` does."""
     tree = QuotaTree(snap.cohorts, snap.queues, {n.flavor for n in snap.nodes})
-    for (queue, flavor), total in sorted(usage.items()):
-        if queue in tree.index and flavor in tree.flavor_index:
-            tree.charge(tree.index[queue], flavor, total)
+    tree.charge_running(usage)
     return tree
 
 

@@ -203,10 +203,7 @@ class Cycle:
             self.running[w.flavor].append(i)
             total = usage[(w.queue, w.flavor)]
             total[0], total[1], total[2] = total[0] + used[0], total[1] + used[1], total[2] + used[2]
-        for (queue, flavor), total in sorted(usage.items()):
-            # Charging a queue's total at once is exact: the tree's additions compose.
-            if queue in self.quota.index and flavor in self.quota.flavor_index:
-                self.quota.charge(self.quota.index[queue], flavor, total)
+        self.quota.charge_running(usage)
         # Per-member limits: what each limited member's running work holds (milli-accelerators).
         self.member_limits = snapshot.member_limits
         self.member_used: defaultdict[str, int] = defaultdict(int)

@@ -11,7 +11,7 @@ small (tens of nodes), so plain lists beat numpy here.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from enum import IntEnum
 
 from .model import RESOURCES, Cohort, Queue, Quota
@@ -193,6 +193,13 @@ class QuotaTree:
         for r, fr in self.frs(flavor):
             if request[r]:
                 (self.add if sign > 0 else self.remove)(queue, fr, request[r])
+
+    def charge_running(self, usage: Mapping[tuple[str, str], Sequence[int]]) -> None:
+        """Charge the running work's totals per (queue, flavor); queues or flavors the tree does not know are
+        skipped. Charging a queue's total at once is exact: the tree's additions compose."""
+        for (queue, flavor), total in sorted(usage.items()):
+            if queue in self.index and flavor in self.flavor_index:
+                self.charge(self.index[queue], flavor, total)
 
     def over_potential(self) -> bool:
         """True when some node uses more of a governed column than it could ever hold (a quota was lowered
