@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import mixins, serializers
@@ -179,8 +178,7 @@ class QueueViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMix
     )
     def partial_update(self, request: Request, pk: str | None = None) -> Response:
         queue = self.get_object()
-        if not quotas.policy_fields(self.actor, queue):  # said before the body is judged
-            raise PermissionDenied(f"Only a lead of {queue.team} or an admin may change its queues.")
+        quotas.authorize_policy_change(self.actor, queue)  # said before the body is judged
         form = PolicyWriteSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         fields = dict(form.validated_data)

@@ -403,8 +403,7 @@ def queue_policy(request: AuthenticatedHttpRequest, pk: int, queue: int) -> Http
 def team_quota_new(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """The "give a project a sub-quota, or set a quota" form: a project's queue is made on first use."""
     team = _team(request, pk)
-    if not quotas.may_govern(request.user, team):
-        raise PermissionDenied(f"Only a lead of {team} or an admin may change its quotas.")
+    quotas.authorize_quota_change(request.user, Queue.objects.get(team=team, project=None))
     form = TeamQuotaForm(team, request.POST, admin=quotas.is_admin(request.user, team.organization))
     if form.is_valid():
         data = form.cleaned_data

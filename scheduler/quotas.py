@@ -334,15 +334,22 @@ def policy_fields(actor: User, queue: Queue) -> frozenset[str]:
     return LEAD_POLICY if is_lead(actor, queue.team) else frozenset()
 
 
+def authorize_policy_change(actor: User, queue: Queue) -> frozenset[str]:
+    """The policy fields ``actor`` may change in ``queue``; ``PermissionDenied`` if none (asked before a
+    request's values are judged, as ``authorize_quota_change``)."""
+    allowed = policy_fields(actor, queue)
+    if not allowed:
+        raise PermissionDenied(f"Only a lead of {queue.team} or an admin may change its queues.")
+    return allowed
+
+
 def set_policy(
     actor: User, queue: Queue, *, reason: str, http: HttpRequest | None = None, **fields: Any
 ) -> QuotaChange | None:
     """Change a queue's policy: ``flavor_order`` (accelerator type names), ``within_queue`` and ``reclaim``
     (preemption), ``weight`` (fair sharing), ``cohort`` (a Cohort or None). Returns None if nothing changed."""
     team, organization = queue.team, queue.team.organization
-    allowed = policy_fields(actor, queue)
-    if not allowed:
-        raise PermissionDenied(f"Only a lead of {team} or an admin may change its queues.")
+    allowed = authorize_policy_change(actor, queue)
     errors: dict[str, str] = {}
     reason = _reason(reason, errors)
     if unknown := sorted(set(fields) - set(POLICY)):
@@ -520,6 +527,7 @@ def set_member_limit(
 
 __all__ = [
     "KEEP",
+    "authorize_policy_change",
     "authorize_quota_change",
     "create_cohort",
     "give_project_quota",
