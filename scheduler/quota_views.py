@@ -36,7 +36,7 @@ from scheduler import quotas, usage
 from scheduler.models import Cohort, Queue, Quota, QuotaChange
 from scheduler.quota_forms import TEAM_QUEUE, CohortForm, CohortQuotaForm, TeamQuotaForm
 from scheduler.templatetags.quota_tags import amount
-from scheduler.views import _queue_context
+from scheduler.views import queue_context
 
 BAD_REQUEST, FORBIDDEN = 400, 403
 HISTORY_PER_PAGE = 20
@@ -270,7 +270,7 @@ def _render_team(request: AuthenticatedHttpRequest, team: Team, status: int = 20
         "rows": [_row_context(row, fields.get(row.queue_id, frozenset()), team) for row in rows],
         **_chart_context(team, rows),
         "policies": [_policy_context(request, q, team) for q in queues],
-        "states": [_queue_context(request, q.pk) for q in queues],
+        "states": [queue_context(request, q.pk, jobs_only=True) for q in queues],
         "quota_form": extra.get("quota_form") or (TeamQuotaForm(team, admin=admin) if governs else None),
         "governs": governs,
         **_team_history(request, team),

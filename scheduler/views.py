@@ -481,7 +481,8 @@ def queue_usage(request: AuthenticatedHttpRequest, queue: Queue) -> list[Usage]:
     return rows
 
 
-def _queue_context(request: AuthenticatedHttpRequest, pk: int) -> dict[str, Any]:
+def queue_context(request: AuthenticatedHttpRequest, pk: int, *, jobs_only: bool = False) -> dict[str, Any]:
+    """A queue's usage against quota (unless ``jobs_only``) and its running and waiting jobs."""
     scoped = Queue.objects.for_user(request.user, Action.VIEW).select_related("team", "project", "cohort")
     queue: Queue = get_object_or_404(scoped, pk=pk)
     current = Attempt.objects.filter(job=OuterRef("pk"), number=OuterRef("attempt"))
@@ -497,7 +498,8 @@ def _queue_context(request: AuthenticatedHttpRequest, pk: int) -> dict[str, Any]
     waiting = jobs.filter(state__in=WAITING).order_by(F("queue_position").asc(nulls_last=True), "submitted_at", "pk")
     context = {
         "queue": queue,
-        "usage": queue_usage(request, queue),
+        "jobs_only": jobs_only,
+        "usage": [] if jobs_only else queue_usage(request, queue),
         "running": [(job, describe_resources(job)) for job in running],
         "waiting": [(job, describe_resources(job), REASON_LABELS.get(job.pending_reason, "")) for job in waiting],
         "now": timezone.now(),
@@ -508,11 +510,13 @@ def _queue_context(request: AuthenticatedHttpRequest, pk: int) -> dict[str, Any]
 @login_required
 @require_GET
 def queue_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
-    return render(request, "scheduler/queue_detail.html", _queue_context(request, pk))
+    return render(request, "scheduler/queue_detail.html", queue_context(request, pk))
 
 
 @_signed_out_poll("queue-detail")
 @require_GET
 def queue_state(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
-    """The queue page's usage and jobs alone: polled while its tab is visible, as the job list is."""
-    return render(request, "scheduler/_queue_state.html", _queue_context(request, pk))
+    """The queue page's usage and jobs alone (``?jobs_only=1``: the jobs alone): polled while its tab is
+    visible, as the job list is."""
+    context = queue_context(request, pk, jobs_only=bool(request.GET.get("jobs_only")))
+    return render(request, "scheduler/_queue_state.html", context)
