@@ -46,6 +46,7 @@ import numpy as np
 
 from . import explain
 from .backfill import Timeline
+from .budgets import Ledger
 from .fgd import Fragmentation, Shape, workload_mix
 from .model import (
     CPU,
@@ -211,6 +212,7 @@ class Cycle:
             for w, used in zip(self.work.workloads, self.work.usage, strict=True):
                 if w.owner in self.member_limits:
                     self.member_used[w.owner] += used[0]
+        self.ledger = Ledger(snapshot.budgets, self.now)
         self.timeline = Timeline(self.table, self.now, self.config.backfill_window, self.config.time_quantum, self.work)
         self.preemptor = Preemptor(self)
         self.fragmentation = (
@@ -330,7 +332,7 @@ class Cycle:
         reclaim_over_quota(self)
         limit, attempts, considered = self.config.max_jobs_per_cycle, self.config.preemption_attempts, 0
         admit_limit, admissions = self.config.max_admissions_per_cycle, self.admissions
-        limits = self.member_limits
+        limits, ledger = self.member_limits, self.ledger
         order, pending, failed, preemptor, make = self.order, self.pending, self._failed, self.preemptor, tuple.__new__
         for position, (job, tier, queue) in enumerate(self._in_order()):
             order.append(job.id)
@@ -340,6 +342,13 @@ class Cycle:
             considered += 1
             if limits and job.owner in limits and self._over_member_limit(job, position):
                 continue
+            capped_by = None
+            if ledger and job.budgets:
+                over = ledger.over(job)
+                if over is not None:
+                    self._pend(job, PendingReason.BUDGET, position=position, facts=over)
+                    continue
+                job, capped_by = ledger.within_money(job)
             # Once this cycle's victim searches are spent, a verdict no longer depends on the job's tier.
             key = (queue.name, None if preemptor.attempts >= attempts else tier.name, job.workers,
                    job.accelerators, job.accel_milli, job.flavors, job.clusters, job.regions, job.topology)  # fmt: skip
@@ -359,7 +368,9 @@ class Cycle:
                     continue  # admitted, or waiting for the preemptions it issued
                 verdict, floor = outcome
                 failed.put(key, floor, verdict)
-            if verdict.settled:  # (``tuple.__new__`` makes the named tuple without its Python-level __new__)
+            if capped_by is not None and verdict.reason is PendingReason.PRICE_LIMIT:  # the budget's price limit
+                self._pend(job, PendingReason.BUDGET, position=position, facts=ledger.money_facts(job, capped_by))
+            elif verdict.settled:  # (``tuple.__new__`` makes the named tuple without its Python-level __new__)
                 pending.append(make(Pending, (job.id, verdict.reason, verdict.message, verdict.estimate, position)))
             else:
                 self._reserve_or_pend(job, verdict, position)
@@ -700,6 +711,8 @@ class Cycle:
         self.quota_changed(qi)
         if job.owner in self.member_limits:
             self.member_used[job.owner] += request[0]
+        if job.budgets and self.ledger:
+            self.ledger.charge(job, placement.cost_per_hour)
         backfilled = self.timeline.consume(placement.assignments, self.now + job.time_limit)
         self.admissions.append(
             Admission(

@@ -89,4 +89,22 @@ def message(reason: PendingReason, job: Job, facts: Mapping[str, object]) -> str
                 f"member {facts.get('limit')} at once; it needs {facts.get('needed')}. It starts when enough of them "
                 "have finished."
             )
+        case PendingReason.BUDGET:
+            return _budget_words(shape, facts)
     raise AssertionError(reason)  # pragma: no cover - every reason is handled above
+
+
+def _budget_words(shape: str, facts: Mapping[str, object]) -> str:
+    hours = f"{float(str(facts.get('hours', 0))):.3g}"
+    label, left = facts.get("label", "A hard budget"), float(str(facts.get("left", 0)))
+    then = "It starts when the budget is raised, or when the next month begins."
+    if facts.get("measure") == "money":
+        return (
+            f"Budget {label} has {left:,.2f} left this month: any placement of {shape} that could start now "
+            f"would cost more over its {hours} hours (the budget pays up to {float(str(facts.get('cap', 0))):,.2f} "
+            f"an hour). {then}"
+        )
+    return (
+        f"Budget {label} has {left:,.4g} accelerator-hours left this month, and {shape} for up to {hours} hours "
+        f"may use {float(str(facts.get('needed', 0))):,.4g}. {then}"
+    )

@@ -161,6 +161,8 @@ class Job:
     preemptible: bool = True
     #: Who submitted it, for per-member limits (``Snapshot.member_limits``); empty: no limit applies.
     owner: str = ""
+    #: The hard budgets it is charged to (names in ``Snapshot.budgets``: its team's, its project's).
+    budgets: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -220,6 +222,21 @@ class Workload:
             sum([a.cpu for a in assignments]),
             sum([a.memory for a in assignments]),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """What a hard budget has left of its period (a month): a job is admitted only if what it may use until
+    the period ends, at most its time limit, fits what is left. ``None``: that measure is not limited."""
+
+    #: Milli-accelerator-seconds left (1000 * 3600 is one accelerator-hour).
+    accel_seconds: int | None = None
+    #: Money left, in the price book's currency.
+    money: float | None = None
+    #: When the period ends (seconds since the epoch): a job is charged only for its time before then.
+    until: float = float("inf")
+    #: How people name it ("team vision"), for the pending message.
+    label: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,6 +301,8 @@ class Snapshot:
     config: Config = Config()
     #: Per-member limits: owner -> the most milli-accelerators that owner's running jobs may hold at once.
     member_limits: Mapping[str, int] = field(default_factory=dict)
+    #: Hard budgets by name (``Job.budgets``), with what is left of each after the work already running.
+    budgets: Mapping[str, Budget] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------------------------- decisions
@@ -306,6 +325,7 @@ class PendingReason(StrEnum):
     BACKFILL_BLOCKED = "backfill_blocked"  # would delay a higher-priority job's reservation
     NOT_CONSIDERED = "not_considered"  # the cycle's work limit was reached before this job
     MEMBER_LIMIT = "member_limit"  # its submitter's running jobs already hold the team lead's per-member limit
+    BUDGET = "budget"  # it could use more accelerator-hours or money than a hard budget has left this month
 
 
 class PreemptionReason(StrEnum):

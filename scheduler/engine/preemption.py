@@ -222,6 +222,8 @@ class Preemptor:
             return False
         needed, placement = found
         self._hold(qi, flavor, request, needed, placement)
+        if job.budgets and cycle.ledger:
+            cycle.ledger.charge(job, placement.cost_per_hour)
         self._issue(job, tier, queue, qi, flavor, needed, position)
         return True
 

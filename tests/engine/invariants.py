@@ -141,6 +141,11 @@ class Replay:
             if w.owner in snapshot.member_limits:
                 self.member_used[w.owner] += sum(milli for a in w.assignments for _, milli in a.accels)
 
+        #: Hard budgets: what each has left as the admissions are charged to it.
+        self.budget_left: dict[str, list[float | None]] = {
+            name: [b.accel_seconds, b.money] for name, b in snapshot.budgets.items()
+        }
+
         self.quota = QuotaTree(snapshot)
         for w in snapshot.running:
             if w.queue in self.queues:
@@ -423,6 +428,7 @@ class Replay:
             self.member_used[job.owner] += job.workers * job.accel_per_worker
             if self.member_used[job.owner] > limit:
                 _fail(f"{what}: member {job.owner!r} would hold {self.member_used[job.owner]} milli, limit {limit}")
+        self._charge_budgets(what, job, admission)
         self.admissions[job.id] = admission
 
         end = self.snapshot.now + job.time_limit
@@ -440,6 +446,23 @@ class Replay:
                         node_name,
                         reserved[node_name],
                     )
+
+    def _charge_budgets(self, what: str, job: Job, admission: Admission) -> None:
+        """No hard budget pays for more than it has left: accelerator-hours and money until its period ends."""
+        for name in job.budgets:
+            budget = self.snapshot.budgets.get(name)
+            if budget is None:
+                continue
+            seconds = min(job.time_limit, max(0.0, budget.until - self.snapshot.now))
+            left = self.budget_left[name]
+            if left[0] is not None:
+                left[0] -= job.workers * job.accel_per_worker * seconds
+                if left[0] < 0:
+                    _fail(f"{what}: budget {name!r} would pay {-left[0]} milli-accelerator-seconds beyond its limit")
+            if left[1] is not None:
+                left[1] -= admission.cost_per_hour * seconds / 3600
+                if left[1] < -1e-3:  # cost_per_hour is rounded to 6 decimals
+                    _fail(f"{what}: budget {name!r} would pay {-left[1]} beyond its money")
 
     def _admit_quota(self, what: str, job: Job, admission: Admission) -> None:
         added = {

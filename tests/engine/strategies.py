@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from scheduler.engine.model import (
     WHOLE,
     Assignment,
+    Budget,
     Cluster,
     Cohort,
     Config,
@@ -46,6 +47,7 @@ PRICES = (0.0, 1.0, 2.5, 4.0)
 TIME_LIMITS = (300, 1800, 3600, 7200, 86_400)
 #: Who submitted jobs, for per-member limits.
 OWNERS = ("ann", "ben", "cy")
+BUDGETS = ("team-a", "project-x")
 ROOT = "org"
 
 T = TypeVar("T")
@@ -345,6 +347,7 @@ def _job(
         locality=_pick(draw, cluster_names + list(REGIONS)) if _rare(draw, 4) else None,
         preemptible=not _rare(draw, 6),
         owner=_pick(draw, OWNERS),
+        budgets=tuple(draw(_subsets(BUDGETS))) if _coin(draw) else (),
     )
 
 
@@ -410,6 +413,16 @@ def snapshots(
         config=config,
         # Per-member limits now and then, from none at all to more than anyone asks for.
         member_limits={o: _pick(draw, (0, 1000, 4000, 16_000)) for o in OWNERS if _rare(draw, 3)},
+        # Hard budgets now and then: nothing left, some accelerator-hours or money, a period ending soon.
+        budgets={name: _budget(draw) for name in BUDGETS if _coin(draw)},
+    )
+
+
+def _budget(draw: st.DrawFn) -> Budget:
+    return Budget(
+        accel_seconds=_pick(draw, (None, 0, 3_600_000, 36_000_000)),
+        money=_pick(draw, (None, 0.0, 2.0, 30.0)),
+        until=NOW + _pick(draw, (600, 86_400, 30 * 86_400)),
     )
 
 

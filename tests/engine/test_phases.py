@@ -9,6 +9,7 @@ import pytest
 from scheduler.engine import schedule
 from scheduler.engine.model import (
     Assignment,
+    Budget,
     Cluster,
     Cohort,
     Config,
@@ -449,3 +450,65 @@ def test_victims_are_minimal_even_when_the_search_overshoots():
     work = tuple(replace(w, assignments=(replace(w.assignments[0], accels=((i, 1000),)),)) for i, w in enumerate(work))
     d = schedule(snapshot((node("n1", free=0),), (queue("a"),), (job("three", accelerators=3),), work))
     assert len(d.preemptions) == 3
+
+
+# ------------------------------------------------------------------------------------------------ budgets
+
+HOUR = 3600
+
+
+def test_a_hard_budget_of_accelerator_hours_admits_what_fits_and_charges_each_admission():
+    # 20 accelerator-hours left: the first 8-GPU two-hour job (16) fits, the second does not.
+    pending = (
+        job("j1", at=1, accelerators=8, time_limit=2 * HOUR, budgets=("team a",)),
+        job("j2", at=2, accelerators=8, time_limit=2 * HOUR, budgets=("team a",)),
+        job("free", at=3, accelerators=8, time_limit=2 * HOUR),  # charged to no budget
+    )
+    budget = Budget(accel_seconds=20 * 1000 * HOUR, label="team a, this month")
+    d = schedule(
+        replace(snapshot((node("n1"), node("n2"), node("n3")), (queue("a"),), pending), budgets={"team a": budget})
+    )
+    assert set(admitted(d)) == {"j1", "free"}
+    (waiting,) = d.pending
+    assert (waiting.job, waiting.reason) == ("j2", PendingReason.BUDGET)
+    assert "team a, this month has 4 accelerator-hours left" in waiting.message
+    assert "may use 16" in waiting.message
+
+
+def test_a_job_is_charged_only_until_its_budget_period_ends():
+    # Ten minutes of the month are left: a 10-hour job of 8 GPUs uses 8 * 1/6 accelerator-hours of it.
+    budget = Budget(accel_seconds=2 * 1000 * HOUR, until=NOW + 600)
+    pending = (job("j", accelerators=8, time_limit=10 * HOUR, budgets=("b",)),)
+    d = schedule(replace(snapshot((node("n1"),), (queue("a"),), pending), budgets={"b": budget}))
+    assert set(admitted(d)) == {"j"}
+
+
+def test_a_money_budget_routes_to_what_it_can_pay_for_and_then_holds_the_job():
+    cheap, dear = node("c1", cluster="cheap", price=1.0), node("d1", cluster="dear", price=5.0)
+    clusters = (Cluster("cheap", "eu", ("block", "rack")), Cluster("dear", "eu", ("block", "rack")))
+    # 8 GPUs for an hour: 8 on the cheap cluster, 40 on the dear one, where its data is (routing prefers it).
+    pending = (job("j", accelerators=8, time_limit=HOUR, budgets=("b",), locality="dear"),)
+    snap = snapshot((cheap, dear), (queue("a"),), pending, clusters=clusters)
+    assert admitted(schedule(snap))["j"].cluster == "dear"  # type: ignore[attr-defined]
+    assert admitted(schedule(replace(snap, budgets={"b": Budget(money=10.0)})))["j"].cluster == "cheap"  # type: ignore[attr-defined]
+
+    d = schedule(replace(snap, budgets={"b": Budget(money=7.5, label="project x")}))
+    assert not d.admissions
+    (waiting,) = d.pending
+    assert waiting.reason is PendingReason.BUDGET
+    assert "project x has 7.50 left" in waiting.message
+
+
+def test_money_spent_by_one_admission_is_not_spent_again_in_the_same_cycle():
+    pending = tuple(job(f"j{i}", at=i, accelerators=4, time_limit=HOUR, budgets=("b",)) for i in range(3))
+    # 4 GPUs for an hour at 2.0 cost 8: a budget of 20 pays for two of them.
+    d = schedule(replace(snapshot((node("n1"), node("n2")), (queue("a"),), pending), budgets={"b": Budget(money=20.0)}))
+    assert set(admitted(d)) == {"j0", "j1"}
+    assert reasons(d) == {"j2": PendingReason.BUDGET}
+
+
+def test_a_budget_that_does_not_bind_changes_nothing():
+    pending = tuple(job(f"j{i}", at=i, accelerators=1 + i % 4, budgets=("b",)) for i in range(12))
+    snap = snapshot(tuple(node(f"n{i}") for i in range(3)), (queue("a"),), pending)
+    plenty = Budget(accel_seconds=10**12, money=10.0**9)
+    assert schedule(replace(snap, budgets={"b": plenty})).admissions == schedule(snap).admissions
