@@ -182,6 +182,8 @@ CELERY_BEAT_SCHEDULE = {
     # The placement loop (also woken by each submission) and the clusters' reports on placed jobs.
     "placement-cycle": {"task": "scheduler.tasks.placement_cycle", "schedule": 10.0},
     "follow-clusters": {"task": "scheduler.tasks.follow_clusters", "schedule": 15.0},
+    # Budget alerts at 50/80/100% and on the month's forecast (``scheduler/budgets.py``).
+    "check-budgets": {"task": "scheduler.tasks.check_budgets", "schedule": 300.0},
 }
 
 # --- Authentication -------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from django.utils import timezone
 
 from portal.models import Organization
+from scheduler.budgets import charged_to
 from scheduler.engine import model as m
 from scheduler.engine import schedule
 from scheduler.models import LoopState, PriorityTier, Queue
@@ -158,6 +159,9 @@ def preview(organization: Organization, queue: Queue, tier: PriorityTier, reques
     """Where and when the request would start if submitted now, with today's queue and fleet."""
     snapshot = replace(_current_snapshot(organization), now=time.time())
     job = _job(queue, tier, request, snapshot.now)
+    if snapshot.budgets:
+        project = request.project.pk if request.project else None
+        job = replace(job, budgets=charged_to(snapshot.budgets, request.team.pk, project))
     decisions = schedule(replace(snapshot, pending=(*snapshot.pending, job)))
     for admission in decisions.admissions:
         if admission.job == job.id:

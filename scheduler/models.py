@@ -154,6 +154,105 @@ class MemberLimit(models.Model):
         return f"{self.user} in {self.team}: {self.accelerators} accelerators"
 
 
+class Budget(models.Model):
+    """A monthly budget of a team, or of one project in a team: accelerator-hours, money, or both.
+
+    Every budget alerts (by e-mail to the team's leads and the listed addresses, and by webhook) when its
+    month's use reaches 50, 80 and 100% and when the forecast for the month passes it, each once
+    (``BudgetAlert``). A hard budget also keeps jobs pending that could take it past its limit (``budgets.py``,
+    the engine's ``budgets.py``). Periods are calendar months in UTC. Changed only through ``budgets.set_budget``.
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="budgets")
+    #: Empty: the whole team's budget; else the budget of this project's jobs (within the team's).
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, null=True, blank=True, related_name="budgets")
+    accelerator_hours = models.DecimalField(
+        max_digits=14, decimal_places=3, null=True, blank=True, validators=[MinValueValidator(Decimal(0))]
+    )
+    #: Money a month, in the currency of the clusters' prices.
+    amount = models.DecimalField(
+        max_digits=14, decimal_places=2, null=True, blank=True, validators=[MinValueValidator(Decimal(0))]
+    )
+    hard = models.BooleanField(default=False, help_text="Hard: jobs that would pass it wait. Soft: it only alerts.")
+    #: Who else gets the alerts by e-mail, besides the team's leads.
+    recipients: models.JSONField[Any, Any] = models.JSONField(default=list, blank=True)
+    webhook_url = models.URLField(max_length=500, blank=True)
+    updated_at = models.DateTimeField()
+
+    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Tenancy(TenancyRules):
+        policy = {Action.VIEW: ALL_ROLES}
+
+    class Meta:
+        ordering = ["team__name", "project__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "project"], name="budget_one_per_project"),
+            models.UniqueConstraint(fields=["team"], condition=Q(project=None), name="budget_one_per_team"),
+            models.CheckConstraint(
+                condition=Q(accelerator_hours__isnull=False) | Q(amount__isnull=False), name="budget_limits_something"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"project {self.team.slug}/{self.project.slug}" if self.project else f"team {self.team.slug}"
+
+
+class BudgetAlert(models.Model):
+    """One alert of a budget in one month: a threshold reached or a forecast over the limit. The unique
+    constraint is what makes each alert be raised once; delivery (e-mail, webhook) is retried until done."""
+
+    class Kind(models.TextChoices):
+        HALF = "50", "50% used"
+        MOST = "80", "80% used"
+        ALL = "100", "100% used"
+        FORECAST = "forecast", "Forecast over budget"
+
+    class Measure(models.TextChoices):
+        HOURS = "accelerator_hours", "Accelerator-hours"
+        MONEY = "amount", "Money"
+
+    budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="alerts")
+    #: The first day of the month it is about.
+    period = models.DateField()
+    measure = models.CharField(max_length=20, choices=Measure.choices)
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    #: The budget's limit when it was raised: a changed limit arms the thresholds again.
+    limit = models.DecimalField(max_digits=14, decimal_places=3)
+    spent = models.DecimalField(max_digits=14, decimal_places=3)
+    forecast = models.DecimalField(max_digits=14, decimal_places=3, null=True, blank=True)
+    message = models.TextField()
+    created_at = models.DateTimeField(db_index=True)
+    emailed_at = models.DateTimeField(null=True, blank=True)
+    #: Who it was mailed to (empty when the team has no lead with an address and none was listed).
+    emailed_to = models.TextField(blank=True)
+    webhook_sent_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+
+    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Tenancy(TenancyRules):
+        team_field = "budget__team"
+        org_field = "budget__team__organization"
+        policy = {Action.VIEW: ALL_ROLES}
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["budget", "period", "measure", "kind", "limit"], name="budget_alert_once_per_period"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.budget} {self.period:%Y-%m}: {self.get_kind_display()} of {self.get_measure_display()}"
+
+    @property
+    def delivered(self) -> bool:
+        return self.emailed_at is not None and (self.webhook_sent_at is not None or not self.budget.webhook_url)
+
+
 class QuotaChange(models.Model):
     """One change to how a team or the organization is governed (a quota, a queue's policy, a cohort), with
     who made it, why, and the values before and after: the history team leads and admins read. Written only
@@ -165,6 +264,7 @@ class QuotaChange(models.Model):
         QUEUE = "queue", "Queue"
         COHORT = "cohort", "Cohort"
         MEMBER = "member", "Member limit"
+        BUDGET = "budget", "Budget"
 
     organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="quota_changes")
     #: The team whose queue changed; empty for organization-level changes (cohorts), which only
@@ -451,4 +551,16 @@ class LoopState(models.Model):
         return f"loop of {self.organization} at generation {self.generation}"
 
 
-__all__ = ["Assignment", "Attempt", "Cohort", "Job", "JobEvent", "LoopState", "PriorityTier", "Queue", "Quota"]
+__all__ = [
+    "Assignment",
+    "Attempt",
+    "Budget",
+    "BudgetAlert",
+    "Cohort",
+    "Job",
+    "JobEvent",
+    "LoopState",
+    "PriorityTier",
+    "Queue",
+    "Quota",
+]

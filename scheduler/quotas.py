@@ -32,7 +32,6 @@ from clusters.models import AcceleratorType
 from portal import audit
 from portal.models import Membership, Organization, Project, Team
 from portal.tenancy import Role
-from scheduler import feasibility
 from scheduler.models import Cohort, MemberLimit, Queue, Quota, QuotaChange
 
 if TYPE_CHECKING:
@@ -44,6 +43,7 @@ MAX_QUOTA = Decimal(1_000_000)
 LIMITS = ("nominal", "borrowing_limit", "lending_limit")
 #: A limit not given to ``set_quota``: keep the current value (the partial updates of the pages and the API).
 KEEP: Any = object()
+PLACES_WORDS = {0: "zero", 1: "one", 2: "two", 3: "three"}
 RESOURCE_WORDS = {r.value: r.label for r in Quota.Resource}
 
 
@@ -63,7 +63,8 @@ def may_govern(actor: User, team: Team) -> bool:
     return is_admin(actor, team.organization) or is_lead(actor, team)
 
 
-def _reason(reason: str, errors: dict[str, str]) -> str:
+def check_reason(reason: str, errors: dict[str, str]) -> str:
+    """The reason of a change, stripped; what is wrong with it in ``errors["reason"]``."""
     reason = (reason or "").strip()
     if not reason:
         errors["reason"] = "Say why: the reason is kept in the quota history."
@@ -72,7 +73,11 @@ def _reason(reason: str, errors: dict[str, str]) -> str:
     return reason
 
 
-def _amount(value: Any, field: str, errors: dict[str, str], *, required: bool) -> Decimal | None:
+def check_amount(
+    value: Any, field: str, errors: dict[str, str], *, required: bool, most: Decimal = MAX_QUOTA, places: int = 3
+) -> Decimal | None:
+    """``value`` as an amount of at least zero, at most ``most``, with at most ``places`` decimals; else None,
+    with what is wrong in ``errors[field]``."""
     if value is None or value == "":
         if required:
             errors[field] = "This field is required."
@@ -84,16 +89,16 @@ def _amount(value: Any, field: str, errors: dict[str, str], *, required: bool) -
         return None
     if not amount.is_finite() or amount < 0:
         errors[field] = "Must be zero or more."
-    elif amount > MAX_QUOTA:
-        errors[field] = f"Must be at most {MAX_QUOTA}."
-    elif amount != amount.quantize(Decimal("0.001")):
-        errors[field] = "At most three decimal places."
+    elif amount > most:
+        errors[field] = f"Must be at most {most}."
+    elif amount != amount.quantize(Decimal(1).scaleb(-places)):
+        errors[field] = f"At most {PLACES_WORDS.get(places, places)} decimal places."
     else:
         return amount
     return None
 
 
-def _record(
+def record(
     actor: User,
     *,
     organization: Organization,
@@ -110,6 +115,7 @@ def _record(
     http: HttpRequest | None,
 ) -> QuotaChange:
     """History and audit of one change, inside its transaction; the loop is woken after the commit."""
+    from scheduler import feasibility  # (the preview reads the snapshot, which reads budgets, which write here)
     from scheduler.actions import wake_loop
 
     change = QuotaChange.objects.create(
@@ -150,14 +156,14 @@ def project_queue(actor: User, project: Project, *, reason: str, http: HttpReque
     if existing is not None:
         return existing
     errors: dict[str, str] = {}
-    reason = _reason(reason, errors)
+    reason = check_reason(reason, errors)
     if project.archived:
         errors["project"] = f"Project {project.name} is archived."
     if errors:
         raise ValidationError(errors)
     with transaction.atomic():
         queue = Queue.objects.create(team=team, project=project, name=f"{team.slug}/{project.slug}")
-        _record(actor, organization=team.organization, team=team, queue=queue, cohort=None, kind=QuotaChange.Kind.QUEUE,
+        record(actor, organization=team.organization, team=team, queue=queue, cohort=None, kind=QuotaChange.Kind.QUEUE,
                 subject=f"queue {queue.name} for project {project.name}", before={}, after={"queue": queue.name},
                 reason=reason, target=queue, action="queue.created", http=http)  # fmt: skip
     return queue
@@ -188,7 +194,7 @@ def set_quota(
             getattr(current, name, None) if value is KEEP else value for name, value in zip(LIMITS, given, strict=True)
         )
     errors: dict[str, str] = {}
-    reason = _reason(reason, errors)
+    reason = check_reason(reason, errors)
     if resource not in Quota.Resource.values:
         errors["resource"] = f"Unknown resource {resource!r}. Known: {', '.join(Quota.Resource.values)}."
     accelerator_type = AcceleratorType.objects.filter(organization=organization, name=flavor).first()
@@ -197,9 +203,11 @@ def set_quota(
         errors["flavor"] = f"Unknown accelerator type {flavor!r}. Known: {', '.join(known) or 'none'}."
     removing = nominal is None or nominal == ""
     new = {
-        "nominal": _amount(nominal, "nominal", errors, required=False),
-        "borrowing_limit": None if removing else _amount(borrowing_limit, "borrowing_limit", errors, required=False),
-        "lending_limit": None if removing else _amount(lending_limit, "lending_limit", errors, required=False),
+        "nominal": check_amount(nominal, "nominal", errors, required=False),
+        "borrowing_limit": None
+        if removing
+        else check_amount(borrowing_limit, "borrowing_limit", errors, required=False),
+        "lending_limit": None if removing else check_amount(lending_limit, "lending_limit", errors, required=False),
     }
     lend, nominal_amount = new["lending_limit"], new["nominal"]
     if lend is not None and nominal_amount is not None and lend > nominal_amount:
@@ -231,7 +239,7 @@ def set_quota(
         words = RESOURCE_WORDS.get(resource, resource)
         subject = f"{'cohort' if isinstance(owner, Cohort) else 'queue'} {owner}: {accelerator_type.name} {words}"
         team = owner.team if isinstance(owner, Queue) else None
-        return _record(
+        return record(
             actor, organization=organization, team=team, queue=owner if isinstance(owner, Queue) else None,
             cohort=owner if isinstance(owner, Cohort) else None, kind=QuotaChange.Kind.QUOTA, subject=subject,
             before={k: _text(old[k]) for k in sorted(changed)}, after={k: _text(new[k]) for k in sorted(changed)},
@@ -351,7 +359,7 @@ def set_policy(
     team, organization = queue.team, queue.team.organization
     allowed = authorize_policy_change(actor, queue)
     errors: dict[str, str] = {}
-    reason = _reason(reason, errors)
+    reason = check_reason(reason, errors)
     if unknown := sorted(set(fields) - set(POLICY)):
         errors["__all__"] = f"Unknown policy field(s): {', '.join(unknown)}."
     new: dict[str, Any] = {}
@@ -407,7 +415,7 @@ def set_policy(
             setattr(locked, k, new[k])
         locked.save(update_fields=sorted(changed))
         after = {k: _policy_value(getattr(locked, k)) for k in sorted(changed)}
-        change = _record(actor, organization=organization, team=team, queue=locked, cohort=None,
+        change = record(actor, organization=organization, team=team, queue=locked, cohort=None,
                          kind=QuotaChange.Kind.POLICY, subject=f"queue {locked}: policy", before=before, after=after,
                          reason=reason, target=locked, action="queue.policy_changed", http=http)  # fmt: skip
     queue.refresh_from_db()
@@ -434,7 +442,7 @@ def create_cohort(
     if not is_admin(actor, organization):
         raise PermissionDenied("Only an organization admin may shape the cohort tree.")
     errors: dict[str, str] = {}
-    reason = _reason(reason, errors)
+    reason = check_reason(reason, errors)
     name = (name or "").strip()
     if not name or len(name) > 80:
         errors["name"] = "A name of 1 to 80 characters."
@@ -449,7 +457,7 @@ def create_cohort(
         raise ValidationError(errors)
     with transaction.atomic():
         cohort = Cohort.objects.create(organization=organization, name=name, parent=parent)
-        _record(actor, organization=organization, team=None, queue=None, cohort=cohort, kind=QuotaChange.Kind.COHORT,
+        record(actor, organization=organization, team=None, queue=None, cohort=cohort, kind=QuotaChange.Kind.COHORT,
                 subject=f"cohort {name}", before={}, after={"name": name, "parent": str(parent) if parent else None},
                 reason=reason, target=cohort, action="cohort.created", http=http)  # fmt: skip
     return cohort
@@ -463,7 +471,7 @@ def set_parent(actor: User, cohort: Cohort, parent: Cohort | None, *, reason: st
     if not is_admin(actor, organization):
         raise PermissionDenied("Only an organization admin may shape the cohort tree.")
     errors: dict[str, str] = {}
-    reason = _reason(reason, errors)
+    reason = check_reason(reason, errors)
     if parent is not None:
         if parent.organization_id != organization.pk:
             errors["parent"] = f"Not a cohort of {organization}."
@@ -482,7 +490,7 @@ def set_parent(actor: User, cohort: Cohort, parent: Cohort | None, *, reason: st
         before = {"parent": str(cohort.parent) if cohort.parent else None}
         cohort.parent = parent
         cohort.save(update_fields=["parent"])
-        return _record(actor, organization=organization, team=None, queue=None, cohort=cohort,
+        return record(actor, organization=organization, team=None, queue=None, cohort=cohort,
                        kind=QuotaChange.Kind.COHORT, subject=f"cohort {cohort}: parent", before=before,
                        after={"parent": str(parent) if parent else None}, reason=reason, target=cohort,
                        action="cohort.moved", http=http)  # fmt: skip
@@ -500,8 +508,8 @@ def set_member_limit(
     if not may_govern(actor, team):
         raise PermissionDenied(f"Only a lead of {team} or an admin may set its members' limits.")
     errors: dict[str, str] = {}
-    reason = _reason(reason, errors)
-    amount = _amount(accelerators, "accelerators", errors, required=False)
+    reason = check_reason(reason, errors)
+    amount = check_amount(accelerators, "accelerators", errors, required=False)
     if not Membership.objects.filter(user=member, team=team).exists():
         errors["member"] = f"{member.get_username()} is not a member of team {team}."
     if errors:
@@ -519,7 +527,7 @@ def set_member_limit(
         else:
             row.accelerators = amount
             row.save(update_fields=["accelerators"])
-        return _record(actor, organization=team.organization, team=team, queue=None, cohort=None,
+        return record(actor, organization=team.organization, team=team, queue=None, cohort=None,
                        kind=QuotaChange.Kind.MEMBER, subject=f"team {team}: limit of {member.get_username()}",
                        before={"accelerators": _text(old)}, after={"accelerators": _text(amount)}, reason=reason,
                        target=team, action="member_limit.changed", http=http)  # fmt: skip
@@ -529,12 +537,15 @@ __all__ = [
     "KEEP",
     "authorize_policy_change",
     "authorize_quota_change",
+    "check_amount",
+    "check_reason",
     "create_cohort",
     "give_project_quota",
     "may_govern",
     "policy_fields",
     "project_queue",
     "quota_fields",
+    "record",
     "set_member_limit",
     "set_parent",
     "set_policy",

@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from clusters.models import Cluster, Node
 from portal.models import Organization
+from scheduler import budgets
 from scheduler.engine import model as m
 from scheduler.lifecycle import PLACED, WAITING
 from scheduler.models import Assignment, Attempt, Cohort, Job, LoopState, MemberLimit, PriorityTier, Queue, Quota
@@ -88,7 +89,8 @@ def build(organization: Organization, now: datetime | None = None, config: m.Con
     clusters, nodes, every_flavor = fleet(organization, index, placed)
     tiers, cohorts, queues = governance(organization, every_flavor, index)
     running = _running(organization, tiers, index, placed)
-    pending = _pending(organization, now, index)
+    hard_budgets = budgets.snapshot_budgets(organization.pk, now)
+    pending = _pending(organization, now, index, hard_budgets)
     limits = MemberLimit.objects.filter(team__organization=organization).values_list("team", "user", "accelerators")
     member_limits = {owner(team, user): int(amount * 1000) for team, user, amount in limits}
     snapshot = m.Snapshot(
@@ -102,6 +104,7 @@ def build(organization: Organization, now: datetime | None = None, config: m.Con
         pending=pending,
         config=config or m.Config(),
         member_limits=member_limits,
+        budgets=hard_budgets,
     )
     return snapshot, index
 
@@ -303,7 +306,9 @@ def _running(
     return tuple(running)
 
 
-def _pending(organization: Organization, now: datetime, index: Index) -> tuple[m.Job, ...]:
+def _pending(
+    organization: Organization, now: datetime, index: Index, hard_budgets: dict[str, m.Budget]
+) -> tuple[m.Job, ...]:
     allowed_clusters: dict[int, list[str]] = defaultdict(list)
     for job_id, slug in Job.clusters.through.objects.filter(
         job__team__organization=organization, job__state__in=WAITING
@@ -317,7 +322,7 @@ def _pending(organization: Organization, now: datetime, index: Index) -> tuple[m
             "pk", "state", "attempt", "queue__name", "tier__name", "submitted_at", "workers", "accelerators",
             "accelerator_milli", "cpu", "memory", "accelerator_types", "regions", "topology_level", "topology_mode",
             "time_limit", "max_price_per_hour", "preemptible", "pending_reason", "pending_message", "queue_position",
-            "estimated_start", "team_id", "submitted_by_id",
+            "estimated_start", "team_id", "project_id", "submitted_by_id",
         )
         .order_by("submitted_at", "pk")
     ):  # fmt: skip
@@ -327,6 +332,8 @@ def _pending(organization: Organization, now: datetime, index: Index) -> tuple[m
             (j["pending_reason"], j["pending_message"], j["queue_position"], j["estimated_start"]),
         )
         j["clusters"] = allowed_clusters.get(j["pk"], ())
+        if hard_budgets:
+            j["budgets"] = budgets.charged_to(hard_budgets, j["team_id"], j["project_id"])
         pending.append(engine_job(j))
     return tuple(pending)
 
@@ -353,4 +360,5 @@ def engine_job(j: dict[str, Any]) -> m.Job:
         max_price_per_hour=float(price) if price is not None else None,
         preemptible=j["preemptible"],
         owner=owner(j["team_id"], j["submitted_by_id"]) if "team_id" in j else "",
+        budgets=j.get("budgets", ()),
     )

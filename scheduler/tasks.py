@@ -11,7 +11,7 @@ from celery import shared_task
 from django.db.models import Q
 
 from clusters.models import Cluster
-from scheduler import dispatch, loop
+from scheduler import budgets, dispatch, loop
 from scheduler.models import Attempt
 
 log = logging.getLogger(__name__)
@@ -77,3 +77,24 @@ def follow_clusters() -> int:
 def cleanup_attempt(attempt_id: int) -> bool:
     """Cancel an ended attempt on its cluster (a cancelled job); the follow loop retries if this fails."""
     return dispatch.cleanup(attempt_id)
+
+
+@shared_task(
+    ignore_result=True,
+    autoretry_for=(budgets.DeliveryFailed,),
+    retry_backoff=30,
+    retry_backoff_max=3600,
+    max_retries=budgets.MAX_DELIVERY_ATTEMPTS,
+)
+def deliver_budget_alert(alert_id: int) -> bool:
+    """Send one budget alert by e-mail and webhook (each channel once it has taken it)."""
+    return budgets.deliver(alert_id)
+
+
+@shared_task(ignore_result=True)
+def check_budgets() -> int:
+    """On the beat: raise the budget alerts that are due, and queue again the deliveries still owed."""
+    raised = budgets.raise_alerts()
+    for alert_id in budgets.undelivered():
+        send(deliver_budget_alert, alert_id)
+    return len(raised)

@@ -50,6 +50,7 @@ REASON_LABELS: dict[str, str] = {
     PendingReason.BACKFILL_BLOCKED: "behind a reservation",
     PendingReason.NOT_CONSIDERED: "not reached in the last cycle",
     PendingReason.MEMBER_LIMIT: "at its submitter's limit",
+    PendingReason.BUDGET: "over a hard budget",
     PendingReason.NEVER_FITS: "never fits",
     PendingReason.TOPOLOGY: "no domain big enough",
     PendingReason.PRICE_LIMIT: "over its price limit",
