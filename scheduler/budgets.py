@@ -41,7 +41,8 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.mail import send_mail
 from django.core.validators import URLValidator, validate_email
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import DurationField, Q, Sum, Value
+from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
 from portal.models import Membership, Project, Team
@@ -94,17 +95,15 @@ class Use:
     recent_hours: float = 0.0
     recent_money: float = 0.0
 
-    def add(self, other: Use) -> None:
-        for name in self.__dataclass_fields__:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-
 
 def _overlap(start: datetime, end: datetime, lo: datetime, hi: datetime) -> float:
     return max(0.0, (min(end, hi) - max(start, lo)).total_seconds())
 
 
 def use_of(budgets: Iterable[Budget], now: datetime | None = None) -> dict[int, Use]:
-    """The month's use of each of ``budgets`` (by pk), from one query over the attempts of their teams."""
+    """The month's use of each of ``budgets`` (by pk). Ended attempts are summed by the database, grouped by
+    what multiplies their time (team, project, accelerators, price); live ones, far fewer, are read one by one
+    for what they may still use."""
     budgets = list(budgets)
     now = now or timezone.now()
     start, end = month_of(now)
@@ -112,34 +111,39 @@ def use_of(budgets: Iterable[Budget], now: datetime | None = None) -> dict[int, 
     teams = {b.team_id for b in budgets}
     by_team: defaultdict[int, Use] = defaultdict(Use)
     by_project: defaultdict[int, Use] = defaultdict(Use)
-    live = Q(outcome=Attempt.Outcome.ACTIVE, ended_at=None)
-    rows = (
-        Attempt.objects.filter(job__team__in=teams).filter(live | Q(ended_at__gt=start))
-        .values(
-            "job__team_id", "job__project_id", "job__workers", "job__accelerators", "job__accelerator_milli",
-            "job__time_limit", "admitted_at", "ended_at", "cost_per_hour",
+
+    def add(row: dict[str, Any], used: float, recent: float, ahead: float) -> None:
+        accelerators = row["job__workers"] * row["job__accelerators"] * row["job__accelerator_milli"] / 1000 / 3600
+        price = float(row["cost_per_hour"]) / 3600
+        for use in (by_team[row["job__team_id"]], by_project[row["job__project_id"]]):
+            use.hours += accelerators * used
+            use.money += price * used
+            use.recent_hours += accelerators * recent
+            use.recent_money += price * recent
+            use.committed_hours += accelerators * ahead
+            use.committed_money += price * ahead
+
+    shape = ("job__team_id", "job__project_id", "job__workers", "job__accelerators", "job__accelerator_milli",
+             "cost_per_hour")  # fmt: skip
+    until_now = Least("ended_at", Value(now))
+    ended = (
+        Attempt.objects.filter(job__team__in=teams, ended_at__gt=start, admitted_at__lt=now)
+        .values(*shape)
+        .annotate(
+            used=Sum(until_now - Greatest("admitted_at", Value(start)), output_field=DurationField()),
+            recent=Sum(until_now - Greatest("admitted_at", Value(recent_from)), output_field=DurationField(),
+                       filter=Q(ended_at__gt=recent_from)),
         )
+        .order_by()
     )  # fmt: skip
-    for a in rows:
-        accelerators = a["job__workers"] * a["job__accelerators"] * a["job__accelerator_milli"] / 1000
-        price = float(a["cost_per_hour"])
-        admitted, ended = a["admitted_at"], a["ended_at"] or now
-        used = _overlap(admitted, ended, start, now)
-        recent = _overlap(admitted, ended, recent_from, now)
-        ahead = 0.0
-        if a["ended_at"] is None:  # may run on until its time limit
-            ahead = _overlap(now, admitted + timedelta(seconds=a["job__time_limit"]), now, end)
-        use = Use(
-            hours=accelerators * used / 3600,
-            money=price * used / 3600,
-            committed_hours=accelerators * ahead / 3600,
-            committed_money=price * ahead / 3600,
-            recent_hours=accelerators * recent / 3600,
-            recent_money=price * recent / 3600,
-        )
-        by_team[a["job__team_id"]].add(use)
-        if a["job__project_id"] is not None:
-            by_project[a["job__project_id"]].add(use)
+    for row in ended:
+        recent = row["recent"].total_seconds() if row["recent"] is not None else 0.0
+        add(row, row["used"].total_seconds(), recent, 0.0)
+    live = Attempt.objects.filter(job__team__in=teams, outcome=Attempt.Outcome.ACTIVE, ended_at=None)
+    for row in live.values(*shape, "admitted_at", "job__time_limit"):
+        admitted = row["admitted_at"]
+        ahead = _overlap(now, admitted + timedelta(seconds=row["job__time_limit"]), now, end)
+        add(row, _overlap(admitted, now, start, now), _overlap(admitted, now, recent_from, now), ahead)
     return {b.pk: (by_project[b.project_id] if b.project_id else by_team[b.team_id]) for b in budgets}
 
 

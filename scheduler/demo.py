@@ -14,11 +14,12 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.utils import timezone
 
 from clusters.models import AcceleratorType, Cluster
 from portal.models import Organization, Project, Team
 from scheduler import actions, feasibility
-from scheduler.models import Cohort, Job, PriorityTier, Quota
+from scheduler.models import Budget, Cohort, Job, PriorityTier, Quota
 
 H100, A100, V5P = "H100-SXM-80GB", "A100-SXM-40GB", "v5p"
 
@@ -39,6 +40,11 @@ QUOTAS: dict[str, dict[str, tuple[int, int]]] = {
 }
 #: Price per accelerator-hour, by accelerator type (scheduler/prices.py reads them from the options).
 PRICES = {H100: 4.0, A100: 2.2, V5P: 3.5}
+#: Monthly budgets: team slug -> (accelerator-hours, money, hard). Vision's alerts; robotics' holds jobs.
+BUDGETS: dict[str, tuple[int | None, int | None, bool]] = {
+    "vision": (6000, 25_000, False),
+    "robotics": (None, 60_000, True),
+}
 
 
 @dataclass(frozen=True)
@@ -160,7 +166,7 @@ JOBS = (
 
 @transaction.atomic
 def seed_governance(org: Organization) -> None:
-    """Tiers, the cohort with the team queues and their quotas, and prices on the demo clusters."""
+    """Tiers, the cohort with the team queues and their quotas, budgets, and prices on the demo clusters."""
     teams = {team.slug: team for team in Team.objects.filter(organization=org)}
     for name, (value, preemptible, grace, default, only) in TIERS.items():
         tier, _ = PriorityTier.objects.get_or_create(
@@ -189,6 +195,14 @@ def seed_governance(org: Organization) -> None:
                     resource=Quota.Resource.ACCELERATORS,
                     defaults={"nominal": Decimal(nominal), "borrowing_limit": Decimal(borrowing)},
                 )
+
+    for slug, (hours, amount, hard) in BUDGETS.items():
+        if slug in teams:
+            Budget.objects.get_or_create(
+                team=teams[slug],
+                project=None,
+                defaults={"accelerator_hours": hours, "amount": amount, "hard": hard, "updated_at": timezone.now()},
+            )
 
     for cluster in Cluster.objects.filter(organization=org, kind=Cluster.Kind.SIMULATED):
         options = dict(cluster.options or {})
