@@ -265,6 +265,7 @@ class QuotaChange(models.Model):
         COHORT = "cohort", "Cohort"
         MEMBER = "member", "Member limit"
         BUDGET = "budget", "Budget"
+        TIER = "tier", "Priority tier"
 
     organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="quota_changes")
     #: The team whose queue changed; empty for organization-level changes (cohorts), which only

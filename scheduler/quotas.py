@@ -2,7 +2,8 @@
 
 Who may change what (issue 7):
 - organization admins shape cohorts (their quotas and tree) and the teams' quotas (nominal and borrowing
-  limit of a team's queue), and the queues' preemption policy and fair-sharing weight;
+  limit of a team's queue), the queues' preemption policy and fair-sharing weight, and the priority tiers
+  (``set_tier``: value, preemptible or not, grace period, which teams may use each);
 - a team lead splits the team's quota among its projects (each project with a sub-quota gets a queue of
   its own), sets how much of the team's quota others may borrow (its lending limit), and chooses the
   flavor fallback order of the team's queues;
@@ -32,7 +33,7 @@ from clusters.models import AcceleratorType
 from portal import audit
 from portal.models import Membership, Organization, Project, Team
 from portal.tenancy import Role
-from scheduler.models import Cohort, MemberLimit, Queue, Quota, QuotaChange
+from scheduler.models import Cohort, MemberLimit, PriorityTier, Queue, Quota, QuotaChange
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -496,6 +497,95 @@ def set_parent(actor: User, cohort: Cohort, parent: Cohort | None, *, reason: st
                        action="cohort.moved", http=http)  # fmt: skip
 
 
+# ------------------------------------------------------------------------------------------ priority tiers
+
+TIER_FIELDS = ("value", "preemptible", "grace_seconds", "is_default", "teams")
+MAX_TIER_VALUE = 1_000_000
+
+
+def set_tier(
+    actor: User,
+    organization: Organization,
+    *,
+    name: str,
+    value: Any,
+    preemptible: Any = True,
+    grace_seconds: Any = 300,
+    teams: Any = (),
+    is_default: Any = False,
+    reason: str,
+    http: HttpRequest | None = None,
+) -> QuotaChange | None:
+    """Create the priority tier ``name`` of ``organization``, or change it (admins). ``teams``: the teams that
+    may use it (none: every team). A new default tier takes over from the old one. Jobs already submitted
+    keep their tier; the change orders them from the next placement cycle. Returns None if nothing changed."""
+    if not is_admin(actor, organization):
+        raise PermissionDenied("Only an organization admin may change priority tiers.")
+    errors: dict[str, str] = {}
+    reason = check_reason(reason, errors)
+    name = (name or "").strip() if isinstance(name, str) else ""
+    if not name or len(name) > 40:
+        errors["name"] = "A name of 1 to 40 characters."
+    new: dict[str, Any] = {}
+    for field, low, high in (("value", -MAX_TIER_VALUE, MAX_TIER_VALUE), ("grace_seconds", 0, 24 * 3600)):
+        raw = value if field == "value" else grace_seconds
+        number = raw if isinstance(raw, int) and not isinstance(raw, bool) else _whole(raw)
+        if number is None or not low <= number <= high:
+            errors[field] = f"A whole number from {low} to {high}."
+        new[field] = number
+    for field, flag in (("preemptible", preemptible), ("is_default", is_default)):
+        if not isinstance(flag, bool):
+            errors[field] = "true or false."
+        new[field] = flag
+    chosen = list(teams or ())
+    if not all(isinstance(t, Team) and t.organization_id == organization.pk for t in chosen):
+        errors["teams"] = f"Teams of {organization} only."
+    new["teams"] = sorted({t.slug for t in chosen if isinstance(t, Team)})
+    if errors:
+        raise ValidationError(errors)
+    with transaction.atomic():
+        tier = PriorityTier.objects.select_for_update().filter(organization=organization, name=name).first()
+        before = _tier_values(tier) if tier is not None else {}
+        changed = {k for k in TIER_FIELDS if before.get(k) != new[k]}
+        if tier is not None and not changed:
+            return None
+        if new["is_default"]:
+            PriorityTier.objects.filter(organization=organization, is_default=True).exclude(name=name).update(
+                is_default=False
+            )
+        fields = {k: new[k] for k in ("value", "preemptible", "grace_seconds", "is_default")}
+        if tier is None:
+            tier = PriorityTier.objects.create(organization=organization, name=name, **fields)
+        else:
+            for k, v in fields.items():
+                setattr(tier, k, v)
+            tier.save(update_fields=list(fields))
+        tier.teams.set(chosen)
+        keys = sorted(changed) if before else list(TIER_FIELDS)
+        return record(actor, organization=organization, team=None, queue=None, cohort=None, kind=QuotaChange.Kind.TIER,
+                      subject=f"priority tier {name}", before={k: before[k] for k in keys if k in before},
+                      after={k: new[k] for k in keys}, reason=reason, target=tier,
+                      action="tier.changed" if before else "tier.created", http=http)  # fmt: skip
+
+
+def _whole(raw: Any) -> int | None:
+    try:
+        number = Decimal(str(raw).strip())
+    except (InvalidOperation, ValueError):
+        return None
+    return int(number) if number.is_finite() and number == number.to_integral_value() else None
+
+
+def _tier_values(tier: PriorityTier) -> dict[str, Any]:
+    return {
+        "value": tier.value,
+        "preemptible": tier.preemptible,
+        "grace_seconds": tier.grace_seconds,
+        "is_default": tier.is_default,
+        "teams": sorted(tier.teams.values_list("slug", flat=True)),
+    }
+
+
 # ------------------------------------------------------------------------------------------ member limits
 
 
@@ -550,4 +640,5 @@ __all__ = [
     "set_parent",
     "set_policy",
     "set_quota",
+    "set_tier",
 ]

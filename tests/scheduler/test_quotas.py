@@ -15,7 +15,7 @@ from portal.models import AuditLog, Project
 from portal.tenancy import Action
 from scheduler import actions, quotas, snapshot
 from scheduler.lifecycle import PLACED
-from scheduler.models import Attempt, Cohort, Job, MemberLimit, Queue, Quota, QuotaChange
+from scheduler.models import Attempt, Cohort, Job, MemberLimit, PriorityTier, Queue, Quota, QuotaChange
 from tests.scheduler.conftest import Fleet
 
 pytestmark = pytest.mark.django_db
@@ -308,3 +308,43 @@ def test_member_limits_are_set_by_the_lead_or_an_admin_within_the_team(fleet: Fl
     assert set(refused.value.message_dict) == {"member", "accelerators", "reason"}
     assert (written(), list(MemberLimit.objects.values_list("pk", flat=True))) == before
     assert quotas.set_member_limit(fleet.user("adam"), team, fleet.user("alice"), 4, reason="admin too")
+
+
+# ----------------------------------------------------------------------------------------- priority tiers
+
+
+def test_an_admin_creates_and_changes_a_tier_with_history(fleet: Fleet) -> None:
+    org, adam = fleet.org, fleet.user("adam")
+    vision = fleet.world.teams["vision"]
+    change = quotas.set_tier(adam, org, name="deadline", value=500, preemptible=False, grace_seconds=0,
+                             teams=[vision], reason="conference week")  # fmt: skip
+    assert change is not None
+    assert (change.kind, change.subject, change.before) == ("tier", "priority tier deadline", {})
+    assert change.after["teams"] == ["vision"]
+    tier = PriorityTier.objects.get(organization=org, name="deadline")
+    assert (tier.value, tier.preemptible, list(tier.teams.all())) == (500, False, [vision])
+    # Only vision may submit under it.
+    assert tier in actions.tiers_for(vision)
+    assert tier not in actions.tiers_for(fleet.world.teams["robotics"])
+
+    change = quotas.set_tier(adam, org, name="deadline", value="600", preemptible=False, grace_seconds=0,
+                             teams=[vision], is_default=True, reason="the default this week")  # fmt: skip
+    assert change is not None
+    assert (change.before, change.after) == ({"is_default": False, "value": 500}, {"is_default": True, "value": 600})
+    assert list(PriorityTier.objects.filter(organization=org, is_default=True)) == [tier]
+    assert AuditLog.objects.filter(action="tier.changed").count() == 1
+    assert quotas.set_tier(adam, org, name="deadline", value=600, preemptible=False, grace_seconds=0, teams=[vision],
+                           is_default=True, reason="same again") is None  # fmt: skip
+
+
+def test_only_admins_change_tiers_and_bad_values_are_named(fleet: Fleet) -> None:
+    org = fleet.org
+    before = list(PriorityTier.objects.values())
+    for username in ("alice", "lena", "fiona", "mallory"):
+        with pytest.raises(PermissionDenied):
+            quotas.set_tier(fleet.user(username), org, name="mine", value=1, reason="x")
+    with pytest.raises(ValidationError) as refused:
+        quotas.set_tier(fleet.user("adam"), org, name="", value="1.5", grace_seconds=-1, preemptible="no",
+                        teams=[fleet.world.teams["intruders"]], reason="")  # fmt: skip
+    assert set(refused.value.message_dict) == {"name", "value", "grace_seconds", "preemptible", "teams", "reason"}
+    assert list(PriorityTier.objects.values()) == before
