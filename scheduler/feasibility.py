@@ -87,8 +87,9 @@ def _idle_snapshot(organization: Organization) -> m.Snapshot:
     return snapshot
 
 
-def _current_snapshot(organization: Organization) -> m.Snapshot:
-    """Today's snapshot: the cached one while no cycle applied since and it is younger than ``PREVIEW_TTL``."""
+def current_snapshot(organization: Organization) -> m.Snapshot:
+    """Today's snapshot: the cached one while no cycle applied since and it is younger than ``PREVIEW_TTL``
+    (for previews and the quota pages; a change of quotas or budgets drops it, ``forget``)."""
     generation = LoopState.objects.filter(organization=organization).values_list("generation", flat=True).first()
     now = time.monotonic()
     with _lock:
@@ -157,7 +158,7 @@ def check(organization: Organization, queue: Queue, tier: PriorityTier, request:
 
 def preview(organization: Organization, queue: Queue, tier: PriorityTier, request: JobRequest) -> Preview:
     """Where and when the request would start if submitted now, with today's queue and fleet."""
-    snapshot = replace(_current_snapshot(organization), now=time.time())
+    snapshot = replace(current_snapshot(organization), now=time.time())
     job = _job(queue, tier, request, snapshot.now)
     if snapshot.budgets:
         project = request.project.pk if request.project else None

@@ -136,6 +136,9 @@ def record(
     changes = {k: [before.get(k), after.get(k)] for k in sorted(set(before) | set(after))}
     audit.record(action, actor=actor, target=target, organization=organization, changes=changes, reason=reason,
                  request=http)  # fmt: skip
+    # Pages read the snapshot kept for previews: drop it now (this request's reads see the change) and again at
+    # the commit (a read by another request in between kept the old one).
+    feasibility.forget(organization)
     transaction.on_commit(lambda: feasibility.forget(organization))
     transaction.on_commit(wake_loop)
     return change

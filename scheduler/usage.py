@@ -2,8 +2,9 @@
 borrowed, lent and asked for. Logic only (no HTTP): the quota pages and the queues API show these rows.
 
 Everything is read from the placement engine's own snapshot (``snapshot.build``, a few flat queries for the
-whole organization) and judged with the engine's own quota arithmetic (``engine.quota.QuotaTree``, charged
-with the running work as ``engine.cycle.Cycle`` charges it), so the page says what the next cycle will see.
+whole organization, kept while no cycle applies, 10 s at most: ``feasibility.current_snapshot``) and judged
+with the engine's own quota arithmetic (``engine.quota.QuotaTree``, charged with the running work as
+``engine.cycle.Cycle`` charges it), so the page says what the next cycle will see.
 
 For one row (a queue, a flavor, a resource):
 
@@ -46,7 +47,7 @@ from fractions import Fraction
 from typing import Any
 
 from portal.models import Organization, Team
-from scheduler import snapshot
+from scheduler import feasibility
 from scheduler.engine import model as m
 from scheduler.engine.quota import QuotaTree
 from scheduler.models import Cohort, Queue, Quota
@@ -233,7 +234,7 @@ def pending_demand(snap: m.Snapshot) -> Amounts:
 
 def organization_usage(organization: Organization) -> Usage:
     """Every queue's and cohort's rows in ``organization`` (the admins' and finance's view)."""
-    snap, _ = snapshot.build(organization)
+    snap = feasibility.current_snapshot(organization)  # shared with previews: one read per cycle, 10 s at most
     usage = running_usage(snap.running)
     tree = charged_tree(snap, usage)
     lent_by = lent(tree)

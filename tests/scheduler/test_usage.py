@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from scheduler import actions, quotas, usage
+from scheduler import actions, feasibility, quotas, usage
 from scheduler.engine import model as m
 from scheduler.engine.quota import QuotaTree
 from scheduler.models import Cohort, Queue
@@ -141,16 +141,18 @@ def test_a_split_team_keeps_its_own_share_and_the_cohort_tree_adds_up(pool: Flee
 
 
 def test_queries_do_not_grow_with_rows(pool: Fleet) -> None:
+    feasibility.forget(pool.org)  # read afresh each time, not from the snapshot kept for 10 s
     with CaptureQueriesContext(connection) as few:
         usage.organization_usage(pool.org)
     for i in range(6):
         pool.submit("alice", name=f"more-{i}", accelerator_types=[A100], accelerators=1)
     give(pool, team_queue(pool, "vision"), A100, 4)
     give(pool, team_queue(pool, "robotics"), A100, 4)
+    feasibility.forget(pool.org)
     with CaptureQueriesContext(connection) as more:
         rows = usage.organization_usage(pool.org).rows
     assert len(rows) > 4
-    assert len(more.captured_queries) == len(few.captured_queries) <= 16, [q["sql"][:80] for q in more.captured_queries]
+    assert len(more.captured_queries) == len(few.captured_queries) <= 17, [q["sql"][:80] for q in more.captured_queries]
 
 
 # ------------------------------------------------------------------------------- the rules on engine trees
