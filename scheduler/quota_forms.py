@@ -8,12 +8,13 @@ from typing import Any
 from django import forms
 
 from clusters.models import AcceleratorType
-from portal.models import Organization, Team
+from portal.models import Organization, Project, Team
 from portal.tenancy import Action
 from scheduler.models import Cohort, Quota
 
 AMOUNT_HELP = "Empty: no limit."
 TEAM_QUEUE = "team"
+TEAM_BUDGET = "team"
 
 
 def _amount(label: str, help_text: str = AMOUNT_HELP, required: bool = False) -> forms.CharField:
@@ -56,6 +57,49 @@ class TeamQuotaForm(LimitsForm):
         choices += [(f"project:{p.pk}", f"project {p.name}") for p in projects]
         self.fields["target"].choices = choices  # type: ignore[attr-defined]
         self.projects = {f"project:{p.pk}": p for p in projects}
+
+
+class BudgetForm(forms.Form):
+    """A monthly budget of a team (``team``) or of one of its projects (``project:<id>``): the fields
+    ``budgets.set_budget`` takes. The choice offers the budgets the user may set, but any of the team's projects
+    is taken, so that ``set_budget`` says who may set it (403). Nothing else is judged here: ``set_budget``
+    names every bad amount, address and URL at once."""
+
+    target = forms.CharField(label="For", widget=forms.Select)
+    accelerator_hours = _amount("Accelerator-hours a month", "Empty: no limit of accelerator-hours.")
+    amount = _amount("Money a month", "Empty: no limit of money. Both empty: no budget.")
+    hard = forms.BooleanField(
+        label="Hard", required=False, help_text="Jobs that would pass it wait. Soft: it only alerts."
+    )
+    recipients = forms.CharField(
+        label="Also alert", required=False, help_text="E-mail addresses, comma-separated; the team's leads always are."
+    )
+    webhook_url = forms.CharField(
+        label="Webhook URL", required=False, help_text="Each alert is POSTed there as JSON.",
+        widget=forms.TextInput(attrs={"inputmode": "url"}),
+    )  # fmt: skip
+    reason = forms.CharField(
+        label="Reason", required=False, help_text="Kept in the quota history.",
+        widget=forms.TextInput(attrs={"required": True}),
+    )  # fmt: skip
+
+    field_order = ["target", "accelerator_hours", "amount", "hard", "recipients", "webhook_url", "reason"]
+
+    def __init__(self, team: Team, projects: list[Project], allowed: list[Project | None], *args: Any,
+                 **kwargs: Any) -> None:  # fmt: skip
+        # Ids of its own: the sub-quota form on the same page has a target and a reason too.
+        kwargs["auto_id"] = "budget_%s"
+        super().__init__(*args, **kwargs)
+        self.targets: dict[str, Project | None] = {TEAM_BUDGET: None, **{f"project:{p.pk}": p for p in projects}}
+        choices = [(TEAM_BUDGET, f"the team ({team.slug})")] if None in allowed else []
+        choices += [(f"project:{p.pk}", f"project {p.name}") for p in allowed if p is not None]
+        self.fields["target"].widget.choices = choices
+
+    def clean_target(self) -> Project | None:
+        value = self.cleaned_data["target"]
+        if value not in self.targets:
+            raise forms.ValidationError("Choose the team or one of its projects.")
+        return self.targets[value]
 
 
 class CohortQuotaForm(LimitsForm):

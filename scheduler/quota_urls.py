@@ -3,6 +3,7 @@ and the organization's (``quotas/``)."""
 
 from django.urls import path
 
+from scheduler import budget_views
 from scheduler import quota_views as views
 
 urlpatterns = [
@@ -12,6 +13,8 @@ urlpatterns = [
     path("teams/<int:pk>/quotas/new/", views.team_quota_new, name="team-quota-new"),
     path("teams/<int:pk>/quotas/queues/<int:queue>/quota/", views.quota_cell, name="team-quota-cell"),
     path("teams/<int:pk>/quotas/queues/<int:queue>/policy/", views.queue_policy, name="team-queue-policy"),
+    path("teams/<int:pk>/quotas/budgets/", budget_views.team_budgets, name="team-budgets"),
+    path("teams/<int:pk>/quotas/members/<int:user>/", budget_views.member_limit, name="team-member-limit"),
     path("quotas/", views.org_quotas, name="org-quotas"),
     path("quotas/cohorts/", views.cohort_new, name="cohort-create"),
     path("quotas/cohorts/quotas/", views.cohort_quota_new, name="cohort-quota-new"),

@@ -1,6 +1,6 @@
 """Quota pages: a team's quotas beside their usage (a table and a chart), its running and waiting jobs and
 the history of its quota changes, edited in place by its lead or an admin; the organization's quotas and
-cohort tree for its admins and finance.
+cohort tree for its admins and finance. The budgets and member limits on these pages are ``budget_views``'s.
 
 Thin: teams, queues, cohorts and history are looked up through ``for_user`` (another team's page is a 404);
 the numbers come from ``scheduler.usage``; every change goes through ``scheduler.quotas``, which decides
@@ -17,6 +17,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -52,7 +53,15 @@ FIELD_LABELS = {
     "queue": "queue",
     "name": "name",
     "parent": "inside",
+    "accelerators": "accelerators at once",
+    "accelerator_hours": "accelerator-hours a month",
+    "amount": "money a month",
+    "hard": "hard",
+    "recipients": "also alerted",
+    "webhook_url": "webhook",
 }
+#: Fields whose empty value means no limit.
+UNLIMITED = {*LIMIT_LABELS, "accelerators", "accelerator_hours", "amount"}
 RESOURCE_LABELS = dict(Quota.Resource.choices)
 
 
@@ -186,20 +195,28 @@ def _history(request: AuthenticatedHttpRequest, changes: Any) -> dict[str, Any]:
     entries = []
     for change in page:
         keys = sorted(set(change.before) | set(change.after))
-        diffs = [
-            (FIELD_LABELS.get(k, k), _shown(k, change.before.get(k)), _shown(k, change.after.get(k))) for k in keys
-        ]
+        diffs = []
+        for k in keys:
+            old, new = change.before.get(k), change.after.get(k)
+            before, after = _shown(k, old), _shown(k, new)
+            if before == after:
+                if k != "webhook_url" or not (old and new) or old == new:
+                    continue  # a budget records all its fields: what did not change is left out
+                after += " (another URL)"  # on the same host
+            diffs.append((FIELD_LABELS.get(k, k), before, after))
         entries.append((change, diffs))
     return {"page": page, "entries": entries}
 
 
 def _shown(field: str, value: Any) -> str:
+    if field == "webhook_url":  # often a secret (a chat's incoming webhook): its host only
+        return (urlsplit(value).hostname or "set") if value else "none"
     if value is None:
-        return (
-            "none" if field == "nominal" else ("no limit" if field in LIMIT_LABELS or field == "accelerators" else "—")
-        )
+        return "none" if field == "nominal" else ("no limit" if field in UNLIMITED else "—")
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, list):
-        return ", ".join(str(v) for v in value) or "any, cheapest first"
+        return ", ".join(str(v) for v in value) or ("any, cheapest first" if field == "flavor_order" else "none")
     return str(value)
 
 
@@ -254,6 +271,8 @@ def _policy_context(
 
 
 def _render_team(request: AuthenticatedHttpRequest, team: Team, status: int = 200, **extra: Any) -> HttpResponse:
+    from scheduler import budget_views  # (it builds on this module's lookups)
+
     queues = list(
         Queue.objects.for_user(request.user, Action.VIEW)
         .filter(team=team)
@@ -273,6 +292,8 @@ def _render_team(request: AuthenticatedHttpRequest, team: Team, status: int = 20
         "states": [queue_context(request, q.pk, jobs_only=True) for q in queues],
         "quota_form": extra.get("quota_form") or (TeamQuotaForm(team, admin=admin) if governs else None),
         "governs": governs,
+        **budget_views.budgets_context(request, team, target=request.GET.get("target")),
+        **budget_views.members_context(request, team),
         **_team_history(request, team),
     }
     return render(request, "scheduler/quotas/team.html", context, status=status)
@@ -435,9 +456,12 @@ def _organizations(request: AuthenticatedHttpRequest) -> list[Organization]:
 
 
 def _render_org(request: AuthenticatedHttpRequest, status: int = 200, **forms: Any) -> HttpResponse:
+    from scheduler import budget_views  # (it builds on this module's lookups)
+
     organizations = _organizations(request)
     if not organizations:
         raise PermissionDenied("The organization's quotas are for its admins and finance; your team's are on its page.")
+    budgets_of = budget_views.org_budgets(request, organizations)
     sections = []
     for org in organizations:
         found = usage.organization_usage(org)
@@ -462,6 +486,7 @@ def _render_org(request: AuthenticatedHttpRequest, status: int = 200, **forms: A
                 "chart": _chart(found.rows),
                 "chart_id": f"organization-{org.pk}-chart",
                 "figure_id": f"organization-{org.pk}-chart-figure",
+                "budgets": budgets_of[org.pk],
             }
         )
     return render(request, "scheduler/quotas/org.html", {"sections": sections}, status=status)

@@ -4,6 +4,7 @@ from rest_framework.routers import DefaultRouter
 from clusters.api import ProbeReportView
 from portal.api import views
 from scheduler.api import JobViewSet
+from scheduler.budget_api import BudgetAlertViewSet, BudgetViewSet, MemberLimitViewSet
 from scheduler.quota_api import QueueViewSet, QuotaChangeViewSet
 
 router = DefaultRouter(trailing_slash=True)
@@ -16,6 +17,9 @@ router.register("auth/tokens", views.TokenViewSet, basename="token")
 router.register("jobs", JobViewSet, basename="job")
 router.register("queues", QueueViewSet, basename="queue")
 router.register("quota-changes", QuotaChangeViewSet, basename="quotachange")
+router.register("budgets", BudgetViewSet, basename="budget")
+router.register("budget-alerts", BudgetAlertViewSet, basename="budgetalert")
+router.register(r"teams/(?P<team_id>\d+)/member-limits", MemberLimitViewSet, basename="memberlimit")
 
 urlpatterns = [
     path("auth/token/", views.TokenView.as_view(), name="token-obtain"),

@@ -1,6 +1,7 @@
 """A team lead manages the team's quotas in Chromium: the quota page with its Plotly chart, an in-place edit of
-the lending limit refused beside its field, then accepted, with the new value and the history row; an admin
-reads the organization's page and creates a cohort.
+the lending limit refused beside its field, then accepted, with the new value and the history row; a project's
+budget and a member's limit set the same way; an admin reads the organization's page and creates a cohort, and
+finance reads every budget there.
 
 Screenshots go to ``test-artifacts/browser/`` (``QM_SHOTS`` names another folder).
 """
@@ -13,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
 from clusters.models import Cluster
-from portal.models import AuditLog, Team
+from portal.models import AuditLog, Project, Team
 from scheduler.demo import H100, seed_governance
-from scheduler.models import Cohort, Quota, QuotaChange
+from scheduler.models import Budget, Cohort, Quota, QuotaChange
 from tests.browser.conftest import sign_in_as
 
 pytestmark = pytest.mark.browser
@@ -121,3 +123,83 @@ def test_admin_reads_the_organization_and_creates_a_cohort(page: Page, governed:
     expect(page.locator('[data-testid="cohort"][data-cohort="gpu-pool"]')).to_be_visible()
     assert Cohort.objects.get(name="gpu-pool").parent == Cohort.objects.get(name="research")
     shot(page, "org-quotas")
+
+
+def test_lead_sets_a_project_budget_and_a_members_limit(page: Page, governed: dict[str, Cluster]) -> None:
+    vision = Team.objects.get(organization__slug="demo", slug="vision")
+    sign_in_as(page, "lena")
+    page.goto(f"/teams/{vision.pk}/quotas/")
+    section = page.get_by_test_id("budgets")
+    # The demo's budget of the team is an admin's: hers to read, not to change.
+    team_row = section.locator('tr[data-budget="team vision"][data-measure="accelerator_hours"]')
+    expect(team_row.locator('[data-cell="limit"]')).to_have_text("6,000")
+    expect(team_row.get_by_test_id("change-budget")).to_have_count(0)
+
+    # A refusal comes back beside its field, with what was typed, and writes nothing.
+    section.get_by_test_id("budget-new").locator("summary").click()
+    form = page.get_by_test_id("budget-form")
+    form.get_by_label("For", exact=True).select_option(label="project Detection")
+    form.get_by_label("Accelerator-hours a month").fill("lots")
+    form.get_by_label("Reason").fill("detection's share of the month")
+    form.get_by_role("button", name="Save the budget").click()
+    form = page.get_by_test_id("budget-form")
+    expect(form.locator(".field.invalid")).to_contain_text("'lots' is not a number.")
+    expect(form.get_by_label("Accelerator-hours a month")).to_have_value("lots")
+    assert not Budget.objects.filter(project__isnull=False).exists()
+    assert not QuotaChange.objects.filter(kind="budget").exists()
+
+    form.get_by_label("Accelerator-hours a month").fill("500")
+    form.get_by_label("Money a month").fill("1200")
+    form.get_by_label("Hard", exact=True).check()
+    form.get_by_label("Also alert").fill("pi@lab.example")
+    form.get_by_role("button", name="Save the budget").click()
+    expect(page.get_by_test_id("budget-saved")).to_have_text("Budget of project Detection set.")
+    row = page.locator('tr[data-budget="project vision/detection"][data-measure="accelerator_hours"]')
+    expect(row.locator('[data-cell="scope"]')).to_have_text("project Detection")
+    expect(row.locator('[data-cell="limit"]')).to_have_text("500")
+    expect(row.locator('[data-cell="hard"]')).to_have_text("hard")
+    expect(row.locator('[data-cell="alerted"]')).to_have_text("the team's leads, pi@lab.example")
+    expect(page.get_by_test_id("budget-chart").locator(".js-plotly-plot")).to_have_count(1)
+    history = page.get_by_test_id("quota-history").get_by_test_id("history-row").first
+    expect(history).to_contain_text("budget of project Detection")
+    expect(history).to_contain_text("accelerator-hours a month: no limit → 500")
+    expect(history).to_contain_text("detection's share of the month")
+    assert Budget.objects.get(project__slug="detection").hard
+    # Change opens the form on that budget.
+    row.get_by_test_id("change-budget").click()
+    form = page.get_by_test_id("budget-form")
+    expect(form).to_be_visible()
+    expect(form.get_by_label("For", exact=True)).to_have_value(f"project:{Project.objects.get(slug='detection').pk}")
+    expect(form.get_by_label("Accelerator-hours a month")).to_have_value("500")
+    expect(form.get_by_label("Hard", exact=True)).to_be_checked()
+
+    member = page.get_by_test_id("member-table").locator('tr[data-member="alice"]')
+    member.get_by_test_id("edit-member-limit").click()
+    form = page.get_by_test_id("member-row-form")
+    form.get_by_label("Accelerators at once").fill("8")
+    form.get_by_label("Reason").fill("one node at a time")
+    form.get_by_role("button", name="Save").click()
+    expect(member.locator('[data-cell="accelerators"]')).to_have_text("8")
+    expect(page.get_by_test_id("quota-history").get_by_test_id("history-row").first).to_contain_text(
+        "accelerators at once: no limit → 8"
+    )
+    shot(page, "budgets-team-lena")
+
+
+def test_finance_reads_every_budget_of_the_organization(page: Page, governed: dict[str, Cluster]) -> None:
+    from scheduler import budgets
+
+    adam = User.objects.get(username="adam")
+    teams = {t.slug: t for t in Team.objects.filter(organization__slug="demo")}
+    budgets.set_budget(adam, teams["language"], amount=20000, hard=True, reason="the month's plan")
+    detection = Project.objects.get(team=teams["vision"], slug="detection")
+    budgets.set_budget(adam, teams["vision"], detection, accelerator_hours=500, reason="detection's share")
+    sign_in_as(page, "fiona")
+    page.goto("/quotas/")
+    table = page.get_by_test_id("org-budget-table")
+    # The demo's budgets of Vision (accelerator-hours and money) and Robotics (money), and these two.
+    expect(table.get_by_test_id("budget-row")).to_have_count(5)
+    expect(table.locator('tr[data-budget="team language"] [data-cell="hard"]')).to_have_text("hard")
+    expect(table.get_by_test_id("change-budget")).to_have_count(0)
+    expect(page.get_by_test_id("org-budgets").locator(".js-plotly-plot")).to_have_count(1)
+    shot(page, "budgets-org-fiona")
