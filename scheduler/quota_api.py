@@ -35,13 +35,22 @@ def amount(**kwargs: Any) -> serializers.DecimalField:
 
 
 class StrictSerializer(serializers.Serializer[Any]):
-    """A request body whose unknown fields are refused by name (a misspelt limit must not pass for none)."""
+    """A request body whose unknown fields are refused by name (a misspelt limit must not pass for none),
+    in the same answer as what is wrong with the known ones."""
 
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        data = self.initial_data if isinstance(self.initial_data, dict) else {}
-        if unknown := sorted(set(data) - set(self.fields)):
-            raise serializers.ValidationError({key: ["Unknown field."] for key in unknown})
-        return attrs
+    def to_internal_value(self, data: Any) -> Any:
+        unknown = (
+            {key: ["Unknown field."] for key in sorted(set(data) - set(self.fields))} if isinstance(data, dict) else {}
+        )
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as error:
+            if unknown and isinstance(error.detail, dict):
+                raise serializers.ValidationError({**error.detail, **unknown}) from error
+            raise
+        if unknown:
+            raise serializers.ValidationError(unknown)
+        return value
 
 
 # --- what is read ----------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from portal.api import views
 from scheduler.api import JobViewSet
 from scheduler.budget_api import BudgetAlertViewSet, BudgetViewSet, MemberLimitViewSet
 from scheduler.quota_api import QueueViewSet, QuotaChangeViewSet
+from scheduler.tier_api import TierViewSet
 
 router = DefaultRouter(trailing_slash=True)
 router.register("organizations", views.OrganizationViewSet, basename="organization")
@@ -17,6 +18,7 @@ router.register("auth/tokens", views.TokenViewSet, basename="token")
 router.register("jobs", JobViewSet, basename="job")
 router.register("queues", QueueViewSet, basename="queue")
 router.register("quota-changes", QuotaChangeViewSet, basename="quotachange")
+router.register("tiers", TierViewSet, basename="tier")
 router.register("budgets", BudgetViewSet, basename="budget")
 router.register("budget-alerts", BudgetAlertViewSet, basename="budgetalert")
 router.register(r"teams/(?P<team_id>\d+)/member-limits", MemberLimitViewSet, basename="memberlimit")
