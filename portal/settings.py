@@ -226,7 +226,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {"RoleEnum": "portal.models.Role"},
+    # Names fixed where two models have a field of the same name (a generated client keeps its types).
+    "ENUM_NAME_OVERRIDES": {
+        "RoleEnum": "portal.models.Role",
+        "KindEnum": "scheduler.models.QuotaChange.Kind",
+        "BudgetAlertKindEnum": "scheduler.models.BudgetAlert.Kind",
+    },
 }
 
 # --- Internationalisation, static files -----------------------------------------------------------------

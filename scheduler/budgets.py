@@ -27,6 +27,7 @@ in the quota history.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import requests
 from django.conf import settings
@@ -339,12 +341,22 @@ def set_budget(
             row.updated_at = timezone.now()
             row.save()
         subject = f"budget of {'project ' + project.name if project else 'team ' + team.name}"
+        # A webhook's URL is often a secret; the history, read by the whole team, keeps its host.
+        before, after = ({k: _host(v) if k == "webhook_url" else v for k, v in d.items()} for d in (before, after))
         return quotas.record(  # one history for quotas and budgets
             actor, organization=team.organization, team=team, queue=None, cohort=None, kind=QuotaChange.Kind.BUDGET,
             subject=subject, before={k: _text(v) for k, v in before.items()},
             after={k: _text(v) for k, v in after.items()}, reason=reason, target=row or team,
             action="budget.removed" if removing else "budget.changed", http=http,
         )  # fmt: skip
+
+
+def _host(url: str) -> str:
+    """A webhook as the history shows it: its host, and a fingerprint that tells one URL from another."""
+    if not url:
+        return ""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname}/… ({hashlib.sha256(url.encode()).hexdigest()[:8]})"
 
 
 def _check_within_team(team: Team, project: Project | None, new: dict[str, Any]) -> None:

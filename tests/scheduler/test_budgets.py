@@ -326,3 +326,14 @@ def test_a_forecast_over_the_budget_alerts_before_it_is_used(fleet: Fleet, deliv
     assert "is forecast to reach" in alert.message
     # Not on the first day of a month: an hour's use is not a month's rate.
     assert budgets.raise_alerts(datetime(2026, 12, 1, 3, tzinfo=UTC)) == []
+
+
+def test_the_history_keeps_a_webhooks_host_not_its_secret_url(fleet: Fleet) -> None:
+    secret = "https://hooks.example.com/services/T000/B000/very-secret-token"
+    change = budgets.set_budget(fleet.user("adam"), fleet.world.teams["vision"], amount=100, webhook_url=secret,
+                                reason="alerts to the team's channel")  # fmt: skip
+    assert change is not None
+    assert change.after["webhook_url"].startswith("https://hooks.example.com/… (")
+    assert "very-secret-token" not in str(change.after)
+    assert "very-secret-token" not in str(AuditLog.objects.get(action="budget.changed").changes)
+    assert Budget.objects.get().webhook_url == secret
