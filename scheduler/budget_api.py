@@ -345,8 +345,7 @@ class MemberLimitViewSet(TenantViewSet, mixins.ListModelMixin):
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         team = self.team()
-        if not quotas.may_govern(self.actor, team):  # said before the body is judged
-            raise exceptions.PermissionDenied(f"Only a lead of {team} or an admin may set its members' limits.")
+        quotas.authorize_member_limit(self.actor, team)  # said before the body is judged
         form = MemberLimitWriteSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         data = form.validated_data

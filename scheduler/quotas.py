@@ -592,14 +592,19 @@ def _tier_values(tier: PriorityTier) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------ member limits
 
 
+def authorize_member_limit(actor: User, team: Team) -> None:
+    """``PermissionDenied`` unless ``actor`` may set ``team``'s member limits (asked before a request is judged)."""
+    if not may_govern(actor, team):
+        raise PermissionDenied(f"Only a lead of {team} or an admin may set its members' limits.")
+
+
 def set_member_limit(
     actor: User, team: Team, member: User, accelerators: Any, *, reason: str, http: HttpRequest | None = None
 ) -> QuotaChange | None:
     """Limit how many accelerators ``member``'s running jobs in ``team`` may hold at once (``accelerators``
     None or empty: no limit). The team's lead or an admin; the member must belong to the team. Jobs beyond
     it wait with reason ``member_limit``; running jobs are never stopped for it."""
-    if not may_govern(actor, team):
-        raise PermissionDenied(f"Only a lead of {team} or an admin may set its members' limits.")
+    authorize_member_limit(actor, team)
     errors: dict[str, str] = {}
     reason = check_reason(reason, errors)
     amount = check_amount(accelerators, "accelerators", errors, required=False)
@@ -628,6 +633,7 @@ def set_member_limit(
 
 __all__ = [
     "KEEP",
+    "authorize_member_limit",
     "authorize_policy_change",
     "authorize_quota_change",
     "check_amount",
