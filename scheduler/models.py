@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 
 from clusters.models import AcceleratorType, Cluster, Node
 from portal.models import Organization, Project, Team
@@ -185,7 +185,8 @@ class Budget(models.Model):
         policy = {Action.VIEW: ALL_ROLES}
 
     class Meta:
-        ordering = ["team__name", "project__name"]
+        # The team's own budget first, then its projects' (PostgreSQL would put the empty project last).
+        ordering = ["team__name", F("project__name").asc(nulls_first=True)]
         constraints = [
             models.UniqueConstraint(fields=["team", "project"], name="budget_one_per_project"),
             models.UniqueConstraint(fields=["team"], condition=Q(project=None), name="budget_one_per_team"),
