@@ -33,7 +33,8 @@ from portal.models import Membership, Project, Team
 from portal.tenancy import Action
 from scheduler import budgets, quotas
 from scheduler.models import Budget, BudgetAlert, MemberLimit
-from scheduler.quota_api import ERROR, StrictSerializer, amount
+from scheduler.quota_api import ERROR, amount
+from scheduler.serializers import StrictSerializer
 
 TEAM_ID = OpenApiParameter("team_id", OpenApiTypes.INT, OpenApiParameter.PATH, description="The team's id.")
 

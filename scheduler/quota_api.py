@@ -25,6 +25,7 @@ from portal.tenancy import Action
 from scheduler import quotas, usage
 from scheduler.filters import QueueFilter, QuotaChangeFilter
 from scheduler.models import Cohort, Queue, Quota, QuotaChange
+from scheduler.serializers import StrictSerializer
 
 ERROR = OpenApiResponse(description="`{error: {status, code, message, fields}}`")
 
@@ -32,25 +33,6 @@ ERROR = OpenApiResponse(description="`{error: {status, code, message, fields}}`"
 def amount(**kwargs: Any) -> serializers.DecimalField:
     """An amount as shown: accelerators, cores or GiB, to three decimals."""
     return serializers.DecimalField(max_digits=12, decimal_places=3, **kwargs)
-
-
-class StrictSerializer(serializers.Serializer[Any]):
-    """A request body whose unknown fields are refused by name (a misspelt limit must not pass for none),
-    in the same answer as what is wrong with the known ones."""
-
-    def to_internal_value(self, data: Any) -> Any:
-        unknown = (
-            {key: ["Unknown field."] for key in sorted(set(data) - set(self.fields))} if isinstance(data, dict) else {}
-        )
-        try:
-            value = super().to_internal_value(data)
-        except serializers.ValidationError as error:
-            if unknown and isinstance(error.detail, dict):
-                raise serializers.ValidationError({**error.detail, **unknown}) from error
-            raise
-        if unknown:
-            raise serializers.ValidationError(unknown)
-        return value
 
 
 # --- what is read ----------------------------------------------------------------------------------------

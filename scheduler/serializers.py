@@ -121,7 +121,26 @@ def _strings(**kwargs: Any) -> serializers.ListField:
     return serializers.ListField(child=StrictCharField(max_length=200), required=False, **kwargs)
 
 
-class JobSubmissionSerializer(serializers.Serializer[Any]):
+class StrictSerializer(serializers.Serializer[Any]):
+    """A request body whose unknown fields are refused by name (a misspelt field must not pass for one left
+    out), in the same answer as what is wrong with the known ones."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        unknown: dict[str, list[str]] = {}
+        if isinstance(data, Mapping):
+            unknown = {key: ["Unknown field."] for key in sorted(set(data) - set(self.fields))}
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as error:
+            if unknown and isinstance(error.detail, dict):
+                raise serializers.ValidationError({**error.detail, **unknown}) from error
+            raise
+        if unknown:
+            raise serializers.ValidationError(unknown)
+        return value
+
+
+class JobSubmissionSerializer(StrictSerializer):
     """What a submission (and a preview) takes. Unknown fields are refused by name."""
 
     team = RefField(required=False, help_text="Slug or id; optional if you may submit to one team only.")
@@ -164,20 +183,6 @@ class JobSubmissionSerializer(serializers.Serializer[Any]):
 
     #: Stand-ins for required fields that failed their checks, so that the rest can still be judged.
     STAND_INS: ClassVar[dict[str, Any]] = {"name": "stand-in", "time_limit": 3600}
-
-    def to_internal_value(self, data: Any) -> Any:
-        unknown: dict[str, list[str]] = {}
-        if isinstance(data, Mapping):
-            unknown = {key: ["Unknown field."] for key in sorted(set(data) - set(self.fields))}
-        try:
-            value = super().to_internal_value(data)
-        except serializers.ValidationError as error:
-            if unknown and isinstance(error.detail, dict):
-                raise serializers.ValidationError({**error.detail, **unknown}) from error
-            raise
-        if unknown:
-            raise serializers.ValidationError(unknown)
-        return value
 
     @property
     def actor(self) -> User:

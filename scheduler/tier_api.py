@@ -18,7 +18,8 @@ from portal.models import Organization, Team
 from portal.tenancy import Action
 from scheduler import quotas
 from scheduler.models import PriorityTier
-from scheduler.quota_api import ERROR, StrictSerializer
+from scheduler.quota_api import ERROR
+from scheduler.serializers import StrictSerializer
 
 
 class TierSerializer(serializers.ModelSerializer[PriorityTier]):
