@@ -193,9 +193,9 @@ def standings(budget: Budget, use: Use, now: datetime | None = None) -> list[Sta
 # ---------------------------------------------------------------------------------------- the engine
 
 
-def budget_name(budget: Budget) -> str:
-    """The engine's name of a budget (``Job.budgets``)."""
-    return f"project:{budget.project_id}" if budget.project_id else f"team:{budget.team_id}"
+def budget_name(team_id: int, project_id: int | None) -> str:
+    """The engine's name of the budget of a team, or of one of its projects (``Job.budgets``)."""
+    return f"project:{project_id}" if project_id is not None else f"team:{team_id}"
 
 
 def snapshot_budgets(organization_id: int, now: datetime) -> dict[str, m.Budget]:
@@ -214,13 +214,13 @@ def snapshot_budgets(organization_id: int, now: datetime) -> dict[str, m.Budget]
             accel = int((float(budget.accelerator_hours) - use.hours - use.committed_hours) * 3600 * 1000)
         if budget.amount is not None:
             money = float(budget.amount) - use.money - use.committed_money
-        result[budget_name(budget)] = m.Budget(accel, money, until, str(budget))
+        result[budget_name(budget.team_id, budget.project_id)] = m.Budget(accel, money, until, str(budget))
     return result
 
 
 def charged_to(budgets: Mapping[str, m.Budget], team_id: int, project_id: int | None) -> tuple[str, ...]:
     """The hard budgets a job of ``team_id`` (and ``project_id``) is charged to."""
-    names = (f"team:{team_id}", f"project:{project_id}" if project_id is not None else "")
+    names = [budget_name(team_id, None)] + ([budget_name(team_id, project_id)] if project_id is not None else [])
     return tuple(name for name in names if name in budgets)
 
 

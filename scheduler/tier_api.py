@@ -83,7 +83,8 @@ class TierViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixi
         teams = list(Team.objects.filter(organization=organization, slug__in=slugs))
         if missing := sorted(set(slugs) - {t.slug for t in teams}):
             raise exceptions.ValidationError({"teams": [f"No team {', '.join(missing)} in {organization}."]})
-        existed = PriorityTier.objects.filter(organization=organization, name=values["name"].strip()).exists()
+        values["name"] = name = values["name"].strip()
+        existed = PriorityTier.objects.filter(organization=organization, name=name).exists()
         quotas.set_tier(self.actor, organization, teams=teams, http=request, **values)
-        tier = self.get_queryset().get(organization=organization, name=values["name"].strip())
+        tier = self.get_queryset().get(organization=organization, name=name)
         return Response(TierSerializer(tier).data, status=status.HTTP_200_OK if existed else status.HTTP_201_CREATED)
