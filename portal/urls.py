@@ -21,7 +21,8 @@ urlpatterns = [
     path("audit/", views.audit_log, name="audit-log"),
     path("clusters/", include("clusters.urls")),
     path("jobs/", include("scheduler.urls")),
-    path("", include("scheduler.quota_urls")),  # teams/<pk>/quotas/ and quotas/
+    path("", include("scheduler.quota_urls")),
+    path("billing/", include("billing.urls")),  # teams/<pk>/quotas/ and quotas/
     # Namespaced, so the router's names (team-list, token-list, …) never shadow the pages' names.
     path("api/v1/", include(("portal.api.urls", "api"))),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),

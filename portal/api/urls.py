@@ -28,4 +28,5 @@ urlpatterns = [
     path("me/", views.MeView.as_view(), name="me"),
     path("probe/health/", ProbeReportView.as_view(), name="probe-health"),
     path("", include(router.urls)),
+    path("", include("billing.api_urls")),
 ]

@@ -1,0 +1,256 @@
+"""Billing: the price book, shared overhead, and the meter's records of usage and capacity.
+
+- ``Price``: what an accelerator-hour of one flavor on one cluster costs, by capacity type (on-demand,
+  reserved, spot for cloud capacity; on-prem, derived from purchase price, depreciation, power and hosting),
+  from an effective day on. Changed only through ``billing/prices.py`` (audited).
+- ``Overhead``: shared monthly cost that no accelerator-hour carries (staff, storage, network, support).
+- ``UsageRecord``: one attempt's hold on one node during one UTC day, exact to the second, written by the
+  meter (``billing/metering.py``) from the jobs' placements; unique per (attempt, node, day), so metering
+  again never counts anything twice.
+- ``CapacityRecord``: one node's presence in the fleet during (part of) one UTC day, sampled by the meter.
+
+Costs are not stored on the records: a report applies the price book as it stands (``attribution.py``), so a
+corrected price corrects every report that reads it.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import ClassVar
+
+from django.conf import settings
+from django.core.validators import MinValueValidator
+from django.db import models
+
+from clusters.models import AcceleratorType, Cluster, Node
+from portal.models import Organization, Project, Team
+from portal.tenancy import Action, Role, TenancyRules, TenantQuerySet
+from scheduler.models import Attempt, Job
+
+FINANCE_ROLES = frozenset({Role.FINANCE, Role.ADMIN})
+
+
+class CapacityType(models.TextChoices):
+    ON_DEMAND = "on_demand", "On-demand"
+    RESERVED = "reserved", "Reserved"
+    SPOT = "spot", "Spot"
+    ON_PREM = "on_prem", "On-prem"
+
+
+class PriceBookTenancy(TenancyRules):
+    """The price book and overhead: finance and admins read and change them (purchase prices stay there)."""
+
+    team_field = None
+    org_field = "organization"
+    policy = {Action.VIEW: FINANCE_ROLES, Action.CHANGE: FINANCE_ROLES}
+
+
+class Price(models.Model):
+    """The price of an accelerator-hour of ``flavor`` on ``cluster`` for one capacity type, from the UTC day
+    ``effective_from`` until the next row of the same (cluster, flavor, capacity type) takes over.
+
+    Cloud capacity gives ``hourly_rate`` directly. On-prem capacity gives what a node costs; its rate is
+    (purchase price / depreciation hours + power x energy price + hosting a month / hours a month) /
+    accelerators per node, with 730.5 hours a month (a year of 365.25 days)."""
+
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="prices")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="prices")
+    flavor = models.ForeignKey(AcceleratorType, on_delete=models.PROTECT, related_name="prices")
+    capacity_type = models.CharField(max_length=20, choices=CapacityType.choices)
+    effective_from = models.DateField(help_text="The first UTC day the price applies.")
+    #: Cloud: the price of one accelerator-hour.
+    hourly_rate = models.DecimalField(
+        max_digits=12, decimal_places=4, null=True, blank=True, validators=[MinValueValidator(Decimal(0))]
+    )
+    #: On-prem, per node: what it cost, over how many months it is written off, what it draws and what
+    #: hosting it (space, cooling, support) costs a month.
+    purchase_price = models.DecimalField(max_digits=14, decimal_places=2, null=True, blank=True)
+    accelerators_per_node = models.PositiveIntegerField(null=True, blank=True)
+    depreciation_months = models.PositiveIntegerField(null=True, blank=True)
+    power_kw = models.DecimalField(max_digits=8, decimal_places=3, null=True, blank=True)
+    energy_price = models.DecimalField(max_digits=8, decimal_places=4, null=True, blank=True, help_text="Per kWh.")
+    hosting_per_month = models.DecimalField(max_digits=12, decimal_places=2, null=True, blank=True)
+    #: The price of one accelerator-hour that reports apply: ``hourly_rate``, or the on-prem formula.
+    rate = models.DecimalField(max_digits=16, decimal_places=6)
+    note = models.CharField(max_length=200, blank=True)
+    updated_at = models.DateTimeField()
+    updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+
+    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    Tenancy = PriceBookTenancy
+
+    class Meta:
+        ordering = ["cluster__name", "flavor__name", "capacity_type", "-effective_from"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "flavor", "capacity_type", "effective_from"], name="price_once_per_day"
+            )
+        ]
+
+    def __str__(self) -> str:
+        kind = self.get_capacity_type_display()
+        return f"{self.cluster} {self.flavor} {kind} from {self.effective_from}: {self.rate}"
+
+
+class Overhead(models.Model):
+    """A shared cost of every month from ``starts`` to ``ends`` (both first days of months; open-ended when
+    ``ends`` is empty), allocated to teams in proportion to their usage cost (``attribution.py``)."""
+
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="overheads")
+    name = models.CharField(max_length=120)
+    amount = models.DecimalField(
+        max_digits=14, decimal_places=2, validators=[MinValueValidator(Decimal(0))], help_text="A month."
+    )
+    starts = models.DateField()
+    ends = models.DateField(null=True, blank=True)
+    updated_at = models.DateTimeField()
+    updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+
+    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    Tenancy = PriceBookTenancy
+
+    class Meta:
+        ordering = ["name", "-starts"]
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.amount} a month from {self.starts:%Y-%m}"
+
+
+class UsageRecord(models.Model):
+    """An attempt's accelerators on one node during one UTC day: ``milli`` thousandths of accelerators
+    (1000 per whole accelerator) held from ``start`` to ``end`` (whole seconds). ``closed`` once the
+    attempt has ended; an open record is extended by every metering run."""
+
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="+", db_index=False)
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="+", db_index=False)
+    project = models.ForeignKey(
+        Project, on_delete=models.PROTECT, null=True, blank=True, related_name="+", db_index=False
+    )
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+", db_index=False)
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="usage")
+    attempt = models.ForeignKey(Attempt, on_delete=models.PROTECT, related_name="usage", db_index=False)
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="+", db_index=False)
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="+", db_index=False)
+    flavor = models.ForeignKey(AcceleratorType, on_delete=models.PROTECT, related_name="+", db_index=False)
+    capacity_type = models.CharField(max_length=20, choices=CapacityType.choices)
+    day = models.DateField()
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+    seconds = models.PositiveIntegerField()
+    milli = models.PositiveIntegerField()
+    closed = models.BooleanField(default=False)
+
+    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Tenancy(TenancyRules):
+        org_field = "organization"
+        policy = {Action.VIEW: frozenset(Role)}
+
+    class Meta:
+        ordering = ["day", "start", "pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["attempt", "node", "day"], name="usage_once_per_attempt_node_day"),
+            models.CheckConstraint(condition=models.Q(end__gte=models.F("start")), name="usage_ends_after_start"),
+        ]
+        indexes = [
+            models.Index(fields=["organization", "day"], name="usage_org_day"),
+            models.Index(fields=["team", "day"], name="usage_team_day"),
+            models.Index(fields=["closed"], condition=models.Q(closed=False), name="usage_open"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.attempt_id} on node {self.node_id} {self.day}: {self.seconds}s x {self.milli}m"
+
+
+class CapacityRecord(models.Model):
+    """A node's accelerators in the fleet from ``start`` to ``end`` within one UTC day, as the meter saw it
+    (it extends the open record of each present node at every run, so the error is one metering interval).
+    A new record starts when the node's flavor, accelerator count or capacity type changes."""
+
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="+", db_index=False)
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="+", db_index=False)
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="+")
+    flavor = models.ForeignKey(AcceleratorType, on_delete=models.PROTECT, related_name="+", db_index=False)
+    capacity_type = models.CharField(max_length=20, choices=CapacityType.choices)
+    accelerators = models.PositiveIntegerField()
+    day = models.DateField()
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+    seconds = models.PositiveIntegerField()
+    closed = models.BooleanField(default=False)
+
+    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Tenancy(TenancyRules):
+        team_field = None
+        org_field = "organization"
+        policy = {Action.VIEW: FINANCE_ROLES}
+
+    class Meta:
+        ordering = ["day", "node", "start"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "day", "start"], name="capacity_once_per_node_start"),
+            models.CheckConstraint(condition=models.Q(end__gte=models.F("start")), name="capacity_ends_after_start"),
+        ]
+        indexes = [
+            models.Index(fields=["organization", "day"], name="capacity_org_day"),
+            models.Index(fields=["closed"], condition=models.Q(closed=False), name="capacity_open"),
+        ]
+
+    def __str__(self) -> str:
+        return f"node {self.node_id} {self.day}: {self.accelerators} x {self.seconds}s"
+
+
+class MeterState(models.Model):
+    """The meter's own row per organization: when its last run began (attempts admitted since are metered
+    by the next run even if they already ended) and what the last reconciliation found."""
+
+    organization = models.OneToOneField(Organization, on_delete=models.CASCADE, related_name="meter_state")
+    last_run_started_at = models.DateTimeField(null=True, blank=True)
+    last_run_finished_at = models.DateTimeField(null=True, blank=True)
+    last_reconciled_at = models.DateTimeField(null=True, blank=True)
+    #: The last reconciliation: attempts checked, discrepancies found and repaired, metered and placed seconds.
+    last_reconciliation = models.JSONField(default=dict, blank=True)
+
+    def __str__(self) -> str:
+        return f"meter of {self.organization}"
+
+
+class WhatIf(models.Model):
+    """A capacity what-if for procurement: the last ``days`` days of the organization's job history replayed
+    through the simulator on today's fleet and on the fleet with ``nodes`` more (or fewer, when negative)
+    nodes of ``flavor`` in ``cluster``. Run by a Celery task (``billing/whatif.py``) that reports progress."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="what_ifs")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    flavor = models.ForeignKey(AcceleratorType, on_delete=models.CASCADE, related_name="+")
+    #: Nodes to add (positive) or remove (negative).
+    nodes = models.IntegerField()
+    days = models.PositiveIntegerField(default=30)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
+    #: 0 to 1, updated while it runs.
+    progress = models.FloatField(default=0.0)
+    #: Today's fleet and the changed one side by side: queue wait and utilisation (see ``whatif.py``).
+    result = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    #: A run in progress holds the row until then (a crashed worker's claim runs out by itself).
+    claimed_until = models.DateTimeField(null=True, blank=True)
+
+    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    Tenancy = PriceBookTenancy
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"{self.nodes:+d} {self.flavor} nodes in {self.cluster} ({self.get_status_display()})"
