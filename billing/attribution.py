@@ -1,0 +1,481 @@
+"""Cost attribution: a month of the meter's records priced with the price book, idle capacity and shared
+overhead allocated, to the cent.
+
+**What things cost.** A usage record costs its accelerator-hours (seconds x thousandths / 3,600,000) at
+the rate in effect on its day for its cluster, flavor and capacity type. A pool (cluster, flavor, capacity
+type) costs, each day, its capacity's accelerator-hours at that day's rate, or what was used when the
+meter saw more used than present. A pool-day's idle cost is what it cost beyond what was used. Records
+with no price in the book cost nothing and are counted as unpriced hours, so finance sees the gap.
+
+**The allocation rule.**
+1. A pool's idle cost of the month goes to the usage of that pool in that month, in proportion to
+   accelerator-hours: whoever uses a pool pays for its idle share.
+2. A pool nobody used that month: its idle cost goes to all of the month's usage, in proportion to usage cost.
+3. Shared overhead (``Overhead``) of the month goes to all of the month's usage in proportion to usage cost.
+4. With no usage at all in the month, idle cost and overhead stay unallocated (the fleet summary says so).
+
+Allocation is done at the finest grain there is (day x team x project x user x cluster x flavor x capacity
+type). Each component (usage, idle, overhead) is then rounded to cents by the largest-remainder method
+against its rounded total, so any roll-up (a team, a project, a user, a cluster, a day) is a sum of whole
+cents and the teams' totals plus whatever stayed unallocated add up to the fleet's total exactly:
+
+    fleet total = capacity cost + overhead = usage + idle + overhead (allocated or not)
+
+Jobs are priced by usage only (``job_costs``): idle and overhead are allocated to teams, projects and users.
+
+Allocation needs the whole organization's month; what a person is shown is then cut to what they may
+see (``visible_to``): their teams' lines for researchers and leads, everything for finance and admins.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal, localcontext
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.db.models import BigIntegerField, F, Q, Sum
+from django.db.models.functions import Cast
+
+from billing.models import CapacityRecord, Overhead, UsageRecord
+from billing.prices import Key, RateBook, may_change
+from clusters.models import AcceleratorType, Cluster
+from portal.models import Organization, Project, Team
+from portal.tenancy import Action
+from portal.types import AnyUser
+
+CENT = Decimal("0.01")
+MILLI_SECONDS_PER_HOUR = Decimal(3_600_000)
+DIMENSIONS = ("day", "team", "project", "user", "cluster", "flavor", "capacity_type")
+
+
+def month_bounds(month: dt.date) -> tuple[dt.date, dt.date]:
+    """The first day of ``month``'s month and the first day of the next."""
+    first = month.replace(day=1)
+    return first, (first + dt.timedelta(days=32)).replace(day=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """The finest grain of the month's costs, in cents."""
+
+    day: dt.date
+    team: int
+    project: int | None
+    user: int
+    cluster: int
+    flavor: int
+    capacity_type: str
+    milli_seconds: int
+    usage: int
+    idle: int
+    overhead: int
+    priced: bool
+
+    @property
+    def total(self) -> int:
+        return self.usage + self.idle + self.overhead
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """One (cluster, flavor, capacity type) over the month, in cents and thousandth-accelerator-seconds."""
+
+    cluster: int
+    flavor: int
+    capacity_type: str
+    capacity_milli_seconds: int
+    used_milli_seconds: int
+    cost: int
+    used: int
+    priced: bool
+
+    @property
+    def idle(self) -> int:
+        return self.cost - self.used
+
+    @property
+    def utilisation(self) -> float | None:
+        return self.used_milli_seconds / self.capacity_milli_seconds if self.capacity_milli_seconds else None
+
+
+@dataclass
+class Names:
+    team: dict[int, str] = field(default_factory=dict)
+    project: dict[int, str] = field(default_factory=dict)
+    user: dict[int, str] = field(default_factory=dict)
+    cluster: dict[int, str] = field(default_factory=dict)
+    flavor: dict[int, str] = field(default_factory=dict)
+
+    def of(self, dimension: str, value: Any) -> str:
+        if value is None:
+            return "(no project)" if dimension == "project" else ""
+        if dimension in ("day", "capacity_type"):
+            return str(value)
+        known: dict[int, str] = getattr(self, dimension)
+        return known.get(value, f"#{value}")
+
+
+@dataclass
+class Attribution:
+    """One organization's month. Amounts in cents. ``fleet_visible``: whether pools, unallocated amounts and
+    the fleet's total are part of it (finance and admins), or only some teams' lines."""
+
+    organization_id: int
+    month: dt.date
+    lines: list[Line]
+    pools: list[Pool]
+    overhead: int
+    unallocated_idle: int
+    unallocated_overhead: int
+    idle_by_day: dict[dt.date, int]
+    names: Names
+    fleet_visible: bool = True
+
+    @property
+    def capacity_cost(self) -> int:
+        return sum(p.cost for p in self.pools)
+
+    @property
+    def fleet_total(self) -> int:
+        return self.capacity_cost + self.overhead
+
+    @property
+    def unpriced_milli_seconds(self) -> int:
+        return sum(line.milli_seconds for line in self.lines if not line.priced)
+
+    def totals(self) -> dict[str, int]:
+        return {
+            "milli_seconds": sum(line.milli_seconds for line in self.lines),
+            "usage": sum(line.usage for line in self.lines),
+            "idle": sum(line.idle for line in self.lines),
+            "overhead": sum(line.overhead for line in self.lines),
+            "total": sum(line.total for line in self.lines),
+        }
+
+    def rollup(self, by: Sequence[str]) -> list[dict[str, Any]]:
+        """The lines summed per value of the ``by`` dimensions, largest total first."""
+        sums: dict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+        for line in self.lines:
+            acc = sums[tuple(getattr(line, d) for d in by)]
+            acc[0] += line.milli_seconds
+            acc[1] += line.usage
+            acc[2] += line.idle
+            acc[3] += line.overhead
+        rows = []
+        for key, (ms, usage, idle, overhead) in sums.items():
+            row: dict[str, Any] = {}
+            for dimension, value in zip(by, key, strict=True):
+                row[dimension] = value
+                if dimension not in ("day", "capacity_type"):
+                    row[f"{dimension}_name"] = self.names.of(dimension, value)
+            row.update(milli_seconds=ms, usage=usage, idle=idle, overhead=overhead, total=usage + idle + overhead)
+            rows.append(row)
+        rows.sort(key=lambda r: (-r["total"], *(str(r[d]) for d in by)))
+        return rows
+
+    def for_teams(self, teams: Iterable[int], fleet_visible: bool) -> Attribution:
+        keep = set(teams)
+        return replace(self, lines=[line for line in self.lines if line.team in keep], fleet_visible=fleet_visible)
+
+
+def money(cents: int) -> Decimal:
+    return (Decimal(cents) * CENT).quantize(CENT)
+
+
+def hours(milli_seconds: int) -> Decimal:
+    return (Decimal(milli_seconds) / MILLI_SECONDS_PER_HOUR).quantize(Decimal("0.001"), rounding=ROUND_HALF_UP)
+
+
+def apportion(amounts: Sequence[Decimal], total: int) -> list[int]:
+    """Whole cents for ``amounts`` (exact, in currency units) that add up to ``total`` cents: each gets its
+    floor, and the cents left over (or missing) go to the largest (or smallest) remainders, ties to the
+    earlier one."""
+    cents = [a * 100 for a in amounts]
+    floors = [int(c.to_integral_value(rounding=ROUND_FLOOR)) for c in cents]
+    left = total - sum(floors)
+    if not amounts:
+        return []
+    order = sorted(range(len(amounts)), key=lambda i: (-(cents[i] - floors[i]), i))
+    if left < 0:
+        order = order[::-1]
+    step = 1 if left > 0 else -1
+    i = 0
+    while left:
+        floors[order[i % len(order)]] += step
+        left -= step
+        i += 1
+    return floors
+
+
+def to_cents(amount: Decimal) -> int:
+    return int((amount * 100).to_integral_value(rounding=ROUND_HALF_UP))
+
+
+def _ms(*fields: str) -> Any:
+    """The product of these integer fields as a 64-bit integer (their 32-bit product could overflow)."""
+    product: Any = Cast(fields[0], BigIntegerField())
+    for name in fields[1:]:
+        product = product * F(name)
+    return Sum(product)
+
+
+def _usage(organization_id: int, start: dt.date, end: dt.date) -> list[dict[str, Any]]:
+    return list(
+        UsageRecord.objects.filter(organization_id=organization_id, day__gte=start, day__lt=end)
+        .values("day", "team_id", "project_id", "user_id", "cluster_id", "flavor_id", "capacity_type")
+        .annotate(ms=_ms("seconds", "milli"))
+        .order_by()
+    )
+
+
+def _capacity(organization_id: int, start: dt.date, end: dt.date) -> list[dict[str, Any]]:
+    return list(
+        CapacityRecord.objects.filter(organization_id=organization_id, day__gte=start, day__lt=end)
+        .values("day", "cluster_id", "flavor_id", "capacity_type")
+        .annotate(ms=_ms("seconds", "accelerators"))
+        .order_by()
+    )
+
+
+def overhead_of(organization_id: int, month: dt.date) -> Decimal:
+    first, _ = month_bounds(month)
+    rows = Overhead.objects.filter(organization_id=organization_id, starts__lte=first).filter(
+        Q(ends=None) | Q(ends__gte=first)
+    )
+    return sum((row.amount for row in rows), Decimal(0))
+
+
+def _names(organization_id: int) -> Names:
+    return Names(
+        team=dict(Team.objects.filter(organization_id=organization_id).values_list("pk", "name")),
+        project=dict(Project.objects.filter(team__organization_id=organization_id).values_list("pk", "name")),
+        user=dict(
+            get_user_model()
+            .objects.filter(memberships__organization_id=organization_id)
+            .values_list("pk", "username")
+            .distinct()
+        ),
+        cluster=dict(Cluster.objects.filter(organization_id=organization_id).values_list("pk", "name")),
+        flavor=dict(AcceleratorType.objects.filter(organization_id=organization_id).values_list("pk", "name")),
+    )
+
+
+def _weights(values: Sequence[Decimal], fallback: Sequence[int]) -> list[Decimal] | None:
+    """Shares in proportion to ``values``, else to ``fallback``; None when both are all zero."""
+    total = sum(values, Decimal(0))
+    if total > 0:
+        return [v / total for v in values]
+    whole = sum(fallback)
+    return [Decimal(v) / whole for v in fallback] if whole > 0 else None
+
+
+def attribute(organization: Organization | int, month: dt.date) -> Attribution:
+    """The month of ``month`` for the whole organization (see the module's rule)."""
+    org_id = organization if isinstance(organization, int) else organization.pk
+    start, end = month_bounds(month)
+    book = RateBook.of(org_id)
+    usage_rows = _usage(org_id, start, end)
+    capacity_rows = _capacity(org_id, start, end)
+    names = _names(org_id)
+    with localcontext() as ctx:
+        ctx.prec = 50
+        return _allocate(org_id, start, book, usage_rows, capacity_rows, overhead_of(org_id, start), names)
+
+
+def _allocate(org_id: int, month: dt.date, book: RateBook, usage_rows: list[dict[str, Any]],
+              capacity_rows: list[dict[str, Any]], overhead: Decimal, names: Names) -> Attribution:  # fmt: skip
+    # Usage: exact cost of every line.
+    keys: list[Key] = [(r["cluster_id"], r["flavor_id"], r["capacity_type"]) for r in usage_rows]
+    rates = [book.rate(key, r["day"]) for key, r in zip(keys, usage_rows, strict=True)]
+    ms = [int(r["ms"]) for r in usage_rows]
+    usage = [Decimal(m) * (rate or 0) / MILLI_SECONDS_PER_HOUR for m, rate in zip(ms, rates, strict=True)]
+
+    # Pools, per day: what was present, what was used, at that day's rate.
+    used_pool_day: dict[tuple[Key, dt.date], int] = defaultdict(int)
+    for key, r, m in zip(keys, usage_rows, ms, strict=True):
+        used_pool_day[(key, r["day"])] += m
+    present_pool_day: dict[tuple[Key, dt.date], int] = defaultdict(int)
+    for r in capacity_rows:
+        present_pool_day[((r["cluster_id"], r["flavor_id"], r["capacity_type"]), r["day"])] += int(r["ms"]) * 1000
+    pool_cost: dict[Key, Decimal] = defaultdict(Decimal)
+    pool_idle: dict[Key, Decimal] = defaultdict(Decimal)
+    pool_present: dict[Key, int] = defaultdict(int)
+    pool_used: dict[Key, int] = defaultdict(int)
+    pool_priced: dict[Key, bool] = defaultdict(lambda: True)
+    idle_by_day: dict[dt.date, Decimal] = defaultdict(Decimal)
+    for key_day in set(used_pool_day) | set(present_pool_day):
+        key, day = key_day
+        used, present = used_pool_day.get(key_day, 0), present_pool_day.get(key_day, 0)
+        rate = book.rate(key, day)
+        if rate is None:
+            pool_priced[key] = False
+            rate = Decimal(0)
+        pool_present[key] += present
+        pool_used[key] += used
+        pool_cost[key] += Decimal(max(present, used)) * rate / MILLI_SECONDS_PER_HOUR
+        idle = Decimal(max(0, present - used)) * rate / MILLI_SECONDS_PER_HOUR
+        pool_idle[key] += idle
+        idle_by_day[day] += idle
+
+    # Idle: to the pool's own users by accelerator-hours; else to everyone by usage cost.
+    idle_share = [Decimal(0)] * len(usage_rows)
+    members: dict[Key, list[int]] = defaultdict(list)
+    for i, key in enumerate(keys):
+        members[key].append(i)
+    orphaned = Decimal(0)
+    for key, idle in pool_idle.items():
+        weights = _weights([], [ms[i] for i in members.get(key, [])]) if members.get(key) else None
+        if weights is None:
+            orphaned += idle
+            continue
+        for i, w in zip(members[key], weights, strict=True):
+            idle_share[i] += idle * w
+    everyone = _weights(usage, ms)
+    unallocated_idle = Decimal(0)
+    if everyone is None:
+        unallocated_idle = orphaned
+    else:
+        for i, w in enumerate(everyone):
+            idle_share[i] += orphaned * w
+    overhead_share = [overhead * w for w in everyone] if everyone else [Decimal(0)] * len(usage_rows)
+    unallocated_overhead = overhead if everyone is None else Decimal(0)
+
+    # To cents, each component against its own rounded total.
+    capacity_total = to_cents(sum(pool_cost.values(), Decimal(0)))
+    usage_cents = apportion(usage, to_cents(sum(usage, Decimal(0))))
+    idle_cents = apportion([*idle_share, unallocated_idle], capacity_total - sum(usage_cents))
+    overhead_cents = apportion([*overhead_share, unallocated_overhead], to_cents(overhead))
+    lines = [
+        Line(
+            day=r["day"],
+            team=r["team_id"],
+            project=r["project_id"],
+            user=r["user_id"],
+            cluster=r["cluster_id"],
+            flavor=r["flavor_id"],
+            capacity_type=r["capacity_type"],
+            milli_seconds=ms[i],
+            usage=usage_cents[i],
+            idle=idle_cents[i],
+            overhead=overhead_cents[i],
+            priced=rates[i] is not None,
+        )
+        for i, r in enumerate(usage_rows)
+    ]
+    lines.sort(key=lambda line: (line.day, line.team, line.project or 0, line.user, line.cluster, line.flavor))
+
+    # Pools in cents: their costs apportioned to the rounded capacity total; used = their lines' usage.
+    pool_keys = sorted(pool_cost)
+    pool_cents = apportion([pool_cost[k] for k in pool_keys], capacity_total)
+    used_cents: dict[Key, int] = defaultdict(int)
+    for key, cents in zip(keys, usage_cents, strict=True):
+        used_cents[key] += cents
+    pools = [
+        Pool(
+            cluster=k[0],
+            flavor=k[1],
+            capacity_type=k[2],
+            capacity_milli_seconds=pool_present[k],
+            used_milli_seconds=pool_used[k],
+            cost=cents,
+            used=used_cents[k],
+            priced=pool_priced[k],
+        )
+        for k, cents in zip(pool_keys, pool_cents, strict=True)
+    ]
+    return Attribution(
+        organization_id=org_id,
+        month=month,
+        lines=lines,
+        pools=pools,
+        overhead=to_cents(overhead),
+        unallocated_idle=idle_cents[-1],
+        unallocated_overhead=overhead_cents[-1],
+        idle_by_day={day: to_cents(v) for day, v in sorted(idle_by_day.items())},
+        names=names,
+    )
+
+
+def visible_to(user: AnyUser, attribution: Attribution) -> Attribution:
+    """What ``user`` may see of it: finance and admins everything; others their own teams' lines."""
+    organization = Organization.objects.get(pk=attribution.organization_id)
+    if may_change(user, organization):  # type: ignore[arg-type]
+        return attribution
+    teams = Team.objects.for_user(user, Action.VIEW).filter(organization=organization).values_list("pk", flat=True)
+    return attribution.for_teams(teams, fleet_visible=False)
+
+
+@dataclass(frozen=True, slots=True)
+class JobCost:
+    job: int
+    name: str
+    team: int
+    project: int | None
+    user: int
+    milli_seconds: int
+    cost: int  # cents
+
+
+def job_costs(
+    organization_id: int, month: dt.date, teams: Iterable[int] | None = None, limit: int | None = None
+) -> list[JobCost]:
+    """Jobs' usage cost in the month, the costliest first (all of them when ``limit`` is None). The rates
+    are joined in the database, so this reads each record once and returns only jobs."""
+    start, end = month_bounds(month)
+    book = RateBook.of(organization_id)
+    days = [start + dt.timedelta(days=i) for i in range((end - start).days)]
+    rates = [(k[0], k[1], k[2], d.isoformat(), str(rate)) for k in book.priced_keys() for d in days
+             if (rate := book.rate(k, d)) is not None]  # fmt: skip
+    team_ids = None if teams is None else sorted(set(teams))
+    if not rates or team_ids == []:
+        return []
+    values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(rates))
+    postgres = connection.vendor == "postgresql"
+    cast_day = "CAST(r.day AS date)" if postgres else "r.day"
+    cast_rate = "CAST(r.rate AS numeric)" if postgres else "CAST(r.rate AS REAL)"
+    a_day = "CAST(%s AS date)" if postgres else "%s"
+    team_filter = f"AND u.team_id IN ({', '.join(['%s'] * len(team_ids))})" if team_ids else ""
+    sql = f"""
+        WITH r(cluster_id, flavor_id, capacity_type, day, rate) AS (VALUES {values}),
+        costs AS (
+            SELECT u.job_id, SUM(CAST(u.seconds AS bigint) * u.milli) AS ms,
+                   SUM(CAST(u.seconds AS bigint) * u.milli * {cast_rate}) AS cost
+            FROM billing_usagerecord u
+            JOIN r ON r.cluster_id = u.cluster_id AND r.flavor_id = u.flavor_id
+                  AND r.capacity_type = u.capacity_type AND {cast_day} = u.day
+            WHERE u.organization_id = %s AND u.day >= {a_day} AND u.day < {a_day} {team_filter}
+            GROUP BY u.job_id
+        )
+        SELECT c.job_id, j.name, j.team_id, j.project_id, j.submitted_by_id, c.ms, c.cost
+        FROM costs c JOIN scheduler_job j ON j.id = c.job_id
+        ORDER BY c.cost DESC, c.job_id
+        {"LIMIT %s" if limit is not None else ""}
+    """  # noqa: S608 (only placeholders are formatted in)
+    params: list[Any] = [p for row in rates for p in row] + [
+        organization_id,
+        start.isoformat(),
+        end.isoformat(),
+        *(team_ids or []),
+    ]
+    if limit is not None:
+        params.append(limit)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    return [
+        JobCost(
+            job=r[0],
+            name=r[1],
+            team=r[2],
+            project=r[3],
+            user=r[4],
+            milli_seconds=int(r[5]),
+            cost=to_cents(Decimal(str(r[6])) / MILLI_SECONDS_PER_HOUR),
+        )
+        for r in rows
+    ]

@@ -1,0 +1,311 @@
+"""The price book: finance's rows of what an accelerator-hour costs, and the rates reports and placement read.
+
+Every change goes through ``set_price`` / ``delete_price`` (and ``set_overhead`` / ``delete_overhead``):
+they check who may change the book (finance and organization admins), validate every field at once (a
+``ValidationError`` naming each bad one; nothing is written), and write the audit log with the values
+before and after.
+
+A price applies from its ``effective_from`` day (UTC) until the next row of the same cluster, flavor and
+capacity type. Cloud rows give the hourly rate; on-prem rows give a node's costs, from which the rate is
+derived (``on_prem_rate``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as dt
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import IntegrityError, transaction
+from django.http import HttpRequest
+from django.utils import timezone
+
+from billing.models import FINANCE_ROLES, CapacityType, Overhead, Price
+from clusters.models import AcceleratorType, Cluster
+from portal import audit
+from portal.models import Membership, Organization
+from scheduler import quotas
+
+#: Hours in a month: a year of 365.25 days over twelve.
+HOURS_PER_MONTH = Decimal("730.5")
+RATE_PLACES = Decimal("0.000001")
+MOST_MONEY = Decimal("1e11")
+ON_PREM_FIELDS = (
+    "purchase_price",
+    "accelerators_per_node",
+    "depreciation_months",
+    "power_kw",
+    "energy_price",
+    "hosting_per_month",
+)
+PRICE_FIELDS = ("cluster", "flavor", "capacity_type", "effective_from", "hourly_rate", *ON_PREM_FIELDS, "note")
+OVERHEAD_FIELDS = ("name", "amount", "starts", "ends")
+
+
+def on_prem_rate(
+    purchase_price: Decimal,
+    accelerators_per_node: int,
+    depreciation_months: int,
+    power_kw: Decimal,
+    energy_price: Decimal,
+    hosting_per_month: Decimal,
+) -> Decimal:
+    """What an accelerator-hour of an owned node costs: its purchase written off evenly over its
+    depreciation period, the power it draws at the energy price, and its hosting, per accelerator."""
+    per_node_hour = (
+        purchase_price / (depreciation_months * HOURS_PER_MONTH)
+        + power_kw * energy_price
+        + hosting_per_month / HOURS_PER_MONTH
+    )
+    return (per_node_hour / accelerators_per_node).quantize(RATE_PLACES, rounding=ROUND_HALF_UP)
+
+
+def may_change(actor: User, organization: Organization) -> bool:
+    if actor.is_superuser:
+        return True
+    return Membership.objects.filter(user=actor, organization=organization, role__in=sorted(FINANCE_ROLES)).exists()
+
+
+def authorize(actor: User, organization: Organization) -> None:
+    if not may_change(actor, organization):
+        raise PermissionDenied("Only finance or an organization admin may change the price book.")
+
+
+def _date(value: Any, field: str, errors: dict[str, str], *, required: bool = True) -> dt.date | None:
+    if value is None or value == "":
+        if required:
+            errors[field] = "This field is required."
+        return None
+    if isinstance(value, dt.datetime):
+        errors[field] = "A date (YYYY-MM-DD), not a time."
+        return None
+    if isinstance(value, dt.date):
+        return value
+    try:
+        return dt.date.fromisoformat(str(value))
+    except ValueError:
+        errors[field] = f"{value!r} is not a date (YYYY-MM-DD)."
+        return None
+
+
+def _count(value: Any, field: str, errors: dict[str, str], *, most: int) -> int | None:
+    if value is None or value == "":
+        errors[field] = "This field is required for an on-prem price."
+        return None
+    if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and value.isdigit())):
+        errors[field] = f"{value!r} is not a whole number."
+        return None
+    number = int(value)
+    if not 1 <= number <= most:
+        errors[field] = f"Must be between 1 and {most}."
+        return None
+    return number
+
+
+def _of_org(model: type[Cluster] | type[AcceleratorType], value: Any, field: str, organization: Organization,
+            errors: dict[str, str]) -> Any:  # fmt: skip
+    """A cluster (by id or slug) or a flavor (by id or name) of ``organization``; another's is unknown."""
+    if value is None or value == "":
+        errors[field] = "This field is required."
+        return None
+    if isinstance(value, model):
+        value = value.pk
+    rows = model.objects.filter(organization=organization)
+    key = "slug" if model is Cluster else "name"
+    found = rows.filter(pk=value).first() if str(value).isdigit() else rows.filter(**{key: str(value)}).first()
+    if found is None:
+        errors[field] = f"No {'cluster' if model is Cluster else 'accelerator type'} {value!r} in this organization."
+    return found
+
+
+def _snapshot(price: Price | None) -> dict[str, Any]:
+    if price is None:
+        return {}
+    values = {k: getattr(price, k) for k in PRICE_FIELDS if k not in ("cluster", "flavor")}
+    values.update(cluster=price.cluster.slug, flavor=price.flavor.name, rate=price.rate)
+    return {k: (str(v) if v is not None and not isinstance(v, int | str) else v) for k, v in values.items()}
+
+
+def clean_price(organization: Organization, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a price row from ``data`` (form or JSON values), with the rate worked out; a
+    ``ValidationError`` names every bad field. Unknown fields are refused too."""
+    errors: dict[str, str] = {}
+    for unknown in sorted(set(data) - set(PRICE_FIELDS)):
+        errors[unknown] = "Unknown field."
+    kind = data.get("capacity_type")
+    if kind not in CapacityType.values:
+        errors["capacity_type"] = f"{kind!r} is not one of {', '.join(CapacityType.values)}."
+    values: dict[str, Any] = {
+        "cluster": _of_org(Cluster, data.get("cluster"), "cluster", organization, errors),
+        "flavor": _of_org(AcceleratorType, data.get("flavor"), "flavor", organization, errors),
+        "capacity_type": kind,
+        "effective_from": _date(data.get("effective_from"), "effective_from", errors),
+        "note": str(data.get("note") or "").strip(),
+    }
+    if len(values["note"]) > 200:
+        errors["note"] = "At most 200 characters."
+    on_prem = kind == CapacityType.ON_PREM
+    if on_prem:
+        if data.get("hourly_rate") not in (None, ""):
+            errors["hourly_rate"] = "An on-prem price is derived from the node's costs; leave the hourly rate empty."
+        money = {"purchase_price": 2, "power_kw": 3, "energy_price": 4, "hosting_per_month": 2}
+        for name, places in money.items():
+            if data.get(name) in (None, ""):
+                errors[name] = "This field is required for an on-prem price."
+            else:
+                values[name] = quotas.check_amount(
+                    data.get(name), name, errors, required=True, most=MOST_MONEY, places=places
+                )
+        values["accelerators_per_node"] = _count(data.get("accelerators_per_node"), "accelerators_per_node", errors,
+                                                 most=1024)  # fmt: skip
+        values["depreciation_months"] = _count(data.get("depreciation_months"), "depreciation_months", errors,
+                                               most=240)  # fmt: skip
+        values["hourly_rate"] = None
+    else:
+        values["hourly_rate"] = quotas.check_amount(
+            data.get("hourly_rate"), "hourly_rate", errors, required=True, most=MOST_MONEY, places=4
+        )
+        for name in ON_PREM_FIELDS:
+            if data.get(name) not in (None, ""):
+                errors[name] = "Only an on-prem price has node costs."
+            values[name] = None
+    if errors:
+        raise ValidationError(errors)
+    values["rate"] = (
+        on_prem_rate(*(values[name] for name in ON_PREM_FIELDS))
+        if on_prem
+        else Decimal(values["hourly_rate"]).quantize(RATE_PLACES)
+    )
+    return values
+
+
+def set_price(actor: User, organization: Organization, data: Mapping[str, Any], price: Price | None = None,
+              http: HttpRequest | None = None) -> Price:  # fmt: skip
+    """Add a row to the price book, or change ``price`` (every field is given again). Audited."""
+    authorize(actor, organization)
+    if price is not None and price.organization_id != organization.pk:
+        raise PermissionDenied("That price belongs to another organization.")
+    values = clean_price(organization, data)
+    before = _snapshot(price)
+    row = price or Price(organization=organization)
+    for name, value in values.items():
+        setattr(row, name, value)
+    row.updated_at, row.updated_by = timezone.now(), actor
+    try:
+        with transaction.atomic():
+            row.save()
+            after = _snapshot(row)
+            if before != after:
+                audit.record(
+                    "price.changed" if before else "price.created",
+                    actor=actor,
+                    target=row,
+                    organization=organization,
+                    changes={k: [before.get(k), after.get(k)] for k in sorted(set(before) | set(after))},
+                    request=http,
+                )
+    except IntegrityError:
+        raise ValidationError(
+            {"effective_from": "The book already has a price of this cluster, flavor and capacity type from that day."}
+        ) from None
+    return row
+
+
+def delete_price(actor: User, price: Price, http: HttpRequest | None = None) -> None:
+    authorize(actor, price.organization)
+    before = _snapshot(price)
+    with transaction.atomic():
+        audit.record("price.deleted", actor=actor, target=price, organization=price.organization,
+                     changes={k: [v, None] for k, v in before.items()}, request=http)  # fmt: skip
+        price.delete()
+
+
+def _overhead_snapshot(row: Overhead | None) -> dict[str, Any]:
+    if row is None:
+        return {}
+    return {k: (str(v) if v is not None and not isinstance(v, str) else v) for k, v in
+            ((k, getattr(row, k)) for k in OVERHEAD_FIELDS)}  # fmt: skip
+
+
+def set_overhead(actor: User, organization: Organization, data: Mapping[str, Any], overhead: Overhead | None = None,
+                 http: HttpRequest | None = None) -> Overhead:  # fmt: skip
+    """Add or change a shared monthly cost. Months are given by any day in them (stored as the first)."""
+    authorize(actor, organization)
+    if overhead is not None and overhead.organization_id != organization.pk:
+        raise PermissionDenied("That cost belongs to another organization.")
+    errors: dict[str, str] = {}
+    for unknown in sorted(set(data) - set(OVERHEAD_FIELDS)):
+        errors[unknown] = "Unknown field."
+    name = str(data.get("name") or "").strip()
+    if not name:
+        errors["name"] = "This field is required."
+    elif len(name) > 120:
+        errors["name"] = "At most 120 characters."
+    amount = quotas.check_amount(data.get("amount"), "amount", errors, required=True, most=MOST_MONEY, places=2)
+    starts = _date(data.get("starts"), "starts", errors)
+    ends = _date(data.get("ends"), "ends", errors, required=False)
+    starts, ends = (d.replace(day=1) if d else None for d in (starts, ends))
+    if starts and ends and ends < starts:
+        errors["ends"] = "Must not be before the first month."
+    if errors:
+        raise ValidationError(errors)
+    before = _overhead_snapshot(overhead)
+    row = overhead or Overhead(organization=organization)
+    row.name, row.amount, row.starts, row.ends = name, amount, starts, ends  # type: ignore[assignment]
+    row.updated_at, row.updated_by = timezone.now(), actor
+    with transaction.atomic():
+        row.save()
+        after = _overhead_snapshot(row)
+        if before != after:
+            audit.record("overhead.changed" if before else "overhead.created", actor=actor, target=row,
+                         organization=organization, request=http,
+                         changes={k: [before.get(k), after.get(k)] for k in OVERHEAD_FIELDS})  # fmt: skip
+    return row
+
+
+def delete_overhead(actor: User, overhead: Overhead, http: HttpRequest | None = None) -> None:
+    authorize(actor, overhead.organization)
+    before = _overhead_snapshot(overhead)
+    with transaction.atomic():
+        audit.record("overhead.deleted", actor=actor, target=overhead, organization=overhead.organization,
+                     changes={k: [v, None] for k, v in before.items()}, request=http)  # fmt: skip
+        overhead.delete()
+
+
+Key = tuple[int, int, str]  # cluster id, flavor id, capacity type
+
+
+class RateBook:
+    """The price book of one organization as a lookup: the rate of (cluster, flavor, capacity type) on a day."""
+
+    def __init__(self, rows: Iterable[tuple[int, int, str, dt.date, Decimal]]) -> None:
+        steps: dict[Key, list[tuple[dt.date, Decimal]]] = defaultdict(list)
+        for cluster_id, flavor_id, kind, effective_from, rate in rows:
+            steps[(cluster_id, flavor_id, kind)].append((effective_from, rate))
+        self._days = {key: [day for day, _ in sorted(s)] for key, s in steps.items()}
+        self._rates = {key: [rate for _, rate in sorted(s)] for key, s in steps.items()}
+
+    @classmethod
+    def of(cls, organization: Organization | int) -> RateBook:
+        org_id = organization if isinstance(organization, int) else organization.pk
+        return cls(
+            Price.objects.filter(organization_id=org_id).values_list(
+                "cluster_id", "flavor_id", "capacity_type", "effective_from", "rate"
+            )
+        )
+
+    def rate(self, key: Key, day: dt.date) -> Decimal | None:
+        """The rate in effect on ``day``; None when the book has none (yet) for that key."""
+        days = self._days.get(key)
+        if not days:
+            return None
+        at = bisect.bisect_right(days, day) - 1
+        return self._rates[key][at] if at >= 0 else None
+
+    def priced_keys(self) -> Iterable[Key]:
+        return self._days.keys()
