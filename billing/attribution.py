@@ -37,12 +37,13 @@ from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal, localcontext
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.core.cache import cache
 from django.db import connection
 from django.db.models import BigIntegerField, F, Q, Sum
 from django.db.models.functions import Cast
 
 from billing.models import CapacityRecord, Overhead, UsageRecord
-from billing.prices import Key, RateBook, may_change
+from billing.prices import Key, RateBook, may_change, version
 from clusters.models import AcceleratorType, Cluster
 from portal.models import Organization, Project, Team
 from portal.tenancy import Action
@@ -401,13 +402,19 @@ def _allocate(org_id: int, month: dt.date, book: RateBook, usage_rows: list[dict
     )
 
 
+def visible_teams(user: AnyUser, organization_id: int) -> list[int] | None:
+    """The teams whose costs ``user`` may see: None for all of them and the fleet (finance and admins)."""
+    organization = Organization.objects.get(pk=organization_id)
+    if may_change(user, organization):  # type: ignore[arg-type]
+        return None
+    teams = Team.objects.for_user(user, Action.VIEW).filter(organization=organization)
+    return list(teams.values_list("pk", flat=True))
+
+
 def visible_to(user: AnyUser, attribution: Attribution) -> Attribution:
     """What ``user`` may see of it: finance and admins everything; others their own teams' lines."""
-    organization = Organization.objects.get(pk=attribution.organization_id)
-    if may_change(user, organization):  # type: ignore[arg-type]
-        return attribution
-    teams = Team.objects.for_user(user, Action.VIEW).filter(organization=organization).values_list("pk", flat=True)
-    return attribution.for_teams(teams, fleet_visible=False)
+    teams = visible_teams(user, attribution.organization_id)
+    return attribution if teams is None else attribution.for_teams(teams, fleet_visible=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -479,3 +486,18 @@ def job_costs(
         )
         for r in rows
     ]
+
+
+#: How long a month's attribution is kept: the meter writes every minute, so a page is a minute behind at most.
+CACHE_SECONDS = 60
+
+
+def kept(organization_id: int, month: dt.date) -> Attribution:
+    """``attribute``, kept for ``CACHE_SECONDS`` (and no longer than the price book and overhead stay the same)."""
+    key = f"billing:attribution:{organization_id}:{month_bounds(month)[0]:%Y-%m}:{version(organization_id)}"
+    found = cache.get(key)
+    if isinstance(found, Attribution):
+        return found
+    result = attribute(organization_id, month)
+    cache.set(key, result, CACHE_SECONDS)
+    return result

@@ -20,6 +20,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.core.cache import cache
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.http import HttpRequest
@@ -63,6 +64,21 @@ def on_prem_rate(
         + hosting_per_month / HOURS_PER_MONTH
     )
     return (per_node_hour / accelerators_per_node).quantize(RATE_PLACES, rounding=ROUND_HALF_UP)
+
+
+def version(organization_id: int) -> int:
+    """A number that changes whenever the organization's price book or overhead does (what keeps reports)."""
+    return int(cache.get(f"billing:book:{organization_id}", 0))
+
+
+def _changed(organization_id: int) -> None:
+    def bump() -> None:
+        try:
+            cache.incr(f"billing:book:{organization_id}")
+        except ValueError:
+            cache.set(f"billing:book:{organization_id}", 1, None)
+
+    transaction.on_commit(bump)
 
 
 def may_change(actor: User, organization: Organization) -> bool:
@@ -199,6 +215,7 @@ def set_price(actor: User, organization: Organization, data: Mapping[str, Any], 
     try:
         with transaction.atomic():
             row.save()
+            _changed(organization.pk)
             after = _snapshot(row)
             if before != after:
                 audit.record(
@@ -220,6 +237,7 @@ def delete_price(actor: User, price: Price, http: HttpRequest | None = None) -> 
     authorize(actor, price.organization)
     before = _snapshot(price)
     with transaction.atomic():
+        _changed(price.organization_id)
         audit.record("price.deleted", actor=actor, target=price, organization=price.organization,
                      changes={k: [v, None] for k, v in before.items()}, request=http)  # fmt: skip
         price.delete()
@@ -260,6 +278,7 @@ def set_overhead(actor: User, organization: Organization, data: Mapping[str, Any
     row.updated_at, row.updated_by = timezone.now(), actor
     with transaction.atomic():
         row.save()
+        _changed(organization.pk)
         after = _overhead_snapshot(row)
         if before != after:
             audit.record("overhead.changed" if before else "overhead.created", actor=actor, target=row,
@@ -272,6 +291,7 @@ def delete_overhead(actor: User, overhead: Overhead, http: HttpRequest | None = 
     authorize(actor, overhead.organization)
     before = _overhead_snapshot(overhead)
     with transaction.atomic():
+        _changed(overhead.organization_id)
         audit.record("overhead.deleted", actor=actor, target=overhead, organization=overhead.organization,
                      changes={k: [v, None] for k, v in before.items()}, request=http)  # fmt: skip
         overhead.delete()

@@ -1,0 +1,204 @@
+"""Finance's downloads: a team's monthly statement and the fleet's summary, as CSV and XLSX.
+
+Both read an ``Attribution`` (``attribution.py``) already cut to what the reader may see, so every figure
+is the same whole-cent amount the pages and the API show, and a statement's lines add up to its total.
+CSV is written row by row as it is sent; XLSX is written by openpyxl's write-only workbook into a spooled
+temporary file (memory up to a few megabytes, disk beyond) and sent from there in chunks.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from decimal import Decimal
+from typing import IO, Any
+
+from openpyxl import Workbook
+from openpyxl.cell import WriteOnlyCell
+from openpyxl.styles import Font
+from openpyxl.worksheet._write_only import WriteOnlyWorksheet
+
+from billing.attribution import Attribution, JobCost, hours, money
+
+STATEMENT_BY = ("project", "user", "cluster", "flavor", "capacity_type")
+STATEMENT_HEADER = (
+    "month", "team", "project", "user", "cluster", "flavor", "capacity type", "accelerator-hours",
+    "usage", "idle share", "overhead share", "total",
+)  # fmt: skip
+FLEET_HEADER = ("month", "team", "accelerator-hours", "usage", "idle share", "overhead share", "total")
+POOL_HEADER = (
+    "month", "cluster", "flavor", "capacity type", "capacity accelerator-hours", "used accelerator-hours",
+    "utilisation", "cost", "used", "idle", "priced",
+)  # fmt: skip
+DAY_HEADER = ("day", "team", "accelerator-hours", "usage", "idle share", "overhead share", "total")
+JOB_HEADER = ("job", "name", "team", "project", "user", "accelerator-hours", "usage")
+RULE = (
+    "Usage: accelerator-hours at the price book's rate for the day, cluster, flavor and capacity type. "
+    "Idle capacity of a pool (cluster, flavor, capacity type) is shared by the pool's users in proportion to "
+    "their accelerator-hours; a pool nobody used, and shared overhead, by all usage in proportion to its cost. "
+    "Amounts are rounded to cents so that they add up to the fleet's total."
+)
+Row = Sequence[Any]
+
+
+def month_label(month: dt.date) -> str:
+    return month.strftime("%Y-%m")
+
+
+def _amounts(row: dict[str, Any]) -> list[Any]:
+    return [hours(row["milli_seconds"]), *(money(row[k]) for k in ("usage", "idle", "overhead", "total"))]
+
+
+def statement_rows(attribution: Attribution, team: int) -> Iterator[Row]:
+    """A team's month per project, user, cluster, flavor and capacity type, then its total."""
+    mine = attribution.for_teams([team], attribution.fleet_visible)
+    label, name = month_label(attribution.month), attribution.names.of("team", team)
+    for row in mine.rollup(STATEMENT_BY):
+        yield [label, name, *(attribution.names.of(d, row[d]) for d in STATEMENT_BY), *_amounts(row)]
+    totals = mine.totals()
+    yield [label, name, "Total", "", "", "", "", *_amounts(totals)]
+
+
+def statement_days(attribution: Attribution, team: int) -> Iterator[Row]:
+    mine = attribution.for_teams([team], attribution.fleet_visible)
+    name = attribution.names.of("team", team)
+    for row in sorted(mine.rollup(["day"]), key=lambda r: r["day"]):
+        yield [row["day"], name, *_amounts(row)]
+
+
+def fleet_rows(attribution: Attribution) -> Iterator[Row]:
+    """Every team's month, what stayed unallocated, and the fleet's total (which they add up to)."""
+    label = month_label(attribution.month)
+    for row in attribution.rollup(["team"]):
+        yield [label, row["team_name"], *_amounts(row)]
+    if attribution.unallocated_idle or attribution.unallocated_overhead:
+        idle, overhead = attribution.unallocated_idle, attribution.unallocated_overhead
+        yield [label, "Unallocated (no usage this month)", Decimal("0.000"), money(0), money(idle), money(overhead),
+               money(idle + overhead)]  # fmt: skip
+    totals = attribution.totals()
+    idle, overhead = (
+        totals["idle"] + attribution.unallocated_idle,
+        totals["overhead"] + attribution.unallocated_overhead,
+    )
+    yield [label, "Fleet total", hours(totals["milli_seconds"]), money(totals["usage"]), money(idle), money(overhead),
+           money(attribution.fleet_total)]  # fmt: skip
+
+
+def pool_rows(attribution: Attribution) -> Iterator[Row]:
+    label, names = month_label(attribution.month), attribution.names
+    for p in attribution.pools:
+        utilisation = round(p.utilisation, 4) if p.utilisation is not None else None
+        yield [label, names.of("cluster", p.cluster), names.of("flavor", p.flavor), p.capacity_type,
+               hours(p.capacity_milli_seconds), hours(p.used_milli_seconds), utilisation, money(p.cost),
+               money(p.used), money(p.idle), p.priced]  # fmt: skip
+
+
+def fleet_days(attribution: Attribution) -> Iterator[Row]:
+    for row in sorted(attribution.rollup(["day", "team"]), key=lambda r: (r["day"], r["team_name"])):
+        yield [row["day"], row["team_name"], *_amounts(row)]
+
+
+def job_rows(attribution: Attribution, jobs: Iterable[JobCost]) -> Iterator[Row]:
+    names = attribution.names
+    for job in jobs:
+        yield [job.job, job.name, names.of("team", job.team), names.of("project", job.project),
+               names.of("user", job.user), hours(job.milli_seconds), money(job.cost)]  # fmt: skip
+
+
+class _Line:
+    """A file-like object ``csv.writer`` writes one row into, which the stream then hands on."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
+def csv_stream(header: Row, rows: Iterable[Row]) -> Iterator[str]:
+    writer = csv.writer(_Line())
+    yield writer.writerow(header)
+    for row in rows:
+        yield writer.writerow(row)
+
+
+MONEY_FORMAT = "#,##0.00"
+HOURS_FORMAT = "#,##0.000"
+
+
+def _sheet(book: Workbook, title: str, header: Row, rows: Iterable[Row]) -> None:
+    sheet: WriteOnlyWorksheet = book.create_sheet(title)
+    bold = Font(bold=True)
+    heading = []
+    for text in header:
+        cell = WriteOnlyCell(sheet, value=text)
+        cell.font = bold
+        heading.append(cell)
+    sheet.append(heading)
+    money_columns = {i for i, h in enumerate(header) if h in ("usage", "idle share", "overhead share", "total",
+                                                              "cost", "used", "idle")}  # fmt: skip
+    for row in rows:
+        cells = []
+        for i, value in enumerate(row):
+            cell = WriteOnlyCell(sheet, value=value)
+            if isinstance(value, Decimal):
+                cell.number_format = MONEY_FORMAT if i in money_columns else HOURS_FORMAT
+            cells.append(cell)
+        sheet.append(cells)
+
+
+def xlsx_file(summary: Sequence[tuple[str, Any]], sheets: Sequence[tuple[str, Row, Iterable[Row]]]) -> IO[bytes]:
+    """A workbook with a Summary sheet of (label, value) pairs and the given sheets, rewound for reading."""
+    book = Workbook(write_only=True)
+    _sheet(book, "Summary", ("", ""), summary)
+    for title, header, rows in sheets:
+        _sheet(book, title, header, rows)
+    out = tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024)  # noqa: SIM115 - handed to the response
+    book.save(out)
+    out.seek(0)
+    return out
+
+
+def statement_xlsx(attribution: Attribution, team: int, jobs: Iterable[JobCost]) -> IO[bytes]:
+    totals = attribution.for_teams([team], attribution.fleet_visible).totals()
+    summary = [
+        ("Statement", f"{attribution.names.of('team', team)}, {month_label(attribution.month)}"),
+        ("Accelerator-hours", hours(totals["milli_seconds"])),
+        ("Usage", money(totals["usage"])),
+        ("Idle capacity share", money(totals["idle"])),
+        ("Shared overhead share", money(totals["overhead"])),
+        ("Total", money(totals["total"])),
+        ("How it is allocated", RULE),
+        ("Generated", dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")),
+    ]
+    return xlsx_file(
+        summary,
+        [
+            ("Lines", STATEMENT_HEADER, statement_rows(attribution, team)),
+            ("Days", DAY_HEADER, statement_days(attribution, team)),
+            ("Jobs", JOB_HEADER, job_rows(attribution, jobs)),
+        ],
+    )
+
+
+def fleet_xlsx(attribution: Attribution) -> IO[bytes]:
+    totals = attribution.totals()
+    summary = [
+        ("Fleet summary", month_label(attribution.month)),
+        ("Capacity cost", money(attribution.capacity_cost)),
+        ("Shared overhead", money(attribution.overhead)),
+        ("Fleet total", money(attribution.fleet_total)),
+        ("Usage", money(totals["usage"])),
+        ("Idle capacity", money(totals["idle"] + attribution.unallocated_idle)),
+        ("Unallocated", money(attribution.unallocated_idle + attribution.unallocated_overhead)),
+        ("Unpriced accelerator-hours", hours(attribution.unpriced_milli_seconds)),
+        ("How it is allocated", RULE),
+        ("Generated", dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")),
+    ]
+    return xlsx_file(
+        summary,
+        [
+            ("Teams", FLEET_HEADER, fleet_rows(attribution)),
+            ("Pools", POOL_HEADER, pool_rows(attribution)),
+            ("Days", DAY_HEADER, fleet_days(attribution)),
+        ],
+    )
