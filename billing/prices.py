@@ -149,7 +149,8 @@ def _snapshot(price: Price | None) -> dict[str, Any]:
 
 def clean_price(organization: Organization, data: Mapping[str, Any]) -> dict[str, Any]:
     """The fields of a price row from ``data`` (form or JSON values), with the rate worked out; a
-    ``ValidationError`` names every bad field. Unknown fields are refused too."""
+    ``ValidationError`` names every bad field. Unknown fields are refused too. Cloud rows give the hourly
+    rate; on-prem rows give the node's costs (or, when finance knows it, an hourly rate)."""
     errors: dict[str, str] = {}
     for unknown in sorted(set(data) - set(PRICE_FIELDS)):
         errors[unknown] = "Unknown field."
@@ -165,14 +166,16 @@ def clean_price(organization: Organization, data: Mapping[str, Any]) -> dict[str
     }
     if len(values["note"]) > 200:
         errors["note"] = "At most 200 characters."
-    on_prem = kind == CapacityType.ON_PREM
+    node_costs = any(data.get(name) not in (None, "") for name in ON_PREM_FIELDS)
+    on_prem = kind == CapacityType.ON_PREM and (node_costs or data.get("hourly_rate") in (None, ""))
     if on_prem:
+        # An owned node's costs, from which the rate is derived (or, instead, an hourly rate finance knows).
         if data.get("hourly_rate") not in (None, ""):
-            errors["hourly_rate"] = "An on-prem price is derived from the node's costs; leave the hourly rate empty."
+            errors["hourly_rate"] = "Give either the node's costs or an hourly rate, not both."
         money = {"purchase_price": 2, "power_kw": 3, "energy_price": 4, "hosting_per_month": 2}
         for name, places in money.items():
             if data.get(name) in (None, ""):
-                errors[name] = "This field is required for an on-prem price."
+                errors[name] = "This field is required for an on-prem price (or give an hourly rate)."
             else:
                 values[name] = quotas.check_amount(
                     data.get(name), name, errors, required=True, most=MOST_MONEY, places=places

@@ -12,7 +12,14 @@ from portal.models import Organization
 DEMO_CLUSTERS = {
     "onprem-h100": ("On-prem H100", "eu-west", ["ib_block", "rack"], {"profile": "h100-onprem", "nodes": 64}, 80),
     "slurm-a100": ("A100 Slurm partition", "eu-west", ["rack"], {"profile": "a100-slurm", "nodes": 32}, 60),
-    "tpu-v5p": ("Cloud TPU v5p", "us-central", ["slice"], {"profile": "tpu-slices", "nodes": 16}, 40),
+    # Cloud capacity, billed on demand (billing's price book prices it so).
+    "tpu-v5p": (
+        "Cloud TPU v5p",
+        "us-central",
+        ["slice"],
+        {"profile": "tpu-slices", "nodes": 16, "capacity_type": "on_demand"},
+        40,
+    ),
 }
 
 

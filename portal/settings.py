@@ -197,6 +197,8 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 API_TOKEN_DEFAULT_DAYS = env_int("API_TOKEN_DEFAULT_DAYS", 90, minimum=1)
+# Days of past jobs the demo seeds for billing's reports and forecasts (``billing/demo.py``).
+DEMO_HISTORY_DAYS = env_int("QM_DEMO_HISTORY_DAYS", 182, minimum=0)
 
 # --- REST API -------------------------------------------------------------------------------------------
 REST_FRAMEWORK = {

@@ -1,9 +1,9 @@
 """Demo governance and jobs: priority tiers, the "research" cohort with the three team queues and their
-accelerator quotas, prices on the demo clusters, and a few jobs by alice and bob, so the job pages have
-something to show after ``make demo``.
+accelerator quotas, budgets, and a few jobs by alice and bob, so the job pages have something to show after
+``make demo``. The demo clusters' prices are billing's price book (``billing/demo.py``).
 
-Seeding is idempotent: tiers, cohort, queues and quotas are found by name, prices are set only where the
-cluster has none, and each demo job carries an idempotency key, so submitting it again returns the first.
+Seeding is idempotent: tiers, cohort, queues, quotas and budgets are found by name, and each demo job carries
+an idempotency key, so submitting it again returns the first.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from clusters.models import AcceleratorType, Cluster
+from clusters.models import AcceleratorType
 from portal.models import Organization, Project, Team
 from scheduler import actions, feasibility
 from scheduler.models import Budget, Cohort, Job, PriorityTier, Quota
@@ -38,8 +38,6 @@ QUOTAS: dict[str, dict[str, tuple[int, int]]] = {
     "robotics": {H100: (96, 64), A100: (96, 64), V5P: (16, 16)},
     "language": {H100: (256, 128), A100: (64, 32), V5P: (32, 32)},
 }
-#: Price per accelerator-hour, by accelerator type (scheduler/prices.py reads them from the options).
-PRICES = {H100: 4.0, A100: 2.2, V5P: 3.5}
 #: Monthly budgets: team slug -> (accelerator-hours, money, hard). Vision's alerts; robotics' holds jobs.
 BUDGETS: dict[str, tuple[int | None, int | None, bool]] = {
     "vision": (6000, 25_000, False),
@@ -166,7 +164,7 @@ JOBS = (
 
 @transaction.atomic
 def seed_governance(org: Organization) -> None:
-    """Tiers, the cohort with the team queues and their quotas, budgets, and prices on the demo clusters."""
+    """Tiers, the cohort with the team queues and their quotas, and budgets."""
     teams = {team.slug: team for team in Team.objects.filter(organization=org)}
     for name, (value, preemptible, grace, default, only) in TIERS.items():
         tier, _ = PriorityTier.objects.get_or_create(
@@ -204,11 +202,6 @@ def seed_governance(org: Organization) -> None:
                 defaults={"accelerator_hours": hours, "amount": amount, "hard": hard, "updated_at": timezone.now()},
             )
 
-    for cluster in Cluster.objects.filter(organization=org, kind=Cluster.Kind.SIMULATED):
-        options = dict(cluster.options or {})
-        if "prices" not in options:
-            options["prices"] = dict(PRICES)
-            Cluster.objects.filter(pk=cluster.pk).update(options=options)
     feasibility.forget(org)
 
 

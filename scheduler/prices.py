@@ -1,20 +1,32 @@
-"""Accelerator prices for placement and the estimate shown before submitting.
+"""Accelerator prices for placement and the estimate shown before submitting: the price book's rates.
 
-Until the price book (billing) exists, a cluster carries its prices in its options:
-``{"prices": {"H100-SXM-80GB": 4.1}, "price_per_accelerator_hour": 2.0}`` (the second for any other type).
+The price book is billing's (``billing/prices.py``): a rate per cluster, flavor and capacity type from an
+effective day on. A node is priced as the capacity type its labels or its cluster say (``billing.metering.
+capacity_type``), at today's rate (UTC); a node the book has no rate for costs 0 to the engine.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
 
-def accelerator_price(options: Mapping[str, Any], flavor: str) -> float:
-    """Currency units per accelerator-hour of ``flavor`` on a cluster with these options (0 if unknown)."""
-    prices = options.get("prices") or {}
-    value = prices.get(flavor, options.get("price_per_accelerator_hour", 0.0)) if isinstance(prices, dict) else 0.0
-    try:
-        return max(0.0, float(value))
-    except (TypeError, ValueError):
-        return 0.0
+class Prices:
+    """The organization's rates on ``day`` as the snapshot asks for them, node by node."""
+
+    def __init__(self, organization_id: int, day: dt.date) -> None:
+        from billing.prices import RateBook  # billing reads the scheduler's models; this reads billing's book
+
+        self.book = RateBook.of(organization_id)
+        self.day = day
+
+    def of(self, cluster_id: int, flavor_id: int | None, labels: Mapping[str, Any], kind: str,
+           options: Mapping[str, Any]) -> float:  # fmt: skip
+        """Currency units per accelerator-hour of that node (0 if the book has no rate for it)."""
+        from billing.metering import capacity_type
+
+        if flavor_id is None:
+            return 0.0
+        rate = self.book.rate((cluster_id, flavor_id, capacity_type(labels, kind, options)), self.day)
+        return float(rate) if rate is not None else 0.0

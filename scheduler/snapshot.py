@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, cast
 
@@ -26,7 +26,7 @@ from scheduler import budgets
 from scheduler.engine import model as m
 from scheduler.lifecycle import PLACED, WAITING
 from scheduler.models import Assignment, Attempt, Cohort, Job, LoopState, MemberLimit, PriorityTier, Queue, Quota
-from scheduler.prices import accelerator_price
+from scheduler.prices import Prices
 
 CPU_FLAVOR = "cpu"  # the flavor of nodes without accelerators
 
@@ -132,7 +132,7 @@ def fleet(organization: Organization, index: Index, placed: list[dict[str, Any]]
     clusters = list(
         Cluster.objects.filter(organization=organization)
         .exclude(status=Cluster.Status.DISABLED)
-        .values("pk", "slug", "region", "levels", "preference", "status", "options")
+        .values("pk", "slug", "kind", "region", "levels", "preference", "status", "options")
     )
     by_pk = {c["pk"]: c for c in clusters}
     index.clusters = {c["slug"]: c["pk"] for c in clusters}
@@ -147,11 +147,13 @@ def fleet(organization: Organization, index: Index, placed: list[dict[str, Any]]
         held[a["node_id"]][1] += a["memory"]
 
     flavors_seen: dict[str, float] = {}
+    prices = Prices(organization.pk, timezone.now().astimezone(UTC).date())
     nodes = []
     for n in (
         Node.objects.filter(cluster_id__in=by_pk, present=True)
         .values(
-            "pk", "name", "cluster_id", "accelerator__name", "accelerators_allocatable", "cpu_allocatable",
+            "pk", "name", "cluster_id", "accelerator_id", "accelerator__name", "labels", "accelerators_allocatable",
+            "cpu_allocatable",
             "memory_allocatable", "accelerators_used", "cpu_used", "memory_used", "topology", "state", "ready",
             "healthy",
         )
@@ -159,7 +161,7 @@ def fleet(organization: Organization, index: Index, placed: list[dict[str, Any]]
     ):  # fmt: skip
         cluster = by_pk[n["cluster_id"]]
         flavor = n["accelerator__name"] or CPU_FLAVOR
-        price = accelerator_price(cluster["options"], flavor)
+        price = prices.of(n["cluster_id"], n["accelerator_id"], n["labels"] or {}, cluster["kind"], cluster["options"])
         flavors_seen.setdefault(flavor, price)
         name = f"{cluster['slug']}/{n['name']}"
         index.nodes[name] = n["pk"]

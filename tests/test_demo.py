@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from datetime import date
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,8 @@ def _free_port() -> int:
 def test_demo_command_serves_the_portal_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL"}}
-    env.update(QM_VAR_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="portal.settings")
+    # Two weeks of billing history, not half a year: the command is what is tested here.
+    env.update(QM_VAR_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="portal.settings", QM_DEMO_HISTORY_DAYS="14")
     demo = subprocess.Popen(
         [sys.executable, "manage.py", "demo", "--bind", f"127.0.0.1:{port}"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
@@ -90,9 +92,11 @@ def test_demo_command_serves_the_portal_and_stops_on_ctrl_c(tmp_path: Path) -> N
 
 
 def test_demo_jobs_and_governance_are_seeded_once(db, settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from billing.demo import seed_prices
+    from billing.models import Price
     from clusters.demo import seed_demo_fleet, sync_demo_fleet
     from clusters.models import Cluster
-    from scheduler.demo import JOBS, PRICES, seed_demo_jobs
+    from scheduler.demo import JOBS, seed_demo_jobs
     from scheduler.models import Cohort, Job, PriorityTier, Queue, Quota
 
     settings.VAR_DIR = tmp_path
@@ -114,8 +118,10 @@ def test_demo_jobs_and_governance_are_seeded_once(db, settings, tmp_path: Path) 
         "robotics": "research",
         "language": "research",
     }
-    for cluster in Cluster.objects.filter(organization=org):
-        assert cluster.options["prices"] == PRICES
+    seed_prices(org, date(2026, 1, 1))
+    for cluster in Cluster.objects.filter(organization=org):  # every flavor of every cluster is priced
+        flavors = set(cluster.nodes.values_list("accelerator_id", flat=True))
+        assert set(Price.objects.filter(cluster=cluster).values_list("flavor_id", flat=True)) == flavors
     jobs = Job.objects.all()
     assert {j.submitted_by.username for j in jobs} == {"alice", "bob"}
     assert any(j.workers > 1 and j.accelerators > 0 for j in jobs)  # a gang

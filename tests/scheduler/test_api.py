@@ -15,8 +15,8 @@ from django.utils import timezone
 from clusters.models import Cluster, Node
 from portal import actions as portal_actions
 from portal.models import AuditLog
-from scheduler import feasibility
 from scheduler.models import Attempt, Job, JobEvent, Queue
+from tests.billing import factories as billing_factories
 from tests.scheduler.conftest import Fleet
 
 pytestmark = pytest.mark.django_db
@@ -37,10 +37,7 @@ def submit(api: Any, username: str = "alice", **fields: Any) -> Any:
 
 def priced(fleet: Fleet, per_hour: float) -> None:
     """Give every cluster a price per accelerator-hour (before any submission reads the fleet)."""
-    for cluster in Cluster.objects.filter(organization=fleet.org):
-        cluster.options = {**cluster.options, "price_per_accelerator_hour": per_hour}
-        cluster.save(update_fields=["options"])
-    feasibility.forget(fleet.org)
+    billing_factories.priced(Cluster.objects.filter(organization=fleet.org), per_hour)
 
 
 # --------------------------------------------------------------------------------------------- submit

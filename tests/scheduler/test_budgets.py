@@ -20,6 +20,7 @@ from portal.models import AuditLog
 from scheduler import budgets
 from scheduler.lifecycle import PLACED
 from scheduler.models import Attempt, Budget, BudgetAlert, Job, QuotaChange
+from tests.billing.factories import priced
 from tests.scheduler.conftest import Fleet
 
 NOV_15 = datetime(2026, 11, 15, 12, 0, tzinfo=UTC)
@@ -119,9 +120,7 @@ def test_a_soft_budget_only_alerts(fleet: Fleet) -> None:
 def test_a_project_budget_holds_that_projects_jobs_only(fleet: Fleet) -> None:
     at = inside_a_month()
     project = fleet.world.project("vision")
-    for cluster in fleet.clusters.values():  # the simulated clusters are free unless priced
-        cluster.options = {**cluster.options, "price_per_accelerator_hour": 2.0}
-        cluster.save(update_fields=["options"])
+    priced(fleet.clusters.values(), 2.0)  # the simulated clusters are free unless priced
     make_budget(fleet, project=project, amount=0, hard=True)
     held = fleet.submit("alice", name="project", accelerators=1, project=project)
     free = fleet.submit("alice", name="team", accelerators=1)

@@ -21,6 +21,7 @@ from portal.models import AuditLog, Membership
 from portal.tenancy import Role
 from scheduler import feasibility
 from scheduler.models import Attempt, Job, JobEvent, Queue, Quota
+from tests.billing import factories as billing_factories
 from tests.scheduler.conftest import Fleet
 
 pytestmark = pytest.mark.django_db
@@ -38,9 +39,7 @@ def signed_in(fleet: Fleet, username: str) -> Client:
 
 def priced(fleet: Fleet, price: float = 4.0) -> None:
     """Prices on the test clusters: ``price`` per H100-hour."""
-    for cluster in Cluster.objects.filter(organization=fleet.org):
-        Cluster.objects.filter(pk=cluster.pk).update(options={**cluster.options, "prices": {H100: price}})
-    feasibility.forget(fleet.org)
+    billing_factories.priced(Cluster.objects.filter(organization=fleet.org), 0.0, {H100: price})
 
 
 def form_data(fleet: Fleet, **overrides: Any) -> dict[str, Any]:

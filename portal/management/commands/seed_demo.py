@@ -1,7 +1,9 @@
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from billing.demo import seed_history
 from clusters.demo import seed_demo_fleet, sync_demo_fleet
 from portal.demo import USERS, seed_demo
 from scheduler.demo import seed_demo_jobs
@@ -15,5 +17,8 @@ class Command(BaseCommand):
         clusters = seed_demo_fleet(org)
         sync_demo_fleet(org)
         jobs = seed_demo_jobs(org)
+        history = seed_history(org, days=settings.DEMO_HISTORY_DAYS) if settings.DEMO_HISTORY_DAYS else 0
         self.stdout.write(f"Demo fleet: {', '.join(c.name for c in clusters)}; {len(jobs)} demo jobs")
+        if history:
+            self.stdout.write(f"Billing history: {history} past jobs, metered, with the price book and overhead")
         self.stdout.write(f"Demo organization {org.name!r} ready with users: {', '.join(u.username for u in USERS)}")
