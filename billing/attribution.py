@@ -51,6 +51,7 @@ from portal.types import AnyUser
 
 CENT = Decimal("0.01")
 MILLI_SECONDS_PER_HOUR = Decimal(3_600_000)
+MICRO = Decimal(1_000_000)
 DIMENSIONS = ("day", "team", "project", "user", "cluster", "flavor", "capacity_type")
 
 
@@ -432,43 +433,42 @@ def job_costs(
     organization_id: int, month: dt.date, teams: Iterable[int] | None = None, limit: int | None = None
 ) -> list[JobCost]:
     """Jobs' usage cost in the month, the costliest first (all of them when ``limit`` is None). The rates
-    are joined in the database, so this reads each record once and returns only jobs."""
+    are joined in the database as whole millionths (rates have six decimals), so the sums are exact integers
+    and this reads each record once and returns only jobs."""
     start, end = month_bounds(month)
     book = RateBook.of(organization_id)
     days = [start + dt.timedelta(days=i) for i in range((end - start).days)]
-    rates = [(k[0], k[1], k[2], d.isoformat(), str(rate)) for k in book.priced_keys() for d in days
+    rates = [(k[0], k[1], k[2], d.isoformat(), int(rate * MICRO)) for k in book.priced_keys() for d in days
              if (rate := book.rate(k, d)) is not None]  # fmt: skip
     team_ids = None if teams is None else sorted(set(teams))
     if not rates or team_ids == []:
         return []
-    values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(rates))
     postgres = connection.vendor == "postgresql"
-    cast_day = "CAST(r.day AS date)" if postgres else "r.day"
-    cast_rate = "CAST(r.rate AS numeric)" if postgres else "CAST(r.rate AS REAL)"
-    a_day = "CAST(%s AS date)" if postgres else "%s"
+    values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(rates))
+    day, a_day = ("CAST(r.day AS date)", "CAST(%s AS date)") if postgres else ("r.day", "%s")
+    # A day of a node's accelerators (at most 86,400 s x their thousandths) times the rate fits 64 bits up
+    # to a few thousand an accelerator-hour; beyond that the products are taken as numeric.
+    micro = "CAST(r.micro AS bigint)" if max(r[4] for r in rates) < 4 * 10**9 else "CAST(r.micro AS numeric)"
     team_filter = f"AND u.team_id IN ({', '.join(['%s'] * len(team_ids))})" if team_ids else ""
     sql = f"""
-        WITH r(cluster_id, flavor_id, capacity_type, day, rate) AS (VALUES {values}),
+        WITH r(cluster_id, flavor_id, capacity_type, day, micro) AS (VALUES {values}),
         costs AS (
             SELECT u.job_id, SUM(CAST(u.seconds AS bigint) * u.milli) AS ms,
-                   SUM(CAST(u.seconds AS bigint) * u.milli * {cast_rate}) AS cost
+                   SUM(CAST(u.seconds AS bigint) * u.milli * {micro}) AS cost
             FROM billing_usagerecord u
             JOIN r ON r.cluster_id = u.cluster_id AND r.flavor_id = u.flavor_id
-                  AND r.capacity_type = u.capacity_type AND {cast_day} = u.day
+                  AND r.capacity_type = u.capacity_type AND {day} = u.day
             WHERE u.organization_id = %s AND u.day >= {a_day} AND u.day < {a_day} {team_filter}
             GROUP BY u.job_id
+            ORDER BY cost DESC, u.job_id
+            {"LIMIT %s" if limit is not None else ""}
         )
         SELECT c.job_id, j.name, j.team_id, j.project_id, j.submitted_by_id, c.ms, c.cost
         FROM costs c JOIN scheduler_job j ON j.id = c.job_id
         ORDER BY c.cost DESC, c.job_id
-        {"LIMIT %s" if limit is not None else ""}
     """  # noqa: S608 (only placeholders are formatted in)
-    params: list[Any] = [p for row in rates for p in row] + [
-        organization_id,
-        start.isoformat(),
-        end.isoformat(),
-        *(team_ids or []),
-    ]
+    params: list[Any] = [p for row in rates for p in row]
+    params += [organization_id, start.isoformat(), end.isoformat(), *(team_ids or [])]
     if limit is not None:
         params.append(limit)
     with connection.cursor() as cursor:
@@ -482,7 +482,7 @@ def job_costs(
             project=r[3],
             user=r[4],
             milli_seconds=int(r[5]),
-            cost=to_cents(Decimal(str(r[6])) / MILLI_SECONDS_PER_HOUR),
+            cost=to_cents(Decimal(int(r[6])) / MICRO / MILLI_SECONDS_PER_HOUR),
         )
         for r in rows
     ]
@@ -499,5 +499,19 @@ def kept(organization_id: int, month: dt.date) -> Attribution:
     if isinstance(found, Attribution):
         return found
     result = attribute(organization_id, month)
+    cache.set(key, result, CACHE_SECONDS)
+    return result
+
+
+def kept_job_costs(
+    organization_id: int, month: dt.date, teams: Iterable[int] | None = None, limit: int | None = None
+) -> list[JobCost]:
+    """``job_costs``, kept as long as ``kept`` keeps the month (pages ask for the same top jobs again)."""
+    who = "all" if teams is None else ",".join(map(str, sorted(set(teams))))
+    key = f"billing:jobs:{organization_id}:{month_bounds(month)[0]:%Y-%m}:{version(organization_id)}:{who}:{limit}"
+    found = cache.get(key)
+    if isinstance(found, list):
+        return found
+    result = job_costs(organization_id, month, teams, limit)
     cache.set(key, result, CACHE_SECONDS)
     return result
