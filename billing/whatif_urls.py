@@ -1,3 +1,11 @@
-from django.urls import URLPattern, URLResolver
+"""Capacity what-if pages, mounted at ``/billing/what-ifs/`` by ``billing/urls.py``."""
 
-urlpatterns: list[URLPattern | URLResolver] = []
+from django.urls import path
+
+from billing import whatif_views as views
+
+urlpatterns = [
+    path("", views.what_if_list, name="what-if-list"),
+    path("<int:pk>/", views.what_if_detail, name="what-if-detail"),
+    path("<int:pk>/status/", views.what_if_status, name="what-if-status"),
+]

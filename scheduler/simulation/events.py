@@ -36,7 +36,7 @@ from typing import Protocol
 
 import numpy as np
 
-from scheduler.engine.model import WHOLE, Assignment, Cluster, Node
+from scheduler.engine.model import WHOLE, Assignment, Cluster, Node, Topology
 
 
 class SimulationError(RuntimeError):
@@ -60,6 +60,12 @@ class SimJob:
     tier: str = "normal"
     #: What the job's owner declared it needs at most, in seconds (backfill plans with it); at least 1.
     time_limit: int = 0
+    #: Where it may run: accelerator types (flavors) and clusters it accepts, empty meaning any; all workers in
+    #: one domain of a topology level. The engine's policy honours all three, the baselines the first two;
+    #: ``fits_empty`` judges flavors and clusters (a topology it cannot meet leaves the job stuck instead).
+    flavors: tuple[str, ...] = ()
+    clusters: tuple[str, ...] = ()
+    topology: Topology | None = None
 
     def __post_init__(self) -> None:
         if self.time_limit <= 0:
@@ -209,11 +215,18 @@ def by_size(done: Sequence[JobRecord]) -> dict[str, dict[str, float]]:
     return sizes
 
 
+def may_use(node: Node, job: SimJob) -> bool:
+    """Whether the job accepts the node's flavor and cluster."""
+    return (not job.flavors or node.flavor in job.flavors) and (not job.clusters or node.cluster in job.clusters)
+
+
 def fits_empty(nodes: Sequence[Node], job: SimJob) -> bool:
-    """Whether the fleet, empty and healthy, could hold all of the job's workers at once."""
+    """Whether the fleet, empty and healthy, could hold all of the job's workers at once (on nodes it accepts)."""
     per = job.accelerators if job.accel_milli == WHOLE else 1
     workers = 0
     for node in nodes:
+        if (job.flavors or job.clusters) and not may_use(node, job):
+            continue
         by_accel = node.accel_count // per if per else job.workers
         by_cpu = node.cpu_capacity // job.cpu if job.cpu else job.workers
         by_memory = node.memory_capacity // job.memory if job.memory else job.workers
@@ -233,6 +246,7 @@ class Simulation:
         cycle_seconds: float = 60.0,
         checkpoint_seconds: float = 3600.0,
         progress: Callable[[int], None] | None = None,
+        keep_runs: bool = False,
     ) -> None:
         self.clusters = tuple(clusters)
         self.policy = policy
@@ -252,11 +266,18 @@ class Simulation:
         self._busy = 0.0  # accelerator-seconds of finished runs
         self._cycles = 0
         self._finished = 0
+        #: With ``keep_runs``: every run once it ended, as (start, end, accelerators, cluster, flavor), so a
+        #: caller can measure use over a window of its choosing, by flavor or by day.
+        self.runs: list[tuple[float, float, float, str, str]] | None = [] if keep_runs else None
         self.never_fits: list[str] = []
+        fits: dict[tuple[object, ...], bool] = {}  # by shape: a long history repeats a few shapes many times
         for job in jobs:
             if job.id in self.records:
                 raise SimulationError(f"job {job.id} appears twice")
-            if not fits_empty(nodes, job):
+            shape = (job.workers, job.accelerators, job.accel_milli, job.cpu, job.memory, job.flavors, job.clusters)
+            if shape not in fits:
+                fits[shape] = fits_empty(nodes, job)
+            if not fits[shape]:
                 self.never_fits.append(job.id)
                 continue
             self.records[job.id] = JobRecord(job)
@@ -420,6 +441,8 @@ class Simulation:
             state.memory_free += a.memory
         ran = (self.now - run.started) * run.job.gpus
         self._busy += ran
+        if self.runs is not None:
+            self.runs.append((run.started, self.now, run.job.gpus, run.cluster, run.flavor))
         self.records[run.job.id].attained += ran
 
     # ------------------------------------------------------------------------------------ for policies

@@ -15,7 +15,9 @@ Policies:
 - ``quartermaster``: the production engine, unchanged, every cycle: tiers, fair sharing, backfill with
   reservations for the jobs that head the queue, preemption with grace periods.
 
-The baselines place a gang's workers one at a time, each on the up node that it fits most tightly.
+The baselines place a gang's workers one at a time, each on the up node that it fits most tightly, among the
+nodes of the flavors and clusters the job accepts (``SimJob.flavors``, ``SimJob.clusters``; the engine honours
+those and ``SimJob.topology`` as it does for real jobs).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from scheduler.engine.model import (
     Workload,
 )
 
-from .events import Outage, Plan, Policy, SimJob, Simulation
+from .events import NodeState, Outage, Plan, Policy, SimJob, Simulation, may_use
 from .traces import TraceJob
 
 DEFAULT_POLICY = "quartermaster"
@@ -56,6 +58,7 @@ class Room:
 
     def __init__(self, sim: Simulation) -> None:
         self.nodes = [(name, list(s.accel_free), [s.cpu_free, s.memory_free]) for name, s in sim.nodes.items() if s.up]
+        self.sim = sim
 
     def free(self, assignments: Iterable[Assignment]) -> None:
         """Give back what a job about to be stopped holds (on nodes that are up)."""
@@ -73,7 +76,10 @@ class Room:
         None, taking nothing, when the gang does not fit as a whole."""
         whole = job.accel_milli == WHOLE
         counts = []
-        for _, accels, (cpu, memory) in self.nodes:
+        for name, accels, (cpu, memory) in self.nodes:
+            if (job.flavors or job.clusters) and not may_use(self.sim.nodes[name].node, job):
+                counts.append(0)
+                continue
             if whole:
                 fit = sum(1 for m in accels if m == WHOLE) // job.accelerators if job.accelerators else job.workers
             else:
@@ -213,7 +219,9 @@ class Tiresias:
 
 
 class Quartermaster:
-    """The production engine's ``schedule``, called unchanged on a snapshot of the simulation."""
+    """The production engine's ``schedule``, called unchanged on a snapshot of the simulation. A cycle with
+    nobody waiting is skipped when no queue keeps a quota (it could decide nothing): a month's replay spends
+    most of its cycles on finishes with an empty queue."""
 
     name = DEFAULT_POLICY
 
@@ -230,6 +238,29 @@ class Quartermaster:
         self.queues = {q.name: q for q in queues}
         self._jobs: dict[str, tuple[float, Job]] = {}  # per waiting job: (work left, its engine Job)
         self._workloads: dict[str, tuple[int, bool, Workload]] = {}  # per run: (token, stopping, Workload)
+        self._nodes: dict[str, tuple[tuple[object, ...], Node]] = {}  # per node: (what is free, its engine Node)
+
+    def _node(self, name: str, state: NodeState) -> Node:
+        """The engine's view of a node as it is now, made again only when what is free on it changed."""
+        free = (tuple(state.accel_free), state.cpu_free, state.memory_free, state.up)
+        known = self._nodes.get(name)
+        if known is None or known[0] != free:
+            node = state.node
+            engine_node = Node(
+                name=name,
+                cluster=node.cluster,
+                flavor=node.flavor,
+                accel_free=free[0],
+                cpu_free=state.cpu_free,
+                memory_free=state.memory_free,
+                cpu_capacity=node.cpu_capacity,
+                memory_capacity=node.memory_capacity,
+                topology=node.topology,
+                healthy=state.up,
+                price_per_accel_hour=node.price_per_accel_hour,
+            )
+            known = self._nodes[name] = (free, engine_node)
+        return known[1]
 
     def _job(self, waiting_remaining: float, job: SimJob) -> Job:
         known = self._jobs.get(job.id)
@@ -248,27 +279,19 @@ class Quartermaster:
                 cpu=job.cpu,
                 memory=job.memory,
                 time_limit=max(1, math.ceil(job.time_limit - done)),
+                flavors=job.flavors,
+                clusters=job.clusters,
+                topology=job.topology,
             )
             known = self._jobs[job.id] = (waiting_remaining, engine_job)
         return known[1]
 
     def plan(self, sim: Simulation, arrived: Sequence[str]) -> Plan:
-        nodes = tuple(
-            Node(
-                name=name,
-                cluster=s.node.cluster,
-                flavor=s.node.flavor,
-                accel_free=tuple(s.accel_free),
-                cpu_free=s.cpu_free,
-                memory_free=s.memory_free,
-                cpu_capacity=s.node.cpu_capacity,
-                memory_capacity=s.node.memory_capacity,
-                topology=s.node.topology,
-                healthy=s.up,
-                price_per_accel_hour=s.node.price_per_accel_hour,
-            )
-            for name, s in sim.nodes.items()
-        )
+        if not sim.waiting and not any(q.quotas for q in self.queues.values()):
+            # Nobody waits and no quota is kept: the engine could only admit or preempt for a waiting job (its
+            # one other move gives back quota lowered below usage), so the cycle would decide nothing.
+            return Plan()
+        nodes = tuple(self._node(name, s) for name, s in sim.nodes.items())
         pending = tuple(self._job(w.remaining, w.job) for w in sim.waiting.values())
         running = []
         for job_id, run in sim.running.items():

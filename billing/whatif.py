@@ -1,0 +1,290 @@
+"""Capacity what-ifs for procurement: "add (or remove) N nodes of flavor F in cluster C", answered by replaying
+the organization's last ``days`` days of jobs on today's fleet and on the changed one (``whatif_replay``, where
+the choices behind the replay are written down) and comparing queue wait and utilisation.
+
+``submit_what_if`` (finance and admins; validated field by field, audited) stores a queued ``WhatIf`` and queues
+``billing.tasks.run_what_if`` at the commit. ``run`` claims the row with a compare-and-set (a claim lasts
+``CLAIM_SECONDS`` and is renewed with every progress write, so two workers never run one what-if at once and a
+crashed worker's claim runs out), replays both fleets reporting progress (0-0.5, then 0.5-1, at most every
+``PROGRESS_SECONDS``, one UPDATE each), and stores the result, or the error with the status failed: a run never
+stays "running" past its claim. ``requeue_stale`` (the beat) hands lost and abandoned runs to a worker again.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+
+from billing.models import FINANCE_ROLES, WhatIf
+from billing.whatif_replay import change_errors, what_if_result
+from clusters.models import AcceleratorType, Cluster, Node
+from portal import audit
+from portal.models import Membership, Organization
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DAYS, MIN_DAYS, MAX_DAYS = 30, 1, 90
+MAX_NODES = 10_000  # nodes added or removed at once
+CLAIM_SECONDS = 300  # a run's hold on its row, renewed by every progress write
+PROGRESS_SECONDS = 0.5  # at most two progress writes a second
+#: A what-if still not done this long after it was asked for is given up (a run that kills its worker).
+GIVE_UP_AFTER = timedelta(hours=24)
+RESEND_AFTER = timedelta(minutes=10)  # a queued what-if's task is sent again at most this often
+FIELDS = ("cluster", "flavor", "nodes", "days")
+
+
+class ClaimLost(RuntimeError):
+    """Another worker took the row over (this one's claim ran out): stop without writing anything."""
+
+
+# ------------------------------------------------------------------------------------------------ who
+
+
+def may_run(user: User, organization: Organization) -> bool:
+    """Finance and admins of ``organization`` (or a superuser) ask for what-ifs and read them."""
+    if not user.is_authenticated or not user.is_active:
+        return False
+    if user.is_superuser:
+        return True
+    roles = sorted(FINANCE_ROLES)
+    return Membership.objects.filter(user=user, organization=organization, team=None, role__in=roles).exists()
+
+
+def organizations_for(user: User) -> list[Organization]:
+    """The organizations whose what-ifs ``user`` may ask for (finance, admin; a superuser: all)."""
+    if user.is_superuser:
+        return list(Organization.objects.order_by("name"))
+    held = Membership.objects.filter(user=user, team=None, role__in=sorted(FINANCE_ROLES)).values("organization")
+    return list(Organization.objects.filter(pk__in=held).order_by("name"))
+
+
+def authorize(user: User, organization: Organization) -> None:
+    if not may_run(user, organization):
+        raise PermissionDenied("Capacity what-ifs are for the organization's finance staff and admins.")
+
+
+# ------------------------------------------------------------------------------------ asking for one
+
+
+def _integer(value: Any, field: str, low: int, high: int, errors: dict[str, str]) -> int | None:
+    if value is None or value == "":
+        errors[field] = "Required."
+        return None
+    number: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        number = int(value.strip())
+    if number is None:
+        errors[field] = "A whole number."
+    elif not low <= number <= high:
+        errors[field] = f"Between {low} and {high}."
+    else:
+        return number
+    return None
+
+
+def _find(rows: QuerySet[Any], ref: Any, by: str) -> Any:
+    """The row ``ref`` names: itself, its id, or its ``by`` (a string of digits no ``by`` matches is an id)."""
+    if isinstance(ref, rows.model):
+        return rows.filter(pk=ref.pk).first()
+    if isinstance(ref, int) and not isinstance(ref, bool):
+        return rows.filter(pk=ref).first() if 0 < ref < 2**63 else None  # the database's range of ids
+    if isinstance(ref, str) and ref.strip():
+        text = ref.strip()
+        found = rows.filter(**{by: text}).first()
+        if found is None and text.isdigit() and len(text) < 19:
+            found = rows.filter(pk=int(text)).first()
+        return found
+    return None
+
+
+def check(organization: Organization, cluster: Any, flavor: Any, nodes: Any, days: Any) -> dict[str, Any]:
+    """The request's values resolved in ``organization`` (cluster by id or slug, flavor by id or name);
+    ``ValidationError`` names every bad field."""
+    errors: dict[str, str] = {}
+    found_cluster = _find(Cluster.objects.filter(organization=organization), cluster, "slug")
+    if cluster in (None, ""):
+        errors["cluster"] = "Required."
+    elif found_cluster is None:
+        errors["cluster"] = f"No cluster {getattr(cluster, 'slug', cluster)!s} in {organization}."
+    elif found_cluster.status == Cluster.Status.DISABLED:
+        errors["cluster"] = f"Cluster {found_cluster.slug} is disabled: it has no fleet to change."
+    found_flavor = _find(AcceleratorType.objects.filter(organization=organization), flavor, "name")
+    if flavor in (None, ""):
+        errors["flavor"] = "Required."
+    elif found_flavor is None:
+        errors["flavor"] = f"No accelerator type {getattr(flavor, 'name', flavor)!s} in {organization}."
+    count = _integer(nodes, "nodes", -MAX_NODES, MAX_NODES, errors)
+    if count == 0:
+        errors["nodes"] = "Add (a positive number) or remove (a negative one) at least one node."
+    span = _integer(DEFAULT_DAYS if days is None else days, "days", MIN_DAYS, MAX_DAYS, errors)
+    if not errors:
+        present = Node.objects.filter(cluster=found_cluster, accelerator=found_flavor, present=True)
+        serving = present.filter(ready=True, healthy=True, state=Node.State.SCHEDULABLE)
+        if found_cluster.status == Cluster.Status.UNREACHABLE:
+            serving = serving.none()
+        assert count is not None
+        errors.update(change_errors(found_cluster.slug, found_flavor.name, count, serving.count(), present.count()))
+    if errors:
+        raise ValidationError(errors)
+    return {"cluster": found_cluster, "flavor": found_flavor, "nodes": count, "days": span}
+
+
+def default_organization(user: User, organization: Organization | None) -> Organization:
+    """The organization a request is for: the one named, else the user's only finance or admin one."""
+    if organization is not None:
+        return organization
+    mine = organizations_for(user)
+    if not mine:
+        raise PermissionDenied("Capacity what-ifs are for the organization's finance staff and admins.")
+    if len(mine) > 1:
+        raise ValidationError({"organization": "Name the organization (its slug)."})
+    return mine[0]
+
+
+def submit_what_if(
+    actor: User,
+    organization: Organization | None = None,
+    *,
+    cluster: Any = None,
+    flavor: Any = None,
+    nodes: Any = None,
+    days: Any = DEFAULT_DAYS,
+    http: HttpRequest | None = None,
+) -> WhatIf:
+    """Ask for a what-if (finance and admins of the organization: 403 otherwise, before the values are
+    judged); ``ValidationError`` names every bad field and nothing is written. The run is queued at the commit."""
+    from billing import tasks
+
+    organization = default_organization(actor, organization)
+    authorize(actor, organization)
+    values = check(organization, cluster, flavor, nodes, days)
+    with transaction.atomic():
+        what_if = WhatIf.objects.create(
+            organization=organization, requested_by=actor, created_at=timezone.now(), **values
+        )
+        audit.record(
+            "what_if.requested",
+            actor=actor,
+            target=what_if,
+            organization=organization,
+            changes={
+                "cluster": values["cluster"].slug,
+                "flavor": values["flavor"].name,
+                "nodes": values["nodes"],
+                "days": values["days"],
+            },
+            request=http,
+        )
+        transaction.on_commit(lambda: tasks.send(tasks.run_what_if, what_if.pk))
+    return what_if
+
+
+# ------------------------------------------------------------------------------------------- running one
+
+
+class Progress:
+    """Writes a run's progress (and renews its claim) at most every ``PROGRESS_SECONDS``: one UPDATE of the
+    row while this run still holds it; ``ClaimLost`` once another has taken it over."""
+
+    def __init__(self, held: QuerySet[WhatIf]) -> None:
+        self.held = held
+        self.last = -math.inf
+
+    def __call__(self, fraction: float, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < PROGRESS_SECONDS:
+            return
+        self.last = now
+        renewed = timezone.now() + timedelta(seconds=CLAIM_SECONDS)
+        if not self.held.update(progress=round(min(1.0, max(0.0, fraction)), 4), claimed_until=renewed):
+            raise ClaimLost
+
+
+def claim(what_if_id: int, now: datetime | None = None) -> datetime | None:
+    """Take a queued what-if, or a running one whose claim ran out (its worker died): compare-and-set, so one
+    worker wins. Returns the claim's token (the run's ``started_at``), or None when it is not to be run."""
+    now = now or timezone.now()
+    takeable = Q(status=WhatIf.Status.QUEUED) | Q(status=WhatIf.Status.RUNNING, claimed_until__lt=now)
+    taken = (
+        WhatIf.objects.filter(pk=what_if_id)
+        .filter(takeable)
+        .update(
+            status=WhatIf.Status.RUNNING,
+            started_at=now,
+            claimed_until=now + timedelta(seconds=CLAIM_SECONDS),
+            progress=0.0,
+            error="",
+        )
+    )
+    return now if taken else None
+
+
+def run(what_if_id: int) -> str:
+    """Run a what-if if no other worker is running it: ``done``, ``failed`` (the error is stored), ``skipped``
+    (not queued, or held by a live claim) or ``lost`` (taken over while it ran; the other run writes)."""
+    token = claim(what_if_id)
+    if token is None:
+        return "skipped"
+    held = WhatIf.objects.filter(pk=what_if_id, status=WhatIf.Status.RUNNING, started_at=token)
+    what_if = WhatIf.objects.select_related("organization", "cluster", "flavor").get(pk=what_if_id)
+    progress = Progress(held)
+    try:
+        result = what_if_result(
+            what_if.organization, what_if.cluster.slug, what_if.flavor.name, what_if.nodes, what_if.days,
+            progress=progress,
+        )  # fmt: skip
+    except ClaimLost:
+        return "lost"
+    except ValidationError as error:  # the fleet changed since it was asked for
+        message = " ".join(f"{field}: {' '.join(texts)}" for field, texts in error.message_dict.items())
+        return _end(held, WhatIf.Status.FAILED, error=message)
+    except Exception as error:  # any failure is stored, never left running
+        log.exception("what-if %s failed", what_if_id)
+        return _end(held, WhatIf.Status.FAILED, error=f"The replay failed: {type(error).__name__}: {error}")
+    return _end(held, WhatIf.Status.DONE, result=result, progress=1.0)
+
+
+def _end(held: QuerySet[WhatIf], status: str, **values: Any) -> str:
+    ended = held.update(status=status, finished_at=timezone.now(), claimed_until=None, **values)
+    return str(status) if ended else "lost"
+
+
+def requeue_stale(now: datetime | None = None) -> list[int]:
+    """For the beat (every minute or so): hand lost work to a worker again. A running what-if whose claim ran
+    out (its worker died) is queued again; a queued one asked for a minute or more ago whose task may have been
+    lost (the broker was down, or a worker took it and died before claiming it) has its task sent again, then
+    not again for ``RESEND_AFTER`` (a queued row's ``claimed_until`` says when it may be sent again), so a long
+    wait for a free worker does not pile up copies. What-ifs asked for more than ``GIVE_UP_AFTER`` ago and still
+    not done are failed (a run that kills its worker every time). Returns the ids whose task was sent."""
+    from billing import tasks
+
+    now = now or timezone.now()
+    dead = Q(status=WhatIf.Status.RUNNING, claimed_until__lt=now)
+    unfinished = WhatIf.objects.filter(dead | Q(status=WhatIf.Status.QUEUED))
+    unfinished.filter(created_at__lt=now - GIVE_UP_AFTER).update(
+        status=WhatIf.Status.FAILED,
+        finished_at=now,
+        claimed_until=None,
+        error="Given up: no worker finished it within a day of the request.",
+    )
+    revived = list(WhatIf.objects.filter(dead).values_list("pk", flat=True))
+    WhatIf.objects.filter(dead, pk__in=revived).update(status=WhatIf.Status.QUEUED, claimed_until=None)
+    lost = Q(created_at__lt=now - timedelta(minutes=1)) & (Q(claimed_until=None) | Q(claimed_until__lt=now))
+    due = WhatIf.objects.filter(lost | Q(pk__in=revived), status=WhatIf.Status.QUEUED)
+    ids = list(due.order_by("pk").values_list("pk", flat=True))
+    WhatIf.objects.filter(pk__in=ids, status=WhatIf.Status.QUEUED).update(claimed_until=now + RESEND_AFTER)
+    for what_if_id in ids:
+        tasks.send(tasks.run_what_if, what_if_id)
+    return ids

@@ -1,0 +1,360 @@
+"""The replay behind a capacity what-if (``billing/whatif.py``): the organization's last ``days`` days of jobs
+through the simulator (``scheduler.simulation``) with the production engine, on today's fleet and on one with
+N nodes of a flavor added to (or removed from) a cluster, measured side by side. No HTTP, no writes.
+
+Decisions, each a choice a reader of the result should know:
+
+- **Today's fleet** is the organization's idle fleet (``scheduler.snapshot.fleet`` with nothing placed) less
+  the nodes that take no work today, by the placement loop's own rule: a node counts if it is present, ready,
+  healthy and schedulable (not cordoned, draining, drained or down) on a cluster that is neither disabled nor
+  unreachable. A what-if asks what the fleet as it serves could do.
+- **Adding** N nodes copies a template: the first node by name of that flavor in that cluster that takes work
+  (else the first present one), with its accelerators, CPU, memory, price and topology domains; each copy is
+  named ``<cluster>/what-if-<k>``. **Removing** N takes out that flavor's nodes in that cluster that take work,
+  the last by name first (deterministic; names usually grow with age, so the newest racks go first).
+- **The workload** is every job of the organization submitted in the window ``[now - days, now)``, at its
+  submission time (seconds from the window's start), with its shape, queue, tier, time limit, accepted
+  accelerator types (narrowed by its queue's flavor order, as the engine narrows them), allowed clusters
+  (named clusters and regions) and required topology. Its duration is the time it held capacity: over its
+  attempts, the end (or now, for one still running) less the start (or the admission, when the cluster never
+  reported a start). A job waiting now that never ran replays with its time limit; a job that ended without
+  ever running (cancelled, or failed before it started) is left out. A job that no node could ever hold, or
+  whose accepted types or clusters leave nothing, is reported under ``never_fits``.
+- **The policy** is the production engine (``jobs.Quartermaster``) with the organization's tiers and its
+  queues' flavor orders and preemption settings, cycling at most every ``CYCLE_SECONDS`` as the placement loop
+  does. Quotas, member limits and hard budgets are *not* replayed: they divide today's fleet and would be
+  divided anew after a purchase, while the question here is what capacity does for wait. The fleet starts
+  empty at the window's start (jobs submitted earlier are not replayed).
+- **Utilisation** is busy accelerator-seconds within the window over the fleet's accelerator-seconds in it
+  (of the whole fleet, and of the flavor changed); queue wait is what each job that finished waited in all
+  (including after preemptions). ``observed`` is what the same jobs waited in reality until first placed.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+
+from clusters.models import Cluster, Node
+from portal.models import Organization
+from scheduler import snapshot
+from scheduler.engine import model as m
+from scheduler.lifecycle import WAITING
+from scheduler.models import Attempt, Job
+from scheduler.simulation.events import Outcome, SimJob, Simulation
+from scheduler.simulation.jobs import Quartermaster
+
+CYCLE_SECONDS = 10.0  # the placement loop's beat (``placement-cycle``)
+LISTED = 50  # job ids listed under never_fits and stuck
+DAY = 86_400.0
+
+
+# ---------------------------------------------------------------------------------------------- fleets
+
+
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    clusters: tuple[m.Cluster, ...]
+    nodes: tuple[m.Node, ...]
+    #: Every flavor in the default fallback order (a queue without its own order tries them so).
+    every_flavor: tuple[str, ...]
+    #: Present nodes that take no work today, kept as templates for a flavor with none in service.
+    idle: tuple[m.Node, ...] = ()
+
+
+def today_fleet(organization: Organization) -> Fleet:
+    """The nodes that take work today (see the module's docstring), each with its capacity free."""
+    index = snapshot.Index(generation=0)
+    clusters, nodes, every_flavor = snapshot.fleet(organization, index, None)
+    serving = set(
+        Node.objects.filter(
+            cluster__organization=organization, present=True, ready=True, healthy=True, state=Node.State.SCHEDULABLE
+        )
+        .exclude(cluster__status__in=(Cluster.Status.DISABLED, Cluster.Status.UNREACHABLE))
+        .values_list("pk", flat=True)
+    )
+    working = tuple(n for n in nodes if index.nodes[n.name] in serving)
+    idle = tuple(n for n in nodes if index.nodes[n.name] not in serving)
+    return Fleet(clusters, working, every_flavor, idle)
+
+
+def change_errors(cluster: str, flavor: str, nodes: int, serving: int, present: int) -> dict[str, str]:
+    """What is wrong with adding (removing) ``nodes`` nodes of ``flavor`` to ``cluster``, which has ``serving``
+    of them in service and ``present`` in all."""
+    if nodes > 0 and present == 0:
+        return {"flavor": f"Cluster {cluster} has no {flavor} nodes to copy; choose a flavor it has."}
+    if nodes < 0 and -nodes > serving:
+        return {"nodes": f"Cluster {cluster} has {serving} {flavor} nodes in service; at most {serving} can go."}
+    return {}
+
+
+def changed_fleet(fleet: Fleet, cluster: str, flavor: str, nodes: int) -> tuple[Fleet, dict[str, Any]]:
+    """``fleet`` with ``nodes`` nodes of ``flavor`` added to (removed from, when negative) ``cluster``, and what
+    changed. ``ValidationError`` names the field when the change is impossible on this fleet."""
+    if not any(c.name == cluster for c in fleet.clusters):
+        raise ValidationError({"cluster": f"Cluster {cluster} is disabled: it has no fleet to change."})
+    mine = sorted((n for n in fleet.nodes if n.cluster == cluster and n.flavor == flavor), key=lambda n: n.name)
+    spare = sorted((n for n in fleet.idle if n.cluster == cluster and n.flavor == flavor), key=lambda n: n.name)
+    if errors := change_errors(cluster, flavor, nodes, len(mine), len(mine) + len(spare)):
+        raise ValidationError(errors)
+    if nodes < 0:
+        gone = {n.name for n in mine[nodes:]}
+        kept = tuple(n for n in fleet.nodes if n.name not in gone)
+        return replace(fleet, nodes=kept), {"removed": sorted(gone)}
+    template = (mine or spare)[0]
+    taken = {n.name for n in (*fleet.nodes, *fleet.idle)}
+    added: list[m.Node] = []
+    k = 0
+    while len(added) < nodes:
+        k += 1
+        name = f"{cluster}/what-if-{k}"
+        if name not in taken:
+            added.append(replace(template, name=name, healthy=True, schedulable=True))
+    return replace(fleet, nodes=(*fleet.nodes, *added)), {"template": template.name, "added": len(added)}
+
+
+# -------------------------------------------------------------------------------------------- workload
+
+
+@dataclass(slots=True)
+class Workload:
+    jobs: list[SimJob]
+    #: Jobs whose accepted types or clusters leave no node at all (before any fleet is asked).
+    never_fits: list[str]
+    #: Left out: ended without ever running.
+    left_out: int
+    #: Replayed with their time limit: waiting now, never ran.
+    at_limit: int
+    #: What the jobs waited in reality until their first placement (seconds), for comparison.
+    observed_waits: list[float]
+
+
+def _ts(value: datetime | None, start: datetime) -> float:
+    return (value - start).total_seconds() if value is not None else 0.0
+
+
+def history(organization: Organization, start: datetime, end: datetime, queues: Sequence[m.Queue]) -> Workload:
+    """The jobs of ``organization`` submitted in ``[start, end)`` as the simulator replays them (see the
+    module's docstring), in submission order; ``end`` stands for now."""
+    jobs_of = Job.objects.filter(team__organization=organization, submitted_at__gte=start, submitted_at__lt=end)
+    ran: dict[int, float] = defaultdict(float)
+    first: dict[int, datetime] = {}
+    for job_id, admitted, started, ended in Attempt.objects.filter(job__in=jobs_of.values("pk")).values_list(
+        "job_id", "admitted_at", "started_at", "ended_at"
+    ):
+        ran[job_id] += max(0.0, ((ended or end) - (started or admitted)).total_seconds())
+        if job_id not in first or admitted < first[job_id]:
+            first[job_id] = admitted
+    named: dict[int, set[str]] = defaultdict(set)
+    for job_id, slug in Job.clusters.through.objects.filter(job__in=jobs_of.values("pk")).values_list(
+        "job_id", "cluster__slug"
+    ):
+        named[job_id].add(slug)
+    regions = dict(Cluster.objects.filter(organization=organization).values_list("slug", "region"))
+    queue_flavors = {q.name: q.flavors for q in queues}
+    workload = Workload([], [], 0, 0, [])
+    for j in jobs_of.values(
+        "pk", "state", "submitted_at", "workers", "accelerators", "accelerator_milli", "cpu", "memory",
+        "accelerator_types", "regions", "topology_level", "topology_mode", "time_limit", "queue__name", "tier__name",
+    ).order_by("submitted_at", "pk"):  # fmt: skip
+        pk, name = j["pk"], str(j["pk"])
+        duration = ran.get(pk, 0.0)
+        if pk in first:
+            workload.observed_waits.append(max(0.0, (first[pk] - j["submitted_at"]).total_seconds()))
+        if duration <= 0:
+            if j["state"] not in WAITING:
+                workload.left_out += 1
+                continue
+            duration = float(j["time_limit"])
+            workload.at_limit += 1
+        types = set(j["accelerator_types"])
+        flavors = tuple(f for f in queue_flavors.get(j["queue__name"], ()) if not types or f in types)
+        clusters = set(regions)
+        if named.get(pk):
+            clusters &= named[pk]
+        if j["regions"]:
+            clusters &= {slug for slug, region in regions.items() if region in j["regions"]}
+        if not flavors or not clusters:
+            workload.never_fits.append(name)
+            continue
+        level = j["topology_level"]
+        workload.jobs.append(
+            SimJob(
+                id=name,
+                submitted=_ts(j["submitted_at"], start),
+                duration=max(1.0, duration),
+                workers=j["workers"],
+                accelerators=j["accelerators"],
+                accel_milli=j["accelerator_milli"],
+                cpu=j["cpu"],
+                memory=j["memory"],
+                queue=j["queue__name"],
+                tier=j["tier__name"],
+                time_limit=max(1, j["time_limit"]),
+                flavors=flavors,
+                clusters=tuple(sorted(clusters)) if len(clusters) < len(regions) else (),
+                topology=m.Topology(level, m.TopologyMode(j["topology_mode"])) if level else None,
+            )
+        )
+    return workload
+
+
+def governance(
+    organization: Organization, every_flavor: tuple[str, ...]
+) -> tuple[tuple[m.Tier, ...], tuple[m.Queue, ...]]:
+    """The organization's tiers, and its queues with their flavor order and preemption settings but no quota
+    and no cohort (see the module's docstring)."""
+    tiers, _, queues = snapshot.governance(organization, every_flavor, snapshot.Index(generation=0))
+    return tiers, tuple(replace(q, cohort=None, quotas={}) for q in queues)
+
+
+# ------------------------------------------------------------------------------------------- replaying
+
+
+def replay(
+    fleet: Fleet,
+    workload: Workload,
+    tiers: Sequence[m.Tier],
+    queues: Sequence[m.Queue],
+    progress: Callable[[float], None] | None = None,
+) -> tuple[Outcome, list[tuple[float, float, float, str, str]]]:
+    """The workload through the production engine on ``fleet``: what happened, and every run."""
+    config = m.Config(max_admissions_per_cycle=settings.PLACEMENT_MAX_ADMISSIONS)
+    policy = Quartermaster(fleet.clusters, config, tiers, queues)
+    total = max(1, len(workload.jobs))
+    simulation = Simulation(
+        fleet.clusters,
+        fleet.nodes,
+        workload.jobs,
+        policy,
+        cycle_seconds=CYCLE_SECONDS,
+        progress=(lambda done: progress(done / total)) if progress else None,
+        keep_runs=True,
+    )
+    outcome = simulation.run()
+    outcome.never_fits[:0] = workload.never_fits
+    return outcome, simulation.runs or []
+
+
+def _waits(values: Sequence[float]) -> dict[str, float | None]:
+    if not values:
+        return {"mean_wait_s": None, "p50_wait_s": None, "p95_wait_s": None, "max_wait_s": None}
+    waits = np.asarray(values, dtype=float)
+    return {
+        "mean_wait_s": round(float(waits.mean()), 1),
+        "p50_wait_s": round(float(np.percentile(waits, 50)), 1),
+        "p95_wait_s": round(float(np.percentile(waits, 95)), 1),
+        "max_wait_s": round(float(waits.max()), 1),
+    }
+
+
+def measures(
+    outcome: Outcome,
+    runs: Sequence[tuple[float, float, float, str, str]],
+    fleet: Fleet,
+    flavor: str,
+    days: int,
+) -> dict[str, Any]:
+    """Queue wait and utilisation of one replay over a window of ``days`` days, and a series per day."""
+    span = days * DAY
+    accelerators = sum(n.accel_count for n in fleet.nodes)
+    flavor_nodes = [n for n in fleet.nodes if n.flavor == flavor]
+    flavor_accelerators = sum(n.accel_count for n in flavor_nodes)
+    busy, flavor_busy = 0.0, 0.0
+    busy_by_day = np.zeros(days)
+    for start, end, gpus, _, run_flavor in runs:
+        start, end = max(start, 0.0), min(end, span)
+        if end <= start:
+            continue
+        seconds = (end - start) * gpus
+        busy += seconds
+        if run_flavor == flavor:
+            flavor_busy += seconds
+        first, last = int(start // DAY), min(days - 1, math.ceil(end / DAY) - 1)
+        for day in range(first, last + 1):
+            overlap = min(end, (day + 1) * DAY) - max(start, day * DAY)
+            if overlap > 0:
+                busy_by_day[day] += overlap * gpus
+    done = [r for r in outcome.records.values() if r.finished is not None]
+    waits_by_day: dict[int, list[float]] = defaultdict(list)
+    for r in done:
+        waits_by_day[min(days - 1, max(0, int(r.job.submitted // DAY)))].append(r.waited)
+    figures = outcome.figures()
+    return {
+        "jobs": len(done),
+        **_waits([r.waited for r in done]),
+        "utilisation": round(busy / (accelerators * span), 4) if accelerators else None,
+        "flavor_utilisation": round(flavor_busy / (flavor_accelerators * span), 4) if flavor_accelerators else None,
+        "nodes": len(fleet.nodes),
+        "accelerators": accelerators,
+        "flavor_nodes": len(flavor_nodes),
+        "flavor_accelerators": flavor_accelerators,
+        "preemptions": sum(r.preempted for r in done),
+        "cycles": outcome.cycles,
+        "makespan_s": figures.get("makespan_s"),
+        "never_fits": len(outcome.never_fits),
+        "never_fits_jobs": [int(i) for i in outcome.never_fits[:LISTED]],
+        "stuck": len(outcome.stuck),
+        "stuck_jobs": [int(i) for i in outcome.stuck[:LISTED]],
+        "by_day": {
+            "mean_wait_s": [
+                round(float(np.mean(waits_by_day[d])), 1) if waits_by_day.get(d) else None for d in range(days)
+            ],
+            "utilisation": [round(float(b / (accelerators * DAY)), 4) if accelerators else None for b in busy_by_day],
+        },
+    }
+
+
+def what_if_result(
+    organization: Organization,
+    cluster: str,
+    flavor: str,
+    nodes: int,
+    days: int,
+    now: datetime | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> dict[str, Any]:
+    """Replay the last ``days`` days on today's fleet and on the changed one: the result a ``WhatIf`` keeps."""
+    started = time.perf_counter()
+    now = now or timezone.now()
+    start = now - timedelta(days=days)
+    today = today_fleet(organization)
+    changed, change = changed_fleet(today, cluster, flavor, nodes)
+    tiers, queues = governance(organization, today.every_flavor)
+    workload = history(organization, start, now, queues)
+    result: dict[str, Any] = {
+        "window": {"start": start.isoformat(), "end": now.isoformat(), "days": days},
+        "change": {"cluster": cluster, "flavor": flavor, "nodes": nodes, **change},
+        "workload": {
+            "jobs": len(workload.jobs) + len(workload.never_fits),
+            "left_out": workload.left_out,
+            "at_time_limit": workload.at_limit,
+        },
+        "observed": _waits(workload.observed_waits),
+        "days": [(start + timedelta(days=d)).date().isoformat() for d in range(days)],
+    }
+    for name, fleet, low in (("today", today, 0.0), ("changed", changed, 0.5)):
+        outcome, runs = replay(fleet, workload, tiers, queues, _half(progress, low))
+        result[name] = measures(outcome, runs, fleet, flavor, days)
+        if progress:
+            progress(low + 0.5)
+    result["seconds"] = round(time.perf_counter() - started, 2)
+    return result
+
+
+def _half(progress: Callable[[float], None] | None, low: float) -> Callable[[float], None] | None:
+    """One replay's progress (0 to 1) as its half of the whole, from ``low``."""
+    if progress is None:
+        return None
+    report = progress
+    return lambda done: report(low + 0.5 * done)
