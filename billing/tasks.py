@@ -1,14 +1,16 @@
-"""Billing's Celery tasks. Thin: each takes ids and calls ``billing.whatif``, which claims its row, so a task
-run twice, or killed anywhere, does no harm."""
+"""Billing's Celery tasks. Thin: the what-if tasks take ids and call ``billing.whatif``, which claims its row;
+the meter's runs are idempotent and take turns per organization. A task run twice, or killed anywhere,
+does no harm."""
 
 from __future__ import annotations
 
 from celery import shared_task
 
-from billing import whatif
+from billing import metering, whatif
+from portal.models import Organization
 from scheduler.tasks import send
 
-__all__ = ["requeue_what_ifs", "run_what_if", "send"]
+__all__ = ["meter", "reconcile", "requeue_what_ifs", "run_what_if", "send"]
 
 
 @shared_task(ignore_result=True)
@@ -21,3 +23,16 @@ def run_what_if(what_if_id: int) -> str:
 def requeue_what_ifs() -> int:
     """On the beat: queue again the what-ifs whose task was lost or whose worker died."""
     return len(whatif.requeue_stale())
+
+
+@shared_task(ignore_result=True)
+def meter() -> dict[str, int]:
+    """On the beat, every minute: one metering run per organization (``billing.metering.meter``)."""
+    runs = [metering.meter(org) for org in Organization.objects.all()]
+    return {"attempts": sum(r.attempts for r in runs), "usage_records": sum(r.usage_records for r in runs)}
+
+
+@shared_task(ignore_result=True)
+def reconcile() -> list[dict[str, object]]:
+    """On the beat, hourly: prove each organization's metered hours equal its placements (and repair)."""
+    return [metering.reconcile(org).as_dict() for org in Organization.objects.all()]

@@ -184,6 +184,10 @@ CELERY_BEAT_SCHEDULE = {
     "follow-clusters": {"task": "scheduler.tasks.follow_clusters", "schedule": 15.0},
     # Budget alerts at 50/80/100% and on the month's forecast (``scheduler/budgets.py``).
     "check-budgets": {"task": "scheduler.tasks.check_budgets", "schedule": 300.0},
+    # Billing: the meter, its hourly proof against the placements, and what-ifs whose worker died.
+    "meter": {"task": "billing.tasks.meter", "schedule": 60.0},
+    "reconcile-meter": {"task": "billing.tasks.reconcile", "schedule": crontab(minute=41)},
+    "requeue-what-ifs": {"task": "billing.tasks.requeue_what_ifs", "schedule": 60.0},
 }
 
 # --- Authentication -------------------------------------------------------------------------------------

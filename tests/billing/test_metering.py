@@ -207,3 +207,14 @@ def test_backfill_gives_present_nodes_capacity_up_to_their_first_record(fleet: F
 def test_capacity_type_from_labels_then_the_cluster(labels: dict[str, str], kind: str, options: dict[str, str],
                                                     expected: str) -> None:  # fmt: skip
     assert metering.capacity_type(labels, kind, options) == expected
+
+
+def test_the_beats_tasks_meter_and_reconcile_every_organization(fleet: Fleet) -> None:
+    from billing import tasks
+
+    attempt = placed(fleet, admitted=T0, ended=T0 + timedelta(hours=1), accelerators=1)
+    assert tasks.meter()["usage_records"] >= 1
+    assert UsageRecord.objects.filter(attempt=attempt).aggregate(s=Sum("seconds"))["s"] == 3600
+    reports = tasks.reconcile()
+    assert all(report["balanced"] for report in reports)
+    assert any(report["attempts"] >= 1 for report in reports)
