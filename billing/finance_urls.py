@@ -1,3 +1,16 @@
-from django.urls import URLPattern, URLResolver
+"""Finance's pages, mounted at ``/billing/`` by ``billing/urls.py``: costs, team statements, the price book."""
 
-urlpatterns: list[URLPattern | URLResolver] = []
+from django.urls import path
+
+from billing import finance_views as views
+
+urlpatterns = [
+    path("", views.costs, name="costs"),
+    path("teams/<int:pk>/", views.team_costs, name="costs-team"),
+    path("prices/", views.price_book, name="price-book"),
+    path("prices/<int:pk>/", views.edit, {"kind": "price"}, name="price-edit"),
+    path("prices/<int:pk>/delete/", views.delete, {"kind": "price"}, name="price-delete"),
+    path("prices/overhead/", views.overhead_add, name="overhead-add"),
+    path("prices/overhead/<int:pk>/", views.edit, {"kind": "overhead"}, name="overhead-edit"),
+    path("prices/overhead/<int:pk>/delete/", views.delete, {"kind": "overhead"}, name="overhead-delete"),
+]
