@@ -26,3 +26,9 @@ if CELERY_BROKER_URL.startswith("filesystem://"):  # noqa: F405
     }
 if not REDIS_URL:  # noqa: F405
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+else:
+    # One Redis for every xdist worker, each with its own database whose ids repeat across workers: keys of
+    # one worker (kept attributions, keyed by organization id) must not be read by another.
+    import os
+
+    CACHES = {"default": {**CACHES["default"], "KEY_PREFIX": f"test-{os.getpid()}"}}

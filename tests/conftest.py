@@ -60,3 +60,14 @@ def api_client(user: User | None = None) -> APIClient:
 @pytest.fixture
 def api(world: World) -> Any:
     return lambda username: api_client(world.users[username])
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> None:
+    """Each test starts with an empty local cache: kept results are keyed by ids, which tests on SQLite reuse.
+    (With Redis each worker has its own key prefix, and PostgreSQL's ids do not repeat.)"""
+    from django.core.cache import caches
+    from django.core.cache.backends.locmem import LocMemCache
+
+    if isinstance(caches["default"], LocMemCache):
+        caches["default"].clear()

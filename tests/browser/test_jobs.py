@@ -18,6 +18,7 @@ from clusters.models import Cluster
 from portal.models import Team
 from scheduler.demo import H100, seed_governance
 from scheduler.models import Job, PriorityTier
+from tests.billing.factories import priced
 from tests.browser.conftest import sign_in_as
 
 pytestmark = pytest.mark.browser
@@ -33,8 +34,9 @@ def shot(page: Page, name: str) -> None:
 
 @pytest.fixture
 def governed(fleet: dict[str, Cluster], demo: Any) -> dict[str, Cluster]:
-    """The demo fleet with the demo's tiers, cohort, team quotas and prices."""
+    """The demo fleet with the demo's tiers, cohort and team quotas, every accelerator-hour at 4.00."""
     seed_governance(demo)
+    priced(fleet.values(), 4.0)
     return fleet
 
 
