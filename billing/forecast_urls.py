@@ -1,3 +1,9 @@
-from django.urls import URLPattern, URLResolver
+"""The Procurement page's URLs, under ``billing/capacity/``."""
 
-urlpatterns: list[URLPattern | URLResolver] = []
+from django.urls import URLPattern, URLResolver, path
+
+from billing import forecast_views
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("", forecast_views.capacity, name="capacity-forecast"),
+]
