@@ -43,7 +43,7 @@ CAPABILITIES: tuple[Capability, ...] = (
     Capability("Price book", "On-demand, reserved, spot and on-prem prices with effective dates.",
                frozenset({Role.FINANCE, Role.ADMIN}), "price-book"),
     Capability("Capacity forecasts", "Demand against capacity per flavor, and what-if plans.",
-               frozenset({Role.FINANCE, Role.ADMIN}), "what-if-list"),
+               frozenset({Role.FINANCE, Role.ADMIN}), "capacity-forecast"),
     Capability("Clusters and nodes", "Live cluster views, health checks, drains and maintenance windows.",
                frozenset({Role.ADMIN}), "cluster-list"),
     Capability("The fleet", "The organization's clusters, their nodes and how busy they are.",
