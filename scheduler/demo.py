@@ -40,7 +40,7 @@ QUOTAS: dict[str, dict[str, tuple[int, int]]] = {
 }
 #: Monthly budgets: team slug -> (accelerator-hours, money, hard). Vision's alerts; robotics' holds jobs.
 BUDGETS: dict[str, tuple[int | None, int | None, bool]] = {
-    "vision": (180_000, 750_000, False),
+    "vision": (300_000, 750_000, False),
     "robotics": (None, 400_000, True),
 }
 

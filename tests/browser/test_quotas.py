@@ -132,7 +132,7 @@ def test_lead_sets_a_project_budget_and_a_members_limit(page: Page, governed: di
     section = page.get_by_test_id("budgets")
     # The demo's budget of the team is an admin's: hers to read, not to change.
     team_row = section.locator('tr[data-budget="team vision"][data-measure="accelerator_hours"]')
-    expect(team_row.locator('[data-cell="limit"]')).to_have_text("180,000")
+    expect(team_row.locator('[data-cell="limit"]')).to_have_text("300,000")
     expect(team_row.get_by_test_id("change-budget")).to_have_count(0)
 
     # A refusal comes back beside its field, with what was typed, and writes nothing.
