@@ -250,6 +250,24 @@ def _copy(record: CapacityRecord, day: date, start: datetime) -> CapacityRecord:
     )
 
 
+def _node_record(organization: Organization, node: Mapping[str, Any], kind: str, day: date, start: datetime,
+                 end: datetime, *, closed: bool) -> CapacityRecord:  # fmt: skip
+    """A capacity record of ``node`` (a row of ``Node.values``) from ``start`` to ``end`` within ``day``."""
+    return CapacityRecord(
+        organization_id=organization.pk,
+        cluster_id=node["cluster_id"],
+        node_id=node["pk"],
+        flavor_id=node["accelerator_id"],
+        capacity_type=kind,
+        accelerators=node["accelerators"],
+        day=day,
+        start=start,
+        end=end,
+        seconds=int((end - start).total_seconds()),
+        closed=closed,
+    )
+
+
 def meter_capacity(organization: Organization, now: datetime) -> int:
     """Carry every present node's capacity record to ``now``; close the records of nodes that left."""
     now = second(now)
@@ -284,20 +302,7 @@ def meter_capacity(organization: Organization, now: datetime) -> int:
             start = now
         else:
             continue
-        changed.append(
-            CapacityRecord(
-                organization_id=organization.pk,
-                cluster_id=n["cluster_id"],
-                node_id=n["pk"],
-                flavor_id=n["accelerator_id"],
-                capacity_type=kind,
-                accelerators=n["accelerators"],
-                day=start.astimezone(UTC).date(),
-                start=start,
-                end=start,
-                seconds=0,
-            )
-        )
+        changed.append(_node_record(organization, n, kind, start.astimezone(UTC).date(), start, start, closed=False))
         if start < now:
             changed.extend(_extend(changed.pop(), now))
     CapacityRecord.objects.bulk_create(
@@ -327,22 +332,7 @@ def backfill_capacity(organization: Organization, since: datetime, now: datetime
     ).values("pk", "cluster_id", "accelerator_id", "accelerators", "labels", "cluster__kind", "cluster__options"):
         until = min(first.get(n["pk"], now), now)
         kind = capacity_type(n["labels"] or {}, n["cluster__kind"], n["cluster__options"] or {})
-        for day, start, end in split_days(since, until):
-            records.append(
-                CapacityRecord(
-                    organization_id=organization.pk,
-                    cluster_id=n["cluster_id"],
-                    node_id=n["pk"],
-                    flavor_id=n["accelerator_id"],
-                    capacity_type=kind,
-                    accelerators=n["accelerators"],
-                    day=day,
-                    start=start,
-                    end=end,
-                    seconds=int((end - start).total_seconds()),
-                    closed=True,
-                )
-            )
+        records += [_node_record(organization, n, kind, *piece, closed=True) for piece in split_days(since, until)]
     CapacityRecord.objects.bulk_create(records, batch_size=1000, ignore_conflicts=True)
     return len(records)
 
