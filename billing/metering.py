@@ -126,22 +126,13 @@ def _node_facts(node_ids: Iterable[int]) -> dict[int, _NodeFacts]:
     }
 
 
-def held_milli(assignments: Iterable[Mapping[str, Any]]) -> dict[int, int]:
-    """Per node, the thousandths of accelerators the assignments hold ([[index, milli], ...] each)."""
-    milli: dict[int, int] = defaultdict(int)
-    for a in assignments:
-        node_id, accelerators = a["node_id"], a["accelerators"]
-        milli[node_id] += sum(int(m) for _, m in accelerators)
-    return {node: total for node, total in milli.items() if total > 0}
-
-
 def hold_end(attempt: Attempt, now: datetime) -> datetime:
     """Where an attempt's hold ends as the meter counts it: its end, or ``now`` while it lasts."""
     return second(min(attempt.ended_at, now) if attempt.ended_at is not None else now)
 
 
 def usage_records(attempt: Attempt, milli: Mapping[int, int], nodes: Mapping[int, _NodeFacts], now: datetime,
-                  flavors: Mapping[str, int]) -> list[UsageRecord]:  # fmt: skip
+                  flavors: Mapping[str, int], organization_id: int) -> list[UsageRecord]:  # fmt: skip
     """The records of ``attempt`` up to ``now``: a pure function of the attempt and its assignments."""
     job = attempt.job
     start, end = second(attempt.admitted_at), hold_end(attempt, now)
@@ -157,7 +148,7 @@ def usage_records(attempt: Attempt, milli: Mapping[int, int], nodes: Mapping[int
         for day, piece_start, piece_end in split_days(start, end):
             records.append(
                 UsageRecord(
-                    organization_id=attempt.cluster.organization_id,
+                    organization_id=organization_id,
                     team_id=job.team_id,
                     project_id=job.project_id,
                     user_id=job.submitted_by_id,
@@ -186,17 +177,13 @@ def meter_attempts(organization: Organization, attempt_ids: Iterable[int], now: 
     written = 0
     for offset in range(0, len(ids), BATCH):
         chunk = ids[offset : offset + BATCH]
-        attempts = list(
-            Attempt.objects.filter(pk__in=chunk, cluster__organization=organization).select_related("job", "cluster")
-        )
-        by_attempt: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
-        for row in Assignment.objects.filter(attempt_id__in=chunk).values("attempt_id", "node_id", "accelerators"):
-            by_attempt[row["attempt_id"]].append(row)
-        nodes = _node_facts(row["node_id"] for rows in by_attempt.values() for row in rows)
+        attempts = list(Attempt.objects.filter(pk__in=chunk, cluster__organization=organization).select_related("job"))
+        milli = _milli_by_attempt(chunk)
+        nodes = _node_facts(node for held in milli.values() for node in held)
         records = [
             record
             for attempt in attempts
-            for record in usage_records(attempt, held_milli(by_attempt[attempt.pk]), nodes, now, flavors)
+            for record in usage_records(attempt, milli.get(attempt.pk, {}), nodes, now, flavors, organization.pk)
         ]
         with transaction.atomic():
             UsageRecord.objects.bulk_create(
@@ -401,23 +388,26 @@ def _check(attempts: list[Attempt], until: datetime) -> tuple[int, int, list[int
     """(placed, metered, attempts whose records differ) for ``attempts`` as metered up to ``until``."""
     ids = [a.pk for a in attempts]
     expected_milli = _milli_by_attempt(ids)
-    records: dict[tuple[int, int], list[tuple[datetime, datetime, int, int, bool]]] = defaultdict(list)
+    records: dict[int, dict[int, list[tuple[datetime, datetime, int, int, bool]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
     for row in UsageRecord.objects.filter(attempt_id__in=ids).values_list(
         "attempt_id", "node_id", "start", "end", "seconds", "milli", "closed"
     ):
-        records[(row[0], row[1])].append(row[2:])
+        records[row[0]][row[1]].append(row[2:])
     placed = metered = 0
     wrong = []
     for attempt in attempts:
         start, end = second(attempt.admitted_at), hold_end(attempt, until)
         closed = attempt.ended_at is not None and attempt.ended_at <= until
         expected = expected_milli.get(attempt.pk, {})
-        ok = True
+        mine = records.get(attempt.pk, {})
+        metered += sum(r[2] * r[3] for rows in mine.values() for r in rows)
+        ok = set(mine) <= set(expected)  # no records on nodes the attempt never held
+        span = max(0, int((end - start).total_seconds()))
         for node, milli in expected.items():
-            span = max(0, int((end - start).total_seconds()))
             placed += span * milli
-            rows = sorted(records.get((attempt.pk, node), []))
-            metered += sum(r[2] * r[3] for r in rows)
+            rows = sorted(mine.get(node, []))
             # The records must tile [start, end) exactly: contiguous, the attempt's share, closed when it is.
             tiles = bool(rows) and rows[0][0] == start and rows[-1][1] == end
             tiles = tiles and all(a[1] == b[0] for a, b in pairwise(rows))
@@ -425,20 +415,19 @@ def _check(attempts: list[Attempt], until: datetime) -> tuple[int, int, list[int
             tiles = tiles and all(r[4] == closed for r in rows)
             if not tiles and not (span == 0 and not rows):
                 ok = False
-        extra = {node for (a, node) in records if a == attempt.pk} - set(expected)
-        if extra:
-            metered += sum(r[2] * r[3] for node in extra for r in records[(attempt.pk, node)])
-            ok = False
         if not ok:
             wrong.append(attempt.pk)
     return placed, metered, wrong
 
 
 def _milli_by_attempt(ids: list[int]) -> dict[int, dict[int, int]]:
-    rows: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
-    for row in Assignment.objects.filter(attempt_id__in=ids).values("attempt_id", "node_id", "accelerators"):
-        rows[row["attempt_id"]].append(row)
-    return {attempt_id: held_milli(assignments) for attempt_id, assignments in rows.items()}
+    """Per attempt and node, the thousandths of accelerators its assignments hold ([[index, milli], ...])."""
+    milli: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for attempt_id, node_id, accelerators in Assignment.objects.filter(attempt_id__in=ids).values_list(
+        "attempt_id", "node_id", "accelerators"
+    ):
+        milli[attempt_id][node_id] += sum(int(m) for _, m in accelerators)
+    return {a: {node: m for node, m in held.items() if m > 0} for a, held in milli.items()}
 
 
 def reconcile(organization: Organization, since: datetime | None = None, repair: bool = True) -> Reconciliation:
