@@ -267,13 +267,10 @@ def _names(organization_id: int) -> Names:
     )
 
 
-def _weights(values: Sequence[Decimal], fallback: Sequence[int]) -> list[Decimal] | None:
-    """Shares in proportion to ``values``, else to ``fallback``; None when both are all zero."""
-    total = sum(values, Decimal(0))
-    if total > 0:
-        return [v / total for v in values]
-    whole = sum(fallback)
-    return [Decimal(v) / whole for v in fallback] if whole > 0 else None
+def _shares(amounts: Sequence[Decimal] | Sequence[int]) -> list[Decimal] | None:
+    """Each amount's share of their sum; None when they are all zero (or there are none)."""
+    total = sum(amounts)
+    return [Decimal(a) / total for a in amounts] if total > 0 else None
 
 
 def attribute(organization: Organization | int, month: dt.date) -> Attribution:
@@ -331,13 +328,13 @@ def _allocate(org_id: int, month: dt.date, book: RateBook, usage_rows: list[dict
         members[key].append(i)
     orphaned = Decimal(0)
     for key, idle in pool_idle.items():
-        weights = _weights([], [ms[i] for i in members.get(key, [])]) if members.get(key) else None
+        weights = _shares([ms[i] for i in members.get(key, [])])
         if weights is None:
             orphaned += idle
             continue
         for i, w in zip(members[key], weights, strict=True):
             idle_share[i] += idle * w
-    everyone = _weights(usage, ms)
+    everyone = _shares(usage) or _shares(ms)
     unallocated_idle = Decimal(0)
     if everyone is None:
         unallocated_idle = orphaned
@@ -405,10 +402,9 @@ def _allocate(org_id: int, month: dt.date, book: RateBook, usage_rows: list[dict
 
 def visible_teams(user: AnyUser, organization_id: int) -> list[int] | None:
     """The teams whose costs ``user`` may see: None for all of them and the fleet (finance and admins)."""
-    organization = Organization.objects.get(pk=organization_id)
-    if may_change(user, organization):  # type: ignore[arg-type]
+    if may_change(user, organization_id):  # type: ignore[arg-type]
         return None
-    teams = Team.objects.for_user(user, Action.VIEW).filter(organization=organization)
+    teams = Team.objects.for_user(user, Action.VIEW).filter(organization_id=organization_id)
     return list(teams.values_list("pk", flat=True))
 
 

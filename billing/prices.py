@@ -81,10 +81,12 @@ def _changed(organization_id: int) -> None:
     transaction.on_commit(bump)
 
 
-def may_change(actor: User, organization: Organization) -> bool:
+def may_change(actor: User, organization: Organization | int) -> bool:
+    """Whether ``actor`` is finance or an admin of the organization (or a superuser)."""
     if actor.is_superuser:
         return True
-    return Membership.objects.filter(user=actor, organization=organization, role__in=sorted(FINANCE_ROLES)).exists()
+    org_id = organization if isinstance(organization, int) else organization.pk
+    return Membership.objects.filter(user=actor, organization_id=org_id, role__in=sorted(FINANCE_ROLES)).exists()
 
 
 def authorize(actor: User, organization: Organization) -> None:
