@@ -16,17 +16,18 @@ class Prices:
     """The organization's rates on ``day`` as the snapshot asks for them, node by node."""
 
     def __init__(self, organization_id: int, day: dt.date) -> None:
-        from billing.prices import RateBook  # billing reads the scheduler's models; this reads billing's book
+        # Billing reads the scheduler's models; this reads billing's book (so, imported when first used).
+        from billing.metering import capacity_type
+        from billing.prices import RateBook
 
         self.book = RateBook.of(organization_id)
         self.day = day
+        self.capacity_type = capacity_type
 
     def of(self, cluster_id: int, flavor_id: int | None, labels: Mapping[str, Any], kind: str,
            options: Mapping[str, Any]) -> float:  # fmt: skip
         """Currency units per accelerator-hour of that node (0 if the book has no rate for it)."""
-        from billing.metering import capacity_type
-
         if flavor_id is None:
             return 0.0
-        rate = self.book.rate((cluster_id, flavor_id, capacity_type(labels, kind, options)), self.day)
+        rate = self.book.rate((cluster_id, flavor_id, self.capacity_type(labels, kind, options)), self.day)
         return float(rate) if rate is not None else 0.0
