@@ -21,7 +21,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from billing import metering
+from billing import metering, prices
 from billing.models import CapacityType, Overhead, Price
 from clusters.models import AcceleratorType, Cluster, Node
 from portal.models import Organization, Project, Team
@@ -49,8 +49,6 @@ TEAMS = {
 
 def seed_prices(org: Organization, since: dt.date) -> None:
     """The demo clusters' price book rows (from ``since``) and the organization's overhead, once."""
-    from billing import prices
-
     now = timezone.now()
     for cluster in Cluster.objects.filter(organization=org, slug__in=PRICE_BOOK):
         row = PRICE_BOOK[cluster.slug]
@@ -78,9 +76,7 @@ class _Pool:
 
 
 def _pools(org: Organization) -> dict[str, _Pool]:
-    from billing.prices import RateBook
-
-    book, today = RateBook.of(org), timezone.now().date()
+    book, today = prices.RateBook.of(org), timezone.now().date()
     pools: dict[str, _Pool] = {}
     nodes = Node.objects.filter(cluster__organization=org, present=True, accelerators__gt=0, accelerator__isnull=False)
     for node in nodes.select_related("cluster", "accelerator").order_by("pk"):

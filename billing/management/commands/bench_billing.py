@@ -87,8 +87,7 @@ def _world(teams: int, nodes: int) -> Organization:
     stamp = timezone.now().strftime("%Y%m%d%H%M%S")
     org = Organization.objects.create(name=f"Billing bench {stamp}", slug=f"bench-billing-{stamp}")
     now = timezone.now()
-    tier = PriorityTier.objects.create(organization=org, name="normal", value=50, is_default=True)
-    del tier
+    PriorityTier.objects.create(organization=org, name="normal", value=50, is_default=True)
     team_rows = Team.objects.bulk_create(
         [Team(organization=org, name=f"Team {i}", slug=f"team-{i}") for i in range(teams)]
     )
