@@ -25,6 +25,7 @@ from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
+from billing import prices
 from billing.models import FINANCE_ROLES, WhatIf
 from billing.whatif_replay import change_errors, what_if_result
 from clusters.models import AcceleratorType, Cluster, Node
@@ -41,6 +42,7 @@ PROGRESS_SECONDS = 0.5  # at most two progress writes a second
 GIVE_UP_AFTER = timedelta(hours=24)
 RESEND_AFTER = timedelta(minutes=10)  # a queued what-if's task is sent again at most this often
 FIELDS = ("cluster", "flavor", "nodes", "days")
+REFUSED = "Capacity what-ifs are for the organization's finance staff and admins."
 
 
 class ClaimLost(RuntimeError):
@@ -51,13 +53,9 @@ class ClaimLost(RuntimeError):
 
 
 def may_run(user: User, organization: Organization) -> bool:
-    """Finance and admins of ``organization`` (or a superuser) ask for what-ifs and read them."""
-    if not user.is_authenticated or not user.is_active:
-        return False
-    if user.is_superuser:
-        return True
-    roles = sorted(FINANCE_ROLES)
-    return Membership.objects.filter(user=user, organization=organization, team=None, role__in=roles).exists()
+    """Finance and admins of ``organization`` (or a superuser) ask for what-ifs and read them: the price book's
+    rule (``prices.may_change``), for active users."""
+    return user.is_authenticated and user.is_active and prices.may_change(user, organization)
 
 
 def organizations_for(user: User) -> list[Organization]:
@@ -70,7 +68,7 @@ def organizations_for(user: User) -> list[Organization]:
 
 def authorize(user: User, organization: Organization) -> None:
     if not may_run(user, organization):
-        raise PermissionDenied("Capacity what-ifs are for the organization's finance staff and admins.")
+        raise PermissionDenied(REFUSED)
 
 
 # ------------------------------------------------------------------------------------ asking for one
@@ -147,7 +145,7 @@ def default_organization(user: User, organization: Organization | None) -> Organ
         return organization
     mine = organizations_for(user)
     if not mine:
-        raise PermissionDenied("Capacity what-ifs are for the organization's finance staff and admins.")
+        raise PermissionDenied(REFUSED)
     if len(mine) > 1:
         raise ValidationError({"organization": "Name the organization (its slug)."})
     return mine[0]

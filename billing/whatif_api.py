@@ -14,17 +14,15 @@ from typing import Any
 import django_filters
 from django.db.models import Q, QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, extend_schema_view
-from rest_framework import exceptions, mixins, serializers, status
+from rest_framework import mixins, serializers, status
 from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
-from billing import whatif
+from billing import params, whatif
 from billing.models import WhatIf
 from portal.api.views import TenantViewSet
-from portal.models import Organization
-from portal.tenancy import Action
 from scheduler.serializers import StrictSerializer
 
 ERROR = OpenApiResponse(description="`{error: {status, code, message, fields}}`")
@@ -127,14 +125,6 @@ class WhatIfViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMi
             .order_by("-created_at", "-pk")
         )
 
-    def _organization(self, slug: Any) -> Organization | None:
-        if slug in (None, ""):
-            return None
-        found = Organization.objects.for_user(self.actor, Action.VIEW).filter(slug=str(slug)).first()
-        if found is None:
-            raise exceptions.NotFound(f"No organization {slug!r}.")
-        return found  # type: ignore[no-any-return]
-
     @extend_schema(
         request=WhatIfCreateSerializer,
         responses={201: WhatIfSerializer, 400: ERROR, 403: ERROR, 404: ERROR},
@@ -145,8 +135,10 @@ class WhatIfViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMi
         ),
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        data = request.data if isinstance(request.data, dict) else {}
-        organization = whatif.default_organization(self.actor, self._organization(data.get("organization")))
+        named = request.data.get("organization") if isinstance(request.data, dict) else None
+        organization = whatif.default_organization(
+            self.actor, None if named in (None, "") else params.organization(self.actor, named)
+        )
         whatif.authorize(self.actor, organization)
         body = WhatIfCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)

@@ -97,7 +97,7 @@ def _fleet(organizations: list[Organization]) -> list[dict[str, Any]]:
 def _organizations(request: AuthenticatedHttpRequest) -> list[Organization]:
     organizations = whatif.organizations_for(request.user)
     if not organizations:
-        raise PermissionDenied("Capacity what-ifs are for the organization's finance staff and admins.")
+        raise PermissionDenied(whatif.REFUSED)
     return organizations
 
 
