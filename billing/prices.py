@@ -141,12 +141,28 @@ def _of_org(model: type[Cluster] | type[AcceleratorType], value: Any, field: str
     return found
 
 
+def _as_text(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Values as the audit log keeps them: dates and amounts as text."""
+    return {k: (str(v) if v is not None and not isinstance(v, int | str) else v) for k, v in values.items()}
+
+
 def _snapshot(price: Price | None) -> dict[str, Any]:
     if price is None:
         return {}
     values = {k: getattr(price, k) for k in PRICE_FIELDS if k not in ("cluster", "flavor")}
     values.update(cluster=price.cluster.slug, flavor=price.flavor.name, rate=price.rate)
-    return {k: (str(v) if v is not None and not isinstance(v, int | str) else v) for k, v in values.items()}
+    return _as_text(values)
+
+
+def _audit(actor: User, row: Price | Overhead, organization: Organization, before: dict[str, Any],
+           after: dict[str, Any], http: HttpRequest | None) -> None:  # fmt: skip
+    """The audit entry of a price-book row created, changed or deleted (none when nothing changed)."""
+    if before == after:
+        return
+    kind = "price" if isinstance(row, Price) else "overhead"
+    action = f"{kind}.deleted" if not after else f"{kind}.changed" if before else f"{kind}.created"
+    changes = {k: [before.get(k), after.get(k)] for k in sorted(set(before) | set(after))}
+    audit.record(action, actor=actor, target=row, organization=organization, changes=changes, request=http)
 
 
 def clean_price(organization: Organization, data: Mapping[str, Any]) -> dict[str, Any]:
@@ -221,16 +237,7 @@ def set_price(actor: User, organization: Organization, data: Mapping[str, Any], 
         with transaction.atomic():
             row.save()
             _changed(organization.pk)
-            after = _snapshot(row)
-            if before != after:
-                audit.record(
-                    "price.changed" if before else "price.created",
-                    actor=actor,
-                    target=row,
-                    organization=organization,
-                    changes={k: [before.get(k), after.get(k)] for k in sorted(set(before) | set(after))},
-                    request=http,
-                )
+            _audit(actor, row, organization, before, _snapshot(row), http)
     except IntegrityError:
         raise ValidationError(
             {"effective_from": "The book already has a price of this cluster, flavor and capacity type from that day."}
@@ -243,16 +250,14 @@ def delete_price(actor: User, price: Price, http: HttpRequest | None = None) -> 
     before = _snapshot(price)
     with transaction.atomic():
         _changed(price.organization_id)
-        audit.record("price.deleted", actor=actor, target=price, organization=price.organization,
-                     changes={k: [v, None] for k, v in before.items()}, request=http)  # fmt: skip
+        _audit(actor, price, price.organization, before, {}, http)
         price.delete()
 
 
 def _overhead_snapshot(row: Overhead | None) -> dict[str, Any]:
     if row is None:
         return {}
-    return {k: (str(v) if v is not None and not isinstance(v, str) else v) for k, v in
-            ((k, getattr(row, k)) for k in OVERHEAD_FIELDS)}  # fmt: skip
+    return _as_text({k: getattr(row, k) for k in OVERHEAD_FIELDS})
 
 
 def set_overhead(actor: User, organization: Organization, data: Mapping[str, Any], overhead: Overhead | None = None,
@@ -284,11 +289,7 @@ def set_overhead(actor: User, organization: Organization, data: Mapping[str, Any
     with transaction.atomic():
         row.save()
         _changed(organization.pk)
-        after = _overhead_snapshot(row)
-        if before != after:
-            audit.record("overhead.changed" if before else "overhead.created", actor=actor, target=row,
-                         organization=organization, request=http,
-                         changes={k: [before.get(k), after.get(k)] for k in OVERHEAD_FIELDS})  # fmt: skip
+        _audit(actor, row, organization, before, _overhead_snapshot(row), http)
     return row
 
 
@@ -297,8 +298,7 @@ def delete_overhead(actor: User, overhead: Overhead, http: HttpRequest | None = 
     before = _overhead_snapshot(overhead)
     with transaction.atomic():
         _changed(overhead.organization_id)
-        audit.record("overhead.deleted", actor=actor, target=overhead, organization=overhead.organization,
-                     changes={k: [v, None] for k, v in before.items()}, request=http)  # fmt: skip
+        _audit(actor, overhead, overhead.organization, before, {}, http)
         overhead.delete()
 
 
