@@ -11,8 +11,9 @@
   ``billing/prices.py``, which says who may and names each bad field (400, the message beside the field).
 
 Thin: figures come from ``attribution.kept`` (one allocation per organization and month, kept a minute) and
-are formatted here; query strings are read by ``billing/params.py`` (a bad month is a 400 naming it); the
-downloads are the API's (``finance_api``), which serve the same ``Attribution``.
+the costliest jobs from ``attribution.kept_job_costs`` (kept as long), and are formatted here; query strings
+are read by ``billing/params.py`` (a bad month is a 400 naming it); the downloads are the API's
+(``finance_api``), which serve the same ``Attribution``.
 """
 
 from __future__ import annotations
@@ -321,7 +322,7 @@ def _chargeback(request: AuthenticatedHttpRequest, organization: Organization, m
         "pools": [_pool_row(p, names) for p in pools],
         "unpriced_hours": hours_of(month.unpriced_milli_seconds) if month.unpriced_milli_seconds else "",
         "unpriced_pools": unpriced,
-        "jobs": job_rows(month, attribution.job_costs(organization.pk, month.month, None, TOP_JOBS)),
+        "jobs": job_rows(month, attribution.kept_job_costs(organization.pk, month.month, None, TOP_JOBS)),
         "fleet_downloads": downloads(organization, month.month),
     }  # fmt: skip
 
@@ -357,7 +358,7 @@ def _showback(request: AuthenticatedHttpRequest, organization: Organization, mon
         "users": users,
         "cost_chart": stacked_days(days_of(month.month), by_day, "Cost"),
         "unpriced_hours": hours_of(month.unpriced_milli_seconds) if month.unpriced_milli_seconds else "",
-        "jobs": job_rows(month, attribution.job_costs(organization.pk, month.month, team_ids, TOP_JOBS), several),
+        "jobs": job_rows(month, attribution.kept_job_costs(organization.pk, month.month, team_ids, TOP_JOBS), several),
     }
 
 
@@ -417,7 +418,7 @@ def team_costs(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         "lines": lines,
         "unpriced_hours": hours_of(month.unpriced_milli_seconds) if month.unpriced_milli_seconds else "",
         "chart": chart,
-        "jobs": job_rows(month, attribution.job_costs(organization.pk, first, [team.pk], TEAM_JOBS), False),
+        "jobs": job_rows(month, attribution.kept_job_costs(organization.pk, first, [team.pk], TEAM_JOBS), False),
         "most_jobs": TEAM_JOBS,
         "downloads": downloads(organization, first, team),
         "back": f"{reverse('costs')}?{_query(month=reports.month_label(first))}",
