@@ -138,7 +138,7 @@ class JobCostsView(APIView):
                 "accelerator_hours": str(hours(j.milli_seconds)),
                 "usage": str(money(j.cost)),
             }
-            for j in attribution.job_costs(organization.pk, month.month, teams, limit)
+            for j in attribution.kept_job_costs(organization.pk, month.month, teams, limit)
         ]
         return Response({"month": reports.month_label(month.month), "jobs": jobs})
 
