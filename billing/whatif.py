@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from billing import prices
 from billing.models import FINANCE_ROLES, WhatIf
-from billing.whatif_replay import change_errors, what_if_result
+from billing.whatif_replay import change_errors, in_service, what_if_result
 from clusters.models import AcceleratorType, Cluster, Node
 from portal import audit
 from portal.models import Membership, Organization
@@ -129,11 +129,9 @@ def check(organization: Organization, cluster: Any, flavor: Any, nodes: Any, day
     span = _integer(DEFAULT_DAYS if days is None else days, "days", MIN_DAYS, MAX_DAYS, errors)
     if not errors:
         present = Node.objects.filter(cluster=found_cluster, accelerator=found_flavor, present=True)
-        serving = present.filter(ready=True, healthy=True, state=Node.State.SCHEDULABLE)
-        if found_cluster.status == Cluster.Status.UNREACHABLE:
-            serving = serving.none()
         assert count is not None
-        errors.update(change_errors(found_cluster.slug, found_flavor.name, count, serving.count(), present.count()))
+        serving = in_service(present).count()
+        errors.update(change_errors(found_cluster.slug, found_flavor.name, count, serving, present.count()))
     if errors:
         raise ValidationError(errors)
     return {"cluster": found_cluster, "flavor": found_flavor, "nodes": count, "days": span}

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from clusters.models import Cluster, Node
@@ -72,17 +73,19 @@ class Fleet:
     idle: tuple[m.Node, ...] = ()
 
 
+def in_service(nodes: QuerySet[Node]) -> QuerySet[Node]:
+    """Those of ``nodes`` that take work today (``Node.takes_work``, on a cluster neither disabled nor
+    unreachable): the placement loop's rule, which the ask, the replay and the pages share."""
+    return nodes.filter(present=True, ready=True, healthy=True, state=Node.State.SCHEDULABLE).exclude(
+        cluster__status__in=(Cluster.Status.DISABLED, Cluster.Status.UNREACHABLE)
+    )
+
+
 def today_fleet(organization: Organization) -> Fleet:
     """The nodes that take work today (see the module's docstring), each with its capacity free."""
     index = snapshot.Index(generation=0)
     clusters, nodes, every_flavor = snapshot.fleet(organization, index, None)
-    serving = set(
-        Node.objects.filter(
-            cluster__organization=organization, present=True, ready=True, healthy=True, state=Node.State.SCHEDULABLE
-        )
-        .exclude(cluster__status__in=(Cluster.Status.DISABLED, Cluster.Status.UNREACHABLE))
-        .values_list("pk", flat=True)
-    )
+    serving = set(in_service(Node.objects.filter(cluster__organization=organization)).values_list("pk", flat=True))
     working = tuple(n for n in nodes if index.nodes[n.name] in serving)
     idle = tuple(n for n in nodes if index.nodes[n.name] not in serving)
     return Fleet(clusters, working, every_flavor, idle)

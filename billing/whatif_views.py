@@ -24,6 +24,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from billing import whatif
 from billing.models import WhatIf
+from billing.whatif_replay import in_service
 from clusters.models import AcceleratorType, Cluster, Node
 from portal.forms import apply_errors
 from portal.models import Organization
@@ -82,15 +83,11 @@ class WhatIfForm(forms.Form):
 def _fleet(organizations: list[Organization]) -> list[dict[str, Any]]:
     """Today's nodes in service and their accelerators, per cluster and type: what a change starts from."""
     rows = (
-        Node.objects.filter(
-            cluster__organization__in=organizations, present=True, ready=True, healthy=True,
-            state=Node.State.SCHEDULABLE, accelerator__isnull=False,
-        )
-        .exclude(cluster__status__in=(Cluster.Status.DISABLED, Cluster.Status.UNREACHABLE))
+        in_service(Node.objects.filter(cluster__organization__in=organizations, accelerator__isnull=False))
         .values("cluster__name", "cluster__slug", "accelerator__name")
         .annotate(nodes=Count("pk"), accelerators=Sum("accelerators_allocatable"))
         .order_by("cluster__name", "accelerator__name")
-    )  # fmt: skip
+    )
     return list(rows)
 
 
