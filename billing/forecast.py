@@ -51,7 +51,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -93,6 +93,7 @@ HORIZONS: dict[str, Horizon] = {
     "6m": Horizon("6m", "Next 6 months", "week", 26, 52, min_history=8, min_train=8, min_held=2),
 }
 SEASON_WORDS = {7: "weekly", 52: "yearly"}
+T = TypeVar("T")
 
 
 # --- fitting and forecasting a series (pure) ----------------------------------------------------------------
@@ -306,6 +307,14 @@ def _block_forecast(
     )
 
 
+def forecast_horizon(values: Sequence[float], horizon: Horizon) -> Forecast:
+    """``horizon``'s forecast of ``values`` (one a period), with weekly totals of a daily one."""
+    return forecast_series(
+        values, horizon.steps, season=horizon.season, min_history=horizon.min_history, unit=f"{horizon.period}s",
+        block=7 if horizon.period == "day" else 0,
+    )  # fmt: skip
+
+
 def mape(actual: Sequence[float], predicted: Sequence[float]) -> tuple[float | None, int]:
     """Mean absolute percentage error over the periods with demand, and how many had none (skipped: a zero has
     no percentage error). None when every period was zero."""
@@ -426,18 +435,19 @@ def carried(days: Sequence[date], points: Mapping[date, float]) -> list[float | 
     return out
 
 
-def blocks_of(values: Sequence[float], size: int = 7) -> list[float]:
-    """Totals of ``size`` consecutive values, the last block ending at the last value (a partial first block
+def whole_blocks(values: Sequence[T], size: int = 7) -> list[Sequence[T]]:
+    """``size`` consecutive values at a time, the last block ending at the last value (a partial first block
     is left out)."""
-    whole = len(values) // size
-    start = len(values) - whole * size
-    return [float(sum(values[start + i * size : start + (i + 1) * size])) for i in range(whole)]
+    return [values[start : start + size] for start in range(len(values) % size, len(values), size)]
+
+
+def blocks_of(values: Sequence[float], size: int = 7) -> list[float]:
+    """Totals of ``whole_blocks``."""
+    return [float(sum(block)) for block in whole_blocks(values, size)]
 
 
 def block_starts(days: Sequence[date], size: int = 7) -> list[date]:
-    whole = len(days) // size
-    start = len(days) - whole * size
-    return [days[start + i * size] for i in range(whole)]
+    return [block[0] for block in whole_blocks(days, size)]
 
 
 @dataclass
@@ -556,25 +566,19 @@ def forecast_flavor(history: FlavorHistory, horizon: Horizon, today: date) -> Fl
         ]
         values = demand
     else:
-        starts = block_starts(history.days)
-        whole = len(history.days) // 7
-        offset = len(history.days) - whole * 7
-        capacity: list[float | None] = []
-        for i in range(whole):
-            week = history.capacity[offset + i * 7 : offset + i * 7 + 7]
-            capacity.append(None if any(c is None for c in week) else float(sum(c for c in week if c is not None)))
+        capacity = [
+            None if any(c is None for c in week) else float(sum(c for c in week if c is not None))
+            for week in whole_blocks(history.capacity)
+        ]
         values = blocks_of(demand)
         points = [
             Point(s, dem, u, q, c)
             for s, dem, u, q, c in zip(
-                starts, values, blocks_of(history.used), blocks_of(history.queued), capacity, strict=True
+                block_starts(history.days), values, blocks_of(history.used), blocks_of(history.queued), capacity,
+                strict=True,
             )
-        ]
-    unit = f"{horizon.period}s"
-    fitted = forecast_series(
-        values, horizon.steps, season=horizon.season, min_history=horizon.min_history, unit=unit,
-        block=7 if horizon.period == "day" else 0,
-    )  # fmt: skip
+        ]  # fmt: skip
+    fitted = forecast_horizon(values, horizon)
     tested = backtest(values, horizon)
     capacity_per = per_day * horizon.days
     base = FlavorForecast(

@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from billing.forecast import HORIZONS, backtest, blocks_of, forecast_series  # noqa: E402
+from billing.forecast import HORIZONS, backtest, blocks_of, forecast_horizon, forecast_series  # noqa: E402
 from scheduler.simulation.traces import TraceJob, read_philly  # noqa: E402
 
 TRACE = ROOT.parent / "shared" / "traces" / "philly-pollux"
@@ -114,8 +114,7 @@ def evaluate(values: list[float]) -> dict[str, Any]:
         result = backtest(series, horizon)
         tested = time.perf_counter() - started
         started = time.perf_counter()
-        fitted = forecast_series(series, horizon.steps, season=horizon.season, min_history=horizon.min_history,
-                                 unit=f"{horizon.period}s", block=7 if horizon.period == "day" else 0)  # fmt: skip
+        fitted = forecast_horizon(series, horizon)
         forecast_seconds = time.perf_counter() - started
         out[key] = {
             "period": horizon.period,
