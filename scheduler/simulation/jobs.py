@@ -236,6 +236,8 @@ class Quartermaster:
         self.config = config or Config()
         self.tiers = {t.name: t for t in tiers}
         self.queues = {q.name: q for q in queues}
+        #: Whether a queue keeps a quota: fixed here (queues that ``_job`` adds for unknown names keep none).
+        self._quotas = any(q.quotas for q in queues)
         self._jobs: dict[str, tuple[float, Job]] = {}  # per waiting job: (work left, its engine Job)
         self._workloads: dict[str, tuple[int, bool, Workload]] = {}  # per run: (token, stopping, Workload)
         self._nodes: dict[str, tuple[tuple[object, ...], Node]] = {}  # per node: (what is free, its engine Node)
@@ -287,7 +289,7 @@ class Quartermaster:
         return known[1]
 
     def plan(self, sim: Simulation, arrived: Sequence[str]) -> Plan:
-        if not sim.waiting and not any(q.quotas for q in self.queues.values()):
+        if not sim.waiting and not self._quotas:
             # Nobody waits and no quota is kept: the engine could only admit or preempt for a waiting job (its
             # one other move gives back quota lowered below usage), so the cycle would decide nothing.
             return Plan()
