@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import groupby
 from typing import Any
 from urllib.parse import urlencode
@@ -43,6 +43,7 @@ from portal.models import Organization, Team
 from portal.tenancy import Action
 from portal.types import AuthenticatedHttpRequest
 from scheduler import budgets
+from scheduler.budget_views import scope_of
 from scheduler.models import Budget
 
 BAD_REQUEST = 400
@@ -151,9 +152,9 @@ def days_of(month: dt.date) -> list[dt.date]:
 
 
 def stacked_days(days: list[dt.date], series: list[tuple[str, dict[dt.date, int]]], what: str,
-                 ordered: bool = False) -> dict[str, Any]:  # fmt: skip
-    """Bars per day, one colour per series stacked (the largest first, unless ``ordered``), in currency units;
-    no bars at all when every day is zero."""
+                 ordered: bool = False, colors: Sequence[str] = PALETTE) -> dict[str, Any]:  # fmt: skip
+    """Bars per day, one colour of ``colors`` per series stacked (the largest first, unless ``ordered``), in
+    currency units; no bars at all when every day is zero."""
     if not any(cents for _, values in series for cents in values.values()):
         series = []
     if not ordered:
@@ -168,7 +169,7 @@ def stacked_days(days: list[dt.date], series: list[tuple[str, dict[dt.date, int]
     data = [
         {
             "type": "bar", "name": name, "x": x, "y": [float(money(values.get(day, 0))) for day in days],
-            "marker": {"color": PALETTE[i % len(PALETTE)]},
+            "marker": {"color": colors[i % len(colors)]},
             "hovertemplate": "%{x|%b %d}: %{y:,.2f}<extra>%{fullData.name}</extra>",
         }
         for i, (name, values) in enumerate(series)
@@ -221,10 +222,10 @@ def budget_burn(request: AuthenticatedHttpRequest, organization: Organization, m
     for budget in found:
         for standing in budgets.standings(budget, uses[budget.pk], at):
             places = 2 if standing.measure == "amount" else 1
-            scope = f"project {budget.project.name}" if budget.project else "the team"
+            scope = scope_of(budget)
             rows.append({
                 "team": budget.team.name, "scope": scope, "label": f"{budget.team.name} · {scope}",
-                "measure": "money" if standing.measure == "amount" else "accelerator-hours",
+                "measure": standing.words,
                 "used": f"{standing.used:,.{places}f}", "limit": f"{standing.limit:,.{places}f}",
                 "percent": standing.percent, "over": standing.used >= standing.limit, "hard": budget.hard,
             })  # fmt: skip
@@ -284,10 +285,9 @@ def _pool_row(pool: attribution.Pool, names: attribution.Names) -> dict[str, Any
     }  # fmt: skip
 
 
-def _chargeback(request: AuthenticatedHttpRequest, organization: Organization, month: Attribution) -> dict[str, Any]:
-    """The fleet's month for finance and admins."""
+def _chargeback(organization: Organization, month: Attribution, teams: list[Team]) -> dict[str, Any]:
+    """The fleet's month for finance and admins (``teams``: every team of the organization)."""
     totals, names = month.totals(), month.names
-    teams = Team.objects.for_user(request.user, Action.VIEW).filter(organization=organization).order_by("name")
     team_rows = _team_rows(teams, month, organization)
     for row in team_rows:
         row["share"] = percent(row["total_cents"], month.fleet_total)
@@ -304,9 +304,7 @@ def _chargeback(request: AuthenticatedHttpRequest, organization: Organization, m
     ]
     pools = sorted(month.pools, key=lambda p: (-p.idle, names.of("cluster", p.cluster), names.of("flavor", p.flavor)))
     days = days_of(month.month)
-    idle_chart = stacked_days(days, [("Idle capacity", month.idle_by_day)], "Idle cost")
-    for trace in idle_chart["data"]:
-        trace["marker"] = {"color": "#98a2b3"}
+    idle_chart = stacked_days(days, [("Idle capacity", month.idle_by_day)], "Idle cost", colors=["#98a2b3"])
     idle_chart["layout"].update(showlegend=False, height=260)
     unpriced = [" ".join((names.of("cluster", p.cluster), names.of("flavor", p.flavor), KINDS[p.capacity_type]))
                 for p in month.pools if not p.priced]  # fmt: skip
@@ -327,9 +325,8 @@ def _chargeback(request: AuthenticatedHttpRequest, organization: Organization, m
     }  # fmt: skip
 
 
-def _showback(request: AuthenticatedHttpRequest, organization: Organization, month: Attribution) -> dict[str, Any]:
+def _showback(organization: Organization, month: Attribution, teams: list[Team]) -> dict[str, Any]:
     """The month of the user's own teams (researchers and leads): nothing of the fleet or of other teams."""
-    teams = list(Team.objects.for_user(request.user, Action.VIEW).filter(organization=organization).order_by("name"))
     team_ids = [team.pk for team in teams]  # what attribution.visible_teams gives them
     several = len(teams) > 1
     totals = month.totals()
@@ -374,10 +371,11 @@ def costs(request: AuthenticatedHttpRequest) -> HttpResponse:
     except ValidationError as exc:
         return _bad_month(request, "billing/finance.html", exc, **base)
     month = attribution.visible_to(request.user, attribution.kept(organization.pk, first))
+    teams = list(Team.objects.for_user(request.user, Action.VIEW).filter(organization=organization).order_by("name"))
     context = {**base, "month": month_nav(first, organization, several), "fleet": month.fleet_visible,
                "budget": budget_burn(request, organization, first)}  # fmt: skip
-    context.update(_chargeback(request, organization, month) if month.fleet_visible else
-                   _showback(request, organization, month))  # fmt: skip
+    context.update(_chargeback(organization, month, teams) if month.fleet_visible else
+                   _showback(organization, month, teams))  # fmt: skip
     return render(request, "billing/finance.html", context)
 
 
@@ -406,9 +404,7 @@ def team_costs(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     parts = {"usage": "Usage", "idle": "Idle capacity share", "overhead": "Shared overhead share"}
     by_day = month.rollup(["day"])
     series = [(label, {r["day"]: r[key] for r in by_day}) for key, label in parts.items()]
-    chart = stacked_days(days, series, "Cost", ordered=True)
-    for trace, color in zip(chart["data"], ("#2453c7", "#98a2b3", "#f79009"), strict=False):
-        trace["marker"] = {"color": color}
+    chart = stacked_days(days, series, "Cost", ordered=True, colors=["#2453c7", "#98a2b3", "#f79009"])
     context = {
         **base,
         "month": month_nav(first, organization, False),
