@@ -17,7 +17,6 @@ from typing import Any
 
 from django.core.cache import cache
 from django.db.models import (
-    BigIntegerField,
     Case,
     Count,
     DurationField,
@@ -34,14 +33,15 @@ from django.db.models import (
 )
 from django.db.models.expressions import Combinable
 from django.db.models.fields.json import KeyTextTransform
-from django.db.models.functions import Cast, Coalesce, Greatest, NullIf, TruncDate, TruncDay
+from django.db.models.functions import Coalesce, Greatest, NullIf, TruncDate, TruncDay
 from django.utils import timezone
 
+from billing import whatif
+from billing.attribution import _ms  # the sum of a product of integer fields, in 64 bits
 from billing.forecast import HORIZONS, FlavorForecast, FlavorHistory, carried, days_between, filled, forecast_flavor
-from billing.models import CapacityRecord, PriceBookTenancy, UsageRecord
+from billing.models import CapacityRecord, UsageRecord
 from clusters.models import AcceleratorType, Node
-from portal.models import Membership, Organization
-from portal.tenancy import Action
+from portal.models import Organization
 from scheduler.models import Attempt, Job
 
 #: How far back history is read.
@@ -146,11 +146,10 @@ def queued_hours(organization: Organization, since: datetime, now: datetime) -> 
 
 def used_hours(organization: Organization, first: date, last: date) -> dict[tuple[int, date], float]:
     """Accelerator-hours used per (flavor id, day), from the usage records."""
-    product = ExpressionWrapper(Cast("seconds", BigIntegerField()) * F("milli"), output_field=BigIntegerField())
     rows = (
         UsageRecord.objects.filter(organization=organization, day__gte=first, day__lte=last)
         .values("flavor_id", "day")
-        .annotate(milli_seconds=Sum(product))
+        .annotate(milli_seconds=_ms("seconds", "milli"))
         .order_by()
     )
     return {(r["flavor_id"], r["day"]): float(r["milli_seconds"]) / 1000 / 3600 for r in rows}
@@ -158,11 +157,10 @@ def used_hours(organization: Organization, first: date, last: date) -> dict[tupl
 
 def capacity_hours(organization: Organization, first: date, last: date) -> dict[tuple[int, date], float]:
     """Accelerator-hours present per (flavor id, day), from the capacity records."""
-    product = ExpressionWrapper(Cast("accelerators", BigIntegerField()) * F("seconds"), output_field=BigIntegerField())
     rows = (
         CapacityRecord.objects.filter(organization=organization, day__gte=first, day__lte=last)
         .values("flavor_id", "day")
-        .annotate(accelerator_seconds=Sum(product))
+        .annotate(accelerator_seconds=_ms("accelerators", "seconds"))
         .order_by()
     )
     return {(r["flavor_id"], r["day"]): float(r["accelerator_seconds"]) / 3600 for r in rows}
@@ -171,15 +169,11 @@ def capacity_hours(organization: Organization, first: date, last: date) -> dict[
 def backlog_hours(organization: Organization) -> dict[str | None, float]:
     """What the jobs waiting now ask for, in accelerator-hours, per flavor name (None: not named)."""
     current = Attempt.objects.filter(job=OuterRef("pk"), number=OuterRef("attempt")).values("flavor")[:1]
-    ask = ExpressionWrapper(
-        Cast("workers", BigIntegerField()) * F("accelerators") * F("accelerator_milli") * F("time_limit"),
-        output_field=BigIntegerField(),
-    )
     rows = (
         Job.objects.filter(team__organization=organization, state__in=WAITING, accelerators__gt=0)
         .annotate(w_flavor=_job_flavor("", Subquery(current)))
         .values("w_flavor")
-        .annotate(asked=Sum(ask))
+        .annotate(asked=_ms("workers", "accelerators", "accelerator_milli", "time_limit"))
         .order_by()
     )
     return {r["w_flavor"]: float(r["asked"]) / 1000 / 3600 for r in rows}
@@ -279,12 +273,8 @@ def forecast_organization(
 
 
 def finance_organizations(user: Any) -> list[Organization]:
-    """The organizations whose forecasts ``user`` may read: those where they hold finance or admin (the price
-    book's rule); a superuser, all."""
+    """The organizations whose forecasts ``user`` may read: those where they hold finance or admin, as for the
+    what-ifs (``whatif.organizations_for``); a superuser, all."""
     if not user.is_authenticated or not user.is_active:
         return []
-    if user.is_superuser:
-        return list(Organization.objects.order_by("name"))
-    roles = PriceBookTenancy.policy[Action.VIEW]  # finance and admins
-    held = Membership.objects.filter(user=user, role__in=roles).values("organization")
-    return list(Organization.objects.filter(pk__in=held).order_by("name"))
+    return whatif.organizations_for(user)
