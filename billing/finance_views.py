@@ -425,10 +425,15 @@ def team_costs(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
 # --- the price book -----------------------------------------------------------------------------------------
 
 
+def _books(request: AuthenticatedHttpRequest) -> list[Organization]:
+    """The organizations whose price book the user may keep."""
+    return [org for org in _organizations(request) if prices.may_change(request.user, org)]
+
+
 def _book_organization(request: AuthenticatedHttpRequest) -> tuple[Organization, list[Organization]]:
     """The organization whose book is asked for (``organization``: id or slug; else the first), among those
     whose book the user may keep; none: 403."""
-    mine = [org for org in _organizations(request) if prices.may_change(request.user, org)]
+    mine = _books(request)
     if not mine:
         raise PermissionDenied("The price book is for the organization's finance staff and admins.")
     wanted = str(request.POST.get("organization") or request.GET.get("organization") or "")
@@ -492,15 +497,13 @@ def _book_context(request: AuthenticatedHttpRequest, organization: Organization,
         "price_form": price_form,
         "overhead_form": overhead_form,
         "hours_per_month": prices.HOURS_PER_MONTH,
-        "book_query": _query(organization=organization.slug) if len(organizations) > 1 else "",
     }
 
 
 def _back_to_book(request: AuthenticatedHttpRequest, organization: Organization, anchor: str,
                   said: str) -> HttpResponse:  # fmt: skip
     messages.success(request, said)
-    several = len([o for o in _organizations(request) if prices.may_change(request.user, o)]) > 1
-    query = f"?{_query(organization=organization.slug)}" if several else ""
+    query = f"?{_query(organization=organization.slug)}" if len(_books(request)) > 1 else ""
     return redirect(f"{reverse('price-book')}{query}#{anchor}")
 
 
@@ -563,7 +566,8 @@ def edit(request: AuthenticatedHttpRequest, kind: str, pk: int) -> HttpResponse:
             status = BAD_REQUEST
         else:
             return _back_to_book(request, organization, f"{kind}-{row.pk}", f"{NOUNS[kind]} changed: {described(row)}.")
-    return render(request, "billing/prices_edit.html", {"row": row, "form": form, "kind": kind}, status=status)
+    context = {"row": row, "form": form, "kind": kind, "hours_per_month": prices.HOURS_PER_MONTH}
+    return render(request, "billing/prices_edit.html", context, status=status)
 
 
 @login_required
