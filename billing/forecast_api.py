@@ -149,11 +149,11 @@ class ForecastView(APIView):
             errors["organization"] = [why]
         flavor = request.query_params.get("flavor")
         names: set[str] = set()
-        if organization is not None:
+        if flavor is not None and organization is not None:
             names = set(AcceleratorType.objects.filter(organization=organization).values_list("name", flat=True))
-        if flavor is not None and flavor not in names and (errors or organization is None):
-            errors["flavor"] = [_no_flavor(flavor, names)]
-        if errors:
+        if errors:  # (an organization not found is one)
+            if flavor is not None and flavor not in names:
+                errors["flavor"] = [_no_flavor(flavor, names)]
             raise exceptions.ValidationError(errors)
         assert organization is not None
         result = forecast_organization(organization, query.validated_data["horizon"])
