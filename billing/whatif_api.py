@@ -99,7 +99,9 @@ class WhatIfFilter(django_filters.FilterSet):  # type: ignore[misc]
         fields = ["status", "cluster"]
 
     def filter_cluster(self, queryset: QuerySet[WhatIf], name: str, value: str) -> QuerySet[WhatIf]:
-        by_id = Q(cluster_id=int(value)) if value.isdigit() else Q()
+        # ``cluster__pk``, not ``cluster_id``: only the former matches nothing for an id past the column's range
+        # (SQLite raised OverflowError, a 500).
+        by_id = Q(cluster__pk=int(value)) if value.isdigit() else Q()
         return queryset.filter(Q(cluster__slug=value) | by_id)
 
 
