@@ -16,9 +16,9 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
 from django.shortcuts import render
-from django.urls import reverse
 from django.views.decorators.http import require_GET
 
+from billing.finance_views import CHART_LAYOUT
 from billing.forecast import HORIZONS, Backtest, FlavorForecast, Predicted
 from billing.forecast_history import finance_organizations, forecast_organization
 from portal.models import Organization
@@ -26,7 +26,6 @@ from portal.types import AuthenticatedHttpRequest
 
 #: History shown before the forecast: 26 weeks of days, or two years of weeks.
 SHOWN = {"day": 182, "week": 104}
-WHAT_IFS = "/billing/what-ifs/"  # billing/whatif_urls.py's page
 COLORS = {
     "demand": "#2453c7",
     "used": "#7a8fd6",
@@ -35,7 +34,6 @@ COLORS = {
     "band95": "rgba(36, 83, 199, 0.12)",
     "capacity": "#d92d20",
 }
-FONT = {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12}
 
 
 def hours(value: float | None) -> str:
@@ -48,7 +46,6 @@ def percent(value: float | None) -> str:
 
 def chart(result: FlavorForecast, today: date) -> dict[str, Any]:
     """History, forecast and its bands, and capacity (recorded, then today's fleet carried forward)."""
-    per = "a day" if result.period == "day" else "a week"
     history = result.history[-SHOWN[result.period] :]
     past = [p.start.isoformat() for p in history]
     ahead = [p.start.isoformat() for p in result.forecast]
@@ -80,15 +77,12 @@ def chart(result: FlavorForecast, today: date) -> dict[str, Any]:
     if any(c is not None for c in capacity):
         data.append(line("Capacity", past + ahead, capacity, COLORS["capacity"], line={"shape": "hv", "width": 1.5}))
     layout = {
+        **CHART_LAYOUT,
         "height": 340,
         "margin": {"l": 70, "r": 10, "t": 30, "b": 40},
-        "legend": {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"},
-        "font": FONT,
-        "paper_bgcolor": "#ffffff",
-        "plot_bgcolor": "#ffffff",
         "hovermode": "x unified",
         "xaxis": {"type": "date", "automargin": True},
-        "yaxis": {"title": {"text": f"Accelerator-hours {per}"}, "rangemode": "tozero", "automargin": True},
+        "yaxis": {"title": {"text": f"Accelerator-hours a {result.period}"}, "rangemode": "tozero", "automargin": True},
         "shapes": [
             {
                 "type": "line",
@@ -107,9 +101,9 @@ def chart(result: FlavorForecast, today: date) -> dict[str, Any]:
 
 def backtest_words(test: Backtest) -> str:
     """The backtest in a sentence: what was held back and how the forecast did on it."""
-    if not test.ok and test.mape is None and not test.held_back:
+    if not test.held_back:
         return f"No backtest: {test.message}."
-    unit = "days" if test.period == "day" else "weeks"
+    unit = f"{test.period}s"
     if test.mape is None:
         return f"Fitted without the last {test.held_back} {unit}: {test.message}."
     zeros = f" ({test.zeros_skipped} {unit} without demand left out)" if test.zeros_skipped else ""
@@ -172,9 +166,6 @@ def forecasts_context(organizations: list[Organization], horizon: str) -> dict[s
         "horizon": chosen,
         "horizons": list(HORIZONS.values()),
         "sections": sections,
-        "per": "day" if chosen.period == "day" else "week",
-        "what_ifs_url": WHAT_IFS,
-        "page_url": reverse("capacity-forecast"),
     }
 
 
@@ -188,7 +179,7 @@ def capacity(request: AuthenticatedHttpRequest) -> HttpResponse:
     horizon = request.GET.get("horizon", "12w")
     if horizon not in HORIZONS:
         error = f"horizon: {horizon!r} is not one of {', '.join(HORIZONS)}."
-        context = {"error": error, "horizons": list(HORIZONS.values()), "page_url": reverse("capacity-forecast")}
+        context = {"error": error, "horizons": list(HORIZONS.values())}
         return render(request, "billing/capacity.html", context, status=400)
     context = forecasts_context(organizations, horizon)
     partial = request.headers.get("HX-Request") == "true"
