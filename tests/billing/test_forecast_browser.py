@@ -20,18 +20,13 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import Page, expect, sync_playwright
 
-from portal.demo import DEMO_PASSWORD
 from tests.billing.test_forecast_history import Lab, lab  # noqa: F401 - the fixture
+from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, _require_chromium, sign_in_as
 
 pytestmark = pytest.mark.browser
 
 SHOTS = Path(os.environ.get("QM_SHOTS") or Path(__file__).resolve().parents[2] / "test-artifacts" / "browser")
 WEEK = (1.0, 1.1, 1.15, 1.1, 1.0, 0.55, 0.45)
-
-
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-quic"]  # fmt: skip
 
 
 def shot(page: Page, name: str) -> None:
@@ -42,10 +37,7 @@ def shot(page: Page, name: str) -> None:
 def in_chromium(base_url: str, steps: Callable[[Page], None]) -> None:
     """Run ``steps`` on a fresh page of a headless Chromium started in a thread of its own; what they raise is
     raised here."""
-    if not CHROMIUM.exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"{CHROMIUM} is required in CI to run the browser tests (apt-get install chromium)")
-        pytest.skip("Debian's chromium is not installed (apt-get install chromium); browser tests skipped")
+    _require_chromium()
     failures: list[BaseException] = []
 
     def run() -> None:
@@ -67,14 +59,6 @@ def in_chromium(base_url: str, steps: Callable[[Page], None]) -> None:
     thread.join()
     if failures:
         raise failures[0]
-
-
-def sign_in_as(page: Page, username: str) -> None:
-    page.goto("/login/")
-    page.locator("#id_username").fill(username)
-    page.locator("#id_password").fill(DEMO_PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
-    expect(page.get_by_test_id("username")).to_have_text(username)
 
 
 @pytest.fixture

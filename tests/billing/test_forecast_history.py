@@ -9,7 +9,6 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import pytest
-from django.core.cache import cache
 
 from billing import forecast_history
 from billing.forecast_history import (
@@ -109,7 +108,6 @@ class Lab:
 
 @pytest.fixture
 def lab(world: World) -> Lab:
-    cache.clear()
     org = world.org
     flavors = {name: AcceleratorType.objects.create(organization=org, name=name) for name in ("A100", "H100")}
     cluster = Cluster.objects.create(organization=org, name="lab", slug="lab", kind=Cluster.Kind.SIMULATED,
