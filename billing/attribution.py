@@ -159,6 +159,19 @@ class Attribution:
             "total": sum(line.total for line in self.lines),
         }
 
+    @property
+    def unallocated(self) -> int:
+        return self.unallocated_idle + self.unallocated_overhead
+
+    def fleet_totals(self) -> dict[str, int]:
+        """``totals`` with what stayed unallocated: the whole fleet's idle and overhead, its ``total`` the
+        fleet's total (the identity the allocation keeps)."""
+        totals = self.totals()
+        totals["idle"] += self.unallocated_idle
+        totals["overhead"] += self.unallocated_overhead
+        totals["total"] += self.unallocated
+        return totals
+
     def rollup(self, by: Sequence[str]) -> list[dict[str, Any]]:
         """The lines summed per value of the ``by`` dimensions, largest total first."""
         sums: dict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0, 0, 0, 0])

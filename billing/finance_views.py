@@ -291,9 +291,9 @@ def _chargeback(organization: Organization, month: Attribution, teams: list[Team
     team_rows = _team_rows(teams, month, organization)
     for row in team_rows:
         row["share"] = percent(row["total_cents"], month.fleet_total)
-    unallocated = month.unallocated_idle + month.unallocated_overhead
-    idle = totals["idle"] + month.unallocated_idle
-    overhead = totals["overhead"] + month.unallocated_overhead
+    unallocated = month.unallocated
+    fleet = month.fleet_totals()
+    idle, overhead = fleet["idle"], fleet["overhead"]
     headline = [
         ("Fleet total", amount(month.fleet_total), "capacity cost + shared overhead"),
         ("Capacity cost", amount(month.capacity_cost), f"{percent(totals['usage'], month.capacity_cost)} used"),

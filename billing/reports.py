@@ -73,17 +73,11 @@ def fleet_rows(attribution: Attribution) -> Iterator[Row]:
     label = month_label(attribution.month)
     for row in attribution.rollup(["team"]):
         yield [label, row["team_name"], *_amounts(row)]
-    if attribution.unallocated_idle or attribution.unallocated_overhead:
-        idle, overhead = attribution.unallocated_idle, attribution.unallocated_overhead
-        yield [label, "Unallocated (no usage this month)", Decimal("0.000"), money(0), money(idle), money(overhead),
-               money(idle + overhead)]  # fmt: skip
-    totals = attribution.totals()
-    idle, overhead = (
-        totals["idle"] + attribution.unallocated_idle,
-        totals["overhead"] + attribution.unallocated_overhead,
-    )
-    yield [label, "Fleet total", hours(totals["milli_seconds"]), money(totals["usage"]), money(idle), money(overhead),
-           money(attribution.fleet_total)]  # fmt: skip
+    if attribution.unallocated:
+        yield [label, "Unallocated (no usage this month)", Decimal("0.000"), money(0),
+               money(attribution.unallocated_idle), money(attribution.unallocated_overhead),
+               money(attribution.unallocated)]  # fmt: skip
+    yield [label, "Fleet total", *_amounts(attribution.fleet_totals())]
 
 
 def pool_rows(attribution: Attribution) -> Iterator[Row]:
@@ -181,15 +175,15 @@ def statement_xlsx(attribution: Attribution, team: int, jobs: Iterable[JobCost])
 
 
 def fleet_xlsx(attribution: Attribution) -> IO[bytes]:
-    totals = attribution.totals()
+    totals = attribution.fleet_totals()
     summary = [
         ("Fleet summary", month_label(attribution.month)),
         ("Capacity cost", money(attribution.capacity_cost)),
         ("Shared overhead", money(attribution.overhead)),
         ("Fleet total", money(attribution.fleet_total)),
         ("Usage", money(totals["usage"])),
-        ("Idle capacity", money(totals["idle"] + attribution.unallocated_idle)),
-        ("Unallocated", money(attribution.unallocated_idle + attribution.unallocated_overhead)),
+        ("Idle capacity", money(totals["idle"])),
+        ("Unallocated", money(attribution.unallocated)),
         ("Unpriced accelerator-hours", hours(attribution.unpriced_milli_seconds)),
         ("How it is allocated", RULE),
         ("Generated", dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")),
