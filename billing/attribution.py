@@ -231,7 +231,7 @@ def to_cents(amount: Decimal) -> int:
     return int((amount * 100).to_integral_value(rounding=ROUND_HALF_UP))
 
 
-def _ms(*fields: str) -> Any:
+def product_sum(*fields: str) -> Any:
     """The product of these integer fields as a 64-bit integer (their 32-bit product could overflow)."""
     product: Any = Cast(fields[0], BigIntegerField())
     for name in fields[1:]:
@@ -243,7 +243,7 @@ def _usage(organization_id: int, start: dt.date, end: dt.date) -> list[dict[str,
     return list(
         UsageRecord.objects.filter(organization_id=organization_id, day__gte=start, day__lt=end)
         .values("day", "team_id", "project_id", "user_id", "cluster_id", "flavor_id", "capacity_type")
-        .annotate(ms=_ms("seconds", "milli"))
+        .annotate(ms=product_sum("seconds", "milli"))
         .order_by()
     )
 
@@ -252,7 +252,7 @@ def _capacity(organization_id: int, start: dt.date, end: dt.date) -> list[dict[s
     return list(
         CapacityRecord.objects.filter(organization_id=organization_id, day__gte=start, day__lt=end)
         .values("day", "cluster_id", "flavor_id", "capacity_type")
-        .annotate(ms=_ms("seconds", "accelerators"))
+        .annotate(ms=product_sum("seconds", "accelerators"))
         .order_by()
     )
 

@@ -37,7 +37,7 @@ from django.db.models.functions import Coalesce, Greatest, NullIf, TruncDate, Tr
 from django.utils import timezone
 
 from billing import whatif
-from billing.attribution import _ms  # the sum of a product of integer fields, in 64 bits
+from billing.attribution import product_sum
 from billing.forecast import HORIZONS, FlavorForecast, FlavorHistory, carried, days_between, filled, forecast_flavor
 from billing.models import CapacityRecord, UsageRecord
 from clusters.models import AcceleratorType, Node
@@ -149,7 +149,7 @@ def used_hours(organization: Organization, first: date, last: date) -> dict[tupl
     rows = (
         UsageRecord.objects.filter(organization=organization, day__gte=first, day__lte=last)
         .values("flavor_id", "day")
-        .annotate(milli_seconds=_ms("seconds", "milli"))
+        .annotate(milli_seconds=product_sum("seconds", "milli"))
         .order_by()
     )
     return {(r["flavor_id"], r["day"]): float(r["milli_seconds"]) / 1000 / 3600 for r in rows}
@@ -160,7 +160,7 @@ def capacity_hours(organization: Organization, first: date, last: date) -> dict[
     rows = (
         CapacityRecord.objects.filter(organization=organization, day__gte=first, day__lte=last)
         .values("flavor_id", "day")
-        .annotate(accelerator_seconds=_ms("accelerators", "seconds"))
+        .annotate(accelerator_seconds=product_sum("accelerators", "seconds"))
         .order_by()
     )
     return {(r["flavor_id"], r["day"]): float(r["accelerator_seconds"]) / 3600 for r in rows}
@@ -173,7 +173,7 @@ def backlog_hours(organization: Organization) -> dict[str | None, float]:
         Job.objects.filter(team__organization=organization, state__in=WAITING, accelerators__gt=0)
         .annotate(w_flavor=_job_flavor("", Subquery(current)))
         .values("w_flavor")
-        .annotate(asked=_ms("workers", "accelerators", "accelerator_milli", "time_limit"))
+        .annotate(asked=product_sum("workers", "accelerators", "accelerator_milli", "time_limit"))
         .order_by()
     )
     return {r["w_flavor"]: float(r["asked"]) / 1000 / 3600 for r in rows}
