@@ -232,7 +232,7 @@ def to_cents(amount: Decimal) -> int:
 
 
 def product_sum(*fields: str) -> Any:
-    """The product of these integer fields as a 64-bit integer (their 32-bit product could overflow)."""
+    """The sum over the rows of the product of these integer fields, multiplied in 64 bits (in 32 they overflow)."""
     product: Any = Cast(fields[0], BigIntegerField())
     for name in fields[1:]:
         product = product * F(name)
