@@ -4,6 +4,10 @@ Both read an ``Attribution`` (``attribution.py``) already cut to what the reader
 is the same whole-cent amount the pages and the API show, and a statement's lines add up to its total.
 CSV is written row by row as it is sent; XLSX is written by openpyxl's write-only workbook into a spooled
 temporary file (memory up to a few megabytes, disk beyond) and sent from there in chunks.
+
+Every cell is data, never a formula: names come from users (a job called ``=HYPERLINK(...)``, a project called
+``=cmd|' /C calc'!A0``), and a spreadsheet would run them. ``reads_as_formula`` is the one rule both writers
+ask (OWASP's, for CSV injection); each marks such a text as text in its own format.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from decimal import Decimal
 from typing import IO, Any
 
 from openpyxl import Workbook
-from openpyxl.cell import WriteOnlyCell
+from openpyxl.cell import Cell, WriteOnlyCell
 from openpyxl.styles import Font
 from openpyxl.worksheet._write_only import WriteOnlyWorksheet
 
@@ -101,6 +105,21 @@ def job_rows(attribution: Attribution, jobs: Iterable[JobCost]) -> Iterator[Row]
                names.of("user", job.user), hours(job.milli_seconds), money(job.cost)]  # fmt: skip
 
 
+#: A cell whose text starts with one of these is taken for a formula by Excel, LibreOffice or Google Sheets.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def reads_as_formula(value: Any) -> bool:
+    """Whether a spreadsheet would read this cell as a formula. Only texts are: amounts and hours are
+    ``Decimal``, days are dates, so a negative amount stays a number."""
+    return isinstance(value, str) and value.startswith(FORMULA_STARTS)
+
+
+def _csv_cell(value: Any) -> Any:
+    # A leading apostrophe is what a spreadsheet itself puts before a text that looks like a formula.
+    return f"'{value}" if reads_as_formula(value) else value
+
+
 class _Line:
     """A file-like object ``csv.writer`` writes one row into, which the stream then hands on."""
 
@@ -109,14 +128,25 @@ class _Line:
 
 
 def csv_stream(header: Row, rows: Iterable[Row]) -> Iterator[str]:
-    writer = csv.writer(_Line())
-    yield writer.writerow(header)
+    # Texts are quoted too, so a text holding a semicolon stays one cell where the list separator is ';'.
+    writer = csv.writer(_Line(), quoting=csv.QUOTE_NONNUMERIC)
+    yield writer.writerow([_csv_cell(value) for value in header])
     for row in rows:
-        yield writer.writerow(row)
+        yield writer.writerow([_csv_cell(value) for value in row])
 
 
 MONEY_FORMAT = "#,##0.00"
 HOURS_FORMAT = "#,##0.000"
+
+
+def _xlsx_cell(sheet: WriteOnlyWorksheet, value: Any) -> Cell:
+    cell = WriteOnlyCell(sheet, value=value)
+    if isinstance(value, str):
+        # openpyxl takes a text starting with '=' for a formula and '#N/A' for an error: a text is a string.
+        cell.data_type = "s"
+        # What Excel records for a typed leading apostrophe: shown as typed, and still text when edited.
+        cell.quotePrefix = reads_as_formula(value)
+    return cell
 
 
 def _sheet(book: Workbook, title: str, header: Row, rows: Iterable[Row]) -> None:
@@ -124,7 +154,7 @@ def _sheet(book: Workbook, title: str, header: Row, rows: Iterable[Row]) -> None
     bold = Font(bold=True)
     heading = []
     for text in header:
-        cell = WriteOnlyCell(sheet, value=text)
+        cell = _xlsx_cell(sheet, text)
         cell.font = bold
         heading.append(cell)
     sheet.append(heading)
@@ -133,7 +163,7 @@ def _sheet(book: Workbook, title: str, header: Row, rows: Iterable[Row]) -> None
     for row in rows:
         cells = []
         for i, value in enumerate(row):
-            cell = WriteOnlyCell(sheet, value=value)
+            cell = _xlsx_cell(sheet, value)
             if isinstance(value, Decimal):
                 cell.number_format = MONEY_FORMAT if i in money_columns else HOURS_FORMAT
             cells.append(cell)

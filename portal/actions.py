@@ -14,7 +14,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -151,7 +151,8 @@ def add_member(
     team: Team | None = None,
     request: HttpRequest | None = None,
 ) -> Membership:
-    """Give a user a role: a team role in `team`, or an organization role (admins only)."""
+    """Give a user a role: a team role in `team`, or an organization role (admins only). Who may be given
+    one is `_addable_user`'s rule."""
     role_value = _parse_role(role)
     if role_value in TEAM_ROLES:
         if team is None:
@@ -163,9 +164,7 @@ def add_member(
         if team is not None:
             raise ValidationError({"team": f"{role_value.label} is an organization-wide role; leave the team empty."})
         _require(actor, Action.CHANGE, organization, "grant organization-wide roles (organization admins only)")
-    user = get_user_model().objects.filter(username=(username or "").strip(), is_active=True).first()
-    if user is None:
-        raise ValidationError({"username": f"No active user is called {username!r}."})
+    user = _addable_user(actor, organization, username)
     if user.pk == actor.pk:
         raise PermissionDenied("You may not change your own roles.")
     try:
@@ -182,6 +181,34 @@ def add_member(
         where = team.name if team else organization.name
         raise ValidationError({"username": f"{user.get_username()} already has a role in {where}."}) from None
     return membership
+
+
+def _addable_user(actor: User, organization: Organization, username: str) -> User:
+    """The active user called `username` whom `actor` may give a role in `organization`.
+
+    A team lead adds people who already belong to the organization (any role in it). An organization admin
+    also adds accounts that belong to no organization yet (someone new, signed up or created by the
+    installation's administrator); a superuser, anyone. Somebody of another organization joins only through
+    them: otherwise a lead could sound out the installation's usernames and pull a stranger into the team
+    (which also moves the stranger's default organization in billing). Unknown, inactive and not allowed
+    get one and the same answer, so the answer tells nothing about who exists.
+    """
+    name = (username or "").strip()
+    found = get_user_model().objects.filter(username=name, is_active=True)
+    if not actor.is_superuser:
+        allowed = Q(pk__in=Membership.objects.filter(organization=organization).values("user"))
+        if can(actor, Action.CHANGE, organization):
+            allowed |= ~Q(pk__in=Membership.objects.values("user"))
+        found = found.filter(allowed)
+    user = found.first()
+    if user is None:
+        raise ValidationError(
+            {
+                "username": f"No user {name!r} you can add: a team lead adds people already in {organization.name}, "
+                "an organization admin also people new to the portal."
+            }
+        )
+    return user
 
 
 def change_role(

@@ -4,26 +4,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.contrib.contenttypes.models import ContentType
 from django.db import models
 
+from portal.client import client_address
 from portal.models import AuditLog, Organization
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
 
     from portal.types import AnyUser
-
-
-def client_ip(request: HttpRequest) -> str | None:
-    """The client's address; X-Forwarded-For is believed only behind a proxy we were told to trust."""
-    if settings.TRUST_X_FORWARDED_FOR:
-        forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
-        if forwarded:
-            return forwarded.split(",")[0].strip() or None
-    return request.META.get("REMOTE_ADDR") or None
 
 
 def organization_of(obj: models.Model | None) -> Organization | None:
@@ -76,6 +67,6 @@ def record(
         target_repr=str(target)[:200] if target is not None else "",
         changes=changes or {},
         reason=reason,
-        ip_address=client_ip(request) if request is not None else None,
+        ip_address=client_address(request) if request is not None else None,
         user_agent=(request.META.get("HTTP_USER_AGENT", "")[:300] if request is not None else ""),
     )

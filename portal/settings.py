@@ -8,6 +8,7 @@ See README.md for the variables.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -73,6 +74,7 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "axes",
     "portal",
     "scheduler",
     "clusters",
@@ -88,6 +90,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: turns a sign-in refused for too many failures into portal.signin's answer.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -197,6 +201,21 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Every way in (sign-in page, admin, API token, identity provider) is refused to a client address or username
+# with too many failed sign-ins: django-axes' backend comes first, before any backend that checks a password.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+SIGNIN_FAILURE_LIMIT = env_int("SIGNIN_FAILURE_LIMIT", 10, minimum=1)
+SIGNIN_COOLOFF_MINUTES = env_int("SIGNIN_COOLOFF_MINUTES", 15, minimum=1)
+AXES_FAILURE_LIMIT = SIGNIN_FAILURE_LIMIT
+AXES_COOLOFF_TIME = timedelta(minutes=SIGNIN_COOLOFF_MINUTES)
+AXES_LOCKOUT_PARAMETERS = "portal.signin.lockout_parameters"
+AXES_CLIENT_IP_CALLABLE = "portal.client.client_address"
+AXES_LOCKOUT_CALLABLE = "portal.signin.lockout_response"
+# Successful sign-ins are in the audit log already; axes' own log of them would grow without end.
+AXES_DISABLE_ACCESS_LOG = True
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -216,7 +235,6 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.Pagination",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
-    "DEFAULT_THROTTLE_RATES": {"auth": env_str("API_AUTH_THROTTLE", "20/minute")},
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
 SPECTACULAR_SETTINGS = {
@@ -291,7 +309,8 @@ if PRODUCTION:
     SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
     if env_bool("TRUST_X_FORWARDED_PROTO", False):
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-# The client address recorded in the audit log is taken from X-Forwarded-For only behind a trusted proxy.
+# The client address (audit log, sign-in lockouts: portal/client.py) is taken from X-Forwarded-For only when a
+# trusted proxy overwrites that header.
 TRUST_X_FORWARDED_FOR = env_bool("TRUST_X_FORWARDED_FOR", False)
 
 LOGGING = {

@@ -15,6 +15,7 @@ import pytest
 import requests
 from django.contrib.auth import authenticate
 from django.core.exceptions import ImproperlyConfigured
+from django.test import RequestFactory
 
 from portal.demo import USERS, seed_demo
 from portal.models import Membership, Organization, Project, Team
@@ -29,7 +30,8 @@ def test_seed_is_idempotent(db) -> None:  # type: ignore[no-untyped-def]
     assert [model.objects.count() for model in (Organization, Team, Project, Membership)] == counts
     assert {t.slug for t in Team.objects.all()} == {"vision", "robotics", "language"}
     for demo in USERS:
-        user = authenticate(username=demo.username, password="demo")
+        # As the sign-in page does: with the request, which the sign-in lockouts need.
+        user = authenticate(RequestFactory().post("/login/"), username=demo.username, password="demo")
         assert user is not None
         membership = Membership.objects.get(user=user)
         assert membership.role == demo.role

@@ -7,12 +7,11 @@ from typing import Any
 from django.contrib.auth import authenticate
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from portal import actions
@@ -155,21 +154,28 @@ class MeView(APIView):
 
 
 class TokenView(APIView):
-    """Exchange a username and password for a personal API token; DELETE revokes the token in use."""
+    """Exchange a username and password for a personal API token; DELETE revokes the token in use.
 
-    throttle_scope = "auth"
+    After too many wrong passwords from one address or for one username, every try is refused for a while,
+    even with the right password: 429, with Retry-After in seconds."""
 
     def get_permissions(self) -> list[Any]:
         return [AllowAny()] if self.request.method == "POST" else list(super().get_permissions())
 
-    def get_throttles(self) -> list[Any]:
-        return [ScopedRateThrottle()] if self.request.method == "POST" else []
-
-    @extend_schema(request=s.TokenRequestSerializer, responses={201: s.NewTokenSerializer}, auth=[])
+    @extend_schema(
+        request=s.TokenRequestSerializer,
+        responses={
+            201: s.NewTokenSerializer,
+            400: OpenApiResponse(description="`{error: {status, code, message, fields}}`"),
+            429: OpenApiResponse(description="Too many failed sign-ins: `{error: …}`, and Retry-After in seconds."),
+        },
+        auth=[],
+    )
     def post(self, request: Request) -> Response:
         form = s.TokenRequestSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         data = form.validated_data
+        # A locked-out client is refused here whatever the password, and answered 429 (portal/signin.py).
         user = authenticate(request._request, username=data["username"], password=data["password"])
         if user is None or not user.is_active:
             message = "Wrong username or password."
