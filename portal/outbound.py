@@ -97,7 +97,11 @@ class PolicyRefusal(Exception):
 
 class DestinationRefused(NewConnectionError, PolicyRefusal):
     """Raised by the policy's connections in place of connecting (urllib3 and requests treat it as a failed
-    connection)."""
+    connection). ``words`` is the policy's message alone, without urllib3's description of the connection."""
+
+    def __init__(self, conn: HTTPConnection, words: str) -> None:
+        super().__init__(conn, words)
+        self.words = words
 
 
 class RedirectRefused(ProtocolError, PolicyRefusal):
@@ -271,7 +275,7 @@ def explain(error: BaseException) -> str | None:
             continue
         seen.add(id(current))
         if isinstance(current, DestinationRefused):
-            return current._message
+            return current.words
         if isinstance(current, PolicyRefusal):
             return str(current)
         nested: Iterable[Any] = (

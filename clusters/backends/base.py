@@ -2,7 +2,8 @@
 
 A backend talks to one cluster (a Slurm controller, a Kubernetes API server, a Google Cloud TPU project
 and zone, or the embedded simulated fleet). It knows nothing of Django: it takes an endpoint, decrypted
-credentials and options, and returns frozen dataclasses. The sync task, the health checks and the
+credentials and options (and the outbound policy, whose default alone reads the settings), and returns
+frozen dataclasses. The sync task, the health checks and the
 placement loop turn those into rows.
 
 Every backend:
