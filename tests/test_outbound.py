@@ -246,6 +246,14 @@ def test_a_urllib3_pool_manager_obeys_the_policy(serve: Callable[..., tuple[int,
     assert handler.seen == []
     with pytest.raises(TypeError, match="proxy"):
         CLUSTERS.confine_pool_manager(urllib3.ProxyManager("http://127.0.0.1:3128"))
+    # A pool manager follows redirects itself (the Kubernetes client's would, with its bearer token): not here.
+    other_port, other = serve()
+    handler.answer = (302, {"Location": f"http://127.0.0.1:{other_port}/"})
+    manager = CLUSTERS_WITH_LOOPBACK.confine_pool_manager(urllib3.PoolManager())
+    with pytest.raises(outbound.RedirectRefused, match="HTTP 302"):
+        manager.request("GET", f"http://127.0.0.1:{port}/", headers={"Authorization": "Bearer s3cret"})
+    assert len(handler.seen) == 1
+    assert other.seen == []
 
 
 def test_no_proxy_is_taken_from_the_environment(
