@@ -9,7 +9,6 @@ auto-drain policy acting on its own.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import re
 from collections.abc import Mapping
@@ -17,7 +16,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.validators import URLValidator
 from django.db import IntegrityError, transaction
@@ -26,7 +24,7 @@ from django.utils.text import slugify
 
 from clusters.models import Cluster, Drain, MaintenanceWindow, Node, ProbeToken
 from clusters.secrets import CredentialsError
-from portal import audit
+from portal import audit, outbound
 from portal.tenancy import Action, can
 
 if TYPE_CHECKING:
@@ -233,30 +231,6 @@ def _text(fields: dict[str, Any], name: str, limit: int, *, required: bool = Tru
     return value
 
 
-#: Hosts that answer for the machine Quartermaster runs on, not for a cluster: the clouds' instance
-#: metadata services (their answers hold the server's own credentials).
-METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata", "instance-data", "instance-data.ec2.internal"})
-
-
-def _refuse_internal(host: str) -> None:
-    """Keep cluster endpoints off the server's own metadata service and, unless allowed, its loopback: an
-    org admin must not be able to make the sync read them and show the answer in ``last_error``.
-    Private addresses stay allowed: on-prem clusters live there."""
-    host = host.strip("[]").lower()
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        address = None
-    if host in METADATA_HOSTS or (address is not None and address.is_link_local):
-        raise ValidationError({"endpoint": "That address is the server's own metadata service, not a cluster."})
-    if (host == "localhost" or (address is not None and address.is_loopback)) and not getattr(
-        settings, "CLUSTER_ENDPOINTS_ALLOW_LOOPBACK", False
-    ):
-        raise ValidationError(
-            {"endpoint": "That address is this server itself; set CLUSTER_ENDPOINTS_ALLOW_LOOPBACK to allow it."}
-        )
-
-
 def _endpoint(kind: str, given: Any) -> str:
     endpoint = "" if given is None else str(given).strip()
     if kind == Cluster.Kind.SIMULATED:
@@ -272,11 +246,13 @@ def _endpoint(kind: str, given: Any) -> str:
         raise ValidationError({"endpoint": "Enter an http:// or https:// URL."}) from None
     if len(endpoint) > 500:
         raise ValidationError({"endpoint": "Ensure this field has no more than 500 characters."})
-    parts = urlsplit(endpoint)
-    _refuse_internal(parts.hostname or "")
-    if parts.username or parts.password:
+    if urlsplit(endpoint).username is not None:
         # The endpoint is shown on the cluster's page and in the audit log; credentials are not.
         raise ValidationError({"endpoint": "Leave the user and password out of the URL: give them as credentials."})
+    # The sync will connect there from inside the server's network, and show what it finds to the organization:
+    # never the server's metadata service, nor (unless allowed) the server itself. Checked again at each
+    # connection, against the addresses the name has then.
+    outbound.for_clusters().validate(endpoint, "endpoint")
     return endpoint
 
 
@@ -373,6 +349,16 @@ def _credentials(kind: str, given: Mapping[str, str], stored: dict[str, str]) ->
             key = None
         if not isinstance(key, dict) or key.get("type") != "service_account":
             raise ValidationError({"credentials": "service_account_json must be a service-account key file (JSON)."})
+        # google-auth posts to the key's token_uri to get tokens: the same rules as the endpoint (and the
+        # backend checks again when it connects).
+        token_uri = key.get("token_uri")
+        if token_uri is not None:
+            if not isinstance(token_uri, str):
+                raise ValidationError({"credentials": "service_account_json: token_uri must be a URL."})
+            try:
+                outbound.for_clusters().check(token_uri)
+            except outbound.Refused as refused:
+                raise ValidationError({"credentials": f"service_account_json: token_uri: {refused}"}) from None
     return merged
 
 

@@ -47,8 +47,11 @@ if not SECRET_KEY:
     SECRET_KEY = _embedded_secret_key()
 # Encrypts cluster credentials at rest (clusters/secrets.py); SECRET_KEY's when unset.
 CREDENTIALS_KEY = env_str("CREDENTIALS_KEY") or ""
-# Cluster endpoints on this machine's loopback (a Slurm lab, a test server): allowed outside production.
+# Where outbound requests to addresses tenants give may go (portal/outbound.py). Cluster endpoints on this
+# machine's loopback (a Slurm lab, a test server): allowed outside production. Webhooks (set by team leads)
+# on private networks or loopback: only where the site's relay lives there.
 CLUSTER_ENDPOINTS_ALLOW_LOOPBACK = env_bool("CLUSTER_ENDPOINTS_ALLOW_LOOPBACK", not PRODUCTION)
+WEBHOOKS_ALLOW_PRIVATE = env_bool("WEBHOOKS_ALLOW_PRIVATE", False)
 # Node health probes: at most one report per node this often.
 PROBE_MIN_INTERVAL_SECONDS = env_int("PROBE_MIN_INTERVAL_SECONDS", 10, minimum=1)
 #: How long the placement loop's leader lock outlives a leader that died (it is renewed between cycles).

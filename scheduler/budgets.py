@@ -47,6 +47,7 @@ from django.db.models import DurationField, Q, Sum, Value
 from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
+from portal import outbound
 from portal.models import Membership, Project, Team
 from portal.tenancy import Role
 from scheduler import quotas
@@ -69,6 +70,8 @@ MAX_RECIPIENTS = 20
 WEBHOOK_TIMEOUT = 10.0
 #: How many times an alert's delivery is tried before it is left for a person to look at.
 MAX_DELIVERY_ATTEMPTS = 12
+#: What a failed webhook delivery records, whatever the failure (the server's log has the reason).
+WEBHOOK_FAILED = "webhook: not delivered"
 MONEY = Decimal("0.01")
 #: The largest limit anyone may set (accelerator-hours or money a month).
 MOST = Decimal(10) ** 11
@@ -276,8 +279,14 @@ def _webhook(value: Any, errors: dict[str, str]) -> str:
             URLValidator(schemes=["http", "https"])(url)
         except ValidationError:
             errors["webhook_url"] = "An http:// or https:// URL."
+            return url
         if len(url) > 500:
             errors["webhook_url"] = "At most 500 characters."
+            return url
+        try:
+            outbound.for_webhooks().check(url)
+        except outbound.Refused as refused:
+            errors["webhook_url"] = str(refused)
     return url
 
 
@@ -498,16 +507,13 @@ def deliver(alert_id: int, now: datetime | None = None) -> bool:
                 failures.append(f"e-mail: {error}")
         if budget.webhook_url and alert.webhook_sent_at is None:
             try:
-                response = requests.post(
-                    budget.webhook_url,
-                    json=payload(alert),
-                    headers={"Idempotency-Key": f"quartermaster-budget-alert-{alert.pk}"},
-                    timeout=WEBHOOK_TIMEOUT,
-                )
-                response.raise_for_status()
+                _post_webhook(budget.webhook_url, payload(alert), f"quartermaster-budget-alert-{alert.pk}")
                 alert.webhook_sent_at = now
-            except requests.RequestException as error:
-                failures.append(f"webhook: {error}")
+            except (requests.RequestException, outbound.Refused) as error:
+                # The lead who set the URL reads last_error: one message whatever happened, so that it tells
+                # nothing of what answers where inside the network. The reason is in the server's log.
+                log.warning("budget alert %s: the webhook to %s failed: %s", alert_id, _host(budget.webhook_url), error)
+                failures.append(WEBHOOK_FAILED)
         alert.attempts += 1
         alert.last_error = "; ".join(failures)
         alert.save(update_fields=["emailed_at", "emailed_to", "webhook_sent_at", "attempts", "last_error"])
@@ -515,6 +521,18 @@ def deliver(alert_id: int, now: datetime | None = None) -> bool:
         log.warning("budget alert %s not delivered (attempt %s): %s", alert_id, alert.attempts, alert.last_error)
         raise DeliveryFailed(alert.last_error)
     return True
+
+
+def _post_webhook(url: str, body: dict[str, Any], key: str) -> None:
+    """POST ``body`` to ``url`` through the webhooks' outbound policy (checked again now: the URL may predate the
+    policy, and its name may resolve elsewhere today); any answer but 2xx, a redirect included, is a failure."""
+    policy = outbound.for_webhooks()
+    policy.check(url)
+    with policy.session() as session:
+        response = session.post(url, json=body, headers={"Idempotency-Key": key}, timeout=WEBHOOK_TIMEOUT)
+        response.close()
+    if not 200 <= response.status_code < 300:
+        raise requests.HTTPError(f"HTTP {response.status_code}", response=response)
 
 
 def undelivered(older_than: timedelta = timedelta(minutes=2), now: datetime | None = None) -> list[int]:

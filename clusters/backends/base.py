@@ -2,13 +2,19 @@
 
 A backend talks to one cluster (a Slurm controller, a Kubernetes API server, a Google Cloud TPU project
 and zone, or the embedded simulated fleet). It knows nothing of Django: it takes an endpoint, decrypted
-credentials and options, and returns frozen dataclasses. The sync task, the health checks and the
+credentials and options (and the outbound policy, whose default alone reads the settings), and returns
+frozen dataclasses. The sync task, the health checks and the
 placement loop turn those into rows.
 
 Every backend:
 - raises only ``BackendError`` subclasses, with a message a cluster admin can act on (``Unreachable``,
   ``AuthenticationFailed``, ``BadResponse`` for malformed or partial answers, ``Refused`` when the
-  cluster says no, e.g. an eviction forbidden by a disruption budget, ``NotFound``);
+  cluster says no, e.g. an eviction forbidden by a disruption budget, ``NotFound``, ``NotAllowed`` when
+  the outbound policy refuses the address or a redirect). The message is shown on the cluster's pages to
+  every member of the organization, so what the far end sent in its own words (an answer's body) is never
+  in it: it is the error's ``detail``, which goes to the server's log;
+- connects only through the outbound policy it is given (``portal.outbound``; cluster endpoints' by
+  default): to addresses it checked, without following redirects;
 - has a **dry-run** mode: mutating calls (``submit``, ``cancel``, ``cordon``, ``drain``, ``resume``)
   check their arguments and return what they would have done, without calling the cluster; reads still
   read;
@@ -19,17 +25,35 @@ Every backend:
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, ClassVar
 
+from portal import outbound
+
 KINDS = ("simulated", "slurm", "kubernetes", "tpu")
+#: How much of an answer's body the server's log keeps.
+DETAIL_LIMIT = 2000
+
+log = logging.getLogger(__name__)
 
 
 class BackendError(Exception):
-    """A backend call failed; the message says why in words an admin can act on."""
+    """A backend call failed; the message says why in words an admin can act on.
+
+    ``detail`` is what the far end said in its own words (an answer's body, a token endpoint's reply): it is
+    logged here, once, and is never part of the message, which every member of the organization may read.
+    An endpoint that is not the cluster it claims to be (a metadata service, an internal page) therefore
+    shows nothing of its answer on the portal."""
+
+    def __init__(self, message: str = "", *, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail[:DETAIL_LIMIT]
+        if detail:
+            log.warning("%s: %s; the answer: %r", type(self).__name__, message, self.detail)
 
 
 class Unreachable(BackendError):
@@ -50,6 +74,17 @@ class Refused(BackendError):
 
 class NotFound(BackendError):
     """The node or job named does not exist on the cluster."""
+
+
+class NotAllowed(BackendError):
+    """The outbound policy refused: the endpoint (or a name it resolves to) is an address cluster endpoints may
+    not reach, or the endpoint answered with a redirect, which is not followed."""
+
+
+def not_allowed(error: BaseException, where: str) -> NotAllowed | None:
+    """``NotAllowed`` naming ``where`` when ``error`` came from the outbound policy; None for other failures."""
+    words = outbound.explain(error)
+    return None if words is None else NotAllowed(f"{where}: {words}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,12 +204,15 @@ class Backend:
         *,
         dry_run: bool = False,
         timeout: float = 10.0,
+        destinations: outbound.Policy | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.credentials = dict(credentials or {})
         self.options = dict(options or {})
         self.dry_run = dry_run
         self.timeout = timeout
+        #: Where the backend may connect: the cluster endpoints' policy unless told otherwise.
+        self.destinations = destinations or outbound.for_clusters()
 
     # reads
     def inventory(self) -> Inventory:

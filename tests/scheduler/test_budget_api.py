@@ -144,6 +144,9 @@ def test_an_admin_sets_a_teams_budget(budgeted: Fleet) -> None:
         ({"recipients": "ops@lab.example"}, "recipients"),
         ({"recipients": ["not-an-address"]}, "recipients"),
         ({"webhook_url": "ftp://hooks.example.com"}, "webhook_url"),
+        ({"webhook_url": "http://[::ffff:169.254.169.254]/latest/meta-data/"}, "webhook_url"),  # a metadata service
+        ({"webhook_url": "http://10.0.0.7:8080/hook"}, "webhook_url"),  # a private network: not for leads' hooks
+        ({"webhook_url": "http://localhost:6379/"}, "webhook_url"),  # the server itself, by a name that resolves
         ({"reason": ""}, "reason"),
         ({"acclerator_hours": 10}, "acclerator_hours"),  # misspelt: not taken for no limit
         ({"team": None}, "team"),

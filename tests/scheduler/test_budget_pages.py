@@ -235,6 +235,8 @@ def test_an_admin_sets_the_teams_budget_without_htmx_and_is_sent_back_to_the_pag
         ({"accelerator_hours": "70"}, "accelerator_hours", "at most 60 is left for this one"),
         ({"recipients": "ops@lab.example, not-an-address"}, "recipients", "Not an e-mail address: not-an-address"),
         ({"webhook_url": "ftp://hooks.example.com/x"}, "webhook_url", "An http:// or https:// URL"),
+        ({"webhook_url": "http://metadata.google.internal./x"}, "webhook_url", "is a cloud metadata service"),
+        ({"webhook_url": "http://192.168.1.20/x"}, "webhook_url", "a private network address"),
         ({"reason": " "}, "reason", "Say why"),
         ({"target": "project:999999"}, "target", "Choose the team or one of its projects"),
     ],

@@ -27,6 +27,7 @@ import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from http import HTTPStatus
 from typing import Any
 
 import urllib3
@@ -49,6 +50,7 @@ from clusters.backends.base import (
     NotFound,
     Refused,
     Unreachable,
+    not_allowed,
 )
 from clusters.backends.kubernetes.jobs import JOB_ID_ANNOTATION, JOB_LABEL, job_manifest, job_name, job_state
 from clusters.backends.kubernetes.nodes import NodeLabels, health_signals, node_info, pod_usage
@@ -72,7 +74,8 @@ class KubernetesBackend(Backend):
 
     def _client(self) -> client.ApiClient:
         if self._api is None:
-            config = client.Configuration(host=self.endpoint.rstrip("/"))
+            # No proxy from the environment: the connection must go to the address the policy checked.
+            config = client.Configuration(host=self.endpoint.rstrip("/"), proxy="")
             token = self.credentials.get("token")
             if token:
                 config.api_key = {"BearerToken": token}
@@ -83,7 +86,9 @@ class KubernetesBackend(Backend):
                 config.verify_ssl = False
             # One retry for a refused connection; none for reads, so a timeout costs one ``timeout``.
             config.retries = urllib3.Retry(total=1, read=0, redirect=0)
-            self._api = client.ApiClient(config)
+            api = client.ApiClient(config)
+            self.destinations.confine_pool_manager(api.rest_client.pool_manager)
+            self._api = api
         return self._api
 
     def _core(self) -> client.CoreV1Api:
@@ -123,6 +128,9 @@ class KubernetesBackend(Backend):
         except ApiException as e:
             raise self._api_error(e, what) from e
         except (urllib3.exceptions.HTTPError, OSError) as e:
+            refused = not_allowed(e, f"the API server at {self.endpoint}")
+            if refused is not None:
+                raise refused from e
             reason = getattr(e, "reason", None) or e
             if isinstance(reason, urllib3.exceptions.SSLError):
                 raise Unreachable(
@@ -135,23 +143,30 @@ class KubernetesBackend(Backend):
 
     def _api_error(self, e: ApiException, what: str) -> BackendError:
         status = e.status or 0
-        message = status_message(e)
+        message, detail = status_message(e), answer_body(e)
         if status == 0:  # raised by the client itself: TLS failures and unsupported content types
             if "SSL" in message:
-                return Unreachable(f"TLS with the API server at {self.endpoint} failed {what}: {message}")
-            return BadResponse(f"the API server at {self.endpoint} answered {what} with {message}")
+                return Unreachable(
+                    f"TLS with the API server at {self.endpoint} failed {what}: {message}", detail=detail
+                )
+            return BadResponse(f"the API server at {self.endpoint} answered {what} with {message}", detail=detail)
         if status == 401:
-            return AuthenticationFailed(f"the API server at {self.endpoint} refused the token {what} ({message})")
+            return AuthenticationFailed(
+                f"the API server at {self.endpoint} refused the token {what} ({message})", detail=detail
+            )
         if status == 403:
             return AuthenticationFailed(
                 f"the API server at {self.endpoint} forbade {what}: {message} (grant the token's service account "
-                "that permission)"
+                "that permission)",
+                detail=detail,
             )
         if status == 404:
-            return NotFound(f"{message} ({what})")
+            return NotFound(f"{message} ({what})", detail=detail)
         if status == 429 or status >= 500:
-            return Unreachable(f"the API server at {self.endpoint} is unavailable {what}: HTTP {status} {message}")
-        return Refused(f"the API server refused {what}: HTTP {status} {message}")
+            return Unreachable(
+                f"the API server at {self.endpoint} is unavailable {what}: HTTP {status} {message}", detail=detail
+            )
+        return Refused(f"the API server refused {what}: HTTP {status} {message}", detail=detail)
 
     # reads
 
@@ -398,15 +413,35 @@ def invalid(e: ValueError) -> str:
     return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
-def status_message(e: ApiException) -> str:
-    """The ``message`` of the ``Status`` object an API error carries, with the first cause's if any."""
+def _status(e: ApiException) -> dict[str, Any] | None:
+    """The ``Status`` object an API error carries; None when its body is something else."""
     body = e.body.decode(errors="replace") if isinstance(e.body, bytes) else e.body
     try:
         status = json.loads(body) if body else None
     except ValueError:
-        status = None
-    if not isinstance(status, dict) or not status.get("message"):
-        return str(e.reason or (body or "")[:200] or f"HTTP {e.status}")
+        return None
+    return status if isinstance(status, dict) and status.get("kind") == "Status" else None
+
+
+def answer_body(e: ApiException) -> str:
+    """An error's body when it is not a Kubernetes ``Status``: for the server's log (``BackendError.detail``),
+    never the message."""
+    if e.body is None or _status(e) is not None:
+        return ""
+    return e.body.decode(errors="replace") if isinstance(e.body, bytes) else str(e.body)
+
+
+def status_message(e: ApiException) -> str:
+    """The ``message`` of the ``Status`` object an API error carries, with the first cause's if any. Any other
+    body is not repeated (it may be anything an endpoint answers): the status's standard phrase stands in."""
+    if not e.status:  # raised by the client itself: its reason is its own words
+        return str(e.reason or "the client failed")
+    status = _status(e)
+    if status is None or not status.get("message"):
+        try:
+            return HTTPStatus(e.status).phrase
+        except ValueError:
+            return f"HTTP {e.status}"
     message = str(status["message"])
     causes = (status.get("details") or {}).get("causes") or []
     if causes and isinstance(causes[0], dict) and causes[0].get("message"):

@@ -50,8 +50,10 @@ from clusters.backends.base import (
     NotFound,
     Refused,
     Unreachable,
+    not_allowed,
 )
 from clusters.backends.slurm.parse import expand_hostlist, gpu_gres, job_state
+from portal import outbound
 
 API_VERSION = "v0.0.38"
 JOB_NAME_PREFIX = "qm-"
@@ -94,10 +96,12 @@ class SlurmBackend(Backend):
         *,
         dry_run: bool = False,
         timeout: float = 10.0,
+        destinations: outbound.Policy | None = None,
     ) -> None:
-        super().__init__(endpoint, credentials, options, dry_run=dry_run, timeout=timeout)
+        super().__init__(endpoint, credentials, options, dry_run=dry_run, timeout=timeout, destinations=destinations)
         self._base = f"{endpoint.rstrip('/')}/slurm/{API_VERSION}"
-        self._session = requests.Session()
+        # Redirects are refused there, so the token headers never go anywhere but the endpoint.
+        self._session = self.destinations.session()
 
     # ----------------------------------------------------------------------------------------- reads
 
@@ -381,12 +385,8 @@ class SlurmBackend(Backend):
         started = time.monotonic()
         try:
             response = self._session.request(method, url, json=body, headers=headers, timeout=self.timeout)
-        except requests.Timeout as exc:
-            raise Unreachable(f"slurmrestd at {self.endpoint} did not answer {call} within {self.timeout:g} s") from exc
-        except requests.ConnectionError as exc:
-            raise Unreachable(f"cannot connect to slurmrestd at {self.endpoint}: {_reason(exc)}") from exc
         except requests.RequestException as exc:
-            raise Unreachable(f"cannot reach slurmrestd at {self.endpoint!r}: {exc}") from exc
+            raise self._unreachable(exc, call) from exc
         elapsed = time.monotonic() - started
         code = response.status_code
         if code in (401, 403):
@@ -399,10 +399,13 @@ class SlurmBackend(Backend):
         except ValueError:
             if code == 404:
                 raise BadResponse(
-                    f"{url} is not served (HTTP 404): is {self.endpoint} slurmrestd with openapi/{API_VERSION}?"
+                    f"{url} is not served (HTTP 404): is {self.endpoint} slurmrestd with openapi/{API_VERSION}?",
+                    detail=response.text,
                 ) from None
             raise BadResponse(
-                f"slurmrestd answered {call} with HTTP {code} and a body that is not JSON: {response.text[:200]!r}"
+                f"slurmrestd answered {call} with HTTP {code} and a body that is not JSON (is {self.endpoint} "
+                "slurmrestd?)",
+                detail=response.text,
             ) from None
         if not isinstance(data, dict):
             raise BadResponse(f"slurmrestd answered {call} with {type(data).__name__} instead of a JSON object")
@@ -413,8 +416,18 @@ class SlurmBackend(Backend):
         if errors and not set(numbers) <= set(ok_errors):
             raise self._error(call, what, errors, numbers, elapsed)
         if code >= 400 and not errors:
-            raise BadResponse(f"slurmrestd answered {call} with HTTP {code} and no error: {response.text[:200]!r}")
+            raise BadResponse(f"slurmrestd answered {call} with HTTP {code} and no error", detail=response.text)
         return data
+
+    def _unreachable(self, exc: requests.RequestException, call: str) -> BackendError:
+        refused = not_allowed(exc, f"slurmrestd at {self.endpoint}")
+        if refused is not None:
+            return refused
+        if isinstance(exc, requests.Timeout):
+            return Unreachable(f"slurmrestd at {self.endpoint} did not answer {call} within {self.timeout:g} s")
+        if isinstance(exc, requests.ConnectionError):
+            return Unreachable(f"cannot connect to slurmrestd at {self.endpoint}: {_reason(exc)}")
+        return Unreachable(f"cannot reach slurmrestd at {self.endpoint!r}: {exc}")
 
     def _error(self, call: str, what: str, errors: list[Any], numbers: list[int], elapsed: float) -> BackendError:
         text = "; ".join(_error_text(error) for error in errors)

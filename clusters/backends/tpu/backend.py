@@ -46,7 +46,10 @@ import requests
 from google.api_core import exceptions as api_exceptions
 from google.auth import exceptions as auth_exceptions
 from google.auth.credentials import AnonymousCredentials, Credentials
+from google.auth.transport.requests import AuthorizedSession
+from google.auth.transport.requests import Request as AuthRequest
 from google.cloud import tpu_v2
+from google.cloud.tpu_v2.services.tpu.transports import TpuRestTransport
 from google.oauth2 import credentials as oauth2_credentials
 from google.oauth2 import service_account
 from google.protobuf import json_format  # type: ignore[import-untyped]
@@ -67,6 +70,7 @@ from clusters.backends.base import (
     NotFound,
     Refused,
     Unreachable,
+    not_allowed,
 )
 from clusters.backends.tpu.accelerators import (
     GENERATIONS,
@@ -76,6 +80,7 @@ from clusters.backends.tpu.accelerators import (
     generation_of,
     split_type,
 )
+from portal import outbound
 
 DEFAULT_ENDPOINT = "https://tpu.googleapis.com"
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
@@ -170,6 +175,18 @@ def _already_exists(error: BaseException | None) -> bool:
     return bool(status == "ALREADY_EXISTS")
 
 
+def _said(error: api_exceptions.GoogleAPICallError) -> tuple[str, str]:
+    """(the error's message for the message, the answer's body for the log). api_core makes a body that is
+    not JSON the error's message: that is not repeated, whatever answered."""
+    response = error.response
+    if isinstance(response, requests.Response):
+        try:
+            response.json()
+        except ValueError:
+            return "(an answer that is not JSON)", str(error.message)
+    return str(error.message), ""
+
+
 def _enum_name(value: Any) -> str:
     return str(getattr(value, "name", value))
 
@@ -185,8 +202,16 @@ class TpuBackend(Backend):
         *,
         dry_run: bool = False,
         timeout: float = 10.0,
+        destinations: outbound.Policy | None = None,
     ) -> None:
-        super().__init__(endpoint or DEFAULT_ENDPOINT, credentials, options, dry_run=dry_run, timeout=timeout)
+        super().__init__(
+            endpoint or DEFAULT_ENDPOINT,
+            credentials,
+            options,
+            dry_run=dry_run,
+            timeout=timeout,
+            destinations=destinations,
+        )
         self.project = str(self.options.get("project") or "")
         self.zone = str(self.options.get("zone") or "")
         if not self.project or not self.zone:
@@ -197,11 +222,16 @@ class TpuBackend(Backend):
     @cached_property
     def client(self) -> tpu_v2.TpuClient:
         with self._calls("connecting"):
-            return tpu_v2.TpuClient(
-                transport="rest",
-                client_options={"api_endpoint": self.endpoint},
-                credentials=self._google_credentials(),
+            # The REST transport as TpuClient(transport="rest") builds it, then confined to the outbound policy:
+            # its session (every API call) and the session google-auth refreshes tokens with (a service
+            # account's token_uri, which comes from the key the admin pasted).
+            transport = TpuRestTransport(
+                host=self.endpoint, credentials=self._google_credentials(), always_use_jwt_access=True
             )
+            session: AuthorizedSession = transport._session
+            self.destinations.confine(session)
+            session._auth_request = AuthRequest(self.destinations.session())
+            return tpu_v2.TpuClient(transport=transport)
 
     def _google_credentials(self) -> Credentials:
         given = self.credentials
@@ -236,35 +266,47 @@ class TpuBackend(Backend):
         try:
             yield
         except (api_exceptions.Unauthorized, api_exceptions.Forbidden) as error:
+            said, detail = _said(error)
             raise AuthenticationFailed(
-                f"{where} refused the credentials while {doing}: HTTP {error.code} {error.message}{hint}"
+                f"{where} refused the credentials while {doing}: HTTP {error.code} {said}{hint}", detail=detail
             ) from error
         except api_exceptions.NotFound as error:
-            raise NotFound(f"{where}: not found while {doing}: {error.message}") from error
+            said, detail = _said(error)
+            raise NotFound(f"{where}: not found while {doing}: {said}", detail=detail) from error
         except api_exceptions.ClientError as error:  # 400, 409, 412, 429: understood and refused
-            raise Refused(f"{where} refused {doing}: HTTP {error.code} {error.message}") from error
+            said, detail = _said(error)
+            raise Refused(f"{where} refused {doing}: HTTP {error.code} {said}", detail=detail) from error
         except (
             api_exceptions.BadGateway,
             api_exceptions.ServiceUnavailable,
             api_exceptions.GatewayTimeout,
         ) as error:
-            raise Unreachable(f"{where} is unavailable ({doing}): HTTP {error.code} {error.message}") from error
+            said, detail = _said(error)
+            raise Unreachable(f"{where} is unavailable ({doing}): HTTP {error.code} {said}", detail=detail) from error
         except api_exceptions.GoogleAPICallError as error:
-            raise BackendError(f"{where} failed while {doing}: HTTP {error.code} {error.message}") from error
+            said, detail = _said(error)
+            raise BackendError(f"{where} failed while {doing}: HTTP {error.code} {said}", detail=detail) from error
         except json_format.ParseError as error:
             raise BadResponse(
-                f"{where} answered something that is not a TPU API response ({doing}): {error}"
+                f"{where} answered something that is not a TPU API response ({doing})", detail=str(error)
             ) from error
         except auth_exceptions.TransportError as error:
+            refused = not_allowed(error, f"{where}: the token endpoint")
+            if refused is not None:
+                raise refused from error
             raise Unreachable(f"{where}: could not reach the token endpoint while {doing}: {error}") from error
         except auth_exceptions.RefreshError as error:
-            # A 401 makes the client refresh its token; an access token given as is cannot be refreshed.
+            # A 401 makes the client refresh its token; an access token given as is cannot be refreshed. The
+            # token endpoint's answer is in the error's text: the log's, not the message's.
             raise AuthenticationFailed(
-                f"{where} refused the token while {doing}, and it cannot be refreshed: {error}{hint}"
+                f"{where} refused the token while {doing}, and it could not be refreshed{hint}", detail=str(error)
             ) from error
         except auth_exceptions.GoogleAuthError as error:
             raise AuthenticationFailed(f"{where}: credentials rejected while {doing}: {error}{hint}") from error
         except requests.exceptions.RequestException as error:
+            refused = not_allowed(error, where)
+            if refused is not None:
+                raise refused from error
             raise Unreachable(f"{where} did not answer while {doing}: {type(error).__name__}: {error}") from error
 
     def _qr_name(self, backend_id: str) -> str:

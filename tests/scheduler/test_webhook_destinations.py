@@ -1,0 +1,155 @@
+"""Budget webhooks under the outbound policy when they are sent: a URL that became (or always was) refused is
+not called, redirects are not followed, and every failure reads the same to the lead who set the URL, so
+that the alert's error is no port scanner; the reason is in the server's log."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import date
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from portal import outbound
+from scheduler import budgets
+from scheduler.models import Budget, BudgetAlert
+from tests.conftest import api_client
+from tests.scheduler.conftest import Fleet
+from tests.scheduler.test_budgets import NOV_15
+
+
+class Receiver(BaseHTTPRequestHandler):
+    received: list[tuple[str, dict[str, str]]]
+    answer: tuple[int, dict[str, str]] = (200, {})
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        type(self).received.append((self.path, dict(self.headers)))
+        status, headers = type(self).answer
+        self.send_response(status)
+        for name, value in {"Content-Length": "0", **headers}.items():
+            self.send_header(name, value)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def receive() -> Iterator[Callable[..., tuple[int, type[Receiver]]]]:
+    """Start webhook receivers on 127.0.0.1 answering ``status`` (and ``headers``): (port, what they received)."""
+    servers: list[ThreadingHTTPServer] = []
+
+    def start(status: int = 200, headers: dict[str, str] | None = None) -> tuple[int, type[Receiver]]:
+        handler = type("Handler", (Receiver,), {"received": [], "answer": (status, headers or {})})
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        servers.append(server)
+        return server.server_address[1], handler
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def alert_for(fleet: Fleet, url: str) -> BudgetAlert:
+    """An alert of Vision's Detection budget (its lead, lena, sets it and reads its errors), e-mailed already,
+    whose webhook ``url`` is stored as it is (the URL may predate the policy)."""
+    project = fleet.world.project("vision")
+    budgets.set_budget(fleet.user("adam"), fleet.world.teams["vision"], amount=1000, reason="plan")
+    budgets.set_budget(fleet.user("lena"), fleet.world.teams["vision"], project, amount=100, reason="plan")
+    budget = Budget.objects.get(project=project)
+    Budget.objects.filter(pk=budget.pk).update(webhook_url=url)
+    return BudgetAlert.objects.create(
+        budget=budget, period=date(2026, 11, 1), measure="amount", kind="80", limit=100, spent=80,
+        message="80% used", created_at=NOV_15, emailed_at=NOV_15,
+    )  # fmt: skip
+
+
+def deliver(alert: BudgetAlert) -> str:
+    """Deliver it; the error its lead reads through the API."""
+    with pytest.raises(budgets.DeliveryFailed):
+        budgets.deliver(alert.pk)
+    (read,) = (
+        api_client(alert.budget.team.memberships.get(user__username="lena").user)
+        .get(f"/api/v1/budget-alerts/?budget={alert.budget.pk}")
+        .json()["results"]
+    )
+    alert.refresh_from_db()
+    assert alert.webhook_sent_at is None
+    error: str = read["last_error"]
+    return error
+
+
+def test_a_webhook_is_checked_again_when_sent(
+    fleet: Fleet, receive: Callable[..., tuple[int, type[Receiver]]], settings: Any
+) -> None:
+    port, receiver = receive()
+    settings.WEBHOOKS_ALLOW_PRIVATE = True
+    alert = alert_for(fleet, f"http://127.0.0.1:{port}/hook")
+    settings.WEBHOOKS_ALLOW_PRIVATE = False  # the operators closed their networks to webhooks since
+    assert deliver(alert) == budgets.WEBHOOK_FAILED
+    assert receiver.received == []
+    settings.WEBHOOKS_ALLOW_PRIVATE = True
+    assert budgets.deliver(alert.pk)
+    assert [path for path, _ in receiver.received] == ["/hook"]
+
+
+def test_a_name_rebound_to_this_server_after_it_was_saved_is_not_called(
+    fleet: Fleet, receive: Callable[..., tuple[int, type[Receiver]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port, receiver = receive()
+    answers = {"hooks.lab.test": ["93.184.216.34"]}
+    monkeypatch.setattr(outbound, "resolver", lambda host, _port: answers[host])
+    url = f"http://hooks.lab.test:{port}/hook"
+    budgets.set_budget(fleet.user("adam"), fleet.world.teams["vision"], amount=1000, webhook_url=url, reason="plan")
+    assert Budget.objects.get(project=None).webhook_url == url  # a public address when saved
+    answers["hooks.lab.test"] = ["127.0.0.1"]
+    alert = alert_for(fleet, url)
+    assert deliver(alert) == budgets.WEBHOOK_FAILED
+    assert receiver.received == []
+
+
+def test_a_webhook_that_redirects_is_not_followed(
+    fleet: Fleet, receive: Callable[..., tuple[int, type[Receiver]]], settings: Any
+) -> None:
+    settings.WEBHOOKS_ALLOW_PRIVATE = True
+    other_port, other = receive()
+    port, first = receive(307, {"Location": f"http://127.0.0.1:{other_port}/internal-admin"})
+    alert = alert_for(fleet, f"http://127.0.0.1:{port}/hook")
+    assert deliver(alert) == budgets.WEBHOOK_FAILED
+    assert len(first.received) == 1
+    assert other.received == []
+
+
+def test_every_failure_reads_the_same_to_the_lead_and_the_log_says_why(
+    fleet: Fleet,
+    receive: Callable[..., tuple[int, type[Receiver]]],
+    settings: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Nothing listening, something answering 503, an address refused: what a port scan would tell apart."""
+    settings.WEBHOOKS_ALLOW_PRIVATE = True
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    answering, _ = receive(503)
+    alert = alert_for(fleet, f"http://127.0.0.1:{closed}/hook")
+    errors = []
+    with caplog.at_level(logging.WARNING, logger="scheduler.budgets"):
+        for url in (f"http://127.0.0.1:{closed}/hook", f"http://127.0.0.1:{answering}/hook",
+                    "http://[::ffff:169.254.169.254]/latest/meta-data/"):  # fmt: skip
+            Budget.objects.filter(pk=alert.budget.pk).update(webhook_url=url)
+            started = time.monotonic()
+            errors.append(deliver(alert))
+            assert time.monotonic() - started < budgets.WEBHOOK_TIMEOUT
+    assert errors == [budgets.WEBHOOK_FAILED] * 3
+    assert "Connection refused" in caplog.text
+    assert "HTTP 503" in caplog.text
+    assert "a cloud metadata service" in caplog.text
