@@ -16,7 +16,7 @@ from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.utils import get_random_secret_key
 
-from portal.env import env_bool, env_choice, env_int, env_list, env_str
+from portal.env import env_bool, env_choice, env_int, env_list, env_str, require_strong_secret
 
 # Lets Django's generic classes (ModelAdmin[Team], QuerySet[Job]) be subscripted at run time, as the types say.
 django_stubs_ext.monkeypatch()
@@ -44,8 +44,12 @@ if not SECRET_KEY:
     if PRODUCTION:
         raise ImproperlyConfigured("SECRET_KEY must be set when QM_ENV=production")
     SECRET_KEY = _embedded_secret_key()
-# Encrypts cluster credentials at rest (clusters/secrets.py); SECRET_KEY's when unset.
+if PRODUCTION:
+    require_strong_secret("SECRET_KEY", SECRET_KEY)
+# Encrypts cluster credentials and jobs' secret values at rest (clusters/secrets.py); SECRET_KEY's when unset.
 CREDENTIALS_KEY = env_str("CREDENTIALS_KEY") or ""
+if PRODUCTION and CREDENTIALS_KEY:
+    require_strong_secret("CREDENTIALS_KEY", CREDENTIALS_KEY)
 # Cluster endpoints on this machine's loopback (a Slurm lab, a test server): allowed outside production.
 CLUSTER_ENDPOINTS_ALLOW_LOOPBACK = env_bool("CLUSTER_ENDPOINTS_ALLOW_LOOPBACK", not PRODUCTION)
 # Node health probes: at most one report per node this often.
@@ -56,6 +60,8 @@ PLACEMENT_LOCK_SECONDS = env_int("PLACEMENT_LOCK_SECONDS", 30, minimum=1)
 PLACEMENT_MAX_ADMISSIONS = env_int("PLACEMENT_MAX_ADMISSIONS", 2000, minimum=1)
 
 DEBUG = env_bool("DEBUG", False)
+if PRODUCTION and DEBUG:
+    raise ImproperlyConfigured("DEBUG=true is not allowed when QM_ENV=production: it shows settings and code to anyone")
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", [] if PRODUCTION else ["127.0.0.1", "localhost", "[::1]", "testserver"])
 if PRODUCTION and not ALLOWED_HOSTS:
     raise ImproperlyConfigured("ALLOWED_HOSTS must be set when QM_ENV=production")
