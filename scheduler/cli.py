@@ -36,8 +36,8 @@ TIMEOUT = 30.0
 SUBMIT_FIELDS = frozenset({
     "team", "project", "name", "accelerator_types", "accelerators", "accelerator_fraction", "workers", "cpu",
     "memory_gib", "topology_level", "topology_mode", "time_limit", "tier", "preemptible", "checkpoint_location",
-    "clusters", "regions", "max_price_per_hour", "image", "command", "script", "env", "max_retries",
-    "idempotency_key",
+    "clusters", "regions", "max_price_per_hour", "image", "command", "script", "env", "secret_env", "secret_env_from",
+    "max_retries", "idempotency_key",
 })  # fmt: skip
 FINAL = frozenset({"succeeded", "failed", "cancelled"})
 WAITING = frozenset({"pending", "requeued"})

@@ -254,6 +254,18 @@ def test_numbers_read_as_yaml_1_2_and_quoted_text_stays_text(tmp_path: Path) -> 
     assert (data["cpu"], data["max_price_per_hour"], data["env"]) == (10.0, 25.0, {"N": "1e999"})
 
 
+def test_secret_values_go_in_the_job_file_and_never_come_back(server: Fleet, tmp_path: Path, capsys: Any) -> None:
+    secret = "hf_0123456789abcdef"
+    status, out, err = qm(capsys, "submit", job_file(tmp_path, JOB + f"secret_env: {{HF_TOKEN: '{secret}'}}\n"))
+    assert status == 0, err
+    job = Job.objects.get(pk=submitted_id(out))
+    assert job.secret_env() == {"HF_TOKEN": secret}
+    status, out, _ = qm(capsys, "show", str(job.pk), "--json")
+    assert status == 0
+    assert json.loads(out)["secret_env_names"] == ["HF_TOKEN"]
+    assert secret not in out
+
+
 def test_a_missing_file_is_bad_input(server: Fleet, tmp_path: Path, capsys: Any) -> None:
     status, _, err = qm(capsys, "submit", str(tmp_path / "nope.yaml"))
     assert status == 2
