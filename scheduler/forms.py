@@ -295,8 +295,6 @@ class JobForm(ChoicesForm):
         )
         if data.get("project") and project is None:
             self.add_error("project", "Choose a project of the team.")
-        if data["keep_secret_env"] and self.cloned is None:
-            self.add_error("keep_secret_env", f"No job #{data['secret_env_from']} of yours to keep secret values of.")
         return request, missing
 
     def apply_action_errors(self, exc: ValidationError) -> None:
