@@ -10,6 +10,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from django.core.checks.security.base import (
+    SECRET_KEY_INSECURE_PREFIX,
+    SECRET_KEY_MIN_LENGTH,
+    SECRET_KEY_MIN_UNIQUE_CHARACTERS,
+)
 from django.core.exceptions import ImproperlyConfigured
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -69,3 +74,21 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise ImproperlyConfigured(f"{name}={value!r} must be one of: {', '.join(choices)}")
     return value
+
+
+def require_strong_secret(name: str, value: str) -> None:
+    """Refuse a secret key that ``manage.py check --deploy`` would call weak (security.W009): too short, too
+    few distinct characters, or one of Django's generated development keys. Production starts only with a
+    strong one; a warning in a log nobody reads protects nothing."""
+    problems = []
+    if len(value) < SECRET_KEY_MIN_LENGTH:
+        problems.append(f"it has {len(value)} characters, fewer than {SECRET_KEY_MIN_LENGTH}")
+    if len(set(value)) < SECRET_KEY_MIN_UNIQUE_CHARACTERS:
+        problems.append(f"it has fewer than {SECRET_KEY_MIN_UNIQUE_CHARACTERS} different characters")
+    if value.startswith(SECRET_KEY_INSECURE_PREFIX):
+        problems.append(f"it starts with {SECRET_KEY_INSECURE_PREFIX!r}, the mark of a development key")
+    if problems:
+        raise ImproperlyConfigured(
+            f"{name} is too weak for QM_ENV=production: {'; '.join(problems)}. Generate a long random one, "
+            "e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))'"
+        )

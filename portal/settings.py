@@ -17,7 +17,7 @@ from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.utils import get_random_secret_key
 
-from portal.env import env_bool, env_choice, env_int, env_list, env_str
+from portal.env import env_bool, env_choice, env_int, env_list, env_str, require_strong_secret
 
 # Lets Django's generic classes (ModelAdmin[Team], QuerySet[Job]) be subscripted at run time, as the types say.
 django_stubs_ext.monkeypatch()
@@ -45,8 +45,12 @@ if not SECRET_KEY:
     if PRODUCTION:
         raise ImproperlyConfigured("SECRET_KEY must be set when QM_ENV=production")
     SECRET_KEY = _embedded_secret_key()
-# Encrypts cluster credentials at rest (clusters/secrets.py); SECRET_KEY's when unset.
+if PRODUCTION:
+    require_strong_secret("SECRET_KEY", SECRET_KEY)
+# Encrypts cluster credentials and jobs' secret values at rest (clusters/secrets.py); SECRET_KEY's when unset.
 CREDENTIALS_KEY = env_str("CREDENTIALS_KEY") or ""
+if PRODUCTION and CREDENTIALS_KEY:
+    require_strong_secret("CREDENTIALS_KEY", CREDENTIALS_KEY)
 # Where outbound requests to addresses tenants give may go (portal/outbound.py). Cluster endpoints on this
 # machine's loopback (a Slurm lab, a test server): allowed outside production. Webhooks (set by team leads)
 # on private networks or loopback: only where the site's relay lives there.
@@ -60,6 +64,8 @@ PLACEMENT_LOCK_SECONDS = env_int("PLACEMENT_LOCK_SECONDS", 30, minimum=1)
 PLACEMENT_MAX_ADMISSIONS = env_int("PLACEMENT_MAX_ADMISSIONS", 2000, minimum=1)
 
 DEBUG = env_bool("DEBUG", False)
+if PRODUCTION and DEBUG:
+    raise ImproperlyConfigured("DEBUG=true is not allowed when QM_ENV=production: it shows settings and code to anyone")
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", [] if PRODUCTION else ["127.0.0.1", "localhost", "[::1]", "testserver"])
 if PRODUCTION and not ALLOWED_HOSTS:
     raise ImproperlyConfigured("ALLOWED_HOSTS must be set when QM_ENV=production")
@@ -93,6 +99,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
     # Last: turns a sign-in refused for too many failures into portal.signin's answer.
     "axes.middleware.AxesMiddleware",
 ]
@@ -312,6 +319,23 @@ if PRODUCTION:
     SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
     if env_bool("TRUST_X_FORWARDED_PROTO", False):
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Content-Security-Policy (django-csp): scripts, styles and everything else from this site only. No inline
+# script, style or handler is needed: the templates load theirs from static/, htmx evaluates nothing
+# (templates/base.html), and the charts' data travel as JSON (json_script), which is not run.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        # data: images are Swagger UI's icons (/api/docs/); an image can run nothing.
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
 # The client address (audit log, sign-in lockouts: portal/client.py) is taken from X-Forwarded-For only when a
 # trusted proxy overwrites that header.
 TRUST_X_FORWARDED_FOR = env_bool("TRUST_X_FORWARDED_FOR", False)

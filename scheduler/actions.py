@@ -24,6 +24,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from clusters.models import AcceleratorType, Cluster
+from clusters.secrets import CredentialsError
 from portal import audit
 from portal.models import Membership, Project, Team
 from portal.tenancy import Action, Role, can
@@ -70,6 +71,10 @@ class JobRequest:
     command: Sequence[str] = ()
     script: str = ""
     env: Mapping[str, str] = field(default_factory=dict)
+    #: Environment values shown to nobody (stored encrypted, handed to the cluster at dispatch).
+    secret_env: Mapping[str, str] = field(default_factory=dict)
+    #: A job of the actor's whose secret values this one keeps (a clone), for the names not in ``secret_env``.
+    secret_env_from: Job | None = None
     max_retries: int = 3
     idempotency_key: str = ""
 
@@ -184,13 +189,16 @@ def validate(actor: User, request: JobRequest) -> tuple[Queue, PriorityTier]:
         errors["image"] = "Ensure this field has no more than 500 characters."
     if any(not isinstance(part, str) for part in request.command):
         errors["command"] = "The command is a list of strings."
-    for key, value in request.env.items():
-        if not ENV_NAME.match(str(key)) or str(key).startswith("QM_"):
-            errors["env"] = f"{key!r} is not a valid environment variable name (QM_ names are reserved)."
-            break
-        if not isinstance(value, str):
-            errors["env"] = f"The value of {key} must be a string."
-            break
+    for name in ("env", "secret_env"):
+        if problem := _env_problem(getattr(request, name)):
+            errors[name] = problem
+    try:
+        secrets = secret_env_of(actor, request)
+    except ValidationError as error:
+        errors.update({k: " ".join(v) for k, v in error.message_dict.items()})
+    else:
+        if both := sorted(set(secrets) & set(request.env)):
+            errors["secret_env"] = f"{', '.join(both)}: both secret and not; give each name in one of them."
     if not 0 <= request.max_retries <= 20:
         errors["max_retries"] = "Retries must be between 0 and 20."
     if len(request.idempotency_key) > 80:
@@ -206,6 +214,37 @@ def validate(actor: User, request: JobRequest) -> tuple[Queue, PriorityTier]:
     return queue, tier
 
 
+def _env_problem(env: Mapping[str, str]) -> str:
+    """What is wrong with an environment's names or values (never quoting a value: it may be secret)."""
+    for key, value in env.items():
+        if not ENV_NAME.match(str(key)) or str(key).startswith("QM_"):
+            return f"{key!r} is not a valid environment variable name (QM_ names are reserved)."
+        if not isinstance(value, str):
+            return f"The value of {key} must be a string."
+    return ""
+
+
+def secret_env_of(actor: User, request: JobRequest) -> dict[str, str]:
+    """The secret values the job will have: those given, and the rest of ``secret_env_from``'s. Only the
+    submitter of a job may reuse its secret values: anyone else who could clone it (a teammate, a lead, an
+    admin) would choose what the copy runs, and so could print them."""
+    source = request.secret_env_from
+    if source is None or not source.secret_env_names:
+        return dict(request.secret_env)
+    if source.submitted_by_id != actor.pk:
+        raise ValidationError(
+            {"secret_env_from": f"Only the submitter of job #{source.pk} may reuse its secret values; give them again."}
+        )
+    try:
+        kept = source.secret_env()
+    except CredentialsError:
+        raise ValidationError(
+            {"secret_env_from": f"The secret values of job #{source.pk} cannot be read any more (the key changed); "
+                                "give them again."}
+        ) from None  # fmt: skip
+    return {**kept, **request.secret_env}
+
+
 def submit_job(actor: User, request: JobRequest, *, http: HttpRequest | None = None) -> tuple[Job, bool]:
     """Create the job (pending) and wake the placement loop. Returns (job, created): a request repeating an
     idempotency key returns the job first created with it."""
@@ -215,10 +254,11 @@ def submit_job(actor: User, request: JobRequest, *, http: HttpRequest | None = N
         if existing is not None:
             return existing, False
     queue, tier = validate(actor, request)
+    secrets = secret_env_of(actor, request)
     now = timezone.now()
     try:
         with transaction.atomic():
-            job = Job.objects.create(
+            job = Job(
                 team=request.team,
                 project=request.project,
                 queue=queue,
@@ -248,6 +288,8 @@ def submit_job(actor: User, request: JobRequest, *, http: HttpRequest | None = N
                 state_changed_at=now,
                 submitted_at=now,
             )
+            job.set_secret_env(secrets)
+            job.save(force_insert=True)
             if request.clusters:
                 job.clusters.set(request.clusters)
             job.events.create(
@@ -336,8 +378,11 @@ def _leads(actor: User, job: Job) -> bool:
 
 
 def clone_request(job: Job) -> dict[str, Any]:
-    """The fields of ``job`` as initial values for a new submission (the form's "clone")."""
+    """The fields of ``job`` as initial values for a new submission (the form's "clone"). Its secret values
+    are not among them: a clone by the job's submitter keeps them by reference (``secret_env_from``) without
+    their ever being shown; anyone else's clone has to be given them again (``secret_env_of``)."""
     return {
+        "secret_env_from": job.pk,
         "team": job.team_id,
         "project": job.project_id,
         "name": f"{job.name} (copy)"[:120],

@@ -15,8 +15,10 @@ import argparse
 import difflib
 import getpass
 import json
+import math
 import os
 import platform
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -34,8 +36,8 @@ TIMEOUT = 30.0
 SUBMIT_FIELDS = frozenset({
     "team", "project", "name", "accelerator_types", "accelerators", "accelerator_fraction", "workers", "cpu",
     "memory_gib", "topology_level", "topology_mode", "time_limit", "tier", "preemptible", "checkpoint_location",
-    "clusters", "regions", "max_price_per_hour", "image", "command", "script", "env", "max_retries",
-    "idempotency_key",
+    "clusters", "regions", "max_price_per_hour", "image", "command", "script", "env", "secret_env", "secret_env_from",
+    "max_retries", "idempotency_key",
 })  # fmt: skip
 FINAL = frozenset({"succeeded", "failed", "cancelled"})
 WAITING = frozenset({"pending", "requeued"})
@@ -176,15 +178,31 @@ class Client:
 # --------------------------------------------------------------------------------------- job files
 
 
+class JobFileLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading numbers as YAML 1.2 and JSON do: ``1e999`` is a number (too big: refused
+    as not finite), not the text PyYAML's YAML 1.1 rules would make of it."""
+
+
+JobFileLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:\.[0-9]+|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)$"),
+    list("-+.0123456789"),
+)
+FLOAT_TAG = "tag:yaml.org,2002:float"
+
+
 def read_job_file(name: str, stdin: TextIO | None = None) -> dict[str, Any]:
     """A job file's fields: a YAML mapping of the API's submission fields. Malformed YAML, a repeated or
-    unknown key is refused here, with its line, before anything is sent."""
+    unknown key, an anchor or alias, or a number that is not finite (``.nan``, ``.inf``, ``1e999``) is refused
+    here, with its line, before anything is sent."""
     try:
         text = (stdin or sys.stdin).read() if name == "-" else Path(name).read_text()
     except (OSError, UnicodeDecodeError) as error:
         raise CliError(f"Cannot read {name}: {getattr(error, 'strerror', None) or error}", status=BAD_INPUT) from None
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        if unsendable := unsendable_values(text):
+            raise CliError(f"{name}: {', '.join(unsendable)}: cannot be sent as it is.", unsendable, BAD_INPUT)
+        root = yaml.compose(text, Loader=JobFileLoader)
     except yaml.YAMLError as error:
         raise CliError(f"{name}: not valid YAML: {_yaml_problem(error)}", status=BAD_INPUT) from None
     if root is None:
@@ -208,11 +226,89 @@ def read_job_file(name: str, stdin: TextIO | None = None) -> dict[str, Any]:
         raise CliError(f"{name}: {', '.join(problems)} not allowed here. Fields: {', '.join(sorted(SUBMIT_FIELDS))}.",
                        problems, BAD_INPUT)  # fmt: skip
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=JobFileLoader)  # noqa: S506 - a SafeLoader, with YAML 1.2 numbers
     except yaml.YAMLError as error:
         raise CliError(f"{name}: not valid YAML: {_yaml_problem(error)}", status=BAD_INPUT) from None
     assert isinstance(data, dict)
     return data
+
+
+@dataclass
+class _Collection:
+    """Where the event walk of ``unsendable_values`` is: in a mapping (at a key or at its value) or a list."""
+
+    path: str
+    mapping: bool
+    at_key: bool = True
+    key: str = "?"
+    index: int = 0
+
+    def child(self) -> str:
+        if not self.mapping:
+            return f"{self.path}[{self.index}]"
+        return f"{self.path}.{self.key}" if self.path else self.key
+
+    def advance(self) -> None:
+        if self.mapping:
+            self.at_key = not self.at_key
+        else:
+            self.index += 1
+
+
+def unsendable_values(text: str) -> dict[str, list[str]]:
+    """What a job file holds that must not be sent, by key (``env.SEED``, ``command[2]``), each with its
+    line: anchors and aliases (a few lines of them can expand to gigabytes, and a key that quietly repeats
+    another's value is not what anyone reviewing the file reads), and numbers that are not finite (JSON has
+    none; the server would read them as something else or not at all). Read from the parser's events, so
+    nothing is expanded or built first."""
+    problems: dict[str, list[str]] = {}
+    loader = JobFileLoader(text)
+    stack: list[_Collection] = []
+    try:
+        while loader.check_event():
+            event = loader.get_event()  # type: ignore[no-untyped-call]
+            if isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                stack.pop()
+                if stack:
+                    stack[-1].advance()
+                continue
+            if not isinstance(event, yaml.NodeEvent):
+                continue
+            here = stack[-1] if stack else None
+            is_key = here is not None and here.mapping and here.at_key
+            where = (here.path if is_key else here.child()) if here is not None else ""
+            line = f"line {event.start_mark.line + 1}" if event.start_mark else "a line"
+            if isinstance(event, yaml.AliasEvent) or event.anchor is not None:
+                problems.setdefault(where or "(the file)", []).append(
+                    f"{line}: YAML anchors and aliases are not allowed; write the value out."
+                )
+            if isinstance(event, yaml.ScalarEvent) and not is_key and _not_finite(loader, event):
+                problems.setdefault(where or "(the file)", []).append(
+                    f"{line}: {event.value!r} is not a finite number."
+                )
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                stack.append(_Collection(where, isinstance(event, yaml.MappingStartEvent)))
+                continue
+            if here is not None:
+                if is_key:
+                    here.key = event.value if isinstance(event, yaml.ScalarEvent) else "?"
+                here.advance()
+    finally:
+        loader.dispose()
+    return problems
+
+
+def _not_finite(loader: JobFileLoader, event: yaml.ScalarEvent) -> bool:
+    tag = event.tag
+    if tag in (None, "!"):
+        tag = loader.resolve(yaml.ScalarNode, event.value, event.implicit)  # type: ignore[no-untyped-call]
+    if tag != FLOAT_TAG:
+        return False
+    try:
+        number = loader.construct_yaml_float(yaml.ScalarNode(FLOAT_TAG, event.value))
+    except ValueError:
+        return False  # not a number at all: the loader says so after this
+    return not math.isfinite(number)
 
 
 def _yaml_problem(error: yaml.YAMLError) -> str:

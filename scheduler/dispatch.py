@@ -99,6 +99,7 @@ def spec_for(attempt: Attempt) -> JobSpec:
         script=job.script,
         env={
             **job.env,
+            **job.secret_env(),  # decrypted here only, for the cluster (a key that changed: refused below)
             "QM_ATTEMPT": str(attempt.number),
             "QM_CHECKPOINT_DIR": job.checkpoint_location,
         },

@@ -28,7 +28,17 @@ GIB = 1024
 #: Shares of one accelerator a worker may ask for, in milli (a fraction needs one accelerator per worker).
 SHARES = [(1000, "Whole accelerators"), (500, "Half of one (0.5)"), (250, "A quarter of one (0.25)")]
 #: Where an action names a field the form calls otherwise.
-FORM_FIELD = {"cpu": "cpu_cores", "memory": "memory_gib", "time_limit": "time_limit_hours"}
+FORM_FIELD = {
+    "cpu": "cpu_cores", "memory": "memory_gib", "time_limit": "time_limit_hours", "secret_env_from": "keep_secret_env",
+}  # fmt: skip
+
+
+class SecretTextarea(forms.Textarea):
+    """A text box that never shows its value back, not even to the person who typed it (a page sent again
+    after an error, a cached page, a shoulder): what was typed must be typed again."""
+
+    def format_value(self, value: Any) -> str | None:
+        return None
 
 
 class CheckboxList(forms.CheckboxSelectMultiple):
@@ -117,6 +127,16 @@ class JobForm(ChoicesForm):
         max_length=20_000, required=False, label="Environment variables",
         widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "placeholder": "KEY=VALUE, one a line"}),
     )  # fmt: skip
+    secret_env = forms.CharField(
+        max_length=20_000, required=False, label="Secret environment variables", strip=False,
+        widget=SecretTextarea(attrs={"rows": 2, "spellcheck": "false", "autocomplete": "off",
+                                     "placeholder": "KEY=VALUE, one a line"}),
+        help_text="Tokens, passwords: stored encrypted, shown to nobody (you neither: type them again after an "
+                  "error), given to the job when it starts.",
+    )  # fmt: skip
+    #: The job this form clones (its secret values are kept if its submitter ticks ``keep_secret_env``).
+    secret_env_from = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput())
+    keep_secret_env = forms.BooleanField(required=False, initial=True, label="Keep its secret values")
     idempotency_key = forms.CharField(max_length=80, required=False, widget=forms.HiddenInput())
     #: The team the project and tier choices were drawn for: the preview redraws them when the team changes.
     choices_team = forms.CharField(max_length=20, required=False, widget=forms.HiddenInput())
@@ -156,6 +176,12 @@ class JobForm(ChoicesForm):
         if milli not in (None, "") and str(milli).isdigit() and int(milli) not in dict(SHARES):
             # A cloned job with a share the menu does not offer keeps it.
             self._choices("accelerator_milli", [*SHARES, (int(milli), f"{int(milli) / 1000:g} of one")])
+        self.cloned = cloned = self._cloned()
+        if not (cloned and cloned.secret_env_names):
+            del self.fields["keep_secret_env"]  # nothing to keep
+        #: Whether the clone may keep the cloned job's secret values (``actions.secret_env_of``'s rule); for
+        #: anyone else the box is not shown, and a forged tick is refused by the action.
+        self.keeps_secrets = bool(cloned and cloned.secret_env_names and cloned.submitted_by_id == user.pk)
         if not self.is_bound and not self.initial.get("idempotency_key"):
             self.initial["idempotency_key"] = uuid.uuid4().hex
 
@@ -166,6 +192,13 @@ class JobForm(ChoicesForm):
             return self.teams.get(int(raw)) if raw not in (None, "") else first  # type: ignore[arg-type]
         except (TypeError, ValueError):
             return first
+
+    def _cloned(self) -> Job | None:
+        """The job this form clones, if the user may see it."""
+        raw = self.data.get("secret_env_from") if self.is_bound else self.initial.get("secret_env_from")
+        if raw in (None, "") or not str(raw).isascii() or not str(raw).isdigit():
+            return None
+        return Job.objects.for_user(self.user, Action.VIEW).filter(pk=int(str(raw))).first()
 
     def _team_choices(self) -> None:
         """Projects and tiers of the chosen team (tiers: only those it may use)."""
@@ -194,15 +227,10 @@ class JobForm(ChoicesForm):
             raise ValidationError(f"Cannot read the command: {error} (check the quotes).") from None
 
     def clean_env(self) -> dict[str, str]:
-        env: dict[str, str] = {}
-        for number, line in enumerate(self.cleaned_data["env"].splitlines(), start=1):
-            if not line.strip() or line.lstrip().startswith("#"):
-                continue
-            key, sep, value = line.partition("=")
-            if not sep or not key.strip():
-                raise ValidationError(f"Line {number} is not KEY=VALUE: {line.strip()[:60]!r}.")
-            env[key.strip()] = value
-        return env
+        return env_lines(self.cleaned_data["env"])
+
+    def clean_secret_env(self) -> dict[str, str]:
+        return env_lines(self.cleaned_data["secret_env"], secret=True)
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
@@ -218,7 +246,8 @@ class JobForm(ChoicesForm):
         "accelerator_milli": 1000, "workers": 1, "cpu_cores": Decimal(1), "memory_gib": Decimal(1),
         "topology_level": "", "topology_mode": Job.TopologyMode.PREFERRED, "clusters": [], "regions": [],
         "max_price_per_hour": None, "time_limit": 3600, "max_retries": 3, "checkpoint_location": "", "image": "",
-        "command": [], "script": "", "env": {}, "idempotency_key": "",
+        "command": [], "script": "", "env": {}, "secret_env": {}, "secret_env_from": None, "keep_secret_env": False,
+        "idempotency_key": "",
     }  # fmt: skip
 
     def job_request(self, *, placeholders: bool = False) -> tuple[JobRequest, list[str]]:
@@ -259,6 +288,8 @@ class JobForm(ChoicesForm):
             command=data["command"],
             script=script,
             env=data["env"],
+            secret_env=data["secret_env"],
+            secret_env_from=self.cloned if data["keep_secret_env"] else None,
             max_retries=data["max_retries"],
             idempotency_key=data["idempotency_key"],
         )
@@ -279,6 +310,21 @@ class JobForm(ChoicesForm):
                 continue
             for message in messages:
                 self.add_error(field if field in self.fields else None, message)
+
+
+def env_lines(text: str, *, secret: bool = False) -> dict[str, str]:
+    """KEY=VALUE lines (blank ones and # comments skipped) as a mapping. A line that is not KEY=VALUE is
+    quoted in the error, unless it is meant to be secret."""
+    env: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            shown = "" if secret else f": {line.strip()[:60]!r}"
+            raise ValidationError(f"Line {number} is not KEY=VALUE{shown}.")
+        env[key.strip()] = value
+    return env
 
 
 def initial_from_job(job: Job) -> dict[str, Any]:

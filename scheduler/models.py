@@ -8,6 +8,7 @@ engine's integer units (milli-accelerators, millicores, MiB) when the loop build
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, ClassVar
 
@@ -17,6 +18,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from clusters.models import AcceleratorType, Cluster, Node
+from clusters.secrets import JOB_SECRET_ENV, CredentialsError, decrypt, encrypt
 from portal.models import Organization, Project, Team
 from portal.tenancy import ALL_ROLES, Action, Role, TenancyRules, TenantQuerySet
 
@@ -378,6 +380,10 @@ class Job(models.Model):
     command = models.JSONField(default=list, blank=True)
     script = models.TextField(blank=True)
     env = models.JSONField(default=dict, blank=True)
+    #: Environment values shown to nobody (tokens, passwords): encrypted at rest (``clusters.secrets``) and
+    #: decrypted only to hand them to the cluster when an attempt is dispatched. Their names are not secret.
+    secret_env_ciphertext = models.BinaryField(default=b"", blank=True, editable=False)
+    secret_env_names = models.JSONField(default=list, blank=True, editable=False)
     #: How many times a failed attempt is retried (a node or cluster failure) before the job fails.
     max_retries = models.PositiveIntegerField(default=3, validators=[MaxValueValidator(20)])
 
@@ -426,6 +432,22 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.name}"
+
+    def set_secret_env(self, values: Mapping[str, str]) -> None:
+        self.secret_env_ciphertext = encrypt(values, purpose=JOB_SECRET_ENV) if values else b""
+        self.secret_env_names = sorted(values)
+
+    def secret_env(self) -> dict[str, str]:
+        """The secret values, for the cluster only (never for a page or an answer)."""
+        if not self.secret_env_ciphertext:
+            return {}
+        try:
+            return decrypt(bytes(self.secret_env_ciphertext), purpose=JOB_SECRET_ENV)
+        except CredentialsError:
+            raise CredentialsError(
+                f"the secret environment values of job #{self.pk} cannot be decrypted with the current key; "
+                "submit it again with them"
+            ) from None
 
     @property
     def is_active(self) -> bool:

@@ -178,6 +178,16 @@ class JobSubmissionSerializer(StrictSerializer):
     env = serializers.DictField(
         child=StrictCharField(allow_blank=True, trim_whitespace=False, max_length=10_000), required=False
     )
+    secret_env = serializers.DictField(
+        child=StrictCharField(allow_blank=True, trim_whitespace=False, max_length=10_000), required=False,
+        help_text="Environment values shown to nobody (tokens, passwords): stored encrypted, never in an answer "
+                  "(jobs list their names, secret_env_names), given to the job when it starts.",
+    )  # fmt: skip
+    secret_env_from = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1,
+        help_text="The id of a job you submitted whose secret values this one keeps (those not in secret_env): "
+                  "a clone. Only a job's submitter may reuse its secret values.",
+    )  # fmt: skip
     max_retries = serializers.IntegerField(required=False)
     idempotency_key = StrictCharField(max_length=80, required=False, allow_blank=True)
 
@@ -216,6 +226,11 @@ class JobSubmissionSerializer(StrictSerializer):
                     known = ", ".join(Cluster.objects.filter(organization=org).values_list("slug", flat=True))
                     errors["clusters"] = f"No cluster {', '.join(missing)}. Known: {known or 'none'}."
                 attrs["clusters"] = [found[slug] for slug in slugs if slug in found]
+        if attrs.get("secret_env_from") is not None:
+            number = attrs["secret_env_from"]
+            attrs["secret_env_from"] = Job.objects.for_user(self.actor, Action.VIEW).filter(pk=number).first()
+            if attrs["secret_env_from"] is None:
+                errors["secret_env_from"] = f"No job {number}, or not one you may see."
         attrs["team"] = team
         if errors:
             raise serializers.ValidationError(errors)
@@ -311,7 +326,7 @@ class JobSubmissionSerializer(StrictSerializer):
 AS_GIVEN = (
     "project", "accelerator_types", "accelerators", "workers", "topology_level", "topology_mode", "tier",
     "preemptible", "checkpoint_location", "clusters", "regions", "max_price_per_hour", "image", "command",
-    "script", "env", "max_retries",
+    "script", "env", "secret_env", "secret_env_from", "max_retries",
 )  # fmt: skip
 #: ``actions.validate`` names JobRequest's fields; the API's names for those in other units.
 API_FIELD_NAMES = {"accelerator_milli": "accelerator_fraction", "memory": "memory_gib"}
@@ -432,14 +447,19 @@ class JobSerializer(JobListSerializer):
     memory_gib = serializers.SerializerMethodField(help_text="GiB per worker.")
     placement = serializers.SerializerMethodField()
     attempts = AttemptSerializer(many=True, read_only=True)
+    secret_env_names = serializers.ListField(
+        child=serializers.CharField(),
+        read_only=True,
+        help_text="Names of its secret environment values (never the values).",
+    )
 
     class Meta(JobListSerializer.Meta):
         fields = [
             *JobListSerializer.Meta.fields,
             "cpu", "memory_gib", "topology_level", "topology_mode", "time_limit", "preemptible",
             "checkpoint_location", "clusters", "regions", "max_price_per_hour", "image", "command", "script", "env",
-            "max_retries", "retries", "attempt", "not_before", "message", "idempotency_key", "cloned_from",
-            "placement", "attempts",
+            "secret_env_names", "max_retries", "retries", "attempt", "not_before", "message", "idempotency_key",
+            "cloned_from", "placement", "attempts",
         ]  # fmt: skip
         read_only_fields = fields
 

@@ -101,3 +101,41 @@ def test_bad_settings_fail_at_start_naming_the_variable(tmp_path: Path, env: dic
     result = manage("check", QM_VAR_DIR=str(tmp_path), **env)
     assert result.returncode != 0
     assert message in result.stderr
+
+
+STRONG_KEY = "x7#" * 20 + "production-grade-key"
+
+
+@pytest.mark.parametrize(
+    ("key", "problem"),
+    [
+        ("short-but-varied-key-0123456789", "it has 31 characters, fewer than 50"),
+        ("ab" * 40, "fewer than 5 different characters"),
+        ("django-insecure-" + "k3y#" * 12, "it starts with 'django-insecure-'"),
+    ],
+)
+def test_production_refuses_a_weak_secret_key(tmp_path: Path, key: str, problem: str) -> None:
+    """Weak as ``check --deploy`` means it (security.W009); production stops instead of warning."""
+    result = manage(
+        "check", QM_ENV="production", SECRET_KEY=key, ALLOWED_HOSTS="qm.example.org", QM_VAR_DIR=str(tmp_path)
+    )
+    assert result.returncode != 0
+    assert "SECRET_KEY is too weak for QM_ENV=production" in result.stderr
+    assert problem in result.stderr
+    assert key not in result.stderr  # the message names the variable, never its value
+    result = manage(
+        "check", QM_ENV="production", SECRET_KEY=STRONG_KEY, CREDENTIALS_KEY=key, ALLOWED_HOSTS="qm.example.org",
+        QM_VAR_DIR=str(tmp_path),
+    )  # fmt: skip
+    assert "CREDENTIALS_KEY is too weak for QM_ENV=production" in result.stderr
+
+
+def test_a_weak_key_is_fine_outside_production_and_debug_is_refused_in_it(tmp_path: Path) -> None:
+    result = manage("check", SECRET_KEY="dev", DEBUG="true", QM_VAR_DIR=str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    result = manage(
+        "check", QM_ENV="production", SECRET_KEY=STRONG_KEY, DEBUG="true", ALLOWED_HOSTS="qm.example.org",
+        QM_VAR_DIR=str(tmp_path),
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "DEBUG=true is not allowed when QM_ENV=production" in result.stderr

@@ -239,7 +239,7 @@ def test_live_view_groups_nodes_by_topology_and_marks_their_state(world: World, 
     assert "down sick" in body
     # It polls its partial, only while the tab is visible.
     assert f'hx-get="/clusters/{cluster.pk}/live/tiles/"' in body
-    assert "every 5s [document.visibilityState === 'visible']" in body
+    assert 'hx-trigger="every 5s, qm-visible" data-poll-while-visible' in body  # held while hidden: portal.js
     assert "vendor/htmx/htmx.min.js" in body
 
 

@@ -227,6 +227,16 @@ def test_follow_exits_1_when_the_job_is_cancelled(server: Fleet, capsys: Any) ->
         ("- name: train\n", "line 1: the file should map fields to values"),
         ("", "is empty"),
         ("name: !!python/object:os.system train\n", "not valid YAML"),
+        # Anchors and aliases (a "billion laughs" expands from a few of them), named by key and line.
+        (JOB + "env: {A: &seed '7', B: *seed}\n", "  env.A: line 7: YAML anchors and aliases are not allowed"),
+        (JOB + "env: {A: &seed '7', B: *seed}\n", "  env.B: line 7: YAML anchors and aliases are not allowed"),
+        ("base: &b {name: train}\njob:\n  <<: *b\n", "  job.<<: line 3: YAML anchors and aliases"),
+        (JOB.replace("command: [python, train.py]", "command: &c [python, train.py]"), "  command: line 6: YAML"),
+        # Numbers JSON cannot carry: refused by key, whatever the server would have made of them.
+        (JOB + "cpu: .inf\n", "  cpu: line 7: '.inf' is not a finite number."),
+        (JOB + "memory_gib: .NaN\n", "  memory_gib: line 7: '.NaN' is not a finite number."),
+        (JOB + "max_price_per_hour: 1e999\n", "  max_price_per_hour: line 7: '1e999' is not a finite number."),
+        (JOB.replace("[python, train.py]", "[python, -1.0e+999]"), "  command[1]: line 6: '-1.0e+999' is not a"),
     ],
 )
 def test_a_bad_job_file_is_refused_before_anything_is_sent(
@@ -237,6 +247,23 @@ def test_a_bad_job_file_is_refused_before_anything_is_sent(
     assert out == ""
     assert expected in err
     assert not Job.objects.exists()
+
+
+def test_numbers_read_as_yaml_1_2_and_quoted_text_stays_text(tmp_path: Path) -> None:
+    data = cli.read_job_file(job_file(tmp_path, JOB + "cpu: 1e1\nmax_price_per_hour: 2.5e+1\nenv: {N: '1e999'}\n"))
+    assert (data["cpu"], data["max_price_per_hour"], data["env"]) == (10.0, 25.0, {"N": "1e999"})
+
+
+def test_secret_values_go_in_the_job_file_and_never_come_back(server: Fleet, tmp_path: Path, capsys: Any) -> None:
+    secret = "hf_0123456789abcdef"
+    status, out, err = qm(capsys, "submit", job_file(tmp_path, JOB + f"secret_env: {{HF_TOKEN: '{secret}'}}\n"))
+    assert status == 0, err
+    job = Job.objects.get(pk=submitted_id(out))
+    assert job.secret_env() == {"HF_TOKEN": secret}
+    status, out, _ = qm(capsys, "show", str(job.pk), "--json")
+    assert status == 0
+    assert json.loads(out)["secret_env_names"] == ["HF_TOKEN"]
+    assert secret not in out
 
 
 def test_a_missing_file_is_bad_input(server: Fleet, tmp_path: Path, capsys: Any) -> None:

@@ -504,7 +504,7 @@ def test_queue_page_shows_usage_against_quota_and_waiting_jobs_in_order(fleet: F
 def test_the_queue_pages_poll_while_visible_as_the_job_list_does(fleet: Fleet) -> None:
     job = fleet.submit("alice", name="queued-one")
     lena = signed_in(fleet, "lena")
-    trigger = "every 5s [document.visibilityState === 'visible']"
+    trigger = 'hx-trigger="every 5s, qm-visible" data-poll-while-visible'  # static/js/portal.js holds it while hidden
 
     page = lena.get(f"/jobs/queues/{job.queue_id}/").content.decode()
     assert f'hx-get="/jobs/queues/{job.queue_id}/state/"' in page
