@@ -89,19 +89,22 @@ class Supervisor:
             child.process = None
 
     def stop(self) -> None:
-        running = [child.process for child in self.children if child.process is not None]
-        for process in running:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + self.stop_timeout
-        for process in running:
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
         for child in self.children:
+            if child.process is not None and child.process.poll() is None:
+                child.process.send_signal(signal.SIGTERM)
+        began = time.monotonic()
+        for child in self.children:
+            if child.process is None:
+                continue
+            try:
+                child.process.wait(timeout=max(0.1, began + self.stop_timeout - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.log(f"{child.name} (pid {child.process.pid}) did not stop in {self.stop_timeout:.0f} s; killed")
+                child.process.kill()
+                child.process.wait()
+            self.log(f"{child.name} stopped with {describe(child.process.returncode)}")
             child.process = None
+        self.log(f"stopped in {time.monotonic() - began:.1f} s")
 
     def _start(self, child: Child) -> None:
         try:

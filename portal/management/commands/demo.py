@@ -8,6 +8,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 from django.core.management import call_command
@@ -45,7 +46,9 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, stop)
         self._announce(bind)
         # Until Ctrl-C: a child that exits is logged and started again, the others keep running.
-        Supervisor(processes, log=lambda line: self.stderr.write(f"[demo] {line}")).run(stopping)
+        Supervisor(processes, log=lambda line: self.stderr.write(f"[demo {time.strftime('%H:%M:%S')}] {line}")).run(
+            stopping
+        )
         self.stdout.write("Stopped the web server and the workers.")
 
     def _announce(self, bind: str) -> None:
