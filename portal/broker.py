@@ -367,7 +367,12 @@ class Transport(filesystem.Transport):
     """
 
     Channel = Channel
-    # Declared exchanges are per process, as in kombu; not shared with kombu's own filesystem transport.
-    global_state = virtual.BrokerState()
     driver_type = "filesystem"
     driver_name = "quartermaster-filesystem"
+
+    def __init__(self, client: Any, **kwargs: Any) -> None:
+        super().__init__(client, **kwargs)
+        # Declared exchanges and bindings per connection, as in kombu's other transports, not per process as
+        # in its filesystem one: a process holding a binding in memory would never write it to the table of
+        # another folder (a second connection with other options, as the tests make).
+        self.state = virtual.BrokerState()

@@ -138,6 +138,32 @@ def test_a_message_held_by_a_killed_consumer_is_delivered_again(tmp_path: Path) 
         connection.SimpleQueue("stress").get(timeout=0.5)  # once acknowledged, it is gone
 
 
+def test_an_unreadable_file_is_set_aside_and_the_next_message_delivered(tmp_path: Path) -> None:
+    (tmp_path / "00000000000000000001_0.stress.msg").write_bytes(b"")  # a disk that lost power mid-write
+    with connect(OURS, tmp_path) as connection:
+        queue = connection.SimpleQueue("stress")
+        queue.put({"n": 2})
+        message = queue.get(timeout=5)
+        message.ack()
+    assert message.payload == {"n": 2}
+    assert os.listdir(tmp_path / "control")
+    assert sorted(name for name in os.listdir(tmp_path) if name != "control") == [
+        "00000000000000000001_0.stress.msg.unreadable"
+    ]
+
+
+def test_a_requeued_message_comes_back_once(tmp_path: Path) -> None:
+    with connect(OURS, tmp_path) as connection:
+        queue = connection.SimpleQueue("stress")
+        queue.put({"n": 1})
+        queue.get(timeout=5).requeue()
+        again = queue.get(timeout=5)
+        again.ack()
+        with pytest.raises(Empty):
+            queue.get(timeout=0.3)
+    assert again.payload == {"n": 1}
+
+
 EXCHANGES = 30
 
 
