@@ -10,9 +10,10 @@ closed; each was seen to stop the demo's worker or lose its tasks:
   good. Here a message is written under a temporary name the consumers ignore, flushed to disk, and renamed
   into place: a consumer sees a whole message or none.
 - **Two consumers, one message.** kombu claims a file with ``shutil.move`` into the system's temporary
-  folder; on another file system that is a copy and a delete, so two consumers can both copy one message
-  (it runs twice) or one reads the other's half copy. Here a consumer locks the file and renames it to a
-  claimed name in the same folder: one rename succeeds, every other consumer moves on.
+  folder, under the same name for every consumer; where that folder is another file system (``/tmp`` on
+  tmpfs) the move is a copy and a delete, and a consumer can read the copy while a second one is writing
+  it over. Here a consumer locks the file and renames it to a claimed name in the same folder: one rename
+  succeeds, every other consumer moves on.
 - **Lost on a killed worker.** kombu deletes a message as it reads it, before the task runs, so a worker
   killed mid-task loses it (despite ``acks_late``). Here the claimed file stays, locked by its consumer,
   until the message is acknowledged; a claim whose lock is free (its consumer died) is put back in its
