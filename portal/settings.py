@@ -1,7 +1,7 @@
 """Quartermaster settings, read once from environment variables.
 
-With no variable set, the embedded defaults need nothing but Python: a SQLite file, kombu's filesystem
-broker and a file cache, all under `var/`. Production (`QM_ENV=production`) requires an explicit
+With no variable set, the embedded defaults need nothing but Python: a SQLite file, a broker of files
+(`portal/broker.py`) and a file cache, all under `var/`. Production (`QM_ENV=production`) requires an explicit
 `SECRET_KEY` and `ALLOWED_HOSTS` and turns on every protection `manage.py check --deploy` asks for.
 See README.md for the variables.
 """
@@ -161,15 +161,12 @@ else:
 BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL") or REDIS_URL or "filesystem://"
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    (BROKER_DIR / "queue").mkdir(parents=True, exist_ok=True)
-    (BROKER_DIR / "processed").mkdir(parents=True, exist_ok=True)
+    # The embedded broker: kombu's filesystem transport with its races closed (portal/broker.py). Every
+    # process (web, worker, beat, tests) connects through the Celery app, which takes the transport from here.
+    CELERY_BROKER_TRANSPORT = "portal.broker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(BROKER_DIR / "queue"),
-        "data_folder_out": str(BROKER_DIR / "queue"),
-        "processed_folder": str(BROKER_DIR / "processed"),
-        # Exchange tables, which kombu otherwise writes to ./control in the working directory.
+        "data_folder": str(BROKER_DIR / "queue"),
         "control_folder": str(BROKER_DIR / "control"),
-        "store_processed": False,
         "polling_interval": 0.05,
     }
 # Tasks record their effects in the database; results are kept only where a backend is configured.

@@ -20,9 +20,7 @@ if CELERY_BROKER_URL.startswith("filesystem://"):  # noqa: F405
     _broker = tempfile.mkdtemp(prefix="qm-test-broker-")
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         **CELERY_BROKER_TRANSPORT_OPTIONS,  # noqa: F405
-        "data_folder_in": _broker,
-        "data_folder_out": _broker,
-        "processed_folder": _broker,
+        "data_folder": _broker,
         "control_folder": f"{_broker}/control",
     }
 if not REDIS_URL:  # noqa: F405

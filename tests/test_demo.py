@@ -1,12 +1,15 @@
-"""The demo: seeding is idempotent, and `manage.py demo` runs web, worker and beat until stopped."""
+"""The demo: seeding is idempotent, and `manage.py demo` runs web, worker and beat, restarting any that dies,
+until stopped."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from datetime import date
 from pathlib import Path
@@ -51,8 +54,28 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+class Output:
+    """The demo's output, read line by line as it comes (so the test can wait for a line)."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        stdout = process.stdout
+        assert stdout is not None
+        self.reader = threading.Thread(target=lambda: self.lines.extend(iter(stdout.readline, "")))
+        self.reader.start()
+
+    @property
+    def text(self) -> str:
+        return "".join(self.lines)
+
+    def pid(self, name: str, after: int = 0) -> int | None:
+        """The pid of the latest start of child ``name`` other than ``after``."""
+        pids = [int(p) for p in re.findall(rf"\] {name} started \(pid (\d+)\)", self.text)]
+        return pids[-1] if pids and pids[-1] != after else None
+
+
 @pytest.mark.worker
-def test_demo_command_serves_the_portal_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+def test_demo_command_serves_the_portal_survives_a_killed_worker_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL"}}
     # Two weeks of billing history, not half a year: the command is what is tested here.
@@ -61,11 +84,12 @@ def test_demo_command_serves_the_portal_and_stops_on_ctrl_c(tmp_path: Path) -> N
         [sys.executable, "manage.py", "demo", "--bind", f"127.0.0.1:{port}"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )  # fmt: skip
+    output = Output(demo)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90
         while True:
-            assert demo.poll() is None, demo.stdout.read() if demo.stdout else ""
+            assert demo.poll() is None, output.text
             try:
                 if requests.get(f"{base}/healthz/", timeout=2).status_code == 200:
                     break
@@ -77,15 +101,41 @@ def test_demo_command_serves_the_portal_and_stops_on_ctrl_c(tmp_path: Path) -> N
         assert requests.get(f"{base}/static/css/portal.css", timeout=5).status_code == 200
         token = requests.post(f"{base}/api/v1/auth/token/", json={"username": "lena", "password": "demo"}, timeout=5)
         assert token.status_code == 201
-        me = requests.get(f"{base}/api/v1/me/", headers={"Authorization": f"Bearer {token.json()['token']}"}, timeout=5)
+        lena = {"Authorization": f"Bearer {token.json()['token']}"}
+        me = requests.get(f"{base}/api/v1/me/", headers=lena, timeout=5)
         assert me.json()["memberships"][0]["role"] == "lead"
+
+        # The worker dies: the demo says so and starts another, and the portal answers all along.
+        worker = output.pid("worker")
+        assert worker is not None, output.text
+        os.kill(worker, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while (again := output.pid("worker", after=worker)) is None:
+            assert requests.get(f"{base}/healthz/", timeout=5).status_code == 200
+            assert time.monotonic() < deadline, output.text
+            time.sleep(0.2)
+        assert f"worker (pid {worker}) exited with signal SIGKILL" in output.text
+        # The new worker takes tasks: a submission is placed (the submission wakes the placement loop).
+        job = {"team": "vision", "name": "after-the-crash", "time_limit": "10m", "image": "busybox",
+               "command": ["true"], "accelerators": 0, "cpu": 1, "memory_gib": 1}  # fmt: skip
+        submitted = requests.post(f"{base}/api/v1/jobs/", json=job, headers=lena, timeout=5)
+        assert submitted.status_code == 201, submitted.text
+        deadline = time.monotonic() + 60
+        while (state := requests.get(f"{base}/api/v1/jobs/{submitted.json()['id']}/", headers=lena, timeout=5)
+               .json()["state"]) == "pending":  # fmt: skip
+            assert time.monotonic() < deadline, output.text
+            time.sleep(0.5)
+        assert state in {"admitted", "placing", "running"}
+        os.kill(again, 0)  # still there
     finally:
         demo.send_signal(signal.SIGINT)
-        output, _ = demo.communicate(timeout=60)
-    assert demo.returncode == 0, output
-    assert f"Quartermaster is running at http://127.0.0.1:{port}/" in output
+        demo.wait(timeout=60)
+        output.reader.join(10)
+    assert demo.returncode == 0, output.text
+    assert f"Quartermaster is running at http://127.0.0.1:{port}/" in output.text
     for demo_user in USERS:
-        assert demo_user.username in output
+        assert demo_user.username in output.text
+    assert output.text.count("exited with") == 1, output.text  # the worker we killed, nothing else
     with pytest.raises(requests.ConnectionError):
         requests.get(f"{base}/healthz/", timeout=2)
     # Every child stopped with the demo: nothing of it is left in its process group.

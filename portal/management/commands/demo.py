@@ -1,10 +1,13 @@
-"""`manage.py demo`: migrate, seed the demo, then run the web server, a worker and beat until Ctrl-C."""
+"""`manage.py demo`: migrate, seed the demo, then run the web server, a worker and beat until Ctrl-C.
+
+The three run as supervised children (``portal/supervisor.py``): one that crashes is restarted alone.
+"""
 
 from __future__ import annotations
 
 import signal
-import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -12,6 +15,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
 from portal.demo import DEMO_PASSWORD, USERS
+from portal.supervisor import Supervisor
 
 
 class Command(BaseCommand):
@@ -27,38 +31,25 @@ class Command(BaseCommand):
         processes = {
             "web": [python, "-m", "gunicorn", "portal.wsgi:application", "--bind", bind, "--workers", "2",
                     "--access-logfile", "-", "--graceful-timeout", "5"],
-            "worker": [python, "-m", "celery", "-A", "portal", "worker", "--loglevel", "INFO", "--concurrency", "2"],
+            # One worker: gossip, mingle and heartbeats are for finding others, and each would bind a queue
+            # of its own that outlives a restarted worker.
+            "worker": [python, "-m", "celery", "-A", "portal", "worker", "--loglevel", "INFO", "--concurrency", "2",
+                       "--without-gossip", "--without-mingle", "--without-heartbeat"],
             "beat": [python, "-m", "celery", "-A", "portal", "beat", "--loglevel", "INFO"],
         }  # fmt: skip
-        children = {name: subprocess.Popen(cmd) for name, cmd in processes.items()}
-        self._announce(bind)
-        stopping = False
+        stopping = threading.Event()
 
         def stop(signum: int, frame: Any) -> None:
-            nonlocal stopping
-            stopping = True
+            stopping.set()
 
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
-        exit_code = 0
-        while not stopping:
-            for name, child in children.items():
-                if child.poll() is not None:
-                    self.stderr.write(f"{name} exited with status {child.returncode}; stopping the demo.")
-                    exit_code, stopping = 1, True
-            time.sleep(0.2)
-        self.stdout.write("Stopping the web server and the workers…")
-        for child in children.values():
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        for child in children.values():
-            try:
-                child.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                child.kill()
-        if exit_code:
-            raise SystemExit(exit_code)
+        self._announce(bind)
+        # Until Ctrl-C: a child that exits is logged and started again, the others keep running.
+        Supervisor(processes, log=lambda line: self.stderr.write(f"[demo {time.strftime('%H:%M:%S')}] {line}")).run(
+            stopping
+        )
+        self.stdout.write("Stopped the web server and the workers.")
 
     def _announce(self, bind: str) -> None:
         lines = [
