@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -69,3 +70,15 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise ImproperlyConfigured(f"{name}={value!r} must be one of: {', '.join(choices)}")
     return value
+
+
+def env_url(name: str, *, https_only: bool) -> str | None:
+    """An absolute http(s) URL, or None when unset; `https_only` refuses plain http (production)."""
+    value = env_str(name)
+    if value is None:
+        return None
+    parsed = urlsplit(value.strip())
+    schemes = ("https",) if https_only else ("http", "https")
+    if parsed.scheme not in schemes or not parsed.hostname:
+        raise ImproperlyConfigured(f"{name}={value!r} is not an absolute {' or '.join(schemes)} URL")
+    return value.strip()

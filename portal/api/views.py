@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 from portal import actions
 from portal.api import serializers as s
 from portal.api.errors import error_body
+from portal.api.scopes import TokenScope
 from portal.filters import AuditLogFilter, MembershipFilter, ProjectFilter, TeamFilter
 from portal.models import ApiToken, AuditLog, Membership, Organization, Project, Team
 from portal.tenancy import Action
@@ -160,7 +161,8 @@ class TokenView(APIView):
     throttle_scope = "auth"
 
     def get_permissions(self) -> list[Any]:
-        return [AllowAny()] if self.request.method == "POST" else list(super().get_permissions())
+        # Anybody may ask for a token with a password; a service account's token stays within its scope.
+        return [AllowAny(), TokenScope()] if self.request.method == "POST" else list(super().get_permissions())
 
     def get_throttles(self) -> list[Any]:
         return [ScopedRateThrottle()] if self.request.method == "POST" else []
