@@ -106,7 +106,8 @@ def _render_team(request: AuthenticatedHttpRequest, team: Team, status: int = 20
         "can_manage": can(request.user, Action.CHANGE, team),
         "service_accounts": ServiceAccount.objects.for_user(request.user, Action.VIEW)
         .filter(team=team, revoked_at=None)
-        .select_related("user", "created_by"),
+        .select_related("user", "created_by")
+        .prefetch_related("user__api_tokens"),
         "service_account_form": forms.get("service_account_form") or ServiceAccountForm(),
         "new_service_token": forms.get("new_service_token"),
         "project_form": forms.get("project_form") or ProjectForm(),

@@ -4,6 +4,7 @@ follow the groups claim, hand-set roles kept, deactivation, and the mapping's pa
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -278,3 +279,31 @@ def test_the_mapping_page_is_for_admins(world: World) -> None:
     mapping = GroupMapping.objects.get()
     assert client.post(f"/identity/mappings/{mapping.pk}/remove/").status_code == 404
     assert GroupMapping.objects.count() == 1
+
+
+def test_configuration_is_checked_at_start(tmp_path: Path) -> None:
+    from tests.test_settings_env import manage
+
+    missing = manage("check", QM_VAR_DIR=str(tmp_path), OIDC_CLIENT_ID="qm", OIDC_ISSUER="https://id.example.org")
+    assert missing.returncode != 0
+    assert "OIDC_CLIENT_ID is set, so these must be set too: OIDC_CLIENT_SECRET, OIDC_AUTHORIZATION_ENDPOINT" in (
+        missing.stderr
+    )
+    bad_url = manage("check", QM_VAR_DIR=str(tmp_path), OIDC_TOKEN_ENDPOINT="id.example.org/token")
+    assert "OIDC_TOKEN_ENDPOINT='id.example.org/token' is not an absolute http or https URL" in bad_url.stderr
+    complete = {
+        "OIDC_CLIENT_ID": "qm",
+        "OIDC_CLIENT_SECRET": "s",
+        "OIDC_ISSUER": "https://id.example.org",
+        **{f"OIDC_{name}_ENDPOINT": f"https://id.example.org/{name.lower()}" for name in ("AUTHORIZATION", "TOKEN")},
+        "OIDC_USERINFO_ENDPOINT": "https://id.example.org/me",
+        "OIDC_JWKS_ENDPOINT": "https://id.example.org/jwks",
+    }
+    assert manage("check", QM_VAR_DIR=str(tmp_path), **complete).returncode == 0
+    plain = manage("check", QM_VAR_DIR=str(tmp_path), **{**complete, "OIDC_SCOPES": "email groups"})
+    assert "OIDC_SCOPES='email groups' must include openid" in plain.stderr
+    production = manage(
+        "check", QM_VAR_DIR=str(tmp_path), QM_ENV="production", SECRET_KEY="k" * 60, ALLOWED_HOSTS="qm.example.org",
+        **{**complete, "OIDC_TOKEN_ENDPOINT": "http://id.example.org/token"},
+    )  # fmt: skip
+    assert "OIDC_TOKEN_ENDPOINT='http://id.example.org/token' is not an absolute https URL" in production.stderr

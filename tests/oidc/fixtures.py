@@ -37,6 +37,7 @@ class LoopbackProvider:
     issuer: str
     endpoints: dict[str, str]
     accounts_file: Path
+    log: Path
     accounts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def set_accounts(self, accounts: dict[str, dict[str, Any]]) -> None:
@@ -89,9 +90,9 @@ def oidc_provider(live_server: Any, tmp_path_factory: pytest.TempPathFactory) ->
         "REDIRECT_URIS": ",".join(redirect_uris),
         "ACCOUNTS_FILE": str(accounts_file),
     }
-    process = subprocess.Popen(
-        [node, str(HERE / "provider.mjs")], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    log = accounts_file.with_name("provider.log")
+    with log.open("w") as output:
+        process = subprocess.Popen([node, str(HERE / "provider.mjs")], env=env, stdout=output, stderr=subprocess.STDOUT)
     issuer = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -101,8 +102,7 @@ def oidc_provider(live_server: Any, tmp_path_factory: pytest.TempPathFactory) ->
                 break
             except requests.RequestException:
                 if process.poll() is not None or time.monotonic() > deadline:
-                    output = process.stdout.read() if process.stdout else ""
-                    pytest.fail(f"the test identity provider did not start: {output}")
+                    pytest.fail(f"the test identity provider did not start: {log.read_text()}")
                 time.sleep(0.2)
         endpoints = {
             name: discovery[key]
@@ -113,7 +113,7 @@ def oidc_provider(live_server: Any, tmp_path_factory: pytest.TempPathFactory) ->
                 ("jwks", "jwks_uri"),
             )
         }
-        yield LoopbackProvider(issuer=discovery["issuer"], endpoints=endpoints, accounts_file=accounts_file)
+        yield LoopbackProvider(issuer=discovery["issuer"], endpoints=endpoints, accounts_file=accounts_file, log=log)
     finally:
         process.terminate()
         process.wait(timeout=10)

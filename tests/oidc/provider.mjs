@@ -8,7 +8,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
 
-import Provider from 'oidc-provider';
+import Provider, { interactionPolicy } from 'oidc-provider';
 
 const port = Number(process.env.PORT);
 const issuer = `http://127.0.0.1:${port}`;
@@ -17,6 +17,15 @@ const accounts = () => JSON.parse(fs.readFileSync(accountsFile, 'utf8'));
 
 const { privateKey } = crypto.generateKeyPairSync('rsa', { modulusLength: 2048 });
 const signingKey = { ...privateKey.export({ format: 'jwk' }), kid: 'test-key', alg: 'RS256', use: 'sig' };
+
+// A browser session at the provider whose account was since deleted asks for a new login (the account is
+// gone, so that login fails), as a provider that ends the sessions of deleted accounts would.
+const policy = interactionPolicy.base();
+policy.get('login').checks.add(new interactionPolicy.Check(
+  'account_gone',
+  'the signed-in account no longer exists',
+  (ctx) => Boolean(ctx.oidc.session.accountId) && !ctx.oidc.account,
+));
 
 const provider = new Provider(issuer, {
   clients: [{
@@ -38,7 +47,7 @@ const provider = new Provider(issuer, {
   },
   cookies: { keys: [crypto.randomBytes(32).toString('hex')] },
   features: { devInteractions: { enabled: false } },
-  interactions: { url: (ctx, interaction) => `/interaction/${interaction.uid}` },
+  interactions: { policy, url: (ctx, interaction) => `/interaction/${interaction.uid}` },
   // A first-party client: the organisation's own portal is granted what it asks for without a consent page.
   loadExistingGrant: async (ctx) => {
     const grant = new ctx.oidc.provider.Grant({
@@ -59,6 +68,8 @@ const provider = new Provider(issuer, {
     return { accountId: id, claims: async () => ({ sub: id, ...account.claims }) };
   },
 });
+
+provider.on('server_error', (ctx, error) => console.error('server_error', ctx.path, error));
 
 const escape = (text) => String(text).replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 
