@@ -106,7 +106,12 @@ def sync_memberships(user: User, groups: list[str], *, request: HttpRequest | No
     grants = grants_for(groups)
     reason = f"identity provider groups: {', '.join(groups) or 'none'}"
     with transaction.atomic():
-        held = list(Membership.objects.select_for_update().filter(user=user).select_related("team", "organization"))
+        held = list(
+            Membership.objects.select_for_update(of=("self",))
+            .filter(user=user)
+            .select_related("team", "organization")
+            .order_by("pk")
+        )
         for membership in held:
             if membership.source != Membership.Source.PROVIDER:
                 continue

@@ -24,7 +24,7 @@ from django.urls import reverse
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 
-from portal import identity
+from portal import audit, identity
 
 logger = logging.getLogger(__name__)
 
@@ -110,5 +110,15 @@ class ProviderCallbackView(OIDCAuthenticationCallbackView):  # type: ignore[misc
         if why is None:
             error = self.request.GET.get("error_description") or self.request.GET.get("error")
             why = f"the provider answered: {error[:200]}" if error else "the provider's answer could not be verified"
+        user = getattr(self, "user", None)
+        audit.record(
+            "auth.login_failed",
+            actor=None,
+            target=user,
+            organization=audit.home_organization(user),
+            changes={"method": "identity provider"},
+            reason=why,
+            request=self.request,
+        )
         messages.error(self.request, f"Sign-in with {settings.OIDC_PROVIDER_NAME} failed: {why}.")
         return HttpResponseRedirect(reverse("login"))

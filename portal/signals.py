@@ -35,6 +35,8 @@ def _logged_out(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
 
 @receiver(user_login_failed)
 def _login_failed(sender: Any, credentials: dict[str, Any], request: Any = None, **kwargs: Any) -> None:
+    if "username" not in credentials:
+        return  # the identity provider's callback (portal.provider) records its refusals with their reason
     username = str(credentials.get("username", ""))[:150]
     user = get_user_model().objects.filter(username=username).first()
     audit.record(

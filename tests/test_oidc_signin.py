@@ -156,6 +156,9 @@ def test_a_user_whose_groups_give_no_role_is_deactivated_at_sign_in(
     assert client.get("/").status_code == 302  # the old session ends too
     entry = AuditLog.objects.get(action="user.deactivated")
     assert entry.reason == identity.NO_MAPPED_GROUP
+    refused = AuditLog.objects.get(action="auth.login_failed")
+    assert (refused.target_id, refused.changes) == (str(user.pk), {"method": "identity provider"})
+    assert identity.NO_MAPPED_GROUP in refused.reason
     # Back in a mapped group, the provider's word is enough to come back.
     oidc_settings.set_groups("carol", ["ml-robotics"])
     assert sign_in(Client(), "carol") == (302, "/")
@@ -217,6 +220,8 @@ def test_the_flow_uses_pkce_and_the_provider_requires_it(
     response = client.get(f"{urlsplit(back).path}?{urlsplit(back).query}", follow=True)
     assert "Sign-in with Example SSO failed: the provider answered: " in response.content.decode()
     assert not ProviderIdentity.objects.exists()
+    refused = AuditLog.objects.get(action="auth.login_failed")
+    assert "requires PKCE" in refused.reason
 
 
 def test_a_token_for_another_issuer_is_refused(mapped: World, oidc_settings: LoopbackProvider, settings) -> None:
