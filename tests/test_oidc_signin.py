@@ -312,3 +312,41 @@ def test_configuration_is_checked_at_start(tmp_path: Path) -> None:
         **{**complete, "OIDC_TOKEN_ENDPOINT": "http://id.example.org/token"},
     )  # fmt: skip
     assert "OIDC_TOKEN_ENDPOINT='http://id.example.org/token' is not an absolute https URL" in production.stderr
+
+
+def test_grants_take_the_higher_team_role_and_every_organization(mapped: World, settings) -> None:
+    vision, robotics = mapped.teams["vision"].pk, mapped.teams["robotics"].pk
+    grants = identity.grants_for(["ml-vision", "vision-leads", "ml-robotics", "money", "nobody-maps-this"])
+    assert {(g.organization_id, g.team_id, g.role) for g in grants} == {
+        (mapped.org.pk, vision, Role.LEAD),
+        (mapped.org.pk, robotics, Role.RESEARCHER),
+        (mapped.org.pk, None, Role.FINANCE),
+        (mapped.other_org.pk, mapped.teams["intruders"].pk, Role.LEAD),
+    }
+    assert identity.grants_for([]) == set()
+    settings.OIDC_GROUPS_CLAIM = "roles"
+    assert identity.groups_of({"roles": "ml-vision"}) == ["ml-vision"]
+    assert identity.groups_of({"roles": ["b", "a", "a", "", None, {"x": 1}]}) == ["a", "b"]
+    assert identity.groups_of({"groups": ["ml-vision"]}) == []
+    assert identity.groups_of({"roles": 42}) == []
+
+
+def test_discovery_prints_the_settings(oidc_provider: LoopbackProvider) -> None:
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    out = StringIO()
+    call_command("oidc_discover", oidc_provider.issuer + "/", stdout=out)
+    lines = dict(line.split("=", 1) for line in out.getvalue().splitlines())
+    assert lines == {
+        "OIDC_ISSUER": oidc_provider.issuer,
+        "OIDC_AUTHORIZATION_ENDPOINT": oidc_provider.endpoints["authorization"],
+        "OIDC_TOKEN_ENDPOINT": oidc_provider.endpoints["token"],
+        "OIDC_USERINFO_ENDPOINT": oidc_provider.endpoints["userinfo"],
+        "OIDC_JWKS_ENDPOINT": oidc_provider.endpoints["jwks"],
+    }
+    with pytest.raises(CommandError, match="names the issuer"):
+        call_command("oidc_discover", oidc_provider.issuer.replace("127.0.0.1", "localhost"), stdout=StringIO())
+    with pytest.raises(CommandError, match="Cannot read the discovery document"):
+        call_command("oidc_discover", "http://127.0.0.1:9", stdout=StringIO())
