@@ -15,7 +15,7 @@ from portal import actions
 from portal.api.authentication import ApiTokenAuthentication
 from portal.api.scopes import TokenScope
 from portal.models import ApiToken, AuditLog, Membership, ServiceAccount
-from tests.conftest import World
+from tests.conftest import World, api_client
 
 pytestmark = pytest.mark.django_db
 
@@ -150,3 +150,43 @@ def test_every_api_view_that_takes_tokens_checks_their_scope() -> None:
             view.request = type("R", (), {"method": method})()
             permissions = view.get_permissions()
             assert any(isinstance(p, TokenScope) for p in permissions), f"{route} {method}"
+
+
+def test_the_api_creates_lists_and_revokes_them(world: World) -> None:
+    lena = api_client(world.users["lena"])
+    vision = world.teams["vision"]
+    created = lena.post("/api/v1/service-accounts/", {"team": vision.pk, "name": "CI", "scope": "submit"})
+    assert created.status_code == 201, created.json()
+    body = created.json()
+    raw = body["secret"]
+    assert raw.startswith(body["token"]["hint"])
+    assert (body["team"], body["scope"], body["created_by"]) == (vision.pk, "submit", "lena")
+    assert bearer(raw).get("/api/v1/me/").json()["memberships"] == [
+        {"id": Membership.objects.get(user__username=body["username"]).pk, "organization": "demo", "team": "vision",
+         "role": "researcher"}
+    ]  # fmt: skip
+    listed = lena.get("/api/v1/service-accounts/").json()["results"]
+    assert [(a["name"], "secret" in a) for a in listed] == [("CI", False)]
+    members = lena.get("/api/v1/memberships/", {"team": vision.pk}).json()["results"]
+    assert {m["username"]: m["source"] for m in members}[body["username"]] == "service_account"
+    # Researchers, other teams' leads and other organizations see none of them; a researcher may not create one.
+    for outsider in ("alice", "bob", "trent"):
+        assert api_client(world.users[outsider]).get(f"/api/v1/service-accounts/{body['id']}/").status_code == 404
+    refused = api_client(world.users["alice"]).post(
+        "/api/v1/service-accounts/", {"team": vision.pk, "name": "mine", "scope": "admin"}
+    )
+    assert refused.status_code == 403
+    bad = lena.post("/api/v1/service-accounts/", {"team": vision.pk, "name": "x", "scope": "root"})
+    assert (bad.status_code, list(bad.json()["error"]["fields"])) == (400, ["scope"])
+    assert lena.delete(f"/api/v1/service-accounts/{body['id']}/").status_code == 204
+    assert bearer(raw).get("/api/v1/me/").status_code == 401
+    assert ServiceAccount.objects.get().revoked_at is not None
+
+
+def test_an_admin_scoped_token_makes_no_more_accounts_through_the_api(world: World) -> None:
+    client = bearer(service_token(world, "admin"))
+    response = client.post(
+        "/api/v1/service-accounts/", {"team": world.teams["vision"].pk, "name": "x", "scope": "admin"}
+    )
+    assert response.status_code == 403
+    assert ServiceAccount.objects.count() == 1
