@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import jwt
 import requests
 from django.conf import settings
 from django.contrib import messages
@@ -52,7 +53,12 @@ class ProviderBackend(OIDCAuthenticationBackend):  # type: ignore[misc]
         return self._token_info
 
     def verify_token(self, token: str, **kwargs: Any) -> dict[str, Any]:
-        payload: dict[str, Any] = super().verify_token(token, **kwargs)
+        try:
+            payload: dict[str, Any] = super().verify_token(token, **kwargs)
+        except jwt.InvalidTokenError as exc:
+            # The library turns a bad signature into SuspiciousOperation (400) but lets an expired or not yet
+            # valid token through as an error (500).
+            raise SuspiciousOperation(f"The ID token is not valid: {exc}") from None
         # The library checks the signature, expiry and nonce, not who issued the token nor for whom.
         audience = payload.get("aud")
         audiences = audience if isinstance(audience, list) else [audience]

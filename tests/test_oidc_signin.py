@@ -350,3 +350,32 @@ def test_discovery_prints_the_settings(oidc_provider: LoopbackProvider) -> None:
         call_command("oidc_discover", oidc_provider.issuer.replace("127.0.0.1", "localhost"), stdout=StringIO())
     with pytest.raises(CommandError, match="Cannot read the discovery document"):
         call_command("oidc_discover", "http://127.0.0.1:9", stdout=StringIO())
+
+
+def test_an_expired_id_token_is_a_bad_request_not_an_error(settings) -> None:
+    import time
+
+    import jwt
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from django.core.exceptions import SuspiciousOperation
+
+    from portal.provider import ProviderBackend
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    settings.OIDC_RP_IDP_SIGN_KEY = (
+        key.public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
+    settings.OIDC_ISSUER, settings.OIDC_RP_CLIENT_ID = "https://id.example.org", "qm"
+    claims = {"iss": "https://id.example.org", "aud": "qm", "sub": "carol", "nonce": "n"}
+    backend = ProviderBackend()
+    fresh = jwt.encode({**claims, "exp": int(time.time()) + 60}, key, algorithm="RS256")
+    assert backend.verify_token(fresh, nonce="n")["sub"] == "carol"
+    expired = jwt.encode({**claims, "exp": int(time.time()) - 60}, key, algorithm="RS256")
+    with pytest.raises(SuspiciousOperation, match="Signature has expired"):
+        backend.verify_token(expired, nonce="n")
+    other_audience = jwt.encode({**claims, "aud": "another-app", "exp": int(time.time()) + 60}, key, algorithm="RS256")
+    with pytest.raises(SuspiciousOperation, match="not issued by the configured provider for this client"):
+        backend.verify_token(other_audience, nonce="n")
