@@ -208,7 +208,7 @@ def change_role(
     if role_value == membership.role:
         return membership
     with transaction.atomic():
-        old = membership.role
+        old, old_source = membership.role, membership.source
         # A role changed by hand is kept by hand: the identity provider's groups no longer change it.
         updated = Membership.objects.filter(pk=membership.pk, role=old).update(
             role=role_value, source=Membership.Source.LOCAL
@@ -216,11 +216,14 @@ def change_role(
         if not updated:
             raise ValidationError({"role": "The role was changed by someone else meanwhile; reload and retry."})
         membership.refresh_from_db()
+        changes: dict[str, list[str]] = {"role": [old, role_value.value]}
+        if old_source != Membership.Source.LOCAL:
+            changes["source"] = [old_source, Membership.Source.LOCAL.value]
         audit.record(
             "membership.role_changed",
             actor=actor,
             target=membership,
-            changes={"role": [old, role_value.value]},
+            changes=changes,
             reason=reason,
             request=request,
         )
@@ -349,34 +352,39 @@ def create_service_account(
         number += 1
         username = f"{base}-{number}"
     raw, key_hash, hint = ApiToken.generate()
-    with transaction.atomic():
-        user = users.create_user(username, first_name=name[:150])
-        user.set_unusable_password()
-        user.save(update_fields=["password"])
-        account = ServiceAccount.objects.create(team=team, user=user, name=name, scope=scope_value, created_by=actor)
-        Membership.objects.create(
-            user=user,
-            organization_id=team.organization_id,
-            team=team,
-            role=account.role,
-            source=Membership.Source.SERVICE_ACCOUNT,
-        )
-        token = ApiToken.objects.create(
-            user=user, name=name, key_hash=key_hash, hint=hint, expires_at=timezone.now() + timedelta(days=days)
-        )
-        audit.record(
-            "service_account.created",
-            actor=actor,
-            target=account,
-            changes={
-                "name": name,
-                "scope": scope_value.value,
-                "username": username,
-                "token": hint,
-                "expires_at": token.expires_at.isoformat() if token.expires_at else None,
-            },
-            request=request,
-        )
+    try:
+        with transaction.atomic():
+            user = users.create_user(username, first_name=name[:150])
+            user.set_unusable_password()
+            user.save(update_fields=["password"])
+            account = ServiceAccount.objects.create(
+                team=team, user=user, name=name, scope=scope_value, created_by=actor
+            )
+            Membership.objects.create(
+                user=user,
+                organization_id=team.organization_id,
+                team=team,
+                role=account.role,
+                source=Membership.Source.SERVICE_ACCOUNT,
+            )
+            token = ApiToken.objects.create(
+                user=user, name=name, key_hash=key_hash, hint=hint, expires_at=timezone.now() + timedelta(days=days)
+            )
+            audit.record(
+                "service_account.created",
+                actor=actor,
+                target=account,
+                changes={
+                    "name": name,
+                    "scope": scope_value.value,
+                    "username": username,
+                    "token": hint,
+                    "expires_at": token.expires_at.isoformat() if token.expires_at else None,
+                },
+                request=request,
+            )
+    except IntegrityError:  # the same name (or username) taken meanwhile by another request
+        raise ValidationError({"name": f"Team {team.name} already has a service account named {name!r}."}) from None
     return account, raw
 
 

@@ -127,6 +127,8 @@ def test_a_role_set_by_hand_is_kept_and_shown_as_an_override(mapped: World, oidc
     user = User.objects.get(provider_identity__subject="carol")
     membership = Membership.objects.get(user=user, team=mapped.teams["vision"])
     actions.change_role(mapped.users["lena"], membership, role="lead", reason="runs the vision reading group")
+    changed = AuditLog.objects.get(action="membership.role_changed", actor_name="lena")
+    assert changed.changes == {"role": ["researcher", "lead"], "source": ["provider", "local"]}
     assert sign_in(Client(), "carol")[0] == 302
     assert roles(user) == {("vision", "lead", "local")}
     admin = Client()

@@ -116,7 +116,11 @@ def oidc_provider(live_server: Any, tmp_path_factory: pytest.TempPathFactory) ->
         yield LoopbackProvider(issuer=discovery["issuer"], endpoints=endpoints, accounts_file=accounts_file, log=log)
     finally:
         process.terminate()
-        process.wait(timeout=10)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 @pytest.fixture
