@@ -249,13 +249,29 @@ def check_provider_accounts() -> dict[str, int]:
     counts = {"checked": 0, "deactivated": 0, "unreachable": 0}
     if not settings.OIDC_ENABLED:
         return counts
-    identities = ProviderIdentity.objects.filter(
+    due = ProviderIdentity.objects.filter(
         user__is_active=True, issuer=settings.OIDC_ISSUER, refresh_token__isnull=False
-    ).select_related("user")
-    for identity in identities:
-        refresh_token = unseal(identity.refresh_token, purpose=REFRESH_TOKEN_PURPOSE)
-        if refresh_token is None:
-            continue
+    ).order_by("pk")
+    for pk in due.values_list("pk", flat=True):
+        outcome = _check_one(pk)
+        if outcome is not None:
+            counts[outcome] += 1
+    return counts
+
+
+def _check_one(pk: int) -> str | None:
+    """Redeem one user's refresh token. The row stays locked meanwhile: a provider that rotates refresh tokens
+    treats a second use of the same token as theft and revokes the grant, which would read as 'unknown'."""
+    with transaction.atomic():
+        identity = (
+            ProviderIdentity.objects.select_for_update(of=("self",), skip_locked=True)
+            .select_related("user")
+            .filter(pk=pk, user__is_active=True)
+            .first()
+        )
+        refresh_token = unseal(identity.refresh_token, purpose=REFRESH_TOKEN_PURPOSE) if identity else None
+        if identity is None or refresh_token is None:
+            return None
         try:
             response = requests.post(
                 settings.OIDC_OP_TOKEN_ENDPOINT,
@@ -268,26 +284,25 @@ def check_provider_accounts() -> dict[str, int]:
                 timeout=settings.OIDC_TIMEOUT,
                 allow_redirects=False,
             )
-            answer = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
+            json = response.headers.get("content-type", "").startswith("application/json")
+            answer = response.json() if json else {}
         except (requests.RequestException, ValueError) as exc:
             logger.warning("identity provider check of %s failed: %s", identity.user, exc)
-            counts["unreachable"] += 1
-            continue
-        counts["checked"] += 1
+            return "unreachable"
+        identity.last_checked_at = timezone.now()
         if response.status_code == 200 and isinstance(answer, dict):
             rotated = answer.get("refresh_token")
-            identity.last_checked_at = timezone.now()
             if isinstance(rotated, str) and rotated:
                 identity.refresh_token = seal(rotated, purpose=REFRESH_TOKEN_PURPOSE)
             identity.save(update_fields=["last_checked_at", "refresh_token"])
-        elif response.status_code == 400 and isinstance(answer, dict) and answer.get("error") == "invalid_grant":
+            return "checked"
+        if response.status_code == 400 and isinstance(answer, dict) and answer.get("error") == "invalid_grant":
+            identity.refresh_token = None
+            identity.save(update_fields=["last_checked_at", "refresh_token"])
             deactivate(identity.user, reason=NOT_VOUCHED)
-            ProviderIdentity.objects.filter(pk=identity.pk).update(refresh_token=None, last_checked_at=timezone.now())
-            counts["deactivated"] += 1
-        else:
-            logger.warning("identity provider answered %s checking %s", response.status_code, identity.user)
-            counts["unreachable"] += 1
-    return counts
+            return "deactivated"
+        logger.warning("identity provider answered %s checking %s", response.status_code, identity.user)
+        return "unreachable"
 
 
 def provider_view(organization: Organization) -> list[dict[str, Any]]:
