@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from portal import audit
-from portal.models import ApiToken, Membership, Organization, Project, Team
+from portal.models import ApiToken, GroupMapping, Membership, Organization, Project, ServiceAccount, Team
 from portal.tenancy import TEAM_ROLES, Action, Role, can
 
 if TYPE_CHECKING:
@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 MAX_TOKEN_DAYS = 366
 
 
-def _require(actor: User, action: Action, obj: Team | Membership | Organization, what: str) -> None:
+def _require(
+    actor: User, action: Action, obj: Team | Membership | Organization | GroupMapping | ServiceAccount, what: str
+) -> None:
     if not can(actor, action, obj):
         raise PermissionDenied(f"You may not {what}.")
 
@@ -46,9 +48,7 @@ def issue_token(
         raise ValidationError({"name": "Give the token a name, e.g. the machine or script that will use it."})
     if len(name) > 80:
         raise ValidationError({"name": "Ensure this field has no more than 80 characters."})
-    days = settings.API_TOKEN_DEFAULT_DAYS if expires_in_days is None else expires_in_days
-    if not 1 <= days <= MAX_TOKEN_DAYS:
-        raise ValidationError({"expires_in_days": f"Must be between 1 and {MAX_TOKEN_DAYS} days."})
+    days = _token_days(expires_in_days)
     raw, key_hash, hint = ApiToken.generate()
     with transaction.atomic():
         token = ApiToken.objects.create(
@@ -63,6 +63,13 @@ def issue_token(
             request=request,
         )
     return token, raw
+
+
+def _token_days(expires_in_days: int | None) -> int:
+    days = settings.API_TOKEN_DEFAULT_DAYS if expires_in_days is None else expires_in_days
+    if not 1 <= days <= MAX_TOKEN_DAYS:
+        raise ValidationError({"expires_in_days": f"Must be between 1 and {MAX_TOKEN_DAYS} days."})
+    return days
 
 
 def revoke_token(actor: User, token: ApiToken, *, request: HttpRequest | None = None) -> ApiToken:
@@ -194,7 +201,8 @@ def _addable_user(actor: User, organization: Organization, username: str) -> Use
     get one and the same answer, so the answer tells nothing about who exists.
     """
     name = (username or "").strip()
-    found = get_user_model().objects.filter(username=name, is_active=True)
+    # A service account's one role is its own: it is never added anywhere else.
+    found = get_user_model().objects.filter(username=name, is_active=True, service_account=None)
     if not actor.is_superuser:
         allowed = Q(pk__in=Membership.objects.filter(organization=organization).values("user"))
         if can(actor, Action.CHANGE, organization):
@@ -219,6 +227,7 @@ def change_role(
     _require(actor, Action.CHANGE, membership, "change roles in this team")
     if membership.user_id == actor.pk:
         raise PermissionDenied("You may not change your own role.")
+    _refuse_service_account_role(membership)
     if membership.team_id is None:
         raise ValidationError({"role": "Organization-wide roles are granted and removed, not changed."})
     if role_value not in TEAM_ROLES:
@@ -226,16 +235,22 @@ def change_role(
     if role_value == membership.role:
         return membership
     with transaction.atomic():
-        old = membership.role
-        updated = Membership.objects.filter(pk=membership.pk, role=old).update(role=role_value)
+        old, old_source = membership.role, membership.source
+        # A role changed by hand is kept by hand: the identity provider's groups no longer change it.
+        updated = Membership.objects.filter(pk=membership.pk, role=old).update(
+            role=role_value, source=Membership.Source.LOCAL
+        )
         if not updated:
             raise ValidationError({"role": "The role was changed by someone else meanwhile; reload and retry."})
         membership.refresh_from_db()
+        changes: dict[str, list[str]] = {"role": [old, role_value.value]}
+        if old_source != Membership.Source.LOCAL:
+            changes["source"] = [old_source, Membership.Source.LOCAL.value]
         audit.record(
             "membership.role_changed",
             actor=actor,
             target=membership,
-            changes={"role": [old, role_value.value]},
+            changes=changes,
             reason=reason,
             request=request,
         )
@@ -247,6 +262,7 @@ def remove_member(actor: User, membership: Membership, *, request: HttpRequest |
     _require(actor, Action.CHANGE, membership, "remove this role")
     if membership.user_id == actor.pk:
         raise PermissionDenied("You may not remove your own role.")
+    _refuse_service_account_role(membership)
     with transaction.atomic():
         audit.record(
             "membership.removed",
@@ -258,8 +274,158 @@ def remove_member(actor: User, membership: Membership, *, request: HttpRequest |
         membership.delete()
 
 
+def _refuse_service_account_role(membership: Membership) -> None:
+    if membership.source == Membership.Source.SERVICE_ACCOUNT:
+        raise ValidationError({"role": "This is a service account's role: revoke the service account instead."})
+
+
 def _parse_role(role: str) -> Role:
     try:
         return Role(role)
     except ValueError:
         raise ValidationError({"role": f"{role!r} is not a role; use one of {', '.join(Role.values)}."}) from None
+
+
+# --- Identity provider: group mappings ------------------------------------------------------------------
+
+
+def map_group(
+    actor: User,
+    organization: Organization,
+    *,
+    group: str,
+    role: str,
+    team: Team | None = None,
+    request: HttpRequest | None = None,
+) -> GroupMapping:
+    """Members of the provider's `group` get `role` (in `team` for a team role) at their next sign-in."""
+    _require(actor, Action.CHANGE, organization, "map identity provider groups (organization admins only)")
+    group = (group or "").strip()
+    if not group:
+        raise ValidationError({"group": "Name the group exactly as the identity provider sends it."})
+    if len(group) > 200:
+        raise ValidationError({"group": "Ensure this field has no more than 200 characters."})
+    role_value = _parse_role(role)
+    if role_value in TEAM_ROLES:
+        if team is None:
+            raise ValidationError({"team": f"A {role_value.label.lower()} belongs to a team: name the team."})
+        if team.organization_id != organization.pk:
+            raise ValidationError({"team": "The team is not in this organization."})
+    elif team is not None:
+        raise ValidationError({"team": f"{role_value.label} is an organization-wide role; leave the team empty."})
+    try:
+        with transaction.atomic():
+            mapping = GroupMapping.objects.create(organization=organization, group=group, team=team, role=role_value)
+            audit.record(
+                "group_mapping.created",
+                actor=actor,
+                target=mapping,
+                changes={"group": group, "role": role_value.value, "team": team.name if team else None},
+                request=request,
+            )
+    except IntegrityError:
+        where = team.name if team else f"{organization.name} as {role_value.label.lower()}"
+        raise ValidationError({"group": f"The group {group!r} is already mapped in {where}."}) from None
+    return mapping
+
+
+def unmap_group(actor: User, mapping: GroupMapping, *, request: HttpRequest | None = None) -> None:
+    """Remove a mapping; the roles it granted go at each member's next sign-in."""
+    _require(actor, Action.CHANGE, mapping, "map identity provider groups (organization admins only)")
+    with transaction.atomic():
+        audit.record(
+            "group_mapping.removed",
+            actor=actor,
+            target=mapping,
+            changes={"group": mapping.group, "role": mapping.role, "team": mapping.team.name if mapping.team else None},
+            request=request,
+        )
+        mapping.delete()
+
+
+# --- Service accounts -----------------------------------------------------------------------------------
+
+
+def create_service_account(
+    actor: User,
+    team: Team,
+    *,
+    name: str,
+    scope: str,
+    expires_in_days: int | None = None,
+    request: HttpRequest | None = None,
+) -> tuple[ServiceAccount, str]:
+    """A service account of `team` and its token; returns the account and the raw token, shown once."""
+    _require(actor, Action.CHANGE, team, f"create service accounts of {team.name} (its leads and admins only)")
+    if ServiceAccount.objects.filter(user=actor).exists():
+        raise PermissionDenied("A service account may not create service accounts.")
+    name = (name or "").strip()
+    if not name:
+        raise ValidationError({"name": "Give the account a name, e.g. the pipeline or tool that will use it."})
+    if len(name) > 80:
+        raise ValidationError({"name": "Ensure this field has no more than 80 characters."})
+    try:
+        scope_value = ServiceAccount.Scope(scope)
+    except ValueError:
+        choices = ", ".join(ServiceAccount.Scope.values)
+        raise ValidationError({"scope": f"{scope!r} is not a scope; use one of {choices}."}) from None
+    days = _token_days(expires_in_days)
+    if ServiceAccount.objects.filter(team=team, name=name, revoked_at=None).exists():
+        raise ValidationError({"name": f"Team {team.name} already has a service account named {name!r}."})
+    users = get_user_model().objects
+    base = f"sa-{team.slug}-{slugify(name) or 'account'}"[:140]
+    username, number = base, 1
+    while users.filter(username__iexact=username).exists():
+        number += 1
+        username = f"{base}-{number}"
+    raw, key_hash, hint = ApiToken.generate()
+    try:
+        with transaction.atomic():
+            user = users.create_user(username, first_name=name[:150])
+            user.set_unusable_password()
+            user.save(update_fields=["password"])
+            account = ServiceAccount.objects.create(
+                team=team, user=user, name=name, scope=scope_value, created_by=actor
+            )
+            Membership.objects.create(
+                user=user,
+                organization_id=team.organization_id,
+                team=team,
+                role=account.role,
+                source=Membership.Source.SERVICE_ACCOUNT,
+            )
+            token = ApiToken.objects.create(
+                user=user, name=name, key_hash=key_hash, hint=hint, expires_at=timezone.now() + timedelta(days=days)
+            )
+            audit.record(
+                "service_account.created",
+                actor=actor,
+                target=account,
+                changes={
+                    "name": name,
+                    "scope": scope_value.value,
+                    "username": username,
+                    "token": hint,
+                    "expires_at": token.expires_at.isoformat() if token.expires_at else None,
+                },
+                request=request,
+            )
+    except IntegrityError:  # the same name (or username) taken meanwhile by another request
+        raise ValidationError({"name": f"Team {team.name} already has a service account named {name!r}."}) from None
+    return account, raw
+
+
+def revoke_service_account(actor: User, account: ServiceAccount, *, request: HttpRequest | None = None) -> None:
+    """Revoke the account: its token stops working at once and its role in the team goes. Twice is harmless."""
+    _require(actor, Action.CHANGE, account, f"revoke service accounts of {account.team.name}")
+    now = timezone.now()
+    with transaction.atomic():
+        if not ServiceAccount.objects.filter(pk=account.pk, revoked_at=None).update(revoked_at=now):
+            return
+        account.revoked_at = now
+        ApiToken.objects.filter(user_id=account.user_id, revoked_at=None).update(revoked_at=now)
+        get_user_model().objects.filter(pk=account.user_id).update(is_active=False)
+        Membership.objects.filter(user_id=account.user_id).delete()
+        audit.record(
+            "service_account.revoked", actor=actor, target=account, changes={"name": account.name}, request=request
+        )

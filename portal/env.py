@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.core.checks.security.base import (
     SECRET_KEY_INSECURE_PREFIX,
@@ -92,3 +93,13 @@ def require_strong_secret(name: str, value: str) -> None:
             f"{name} is too weak for QM_ENV=production: {'; '.join(problems)}. Generate a long random one, "
             "e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))'"
         )
+def env_url(name: str, *, https_only: bool) -> str | None:
+    """An absolute http(s) URL, or None when unset; `https_only` refuses plain http (production)."""
+    value = env_str(name)
+    if value is None:
+        return None
+    parsed = urlsplit(value.strip())
+    schemes = ("https",) if https_only else ("http", "https")
+    if parsed.scheme not in schemes or not parsed.hostname:
+        raise ImproperlyConfigured(f"{name}={value!r} is not an absolute {' or '.join(schemes)} URL")
+    return value.strip()

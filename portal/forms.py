@@ -7,6 +7,7 @@ from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
 
 from portal.actions import MAX_TOKEN_DAYS
+from portal.models import ServiceAccount, Team
 from portal.tenancy import Role
 
 TEAM_ROLE_CHOICES = [(Role.RESEARCHER.value, Role.RESEARCHER.label), (Role.LEAD.value, Role.LEAD.label)]
@@ -43,3 +44,25 @@ class RoleForm(forms.Form):
 class TokenForm(forms.Form):
     name = forms.CharField(max_length=80, help_text="Where the token is used, e.g. 'laptop CLI'.")
     expires_in_days = forms.IntegerField(min_value=1, max_value=MAX_TOKEN_DAYS, initial=90)
+
+
+class ServiceAccountForm(forms.Form):
+    name = forms.CharField(max_length=80, help_text="What uses it, e.g. 'nightly CI' or 'on-call bot'.")
+    scope = forms.ChoiceField(
+        choices=ServiceAccount.Scope.choices,
+        help_text="Read-only: reads only. Submit jobs: reads, submits and cancels jobs. Team admin: as a lead.",
+    )
+    expires_in_days = forms.IntegerField(min_value=1, max_value=MAX_TOKEN_DAYS, initial=90)
+
+
+class GroupMappingForm(forms.Form):
+    group = forms.CharField(max_length=200, help_text="Exactly as the identity provider's groups claim names it.")
+    role = forms.ChoiceField(choices=Role.choices)
+    team = forms.ModelChoiceField(
+        queryset=Team.objects.none(), required=False, help_text="For a researcher or a lead; empty otherwise."
+    )
+
+    def __init__(self, *args: object, teams: object = None, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        if teams is not None:
+            self.fields["team"].queryset = teams  # type: ignore[attr-defined]

@@ -49,8 +49,12 @@ CAPABILITIES: tuple[Capability, ...] = (
     Capability("The fleet", "The organization's clusters, their nodes and how busy they are.",
                frozenset({Role.RESEARCHER, Role.LEAD, Role.FINANCE}), "cluster-list"),
     Capability("Audit log", "Who did what to which object, from where.", frozenset({Role.ADMIN}), "audit-log"),
+    Capability("Identity provider", "Map the provider's groups onto teams and roles; where each role comes from.",
+               frozenset({Role.ADMIN}), "identity"),
     Capability("API tokens and CLI", "Personal tokens for the REST API and the qm command-line client.",
                EVERYONE, "token-list"),
+    Capability("Service accounts", "Your team's tokens for CI pipelines and on-call tooling, scoped.",
+               frozenset({Role.LEAD}), "team-list"),
     Capability("API documentation", "The REST API, browsable, with its OpenAPI schema.", EVERYONE, "api-docs"),
 )  # fmt: skip
 

@@ -1,4 +1,5 @@
-"""Tenancy (organizations, teams, projects, memberships), API tokens and the audit log."""
+"""Tenancy (organizations, teams, projects, memberships), identities from the organisation's provider and the
+mapping of its groups, service accounts, API tokens and the audit log."""
 
 from __future__ import annotations
 
@@ -14,7 +15,19 @@ from django.utils import timezone
 
 from portal.tenancy import ALL_ROLES, ORG_ROLES, TEAM_ROLES, Action, Role, TenancyRules, TenantQuerySet
 
-__all__ = ["Action", "ApiToken", "AuditLog", "Membership", "Organization", "Project", "Role", "Team"]
+__all__ = [
+    "Action",
+    "ApiToken",
+    "AuditLog",
+    "GroupMapping",
+    "Membership",
+    "Organization",
+    "Project",
+    "ProviderIdentity",
+    "Role",
+    "ServiceAccount",
+    "Team",
+]
 
 SLUG_HELP = "Lower-case letters, digits and hyphens; used in URLs and the CLI."
 
@@ -87,12 +100,23 @@ class Project(models.Model):
 
 
 class Membership(models.Model):
-    """A user's role: in one team (researcher, lead) or over a whole organization (finance, admin)."""
+    """A user's role: in one team (researcher, lead) or over a whole organization (finance, admin).
+
+    `source` says who keeps it: a person (set by hand: the identity provider's groups never change it), the
+    identity provider (follows the user's groups at each sign-in), or a service account (lives and dies with
+    the account).
+    """
+
+    class Source(models.TextChoices):
+        LOCAL = "local", "Set by hand"
+        PROVIDER = "provider", "From the identity provider"
+        SERVICE_ACCOUNT = "service_account", "Service account"
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="memberships")
     team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=20, choices=Role.choices)
+    source = models.CharField(max_length=20, choices=Source.choices, default=Source.LOCAL)
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
@@ -120,6 +144,116 @@ class Membership(models.Model):
     def __str__(self) -> str:
         scope = self.team.name if self.team_id else self.organization.name  # type: ignore[union-attr]
         return f"{self.user} — {self.get_role_display()} of {scope}"
+
+
+class GroupMapping(models.Model):
+    """A group of the identity provider's groups claim, and the role its members get in one organization.
+
+    A team role (researcher, lead) names its team; an organization role (finance, admin) names none.
+    """
+
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="group_mappings")
+    group = models.CharField(max_length=200, help_text="The group's name exactly as the provider sends it.")
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.CASCADE, related_name="group_mappings")
+    role = models.CharField(max_length=20, choices=Role.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Tenancy(TenancyRules):
+        team_field = None
+        org_field = "organization"
+        policy = {Action.VIEW: frozenset({Role.ADMIN}), Action.CHANGE: frozenset({Role.ADMIN})}
+
+    class Meta:
+        ordering = ["organization__name", "group", "team__name", "role"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    Q(role__in=sorted(TEAM_ROLES), team__isnull=False) | Q(role__in=sorted(ORG_ROLES), team=None)
+                ),
+                name="groupmapping_team_iff_team_role",
+            ),
+            models.UniqueConstraint(fields=["organization", "group", "team"], name="groupmapping_once_per_team"),
+            models.UniqueConstraint(
+                fields=["organization", "group", "role"], condition=Q(team=None), name="groupmapping_org_role_once"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        scope = self.team.name if self.team_id else self.organization.name  # type: ignore[union-attr]
+        return f"{self.group} → {self.get_role_display()} of {scope}"
+
+
+class ProviderIdentity(models.Model):
+    """The identity provider's account behind a user, found again by issuer and subject (never by e-mail).
+
+    `refresh_token` is sealed (`portal.sealed`); the portal uses it to ask the provider whether it still knows
+    the user (`portal.provider.check_provider_accounts`).
+    """
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="provider_identity")
+    issuer = models.CharField(max_length=300)
+    subject = models.CharField(max_length=255)
+    groups: models.JSONField[Any, Any] = models.JSONField(
+        default=list, blank=True, help_text="The groups claim at the last sign-in."
+    )
+    refresh_token = models.BinaryField(null=True, blank=True, editable=False)
+    last_sign_in_at = models.DateTimeField(null=True, blank=True)
+    last_checked_at = models.DateTimeField(null=True, blank=True)
+    deactivated_by_provider = models.BooleanField(
+        default=False, help_text="Deactivated because the provider stopped vouching for the user (not by hand)."
+    )
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="provider_identity_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.subject} at {self.issuer}"
+
+
+class ServiceAccount(models.Model):
+    """A team's non-person account for CI pipelines and on-call tooling: one API token with a scope.
+
+    It is a user of its own (no password, no sign-in) holding one membership in its team, so tenancy
+    (`for_user`, `can`) treats it like a member: a lead for the admin scope, a researcher otherwise. The
+    scope then narrows what its token may do, in one place (`portal.api.scopes`).
+    """
+
+    class Scope(models.TextChoices):
+        READ = "read", "Read-only"
+        SUBMIT = "submit", "Submit jobs"
+        ADMIN = "admin", "Team admin"
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="service_accounts")
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="service_account")
+    name = models.CharField(max_length=80)
+    scope = models.CharField(max_length=10, choices=Scope.choices)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Tenancy(TenancyRules):
+        policy = {Action.VIEW: frozenset({Role.LEAD, Role.ADMIN}), Action.CHANGE: frozenset({Role.LEAD, Role.ADMIN})}
+
+    class Meta:
+        ordering = ["team__name", "name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team", "name"], condition=Q(revoked_at=None), name="service_account_name_unique_in_team"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team.name}/{self.name}"
+
+    @property
+    def role(self) -> Role:
+        return Role.LEAD if self.scope == self.Scope.ADMIN else Role.RESEARCHER
 
 
 class ApiTokenQuerySet(models.QuerySet["ApiToken"]):

@@ -17,7 +17,7 @@ from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.utils import get_random_secret_key
 
-from portal.env import env_bool, env_choice, env_int, env_list, env_str, require_strong_secret
+from portal.env import env_bool, env_choice, env_int, env_list, env_str, env_url, require_strong_secret
 
 # Lets Django's generic classes (ModelAdmin[Team], QuerySet[Job]) be subscripted at run time, as the types say.
 django_stubs_ext.monkeypatch()
@@ -213,6 +213,8 @@ AUTH_PASSWORD_VALIDATORS = [
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
+    # The identity provider's callback (OpenID Connect, below); off unless configured.
+    "portal.provider.ProviderBackend",
 ]
 SIGNIN_FAILURE_LIMIT = env_int("SIGNIN_FAILURE_LIMIT", 10, minimum=1)
 SIGNIN_COOLOFF_MINUTES = env_int("SIGNIN_COOLOFF_MINUTES", 15, minimum=1)
@@ -230,6 +232,53 @@ API_TOKEN_DEFAULT_DAYS = env_int("API_TOKEN_DEFAULT_DAYS", 90, minimum=1)
 # Days of past jobs the demo seeds for billing's reports and forecasts (``billing/demo.py``).
 DEMO_HISTORY_DAYS = env_int("QM_DEMO_HISTORY_DAYS", 182, minimum=0)
 
+# --- Sign-in with the organisation's identity provider (OpenID Connect, `portal/provider.py`) -------------
+# Off unless OIDC_CLIENT_ID is set; then the provider's endpoints, issuer and client secret are required.
+# mozilla-django-oidc reads the OIDC_OP_*/OIDC_RP_* names; they exist (empty) when off, so the backend loads.
+OIDC_RP_CLIENT_ID = env_str("OIDC_CLIENT_ID") or ""
+OIDC_ENABLED = bool(OIDC_RP_CLIENT_ID)
+OIDC_PROVIDER_NAME = env_str("OIDC_PROVIDER_NAME", "your organisation's sign-in")
+OIDC_RP_CLIENT_SECRET = env_str("OIDC_CLIENT_SECRET") or ""
+OIDC_ISSUER = env_url("OIDC_ISSUER", https_only=PRODUCTION) or ""
+OIDC_OP_AUTHORIZATION_ENDPOINT = env_url("OIDC_AUTHORIZATION_ENDPOINT", https_only=PRODUCTION) or ""
+OIDC_OP_TOKEN_ENDPOINT = env_url("OIDC_TOKEN_ENDPOINT", https_only=PRODUCTION) or ""
+OIDC_OP_USER_ENDPOINT = env_url("OIDC_USERINFO_ENDPOINT", https_only=PRODUCTION) or ""
+OIDC_OP_JWKS_ENDPOINT = env_url("OIDC_JWKS_ENDPOINT", https_only=PRODUCTION) or ""
+OIDC_RP_SCOPES = " ".join(
+    (env_str("OIDC_SCOPES", "openid email profile offline_access") or "").replace(",", " ").split()
+)
+OIDC_GROUPS_CLAIM = env_str("OIDC_GROUPS_CLAIM", "groups") or ""
+OIDC_RP_SIGN_ALGO = env_choice("OIDC_SIGN_ALGORITHM", "RS256", ("RS256", "RS384", "RS512", "ES256", "ES384", "ES512"))
+if OIDC_ENABLED:
+    _missing = [
+        name
+        for name, value in (
+            ("OIDC_CLIENT_SECRET", OIDC_RP_CLIENT_SECRET),
+            ("OIDC_ISSUER", OIDC_ISSUER),
+            ("OIDC_AUTHORIZATION_ENDPOINT", OIDC_OP_AUTHORIZATION_ENDPOINT),
+            ("OIDC_TOKEN_ENDPOINT", OIDC_OP_TOKEN_ENDPOINT),
+            ("OIDC_USERINFO_ENDPOINT", OIDC_OP_USER_ENDPOINT),
+            ("OIDC_JWKS_ENDPOINT", OIDC_OP_JWKS_ENDPOINT),
+            ("OIDC_GROUPS_CLAIM", OIDC_GROUPS_CLAIM),
+        )
+        if not value
+    ]
+    if _missing:
+        raise ImproperlyConfigured(f"OIDC_CLIENT_ID is set, so these must be set too: {', '.join(_missing)}")
+    if "openid" not in OIDC_RP_SCOPES.split():
+        raise ImproperlyConfigured(f"OIDC_SCOPES={OIDC_RP_SCOPES!r} must include openid")
+OIDC_USE_PKCE = True
+OIDC_PKCE_CODE_CHALLENGE_METHOD = "S256"
+OIDC_USE_NONCE = True
+OIDC_TIMEOUT = 10
+OIDC_AUTHENTICATION_CALLBACK_URL = "oidc-callback"
+OIDC_REDIRECT_REQUIRE_HTTPS = PRODUCTION
+# Asks the provider whether it still knows each user who signed in through it (refresh-token grant).
+CELERY_BEAT_SCHEDULE["check-provider-accounts"] = {
+    "task": "portal.tasks.check_provider_accounts",
+    "schedule": env_int("OIDC_CHECK_SECONDS", 900, minimum=60),
+}
+
 # --- REST API -------------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -237,7 +286,8 @@ REST_FRAMEWORK = {
         "portal.api.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # A service account's token is narrowed to its scope (read, submit, admin) here and only here.
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated", "portal.api.scopes.TokenScope"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.Pagination",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

@@ -13,7 +13,16 @@ from portal import audit
 
 @receiver(user_logged_in)
 def _logged_in(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
-    audit.record("auth.login", actor=user, target=user, organization=audit.home_organization(user), request=request)
+    # `login()` notes on the user which backend vouched for them: the password form or the identity provider.
+    method = "identity provider" if getattr(user, "backend", "") == "portal.provider.ProviderBackend" else "password"
+    audit.record(
+        "auth.login",
+        actor=user,
+        target=user,
+        organization=audit.home_organization(user),
+        changes={"method": method},
+        request=request,
+    )
 
 
 @receiver(user_logged_out)
@@ -26,6 +35,8 @@ def _logged_out(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
 
 @receiver(user_login_failed)
 def _login_failed(sender: Any, credentials: dict[str, Any], request: Any = None, **kwargs: Any) -> None:
+    if "username" not in credentials:
+        return  # the identity provider's callback (portal.provider) records its refusals with their reason
     username = str(credentials.get("username", ""))[:150]
     user = get_user_model().objects.filter(username=username).first()
     audit.record(

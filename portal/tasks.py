@@ -11,6 +11,7 @@ from django.core.cache import cache
 from django.db.models import Q
 from django.utils import timezone
 
+from portal import identity
 from portal.models import ApiToken
 
 HEARTBEAT_CACHE_KEY = "qm:worker-heartbeat"
@@ -40,3 +41,9 @@ def expire_api_tokens() -> int:
     cutoff = timezone.now() - TOKEN_RETENTION
     deleted, _ = ApiToken.objects.filter(Q(revoked_at__lt=cutoff) | Q(expires_at__lt=cutoff)).delete()
     return deleted
+
+
+@shared_task
+def check_provider_accounts() -> dict[str, int]:
+    """Deactivate users the identity provider no longer knows (``portal.identity``); nothing when it is off."""
+    return identity.check_provider_accounts()

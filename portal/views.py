@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
@@ -15,12 +16,21 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from portal import actions
+from portal import actions, identity
 from portal.context_processors import request_roles
 from portal.filters import AuditLogFilter
-from portal.forms import AddMemberForm, LoginForm, ProjectForm, RoleForm, TokenForm, apply_errors
+from portal.forms import (
+    AddMemberForm,
+    GroupMappingForm,
+    LoginForm,
+    ProjectForm,
+    RoleForm,
+    ServiceAccountForm,
+    TokenForm,
+    apply_errors,
+)
 from portal.home import capabilities_for
-from portal.models import ApiToken, AuditLog, Membership, Team
+from portal.models import ApiToken, AuditLog, GroupMapping, Membership, Organization, ServiceAccount, Team
 from portal.tasks import last_heartbeat
 from portal.tenancy import Action, Role, can
 from portal.types import AuthenticatedHttpRequest
@@ -31,6 +41,11 @@ BAD_REQUEST = 400
 class LoginView(auth_views.LoginView):
     form_class = LoginForm
     redirect_authenticated_user = True
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        context["provider_name"] = settings.OIDC_PROVIDER_NAME if settings.OIDC_ENABLED else None
+        return context
 
     def form_invalid(self, form: Any) -> HttpResponse:
         response = super().form_invalid(form)
@@ -89,6 +104,12 @@ def _render_team(request: AuthenticatedHttpRequest, team: Team, status: int = 20
         "members": members,
         "projects": team.projects.order_by("name"),
         "can_manage": can(request.user, Action.CHANGE, team),
+        "service_accounts": ServiceAccount.objects.for_user(request.user, Action.VIEW)
+        .filter(team=team, revoked_at=None)
+        .select_related("user", "created_by")
+        .prefetch_related("user__api_tokens"),
+        "service_account_form": forms.get("service_account_form") or ServiceAccountForm(),
+        "new_service_token": forms.get("new_service_token"),
         "project_form": forms.get("project_form") or ProjectForm(),
         "member_form": forms.get("member_form") or AddMemberForm(),
         "role_form_error": forms.get("role_form_error"),
@@ -169,6 +190,90 @@ def member_remove(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         request, f"{membership.user} no longer has a role in {membership.team or membership.organization}."
     )
     return redirect("team-detail", pk=team_id) if team_id else redirect("home")
+
+
+@login_required
+@require_POST
+def service_account_create(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    team = _visible_team(request, pk)
+    form = ServiceAccountForm(request.POST)
+    if form.is_valid():
+        try:
+            account, raw = actions.create_service_account(request.user, team, request=request, **form.cleaned_data)
+        except ValidationError as exc:
+            apply_errors(form, exc)
+        else:
+            # Shown once, on this answer: only the token's hash is kept.
+            messages.success(request, f"Service account {account.name} created.")
+            return _render_team(request, team, new_service_token=raw)
+    return _render_team(request, team, BAD_REQUEST, service_account_form=form)
+
+
+@login_required
+@require_POST
+def service_account_revoke(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    account: ServiceAccount = get_object_or_404(
+        ServiceAccount.objects.for_user(request.user, Action.VIEW).select_related("team"), pk=pk
+    )
+    actions.revoke_service_account(request.user, account, request=request)
+    messages.success(request, f"Service account {account.name} revoked; its token no longer works.")
+    return redirect("team-detail", pk=account.team_id)
+
+
+# --- Identity provider: group mappings ------------------------------------------------------------------
+
+
+def _render_identity(
+    request: AuthenticatedHttpRequest, status: int = 200, forms: dict[int, GroupMappingForm] | None = None
+) -> HttpResponse:
+    organizations = list(Organization.objects.for_user(request.user, Action.CHANGE))
+    if not organizations:
+        raise PermissionDenied("Only organization admins map the identity provider's groups.")
+    sections = []
+    for organization in organizations:
+        teams = Team.objects.filter(organization=organization).order_by("name")
+        sections.append(
+            {
+                "organization": organization,
+                "mappings": GroupMapping.objects.for_user(request.user, Action.VIEW)
+                .filter(organization=organization)
+                .select_related("team"),
+                "memberships": identity.provider_view(organization),
+                "form": (forms or {}).get(organization.pk) or GroupMappingForm(teams=teams),
+            }
+        )
+    context = {"sections": sections, "provider_name": settings.OIDC_PROVIDER_NAME, "enabled": settings.OIDC_ENABLED}
+    return render(request, "portal/identity.html", context, status=status)
+
+
+@login_required
+def identity_page(request: AuthenticatedHttpRequest) -> HttpResponse:
+    return _render_identity(request)
+
+
+@login_required
+@require_POST
+def group_mapping_create(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    organization: Organization = get_object_or_404(Organization.objects.for_user(request.user, Action.VIEW), pk=pk)
+    form = GroupMappingForm(request.POST, teams=Team.objects.filter(organization=organization))
+    if form.is_valid():
+        try:
+            mapping = actions.map_group(request.user, organization, request=request, **form.cleaned_data)
+        except ValidationError as exc:
+            apply_errors(form, exc)
+        else:
+            messages.success(request, f"Mapped {mapping}; it applies at each member's next sign-in.")
+            return redirect("identity")
+    return _render_identity(request, BAD_REQUEST, {organization.pk: form})
+
+
+@login_required
+@require_POST
+def group_mapping_remove(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    mapping: GroupMapping = get_object_or_404(GroupMapping.objects.for_user(request.user, Action.VIEW), pk=pk)
+    actions.unmap_group(request.user, mapping, request=request)
+    messages.success(request, f"Removed {mapping}; the roles it gave go at each member's next sign-in.")
+    return redirect("identity")
 
 
 # --- API tokens -----------------------------------------------------------------------------------------

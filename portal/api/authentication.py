@@ -1,4 +1,5 @@
-"""`Authorization: Bearer <token>` authentication against hashed personal API tokens."""
+"""`Authorization: Bearer <token>` authentication against hashed API tokens (personal or a service account's;
+what a service account's token may do is `portal.api.scopes`)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
             raw = header[1].decode()
         except UnicodeDecodeError:
             raise exceptions.AuthenticationFailed("The token contains invalid characters.") from None
-        token = ApiToken.objects.usable().select_related("user").filter(key_hash=hash_token(raw)).first()
+        usable = ApiToken.objects.usable().select_related("user", "user__service_account")
+        token = usable.filter(key_hash=hash_token(raw)).first()
         if token is None or not token.user.is_active:
             raise exceptions.AuthenticationFailed("Invalid, expired or revoked token.")
         now = timezone.now()

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from portal.models import ApiToken, AuditLog, Membership, Organization, Project, Role, Team
+from portal.models import ApiToken, AuditLog, Membership, Organization, Project, Role, ServiceAccount, Team
 from portal.tenancy import Action
 
 
@@ -59,8 +60,8 @@ class MembershipSerializer(serializers.ModelSerializer[Membership]):
 
     class Meta:
         model = Membership
-        fields = ["id", "username", "organization", "team", "role", "created_at"]
-        read_only_fields = ["created_at"]
+        fields = ["id", "username", "organization", "team", "role", "source", "created_at"]
+        read_only_fields = ["source", "created_at"]
         validators: list[Any] = []
 
 
@@ -92,6 +93,39 @@ class NewTokenSerializer(TokenSerializer):
 
     class Meta(TokenSerializer.Meta):
         fields = [*TokenSerializer.Meta.fields, "token"]
+        read_only_fields = fields
+
+
+class ServiceAccountSerializer(serializers.ModelSerializer[ServiceAccount]):
+    username = serializers.CharField(source="user.username", read_only=True)
+    created_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True
+    )
+    token = serializers.SerializerMethodField(help_text="The account's token, by its first characters.")
+
+    class Meta:
+        model = ServiceAccount
+        fields = ["id", "team", "name", "scope", "username", "token", "created_by", "created_at", "revoked_at"]
+        read_only_fields = fields
+
+    @extend_schema_field(TokenSerializer(allow_null=True))
+    def get_token(self, account: ServiceAccount) -> dict[str, Any] | None:
+        token = account.user.api_tokens.order_by("-created_at").first()
+        return TokenSerializer(token).data if token is not None else None
+
+
+class ServiceAccountCreateSerializer(serializers.Serializer[Any]):
+    team = ScopedRelatedField(queryset=Team.objects.all())
+    name = serializers.CharField(max_length=80)
+    scope = serializers.ChoiceField(choices=ServiceAccount.Scope.choices)
+    expires_in_days = serializers.IntegerField(required=False, min_value=1, max_value=366)
+
+
+class NewServiceAccountSerializer(ServiceAccountSerializer):
+    secret = serializers.CharField(read_only=True, help_text="The token itself, shown once; store it now.")
+
+    class Meta(ServiceAccountSerializer.Meta):
+        fields = [*ServiceAccountSerializer.Meta.fields, "secret"]
         read_only_fields = fields
 
 

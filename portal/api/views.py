@@ -17,8 +17,9 @@ from rest_framework.views import APIView
 from portal import actions
 from portal.api import serializers as s
 from portal.api.errors import error_body
+from portal.api.scopes import TokenScope
 from portal.filters import AuditLogFilter, MembershipFilter, ProjectFilter, TeamFilter
-from portal.models import ApiToken, AuditLog, Membership, Organization, Project, Team
+from portal.models import ApiToken, AuditLog, Membership, Organization, Project, ServiceAccount, Team
 from portal.tenancy import Action
 
 
@@ -160,7 +161,8 @@ class TokenView(APIView):
     even with the right password: 429, with Retry-After in seconds."""
 
     def get_permissions(self) -> list[Any]:
-        return [AllowAny()] if self.request.method == "POST" else list(super().get_permissions())
+        # Anybody may ask for a token with a password; a service account's token stays within its scope.
+        return [AllowAny(), TokenScope()] if self.request.method == "POST" else list(super().get_permissions())
 
     @extend_schema(
         request=s.TokenRequestSerializer,
@@ -208,3 +210,34 @@ class TokenViewSet(SignedInViewSet, mixins.ListModelMixin, mixins.RetrieveModelM
 
     def perform_destroy(self, instance: ApiToken) -> None:
         actions.revoke_token(self.actor, instance, request=self.request._request)
+
+
+class ServiceAccountViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin):
+    """Service accounts of the teams the user leads (all of the organization's, for an admin). POST creates one
+    and answers its token once; DELETE revokes it, and its token stops working at once."""
+
+    model = ServiceAccount
+    serializer_class = s.ServiceAccountSerializer
+
+    def get_queryset(self) -> QuerySet[ServiceAccount]:
+        return super().get_queryset().select_related("user", "created_by").order_by("pk")
+
+    @extend_schema(request=s.ServiceAccountCreateSerializer, responses={201: s.NewServiceAccountSerializer})
+    def create(self, request: Request) -> Response:
+        form = s.ServiceAccountCreateSerializer(data=request.data, context=self.get_serializer_context())
+        form.is_valid(raise_exception=True)
+        data = form.validated_data
+        account, raw = actions.create_service_account(
+            self.actor,
+            data["team"],
+            name=data["name"],
+            scope=data["scope"],
+            expires_in_days=data.get("expires_in_days"),
+            request=request._request,
+        )
+        body = s.NewServiceAccountSerializer(account, context=self.get_serializer_context()).data
+        body["secret"] = raw
+        return Response(body, status=status.HTTP_201_CREATED)
+
+    def perform_destroy(self, instance: ServiceAccount) -> None:
+        actions.revoke_service_account(self.actor, instance, request=self.request._request)
