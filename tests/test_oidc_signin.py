@@ -289,7 +289,7 @@ def test_the_mapping_page_is_for_admins(world: World) -> None:
 
 
 def test_configuration_is_checked_at_start(tmp_path: Path) -> None:
-    from tests.test_settings_env import manage
+    from tests.test_settings_env import STRONG_KEY, manage
 
     missing = manage("check", QM_VAR_DIR=str(tmp_path), OIDC_CLIENT_ID="qm", OIDC_ISSUER="https://id.example.org")
     assert missing.returncode != 0
@@ -310,7 +310,7 @@ def test_configuration_is_checked_at_start(tmp_path: Path) -> None:
     plain = manage("check", QM_VAR_DIR=str(tmp_path), **{**complete, "OIDC_SCOPES": "email groups"})
     assert "OIDC_SCOPES='email groups' must include openid" in plain.stderr
     production = manage(
-        "check", QM_VAR_DIR=str(tmp_path), QM_ENV="production", SECRET_KEY="k" * 60, ALLOWED_HOSTS="qm.example.org",
+        "check", QM_VAR_DIR=str(tmp_path), QM_ENV="production", SECRET_KEY=STRONG_KEY, ALLOWED_HOSTS="qm.example.org",
         **{**complete, "OIDC_TOKEN_ENDPOINT": "http://id.example.org/token"},
     )  # fmt: skip
     assert "OIDC_TOKEN_ENDPOINT='http://id.example.org/token' is not an absolute https URL" in production.stderr
