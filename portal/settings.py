@@ -225,6 +225,8 @@ AXES_CLIENT_IP_CALLABLE = "portal.client.client_address"
 AXES_LOCKOUT_CALLABLE = "portal.signin.lockout_response"
 # Successful sign-ins are in the audit log already; axes' own log of them would grow without end.
 AXES_DISABLE_ACCESS_LOG = True
+# Lockouts are logged; axes' banner at every process start is not.
+AXES_VERBOSE = False
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
