@@ -14,7 +14,8 @@ A row is ``row(route, method, target, "answers", ...)``:
 - ``body`` and ``query`` are what is sent, built from the side (``Side``) acted on: valid, so that an answer
   of 400 cannot hide a missing permission check.
 
-Where the answer is a refusal of a change, the test also checks that the database did not change.
+Where the answer is a refusal of a change, the test also checks that nothing was written; and that the same
+change, where the table allows it, does write (``writes=False`` for the few that never do, like a preview).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ class Row:
     url: Fill | None = None
     body: Fill | None = None
     query: Fill | None = None
-    note: str = ""
+    #: Whether the change, when allowed, writes to the database (a preview does not).
+    writes: bool = True
 
     @property
     def api(self) -> bool:
@@ -230,7 +232,8 @@ ROWS: list[Row] = [
     row("job-rows", "GET", None,                        "in  200 200 200 200 200 -   -   -"),
     row("job-new", "GET", None,                         "in  200 200 200 403 200 -   -   -"),
     row("job-new", "POST", "team",                      "in  302 302 400 403 302 400 403 400", body=job_form),
-    row("job-preview", "POST", "team",                  "in  200 200 200 403 200 200 403 200", body=job_form),
+    row("job-preview", "POST", "team",                  "in  200 200 200 403 200 200 403 200", body=job_form,
+        writes=False),
     row("job-detail", "GET", "job",                     "in  200 200 404 200 200 404 404 404"),
     row("job-state", "GET", "job",                      "in  200 200 404 200 200 404 404 404"),
     row("job-cancel", "POST", "job",                    "in  302 302 404 403 302 404 404 404", body=reason),
@@ -333,7 +336,8 @@ ROWS: list[Row] = [
     # The API: jobs, queues, quotas, tiers, budgets
     row("api:job-list", "GET", None,                    "in  200 200 200 200 200 -   -   -"),
     row("api:job-list", "POST", "team",                 "in  201 201 400 403 201 400 400 400", body=job_json),
-    row("api:job-preview", "POST", "team",              "in  200 200 400 403 200 400 400 400", body=job_json),
+    row("api:job-preview", "POST", "team",              "in  200 200 400 403 200 400 400 400", body=job_json,
+        writes=False),
     row("api:job-detail", "GET", "job",                 "in  200 200 404 200 200 404 404 404"),
     row("api:job-events", "GET", "job",                 "in  200 200 404 200 200 404 404 404"),
     row("api:job-cancel", "POST", "job",                "in  200 200 404 403 200 404 404 404", body=reason),

@@ -14,7 +14,7 @@ import logging
 import re
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
 from pathlib import Path
 from typing import Any
@@ -217,15 +217,23 @@ def _admin_path(route: Route) -> str:
     return reverse(route.key, kwargs=kwargs)
 
 
-def run(check: Check, world: World) -> list[str]:
+@dataclass
+class Tally:
+    """What the run saw besides its problems: evidence that the checks could fail."""
+
+    checks: int = 0
+    shown: set[str] = field(default_factory=set)  # canaries found in answers to those allowed to see them
+    changed: set[tuple[str, str, str | None]] = field(default_factory=set)  # rows whose allowed change wrote
+
+
+def run(check: Check, world: World, tally: Tally) -> list[str]:
     """Send one request in a savepoint that is rolled back; the problems found (none: it passed)."""
     actor = check.actor
     client: Any = actor.api if check.api else actor.page
     cookies = SimpleCookie(client.cookies)
     problems = []
     with transaction.atomic():
-        watch = check.method in UNSAFE and check.expected in REFUSALS
-        before = writes() if watch else 0
+        before = writes() if check.method in UNSAFE else 0
         send = getattr(client, check.method.lower())
         options: dict[str, Any] = {"format": "json"} if check.api else {}
         if check.method == "GET":
@@ -233,21 +241,26 @@ def run(check: Check, world: World) -> list[str]:
         else:
             path = check.path + ("?" + "&".join(f"{k}={v}" for k, v in check.query.items()) if check.query else "")
             response = send(path, check.data or {}, **options)
-        got = outcome(check.api, response)
-        where = f"{check.method} {check.path} as {actor.name}"
-        if check.side is not None:
-            where += f" on {check.side.slug}'s objects"
-        if got != check.expected:
-            problems.append(f"{where}: {got}, expected {check.expected}")
-        content = body_of(response)
-        seen = world.scopes_of(actor.user) if actor.user else set()
-        leaked = sorted(s for s in world.all_scopes() - seen if canary(s).encode() in content)
-        if leaked:
-            problems.append(f"{where}: the answer ({got}) shows {', '.join(leaked)}'s objects")
-        if watch and (written := writes() - before):
-            problems.append(f"{where}: refused ({got}) but {written} rows were written")
+        written = writes() - before if check.method in UNSAFE else 0
         transaction.set_rollback(True)
     client.cookies = cookies
+    got = outcome(check.api, response)
+    where = f"{check.method} {check.path} as {actor.name}"
+    if check.side is not None:
+        where += f" on {check.side.slug}'s objects"
+    if got != check.expected:
+        problems.append(f"{where}: {got}, expected {check.expected}")
+    content = body_of(response)
+    allowed = world.scopes_of(actor.user) if actor.user else set()
+    leaked = sorted(s for s in world.all_scopes() - allowed if canary(s).encode() in content)
+    if leaked:
+        problems.append(f"{where}: the answer ({got}) shows {', '.join(leaked)}'s objects")
+    tally.shown |= {s for s in allowed if canary(s).encode() in content}
+    if written and check.expected in REFUSALS:
+        problems.append(f"{where}: refused ({got}) but {written} rows were written")
+    if written and check.row is not None:
+        tally.changed.add((check.row.route, check.row.method, check.row.target))
+    tally.checks += 1
     return problems
 
 
@@ -256,19 +269,28 @@ def test_authorization_matrix(db: None, tmp_path: Path) -> None:
     people = actors(world)
     started = time.monotonic()
     problems: list[str] = []
-    count = 0
+    tally = Tally()
     # Thousands of 4xx answers, each logged as a warning, would only slow the run down.
     quiet = logging.getLogger("django.request")
     level = quiet.level
     quiet.setLevel(logging.ERROR)
     try:
         for check in checks(world, people):
-            problems += run(check, world)
-            count += 1
+            problems += run(check, world, tally)
     finally:
         quiet.setLevel(level)
     seconds = time.monotonic() - started
-    summary = f"{count} authorization checks in {seconds:.1f} s, {len(problems)} problems"
+    # A refusal proves something only if the same request, by someone allowed, does change the database;
+    # and an absent canary only if canaries are shown to those who may see them.
+    for row in ROWS:
+        allowed = any(answer not in REFUSALS | {"-"} for answer in row.answers.values())
+        key = (row.route, row.method, row.target)
+        if row.method in UNSAFE and allowed and row.writes and key not in tally.changed:
+            problems.append(f"{row.method} {row.route} ({row.target}): no allowed request wrote anything")
+    unseen = world.all_scopes() - tally.shown
+    if unseen:
+        problems.append(f"No answer showed the objects of {sorted(unseen)}, even to those who may see them")
+    summary = f"{tally.checks} authorization checks in {seconds:.1f} s, {len(problems)} problems"
     (tmp_path / "matrix.txt").write_text(summary + "\n" + "\n".join(problems) + "\n")
     print(summary)
     assert not problems, f"{summary}:\n" + "\n".join(problems)
