@@ -77,6 +77,10 @@ def _team(s: Side) -> dict[str, Any]:
     return {"pk": s.home.pk}
 
 
+def _team_query(s: Side) -> dict[str, Any]:
+    return {"team": s.home.pk}
+
+
 def _org_query(s: Side) -> dict[str, Any]:
     return {"organization": s.org.slug}
 
@@ -395,6 +399,27 @@ ROWS: list[Row] = [
     row("api:what-if-list", "POST", "org",              "in  403 403 403 201 201 404 404 404",
         body=lambda s: {"organization": s.org.slug, **what_if(s)}),
     row("api:what-if-detail", "GET", "what_if",         "in  404 404 404 200 200 404 404 404"),
+    # Lists filtered by another team's or organization's id: nothing of it, not an error that says it exists.
+    # (The jobs page's team menu offers the user's teams: another's is "not one of the choices", as is one
+    # that does not exist.)
+    row("job-list", "GET", "team",                      "in  200 200 400 200 200 400 400 400", query=_team_query),
+    row("audit-log", "GET", "org",                      "in  403 403 403 403 200 403 403 200",
+        query=lambda s: {"organization": s.org.pk}),
+    row("api:team-list", "GET", "org",                  "in  200 200 200 200 200 200 200 200",
+        query=lambda s: {"organization": s.org.pk}),
+    row("api:project-list", "GET", "team",              "in  200 200 200 200 200 200 200 200", query=_team_query),
+    row("api:membership-list", "GET", "team",           "in  200 200 200 200 200 200 200 200", query=_team_query),
+    row("api:auditlog-list", "GET", "org",              "in  200 200 200 200 200 200 200 200",
+        query=lambda s: {"organization": s.org.pk}),
+    row("api:job-list", "GET", "team",                  "in  200 200 200 200 200 200 200 200", query=_team_query),
+    row("api:queue-list", "GET", "team",                "in  200 200 200 200 200 200 200 200", query=_team_query),
+    row("api:quotachange-list", "GET", "team",          "in  200 200 200 200 200 200 200 200", query=_team_query),
+    row("api:budget-list", "GET", "team",               "in  200 200 200 200 200 200 200 200", query=_team_query),
+    row("api:budgetalert-list", "GET", "team",          "in  200 200 200 200 200 200 200 200", query=_team_query),
+    row("api:billing-costs", "GET", "team",             "in  200 200 404 200 200 404 404 404",
+        query=lambda s: {"team": s.home.slug}),
+    row("api:billing-job-costs", "GET", "team",         "in  200 200 404 200 200 404 404 404",
+        query=lambda s: {"team": s.home.slug}),
     # The schema and its docs are public: the committed openapi.yaml says as much.
     row("api-schema", "GET", None,                      "200 200 200 200 200 200 -   -   -"),
     row("api-docs", "GET", None,                        "200 200 200 200 200 200 -   -   -"),
