@@ -189,6 +189,8 @@ def checks(world: World, people: list[Actor]) -> Iterator[Check]:
                 query = row.query(side) if row.query else None
                 path = reverse(row.route, kwargs=kwargs)
                 yield Check(row, path, row.method, row.api, row.answers[column], actor, side, body, query)
+            if row.target is not None:
+                yield from _ghost(row, actor, demo)
     for route in routes():
         family = family_of(route.key)
         if family is None:
@@ -197,6 +199,29 @@ def checks(world: World, people: list[Actor]) -> Iterator[Check]:
         for actor in people:
             column = Rel.ANON.value if actor.user is None else _own_column(world, actor.user)
             yield Check(None, _admin_path(route), "GET", False, answers[column], actor, None, None, None)
+
+
+#: The id, slug and organization of an object that does not exist.
+GHOST_ID, GHOST_SLUG = 987654, "ghost"
+
+
+def _ghost(row: Row, actor: Actor, side: Side) -> Iterator[Check]:
+    """The row's request for an object that does not exist (its URL's ids, or the ids and slugs of its query,
+    replaced): every user must get the answer an outsider of their role gets for an existing one, so that
+    "not yours" and "no such thing" cannot be told apart."""
+    kwargs = row.url(side) if row.url else {}
+    if not kwargs and row.target != "org" and "pk" in _params(row.route):
+        kwargs = {"pk": side[row.target].pk}  # type: ignore[index]
+    kwargs = {k: GHOST_ID if isinstance(v, int) else GHOST_SLUG if k == "team" else v for k, v in kwargs.items()}
+    query = row.query(side) if row.query else None
+    if query:
+        query = {k: GHOST_ID if isinstance(v, int) else GHOST_SLUG for k, v in query.items()}
+    if not kwargs and not query:
+        return  # the object is named in the body alone
+    expected = row.answers[Rel.ANON.value if actor.user is None else actor.column_outside]
+    body = row.body(side) if row.body else None
+    path = reverse(row.route, kwargs=kwargs)
+    yield Check(row, path, row.method, row.api, expected, actor, None, body, query)
 
 
 def _own_column(world: World, user: User) -> str:
@@ -246,8 +271,8 @@ def run(check: Check, world: World, tally: Tally) -> list[str]:
     client.cookies = cookies
     got = outcome(check.api, response)
     where = f"{check.method} {check.path} as {actor.name}"
-    if check.side is not None:
-        where += f" on {check.side.slug}'s objects"
+    where += f" on {check.side.slug}'s objects" if check.side is not None else ""
+    where += " on a missing object" if check.side is None and check.row is not None else ""
     if got != check.expected:
         problems.append(f"{where}: {got}, expected {check.expected}")
     content = body_of(response)
