@@ -318,7 +318,7 @@ def audit_log(request: AuthenticatedHttpRequest) -> HttpResponse:
     visible = AuditLog.objects.for_user(request.user, Action.VIEW)
     if not request.user.is_superuser and Role.ADMIN not in request_roles(request):
         raise PermissionDenied("Only organization admins read the audit log.")
-    filterset = AuditLogFilter(request.GET, queryset=visible.select_related("target_type"))
+    filterset = AuditLogFilter(request.GET, queryset=visible.select_related("target_type"), request=request)
     if not filterset.is_valid():
         status = BAD_REQUEST
         entries = visible.none()

@@ -60,9 +60,18 @@ def test_list_endpoints_show_only_own_team(world: World, api: Any) -> None:
     assert {p["team"] for p in projects} == {world.teams["vision"].pk}
     members = client.get("/api/v1/memberships/").json()["results"]
     assert {m["username"] for m in members} == {"alice", "lena"}
-    # Filtering by another team's id gives nothing rather than leaking its rows.
+    # Filtering by another team's id is refused as filtering by one that does not exist: neither its rows nor
+    # whether it exists.
     robotics = world.teams["robotics"].pk
-    assert client.get(f"/api/v1/projects/?team={robotics}").json()["count"] == 0
+    other, missing = (client.get(f"/api/v1/projects/?team={pk}") for pk in (robotics, 987654))
+    assert other.status_code == missing.status_code == 400
+    assert other.json() == missing.json()
+    assert "team" in other.json()["error"]["fields"]
+    rival = world.other_org.pk
+    assert (
+        client.get(f"/api/v1/memberships/?organization={rival}").json()
+        == client.get("/api/v1/memberships/?organization=987654").json()
+    )
 
 
 def test_creating_in_another_team_is_refused_as_if_it_did_not_exist(world: World, api: Any) -> None:

@@ -390,6 +390,19 @@ def test_preview_puts_errors_beside_fields_and_names_what_is_missing(fleet: Flee
     assert 'id="errors-name" hx-swap-oob="true"></div>' in html  # not an error yet: not typed
 
 
+def test_a_team_the_user_may_not_submit_to_is_the_team_fields_error(fleet: Fleet) -> None:
+    robotics = fleet.world.teams["robotics"].pk
+    alice = signed_in(fleet, "alice")
+    for data in (form_data(fleet, team=robotics), form_data(fleet, team=robotics, choices_team=None)):
+        preview = alice.post("/jobs/new/preview/", data)
+        assert preview.status_code == 200
+        assert 'id="errors-team" hx-swap-oob="true"><small class="error"' in preview.content.decode()
+        submitted = alice.post("/jobs/new/", data)
+        assert submitted.status_code == 400
+        assert "team" in submitted.context["form"].errors
+    assert not Job.objects.exists()
+
+
 def test_preview_redraws_the_project_and_tier_menus_when_the_team_changes(fleet: Fleet) -> None:
     language = fleet.world.teams["language"]
     data = form_data(fleet, team=language.pk)  # the menus on the page were drawn for Vision

@@ -1,0 +1,439 @@
+"""The one table of expected answers: every route, the methods tried on it, and the answer per relation.
+
+A row is ``row(route, method, target, "answers", ...)``:
+
+- ``route`` is the URL name (``api:`` for the REST API; see ``test_matrix.test_every_route_has_a_row``).
+- ``target`` names the object of an organization that fills the route's ``pk`` (a key of ``Side.objects``,
+  or ``"org"`` for the organization itself, named in the body or the query). The row then runs against both
+  organizations' objects, for every user of both. With no target, every user acts in their own organization
+  and the outsider's column is ``-``.
+- ``answers`` gives, in the order of ``COLUMNS`` — anonymous, the home team's researcher (who owns the
+  researcher's objects), its lead, a researcher of a neighbouring team, finance, admin, an outsider with a
+  team role, an outsider of finance, an outsider admin — the status expected. ``in`` is the sign-in refusal: a
+  redirect to the sign-in page (pages; ``next`` set) or 401 (API). ``-``: not applicable.
+- ``body`` and ``query`` are what is sent, built from the side (``Side``) acted on: valid, so that an answer
+  of 400 cannot hide a missing permission check.
+
+Where the answer is a refusal of a change, the test also checks that nothing was written; and that the same
+change, where the table allows it, does write (``writes=False`` for the few that never do, like a preview).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.utils import timezone
+
+from tests.authz.world import H100, PASSWORD, Rel, Side
+
+Fill = Callable[[Side], dict[str, Any]]
+
+#: Answer columns, in the order the table writes them. Outsiders are split by their role: a page for
+#: organization roles refuses an outsider with a team role (403) before it looks at what is asked for.
+COLUMNS = (Rel.ANON, Rel.RESEARCHER, Rel.LEAD, Rel.NEIGHBOUR, Rel.FINANCE, Rel.ADMIN, "out", "ofin", "oadm")
+
+
+@dataclass(frozen=True)
+class Row:
+    route: str
+    method: str
+    target: str | None
+    answers: dict[str, str]
+    url: Fill | None = None
+    body: Fill | None = None
+    query: Fill | None = None
+    #: Whether the change, when allowed, writes to the database (a preview does not).
+    writes: bool = True
+
+    @property
+    def api(self) -> bool:
+        return self.route.startswith("api:")
+
+
+@dataclass(frozen=True)
+class Family:
+    """Routes matched by a name prefix rather than one by one (the Django admin: staff only, and none of the
+    roles is staff)."""
+
+    prefix: str
+    answers: dict[str, str]
+    exceptions: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+def row(route: str, method: str, target: str | None, answers: str, **fills: Any) -> Row:
+    tokens = answers.split()
+    assert len(tokens) == len(COLUMNS), f"{route} {method}: {len(tokens)} answers for {len(COLUMNS)} columns"
+    return Row(route, method, target, dict(zip(COLUMNS, tokens, strict=True)), **fills)
+
+
+def _pk(key: str) -> Fill:
+    return lambda s: {"pk": s[key].pk}
+
+
+def _team(s: Side) -> dict[str, Any]:
+    return {"pk": s.home.pk}
+
+
+def _team_query(s: Side) -> dict[str, Any]:
+    return {"team": s.home.pk}
+
+
+def _org_query(s: Side) -> dict[str, Any]:
+    return {"organization": s.org.slug}
+
+
+# --- bodies ---------------------------------------------------------------------------------------------
+
+
+def job_form(s: Side) -> dict[str, Any]:
+    return {
+        "team": s.home.pk, "choices_team": s.home.pk, "project": "", "name": "matrix run", "tier": s["tier"].pk,
+        "preemptible": "on", "accelerator_types": [H100], "accelerators": 1, "accelerator_milli": 1000, "workers": 1,
+        "cpu_cores": "4", "memory_gib": "16", "topology_level": "", "topology_mode": "required",
+        "time_limit_hours": 1, "time_limit_minutes": 0, "max_retries": 3, "checkpoint_location": "",
+        "image": "ghcr.io/lab/train:1", "command": "python train.py", "script": "", "env": "",
+        "max_price_per_hour": "", "idempotency_key": "",
+    }  # fmt: skip
+
+
+def job_json(s: Side) -> dict[str, Any]:
+    return {"team": s.home.pk, "name": "matrix run", "time_limit": "1h", "image": "ghcr.io/lab/train:1",
+            "command": ["python", "train.py"]}  # fmt: skip
+
+
+def cluster_form(s: Side) -> dict[str, Any]:
+    return {"name": "Matrix sim", "slug": "", "kind": "simulated", "endpoint": "sim://matrix", "region": "eu",
+            "levels": "", "options": '{"nodes": 1}', "preference": "50"}  # fmt: skip
+
+
+def cluster_edit_form(s: Side) -> dict[str, Any]:
+    c = s["cluster"]
+    return {"name": "Matrix renamed", "slug": c.slug, "endpoint": c.endpoint, "region": c.region, "levels": "",
+            "options": '{"profile": "h100-onprem", "nodes": 2}', "preference": "60"}  # fmt: skip
+
+
+def maintenance_form(s: Side) -> dict[str, Any]:
+    start = timezone.localtime() + timedelta(days=5)
+    minute = "%Y-%m-%dT%H:%M"
+    return {"starts_at": start.strftime(minute), "ends_at": (start + timedelta(hours=4)).strftime(minute),
+            "reason": "matrix: firmware", "nodes": s["node"].name, "drain_ahead_minutes": "60"}  # fmt: skip
+
+
+def price(s: Side) -> dict[str, Any]:
+    return {"cluster": s["cluster"].slug, "flavor": H100, "capacity_type": "on_demand",
+            "effective_from": "2001-01-01", "hourly_rate": "5"}  # fmt: skip
+
+
+def overhead(s: Side) -> dict[str, Any]:
+    return {"name": "Storage", "amount": "500", "starts": "2001-01-01", "ends": ""}
+
+
+def what_if(s: Side) -> dict[str, Any]:
+    return {"cluster": s["cluster"].pk, "flavor": s["flavor"].pk, "nodes": 2, "days": 30}
+
+
+def reason(s: Side) -> dict[str, Any]:
+    return {"reason": "matrix: checking who may"}
+
+
+def login(s: Side) -> dict[str, Any]:
+    return {"username": s.users[Rel.RESEARCHER].username, "password": PASSWORD}
+
+
+def new_member(s: Side) -> dict[str, Any]:
+    # The neighbouring team's researcher: a user of the same organization, whom a lead may add.
+    return {"username": s.users[Rel.NEIGHBOUR].username, "role": "researcher"}
+
+
+def api_member(s: Side) -> dict[str, Any]:
+    return {**new_member(s), "organization": s.org.pk, "team": s.home.pk}
+
+
+def project_quota(s: Side) -> dict[str, Any]:
+    return {"target": f"project:{s['project'].pk}", "flavor": H100, "resource": "accelerator", "nominal": "2",
+            "borrowing_limit": "", "lending_limit": "", "reason": "matrix: a sub-quota"}  # fmt: skip
+
+
+def lending(s: Side) -> dict[str, Any]:
+    return {"flavor": H100, "resource": "accelerator", "lending_limit": "4", "reason": "matrix: lend"}
+
+
+def cohort_quota(s: Side) -> dict[str, Any]:
+    return {"flavor": H100, "resource": "accelerator", "nominal": "16", "reason": "matrix: the pool"}
+
+
+def project_budget(s: Side) -> dict[str, Any]:
+    return {"target": f"project:{s['project'].pk}", "accelerator_hours": "100", "amount": "", "recipients": "",
+            "webhook_url": "", "reason": "matrix: the project's share"}  # fmt: skip
+
+
+def limit(s: Side) -> dict[str, Any]:
+    return {"accelerators": "4", "reason": "matrix: share the pool"}
+
+
+def team_cell(key: str) -> Fill:
+    return lambda s: {"pk": s.home.pk, "queue": s["queue"].pk} if key == "queue" else {
+        "pk": s.home.pk, "user": s.users[Rel.RESEARCHER].pk}  # fmt: skip
+
+
+# --- the table ------------------------------------------------------------------------------------------
+# Columns: anonymous, the home team's researcher, its lead, a neighbouring team's researcher, finance, admin;
+# outsiders: with a team role, of finance, admin.
+#                                                       ano res led nbr fin adm out ofi oad
+ROWS: list[Row] = [
+    # Sign-in, home, health
+    row("login", "GET", None,                           "200 302 302 302 302 302 -   -   -"),
+    row("login", "POST", None,                          "302 302 302 302 302 302 -   -   -", body=login),
+    row("logout", "GET", None,                          "405 405 405 405 405 405 -   -   -"),
+    row("logout", "POST", None,                         "302 302 302 302 302 302 -   -   -"),
+    row("home", "GET", None,                            "in  200 200 200 200 200 -   -   -"),
+    row("healthz", "GET", None,                         "200 200 200 200 200 200 -   -   -"),
+    # Teams, projects, members
+    row("team-list", "GET", None,                       "in  200 200 200 200 200 -   -   -"),
+    row("team-detail", "GET", "team",                   "in  200 200 404 200 200 404 404 404", url=_team),
+    row("project-create", "GET", "team",                "in  405 405 405 405 405 405 405 405", url=_team),
+    row("project-create", "POST", "team",               "in  403 302 404 403 302 404 404 404", url=_team,
+        body=lambda s: {"name": "Matrix new"}),
+    row("member-add", "POST", "team",                   "in  403 302 404 403 302 404 404 404", url=_team,
+        body=new_member),
+    row("member-role", "POST", "membership",            "in  403 302 404 403 302 404 404 404",
+        body=lambda s: {"role": "lead"}),
+    row("member-role", "POST", "lead_membership",       "in  403 403 404 403 302 404 404 404",
+        body=lambda s: {"role": "researcher"}),
+    row("member-remove", "POST", "membership",          "in  403 302 404 403 302 404 404 404"),
+    row("member-remove", "POST", "finance_membership",  "in  404 404 404 403 302 404 404 404"),
+    # API tokens (each user's own)
+    row("token-list", "GET", None,                      "in  200 200 200 200 200 -   -   -"),
+    row("token-list", "POST", None,                     "in  200 200 200 200 200 -   -   -",
+        body=lambda s: {"name": "matrix laptop", "expires_in_days": "30"}),
+    row("token-revoke", "POST", "token",                "in  302 404 404 404 404 404 404 404"),
+    row("audit-log", "GET", None,                       "in  403 403 403 403 200 -   -   -"),
+    # Clusters and nodes
+    row("cluster-list", "GET", None,                    "in  200 200 200 200 200 -   -   -"),
+    row("cluster-create", "GET", None,                  "in  403 403 403 403 200 -   -   -"),
+    row("cluster-create", "POST", None,                 "in  403 403 403 403 302 -   -   -", body=cluster_form),
+    row("cluster-detail", "GET", "cluster",             "in  200 200 200 200 200 404 404 404"),
+    row("cluster-edit", "GET", "cluster",               "in  403 403 403 403 200 404 404 404"),
+    row("cluster-edit", "POST", "cluster",              "in  403 403 403 403 302 404 404 404",
+        body=cluster_edit_form),
+    row("cluster-sync", "POST", "cluster",              "in  403 403 403 403 302 404 404 404"),
+    row("cluster-maintenance", "POST", "cluster",       "in  403 403 403 403 302 404 404 404",
+        body=maintenance_form),
+    row("probe-token-create", "POST", "cluster",        "in  403 403 403 403 200 404 404 404",
+        body=lambda s: {"name": "rack 9"}),
+    row("probe-token-revoke", "POST", "probe_token",    "in  403 403 403 403 302 404 404 404",
+        url=lambda s: {"pk": s["cluster"].pk, "token_pk": s["probe_token"].pk}),
+    row("cluster-live", "GET", "cluster",               "in  200 200 200 200 200 404 404 404"),
+    row("cluster-live-tiles", "GET", "cluster",         "in  200 200 200 200 200 404 404 404"),
+    row("node-detail", "GET", "node",                   "in  200 200 200 200 200 404 404 404"),
+    row("node-drain", "POST", "node",                   "in  403 403 403 403 302 404 404 404", body=reason),
+    row("node-resume", "POST", "drained_node",          "in  403 403 403 403 302 404 404 404", body=reason),
+    # Jobs and queues
+    row("job-list", "GET", None,                        "in  200 200 200 200 200 -   -   -"),
+    row("job-rows", "GET", None,                        "in  200 200 200 200 200 -   -   -"),
+    row("job-new", "GET", None,                         "in  200 200 200 403 200 -   -   -"),
+    row("job-new", "POST", "team",                      "in  302 302 400 403 302 400 403 400", body=job_form),
+    row("job-preview", "POST", "team",                  "in  200 200 200 403 200 200 403 200", body=job_form,
+        writes=False),
+    row("job-detail", "GET", "job",                     "in  200 200 404 200 200 404 404 404"),
+    row("job-state", "GET", "job",                      "in  200 200 404 200 200 404 404 404"),
+    row("job-cancel", "POST", "job",                    "in  302 302 404 403 302 404 404 404", body=reason),
+    row("job-cancel", "POST", "lead_job",               "in  403 302 404 403 302 404 404 404", body=reason),
+    row("job-preempt", "POST", "running_job",           "in  403 403 404 403 302 404 404 404", body=reason),
+    row("job-requeue", "POST", "failed_job",            "in  403 403 404 403 302 404 404 404", body=reason),
+    row("job-clone", "GET", "job",                      "in  200 200 404 403 200 404 404 404"),
+    row("queue-list", "GET", None,                      "in  200 200 200 200 200 -   -   -"),
+    row("queue-rows", "GET", None,                      "in  200 200 200 200 200 -   -   -"),
+    row("queue-detail", "GET", "queue",                 "in  200 200 404 200 200 404 404 404"),
+    row("queue-state", "GET", "queue",                  "in  200 200 404 200 200 404 404 404"),
+    # Quotas, budgets and member limits of a team
+    row("team-quotas", "GET", "team",                   "in  200 200 404 200 200 404 404 404", url=_team),
+    row("team-quota-chart", "GET", "team",              "in  200 200 404 200 200 404 404 404", url=_team),
+    row("team-quota-history", "GET", "team",            "in  200 200 404 200 200 404 404 404", url=_team),
+    row("team-quota-new", "POST", "team",               "in  403 302 404 403 302 404 404 404", url=_team,
+        body=project_quota),
+    row("team-quota-cell", "GET", "queue",              "in  200 200 404 200 200 404 404 404",
+        url=team_cell("queue"), query=lambda s: {"flavor": H100}),
+    row("team-quota-cell", "POST", "queue",             "in  403 200 404 403 200 404 404 404",
+        url=team_cell("queue"), body=lending),
+    row("team-queue-policy", "GET", "queue",            "in  200 200 404 200 200 404 404 404",
+        url=team_cell("queue")),
+    row("team-queue-policy", "POST", "queue",           "in  403 200 404 403 200 404 404 404",
+        url=team_cell("queue"), body=lambda s: {"flavor_order": H100, "reason": "matrix: H100 first"}),
+    row("team-budgets", "GET", "team",                  "in  200 200 404 200 200 404 404 404", url=_team),
+    row("team-budgets", "POST", "team",                 "in  403 302 404 403 302 404 404 404", url=_team,
+        body=project_budget),
+    row("team-member-limit", "GET", "member_limit",     "in  200 200 404 200 200 404 404 404",
+        url=team_cell("user")),
+    row("team-member-limit", "POST", "member_limit",    "in  403 200 404 403 200 404 404 404",
+        url=team_cell("user"), body=limit),
+    # The organization's quotas and cohorts
+    row("org-quotas", "GET", None,                      "in  403 403 403 200 200 -   -   -"),
+    row("cohort-create", "POST", "org",                 "in  403 403 403 403 302 403 404 404",
+        body=lambda s: {"organization": s.org.pk, "name": "matrix pool", "parent": "", "reason": "matrix: a pool"}),
+    row("cohort-quota-new", "POST", "org",              "in  403 403 403 403 302 403 404 404",
+        body=lambda s: {"organization": s.org.pk, "cohort": s["cohort"].pk, **cohort_quota(s)}),
+    row("cohort-quota-cell", "GET", "cohort",           "in  200 200 200 200 200 404 404 404",
+        query=lambda s: {"flavor": H100}),
+    row("cohort-quota-cell", "POST", "cohort",          "in  403 403 403 403 200 404 404 404", body=cohort_quota),
+    # Costs, the price book, forecasts and what-ifs
+    row("costs", "GET", None,                           "in  200 200 200 200 200 -   -   -"),
+    row("costs", "GET", "org",                          "in  200 200 200 200 200 404 404 404", query=_org_query),
+    row("costs-team", "GET", "team",                    "in  200 200 404 200 200 404 404 404", url=_team),
+    row("price-book", "GET", None,                      "in  403 403 403 200 200 -   -   -"),
+    row("price-book", "GET", "org",                     "in  403 403 403 200 200 403 404 404", query=_org_query),
+    row("price-book", "POST", "org",                    "in  403 403 403 302 302 403 404 404",
+        body=lambda s: {"organization": s.org.pk, **price(s)}),
+    row("price-edit", "GET", "price",                   "in  404 404 404 200 200 404 404 404"),
+    row("price-edit", "POST", "price",                  "in  404 404 404 302 302 404 404 404", body=price),
+    row("price-delete", "GET", "price",                 "in  404 404 404 200 200 404 404 404"),
+    row("price-delete", "POST", "price",                "in  404 404 404 302 302 404 404 404"),
+    row("overhead-add", "POST", "org",                  "in  403 403 403 302 302 403 404 404",
+        body=lambda s: {"organization": s.org.pk, **overhead(s)}),
+    row("overhead-edit", "GET", "overhead",             "in  404 404 404 200 200 404 404 404"),
+    row("overhead-edit", "POST", "overhead",            "in  404 404 404 302 302 404 404 404", body=overhead),
+    row("overhead-delete", "GET", "overhead",           "in  404 404 404 200 200 404 404 404"),
+    row("overhead-delete", "POST", "overhead",          "in  404 404 404 302 302 404 404 404"),
+    row("capacity-forecast", "GET", None,               "in  403 403 403 200 200 -   -   -"),
+    row("what-if-list", "GET", None,                    "in  403 403 403 200 200 -   -   -"),
+    row("what-if-list", "POST", "org",                  "in  403 403 403 302 302 403 400 400", body=what_if),
+    row("what-if-detail", "GET", "what_if",             "in  404 404 404 200 200 404 404 404"),
+    row("what-if-status", "GET", "what_if",             "in  404 404 404 200 200 404 404 404"),
+    # The API: sign-in, the user, the probes
+    row("api:token-obtain", "POST", None,               "201 201 201 201 201 201 -   -   -", body=lambda s: {
+        **login(s), "name": "matrix"}),
+    row("api:token-obtain", "GET", None,                "in  405 405 405 405 405 -   -   -"),
+    row("api:token-obtain", "DELETE", None,             "in  204 204 204 204 204 -   -   -"),
+    row("api:me", "GET", None,                          "in  200 200 200 200 200 -   -   -"),
+    # Personal tokens do not reach the probe endpoint (probe tokens do: tests/clusters/test_probe.py).
+    row("api:probe-health", "POST", "node",             "in  in  in  in  in  in  in  in  in", body=lambda s: {
+        "node": s["node"].name, "observed_at": timezone.now().isoformat(), "gpus": []}),
+    row("api:api-root", "GET", None,                    "in  200 200 200 200 200 -   -   -"),
+    # The API: tenancy
+    row("api:organization-list", "GET", None,           "in  200 200 200 200 200 -   -   -"),
+    row("api:organization-detail", "GET", "org",        "in  200 200 200 200 200 404 404 404",
+        url=lambda s: {"pk": s.org.pk}),
+    row("api:team-list", "GET", None,                   "in  200 200 200 200 200 -   -   -"),
+    row("api:team-list", "POST", "org",                 "in  403 403 403 403 201 400 400 400",
+        body=lambda s: {"organization": s.org.pk, "name": "Matrix new"}),
+    row("api:team-detail", "GET", "team",               "in  200 200 404 200 200 404 404 404", url=_team),
+    row("api:project-list", "GET", None,                "in  200 200 200 200 200 -   -   -"),
+    row("api:project-list", "POST", "team",             "in  403 201 400 403 201 400 400 400",
+        body=lambda s: {"team": s.home.pk, "name": "Matrix new"}),
+    row("api:project-detail", "GET", "project",         "in  200 200 404 200 200 404 404 404"),
+    row("api:membership-list", "GET", None,             "in  200 200 200 200 200 -   -   -"),
+    row("api:membership-list", "POST", "team",          "in  403 201 400 403 201 400 400 400", body=api_member),
+    row("api:membership-detail", "GET", "membership",   "in  200 200 404 200 200 404 404 404"),
+    row("api:membership-detail", "PATCH", "membership", "in  403 200 404 403 200 404 404 404",
+        body=lambda s: {"role": "lead", "reason": "matrix"}),
+    row("api:membership-detail", "DELETE", "membership","in  403 204 404 403 204 404 404 404"),
+    row("api:membership-detail", "DELETE", "finance_membership",
+                                                         "in   404  404  404  403  204  404  404  404"),
+    row("api:auditlog-list", "GET", None,               "in  200 200 200 200 200 -   -   -"),
+    row("api:auditlog-detail", "GET", "audit_entry",    "in  404 404 404 404 200 404 404 404"),
+    row("api:token-list", "GET", None,                  "in  200 200 200 200 200 -   -   -"),
+    row("api:token-detail", "GET", "token",             "in  200 404 404 404 404 404 404 404"),
+    row("api:token-detail", "DELETE", "token",          "in  204 404 404 404 404 404 404 404"),
+    # The API: jobs, queues, quotas, tiers, budgets
+    row("api:job-list", "GET", None,                    "in  200 200 200 200 200 -   -   -"),
+    row("api:job-list", "POST", "team",                 "in  201 201 400 403 201 400 400 400", body=job_json),
+    row("api:job-preview", "POST", "team",              "in  200 200 400 403 200 400 400 400", body=job_json,
+        writes=False),
+    row("api:job-detail", "GET", "job",                 "in  200 200 404 200 200 404 404 404"),
+    row("api:job-events", "GET", "job",                 "in  200 200 404 200 200 404 404 404"),
+    row("api:job-cancel", "POST", "job",                "in  200 200 404 403 200 404 404 404", body=reason),
+    row("api:job-cancel", "POST", "lead_job",           "in  403 200 404 403 200 404 404 404", body=reason),
+    row("api:job-preempt", "POST", "running_job",       "in  403 403 404 403 200 404 404 404", body=reason),
+    row("api:job-requeue", "POST", "failed_job",        "in  403 403 404 403 200 404 404 404", body=reason),
+    row("api:queue-list", "GET", None,                  "in  200 200 200 200 200 -   -   -"),
+    row("api:queue-detail", "GET", "queue",             "in  200 200 404 200 200 404 404 404"),
+    row("api:queue-detail", "PATCH", "queue",           "in  403 200 404 403 200 404 404 404",
+        body=lambda s: {"flavor_order": [H100], "reason": "matrix: H100 first"}),
+    row("api:queue-set-quota", "POST", "queue",         "in  403 200 404 403 200 404 404 404",
+        body=lambda s: {"flavor": H100, "lending_limit": 4, "reason": "matrix: lend"}),
+    row("api:quotachange-list", "GET", None,            "in  200 200 200 200 200 -   -   -"),
+    row("api:quotachange-detail", "GET", "quota_change","in  200 200 404 200 200 404 404 404"),
+    row("api:tier-list", "GET", None,                   "in  200 200 200 200 200 -   -   -"),
+    row("api:tier-list", "POST", "org",                 "in  403 403 403 403 201 404 404 404",
+        body=lambda s: {"organization": s.org.slug, "name": "matrix-high", "value": 90, "reason": "matrix"}),
+    row("api:tier-detail", "GET", "tier",               "in  200 200 200 200 200 404 404 404"),
+    row("api:budget-list", "GET", None,                 "in  200 200 200 200 200 -   -   -"),
+    row("api:budget-list", "POST", "team",              "in  403 201 404 403 201 404 404 404",
+        body=lambda s: {"team": s.home.pk, "project": s["project"].pk, "accelerator_hours": 100, "reason": "matrix"}),
+    row("api:budget-detail", "GET", "budget",           "in  200 200 404 200 200 404 404 404"),
+    row("api:budgetalert-list", "GET", None,            "in  200 200 200 200 200 -   -   -"),
+    row("api:budgetalert-detail", "GET", "alert",       "in  200 200 404 200 200 404 404 404"),
+    row("api:memberlimit-list", "GET", "team",          "in  200 200 404 200 200 404 404 404",
+        url=lambda s: {"team_id": s.home.pk}),
+    row("api:memberlimit-list", "POST", "team",         "in  403 200 404 403 200 404 404 404",
+        url=lambda s: {"team_id": s.home.pk},
+        body=lambda s: {"user": s.users[Rel.RESEARCHER].username, "accelerators": 4, "reason": "matrix"}),
+    # The API: billing
+    row("api:billing-costs", "GET", None,               "in  200 200 200 200 200 -   -   -"),
+    row("api:billing-costs", "GET", "org",              "in  200 200 200 200 200 404 404 404", query=_org_query),
+    row("api:billing-job-costs", "GET", "org",          "in  200 200 200 200 200 404 404 404", query=_org_query),
+    row("api:billing-statement", "GET", "team",         "in  200 200 404 200 200 404 404 404",
+        url=lambda s: {"team": s.home.slug, "ext": "csv"}, query=_org_query),
+    row("api:billing-statement", "GET", "team",         "in  200 200 404 200 200 404 404 404",
+        url=lambda s: {"team": s.home.slug, "ext": "xlsx"}),
+    row("api:billing-fleet", "GET", "org",              "in  403 403 403 200 200 404 404 404",
+        url=lambda s: {"ext": "csv"}, query=_org_query),
+    row("api:billing-meter", "GET", "org",              "in  403 403 403 200 200 404 404 404", query=_org_query),
+    row("api:price-list", "GET", None,                  "in  200 200 200 200 200 -   -   -"),
+    row("api:price-list", "POST", "org",                "in  403 403 403 201 201 404 404 404",
+        body=price, query=_org_query),
+    row("api:price-detail", "GET", "price",             "in  404 404 404 200 200 404 404 404"),
+    row("api:price-detail", "PUT", "price",             "in  404 404 404 200 200 404 404 404", body=price),
+    row("api:price-detail", "DELETE", "price",          "in  404 404 404 204 204 404 404 404"),
+    row("api:overhead-list", "GET", None,               "in  200 200 200 200 200 -   -   -"),
+    row("api:overhead-list", "POST", "org",             "in  403 403 403 201 201 404 404 404",
+        body=overhead, query=_org_query),
+    row("api:overhead-detail", "GET", "overhead",       "in  404 404 404 200 200 404 404 404"),
+    row("api:overhead-detail", "PUT", "overhead",       "in  404 404 404 200 200 404 404 404", body=overhead),
+    row("api:overhead-detail", "DELETE", "overhead",    "in  404 404 404 204 204 404 404 404"),
+    row("api:forecasts", "GET", None,                   "in  403 403 403 200 200 -   -   -"),
+    row("api:what-if-list", "GET", None,                "in  200 200 200 200 200 -   -   -"),
+    row("api:what-if-list", "POST", "org",              "in  403 403 403 201 201 404 404 404",
+        body=lambda s: {"organization": s.org.slug, **what_if(s)}),
+    row("api:what-if-detail", "GET", "what_if",         "in  404 404 404 200 200 404 404 404"),
+    # Lists filtered by another team's or organization's id: refused as "not one of the choices" (400) where
+    # the filter names its choices, as one that does not exist is; or nothing of it (200, an empty list).
+    row("job-list", "GET", "team",                      "in  200 200 400 200 200 400 400 400", query=_team_query),
+    row("audit-log", "GET", "org",                      "in  403 403 403 403 200 403 403 400",
+        query=lambda s: {"organization": s.org.pk}),
+    row("api:team-list", "GET", "org",                  "in  200 200 200 200 200 200 200 200",
+        query=lambda s: {"organization": s.org.pk}),
+    row("api:project-list", "GET", "team",              "in  200 200 400 200 200 400 400 400", query=_team_query),
+    row("api:membership-list", "GET", "team",           "in  200 200 400 200 200 400 400 400", query=_team_query),
+    row("api:auditlog-list", "GET", "org",              "in  200 200 200 200 200 400 400 400",
+        query=lambda s: {"organization": s.org.pk}),
+    row("api:job-list", "GET", "team",                  "in  200 200 200 200 200 200 200 200", query=_team_query),
+    row("api:queue-list", "GET", "team",                "in  200 200 200 200 200 200 200 200", query=_team_query),
+    row("api:quotachange-list", "GET", "team",          "in  200 200 200 200 200 200 200 200", query=_team_query),
+    row("api:budget-list", "GET", "team",               "in  200 200 200 200 200 200 200 200", query=_team_query),
+    row("api:budgetalert-list", "GET", "team",          "in  200 200 200 200 200 200 200 200", query=_team_query),
+    row("api:billing-costs", "GET", "team",             "in  200 200 404 200 200 404 404 404",
+        query=lambda s: {"team": s.home.slug}),
+    row("api:billing-job-costs", "GET", "team",         "in  200 200 404 200 200 404 404 404",
+        query=lambda s: {"team": s.home.slug}),
+    # The schema and its docs are public: the committed openapi.yaml says as much.
+    row("api-schema", "GET", None,                      "200 200 200 200 200 200 -   -   -"),
+    row("api-docs", "GET", None,                        "200 200 200 200 200 200 -   -   -"),
+]  # fmt: skip
+
+#: The Django admin is for staff (superusers); no role of an organization is staff. Every page of it sends
+#: everyone to its own sign-in, which itself shows (200).
+FAMILIES = [
+    Family(
+        "admin:",
+        dict.fromkeys(COLUMNS, "in"),
+        exceptions={
+            "admin:login": dict.fromkeys(COLUMNS, "200"),
+            # Its sign-out sends whoever is not staff to its index (which sends them to sign in).
+            "admin:logout": dict.fromkeys(COLUMNS, "302"),
+        },
+    )
+]
