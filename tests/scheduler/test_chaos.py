@@ -277,27 +277,35 @@ class Worker:
         text = "".join(p.read_text(errors="replace") for p in logs if p.exists())
         return Counter(re.findall(r"\] raised unexpected: (\w+)", text))
 
-    def _end(self, signum: int, seconds: float) -> None:
+    def _end(self, signum: int, seconds: float) -> bool:
+        """Send ``signum`` to the worker; whether it ended within ``seconds``."""
         if self.pid is None:
-            return
+            return True
         os.kill(self.pid, signum)
         deadline = time.monotonic() + seconds
         while self.alive():
-            assert time.monotonic() < deadline, f"worker {self.pid} did not end"
+            if time.monotonic() > deadline:
+                return False
             time.sleep(0.01)
         self.pid = None
+        return True
 
     def kill(self) -> None:
-        self._end(signal.SIGKILL, 10)
+        assert self._end(signal.SIGKILL, 10), f"worker {self.pid} outlived SIGKILL"
 
     def close(self) -> None:
-        """Stop the last worker gracefully, then the fork server."""
+        """Stop the last worker, gracefully if it lets itself be, then the fork server."""
         try:
-            self._end(signal.SIGTERM, 30)
+            if not self._end(signal.SIGTERM, 30):
+                self.kill()
         finally:
             stdin, _ = self._pipes()
             stdin.close()
-            self.server.wait(30)
+            try:
+                self.server.wait(30)
+            except subprocess.TimeoutExpired:
+                self.server.kill()
+                self.server.wait()
 
     def busy(self) -> bool:
         """Whether tasks sent earlier are still queued (so the final phase does not pile up a backlog)."""
