@@ -43,7 +43,7 @@ if _pause:
     Hooks.after_commit = _pausing("after_commit")
     # A killed dispatcher's claim runs out quickly, as a killed leader's lock does (PLACEMENT_LOCK_SECONDS):
     # otherwise the run's last kills would leave their attempts to wait out the production claim of minutes.
-    dispatch.DISPATCH_CLAIM = timedelta(seconds=float(os.environ.get("QM_CHAOS_DISPATCH_CLAIM", "5")))
+    dispatch.DISPATCH_CLAIM = timedelta(seconds=5)
 
 
 def _worker(log: str, queue: str, seed: int) -> None:

@@ -268,7 +268,7 @@ class Worker:
             elif task := re.search(r"Task scheduler\.tasks\.(\w+)\[[-\w]+\] received", line):
                 where = task[1]
             elif re.search(r"Task [.\w]+\[[-\w]+\] (succeeded|raised|retry)", line) or " ready." in line:
-                where = "between tasks"
+                where = "idle, between tasks"
         return where
 
     def failed_tasks(self) -> Counter[str]:
