@@ -213,7 +213,7 @@ class Worker:
             "REDIS_URL": redis.url,
             "CELERY_TASK_DEFAULT_QUEUE": queue,
             "QM_CHAOS_PAUSE": str(pause),
-            "PLACEMENT_LOCK_SECONDS": "2",  # a killed leader's lock runs out quickly
+            "PLACEMENT_LOCK_SECONDS": "1",  # a killed leader's lock runs out quickly
             "PYTHONUNBUFFERED": "1",
         }
         for name in ("CELERY_BROKER_URL", "CELERY_RESULT_BACKEND"):
@@ -430,7 +430,7 @@ def test_killing_the_worker_anywhere_loses_nothing_and_runs_nothing_twice(
                     for _ in range(rng.randint(1, 3)):
                         submit(f"chaos-{kill}")
                 worker.start(rng.randrange(2**32))
-                worker.send(*tasks, *tasks)
+                worker.send(*tasks * 3)
                 if kill == KILLS // 3:  # in the middle, while a worker goes on: PostgreSQL restarts ...
                     survive("PostgreSQL", postgres.restart)
                 if kill == 2 * KILLS // 3:  # ... and Redis, forgetting everything: queued tasks, the leader lock
