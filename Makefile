@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint check schema schema-check ci clean
+.PHONY: demo test chaos lint check schema schema-check ci clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Quartermaster needs Python 3.11 or newer")'
@@ -25,6 +25,17 @@ demo: $(VENV)/.installed-runtime
 ## Run the tests: PostgreSQL/Redis when DATABASE_URL/REDIS_URL point at them, embedded defaults otherwise.
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -n auto
+
+## The chaos test at scale (CI's own step): CHAOS_KILLS worker kills, PostgreSQL and Redis restarted in the
+## middle, on servers of its own; needs DATABASE_URL on PostgreSQL. Prints its figures; a skip fails it.
+CHAOS_KILLS ?= 200
+CHAOS_SEED ?= 7
+chaos: $(VENV)/.installed-dev
+	@rm -f $(VENV)/chaos.json
+	QM_CHAOS_KILLS=$(CHAOS_KILLS) QM_CHAOS_SEED=$(CHAOS_SEED) QM_CHAOS_REPORT=$(VENV)/chaos.json \
+		$(BIN)/python -m pytest tests/scheduler/test_chaos.py -n 0 -p no:cacheprovider -q -s
+	@test -s $(VENV)/chaos.json || (echo "the chaos test did not run (it needs DATABASE_URL on PostgreSQL)" >&2; exit 1)
+	@cat $(VENV)/chaos.json
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .

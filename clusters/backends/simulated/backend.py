@@ -2,9 +2,9 @@
 (cordoned and down nodes, submitted jobs).
 
 That state lives in a JSON file when ``options["state_file"]`` names one (so the web process, the workers
-and beat see the same simulated cluster; writes take an exclusive lock), else in this process's memory,
-per endpoint. Jobs run for ``options["job_seconds"]`` (default: their time limit, at most 10 minutes)
-and then succeed.
+and beat see the same simulated cluster; writes take an exclusive lock and replace the file whole), else
+in this process's memory, per endpoint. Jobs run for ``options["job_seconds"]`` (default: their time limit,
+at most 10 minutes) and then succeed.
 
 Options: ``profile`` (see ``fleet.PROFILES``), ``nodes`` (how many), ``seed``, ``busy`` (average share of
 accelerators in use by work Quartermaster does not know of, for demos), ``down`` (node names the cluster
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -74,16 +75,18 @@ class SimulatedBackend(Backend):
             return
         path = Path(self.state_file)
         path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a+", encoding="utf-8") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
-            handle.seek(0)
-            text = handle.read()
+        with path.with_name(f"{path.name}.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
+            text = path.read_text(encoding="utf-8") if path.exists() else ""
             state = json.loads(text) if text.strip() else _empty()
             yield state
             if write:
-                handle.seek(0)
-                handle.truncate()
-                json.dump(state, handle)
+                # Written aside, then renamed over the old file: a process that dies half-way (a worker
+                # killed in the middle of a submit) leaves the previous state whole, as a real cluster would
+                # keep its jobs, never an empty or truncated file.
+                aside = path.with_name(f"{path.name}.new")
+                aside.write_text(json.dumps(state), encoding="utf-8")
+                os.replace(aside, path)
 
     def _node_names(self) -> set[str]:
         return {fleet.node(self.profile, self.seed, i).name for i in range(self.size)}
