@@ -185,7 +185,13 @@ def member_role(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
 def member_remove(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     membership = _visible_membership(request, pk)
     team_id = membership.team_id
-    actions.remove_member(request.user, membership, request=request)
+    try:
+        actions.remove_member(request.user, membership, request=request)
+    except ValidationError as exc:
+        # A role that is not removed by hand (a service account's): said beside the members, as a 400.
+        if membership.team is None:
+            raise PermissionDenied from exc
+        return _render_team(request, membership.team, BAD_REQUEST, role_form_error=exc.message_dict)
     messages.success(
         request, f"{membership.user} no longer has a role in {membership.team or membership.organization}."
     )

@@ -118,6 +118,19 @@ def test_its_role_is_not_changed_by_hand_and_it_joins_no_other_team(world: World
         )
 
 
+def test_removing_its_role_on_the_team_page_is_a_400_saying_why(world: World) -> None:
+    account, _ = actions.create_service_account(world.users["lena"], world.teams["vision"], name="ci", scope="read")
+    membership = Membership.objects.get(user=account.user)
+    client = Client(raise_request_exception=False)
+    for who in ("lena", "adam"):
+        client.force_login(world.users[who])
+        response = client.post(f"/memberships/{membership.pk}/remove/")
+        assert response.status_code == 400
+        assert b"revoke the service account instead" in response.content
+    assert Membership.objects.filter(pk=membership.pk).exists()
+    assert not AuditLog.objects.filter(action="membership.removed").exists()
+
+
 def test_a_service_account_creates_no_service_accounts(world: World) -> None:
     raw = service_token(world, "admin")
     token = ApiToken.objects.get(user__service_account__isnull=False)

@@ -152,6 +152,25 @@ def api_member(s: Side) -> dict[str, Any]:
     return {**new_member(s), "organization": s.org.pk, "team": s.home.pk}
 
 
+def stranger(s: Side) -> dict[str, Any]:
+    # A user of the other organization: nobody here may add them, and the answer is the one for a name that
+    # does not exist (400 naming the username), so that it tells nothing about who exists elsewhere (that the
+    # two answers are the same, word for word, is tests/test_member_adding.py's).
+    return {"username": s["stranger"].username, "role": "researcher"}
+
+
+def api_stranger(s: Side) -> dict[str, Any]:
+    return {**stranger(s), "organization": s.org.pk, "team": s.home.pk}
+
+
+def service_account(s: Side) -> dict[str, Any]:
+    return {"name": "matrix pipeline", "scope": "submit", "expires_in_days": "30"}
+
+
+def group_mapping(s: Side) -> dict[str, Any]:
+    return {"group": "matrix-leads", "role": "lead", "team": s.home.pk}
+
+
 def project_quota(s: Side) -> dict[str, Any]:
     return {"target": f"project:{s['project'].pk}", "flavor": H100, "resource": "accelerator", "nominal": "2",
             "borrowing_limit": "", "lending_limit": "", "reason": "matrix: a sub-quota"}  # fmt: skip
@@ -199,18 +218,39 @@ ROWS: list[Row] = [
         body=lambda s: {"name": "Matrix new"}),
     row("member-add", "POST", "team",                   "in  403 302 404 403 302 404 404 404", url=_team,
         body=new_member),
+    row("member-add", "POST", "team",                   "in  403 400 404 403 400 404 404 404", url=_team,
+        body=stranger),
     row("member-role", "POST", "membership",            "in  403 302 404 403 302 404 404 404",
         body=lambda s: {"role": "lead"}),
     row("member-role", "POST", "lead_membership",       "in  403 403 404 403 302 404 404 404",
         body=lambda s: {"role": "researcher"}),
     row("member-remove", "POST", "membership",          "in  403 302 404 403 302 404 404 404"),
     row("member-remove", "POST", "finance_membership",  "in  404 404 404 403 302 404 404 404"),
+    # A service account's role goes with the account only (revoked below): changing or removing it is a 400.
+    row("member-role", "POST", "sa_membership",         "in  403 400 404 403 400 404 404 404",
+        body=lambda s: {"role": "lead"}),
+    row("member-remove", "POST", "sa_membership",       "in  403 400 404 403 400 404 404 404"),
     # API tokens (each user's own)
     row("token-list", "GET", None,                      "in  200 200 200 200 200 -   -   -"),
     row("token-list", "POST", None,                     "in  200 200 200 200 200 -   -   -",
         body=lambda s: {"name": "matrix laptop", "expires_in_days": "30"}),
     row("token-revoke", "POST", "token",                "in  302 404 404 404 404 404 404 404"),
     row("audit-log", "GET", None,                       "in  403 403 403 403 200 -   -   -"),
+    # Service accounts: a team's leads and the organization's admins make and revoke them
+    row("service-account-create", "POST", "team",       "in  403 200 404 403 200 404 404 404", url=_team,
+        body=service_account),
+    row("service-account-revoke", "POST", "service_account",
+                                                        "in  404 302 404 404 302 404 404 404"),
+    # Sign-in through the identity provider: off unless configured (tests/test_oidc_signin.py runs it on)
+    row("oidc-authenticate", "GET", None,               "404 404 404 404 404 404 -   -   -"),
+    row("oidc-callback", "GET", None,                   "404 404 404 404 404 404 -   -   -",
+        query=lambda s: {"code": "matrix", "state": "matrix"}),
+    row("oidc-callback", "POST", None,                  "405 405 405 405 405 405 -   -   -"),
+    # The provider's groups mapped onto roles: the organization's admins only
+    row("identity", "GET", None,                        "in  403 403 403 403 200 -   -   -"),
+    row("group-mapping-create", "POST", "org",          "in  403 403 403 403 302 404 404 404",
+        url=lambda s: {"pk": s.org.pk}, body=group_mapping),
+    row("group-mapping-remove", "POST", "group_mapping","in  404 404 404 404 302 404 404 404"),
     # Clusters and nodes
     row("cluster-list", "GET", None,                    "in  200 200 200 200 200 -   -   -"),
     row("cluster-create", "GET", None,                  "in  403 403 403 403 200 -   -   -"),
@@ -326,17 +366,30 @@ ROWS: list[Row] = [
     row("api:project-detail", "GET", "project",         "in  200 200 404 200 200 404 404 404"),
     row("api:membership-list", "GET", None,             "in  200 200 200 200 200 -   -   -"),
     row("api:membership-list", "POST", "team",          "in  403 201 400 403 201 400 400 400", body=api_member),
+    row("api:membership-list", "POST", "team",          "in  403 400 400 403 400 400 400 400", body=api_stranger),
     row("api:membership-detail", "GET", "membership",   "in  200 200 404 200 200 404 404 404"),
     row("api:membership-detail", "PATCH", "membership", "in  403 200 404 403 200 404 404 404",
         body=lambda s: {"role": "lead", "reason": "matrix"}),
     row("api:membership-detail", "DELETE", "membership","in  403 204 404 403 204 404 404 404"),
     row("api:membership-detail", "DELETE", "finance_membership",
                                                          "in   404  404  404  403  204  404  404  404"),
+    row("api:membership-detail", "PATCH", "sa_membership",
+                                                        "in  403 400 404 403 400 404 404 404",
+        body=lambda s: {"role": "lead", "reason": "matrix"}),
+    row("api:membership-detail", "DELETE", "sa_membership",
+                                                        "in  403 400 404 403 400 404 404 404"),
     row("api:auditlog-list", "GET", None,               "in  200 200 200 200 200 -   -   -"),
     row("api:auditlog-detail", "GET", "audit_entry",    "in  404 404 404 404 200 404 404 404"),
     row("api:token-list", "GET", None,                  "in  200 200 200 200 200 -   -   -"),
     row("api:token-detail", "GET", "token",             "in  200 404 404 404 404 404 404 404"),
     row("api:token-detail", "DELETE", "token",          "in  204 404 404 404 404 404 404 404"),
+    row("api:serviceaccount-list", "GET", None,         "in  200 200 200 200 200 -   -   -"),
+    row("api:serviceaccount-list", "POST", "team",      "in  403 201 400 403 201 400 400 400",
+        body=lambda s: {"team": s.home.pk, **service_account(s)}),
+    row("api:serviceaccount-detail", "GET", "service_account",
+                                                        "in  404 200 404 404 200 404 404 404"),
+    row("api:serviceaccount-detail", "DELETE", "service_account",
+                                                        "in  404 204 404 404 204 404 404 404"),
     # The API: jobs, queues, quotas, tiers, budgets
     row("api:job-list", "GET", None,                    "in  200 200 200 200 200 -   -   -"),
     row("api:job-list", "POST", "team",                 "in  201 201 400 403 201 400 400 400", body=job_json),

@@ -28,7 +28,7 @@ from clusters import actions as cluster_actions
 from clusters.models import AcceleratorType, Cluster, MaintenanceWindow, Node
 from portal import actions
 from portal.demo import seed_demo
-from portal.models import ApiToken, AuditLog, Membership, Organization, Project, Team
+from portal.models import ApiToken, AuditLog, Membership, Organization, Project, ServiceAccount, Team
 from portal.tenancy import Role
 from scheduler import actions as job_actions
 from scheduler import budgets, quotas
@@ -202,6 +202,13 @@ def _side(slug: str, org: Organization, home: Team, neighbour: Team, users: dict
     )  # fmt: skip
     o["audit_entry"] = AuditLog.objects.filter(organization=org).latest("pk")
     o["token"] = ApiToken.objects.get(user=researcher, name="matrix")
+    o["service_account"], _ = actions.create_service_account(
+        admin, home, name=f"{canary(home.slug)} ci", scope=ServiceAccount.Scope.READ
+    )
+    o["sa_membership"] = Membership.objects.get(user=o["service_account"].user)
+    o["group_mapping"] = actions.map_group(
+        admin, org, group=f"{canary(slug)}-{home.slug}", role=Role.RESEARCHER, team=home
+    )
     return side
 
 
@@ -234,10 +241,12 @@ def build() -> World:
     # Marked as just used (for the next day), so that authenticating with them writes nothing: every write a
     # check sees is then the request's own.
     ApiToken.objects.filter(name="matrix").update(last_used_at=timezone.now() + timedelta(days=1))
-    return World(
-        sides={
-            "demo": _side("demo", demo, teams["vision"], teams["robotics"], demo_users),
-            "rival": _side("rival", rival, intruders, moles, rival_users),
-        },
-        tokens=tokens,
-    )
+    sides = {
+        "demo": _side("demo", demo, teams["vision"], teams["robotics"], demo_users),
+        "rival": _side("rival", rival, intruders, moles, rival_users),
+    }
+    # Somebody of the other organization, whom nobody here may add to a team (and who must not be told apart
+    # from somebody who does not exist).
+    sides["demo"].objects["stranger"] = rival_users[Rel.NEIGHBOUR]
+    sides["rival"].objects["stranger"] = demo_users[Rel.NEIGHBOUR]
+    return World(sides=sides, tokens=tokens)
