@@ -289,6 +289,12 @@ def _parse_role(role: str) -> Role:
 # --- Identity provider: group mappings ------------------------------------------------------------------
 
 
+NOT_MAPPED_BY_ORGANIZATIONS = (
+    "Only the installation's administrators map the identity provider's groups: the provider serves every "
+    "organization, so a group mapped by one could pull in another's people."
+)
+
+
 def map_group(
     actor: User,
     organization: Organization,
@@ -299,7 +305,8 @@ def map_group(
     request: HttpRequest | None = None,
 ) -> GroupMapping:
     """Members of the provider's `group` get `role` (in `team` for a team role) at their next sign-in."""
-    _require(actor, Action.CHANGE, organization, "map identity provider groups (organization admins only)")
+    if not actor.is_superuser:  # GroupMapping.Tenancy says why
+        raise PermissionDenied(NOT_MAPPED_BY_ORGANIZATIONS)
     group = (group or "").strip()
     if not group:
         raise ValidationError({"group": "Name the group exactly as the identity provider sends it."})
@@ -331,7 +338,8 @@ def map_group(
 
 def unmap_group(actor: User, mapping: GroupMapping, *, request: HttpRequest | None = None) -> None:
     """Remove a mapping; the roles it granted go at each member's next sign-in."""
-    _require(actor, Action.CHANGE, mapping, "map identity provider groups (organization admins only)")
+    if not can(actor, Action.CHANGE, mapping):
+        raise PermissionDenied(NOT_MAPPED_BY_ORGANIZATIONS)
     with transaction.atomic():
         audit.record(
             "group_mapping.removed",

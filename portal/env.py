@@ -93,6 +93,8 @@ def require_strong_secret(name: str, value: str) -> None:
             f"{name} is too weak for QM_ENV=production: {'; '.join(problems)}. Generate a long random one, "
             "e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))'"
         )
+
+
 def env_url(name: str, *, https_only: bool) -> str | None:
     """An absolute http(s) URL, or None when unset; `https_only` refuses plain http (production)."""
     value = env_str(name)

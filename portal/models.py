@@ -163,7 +163,11 @@ class GroupMapping(models.Model):
     class Tenancy(TenancyRules):
         team_field = None
         org_field = "organization"
-        policy = {Action.VIEW: frozenset({Role.ADMIN}), Action.CHANGE: frozenset({Role.ADMIN})}
+        # The provider serves every organization of the installation, and a group means the same people to all
+        # of them: an organization admin who could map any group name could claim another organization's
+        # people. So organization admins read their mappings, and only the installation's administrators
+        # (superusers, whom `for_user` lets through) make or remove them.
+        policy = {Action.VIEW: frozenset({Role.ADMIN}), Action.CHANGE: frozenset()}
 
     class Meta:
         ordering = ["organization__name", "group", "team__name", "role"]

@@ -28,16 +28,20 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def mapped(world: World) -> World:
-    """Groups of the provider mapped in the demo organization (and one in the rival's)."""
-    adam = world.users["adam"]
-    actions.map_group(adam, world.org, group="ml-vision", role="researcher", team=world.teams["vision"])
-    actions.map_group(adam, world.org, group="vision-leads", role="lead", team=world.teams["vision"])
-    actions.map_group(adam, world.org, group="ml-robotics", role="researcher", team=world.teams["robotics"])
-    actions.map_group(adam, world.org, group="money", role="finance")
-    actions.map_group(
-        world.users["mallory"], world.other_org, group="ml-vision", role="lead", team=world.teams["intruders"]
-    )
+    """Groups of the provider mapped in the demo organization (and one in the rival's), by the installation's
+    administrator."""
+    root = installation_admin()
+    actions.map_group(root, world.org, group="ml-vision", role="researcher", team=world.teams["vision"])
+    actions.map_group(root, world.org, group="vision-leads", role="lead", team=world.teams["vision"])
+    actions.map_group(root, world.org, group="ml-robotics", role="researcher", team=world.teams["robotics"])
+    actions.map_group(root, world.org, group="money", role="finance")
+    actions.map_group(root, world.other_org, group="ml-vision", role="lead", team=world.teams["intruders"])
     return world
+
+
+def installation_admin() -> User:
+    """The installation's administrator (a superuser), who alone maps the provider's groups."""
+    return User.objects.create_superuser("root", password="pw")
 
 
 def sign_in(client: Client, username: str, password: str = "pw") -> tuple[int, str]:  # noqa: S107
@@ -239,9 +243,10 @@ def test_a_password_form_never_reaches_the_provider(mapped: World, oidc_settings
     assert not ProviderIdentity.objects.exists()
 
 
-def test_groups_map_only_through_an_admin_and_bad_input_names_the_field(world: World) -> None:
-    adam, vision = world.users["adam"], world.teams["vision"]
-    for who in ("lena", "alice", "fiona", "mallory"):
+def test_groups_map_only_through_the_installations_administrator_and_bad_input_names_the_field(world: World) -> None:
+    root, vision = installation_admin(), world.teams["vision"]
+    # Organization admins included: a group means the same people to every organization of the installation.
+    for who in ("lena", "alice", "fiona", "adam", "mallory"):
         with pytest.raises(PermissionDenied):
             actions.map_group(world.users[who], world.org, group="g", role="researcher", team=vision)
     cases: list[tuple[dict[str, Any], str]] = [
@@ -253,14 +258,15 @@ def test_groups_map_only_through_an_admin_and_bad_input_names_the_field(world: W
     ]
     for kwargs, field in cases:
         with pytest.raises(ValidationError) as refused:
-            actions.map_group(adam, world.org, **kwargs)
+            actions.map_group(root, world.org, **kwargs)
         assert field in refused.value.message_dict
-    mapping = actions.map_group(adam, world.org, group="g", role="researcher", team=vision)
+    mapping = actions.map_group(root, world.org, group="g", role="researcher", team=vision)
     with pytest.raises(ValidationError, match="already mapped"):
-        actions.map_group(adam, world.org, group="g", role="lead", team=vision)
-    with pytest.raises(PermissionDenied):
-        actions.unmap_group(world.users["mallory"], mapping)
-    actions.unmap_group(adam, mapping)
+        actions.map_group(root, world.org, group="g", role="lead", team=vision)
+    for who in ("adam", "mallory"):
+        with pytest.raises(PermissionDenied):
+            actions.unmap_group(world.users[who], mapping)
+    actions.unmap_group(root, mapping)
     assert not GroupMapping.objects.exists()
     assert [e.action for e in AuditLog.objects.filter(action__startswith="group_mapping.").order_by("pk")] == [
         "group_mapping.created",
@@ -268,23 +274,30 @@ def test_groups_map_only_through_an_admin_and_bad_input_names_the_field(world: W
     ]
 
 
-def test_the_mapping_page_is_for_admins(world: World) -> None:
+def test_the_mapping_page_is_read_by_organization_admins_and_changed_by_the_installations(world: World) -> None:
     client = Client()
     client.force_login(world.users["lena"])
     assert client.get("/identity/").status_code == 403
     client.force_login(world.users["adam"])
+    page = client.get("/identity/").content.decode()
+    assert 'data-testid="mapped-by-installation"' in page
+    assert 'data-testid="group-mapping-form"' not in page
     team = world.teams["vision"]
-    response = client.post(
-        f"/identity/{world.org.pk}/mappings/", {"group": "ml", "role": "researcher", "team": team.pk}
-    )
-    assert response.status_code == 302
+    mapping = {"group": "ml", "role": "researcher", "team": team.pk}
+    assert client.post(f"/identity/{world.org.pk}/mappings/", mapping).status_code == 403
+    assert not GroupMapping.objects.exists()
+    client.force_login(installation_admin())
+    assert 'data-testid="group-mapping-form"' in client.get("/identity/").content.decode()
+    assert client.post(f"/identity/{world.org.pk}/mappings/", mapping).status_code == 302
     bad = client.post(f"/identity/{world.org.pk}/mappings/", {"group": "ml2", "role": "lead"})
     assert bad.status_code == 400
     assert "belongs to a team" in bad.content.decode()
+    created = GroupMapping.objects.get()
+    client.force_login(world.users["adam"])
+    assert client.post(f"/identity/mappings/{created.pk}/remove/").status_code == 403
     client.force_login(world.users["mallory"])
     assert client.post(f"/identity/{world.org.pk}/mappings/", {"group": "x", "role": "finance"}).status_code == 404
-    mapping = GroupMapping.objects.get()
-    assert client.post(f"/identity/mappings/{mapping.pk}/remove/").status_code == 404
+    assert client.post(f"/identity/mappings/{created.pk}/remove/").status_code == 404
     assert GroupMapping.objects.count() == 1
 
 

@@ -246,11 +246,11 @@ ROWS: list[Row] = [
     row("oidc-callback", "GET", None,                   "404 404 404 404 404 404 -   -   -",
         query=lambda s: {"code": "matrix", "state": "matrix"}),
     row("oidc-callback", "POST", None,                  "405 405 405 405 405 405 -   -   -"),
-    # The provider's groups mapped onto roles: the organization's admins only
+    # The provider's groups mapped onto roles: read by the organization's admins, changed by the installation's
     row("identity", "GET", None,                        "in  403 403 403 403 200 -   -   -"),
-    row("group-mapping-create", "POST", "org",          "in  403 403 403 403 302 404 404 404",
+    row("group-mapping-create", "POST", "org",          "in  403 403 403 403 403 404 404 404",
         url=lambda s: {"pk": s.org.pk}, body=group_mapping),
-    row("group-mapping-remove", "POST", "group_mapping","in  404 404 404 404 302 404 404 404"),
+    row("group-mapping-remove", "POST", "group_mapping","in  404 404 404 404 403 404 404 404"),
     # Clusters and nodes
     row("cluster-list", "GET", None,                    "in  200 200 200 200 200 -   -   -"),
     row("cluster-create", "GET", None,                  "in  403 403 403 403 200 -   -   -"),

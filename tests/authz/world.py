@@ -206,8 +206,10 @@ def _side(slug: str, org: Organization, home: Team, neighbour: Team, users: dict
         admin, home, name=f"{canary(home.slug)} ci", scope=ServiceAccount.Scope.READ
     )
     o["sa_membership"] = Membership.objects.get(user=o["service_account"].user)
+    # Only the installation's administrator maps the provider's groups (GroupMapping.Tenancy says why).
+    root = User.objects.filter(is_superuser=True).first() or User.objects.create_superuser("root", password=PASSWORD)
     o["group_mapping"] = actions.map_group(
-        admin, org, group=f"{canary(slug)}-{home.slug}", role=Role.RESEARCHER, team=home
+        root, org, group=f"{canary(slug)}-{home.slug}", role=Role.RESEARCHER, team=home
     )
     return side
 

@@ -45,10 +45,10 @@ def provider_login(page: Page, username: str, password: str) -> None:
 def test_sign_in_with_the_provider_follows_groups_and_ends_for_unknown_users(
     page: Page, browser: Browser, live_server: Any, demo: Any, oidc_settings: LoopbackProvider
 ) -> None:
-    adam = User.objects.get(username="adam")
+    root = User.objects.create_superuser("root", password="pw")  # the installation's administrator maps groups
     vision, robotics = demo.teams.get(slug="vision"), demo.teams.get(slug="robotics")
-    actions.map_group(adam, demo, group="ml-vision", role="researcher", team=vision)
-    actions.map_group(adam, demo, group="robotics-leads", role="lead", team=robotics)
+    actions.map_group(root, demo, group="ml-vision", role="researcher", team=vision)
+    actions.map_group(root, demo, group="robotics-leads", role="lead", team=robotics)
     oidc_settings.set_accounts(
         {"carol": account("s3cret", ["ml-vision"], email="carol@example.org", preferred_username="carol")}
     )
