@@ -2,13 +2,63 @@
 
 from __future__ import annotations
 
-import django_filters
+from typing import Any
 
+import django_filters
+from django.db import models
+from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema_field
+
+from portal import params
 from portal.models import AuditLog, Membership, Project, Role, Team
 
+# --- filters that parse through ``portal.params``: ASCII digits, ids in the database's range -----------------
 
-class TeamFilter(django_filters.FilterSet):
-    organization = django_filters.NumberFilter(field_name="organization")
+
+@extend_schema_field({"type": "integer", "minimum": 1, "maximum": params.MAX_ID})
+class IdFilter(django_filters.Filter):
+    """An object by id (``params.id_``); an id that names nothing matches nothing."""
+
+    field_class = params.IdField
+
+
+@extend_schema_field({"type": "string", "format": "date-time"})
+class DateTimeFilter(django_filters.Filter):
+    """An ISO 8601 date and time (``params.datetime_``): as UTC, within what the database stores."""
+
+    field_class = params.DateTimeField
+
+
+class SlugOrIdFilter(django_filters.CharFilter):
+    """A related object by its slug (or ``slug_field``), or by its id when the value is one (``params.as_id``):
+    ``team=vision`` or ``team=3``."""
+
+    def __init__(self, *args: Any, slug_field: str = "slug", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.slug_field = slug_field
+
+    def filter(self, qs: QuerySet[Any], value: Any) -> QuerySet[Any]:
+        if value in django_filters.constants.EMPTY_VALUES:
+            return qs
+        return qs.filter(params.slug_or_id(value, self.field_name, self.slug_field))
+
+
+class FilterSet(django_filters.FilterSet):
+    """django-filter's, with foreign keys named in ``Meta.fields`` filtered by id through ``IdFilter``
+    (its ModelChoiceFilter took ``²`` to ``int()`` and an id past 2**63 to the database)."""
+
+    FILTER_DEFAULTS = {
+        **django_filters.FilterSet.FILTER_DEFAULTS,
+        models.ForeignKey: {"filter_class": IdFilter},
+        models.OneToOneField: {"filter_class": IdFilter},
+    }
+
+
+# --- the portal's FilterSets --------------------------------------------------------------------------------
+
+
+class TeamFilter(FilterSet):
+    organization = IdFilter(field_name="organization")
 
     class Meta:
         model = Team
@@ -22,7 +72,7 @@ def strict_boolean(field_name: str) -> django_filters.TypedChoiceFilter:
     )
 
 
-class ProjectFilter(django_filters.FilterSet):
+class ProjectFilter(FilterSet):
     archived = strict_boolean("archived")
 
     class Meta:
@@ -30,7 +80,7 @@ class ProjectFilter(django_filters.FilterSet):
         fields = ["team", "archived", "slug"]
 
 
-class MembershipFilter(django_filters.FilterSet):
+class MembershipFilter(FilterSet):
     role = django_filters.ChoiceFilter(choices=Role.choices)
     username = django_filters.CharFilter(field_name="user__username")
 
@@ -39,11 +89,11 @@ class MembershipFilter(django_filters.FilterSet):
         fields = ["organization", "team", "role", "username"]
 
 
-class AuditLogFilter(django_filters.FilterSet):
+class AuditLogFilter(FilterSet):
     action = django_filters.CharFilter(lookup_expr="startswith", help_text="e.g. `membership` or `auth.login`")
     actor = django_filters.CharFilter(field_name="actor_name", help_text="The actor's username.")
-    since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    until = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    since = DateTimeFilter(field_name="created_at", lookup_expr="gte")
+    until = DateTimeFilter(field_name="created_at", lookup_expr="lt")
     q = django_filters.CharFilter(field_name="target_repr", lookup_expr="icontains", help_text="Target contains.")
 
     class Meta:

@@ -306,11 +306,14 @@ def _render_form(request: AuthenticatedHttpRequest, form: JobForm, status: int =
 
 
 def _judged(request: AuthenticatedHttpRequest, form: JobForm, *, placeholders: bool = False) -> tuple[
-    JobRequest, list[str], tuple[Queue, PriorityTier] | None
+    JobRequest | None, list[str], tuple[Queue, PriorityTier] | None
 ]:  # fmt: skip
     """Check the form, then the request by the action's own rules (even when some fields failed the form's
-    checks, so that every error shows at once); the queue and tier when all is well."""
+    checks, so that every error shows at once); the queue and tier when all is well. Without a team of the
+    user's there is no request to judge: the team field says why."""
     form.is_valid()
+    if form.chosen_team is None:
+        return None, [], None
     job_request, missing = form.job_request(placeholders=placeholders)
     try:
         queue_and_tier = actions.validate(request.user, job_request)
@@ -367,7 +370,7 @@ def job_preview(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = JobForm(request.user, request.POST)
     estimate = Estimate()
     job_request, estimate.missing, queue_and_tier = _judged(request, form, placeholders=True)
-    if queue_and_tier is not None:
+    if job_request is not None and queue_and_tier is not None:
         queue, tier = queue_and_tier
         found = feasibility.preview(job_request.team.organization, queue, tier, job_request)
         estimate.cost_per_hour = found.cost_per_hour
