@@ -196,20 +196,20 @@ def parse_json(text: str | bytes, name: str = "body") -> Any:
 
 
 def check_json(data: Any, name: str = "body") -> None:
-    """Refuse parsed JSON that nests deeper than ``MAX_JSON_DEPTH`` or holds a refused character; the
-    error names where (``env.HOME``, ``clusters.0``), the body's own top-level keys without ``name``."""
+    """Refuse parsed JSON that nests deeper than ``MAX_JSON_DEPTH`` (naming ``name``) or holds a refused
+    character (naming where: ``env.HOME``, ``clusters.0``; a top-level key by itself)."""
     stack: list[tuple[Any, str, int]] = [(data, "", 1)]
     while stack:
         item, where, depth = stack.pop()
         here = where or name
         if isinstance(item, dict | list) and depth > MAX_JSON_DEPTH:
-            raise BadParameter(here, f"JSON nested deeper than {MAX_JSON_DEPTH} levels.")
+            raise BadParameter(name, f"JSON nested deeper than {MAX_JSON_DEPTH} levels.")
         if isinstance(item, dict):
             for key, value in item.items():
                 inner = f"{where}.{key}" if where else str(key)
                 problem = refused_character(key)
                 if problem:
-                    raise BadParameter(here, f"A key: {problem}")
+                    raise BadParameter(inner, f"A key: {problem}")
                 stack.append((value, inner, depth + 1))
         elif isinstance(item, list):
             stack.extend((value, f"{where}.{i}" if where else str(i), depth + 1) for i, value in enumerate(item))

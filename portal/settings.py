@@ -84,11 +84,11 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    # Before anything reads input: NUL and other refused characters in a path, query or form are a 400.
-    "portal.middleware.RefuseBadInput",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # Before any view reads input (its 400 page needs the user): NUL and other refused characters are a 400.
+    "portal.middleware.RefuseBadInput",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
