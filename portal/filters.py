@@ -65,15 +65,17 @@ class TeamFilter(FilterSet):
         fields = ["organization", "slug"]
 
 
-def strict_boolean(field_name: str) -> django_filters.TypedChoiceFilter:
+@extend_schema_field({"type": "boolean"})
+class StrictBooleanFilter(django_filters.TypedChoiceFilter):
     """`true` or `false`, and nothing else: an unknown value is a 400, not silently ignored."""
-    return django_filters.TypedChoiceFilter(
-        field_name=field_name, choices=[("true", "true"), ("false", "false")], coerce=lambda value: value == "true"
-    )
+
+    def __init__(self, field_name: str, **kwargs: Any) -> None:
+        choices = [("true", "true"), ("false", "false")]
+        super().__init__(field_name=field_name, choices=choices, coerce=lambda value: value == "true", **kwargs)
 
 
 class ProjectFilter(FilterSet):
-    archived = strict_boolean("archived")
+    archived = StrictBooleanFilter("archived")
 
     class Meta:
         model = Project

@@ -222,7 +222,7 @@ REST_FRAMEWORK = {
         "portal.api.parsers.FormParser",
         "portal.api.parsers.MultiPartParser",
     ],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "portal.api.schema.AutoSchema",
     "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
     "DEFAULT_THROTTLE_RATES": {"auth": env_str("API_AUTH_THROTTLE", "20/minute")},
     "TEST_REQUEST_DEFAULT_FORMAT": "json",

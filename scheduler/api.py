@@ -130,7 +130,7 @@ class JobViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
         job = self.get_object()
         events = JobEvent.objects.filter(job=job).select_related("actor").order_by("created_at", "pk")
         after = request.query_params.get("after")
-        if after is not None:
+        if after not in (None, ""):
             events = events.filter(pk__gt=params.integer(after, "after", low=0, high=params.MAX_ID))
         page = self.paginate_queryset(events)
         assert page is not None

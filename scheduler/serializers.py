@@ -406,7 +406,7 @@ class JobListSerializer(serializers.ModelSerializer[Job]):
         current = _current(job)
         return current.cluster.slug if current else None
 
-    @extend_schema_field(OpenApiTypes.DECIMAL)
+    @extend_schema_field({"type": "string", "format": "decimal", "pattern": r"^-?\d+\.\d{2}$", "example": "12.50"})
     def get_cost_so_far(self, job: Job) -> str:
         return str(costs.cost_so_far(job))
 
