@@ -79,7 +79,8 @@ def _schemathesis(base_url: str, token: str, sacrificial: int, folder: Path) -> 
         "--report", "json", "--report-json-path", str(report),
         "--no-color",
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+    # In its own folder: Schemathesis keeps a cache of what it learnt about the API where it runs.
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False, cwd=folder)
     return done.returncode, done.stdout + done.stderr, json.loads(report.read_text()) if report.exists() else {}
 
 
