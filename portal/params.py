@@ -1,4 +1,4 @@
-"""The one strict path for what a request names: ids, whole numbers, datetimes and choices, from a query
+"""The one strict path for what a request names: ids, whole numbers, datetimes and JSON, from a query
 string, a path, a form or a JSON body.
 
 Python's own parsers are too lenient for input: ``"²".isdigit()`` is true and ``int("²")`` then fails;
@@ -18,7 +18,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from collections.abc import Iterable
 from typing import Any
 
 from django import forms
@@ -36,7 +35,8 @@ _INTEGER = re.compile(r"[+-]?[0-9]+")
 _REFUSED = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff]")
 
 #: The instants every supported database stores: PostgreSQL's ``timestamptz`` goes further, but Python's
-#: ``datetime`` (and so Django and SQLite) stops at these, in UTC.
+#: ``datetime`` (and so Django and SQLite) stops at years 1 and 9999; a day inside each end, so that showing
+#: one at any offset stays in range too.
 EARLIEST = dt.datetime(1, 1, 2, tzinfo=dt.UTC)
 LATEST = dt.datetime(9999, 12, 30, tzinfo=dt.UTC)
 
@@ -153,15 +153,6 @@ def datetime_(value: Any, name: str) -> dt.datetime:
     if in_utc is None or not EARLIEST <= in_utc <= LATEST:
         raise BadParameter(name, f"Must be between {EARLIEST:%Y-%m-%d} and {LATEST:%Y-%m-%d} (UTC).")
     return in_utc
-
-
-def choice(value: Any, name: str, choices: Iterable[str]) -> str:
-    """One of ``choices``, exactly."""
-    options = list(choices)
-    text = _text(value)
-    if text not in options:
-        raise BadParameter(name, f"{text[:40]!r} is not one of {', '.join(options)}.")
-    return text
 
 
 def check_form(data: QueryDict) -> None:
