@@ -12,7 +12,9 @@ id is pointed at a token issued for it. ``positive_data_acceptance`` also expect
 that a team must exist, that a change needs a reason or which characters text may hold, so input the schema
 allows may still be refused, by name, as bad input.
 
-Run it alone with ``pytest tests/test_fuzz_api.py -m fuzz -s``; with another seed: ``QM_FUZZ_SEED=7``.
+Run it alone with ``pytest tests/test_fuzz_api.py -s``; with another seed: ``QM_FUZZ_SEED=7``. Its figures
+(requests answered, test cases, findings per role) are printed and written to ``var/schemathesis.json``
+(under ``QM_VAR_DIR``), as xdist does not show a passing test's output.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.core.signals import request_started
 
 from portal import actions
@@ -92,7 +95,7 @@ def _schemathesis(base_url: str, token: str, sacrificial: int, folder: Path) -> 
 def test_schemathesis_finds_no_server_error_or_schema_violation(
     transactional_db: Any, live_server: Any, world: World, api_requests: list[str], tmp_path: Path, capsys: Any
 ) -> None:
-    figures: list[str] = []
+    figures: dict[str, Any] = {"seed": SEED, "max_examples": MAX_EXAMPLES, "roles": {}}
     for username, role in ROLES.items():
         user = world.users[username]
         _, token = actions.issue_token(user, name=f"schemathesis ({role})")
@@ -102,12 +105,15 @@ def test_schemathesis_finds_no_server_error_or_schema_violation(
         folder.mkdir()
         status, output, report = _schemathesis(live_server.url, token, sacrificial.pk, folder)
         cases = report.get("test_cases", {})
-        figures.append(
-            f"{role}: {len(api_requests) - before} requests, {cases.get('generated')} test cases, "
-            f"{cases.get('unique_failures')} failures, {report.get('running_time', 0):.0f} s"
-        )
+        figures["roles"][role] = {
+            "requests": len(api_requests) - before,
+            "test_cases": cases.get("generated"),
+            "findings": {f["code"]: f["count"] for f in report.get("failures", [])},
+            "seconds": round(report.get("running_time", 0)),
+        }
+        (settings.VAR_DIR / "schemathesis.json").write_text(json.dumps(figures, indent=1))
         with capsys.disabled():
-            print(f"\nschemathesis (seed {SEED}, {MAX_EXAMPLES} examples) as {figures[-1]}")
+            print(f"\nschemathesis (seed {SEED}, {MAX_EXAMPLES} examples) as {role}: {figures['roles'][role]}")
         failed = [f for f in report.get("failures", []) if f["type"] not in LENIENCY]
         lenient = [f"{f['code']} {f['title']}: {', '.join(f['operations'])}" for f in report.get("failures", [])]
         assert report, f"Schemathesis as {role} wrote no report (exit {status}):\n{output[-20000:]}"
