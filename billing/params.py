@@ -12,6 +12,7 @@ from django.http import Http404
 from django.utils import timezone
 
 from billing.attribution import DIMENSIONS
+from portal import params as strict
 from portal.models import Organization, Team
 from portal.tenancy import Action
 from portal.types import AnyUser
@@ -53,7 +54,8 @@ def team(user: AnyUser, value: Any, organization_id: int) -> Team | None:
         return None
     teams = Team.objects.for_user(user, Action.VIEW).filter(organization_id=organization_id)
     text = str(value)
-    found: Team | None = teams.filter(pk=int(text)).first() if text.isdigit() else teams.filter(slug=text).first()
+    pk = strict.as_id(text)
+    found: Team | None = teams.filter(pk=pk).first() if pk is not None else teams.filter(slug=text).first()
     if found is None:
         raise Http404("No such team.")
     return found
@@ -62,10 +64,7 @@ def team(user: AnyUser, value: Any, organization_id: int) -> Team | None:
 def limit(value: Any, default: int = 50) -> int:
     if value in (None, ""):
         return default
-    text = str(value)
-    if not text.isdigit() or not 1 <= int(text) <= MOST_JOBS:
-        raise ValidationError({"limit": f"A whole number from 1 to {MOST_JOBS}."})
-    return int(text)
+    return strict.integer(value, "limit", low=1, high=MOST_JOBS)
 
 
 def unknown(query: Mapping[str, Any], known: set[str]) -> None:
@@ -79,7 +78,8 @@ def organization(user: AnyUser, value: Any = None) -> Organization:
     mine = Organization.objects.for_user(user, Action.VIEW).order_by("pk")
     if value not in (None, ""):
         text = str(value)
-        mine = mine.filter(pk=int(text)) if text.isdigit() else mine.filter(slug=text)
+        pk = strict.as_id(text)
+        mine = mine.filter(pk=pk) if pk is not None else mine.filter(slug=text)
     found: Organization | None = mine.first()
     if found is None:
         raise Http404("No such organization.")

@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from billing.models import FINANCE_ROLES, CapacityType, Overhead, Price
 from clusters.models import AcceleratorType, Cluster
-from portal import audit
+from portal import audit, params
 from portal.models import Membership, Organization
 from scheduler import quotas
 
@@ -115,14 +115,11 @@ def _count(value: Any, field: str, errors: dict[str, str], *, most: int) -> int 
     if value is None or value == "":
         errors[field] = "This field is required for an on-prem price."
         return None
-    if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and value.isdigit())):
-        errors[field] = f"{value!r} is not a whole number."
+    try:
+        return params.integer(value, field, low=1, high=most)
+    except params.BadParameter as bad:
+        errors[field] = bad.reason
         return None
-    number = int(value)
-    if not 1 <= number <= most:
-        errors[field] = f"Must be between 1 and {most}."
-        return None
-    return number
 
 
 def _of_org(model: type[Cluster] | type[AcceleratorType], value: Any, field: str, organization: Organization,
@@ -135,7 +132,8 @@ def _of_org(model: type[Cluster] | type[AcceleratorType], value: Any, field: str
         value = value.pk
     rows = model.objects.filter(organization=organization)
     key = "slug" if model is Cluster else "name"
-    found = rows.filter(pk=value).first() if str(value).isdigit() else rows.filter(**{key: str(value)}).first()
+    pk = params.as_id(value if isinstance(value, int) else str(value))
+    found = rows.filter(pk=pk).first() if pk is not None else rows.filter(**{key: str(value)}).first()
     if found is None:
         errors[field] = f"No {'cluster' if model is Cluster else 'accelerator type'} {value!r} in this organization."
     return found

@@ -29,7 +29,7 @@ from billing import prices
 from billing.models import FINANCE_ROLES, WhatIf
 from billing.whatif_replay import change_errors, in_service, what_if_result
 from clusters.models import AcceleratorType, Cluster, Node
-from portal import audit
+from portal import audit, params
 from portal.models import Membership, Organization
 
 log = logging.getLogger(__name__)
@@ -78,18 +78,11 @@ def _integer(value: Any, field: str, low: int, high: int, errors: dict[str, str]
     if value is None or value == "":
         errors[field] = "Required."
         return None
-    number: int | None = None
-    if isinstance(value, int) and not isinstance(value, bool):
-        number = value
-    elif isinstance(value, str) and value.strip().lstrip("+-").isdigit():
-        number = int(value.strip())
-    if number is None:
-        errors[field] = "A whole number."
-    elif not low <= number <= high:
-        errors[field] = f"Between {low} and {high}."
-    else:
-        return number
-    return None
+    try:
+        return params.integer(value, field, low=low, high=high)
+    except params.BadParameter as bad:
+        errors[field] = bad.reason
+        return None
 
 
 def _find(rows: QuerySet[Any], ref: Any, by: str) -> Any:
@@ -97,12 +90,14 @@ def _find(rows: QuerySet[Any], ref: Any, by: str) -> Any:
     if isinstance(ref, rows.model):
         return rows.filter(pk=ref.pk).first()
     if isinstance(ref, int) and not isinstance(ref, bool):
-        return rows.filter(pk=ref).first() if 0 < ref < 2**63 else None  # the database's range of ids
+        pk = params.as_id(ref)
+        return rows.filter(pk=pk).first() if pk is not None else None
     if isinstance(ref, str) and ref.strip():
         text = ref.strip()
         found = rows.filter(**{by: text}).first()
-        if found is None and text.isdigit() and len(text) < 19:
-            found = rows.filter(pk=int(text)).first()
+        pk = params.as_id(text)
+        if found is None and pk is not None:
+            found = rows.filter(pk=pk).first()
         return found
     return None
 

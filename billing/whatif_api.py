@@ -12,17 +12,18 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, extend_schema_view
 from rest_framework import mixins, serializers, status
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
 from billing import params, whatif
 from billing.models import WhatIf
+from portal.api.parsers import JSONParser
 from portal.api.views import TenantViewSet
+from portal.filters import SlugOrIdFilter
 from scheduler.serializers import StrictSerializer
 
 ERROR = OpenApiResponse(description="`{error: {status, code, message, fields}}`")
@@ -92,17 +93,11 @@ class WhatIfCreateSerializer(StrictSerializer):
 # the one view that uses it.
 class WhatIfFilter(django_filters.FilterSet):  # type: ignore[misc]
     status = django_filters.ChoiceFilter(choices=WhatIf.Status.choices)
-    cluster = django_filters.CharFilter(method="filter_cluster", help_text="A cluster's slug or id.")
+    cluster = SlugOrIdFilter(field_name="cluster", help_text="A cluster's slug or id.")
 
     class Meta:
         model = WhatIf
         fields = ["status", "cluster"]
-
-    def filter_cluster(self, queryset: QuerySet[WhatIf], name: str, value: str) -> QuerySet[WhatIf]:
-        # ``cluster__pk``, not ``cluster_id``: only the former matches nothing for an id past the column's range
-        # (SQLite raised OverflowError, a 500).
-        by_id = Q(cluster__pk=int(value)) if value.isdigit() else Q()
-        return queryset.filter(Q(cluster__slug=value) | by_id)
 
 
 @extend_schema_view(

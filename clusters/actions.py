@@ -9,7 +9,6 @@ auto-drain policy acting on its own.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from datetime import datetime
@@ -24,7 +23,7 @@ from django.utils.text import slugify
 
 from clusters.models import Cluster, Drain, MaintenanceWindow, Node, ProbeToken
 from clusters.secrets import CredentialsError
-from portal import audit, outbound
+from portal import audit, outbound, params
 from portal.tenancy import Action, can
 
 if TYPE_CHECKING:
@@ -344,8 +343,8 @@ def _credentials(kind: str, given: Mapping[str, str], stored: dict[str, str]) ->
         raise ValidationError({"credentials": f"Give one of {' or '.join(keys['one_of'])}."})
     if kind == Cluster.Kind.TPU and "service_account_json" in merged:
         try:
-            key = json.loads(merged["service_account_json"])
-        except ValueError:
+            key = params.parse_json(merged["service_account_json"], "credentials")
+        except params.BadParameter:
             key = None
         if not isinstance(key, dict) or key.get("type") != "service_account":
             raise ValidationError({"credentials": "service_account_json must be a service-account key file (JSON)."})

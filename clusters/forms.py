@@ -12,6 +12,7 @@ from django.db.models import QuerySet
 
 from clusters.actions import CLEAR, MAX_REASON, SECRET_OPTION
 from clusters.models import Cluster
+from portal import params
 from portal.forms import apply_errors
 from portal.models import Organization
 
@@ -165,9 +166,9 @@ class ClusterForm(forms.Form):
         if not text:
             return {}
         try:
-            return json.loads(text)
-        except ValueError as error:
-            raise forms.ValidationError(f"Not JSON: {error}.") from None
+            return params.parse_json(text, "options")
+        except params.BadParameter as bad:
+            raise forms.ValidationError(bad.reason) from None
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}

@@ -98,6 +98,8 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # Before any view reads input (its 400 page needs the user): NUL and other refused characters are a 400.
+    "portal.middleware.RefuseBadInput",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     # Last: turns a sign-in refused for too many failures into portal.signin's answer.
@@ -292,7 +294,13 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated", "portal.api.scopes.TokenScope"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.Pagination",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # DRF's parsers with the body checked at the edge: nesting depth, NUL and other refused characters.
+    "DEFAULT_PARSER_CLASSES": [
+        "portal.api.parsers.JSONParser",
+        "portal.api.parsers.FormParser",
+        "portal.api.parsers.MultiPartParser",
+    ],
+    "DEFAULT_SCHEMA_CLASS": "portal.api.schema.AutoSchema",
     "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }

@@ -42,5 +42,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
 ]
 
+handler400 = "portal.errors.bad_request"
 handler404 = "portal.errors.not_found"
 handler500 = "portal.errors.server_error"

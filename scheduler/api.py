@@ -19,13 +19,14 @@ from django.db.models import Prefetch, QuerySet
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound, ValidationError
-from rest_framework.parsers import JSONParser
+from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import Serializer
 
+from portal import params
 from portal.api.errors import error_body
+from portal.api.parsers import JSONParser
 from portal.api.views import TenantViewSet
 from scheduler import actions, feasibility
 from scheduler import serializers as s
@@ -129,10 +130,8 @@ class JobViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
         job = self.get_object()
         events = JobEvent.objects.filter(job=job).select_related("actor").order_by("created_at", "pk")
         after = request.query_params.get("after")
-        if after is not None:
-            if not after.isdigit():
-                raise ValidationError({"after": ["Give an event id."]})
-            events = events.filter(pk__gt=int(after))
+        if after not in (None, ""):
+            events = events.filter(pk__gt=params.integer(after, "after", low=0, high=params.MAX_ID))
         page = self.paginate_queryset(events)
         assert page is not None
         return self.get_paginated_response(s.JobEventSerializer(page, many=True).data)

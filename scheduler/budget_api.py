@@ -18,17 +18,19 @@ from decimal import Decimal
 from typing import Any
 
 import django_filters
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import exceptions, mixins, serializers, status
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from portal import params
+from portal.api.parsers import JSONParser
 from portal.api.views import TenantViewSet
+from portal.filters import IdFilter, SlugOrIdFilter
 from portal.models import Membership, Project, Team
 from portal.tenancy import Action
 from scheduler import budgets, quotas
@@ -42,14 +44,6 @@ TEAM_ID = OpenApiParameter("team_id", OpenApiTypes.INT, OpenApiParameter.PATH, d
 def figure(**kwargs: Any) -> serializers.DecimalField:
     """A budget figure: accelerator-hours or money, to three decimals."""
     return serializers.DecimalField(max_digits=17, decimal_places=3, **kwargs)
-
-
-def _match(field: str, value: str) -> Q:
-    """A team or project named by its slug or its id."""
-    match = Q(**{f"{field}slug": value})
-    if value.isdigit():
-        match |= Q(**{f"{field}id": int(value)})
-    return match
 
 
 class Readers:
@@ -193,27 +187,21 @@ class MemberLimitWriteSerializer(StrictSerializer):
 # Here rather than in filters.py (the one module mypy lets subclass django-filter's untyped FilterSet), beside
 # the only endpoints that use them.
 class BudgetFilter(django_filters.FilterSet):  # type: ignore[misc]
-    team = django_filters.CharFilter(method="filter_team", help_text="A team's slug or id.")
+    team = SlugOrIdFilter(field_name="team", help_text="A team's slug or id.")
 
     class Meta:
         model = Budget
         fields = ["team"]
 
-    def filter_team(self, queryset: QuerySet[Budget], name: str, value: str) -> QuerySet[Budget]:
-        return queryset.filter(_match("team__", value))
-
 
 class BudgetAlertFilter(django_filters.FilterSet):  # type: ignore[misc]
-    team = django_filters.CharFilter(method="filter_team", help_text="A team's slug or id.")
-    budget = django_filters.NumberFilter(field_name="budget_id", help_text="A budget's id.")
+    team = SlugOrIdFilter(field_name="budget__team", help_text="A team's slug or id.")
+    budget = IdFilter(field_name="budget", help_text="A budget's id.")
     kind = django_filters.ChoiceFilter(choices=BudgetAlert.Kind.choices)
 
     class Meta:
         model = BudgetAlert
         fields = ["team", "budget", "kind"]
-
-    def filter_team(self, queryset: QuerySet[BudgetAlert], name: str, value: str) -> QuerySet[BudgetAlert]:
-        return queryset.filter(_match("budget__team__", value))
 
 
 class BudgetViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
@@ -247,7 +235,7 @@ class BudgetViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMi
         raw = data.get("team") if isinstance(data, dict) else None
         if raw is None or raw == "":
             raise exceptions.ValidationError({"team": ["This field is required."]})
-        found: list[Team] = list(Team.objects.for_user(self.actor, Action.VIEW).filter(_match("", str(raw)))[:2])
+        found: list[Team] = list(Team.objects.for_user(self.actor, Action.VIEW).filter(params.slug_or_id(raw))[:2])
         if not found:
             raise exceptions.NotFound(f"No team {raw}.")
         if len(found) > 1:
@@ -259,7 +247,7 @@ class BudgetViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMi
         if raw is None or raw == "":
             return None
         scoped = Project.objects.for_user(self.actor, Action.VIEW).filter(team=team)
-        project: Project | None = scoped.filter(_match("", str(raw))).first()
+        project: Project | None = scoped.filter(params.slug_or_id(raw)).first()
         if project is None:
             raise exceptions.NotFound(f"No project {raw} in team {team.slug}.")
         return project

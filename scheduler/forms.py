@@ -16,6 +16,7 @@ from django.db.models import QuerySet
 from django.http import QueryDict
 
 from clusters.models import AcceleratorType, Cluster
+from portal import params
 from portal.models import Project, Team
 from portal.tenancy import Action
 from portal.types import AnyUser
@@ -173,9 +174,13 @@ class JobForm(ChoicesForm):
             data["choices_team"] = str(self.initial["choices_team"])
             self.data = data
         milli = self["accelerator_milli"].value()
-        if milli not in (None, "") and str(milli).isdigit() and int(milli) not in dict(SHARES):
+        try:
+            share = params.optional_integer(milli, "accelerator_milli", low=1, high=1000)
+        except params.BadParameter:
+            share = None  # the field itself says what is wrong with it
+        if share is not None and share not in dict(SHARES):
             # A cloned job with a share the menu does not offer keeps it.
-            self._choices("accelerator_milli", [*SHARES, (int(milli), f"{int(milli) / 1000:g} of one")])
+            self._choices("accelerator_milli", [*SHARES, (share, f"{share / 1000:g} of one")])
         self.cloned = cloned = self._cloned()
         if not (cloned and cloned.secret_env_names):
             del self.fields["keep_secret_env"]  # nothing to keep
@@ -188,17 +193,17 @@ class JobForm(ChoicesForm):
     def _chosen_team(self) -> Team | None:
         raw = self.data.get("team") if self.is_bound else self.initial.get("team")
         first = next(iter(self.teams.values()), None)
-        try:
-            return self.teams.get(int(raw)) if raw not in (None, "") else first  # type: ignore[arg-type]
-        except (TypeError, ValueError):
+        if raw in (None, ""):
             return first
+        # Not one of the user's teams: none is chosen, and the team field says so (it offers only theirs).
+        pk = params.as_id(raw if isinstance(raw, int) else str(raw))
+        return self.teams.get(pk) if pk is not None else None
 
     def _cloned(self) -> Job | None:
         """The job this form clones, if the user may see it."""
         raw = self.data.get("secret_env_from") if self.is_bound else self.initial.get("secret_env_from")
-        if raw in (None, "") or not str(raw).isascii() or not str(raw).isdigit():
-            return None
-        return Job.objects.for_user(self.user, Action.VIEW).filter(pk=int(str(raw))).first()
+        pk = params.as_id(str(raw)) if raw not in (None, "") else None
+        return Job.objects.for_user(self.user, Action.VIEW).filter(pk=pk).first() if pk is not None else None
 
     def _team_choices(self) -> None:
         """Projects and tiers of the chosen team (tiers: only those it may use)."""
@@ -398,7 +403,7 @@ class JobListFilter(ChoicesForm):
         data = self.cleaned_data
         state = data.get("state") or ""
         tier = data.get("tier")
-        params = {
+        query = {
             "q": data.get("q") or "",
             "state": "final" if state == self.FINISHED else state,
             "team": "" if data.get("team") is None else str(data["team"]),
@@ -406,7 +411,7 @@ class JobListFilter(ChoicesForm):
             "tier": "" if tier is None else dict(self.fields["tier"].choices)[tier],  # type: ignore[attr-defined]
             "submitted_by": self.user.get_username() if data.get("mine") else "",
         }
-        narrowed: QuerySet[Job] = JobFilter(params, queryset=jobs).qs
+        narrowed: QuerySet[Job] = JobFilter(query, queryset=jobs).qs
         return narrowed
 
 

@@ -16,10 +16,10 @@ from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import mixins, serializers
 from rest_framework.decorators import action
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from portal.api.parsers import JSONParser
 from portal.api.views import TenantViewSet
 from portal.tenancy import Action
 from scheduler import quotas, usage

@@ -29,6 +29,7 @@ from django.urls import reverse
 from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from portal import params
 from portal.forms import apply_errors
 from portal.models import Membership, Organization, Team
 from portal.tenancy import ORG_ROLES, Action
@@ -400,9 +401,9 @@ def queue_policy(request: AuthenticatedHttpRequest, pk: int, queue: int) -> Http
         if name == "flavor_order":
             fields[name] = [part.strip() for part in raw.split(",") if part.strip()]
         elif name == "cohort":
-            found = None
-            if raw.isdigit():
-                found = Cohort.objects.for_user(request.user, Action.VIEW).filter(pk=int(raw)).first()
+            cohort_pk = params.as_id(raw)
+            cohorts = Cohort.objects.for_user(request.user, Action.VIEW)
+            found = cohorts.filter(pk=cohort_pk).first() if cohort_pk is not None else None
             fields[name] = None if raw == "" else (found or raw)  # quotas.set_policy names a bad one
         else:
             fields[name] = raw

@@ -26,6 +26,7 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.settings import api_settings
 
 from clusters.models import Cluster
+from portal import params
 from portal.models import Project, Team
 from portal.tenancy import Action
 from scheduler import actions, costs
@@ -49,9 +50,9 @@ def parse_duration(value: object) -> int:
         return int(value)
     if isinstance(value, str):
         text = value.strip().lower()
-        if text.isdigit():
+        if text.isascii() and text.isdigit():
             return int(text)
-        match = DURATION.match(text)
+        match = DURATION.match(text) if text.isascii() else None
         if text and match:
             return sum(int(amount) * UNIT_SECONDS[unit] for unit, amount in match.groupdict().items() if amount)
     raise ValueError(DURATION_HELP)
@@ -110,11 +111,12 @@ extend_schema_field({"oneOf": [{"type": "string"}, {"type": "integer"}]})(RefFie
 def find(queryset: QuerySet[Any], ref: int | str) -> list[Any]:
     """Up to two rows of ``queryset`` that ``ref`` names (two: it is ambiguous)."""
     if isinstance(ref, int):
-        return list(queryset.filter(pk=ref)[:2])
+        return list(queryset.filter(pk=ref)[:2]) if params.as_id(ref) else []
     by_slug = list(queryset.filter(slug=ref)[:2])
-    if by_slug or not ref.isdigit():
+    pk = params.as_id(ref)
+    if by_slug or pk is None:
         return by_slug
-    return list(queryset.filter(pk=int(ref))[:2])
+    return list(queryset.filter(pk=pk)[:2])
 
 
 def _strings(**kwargs: Any) -> serializers.ListField:
@@ -419,7 +421,7 @@ class JobListSerializer(serializers.ModelSerializer[Job]):
         current = _current(job)
         return current.cluster.slug if current else None
 
-    @extend_schema_field(OpenApiTypes.DECIMAL)
+    @extend_schema_field({"type": "string", "format": "decimal", "pattern": r"^-?\d+\.\d{2}$", "example": "12.50"})
     def get_cost_so_far(self, job: Job) -> str:
         return str(costs.cost_so_far(job))
 

@@ -9,10 +9,10 @@ from typing import Any
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, mixins, serializers, status
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from portal.api.parsers import JSONParser
 from portal.api.views import TenantViewSet
 from portal.models import Organization, Team
 from portal.tenancy import Action

@@ -393,6 +393,10 @@ def test_events_are_the_timeline_and_can_be_followed(fleet: Fleet, api: Any) -> 
     after = alice.get(f"{JOBS}{job.pk}/events/?after={second}").json()["results"]
     assert [e["reason"] for e in after] == ["dispatching", "started"]
     assert alice.get(f"{JOBS}{job.pk}/events/?after=soon").status_code == 400
+    # An id in ASCII digits within 64 bits: "²" passed str.isdigit() and failed int(), a 500.
+    for value in ("%C2%B2", "9" * 30, "-1"):
+        refused = alice.get(f"{JOBS}{job.pk}/events/?after={value}")
+        assert (refused.status_code, list(refused.json()["error"]["fields"])) == (400, ["after"])
     assert api("fiona").get(f"{JOBS}{job.pk}/events/").json()["count"] == 4
 
 

@@ -1,0 +1,44 @@
+"""Input refused once, at the edge, for every page and endpoint; and a bad parameter answered as a 400.
+
+``RefuseBadInput`` answers a request whose path, query string or form body holds a character no field may
+hold (``params.refused_character``: NUL, which PostgreSQL cannot store, other control characters, lone
+surrogates) with a 400 naming the parameter, before any view or database sees it. The API's bodies are
+checked by its parsers (``portal.api.parsers``), which DRF runs when a view reads them; form bodies of the
+API are left to them too, so that DRF still answers a form sent to a JSON-only endpoint with a 415.
+
+A ``params.BadParameter`` raised by a page's view becomes the same 400 (the API's error handler answers it
+for the API).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.http import HttpRequest, HttpResponse
+
+from portal import params
+from portal.errors import bad_parameter
+
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+class RefuseBadInput:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        try:
+            problem = params.refused_character(request.path)
+            if problem:
+                raise params.BadParameter("path", problem)
+            params.check_form(request.GET)
+            if request.method == "POST" and request.content_type in FORM_TYPES and not request.path.startswith("/api/"):
+                params.check_form(request.POST)
+        except params.BadParameter as refused:
+            return bad_parameter(request, refused)
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if isinstance(exception, params.BadParameter):
+            return bad_parameter(request, exception)
+        return None
