@@ -160,16 +160,10 @@ def add_member(
 ) -> Membership:
     """Give a user a role: a team role in `team`, or an organization role (admins only). Who may be given
     one is `_addable_user`'s rule."""
-    role_value = _parse_role(role)
-    if role_value in TEAM_ROLES:
-        if team is None:
-            raise ValidationError({"team": f"A {role_value.label.lower()} belongs to a team: name the team."})
-        if team.organization_id != organization.pk:
-            raise ValidationError({"team": "The team is not in this organization."})
+    role_value = _role_in(organization, role, team)
+    if team is not None:
         _require(actor, Action.CHANGE, team, f"add members to {team.name}")
     else:
-        if team is not None:
-            raise ValidationError({"team": f"{role_value.label} is an organization-wide role; leave the team empty."})
         _require(actor, Action.CHANGE, organization, "grant organization-wide roles (organization admins only)")
     user = _addable_user(actor, organization, username)
     if user.pk == actor.pk:
@@ -188,6 +182,20 @@ def add_member(
         where = team.name if team else organization.name
         raise ValidationError({"username": f"{user.get_username()} already has a role in {where}."}) from None
     return membership
+
+
+def _role_in(organization: Organization, role: str, team: Team | None) -> Role:
+    """`role` as a Role that fits where it is given: a team role in a team of `organization`, an organization
+    role with no team."""
+    role_value = _parse_role(role)
+    if role_value in TEAM_ROLES:
+        if team is None:
+            raise ValidationError({"team": f"A {role_value.label.lower()} belongs to a team: name the team."})
+        if team.organization_id != organization.pk:
+            raise ValidationError({"team": "The team is not in this organization."})
+    elif team is not None:
+        raise ValidationError({"team": f"{role_value.label} is an organization-wide role; leave the team empty."})
+    return role_value
 
 
 def _addable_user(actor: User, organization: Organization, username: str) -> User:
@@ -312,14 +320,7 @@ def map_group(
         raise ValidationError({"group": "Name the group exactly as the identity provider sends it."})
     if len(group) > 200:
         raise ValidationError({"group": "Ensure this field has no more than 200 characters."})
-    role_value = _parse_role(role)
-    if role_value in TEAM_ROLES:
-        if team is None:
-            raise ValidationError({"team": f"A {role_value.label.lower()} belongs to a team: name the team."})
-        if team.organization_id != organization.pk:
-            raise ValidationError({"team": "The team is not in this organization."})
-    elif team is not None:
-        raise ValidationError({"team": f"{role_value.label} is an organization-wide role; leave the team empty."})
+    role_value = _role_in(organization, role, team)
     try:
         with transaction.atomic():
             mapping = GroupMapping.objects.create(organization=organization, group=group, team=team, role=role_value)
