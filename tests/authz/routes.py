@@ -453,15 +453,16 @@ ROWS: list[Row] = [
         body=lambda s: {"organization": s.org.slug, **what_if(s)}),
     row("api:what-if-detail", "GET", "what_if",         "in  404 404 404 200 200 404 404 404"),
     # Lists filtered by another team's or organization's id: refused as "not one of the choices" (400) where
-    # the filter names its choices, as one that does not exist is; or nothing of it (200, an empty list).
+    # the filter names its choices, as one that does not exist is; or nothing of it (200, an empty list) where
+    # it filters by id (portal.filters.IdFilter), as for one that does not exist.
     row("job-list", "GET", "team",                      "in  200 200 400 200 200 400 400 400", query=_team_query),
-    row("audit-log", "GET", "org",                      "in  403 403 403 403 200 403 403 400",
+    row("audit-log", "GET", "org",                      "in  403 403 403 403 200 403 403 200",
         query=lambda s: {"organization": s.org.pk}),
     row("api:team-list", "GET", "org",                  "in  200 200 200 200 200 200 200 200",
         query=lambda s: {"organization": s.org.pk}),
-    row("api:project-list", "GET", "team",              "in  200 200 400 200 200 400 400 400", query=_team_query),
-    row("api:membership-list", "GET", "team",           "in  200 200 400 200 200 400 400 400", query=_team_query),
-    row("api:auditlog-list", "GET", "org",              "in  200 200 200 200 200 400 400 400",
+    row("api:project-list", "GET", "team",              "in  200 200 200 200 200 200 200 200", query=_team_query),
+    row("api:membership-list", "GET", "team",           "in  200 200 200 200 200 200 200 200", query=_team_query),
+    row("api:auditlog-list", "GET", "org",              "in  200 200 200 200 200 200 200 200",
         query=lambda s: {"organization": s.org.pk}),
     row("api:job-list", "GET", "team",                  "in  200 200 200 200 200 200 200 200", query=_team_query),
     row("api:queue-list", "GET", "team",                "in  200 200 200 200 200 200 200 200", query=_team_query),
