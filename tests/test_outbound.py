@@ -163,8 +163,10 @@ def serve() -> Iterator[Callable[..., tuple[int, type[Recorder]]]]:
     """Start recording HTTP servers on 127.0.0.1: (port, handler class)."""
     servers: list[ThreadingHTTPServer] = []
 
-    def start(tls: ssl.SSLContext | None = None) -> tuple[int, type[Recorder]]:
-        handler = type("Handler", (Recorder,), {"seen": [], "answer": (200, {})})
+    def start(
+        status: int = 200, headers: dict[str, str] | None = None, *, tls: ssl.SSLContext | None = None
+    ) -> tuple[int, type[Recorder]]:
+        handler = type("Handler", (Recorder,), {"seen": [], "answer": (status, headers or {})})
         server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         if tls is not None:
             server.socket = tls.wrap_socket(server.socket, server_side=True)

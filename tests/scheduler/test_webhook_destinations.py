@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import logging
 import socket
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import date
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -21,41 +19,9 @@ from scheduler.models import Budget, BudgetAlert
 from tests.conftest import api_client
 from tests.scheduler.conftest import Fleet
 from tests.scheduler.test_budgets import NOV_15
+from tests.test_outbound import Recorder, serve
 
-
-class Receiver(BaseHTTPRequestHandler):
-    received: list[tuple[str, dict[str, str]]]
-    answer: tuple[int, dict[str, str]] = (200, {})
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        type(self).received.append((self.path, dict(self.headers)))
-        status, headers = type(self).answer
-        self.send_response(status)
-        for name, value in {"Content-Length": "0", **headers}.items():
-            self.send_header(name, value)
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-@pytest.fixture
-def receive() -> Iterator[Callable[..., tuple[int, type[Receiver]]]]:
-    """Start webhook receivers on 127.0.0.1 answering ``status`` (and ``headers``): (port, what they received)."""
-    servers: list[ThreadingHTTPServer] = []
-
-    def start(status: int = 200, headers: dict[str, str] | None = None) -> tuple[int, type[Receiver]]:
-        handler = type("Handler", (Receiver,), {"received": [], "answer": (status, headers or {})})
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        servers.append(server)
-        return server.server_address[1], handler
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+__all__ = ["serve"]  # the loopback receivers of tests/test_outbound.py, as a fixture here too
 
 
 def alert_for(fleet: Fleet, url: str) -> BudgetAlert:
@@ -88,23 +54,23 @@ def deliver(alert: BudgetAlert) -> str:
 
 
 def test_a_webhook_is_checked_again_when_sent(
-    fleet: Fleet, receive: Callable[..., tuple[int, type[Receiver]]], settings: Any
+    fleet: Fleet, serve: Callable[..., tuple[int, type[Recorder]]], settings: Any
 ) -> None:
-    port, receiver = receive()
+    port, receiver = serve()
     settings.WEBHOOKS_ALLOW_PRIVATE = True
     alert = alert_for(fleet, f"http://127.0.0.1:{port}/hook")
     settings.WEBHOOKS_ALLOW_PRIVATE = False  # the operators closed their networks to webhooks since
     assert deliver(alert) == budgets.WEBHOOK_FAILED
-    assert receiver.received == []
+    assert receiver.seen == []
     settings.WEBHOOKS_ALLOW_PRIVATE = True
     assert budgets.deliver(alert.pk)
-    assert [path for path, _ in receiver.received] == ["/hook"]
+    assert [path for path, _ in receiver.seen] == ["/hook"]
 
 
 def test_a_name_rebound_to_this_server_after_it_was_saved_is_not_called(
-    fleet: Fleet, receive: Callable[..., tuple[int, type[Receiver]]], monkeypatch: pytest.MonkeyPatch
+    fleet: Fleet, serve: Callable[..., tuple[int, type[Recorder]]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    port, receiver = receive()
+    port, receiver = serve()
     answers = {"hooks.lab.test": ["93.184.216.34"]}
     monkeypatch.setattr(outbound, "resolver", lambda host, _port: answers[host])
     url = f"http://hooks.lab.test:{port}/hook"
@@ -113,24 +79,24 @@ def test_a_name_rebound_to_this_server_after_it_was_saved_is_not_called(
     answers["hooks.lab.test"] = ["127.0.0.1"]
     alert = alert_for(fleet, url)
     assert deliver(alert) == budgets.WEBHOOK_FAILED
-    assert receiver.received == []
+    assert receiver.seen == []
 
 
 def test_a_webhook_that_redirects_is_not_followed(
-    fleet: Fleet, receive: Callable[..., tuple[int, type[Receiver]]], settings: Any
+    fleet: Fleet, serve: Callable[..., tuple[int, type[Recorder]]], settings: Any
 ) -> None:
     settings.WEBHOOKS_ALLOW_PRIVATE = True
-    other_port, other = receive()
-    port, first = receive(307, {"Location": f"http://127.0.0.1:{other_port}/internal-admin"})
+    other_port, other = serve()
+    port, first = serve(307, {"Location": f"http://127.0.0.1:{other_port}/internal-admin"})
     alert = alert_for(fleet, f"http://127.0.0.1:{port}/hook")
     assert deliver(alert) == budgets.WEBHOOK_FAILED
-    assert len(first.received) == 1
-    assert other.received == []
+    assert len(first.seen) == 1
+    assert other.seen == []
 
 
 def test_every_failure_reads_the_same_to_the_lead_and_the_log_says_why(
     fleet: Fleet,
-    receive: Callable[..., tuple[int, type[Receiver]]],
+    serve: Callable[..., tuple[int, type[Recorder]]],
     settings: Any,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -139,7 +105,7 @@ def test_every_failure_reads_the_same_to_the_lead_and_the_log_says_why(
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         closed = sock.getsockname()[1]
-    answering, _ = receive(503)
+    answering, _ = serve(503)
     alert = alert_for(fleet, f"http://127.0.0.1:{closed}/hook")
     errors = []
     with caplog.at_level(logging.WARNING, logger="scheduler.budgets"):
