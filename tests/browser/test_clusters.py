@@ -63,7 +63,9 @@ def test_admin_drains_a_node_and_sees_it_on_the_live_view(page: Page, fleet: dic
     )
     page.wait_for_timeout((POLL_SECONDS + 1.5) * 1000)
     assert polls == []
-    with page.expect_request(re.compile(r"/live/tiles/$"), timeout=3000):
+    # Shown again, it asks at once. Let that answer be swapped in before clicking a tile: a click that lands
+    # while the old tiles are being replaced goes nowhere.
+    with page.expect_response(re.compile(r"/live/tiles/$"), timeout=3000):
         page.evaluate(
             """() => {
                 Object.defineProperty(document, 'visibilityState', {configurable: true, get: () => 'visible'});
@@ -71,6 +73,7 @@ def test_admin_drains_a_node_and_sees_it_on_the_live_view(page: Page, fleet: dic
             }"""
         )
 
+    page.wait_for_function("() => !document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling')")
     live.locator(f'a.t[href="/clusters/nodes/{node.pk}/"]').click()
     expect(page.get_by_role("heading", level=1)).to_contain_text("h100-00005")
     expect(page.get_by_test_id("node-state")).to_have_text("Schedulable")
