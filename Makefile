@@ -41,6 +41,7 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
+	$(BIN)/lint-imports --no-cache
 
 check: $(VENV)/.installed-dev schema-check
 	$(BIN)/python manage.py check

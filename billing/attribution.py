@@ -45,9 +45,9 @@ from django.db.models.functions import Cast
 from billing.models import CapacityRecord, Overhead, UsageRecord
 from billing.prices import Key, RateBook, may_change, version
 from clusters.models import AcceleratorType, Cluster
-from portal.models import Organization, Project, Team
-from portal.tenancy import Action
-from portal.types import AnyUser
+from common.types import AnyUser
+from tenancy.models import Organization, Project, Team
+from tenancy.scoping import Action
 
 CENT = Decimal("0.01")
 MILLI_SECONDS_PER_HOUR = Decimal(3_600_000)

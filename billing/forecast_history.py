@@ -41,8 +41,8 @@ from billing.attribution import product_sum
 from billing.forecast import HORIZONS, FlavorForecast, FlavorHistory, carried, days_between, filled, forecast_flavor
 from billing.models import CapacityRecord, UsageRecord
 from clusters.models import AcceleratorType, Node
-from portal.models import Organization
 from scheduler.models import Attempt, Job
+from tenancy.models import Organization
 
 #: How far back history is read.
 HISTORY_DAYS = 3 * 365

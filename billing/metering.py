@@ -42,8 +42,8 @@ from django.utils import timezone
 
 from billing.models import CapacityRecord, CapacityType, MeterState, UsageRecord
 from clusters.models import AcceleratorType, Cluster, Node
-from portal.models import Organization
 from scheduler.models import Assignment, Attempt
+from tenancy.models import Organization
 
 #: Attempts admitted this long before the previous run began are looked at again: a transaction that
 #: wrote its admission time before that run, and committed after it, is still metered.

@@ -23,9 +23,9 @@ from django.core.validators import MinValueValidator
 from django.db import models
 
 from clusters.models import AcceleratorType, Cluster, Node
-from portal.models import Organization, Project, Team
-from portal.tenancy import Action, Role, TenancyRules, TenantQuerySet
 from scheduler.models import Attempt, Job
+from tenancy.models import Organization, Project, Team
+from tenancy.scoping import Action, Role, TenancyRules, TenantQuerySet
 
 FINANCE_ROLES = frozenset({Role.FINANCE, Role.ADMIN})
 

@@ -12,10 +12,10 @@ from django.http import Http404
 from django.utils import timezone
 
 from billing.attribution import DIMENSIONS
-from portal import params as strict
-from portal.models import Organization, Team
-from portal.tenancy import Action
-from portal.types import AnyUser
+from common import params as strict
+from common.types import AnyUser
+from tenancy.models import Organization, Team
+from tenancy.scoping import Action
 
 MOST_JOBS = 10_000
 

@@ -26,11 +26,13 @@ from django.db import IntegrityError, transaction
 from django.http import HttpRequest
 from django.utils import timezone
 
+from billing.metering import capacity_type
 from billing.models import FINANCE_ROLES, CapacityType, Overhead, Price
 from clusters.models import AcceleratorType, Cluster
-from portal import audit, params
-from portal.models import Membership, Organization
-from scheduler import quotas
+from common import params
+from governance import quotas
+from tenancy import audit
+from tenancy.models import Membership, Organization
 
 #: Hours in a month: a year of 365.25 days over twelve.
 HOURS_PER_MONTH = Decimal("730.5")
@@ -332,3 +334,26 @@ class RateBook:
 
     def priced_keys(self) -> Iterable[Key]:
         return self._days.keys()
+
+
+class PlacementPrices:
+    """The organization's rates on ``day`` as placement asks for them, node by node (``scheduler.placement.prices``):
+    a node is priced as the capacity type its labels or its cluster say (``billing.metering.capacity_type``); a
+    node the book has no rate for costs 0 to the engine."""
+
+    def __init__(self, organization_id: int, day: dt.date) -> None:
+        self.book = RateBook.of(organization_id)
+        self.day = day
+
+    def of(self, cluster_id: int, flavor_id: int | None, labels: Mapping[str, Any], kind: str,
+           options: Mapping[str, Any]) -> float:  # fmt: skip
+        """Currency units per accelerator-hour of that node (0 if the book has no rate for it)."""
+        if flavor_id is None:
+            return 0.0
+        rate = self.book.rate((cluster_id, flavor_id, capacity_type(labels, kind, options)), self.day)
+        return float(rate) if rate is not None else 0.0
+
+
+def placement_prices(organization_id: int, day: dt.date) -> PlacementPrices:
+    """What ``PLACEMENT_PRICES`` names: the price book as placement reads it."""
+    return PlacementPrices(organization_id, day)

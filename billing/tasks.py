@@ -7,10 +7,9 @@ from __future__ import annotations
 from celery import shared_task
 
 from billing import metering, whatif
-from portal.models import Organization
-from scheduler.tasks import send
+from tenancy.models import Organization
 
-__all__ = ["meter", "reconcile", "requeue_what_ifs", "run_what_if", "send"]
+__all__ = ["meter", "reconcile", "requeue_what_ifs", "run_what_if"]
 
 
 @shared_task(ignore_result=True)

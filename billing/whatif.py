@@ -29,8 +29,9 @@ from billing import prices
 from billing.models import FINANCE_ROLES, WhatIf
 from billing.whatif_replay import change_errors, in_service, what_if_result
 from clusters.models import AcceleratorType, Cluster, Node
-from portal import audit, params
-from portal.models import Membership, Organization
+from common import enqueue, params
+from tenancy import audit
+from tenancy.models import Membership, Organization
 
 log = logging.getLogger(__name__)
 
@@ -156,8 +157,6 @@ def submit_what_if(
 ) -> WhatIf:
     """Ask for a what-if (finance and admins of the organization: 403 otherwise, before the values are
     judged); ``ValidationError`` names every bad field and nothing is written. The run is queued at the commit."""
-    from billing import tasks
-
     organization = default_organization(actor, organization)
     authorize(actor, organization)
     values = check(organization, cluster, flavor, nodes, days)
@@ -178,7 +177,7 @@ def submit_what_if(
             },
             request=http,
         )
-        transaction.on_commit(lambda: tasks.send(tasks.run_what_if, what_if.pk))
+        transaction.on_commit(lambda: enqueue.send("billing.tasks.run_what_if", what_if.pk))
     return what_if
 
 
@@ -259,8 +258,6 @@ def requeue_stale(now: datetime | None = None) -> list[int]:
     not again for ``RESEND_AFTER`` (a queued row's ``claimed_until`` says when it may be sent again), so a long
     wait for a free worker does not pile up copies. What-ifs asked for more than ``GIVE_UP_AFTER`` ago and still
     not done are failed (a run that kills its worker every time). Returns the ids whose task was sent."""
-    from billing import tasks
-
     now = now or timezone.now()
     dead = Q(status=WhatIf.Status.RUNNING, claimed_until__lt=now)
     unfinished = WhatIf.objects.filter(dead | Q(status=WhatIf.Status.QUEUED))
@@ -277,5 +274,5 @@ def requeue_stale(now: datetime | None = None) -> list[int]:
     ids = list(due.order_by("pk").values_list("pk", flat=True))
     WhatIf.objects.filter(pk__in=ids, status=WhatIf.Status.QUEUED).update(claimed_until=now + RESEND_AFTER)
     for what_if_id in ids:
-        tasks.send(tasks.run_what_if, what_if_id)
+        enqueue.send("billing.tasks.run_what_if", what_if_id)
     return ids

@@ -4,7 +4,7 @@ N nodes of a flavor added to (or removed from) a cluster, measured side by side.
 
 Decisions, each a choice a reader of the result should know:
 
-- **Today's fleet** is the organization's idle fleet (``scheduler.snapshot.fleet`` with nothing placed) less
+- **Today's fleet** is the organization's idle fleet (``scheduler.placement.snapshot.fleet`` with nothing placed) less
   the nodes that take no work today, by the placement loop's own rule: a node counts if it is present, ready,
   healthy and schedulable (not cordoned, draining, drained or down) on a cluster that is neither disabled nor
   unreachable. A what-if asks what the fleet as it serves could do.
@@ -47,13 +47,13 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from clusters.models import Cluster, Node
-from portal.models import Organization
-from scheduler import snapshot
 from scheduler.engine import model as m
 from scheduler.lifecycle import WAITING
 from scheduler.models import Attempt, Job
+from scheduler.placement import snapshot
 from scheduler.simulation.events import Outcome, SimJob, Simulation
 from scheduler.simulation.jobs import Quartermaster
+from tenancy.models import Organization
 
 CYCLE_SECONDS = 10.0  # the placement loop's beat (``placement-cycle``)
 LISTED = 50  # job ids listed under never_fits and stuck

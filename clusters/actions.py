@@ -23,14 +23,15 @@ from django.utils.text import slugify
 
 from clusters.models import Cluster, Drain, MaintenanceWindow, Node, ProbeToken
 from clusters.secrets import CredentialsError
-from portal import audit, outbound, params
-from portal.tenancy import Action, can
+from common import enqueue, outbound, params
+from tenancy import audit
+from tenancy.scoping import Action, can
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
     from django.http import HttpRequest
 
-    from portal.models import Organization
+    from tenancy.models import Organization
 
 MAX_REASON = 2000
 
@@ -109,15 +110,11 @@ def resume_node(actor: User | None, node: Node, reason: str, *, request: HttpReq
 
 
 def _tell_cluster(drain_id: int) -> None:
-    from clusters.tasks import apply_drain
-
-    apply_drain.delay(drain_id)
+    enqueue.send("clusters.tasks.apply_drain", drain_id)
 
 
 def _tell_cluster_resume(node_id: int) -> None:
-    from clusters.tasks import apply_resume
-
-    apply_resume.delay(node_id)
+    enqueue.send("clusters.tasks.apply_resume", node_id)
 
 
 def issue_probe_token(
@@ -504,9 +501,7 @@ def request_sync(actor: User, cluster: Cluster, *, request: HttpRequest | None =
 
 
 def _queue_sync(cluster_id: int) -> None:
-    from clusters.tasks import sync_cluster
-
-    sync_cluster.delay(cluster_id)
+    enqueue.send("clusters.tasks.sync_cluster", cluster_id)
 
 
 def revoke_probe_token(actor: User, token: ProbeToken, *, request: HttpRequest | None = None) -> ProbeToken:

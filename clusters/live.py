@@ -22,10 +22,10 @@ from django.db.models.fields.json import KeyTextTransform
 from django.utils.safestring import SafeString, mark_safe
 
 from clusters.models import Cluster, Node
-from portal.tenancy import Action
+from tenancy.scoping import Action
 
 if TYPE_CHECKING:
-    from portal.types import AnyUser
+    from common.types import AnyUser
 
 UNASSIGNED = "(none)"
 #: Allocation steps, by the share of a node's accelerators in use: the tile's colour.

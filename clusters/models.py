@@ -15,8 +15,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from clusters.secrets import decrypt, encrypt
-from portal.models import Organization, new_token
-from portal.tenancy import ALL_ROLES, Action, Role, TenancyRules, TenantQuerySet
+from tenancy.models import Organization, new_token
+from tenancy.scoping import ALL_ROLES, Action, Role, TenancyRules, TenantQuerySet
 
 
 class ClusterTenancy(TenancyRules):

@@ -1,5 +1,5 @@
 """Secrets at rest: cluster credentials and jobs' secret environment values, encrypted with the
-project's one cipher (``portal/sealed.py``: Fernet under a key derived from ``CREDENTIALS_KEY`` or ``SECRET_KEY``).
+project's one cipher (``common/sealed.py``: Fernet under a key derived from ``CREDENTIALS_KEY`` or ``SECRET_KEY``).
 
 Each use has a key of its own, derived with its ``purpose`` (HKDF's info), so a ciphertext of one kind can
 never be read back as the other (a job's secrets copied into a cluster's credentials column decrypt to
@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from cryptography.fernet import InvalidToken
 
-from portal.sealed import fernet
+from common.sealed import fernet
 
 #: The purposes keys are derived for.
 CLUSTER_CREDENTIALS = "cluster credentials"

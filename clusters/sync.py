@@ -26,7 +26,7 @@ from django.utils import timezone
 from clusters.backends.base import Backend, BackendError, Inventory, NodeInfo, load
 from clusters.models import AcceleratorType, Cluster, Node, TopologyDomain
 from clusters.secrets import CredentialsError
-from portal.staging import staged
+from common.staging import staged
 
 UNREACHABLE_AFTER = 3
 BACKOFF_BASE = timedelta(seconds=30)
@@ -233,7 +233,7 @@ _PG_TYPES = {
 
 def _update(cluster: Cluster, changed: list[Node]) -> None:
     """Write the changed rows. On PostgreSQL: staged by COPY and one UPDATE (8,000 rows in well under a
-    second, ``portal.staging``); Django's upsert spends seconds compiling parameters. Elsewhere, the upsert."""
+    second, ``common.staging``); Django's upsert spends seconds compiling parameters. Elsewhere, the upsert."""
     if not changed:
         return
     columns = list(COPIED)

@@ -1,4 +1,4 @@
-"""The Django project: settings, URLs, the Celery app, tenancy (organizations, teams, roles), audit."""
+"""The Django project: settings, URLs, the Celery app and the API's base (docs/architecture.md)."""
 
 from portal.celery import app as celery_app
 

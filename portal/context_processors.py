@@ -4,8 +4,8 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from portal.models import Membership
-from portal.tenancy import Role
+from tenancy.models import Membership
+from tenancy.scoping import Role
 
 
 def user_roles(user: Any) -> set[Role]:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse
 
-from portal import params
+from common import params
 from portal.errors import bad_parameter
 
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")

@@ -51,7 +51,7 @@ if PRODUCTION:
 CREDENTIALS_KEY = env_str("CREDENTIALS_KEY") or ""
 if PRODUCTION and CREDENTIALS_KEY:
     require_strong_secret("CREDENTIALS_KEY", CREDENTIALS_KEY)
-# Where outbound requests to addresses tenants give may go (portal/outbound.py). Cluster endpoints on this
+# Where outbound requests to addresses tenants give may go (common/outbound.py). Cluster endpoints on this
 # machine's loopback (a Slurm lab, a test server): allowed outside production. Webhooks (set by team leads)
 # on private networks or loopback: only where the site's relay lives there.
 CLUSTER_ENDPOINTS_ALLOW_LOOPBACK = env_bool("CLUSTER_ENDPOINTS_ALLOW_LOOPBACK", not PRODUCTION)
@@ -84,10 +84,15 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "axes",
-    "portal",
-    "scheduler",
+    # The apps, from the base up (docs/architecture.md): tenancy, the fleet, governance of it, jobs and their
+    # placement, billing; then the demo and the benchmarks' management commands.
+    "tenancy",
     "clusters",
+    "governance",
+    "scheduler",
     "billing",
+    "demo",
+    "benchmarks",
 ]
 
 MIDDLEWARE = [
@@ -102,7 +107,7 @@ MIDDLEWARE = [
     "portal.middleware.RefuseBadInput",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
-    # Last: turns a sign-in refused for too many failures into portal.signin's answer.
+    # Last: turns a sign-in refused for too many failures into tenancy.signin's answer.
     "axes.middleware.AxesMiddleware",
 ]
 
@@ -187,21 +192,26 @@ CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 # The periodic loops. Later loops (placement, cluster sync, health checks, metering) join this table.
 CELERY_BEAT_SCHEDULE = {
-    "worker-heartbeat": {"task": "portal.tasks.record_heartbeat", "schedule": 30.0},
-    "expire-api-tokens": {"task": "portal.tasks.expire_api_tokens", "schedule": crontab(minute=17)},
+    "worker-heartbeat": {"task": "tenancy.tasks.record_heartbeat", "schedule": 30.0},
+    "expire-api-tokens": {"task": "tenancy.tasks.expire_api_tokens", "schedule": crontab(minute=17)},
     "sync-clusters": {"task": "clusters.tasks.sync_due_clusters", "schedule": 30.0},
     "check-cluster-health": {"task": "clusters.tasks.check_all_health", "schedule": 60.0},
     "maintenance-windows": {"task": "clusters.tasks.apply_maintenance_windows", "schedule": 60.0},
     # The placement loop (also woken by each submission) and the clusters' reports on placed jobs.
     "placement-cycle": {"task": "scheduler.tasks.placement_cycle", "schedule": 10.0},
     "follow-clusters": {"task": "scheduler.tasks.follow_clusters", "schedule": 15.0},
-    # Budget alerts at 50/80/100% and on the month's forecast (``scheduler/budgets.py``).
+    # Budget alerts at 50/80/100% and on the month's forecast (``governance/budgets.py``).
     "check-budgets": {"task": "scheduler.tasks.check_budgets", "schedule": 300.0},
     # Billing: the meter, its hourly proof against the placements, and what-ifs whose worker died.
     "meter": {"task": "billing.tasks.meter", "schedule": 60.0},
     "reconcile-meter": {"task": "billing.tasks.reconcile", "schedule": crontab(minute=41)},
     "requeue-what-ifs": {"task": "billing.tasks.requeue_what_ifs", "schedule": 60.0},
 }
+
+# --- Placement ------------------------------------------------------------------------------------------
+# The organization's accelerator rates as placement reads them (``scheduler/placement/prices.py``): billing's
+# price book. The scheduler never imports billing; this is the one place that joins them.
+PLACEMENT_PRICES = "billing.prices.placement_prices"
 
 # --- Authentication -------------------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
@@ -216,15 +226,15 @@ AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
     # The identity provider's callback (OpenID Connect, below); off unless configured.
-    "portal.provider.ProviderBackend",
+    "tenancy.provider.ProviderBackend",
 ]
 SIGNIN_FAILURE_LIMIT = env_int("SIGNIN_FAILURE_LIMIT", 10, minimum=1)
 SIGNIN_COOLOFF_MINUTES = env_int("SIGNIN_COOLOFF_MINUTES", 15, minimum=1)
 AXES_FAILURE_LIMIT = SIGNIN_FAILURE_LIMIT
 AXES_COOLOFF_TIME = timedelta(minutes=SIGNIN_COOLOFF_MINUTES)
-AXES_LOCKOUT_PARAMETERS = "portal.signin.lockout_parameters"
-AXES_CLIENT_IP_CALLABLE = "portal.client.client_address"
-AXES_LOCKOUT_CALLABLE = "portal.signin.lockout_response"
+AXES_LOCKOUT_PARAMETERS = "tenancy.signin.lockout_parameters"
+AXES_CLIENT_IP_CALLABLE = "common.client.client_address"
+AXES_LOCKOUT_CALLABLE = "tenancy.signin.lockout_response"
 # Successful sign-ins are in the audit log already; axes' own log of them would grow without end.
 AXES_DISABLE_ACCESS_LOG = True
 # Lockouts are logged; axes' banner at every process start is not.
@@ -233,10 +243,10 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 API_TOKEN_DEFAULT_DAYS = env_int("API_TOKEN_DEFAULT_DAYS", 90, minimum=1)
-# Days of past jobs the demo seeds for billing's reports and forecasts (``billing/demo.py``).
+# Days of past jobs the demo seeds for billing's reports and forecasts (``demo/billing.py``).
 DEMO_HISTORY_DAYS = env_int("QM_DEMO_HISTORY_DAYS", 182, minimum=0)
 
-# --- Sign-in with the organisation's identity provider (OpenID Connect, `portal/provider.py`) -------------
+# --- Sign-in with the organisation's identity provider (OpenID Connect, `tenancy/provider.py`) -------------
 # Off unless OIDC_CLIENT_ID is set; then the provider's endpoints, issuer and client secret are required.
 # mozilla-django-oidc reads the OIDC_OP_*/OIDC_RP_* names; they exist (empty) when off, so the backend loads.
 OIDC_RP_CLIENT_ID = env_str("OIDC_CLIENT_ID") or ""
@@ -279,7 +289,7 @@ OIDC_AUTHENTICATION_CALLBACK_URL = "oidc-callback"
 OIDC_REDIRECT_REQUIRE_HTTPS = PRODUCTION
 # Asks the provider whether it still knows each user who signed in through it (refresh-token grant).
 CELERY_BEAT_SCHEDULE["check-provider-accounts"] = {
-    "task": "portal.tasks.check_provider_accounts",
+    "task": "tenancy.tasks.check_provider_accounts",
     "schedule": env_int("OIDC_CHECK_SECONDS", 900, minimum=60),
 }
 
@@ -319,9 +329,9 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     # Names fixed where two models have a field of the same name (a generated client keeps its types).
     "ENUM_NAME_OVERRIDES": {
-        "RoleEnum": "portal.models.Role",
-        "KindEnum": "scheduler.models.QuotaChange.Kind",
-        "BudgetAlertKindEnum": "scheduler.models.BudgetAlert.Kind",
+        "RoleEnum": "tenancy.models.Role",
+        "KindEnum": "governance.models.QuotaChange.Kind",
+        "BudgetAlertKindEnum": "governance.models.BudgetAlert.Kind",
     },
 }
 
@@ -393,7 +403,7 @@ CONTENT_SECURITY_POLICY = {
         "frame-ancestors": ["'none'"],
     }
 }
-# The client address (audit log, sign-in lockouts: portal/client.py) is taken from X-Forwarded-For only when a
+# The client address (audit log, sign-in lockouts: common/client.py) is taken from X-Forwarded-For only when a
 # trusted proxy overwrites that header.
 TRUST_X_FORWARDED_FOR = env_bool("TRUST_X_FORWARDED_FOR", False)
 

@@ -1,35 +1,15 @@
+"""The URLs of the whole portal: each app's pages and API, the API schema and docs, the admin."""
+
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from portal import provider, views
-
 urlpatterns = [
-    path("", views.home, name="home"),
-    path("login/", views.LoginView.as_view(), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("oidc/authenticate/", provider.ProviderSignInView.as_view(), name="oidc-authenticate"),
-    path("oidc/callback/", provider.ProviderCallbackView.as_view(), name="oidc-callback"),
-    path("healthz/", views.healthz, name="healthz"),
-    path("teams/", views.team_list, name="team-list"),
-    path("teams/<int:pk>/", views.team_detail, name="team-detail"),
-    path("teams/<int:pk>/projects/", views.project_create, name="project-create"),
-    path("teams/<int:pk>/members/", views.member_add, name="member-add"),
-    path("memberships/<int:pk>/role/", views.member_role, name="member-role"),
-    path("memberships/<int:pk>/remove/", views.member_remove, name="member-remove"),
-    path("teams/<int:pk>/service-accounts/", views.service_account_create, name="service-account-create"),
-    path("service-accounts/<int:pk>/revoke/", views.service_account_revoke, name="service-account-revoke"),
-    path("identity/", views.identity_page, name="identity"),
-    path("identity/<int:pk>/mappings/", views.group_mapping_create, name="group-mapping-create"),
-    path("identity/mappings/<int:pk>/remove/", views.group_mapping_remove, name="group-mapping-remove"),
-    path("account/tokens/", views.token_list, name="token-list"),
-    path("account/tokens/<int:pk>/revoke/", views.token_revoke, name="token-revoke"),
-    path("audit/", views.audit_log, name="audit-log"),
-    path("clusters/", include("clusters.urls")),
-    path("jobs/", include("scheduler.urls")),
-    path("", include("scheduler.quota_urls")),
-    path("billing/", include("billing.urls")),  # teams/<pk>/quotas/ and quotas/
+    path("", include("tenancy.web.urls")),
+    path("clusters/", include("clusters.web.urls")),
+    path("jobs/", include("scheduler.web.urls")),
+    path("", include("governance.web.urls")),  # teams/<pk>/quotas/ and quotas/
+    path("billing/", include("billing.web.urls")),
     # Namespaced, so the router's names (team-list, token-list, …) never shadow the pages' names.
     path("api/v1/", include(("portal.api.urls", "api"))),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),

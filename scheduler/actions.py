@@ -10,11 +10,8 @@ placing it on the idle fleet (``feasibility.check``).
 from __future__ import annotations
 
 import logging
-import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from datetime import timedelta
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from django.core.cache import cache
@@ -25,12 +22,16 @@ from django.utils import timezone
 
 from clusters.models import AcceleratorType, Cluster
 from clusters.secrets import CredentialsError
-from portal import audit
-from portal.models import Membership, Project, Team
-from portal.tenancy import Action, Role, can
-from scheduler import feasibility, lifecycle
+from common import enqueue
+from governance.models import PriorityTier, Queue
+from scheduler import lifecycle
 from scheduler.lifecycle import PLACED, WAITING
-from scheduler.models import Attempt, Job, PriorityTier, Queue
+from scheduler.models import Attempt, Job
+from scheduler.placement import feasibility
+from scheduler.submission import ENV_NAME, MAX_TIME_LIMIT, MAX_WORKERS, MIN_TIME_LIMIT, JobRequest
+from tenancy import audit
+from tenancy.models import Membership, Project, Team
+from tenancy.scoping import Action, Role, can
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -38,45 +39,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 S = Job.State
-MAX_WORKERS = 4096
-MAX_TIME_LIMIT = 30 * 24 * 3600
-MIN_TIME_LIMIT = 60
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-@dataclass
-class JobRequest:
-    """What a researcher asks for, in engine units (millicores, MiB, seconds); the form and the API
-    convert from the units people type."""
-
-    team: Team
-    name: str
-    time_limit: int
-    tier: PriorityTier | None = None  # None: the organization's default tier
-    project: Project | None = None
-    accelerator_types: Sequence[str] = ()
-    accelerators: int = 1
-    accelerator_milli: int = 1000
-    workers: int = 1
-    cpu: int = 1000
-    memory: int = 4096
-    topology_level: str = ""
-    topology_mode: str = Job.TopologyMode.REQUIRED
-    preemptible: bool = True
-    checkpoint_location: str = ""
-    clusters: Sequence[Cluster] = ()
-    regions: Sequence[str] = ()
-    max_price_per_hour: Decimal | None = None
-    image: str = ""
-    command: Sequence[str] = ()
-    script: str = ""
-    env: Mapping[str, str] = field(default_factory=dict)
-    #: Environment values shown to nobody (stored encrypted, handed to the cluster at dispatch).
-    secret_env: Mapping[str, str] = field(default_factory=dict)
-    #: A job of the actor's whose secret values this one keeps (a clone), for the names not in ``secret_env``.
-    secret_env_from: Job | None = None
-    max_retries: int = 3
-    idempotency_key: str = ""
 
 
 def teams_for_submission(actor: User) -> list[Team]:
@@ -111,7 +73,7 @@ def tiers_for(team: Team) -> list[PriorityTier]:
 
 
 def queue_for(team: Team, project: Project | None) -> Queue:
-    """A project's own queue if it has one, else the team's queue (every team has one: ``scheduler.signals``)."""
+    """A project's own queue if it has one, else the team's queue (every team has one: ``governance.signals``)."""
     found = Queue.objects.filter(Q(project=None) | Q(project=project), team=team)
     queues: dict[int | None, Queue] = {q.project_id: q for q in found}
     queue = queues.get(project.pk if project is not None else None) or queues.get(None)
@@ -308,15 +270,13 @@ def submit_job(actor: User, request: JobRequest, *, http: HttpRequest | None = N
 def wake_loop() -> None:
     """Run the placement loop soon. A burst of submissions wakes it at most once a second, and a broker or
     cache that is down costs nothing but the wait for the next beat: the job is already committed."""
-    from scheduler.tasks import placement_cycle, send
-
     try:
         woken = cache.add("scheduler:loop-woken", 1, timeout=1)
     except Exception as error:  # noqa: BLE001 - any cache failure; the beat runs the loop anyway
         log.warning("could not wake the placement loop (the beat will run it): %s", error)
         return
     if woken:
-        send(placement_cycle)
+        enqueue.send("scheduler.tasks.placement_cycle")
 
 
 def cancel_job(actor: User, job: Job, reason: str = "", *, http: HttpRequest | None = None) -> Job:
@@ -358,9 +318,7 @@ def cancel_job(actor: User, job: Job, reason: str = "", *, http: HttpRequest | N
 
 
 def _cleanup_later(attempt_id: int) -> None:
-    from scheduler.tasks import cleanup_attempt, send
-
-    send(cleanup_attempt, attempt_id)
+    enqueue.send("scheduler.tasks.cleanup_attempt", attempt_id)
 
 
 def may_cancel(actor: User, job: Job) -> bool:
@@ -479,9 +437,7 @@ def preempt_job(actor: User, job: Job, reason: str, *, http: HttpRequest | None 
 
 
 def _signal_later(job_id: int) -> None:
-    from scheduler.tasks import send, signal_preemption
-
-    send(signal_preemption, job_id)
+    enqueue.send("scheduler.tasks.signal_preemption", job_id)
 
 
 def requeue_job(actor: User, job: Job, reason: str, *, http: HttpRequest | None = None) -> Job:

@@ -6,7 +6,8 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from scheduler.models import Cohort, Job, JobEvent, PriorityTier, Queue, Quota, QuotaChange
+from governance.models import Cohort, PriorityTier, Queue, Quota, QuotaChange
+from scheduler.models import Job, JobEvent
 
 
 class QuotaInline(admin.TabularInline[Quota, Any]):
@@ -61,7 +62,7 @@ class JobAdmin(admin.ModelAdmin[Job]):
 
 @admin.register(QuotaChange)
 class QuotaChangeAdmin(admin.ModelAdmin[QuotaChange]):
-    """The quota history, read-only: it is written by ``scheduler/quotas.py`` alongside each change."""
+    """The quota history, read-only: it is written by ``governance/quotas.py`` alongside each change."""
 
     list_display = ["created_at", "actor_name", "subject", "reason"]
     list_filter = ["organization", "kind", "team"]

@@ -2,6 +2,8 @@ from django.apps import AppConfig
 
 
 class SchedulerConfig(AppConfig):
+    """Jobs and their placement: the engine, the loop that feeds it and the dispatch to the clusters."""
+
     name = "scheduler"
 
     def ready(self) -> None:

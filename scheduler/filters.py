@@ -6,9 +6,10 @@ from __future__ import annotations
 import django_filters
 from django.db.models import QuerySet
 
-from portal.filters import IdFilter, SlugOrIdFilter
+from governance.models import Queue, QuotaChange
 from scheduler.lifecycle import ACTIVE, FINAL
-from scheduler.models import Job, Queue, QuotaChange
+from scheduler.models import Job
+from tenancy.filters import IdFilter, SlugOrIdFilter
 
 #: Names for groups of states, usable beside the states themselves: ``?state=active``.
 STATE_GROUPS: dict[str, frozenset[str]] = {"active": ACTIVE, "final": FINAL}
@@ -47,7 +48,7 @@ class JobFilter(django_filters.FilterSet):
         return queryset.filter(submitted_by__username=value)
 
 
-# --- quotas: the queues API and the history of quota changes (``scheduler/quota_api.py``) -------------------
+# --- quotas: the queues API and the history of quota changes (``governance/api/quotas.py``) -------------------
 
 
 class QueueFilter(django_filters.FilterSet):

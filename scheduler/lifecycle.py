@@ -1,8 +1,4 @@
-"""A job's states and the only moves between them (PRODUCT.md "Jobs: states").
-
-    pending -> admitted -> placing -> running -> succeeded | failed | cancelled
-    running/placing/admitted -> preempting -> requeued          (graceful preemption)
-    failed -> requeued                                          (retry policy, resume from checkpoint)
+"""A job's moves between its states (``scheduler/states.py`` has the states and the moves allowed).
 
 Every move goes through ``move`` (one job, compare-and-set on the state it was read in) or, for the
 placement loop's batches, through ``record`` after the loop has locked the rows itself. Each move writes a
@@ -19,31 +15,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduler.models import Job, JobEvent
+from scheduler.states import ACTIVE, FINAL, PLACED, TRANSITIONS, WAITING
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
 S = Job.State
-
-TRANSITIONS: dict[str, frozenset[str]] = {
-    S.PENDING: frozenset({S.ADMITTED, S.CANCELLED, S.FAILED}),
-    S.REQUEUED: frozenset({S.ADMITTED, S.CANCELLED, S.FAILED}),
-    S.ADMITTED: frozenset({S.PLACING, S.RUNNING, S.PREEMPTING, S.REQUEUED, S.FAILED, S.CANCELLED}),
-    S.PLACING: frozenset({S.RUNNING, S.PREEMPTING, S.REQUEUED, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
-    S.RUNNING: frozenset({S.PREEMPTING, S.REQUEUED, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
-    S.PREEMPTING: frozenset({S.REQUEUED, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
-    S.FAILED: frozenset({S.REQUEUED}),
-    S.SUCCEEDED: frozenset(),
-    S.CANCELLED: frozenset(),
-}
-
-#: Waiting to be placed: what the engine sees as pending.
-WAITING = frozenset({S.PENDING, S.REQUEUED})
-#: Holding capacity on a cluster: what the engine sees as running.
-PLACED = frozenset({S.ADMITTED, S.PLACING, S.RUNNING, S.PREEMPTING})
-ACTIVE = WAITING | PLACED
-#: No move leads out (a failed job may still be requeued by the retry policy in the same step).
-FINAL = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED})
 
 
 class IllegalTransition(ValueError):
@@ -116,3 +93,18 @@ def move(
 
 def timeline(job: Job) -> Iterable[JobEvent]:
     return job.events.select_related("actor").order_by("created_at", "pk")
+
+
+# The state sets are read through this module by most callers.
+__all__ = [
+    "ACTIVE",
+    "FINAL",
+    "PLACED",
+    "TRANSITIONS",
+    "WAITING",
+    "IllegalTransition",
+    "check",
+    "event",
+    "move",
+    "timeline",
+]

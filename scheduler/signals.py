@@ -1,19 +1,25 @@
-"""Every team has its queue from the moment it exists: jobs of the team (and of its projects without a
-queue of their own) wait there, and team leads set its quotas. Made here, not on a job's first
-submission, so that checking or previewing a request never writes."""
+"""What the placement loop does when governance changes (``governance.signals.changed``).
+
+Pages read the snapshot kept for previews: it is dropped at once (the changing request's own reads see the
+change) and again at the commit (a read by another request in between kept the old one); then the loop is woken
+to place under the new rules.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.db.models.signals import post_save
+from django.db import transaction
 from django.dispatch import receiver
 
-from portal.models import Team
-from scheduler.models import Queue
+from governance.signals import changed
+from scheduler.actions import wake_loop
+from scheduler.placement import feasibility
+from tenancy.models import Organization
 
 
-@receiver(post_save, sender=Team)
-def _team_queue(sender: Any, instance: Team, created: bool, raw: bool = False, **kwargs: Any) -> None:
-    if created and not raw:
-        Queue.objects.get_or_create(team=instance, project=None, defaults={"name": instance.slug})
+@receiver(changed)
+def _governance_changed(sender: Any, organization: Organization, **kwargs: Any) -> None:
+    feasibility.forget(organization)
+    transaction.on_commit(lambda: feasibility.forget(organization))
+    transaction.on_commit(wake_loop)

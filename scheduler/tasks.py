@@ -11,22 +11,12 @@ from celery import shared_task
 from django.db.models import Q
 
 from clusters.models import Cluster
-from scheduler import budgets, dispatch, loop
+from common import enqueue
+from governance import budgets
 from scheduler.models import Attempt
+from scheduler.placement import dispatch, loop
 
 log = logging.getLogger(__name__)
-
-
-def send(task: Any, *args: Any) -> bool:
-    """Queue ``task`` after a commit. A broker that is down is logged, not raised, so a committed change never
-    turns into an error for the person who made it: every such task is also redone by a periodic loop
-    (``recover`` resends dispatches, ``follow`` retries cleanups and stops preempted jobs at their deadline)."""
-    try:
-        task.delay(*args)
-    except Exception as error:  # noqa: BLE001 - any broker failure; the periodic loops make up for it
-        log.warning("could not queue %s%s (a periodic loop will do it): %s", task.name, args, error)
-        return False
-    return True
 
 
 @shared_task(ignore_result=True)
@@ -38,7 +28,7 @@ def placement_cycle() -> list[dict[str, Any]] | None:
     if reports is None:
         return None
     if any(r.more for r in reports):
-        send(placement_cycle)
+        enqueue.send("scheduler.tasks.placement_cycle")
     return [r.as_dict() for r in reports]
 
 
@@ -96,5 +86,5 @@ def check_budgets() -> int:
     """On the beat: raise the budget alerts that are due, and queue again the deliveries still owed."""
     raised = budgets.raise_alerts()
     for alert_id in budgets.undelivered():
-        send(deliver_budget_alert, alert_id)
+        enqueue.send("scheduler.tasks.deliver_budget_alert", alert_id)
     return len(raised)

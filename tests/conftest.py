@@ -13,10 +13,10 @@ import pytest
 from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
-from portal import actions
-from portal.demo import seed_demo
-from portal.models import Membership, Organization, Project, Team
-from portal.tenancy import Role
+from demo.tenancy import seed_demo
+from tenancy import actions
+from tenancy.models import Membership, Organization, Project, Team
+from tenancy.scoping import Role
 
 
 @dataclass

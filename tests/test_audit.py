@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.test import Client
 
-from portal import actions, audit
-from portal.models import AuditLog
+from tenancy import actions, audit
+from tenancy.models import AuditLog
 from tests.conftest import World, api_client
 
 

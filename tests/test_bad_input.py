@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from portal.models import ApiToken, AuditLog, Membership, Organization, Project, Team
+from tenancy.models import ApiToken, AuditLog, Membership, Organization, Project, Team
 from tests.conftest import World, api_client
 
 MODELS = (User, Organization, Team, Project, Membership, ApiToken, AuditLog)

@@ -14,9 +14,9 @@ from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
-from portal import actions, tasks
 from portal.celery import app
-from portal.models import ApiToken
+from tenancy import actions, tasks
+from tenancy.models import ApiToken
 from tests.conftest import World
 
 

@@ -20,8 +20,8 @@ from django.contrib.auth import authenticate
 from django.core.exceptions import ImproperlyConfigured
 from django.test import RequestFactory
 
-from portal.demo import USERS, seed_demo
-from portal.models import Membership, Organization, Project, Team
+from demo.tenancy import USERS, seed_demo
+from tenancy.models import Membership, Organization, Project, Team
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -144,12 +144,13 @@ def test_demo_command_serves_the_portal_survives_a_killed_worker_and_stops_on_ct
 
 
 def test_demo_jobs_and_governance_are_seeded_once(db, settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from billing.demo import seed_prices
     from billing.models import Price
-    from clusters.demo import seed_demo_fleet, sync_demo_fleet
     from clusters.models import Cluster
-    from scheduler.demo import JOBS, seed_demo_jobs
-    from scheduler.models import Cohort, Job, PriorityTier, Queue, Quota
+    from demo.billing import seed_prices
+    from demo.fleet import seed_demo_fleet, sync_demo_fleet
+    from demo.jobs import JOBS, seed_demo_jobs
+    from governance.models import Cohort, PriorityTier, Queue, Quota
+    from scheduler.models import Job
 
     settings.VAR_DIR = tmp_path
     org = seed_demo()

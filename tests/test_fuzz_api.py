@@ -31,7 +31,7 @@ import pytest
 from django.conf import settings
 from django.core.signals import request_started
 
-from portal import actions
+from tenancy import actions
 from tests.conftest import World
 
 pytestmark = pytest.mark.fuzz

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from portal import actions
-from portal.models import ApiToken, AuditLog, Membership, Project
-from portal.tenancy import Role
+from tenancy import actions
+from tenancy.models import ApiToken, AuditLog, Membership, Project
+from tenancy.scoping import Role
 from tests.conftest import World, api_client
 
 ENDPOINTS = [

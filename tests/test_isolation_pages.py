@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from portal.models import AuditLog, Membership, Project
-from portal.tenancy import Role
+from tenancy.models import AuditLog, Membership, Project
+from tenancy.scoping import Role
 from tests.conftest import World
 
 PAGES = ["/", "/teams/", "/account/tokens/", "/audit/"]
@@ -102,7 +102,7 @@ def test_audit_page_shows_only_own_organization(world: World) -> None:
 
 
 def test_home_shows_each_role_its_capabilities(world: World) -> None:
-    from portal.home import capabilities_for
+    from tenancy.web.home import capabilities_for
 
     for username, role in [("alice", Role.RESEARCHER), ("lena", Role.LEAD), ("fiona", Role.FINANCE),
                            ("adam", Role.ADMIN)]:  # fmt: skip

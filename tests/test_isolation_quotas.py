@@ -17,9 +17,10 @@ from django.test import Client
 from django.utils import timezone
 
 from clusters.models import AcceleratorType
-from portal.models import AuditLog, Project
-from scheduler import actions, budgets, quotas
-from scheduler.models import Budget, BudgetAlert, Cohort, MemberLimit, Queue, Quota, QuotaChange
+from governance import budgets, quotas
+from governance.models import Budget, BudgetAlert, Cohort, MemberLimit, Queue, Quota, QuotaChange
+from scheduler import actions
+from tenancy.models import AuditLog, Project
 from tests.conftest import World, api_client
 
 H100 = "H100-SXM-80GB"

@@ -12,7 +12,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from billing import params
-from portal.models import AuditLog, Membership
+from tenancy.models import AuditLog, Membership
 from tests.conftest import World, api_client
 
 CSRF = re.compile(r'name="csrfmiddlewaretoken" value="[^"]*"')

@@ -14,10 +14,10 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import connection
 from django.test import Client
 
-from portal import actions, identity
-from portal.models import AuditLog, GroupMapping, Membership, ProviderIdentity
-from portal.sealed import unseal
-from portal.tenancy import Role
+from common.sealed import unseal
+from tenancy import actions, identity
+from tenancy.models import AuditLog, GroupMapping, Membership, ProviderIdentity
+from tenancy.scoping import Role
 from tests.conftest import World, api_client
 from tests.oidc.fixtures import LoopbackProvider, account, oidc_provider, oidc_settings, through_provider
 
@@ -375,7 +375,7 @@ def test_an_expired_id_token_is_a_bad_request_not_an_error(settings) -> None:
     from cryptography.hazmat.primitives.asymmetric import rsa
     from django.core.exceptions import SuspiciousOperation
 
-    from portal.provider import ProviderBackend
+    from tenancy.provider import ProviderBackend
 
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     settings.OIDC_RP_IDP_SIGN_KEY = (

@@ -1,4 +1,4 @@
-"""The outbound-destination policy (``portal/outbound.py``): which addresses it refuses, names resolved and
+"""The outbound-destination policy (``common/outbound.py``): which addresses it refuses, names resolved and
 every address checked, the checked address pinned for the connection (DNS rebinding), TLS still on the host
 name, redirects refused, no proxy from the environment."""
 
@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from django.core.exceptions import ValidationError
 
-from portal import outbound
+from common import outbound
 
 CLUSTERS = outbound.Policy("cluster endpoints", allow_loopback=False, allow_private=True)
 CLUSTERS_WITH_LOOPBACK = outbound.Policy("cluster endpoints", allow_loopback=True, allow_private=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import AnonymousUser, User
 
-from portal.models import AuditLog, Membership, Organization, Project, Team
-from portal.tenancy import Action, can
+from tenancy.models import AuditLog, Membership, Organization, Project, Team
+from tenancy.scoping import Action, can
 from tests.conftest import World
 
 DEMO_TEAMS = {"vision", "robotics", "language"}

@@ -11,10 +11,10 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.test import APIClient
 
-from portal import actions
 from portal.api.authentication import ApiTokenAuthentication
 from portal.api.scopes import TokenScope
-from portal.models import ApiToken, AuditLog, Membership, ServiceAccount
+from tenancy import actions
+from tenancy.models import ApiToken, AuditLog, Membership, ServiceAccount
 from tests.conftest import World, api_client
 
 pytestmark = pytest.mark.django_db

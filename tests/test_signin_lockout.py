@@ -15,8 +15,8 @@ from django.contrib.auth.models import User
 from django.test import Client, RequestFactory
 from rest_framework.test import APIClient
 
-from portal.client import client_address
-from portal.models import ApiToken, AuditLog
+from common.client import client_address
+from tenancy.models import ApiToken, AuditLog
 from tests.test_settings_env import manage
 
 LIMIT = 4

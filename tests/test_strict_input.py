@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from django.test import Client, override_settings
 
-from portal import params
-from portal.models import AuditLog, Project
+from common import params
+from tenancy.models import AuditLog, Project
 from tests.conftest import World, api_client
 from tests.test_bad_input import nothing_written
 

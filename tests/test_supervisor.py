@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from portal.supervisor import Supervisor
+from demo.supervisor import Supervisor
 
 PY = sys.executable
 STEADY = [PY, "-c", "import time; time.sleep(120)"]

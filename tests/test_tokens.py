@@ -9,8 +9,8 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from portal import tasks
-from portal.models import ApiToken, AuditLog
+from tenancy import tasks
+from tenancy.models import ApiToken, AuditLog
 from tests.conftest import World, api_client
 
 
@@ -96,7 +96,7 @@ def test_last_used_is_recorded(world: World) -> None:
 
 
 def test_expire_task_deletes_only_long_dead_tokens(world: World) -> None:
-    from portal import actions
+    from tenancy import actions
 
     long_ago = timezone.now() - tasks.TOKEN_RETENTION - timedelta(days=1)
     actions.issue_token(world.users["bob"], name="live")

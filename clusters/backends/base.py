@@ -13,7 +13,7 @@ Every backend:
   the outbound policy refuses the address or a redirect). The message is shown on the cluster's pages to
   every member of the organization, so what the far end sent in its own words (an answer's body) is never
   in it: it is the error's ``detail``, which goes to the server's log;
-- connects only through the outbound policy it is given (``portal.outbound``; cluster endpoints' by
+- connects only through the outbound policy it is given (``common.outbound``; cluster endpoints' by
   default): to addresses it checked, without following redirects;
 - has a **dry-run** mode: mutating calls (``submit``, ``cancel``, ``cordon``, ``drain``, ``resume``)
   check their arguments and return what they would have done, without calling the cluster; reads still
@@ -32,7 +32,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from portal import outbound
+from common import outbound
 
 KINDS = ("simulated", "slurm", "kubernetes", "tpu")
 #: How much of an answer's body the server's log keeps.

@@ -11,7 +11,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
-from portal.models import ApiToken, hash_token
+from tenancy.models import ApiToken, hash_token
 
 # Writing last_used_at on every request would turn each read into a write; once a minute is enough.
 LAST_USED_RESOLUTION = timedelta(minutes=1)

@@ -1,4 +1,4 @@
-"""The API's pages: ``page`` and ``page_size`` parsed through ``portal.params`` (DRF's own took any text
+"""The API's pages: ``page`` and ``page_size`` parsed through ``common.params`` (DRF's own took any text
 for page 1 or the default size, and ``²`` to a 404), declared with their ranges in the schema."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from django.core.paginator import Paginator
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 
-from portal import params
+from common import params
 
 
 class Pagination(PageNumberPagination):

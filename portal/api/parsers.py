@@ -1,4 +1,4 @@
-"""The API's request parsers: DRF's, with the bodies checked at the edge through ``portal.params``.
+"""The API's request parsers: DRF's, with the bodies checked at the edge through ``common.params``.
 
 A JSON body nesting deeper than ``params.MAX_JSON_DEPTH`` (Python's parser raised RecursionError, a 500,
 on a few thousand brackets), holding ``NaN``/``Infinity``, or text with a character no field may hold (NUL,
@@ -14,7 +14,7 @@ from typing import Any
 
 from rest_framework import exceptions, parsers
 
-from portal import params
+from common import params
 
 BODY = "body"
 

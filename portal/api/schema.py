@@ -5,9 +5,9 @@
   declares with a description only gets the shape too.
 - A read-only field is nullable where the model field behind it is (``actor`` of a system event, ``team`` of
   an organization-wide membership): drf-spectacular only reads ``allow_null``, which read-only fields lack.
-- Ids in paths are declared with their range (``portal.params.MAX_ID``).
+- Ids in paths are declared with their range (``common.params.MAX_ID``).
 - Every query parameter allows an empty value: an empty one is as if it were not given (django-filter's
-  rule, and ``portal.params``'s), which is what a page's form sends for a field left blank.
+  rule, and ``common.params``'s), which is what a page's form sends for a field left blank.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from drf_spectacular import openapi
 from drf_spectacular.plumbing import ResolvedComponent
 from rest_framework import serializers
 
-from portal import params
+from common import params
 
 
 class ErrorDetailSerializer(serializers.Serializer[Any]):

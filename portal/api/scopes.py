@@ -19,7 +19,7 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.request import Request
 
-from portal.models import ApiToken, ServiceAccount
+from tenancy.models import ApiToken, ServiceAccount
 
 # The API routes (view name, method) a submit-scoped token may call beyond reading.
 SUBMIT_OPERATIONS = frozenset({("api:job-list", "POST"), ("api:job-preview", "POST"), ("api:job-cancel", "POST")})

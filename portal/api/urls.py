@@ -1,12 +1,12 @@
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
-from clusters.api import ProbeReportView
-from portal.api import views
-from scheduler.api import JobViewSet
-from scheduler.budget_api import BudgetAlertViewSet, BudgetViewSet, MemberLimitViewSet
-from scheduler.quota_api import QueueViewSet, QuotaChangeViewSet
-from scheduler.tier_api import TierViewSet
+from clusters.api.views import ProbeReportView
+from governance.api.budgets import BudgetAlertViewSet, BudgetViewSet, MemberLimitViewSet
+from governance.api.quotas import QueueViewSet, QuotaChangeViewSet
+from governance.api.tiers import TierViewSet
+from scheduler.api.views import JobViewSet
+from tenancy.api import views
 
 router = DefaultRouter(trailing_slash=True)
 router.register("organizations", views.OrganizationViewSet, basename="organization")
@@ -29,5 +29,5 @@ urlpatterns = [
     path("me/", views.MeView.as_view(), name="me"),
     path("probe/health/", ProbeReportView.as_view(), name="probe-health"),
     path("", include(router.urls)),
-    path("", include("billing.api_urls")),
+    path("", include("billing.api.urls")),
 ]

@@ -454,7 +454,7 @@ ROWS: list[Row] = [
     row("api:what-if-detail", "GET", "what_if",         "in  404 404 404 200 200 404 404 404"),
     # Lists filtered by another team's or organization's id: refused as "not one of the choices" (400) where
     # the filter names its choices, as one that does not exist is; or nothing of it (200, an empty list) where
-    # it filters by id (portal.filters.IdFilter), as for one that does not exist.
+    # it filters by id (tenancy.filters.IdFilter), as for one that does not exist.
     row("job-list", "GET", "team",                      "in  200 200 400 200 200 400 400 400", query=_team_query),
     row("audit-log", "GET", "org",                      "in  403 403 403 403 200 403 403 200",
         query=lambda s: {"organization": s.org.pk}),

@@ -26,23 +26,16 @@ from billing import prices
 from billing.models import Overhead, Price, WhatIf
 from clusters import actions as cluster_actions
 from clusters.models import AcceleratorType, Cluster, MaintenanceWindow, Node
-from portal import actions
-from portal.demo import seed_demo
-from portal.models import ApiToken, AuditLog, Membership, Organization, Project, ServiceAccount, Team
-from portal.tenancy import Role
+from demo.tenancy import seed_demo
+from governance import budgets, quotas
+from governance.models import Budget, BudgetAlert, Cohort, MemberLimit, PriorityTier, Queue, QuotaChange
 from scheduler import actions as job_actions
-from scheduler import budgets, quotas
-from scheduler.models import (
-    Budget,
-    BudgetAlert,
-    Cohort,
-    Job,
-    LoopState,
-    MemberLimit,
-    PriorityTier,
-    Queue,
-    QuotaChange,
-)
+from scheduler.models import Job, LoopState
+from scheduler.states import JobState
+from scheduler.submission import JobRequest
+from tenancy import actions
+from tenancy.models import ApiToken, AuditLog, Membership, Organization, Project, ServiceAccount, Team
+from tenancy.scoping import Role
 from tests.clusters.factories import simulated_cluster
 
 PASSWORD = "matrix-pw"
@@ -168,8 +161,8 @@ def _side(slug: str, org: Organization, home: Team, neighbour: Team, users: dict
     o["lead_membership"] = Membership.objects.get(user=lead)
     o["finance_membership"] = Membership.objects.get(user=users[Rel.FINANCE])
 
-    def job(user: User, name: str, state: Job.State | None = None) -> Job:
-        request = job_actions.JobRequest(
+    def job(user: User, name: str, state: JobState | None = None) -> Job:
+        request = JobRequest(
             team=home, name=f"{canary(home.slug)} {name}", time_limit=3600, image="ghcr.io/lab/train:1",
             command=["python", "train.py"], accelerators=1, accelerator_types=[H100],
         )  # fmt: skip

@@ -55,9 +55,10 @@ def bench(attempts: int, teams: int, projects: int, repeat: int) -> dict[str, An
     from django.utils import timezone
 
     from clusters.models import Cluster
-    from portal.models import Organization, Project, Team
-    from scheduler import budgets
-    from scheduler.models import Attempt, Budget, BudgetAlert, Job, PriorityTier, Queue
+    from governance import budgets
+    from governance.models import Budget, BudgetAlert, PriorityTier, Queue
+    from scheduler.models import Attempt, Job
+    from tenancy.models import Organization, Project, Team
 
     rnd = random.Random(1)
     stamp = f"{time.time():.0f}"

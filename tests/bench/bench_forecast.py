@@ -252,8 +252,9 @@ def bench_database(records: int, repeat: int) -> dict[str, Any]:
     )
     from billing.models import CapacityRecord, CapacityType, UsageRecord
     from clusters.models import AcceleratorType, Cluster, Node
-    from portal.models import Organization, Team
-    from scheduler.models import Attempt, Job, PriorityTier, Queue
+    from governance.models import PriorityTier, Queue
+    from scheduler.models import Attempt, Job
+    from tenancy.models import Organization, Team
 
     rnd = random.Random(1)
     stamp = f"{time.time():.0f}"

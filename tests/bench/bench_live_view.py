@@ -55,11 +55,12 @@ def bench(nodes: int, renders: int) -> dict[str, Any]:
     from django.test import RequestFactory
     from django.test.utils import CaptureQueriesContext
 
-    from clusters import sync, views
+    from clusters import sync
     from clusters.live import live_view
     from clusters.models import AcceleratorType, Cluster
-    from portal.models import Membership, Organization
-    from portal.tenancy import Role
+    from clusters.web import views
+    from tenancy.models import Membership, Organization
+    from tenancy.scoping import Role
 
     stamp = f"{time.time():.0f}"
     org = Organization.objects.create(name=f"Bench live view {stamp}", slug=f"bench-live-{stamp}")

@@ -46,9 +46,10 @@ def bench(jobs: int, nodes: int, add: int, days: int, load: float, seed: int, en
     from billing import whatif, whatif_replay
     from billing.models import WhatIf
     from clusters.models import AcceleratorType, Cluster, Node
-    from portal.models import Organization, Team
-    from scheduler.models import Attempt, Job, PriorityTier, Queue
+    from governance.models import PriorityTier, Queue
+    from scheduler.models import Attempt, Job
     from scheduler.simulation.jobs import declared_limit
+    from tenancy.models import Organization, Team
 
     rnd = random.Random(seed)
     stamp = f"{time.time():.0f}"

@@ -11,7 +11,7 @@ from django.utils import timezone
 from billing.metering import capacity_type
 from billing.models import Price
 from clusters.models import AcceleratorType, Cluster
-from scheduler import feasibility
+from scheduler.placement import feasibility
 
 
 def priced(clusters: Iterable[Cluster], rate: float, by_flavor: Mapping[str, float] | None = None) -> None:

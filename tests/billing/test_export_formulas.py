@@ -14,7 +14,7 @@ import pytest
 from openpyxl import load_workbook
 
 from billing import metering, reports
-from portal import actions
+from tenancy import actions
 from tests.billing.conftest import placed
 from tests.billing.test_attribution import price_everything
 from tests.conftest import api_client

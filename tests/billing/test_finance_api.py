@@ -14,7 +14,7 @@ from openpyxl import load_workbook
 
 from billing import metering, prices
 from billing.models import Overhead, Price
-from portal.models import AuditLog
+from tenancy.models import AuditLog
 from tests.billing.conftest import placed
 from tests.billing.test_attribution import price_everything
 from tests.conftest import api_client

@@ -20,12 +20,12 @@ from django.test import Client
 from openpyxl import load_workbook
 
 from billing import attribution, metering, prices
-from billing.finance_forms import PriceForm
-from billing.finance_views import rate_text
 from billing.models import Overhead, Price
+from billing.web.finance import rate_text
+from billing.web.forms import PriceForm
 from clusters.models import Node
-from portal.models import AuditLog
-from scheduler import budgets
+from governance import budgets
+from tenancy.models import AuditLog
 from tests.billing.conftest import placed
 from tests.scheduler.conftest import Fleet
 

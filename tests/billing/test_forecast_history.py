@@ -22,7 +22,8 @@ from billing.forecast_history import (
 )
 from billing.models import CapacityRecord, CapacityType, UsageRecord
 from clusters.models import AcceleratorType, Cluster, Node
-from scheduler.models import Attempt, Job, PriorityTier, Queue
+from governance.models import PriorityTier, Queue
+from scheduler.models import Attempt, Job
 from tests.conftest import World
 
 NOW = datetime(2025, 3, 10, 12, 0, tzinfo=UTC)  # a Monday, noon

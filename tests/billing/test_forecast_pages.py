@@ -13,7 +13,7 @@ from django.test import Client
 from django.utils import timezone
 
 from billing.forecast_history import forecast_organization
-from billing.forecast_views import percent
+from billing.web.forecast import percent
 from clusters.models import Node
 from tests.billing.test_forecast_history import Lab, lab  # noqa: F401 - the fixture
 from tests.conftest import World

@@ -13,7 +13,7 @@ from billing import prices
 from billing.models import CapacityType, Price
 from billing.prices import RateBook
 from clusters.models import Cluster, Node
-from scheduler import feasibility, snapshot
+from scheduler.placement import feasibility, snapshot
 from tests.billing.factories import priced
 from tests.scheduler.conftest import Fleet
 

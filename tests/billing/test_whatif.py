@@ -14,13 +14,13 @@ from django.utils import timezone
 from billing import tasks, whatif, whatif_replay
 from billing.models import WhatIf
 from clusters.models import Cluster, Node
-from portal.models import AuditLog
 from scheduler.engine.model import Cluster as EngineCluster
 from scheduler.engine.model import Node as EngineNode
 from scheduler.engine.model import Queue as EngineQueue
 from scheduler.models import Job
 from scheduler.simulation import jobs as policies
 from scheduler.simulation.events import SimJob, Simulation, fits_empty
+from tenancy.models import AuditLog
 from tests.billing import whatif_history as h
 from tests.conftest import World
 

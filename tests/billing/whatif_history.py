@@ -8,8 +8,9 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from clusters.models import AcceleratorType, Cluster, Node
-from portal.models import Organization, Team
-from scheduler.models import Attempt, Job, PriorityTier, Queue
+from governance.models import PriorityTier, Queue
+from scheduler.models import Attempt, Job
+from tenancy.models import Organization, Team
 
 H100 = "H100-SXM-80GB"
 

@@ -60,7 +60,7 @@ def page(browser: Browser, live_server) -> Iterator[Page]:
 @pytest.fixture
 def demo(transactional_db):
     """The demo organization: teams Vision, Robotics and Language and one user per role."""
-    from portal.demo import seed_demo
+    from demo.tenancy import seed_demo
 
     return seed_demo()
 
@@ -68,8 +68,8 @@ def demo(transactional_db):
 @pytest.fixture
 def fleet(demo, settings, tmp_path) -> dict[str, Any]:
     """The demo fleet (three simulated clusters), synced, by slug; its simulated state under ``tmp_path``."""
-    from clusters.demo import seed_demo_fleet, sync_demo_fleet
     from clusters.models import Cluster
+    from demo.fleet import seed_demo_fleet, sync_demo_fleet
 
     settings.VAR_DIR = tmp_path
     seed_demo_fleet(demo)
@@ -81,7 +81,7 @@ def sign_in_as(page: Page, username: str) -> None:
     """Sign in with the demo password and wait until the page says who is signed in."""
     from playwright.sync_api import expect
 
-    from portal.demo import DEMO_PASSWORD
+    from demo.tenancy import DEMO_PASSWORD
 
     page.goto("/login/")
     page.locator("#id_username").fill(username)

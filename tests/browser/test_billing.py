@@ -3,7 +3,7 @@ summary as XLSX and finds in it the fleet total the page shows, opens a team's s
 price to the book (the on-prem fields shown only for on-prem capacity; a refusal beside its field first);
 alice reads her team's costs and nothing of another team's.
 
-October is the demo's history (``billing/demo.py``): the teams' jobs through every day, placed on the demo
+October is the demo's history (``demo/billing.py``): the teams' jobs through every day, placed on the demo
 fleet and metered, priced by the demo's price book, with its shared overhead.
 Screenshots go to ``test-artifacts/browser/`` (``QM_SHOTS`` names another folder).
 """
@@ -45,8 +45,8 @@ def number(value: str) -> Decimal:
 def billed(fleet: dict[str, Cluster], demo: Any) -> Any:
     """The demo's governance and its history up to November: jobs of Vision and Robotics arriving through
     every day of October, placed on the demo fleet and metered, with the demo's price book and overhead."""
-    from billing.demo import seed_history
-    from scheduler.demo import seed_governance
+    from demo.billing import seed_history
+    from demo.jobs import seed_governance
 
     seed_governance(demo)
     assert seed_history(demo, days=45, now=datetime(2026, 11, 1, tzinfo=UTC)) > 100

@@ -14,9 +14,9 @@ from django.contrib.auth.models import User
 from playwright.sync_api import ConsoleMessage, Page, expect
 
 from clusters.models import Cluster
-from portal.models import Team
-from scheduler import actions
+from scheduler import actions, submission
 from scheduler.models import Job
+from tenancy.models import Team
 from tests.browser.conftest import sign_in_as
 from tests.browser.test_billing import OCTOBER, billed  # noqa: F401 - the fixture: October's costs, metered
 
@@ -52,7 +52,7 @@ def watched(page: Page) -> tuple[Page, list[str]]:
 def test_the_main_pages_run_under_the_policy(watched: tuple[Page, list[str]], billed: Any) -> None:  # noqa: F811
     page, console = watched
     vision = Team.objects.get(slug="vision")
-    request = actions.JobRequest(team=vision, name="csp", time_limit=3600, image="img", accelerators=1)
+    request = submission.JobRequest(team=vision, name="csp", time_limit=3600, image="img", accelerators=1)
     job, _ = actions.submit_job(User.objects.get(username="alice"), request)
     cluster = Cluster.objects.order_by("pk").first()
     assert cluster is not None

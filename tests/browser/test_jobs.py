@@ -15,9 +15,11 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from clusters.models import Cluster
-from portal.models import Team
-from scheduler.demo import H100, seed_governance
-from scheduler.models import Job, PriorityTier
+from demo.jobs import H100, seed_governance
+from governance.models import PriorityTier
+from scheduler import submission
+from scheduler.models import Job
+from tenancy.models import Team
 from tests.billing.factories import priced
 from tests.browser.conftest import sign_in_as
 
@@ -112,8 +114,9 @@ def test_researcher_submits_sees_the_estimate_and_cancels(page: Page, governed: 
 def test_lead_reads_why_a_job_waits_and_the_queue(page: Page, governed: dict[str, Cluster], demo: Any) -> None:
     from django.contrib.auth.models import User
 
-    from scheduler import actions, loop
-    from scheduler.demo import seed_jobs
+    from demo.jobs import seed_jobs
+    from scheduler import actions
+    from scheduler.placement import loop
 
     seed_jobs(demo)
     alice = User.objects.get(username="alice")
@@ -121,7 +124,7 @@ def test_lead_reads_why_a_job_waits_and_the_queue(page: Page, governed: dict[str
     # 30 whole H100 nodes at once, within Vision's quota: more than the busy demo fleet has free now.
     big, _ = actions.submit_job(
         alice,
-        actions.JobRequest(
+        submission.JobRequest(
             team=vision, name="big-gang", time_limit=4 * 3600, accelerator_types=[H100], accelerators=8, workers=30,
             image="ghcr.io/demo/vision-train:2.4",
         ),

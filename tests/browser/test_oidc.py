@@ -13,8 +13,8 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Browser, Page, expect
 
-from portal import actions, identity
-from portal.models import AuditLog, Membership
+from tenancy import actions, identity
+from tenancy.models import AuditLog, Membership
 from tests.browser.conftest import sign_in_as
 from tests.oidc.fixtures import LoopbackProvider, account, oidc_provider, oidc_settings
 

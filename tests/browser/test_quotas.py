@@ -18,9 +18,9 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
 from clusters.models import Cluster
-from portal.models import AuditLog, Project, Team
-from scheduler.demo import H100, seed_governance
-from scheduler.models import Budget, Cohort, Quota, QuotaChange
+from demo.jobs import H100, seed_governance
+from governance.models import Budget, Cohort, Quota, QuotaChange
+from tenancy.models import AuditLog, Project, Team
 from tests.browser.conftest import sign_in_as
 
 pytestmark = pytest.mark.browser
@@ -36,8 +36,8 @@ def shot(page: Page, name: str) -> None:
 @pytest.fixture
 def governed(fleet: dict[str, Cluster], demo: Any) -> dict[str, Cluster]:
     """The demo fleet with the demo's tiers, cohort and team quotas, and the demo jobs placed by one cycle."""
-    from scheduler import loop
-    from scheduler.demo import seed_jobs
+    from demo.jobs import seed_jobs
+    from scheduler.placement import loop
 
     seed_governance(demo)
     seed_jobs(demo)
@@ -187,7 +187,7 @@ def test_lead_sets_a_project_budget_and_a_members_limit(page: Page, governed: di
 
 
 def test_finance_reads_every_budget_of_the_organization(page: Page, governed: dict[str, Cluster]) -> None:
-    from scheduler import budgets
+    from governance import budgets
 
     adam = User.objects.get(username="adam")
     teams = {t.slug: t for t in Team.objects.filter(organization__slug="demo")}

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
-from portal.demo import DEMO_PASSWORD, USERS
-from portal.home import capabilities_for
-from portal.models import Team
-from portal.tenancy import Role
+from demo.tenancy import DEMO_PASSWORD, USERS
+from tenancy.models import Team
+from tenancy.scoping import Role
+from tenancy.web.home import capabilities_for
 
 pytestmark = pytest.mark.browser
 

@@ -20,7 +20,7 @@ from playwright.sync_api import Page, expect
 from billing import whatif
 from billing.models import WhatIf
 from clusters.models import AcceleratorType, Cluster
-from portal.models import Team
+from tenancy.models import Team
 from tests.billing import whatif_history as h
 from tests.browser.conftest import sign_in_as
 

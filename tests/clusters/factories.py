@@ -8,7 +8,7 @@ from typing import Any
 
 from clusters import sync
 from clusters.models import Cluster
-from portal.models import Organization
+from tenancy.models import Organization
 
 
 def simulated_cluster(

@@ -22,7 +22,7 @@ from django.utils import timezone
 from clusters import actions, sync
 from clusters.backends.simulated import backend as simulated
 from clusters.models import Cluster, MaintenanceWindow, Node, ProbeToken
-from portal.models import AuditLog, hash_token
+from tenancy.models import AuditLog, hash_token
 from tests.conftest import World
 
 NOT_ADMINS = ["lena", "alice", "fiona"]  # lead, researcher, finance

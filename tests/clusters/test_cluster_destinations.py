@@ -22,7 +22,7 @@ from clusters.backends.slurm import SlurmBackend
 from clusters.backends.tpu import TpuBackend
 from clusters.backends.tpu.backend import SCOPES
 from clusters.models import Cluster
-from portal import outbound
+from common import outbound
 from tests.clusters.kube_server import TOKEN as KUBE_TOKEN
 from tests.clusters.kube_server import KubeServer
 from tests.clusters.test_slurm_backend import TOKEN as SLURM_TOKEN

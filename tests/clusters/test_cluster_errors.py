@@ -22,7 +22,7 @@ from django.test import Client
 from clusters import actions, sync
 from clusters.backends.simulated import backend as simulated
 from clusters.models import Cluster, Node
-from portal.models import AuditLog
+from tenancy.models import AuditLog
 from tests.clusters.kube_server import TOKEN, KubeServer
 from tests.clusters.slurm_lab import SlurmLab, mint_token
 from tests.clusters.tpu_server import TpuServer

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from clusters.demo import DEMO_CLUSTERS, seed_demo_fleet, sync_demo_fleet
 from clusters.models import Cluster, Node
-from portal.models import Organization
+from demo.fleet import DEMO_CLUSTERS, seed_demo_fleet, sync_demo_fleet
+from tenancy.models import Organization
 
 pytestmark = pytest.mark.django_db
 

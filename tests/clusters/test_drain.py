@@ -9,9 +9,9 @@ import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 
 from clusters import actions, sync
-from clusters.demo import seed_demo_fleet, sync_demo_fleet
 from clusters.models import Cluster, Drain, Node
-from portal.models import AuditLog
+from demo.fleet import seed_demo_fleet, sync_demo_fleet
+from tenancy.models import AuditLog
 from tests.conftest import World
 
 

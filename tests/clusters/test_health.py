@@ -13,7 +13,7 @@ from django.utils import timezone
 from clusters import actions, health
 from clusters.backends.base import HealthSignal
 from clusters.models import Cluster, Drain, HealthCheckResult, Node
-from portal.models import Organization
+from tenancy.models import Organization
 from tests.clusters.factories import simulated_cluster
 
 pytestmark = pytest.mark.django_db

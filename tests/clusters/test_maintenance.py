@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from clusters import actions, health, maintenance
 from clusters.models import Cluster, Drain, MaintenanceWindow, Node
-from portal.models import AuditLog
+from tenancy.models import AuditLog
 from tests.clusters.factories import simulated_cluster
 from tests.conftest import World
 

@@ -16,10 +16,10 @@ from django.test import Client
 from django.utils import timezone
 
 from clusters import sync
-from clusters.demo import seed_demo_fleet, sync_demo_fleet
 from clusters.live import allocation_class, domain_label
 from clusters.models import Cluster, Drain, HealthCheckResult, Node
-from portal.models import AuditLog
+from demo.fleet import seed_demo_fleet, sync_demo_fleet
+from tenancy.models import AuditLog
 from tests.conftest import World
 
 MEMBERS = ["alice", "lena", "fiona", "adam"]

@@ -14,7 +14,7 @@ from clusters import sync
 from clusters.backends.base import Inventory, NodeInfo, load
 from clusters.backends.simulated import backend as simulated
 from clusters.models import AcceleratorType, Cluster, Node, TopologyDomain
-from portal.models import Organization
+from tenancy.models import Organization
 from tests.clusters.factories import simulated_cluster
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,8 @@ from collections import defaultdict
 
 import pytest
 
-from scheduler.bench import run_bench
+from benchmarks.engine import run_bench
+from benchmarks.synthetic import advance, synthetic_snapshot
 from scheduler.engine import schedule
 from scheduler.engine.model import (
     RESOURCES,
@@ -24,7 +25,6 @@ from scheduler.engine.model import (
     Snapshot,
     Workload,
 )
-from scheduler.synthetic import advance, synthetic_snapshot
 
 NODES, JOBS, SEED = 400, 2000, 7
 

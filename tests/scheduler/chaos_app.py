@@ -27,8 +27,8 @@ if _pause:
     import django
 
     django.setup()
-    from scheduler import dispatch
-    from scheduler.loop import Hooks
+    from scheduler.placement import dispatch
+    from scheduler.placement.loop import Hooks
 
     def _pausing(hook: str) -> Callable[[], None]:
         def wait() -> None:

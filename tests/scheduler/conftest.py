@@ -14,8 +14,10 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from clusters.models import Cluster
-from scheduler import actions, dispatch, feasibility, loop
-from scheduler.models import Attempt, Job, PriorityTier
+from governance.models import PriorityTier
+from scheduler import actions, submission
+from scheduler.models import Attempt, Job
+from scheduler.placement import dispatch, feasibility, loop
 from tests.clusters.conftest import slurm_lab  # noqa: F401 - the Slurm lab fixture, for the path on real Slurm
 from tests.clusters.factories import simulated_cluster
 from tests.conftest import World
@@ -46,7 +48,7 @@ class Fleet:
             "command": ["python", "train.py"],
             "accelerators": 1,
         }
-        request = actions.JobRequest(team=team_obj, **{**defaults, **fields})
+        request = submission.JobRequest(team=team_obj, **{**defaults, **fields})
         job, _ = actions.submit_job(user, request)
         return job
 

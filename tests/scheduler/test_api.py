@@ -13,9 +13,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from clusters.models import Cluster, Node
-from portal import actions as portal_actions
-from portal.models import AuditLog
-from scheduler.models import Attempt, Job, JobEvent, Queue
+from governance.models import Queue
+from scheduler.models import Attempt, Job, JobEvent
+from tenancy import actions as portal_actions
+from tenancy.models import AuditLog
 from tests.billing import factories as billing_factories
 from tests.scheduler.conftest import Fleet
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from portal.models import AuditLog, Project
-from scheduler import budgets
-from scheduler.models import Budget, BudgetAlert, MemberLimit, QuotaChange
+from governance import budgets
+from governance.models import Budget, BudgetAlert, MemberLimit, QuotaChange
+from tenancy.models import AuditLog, Project
 from tests.conftest import api_client
 from tests.scheduler.conftest import Fleet
 from tests.scheduler.test_budgets import NOV_15, placed_attempt

@@ -16,9 +16,9 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from portal.models import AuditLog, Project
-from scheduler import budgets
-from scheduler.models import Budget, BudgetAlert, MemberLimit, QuotaChange
+from governance import budgets
+from governance.models import Budget, BudgetAlert, MemberLimit, QuotaChange
+from tenancy.models import AuditLog, Project
 from tests.scheduler.conftest import Fleet
 from tests.scheduler.test_budgets import NOV_15, placed_attempt
 
@@ -128,9 +128,9 @@ def test_usage_is_computed_once_per_page(budgeted: Fleet, monkeypatch: pytest.Mo
 
     monkeypatch.setattr(budgets, "use_of", counted)
     assert signed_in(budgeted, "lena").get(url(budgeted)).status_code == 200
-    assert calls.count("scheduler.budget_views") == 1
+    assert calls.count("governance.web.budgets") == 1
     assert signed_in(budgeted, "fiona").get("/quotas/").status_code == 200
-    assert calls.count("scheduler.budget_views") == 2
+    assert calls.count("governance.web.budgets") == 2
 
 
 def test_alerts_show_their_delivery_and_the_error_only_to_those_who_set_the_budget(budgeted: Fleet) -> None:

@@ -16,10 +16,11 @@ from django.core import mail
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
 
-from portal.models import AuditLog
-from scheduler import budgets
+from governance import budgets
+from governance.models import Budget, BudgetAlert, QuotaChange
 from scheduler.lifecycle import PLACED
-from scheduler.models import Attempt, Budget, BudgetAlert, Job, QuotaChange
+from scheduler.models import Attempt, Job
+from tenancy.models import AuditLog
 from tests.billing.factories import priced
 from tests.scheduler.conftest import Fleet
 
@@ -232,11 +233,11 @@ def deliveries(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Run deliveries at once, as the worker would (the broker is not what these tests are about)."""
     queued: list[int] = []
 
-    def send(task: Any, *args: Any) -> bool:
+    def send(task_name: str, *args: Any) -> bool:
         queued.append(args[0])
         return True
 
-    monkeypatch.setattr("scheduler.tasks.send", send)
+    monkeypatch.setattr("common.enqueue.send", send)
     return queued
 
 

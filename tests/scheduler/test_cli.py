@@ -17,11 +17,12 @@ from typing import Any
 import pytest
 import yaml
 
-from portal import actions as portal_actions
-from portal.models import ApiToken
-from scheduler import actions, cli
+from qm import cli
+from scheduler import actions
+from scheduler.api.serializers import JobSubmissionSerializer
 from scheduler.models import Job
-from scheduler.serializers import JobSubmissionSerializer
+from tenancy import actions as portal_actions
+from tenancy.models import ApiToken
 from tests.scheduler.conftest import Fleet
 
 pytestmark = pytest.mark.django_db(transaction=True)

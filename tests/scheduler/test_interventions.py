@@ -21,9 +21,10 @@ from django.utils import timezone
 from clusters.backends.base import JobState
 from clusters.models import Node
 from clusters.sync import backend_for
-from portal.models import AuditLog
-from scheduler import actions, dispatch
+from scheduler import actions
 from scheduler.models import Attempt, Job, JobEvent
+from scheduler.placement import dispatch
+from tenancy.models import AuditLog
 from tests.conftest import api_client
 from tests.scheduler.conftest import Fleet
 
@@ -127,7 +128,7 @@ def test_an_admin_preempts_a_running_job_which_gets_its_grace_stops_and_runs_aga
 
 
 def test_an_admitted_job_not_yet_on_its_cluster_is_requeued_at_the_next_round(fleet: Fleet) -> None:
-    from scheduler import loop
+    from scheduler.placement import loop
 
     job = fleet.submit("alice")
     loop.run_cycle(fleet.org)  # admitted; not handed to its cluster yet

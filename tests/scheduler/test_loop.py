@@ -13,9 +13,11 @@ from django.utils import timezone
 from clusters.backends.base import JobState
 from clusters.models import AcceleratorType
 from clusters.sync import backend_for
-from scheduler import actions, loop, snapshot, tasks
+from governance.models import Quota
+from scheduler import actions, tasks
 from scheduler.engine import schedule
-from scheduler.models import Attempt, Job, LoopState, Quota
+from scheduler.models import Attempt, Job, LoopState
+from scheduler.placement import loop, snapshot
 from tests.scheduler.conftest import Fleet
 
 pytestmark = pytest.mark.django_db

@@ -17,10 +17,11 @@ from django.test import Client
 from django.utils import timezone
 
 from clusters.models import AcceleratorType, Cluster
-from portal.models import AuditLog, Membership
-from portal.tenancy import Role
-from scheduler import feasibility
-from scheduler.models import Attempt, Job, JobEvent, Queue, Quota
+from governance.models import Queue, Quota
+from scheduler.models import Attempt, Job, JobEvent
+from scheduler.placement import feasibility
+from tenancy.models import AuditLog, Membership
+from tenancy.scoping import Role
 from tests.billing import factories as billing_factories
 from tests.scheduler.conftest import Fleet
 

@@ -13,8 +13,8 @@ from clusters import sync
 from clusters.backends.base import JobState
 from clusters.models import Cluster
 from clusters.sync import backend_for
-from scheduler import dispatch, feasibility
 from scheduler.models import Attempt, Job
+from scheduler.placement import dispatch, feasibility
 from tests.clusters.slurm_lab import SlurmLab
 from tests.scheduler.conftest import Fleet, states
 

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from portal.models import AuditLog
-from scheduler import actions, quotas
-from scheduler.models import Cohort, Queue, Quota, QuotaChange
+from governance import quotas
+from governance.models import Cohort, Queue, Quota, QuotaChange
+from scheduler import actions
+from tenancy.models import AuditLog
 from tests.conftest import api_client
 from tests.scheduler.conftest import Fleet
 

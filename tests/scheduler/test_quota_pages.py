@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from portal.models import AuditLog, Project
-from scheduler import actions, quotas
-from scheduler.models import Cohort, Queue, Quota, QuotaChange
+from governance import quotas
+from governance.models import Cohort, Queue, Quota, QuotaChange
+from scheduler import actions
+from tenancy.models import AuditLog, Project
 from tests.scheduler.conftest import Fleet
 
 pytestmark = pytest.mark.django_db

@@ -11,11 +11,14 @@ import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 
 from clusters.models import AcceleratorType
-from portal.models import AuditLog, Project
-from portal.tenancy import Action
-from scheduler import actions, quotas, snapshot
+from governance import quotas
+from governance.models import Cohort, MemberLimit, PriorityTier, Queue, Quota, QuotaChange
+from scheduler import actions
 from scheduler.lifecycle import PLACED
-from scheduler.models import Attempt, Cohort, Job, MemberLimit, PriorityTier, Queue, Quota, QuotaChange
+from scheduler.models import Attempt, Job
+from scheduler.placement import snapshot
+from tenancy.models import AuditLog, Project
+from tenancy.scoping import Action
 from tests.scheduler.conftest import Fleet
 
 pytestmark = pytest.mark.django_db

@@ -13,8 +13,9 @@ from django.utils import timezone
 from clusters.backends.base import JobState, NotFound
 from clusters.models import Cluster, Node
 from clusters.sync import backend_for
-from scheduler import actions, dispatch, loop
+from scheduler import actions
 from scheduler.models import Attempt, Job
+from scheduler.placement import dispatch, loop
 from tests.scheduler.conftest import Fleet
 
 pytestmark = pytest.mark.django_db

@@ -19,9 +19,9 @@ from clusters.backends.base import JobSpec
 from clusters.backends.kubernetes.backend import KubernetesBackend
 from clusters.backends.simulated.backend import SimulatedBackend
 from clusters.secrets import CLUSTER_CREDENTIALS, CredentialsError, decrypt
-from portal.models import AuditLog
 from scheduler import actions
 from scheduler.models import Attempt, Job, JobEvent
+from tenancy.models import AuditLog
 from tests.clusters.kube_server import TOKEN, KubeServer
 from tests.clusters.test_kubernetes_backend import NS
 from tests.conftest import api_client

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.models import PriorityTier, QuotaChange
+from governance.models import PriorityTier, QuotaChange
 from tests.conftest import World, api_client
 
 pytestmark = pytest.mark.django_db

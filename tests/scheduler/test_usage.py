@@ -1,4 +1,4 @@
-"""Quota usage as the quota pages show it (``scheduler/usage.py``): per queue, flavor and resource, the quota
+"""Quota usage as the quota pages show it (``governance/usage.py``): per queue, flavor and resource, the quota
 beside what is used, borrowed, lent and asked for, with exact numbers from real placements; the lending
 rule and the pending-demand rule on hand-made engine trees; and the query count, which does not grow with
 the number of rows."""
@@ -14,10 +14,12 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from scheduler import actions, feasibility, quotas, usage
+from governance import quotas, usage
+from governance.models import Cohort, Queue
+from scheduler import actions
 from scheduler.engine import model as m
 from scheduler.engine.quota import QuotaTree
-from scheduler.models import Cohort, Queue
+from scheduler.placement import feasibility
 from tests.clusters.factories import simulated_cluster
 from tests.scheduler.conftest import Fleet
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from portal import outbound
-from scheduler import budgets
-from scheduler.models import Budget, BudgetAlert
+from common import outbound
+from governance import budgets
+from governance.models import Budget, BudgetAlert
 from tests.conftest import api_client
 from tests.scheduler.conftest import Fleet
 from tests.scheduler.test_budgets import NOV_15
@@ -108,7 +108,7 @@ def test_every_failure_reads_the_same_to_the_lead_and_the_log_says_why(
     answering, _ = serve(503)
     alert = alert_for(fleet, f"http://127.0.0.1:{closed}/hook")
     errors = []
-    with caplog.at_level(logging.WARNING, logger="scheduler.budgets"):
+    with caplog.at_level(logging.WARNING, logger="governance.budgets"):
         for url in (f"http://127.0.0.1:{closed}/hook", f"http://127.0.0.1:{answering}/hook",
                     "http://[::ffff:169.254.169.254]/latest/meta-data/"):  # fmt: skip
             Budget.objects.filter(pk=alert.budget.pk).update(webhook_url=url)

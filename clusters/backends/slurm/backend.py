@@ -53,7 +53,7 @@ from clusters.backends.base import (
     not_allowed,
 )
 from clusters.backends.slurm.parse import expand_hostlist, gpu_gres, job_state
-from portal import outbound
+from common import outbound
 
 API_VERSION = "v0.0.38"
 JOB_NAME_PREFIX = "qm-"

@@ -80,7 +80,7 @@ from clusters.backends.tpu.accelerators import (
     generation_of,
     split_type,
 )
-from portal import outbound
+from common import outbound
 
 DEFAULT_ENDPOINT = "https://tpu.googleapis.com"
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)

@@ -14,7 +14,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from clusters import actions
 from clusters.models import Cluster
-from portal.tenancy import Action
+from tenancy.scoping import Action
 
 
 class Command(BaseCommand):

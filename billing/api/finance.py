@@ -1,0 +1,291 @@
+"""Finance's API, for BI tools and scripts: a month's costs grouped any way, jobs' costs, team statements and
+the fleet summary as CSV or XLSX, the price book, shared overhead, and the meter's last reconciliation.
+
+Thin: costs come from ``attribution.kept`` cut to what the caller may see (``attribution.visible_to``: a
+researcher or lead their teams', finance and admins everything); the price book changes through
+``prices.set_price`` and friends (403 for anyone but finance and admins; 400 naming each bad field). Query
+strings are checked by ``params`` (400 naming the parameter, unknown parameters too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import IO, Any
+
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import FileResponse, HttpResponseBase, StreamingHttpResponse
+from django.urls import include, path, re_path
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import mixins, serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.routers import SimpleRouter
+from rest_framework.views import APIView
+
+from billing import attribution, params, prices, reports
+from billing.attribution import Attribution, hours, money
+from billing.models import MeterState, Overhead, Price
+from tenancy.api.views import TenantViewSet
+from tenancy.models import Organization
+
+MONTH = OpenApiParameter("month", OpenApiTypes.STR, description="YYYY-MM (UTC); default: this month.")
+ORG = OpenApiParameter("organization", OpenApiTypes.STR, description="Id or slug; default: your first.")
+TEAM = OpenApiParameter("team", OpenApiTypes.STR, description="Only this team (id or slug).")
+FILE = {
+    (200, "text/csv"): OpenApiResponse(OpenApiTypes.BINARY),
+    (200, "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"): OpenApiResponse(OpenApiTypes.BINARY),
+}
+XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+
+
+def month_of(request: Request, *extra: str) -> tuple[Organization, Attribution]:
+    """The organization and month the query names, cut to what the user may see."""
+    params.unknown(request.query_params, {"month", "organization", *extra})
+    organization = params.organization(request.user, request.query_params.get("organization"))
+    month = params.month(request.query_params.get("month"))
+    return organization, attribution.visible_to(request.user, attribution.kept(organization.pk, month))
+
+
+def amounts(row: Mapping[str, Any]) -> dict[str, str]:
+    return {
+        "accelerator_hours": str(hours(row["milli_seconds"])),
+        "usage": str(money(row["usage"])),
+        "idle_share": str(money(row["idle"])),
+        "overhead_share": str(money(row["overhead"])),
+        "total": str(money(row["total"])),
+    }
+
+
+def fleet_figures(month: Attribution) -> dict[str, str]:
+    return {
+        "capacity_cost": str(money(month.capacity_cost)),
+        "overhead": str(money(month.overhead)),
+        "total": str(money(month.fleet_total)),
+        "unallocated_idle": str(money(month.unallocated_idle)),
+        "unallocated_overhead": str(money(month.unallocated_overhead)),
+        "unpriced_accelerator_hours": str(hours(month.unpriced_milli_seconds)),
+    }
+
+
+def download(
+    name: str, ext: str, header: reports.Row, rows: Iterable[reports.Row], xlsx: Callable[[], IO[bytes]]
+) -> HttpResponseBase:
+    if ext == "csv":
+        response: HttpResponseBase = StreamingHttpResponse(reports.csv_stream(header, rows), content_type="text/csv")
+    else:
+        response = FileResponse(xlsx(), content_type=XLSX)
+    response["Content-Disposition"] = f'attachment; filename="{name}.{ext}"'
+    return response
+
+
+class CostsView(APIView):
+    """A month's costs (usage, idle share, overhead share, total) grouped by any of day, team, project, user,
+    cluster, flavor and capacity type; with the fleet's figures for finance and admins."""
+
+    @extend_schema(
+        parameters=[
+            MONTH,
+            ORG,
+            TEAM,
+            OpenApiParameter("group_by", OpenApiTypes.STR, description=", ".join(attribution.DIMENSIONS)),
+        ],
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    def get(self, request: Request) -> Response:
+        organization, month = month_of(request, "group_by", "team")
+        by = params.group_by(request.query_params.get("group_by"))
+        team = params.team(request.user, request.query_params.get("team"), organization.pk)
+        if team is not None:
+            month = month.for_teams([team.pk], fleet_visible=False)
+        rows = []
+        for row in month.rollup(by):
+            keys = {k: (v.isoformat() if k == "day" else v) for k, v in row.items() if k in by or k.endswith("_name")}
+            rows.append({**keys, **amounts(row)})
+        body: dict[str, Any] = {
+            "organization": organization.slug,
+            "month": reports.month_label(month.month),
+            "group_by": list(by),
+            "rows": rows,
+            "totals": amounts(month.totals()),
+        }
+        if month.fleet_visible:
+            body["fleet"] = fleet_figures(month)
+        return Response(body)
+
+
+class JobCostsView(APIView):
+    """Jobs' usage cost in a month, costliest first (idle and overhead go to teams, not to jobs)."""
+
+    @extend_schema(
+        parameters=[MONTH, ORG, TEAM, OpenApiParameter("limit", OpenApiTypes.INT, description="1 to 10000; 50.")],
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    def get(self, request: Request) -> Response:
+        organization, month = month_of(request, "team", "limit")
+        limit = params.limit(request.query_params.get("limit"))
+        team = params.team(request.user, request.query_params.get("team"), organization.pk)
+        teams = [team.pk] if team else attribution.visible_teams(request.user, organization.pk)
+        names = month.names
+        jobs = [
+            {
+                "job": j.job,
+                "name": j.name,
+                "team": names.of("team", j.team),
+                "project": names.of("project", j.project),
+                "user": names.of("user", j.user),
+                "accelerator_hours": str(hours(j.milli_seconds)),
+                "usage": str(money(j.cost)),
+            }
+            for j in attribution.kept_job_costs(organization.pk, month.month, teams, limit)
+        ]
+        return Response({"month": reports.month_label(month.month), "jobs": jobs})
+
+
+class StatementView(APIView):
+    """A team's monthly statement: its lines per project, user, cluster, flavor and capacity type with their
+    idle and overhead shares (CSV), or the same with days and jobs in more sheets (XLSX)."""
+
+    @extend_schema(parameters=[MONTH, ORG], responses=FILE)
+    def get(self, request: Request, team: str, ext: str) -> HttpResponseBase:
+        organization, month = month_of(request)
+        found = params.team(request.user, team, organization.pk)
+        assert found is not None
+        name = f"statement-{found.slug}-{reports.month_label(month.month)}"
+        team_id = found.pk
+
+        def xlsx() -> IO[bytes]:
+            return reports.statement_xlsx(
+                month, team_id, attribution.job_costs(organization.pk, month.month, [team_id])
+            )
+
+        return download(name, ext, reports.STATEMENT_HEADER, reports.statement_rows(month, team_id), xlsx)
+
+
+class FleetSummaryView(APIView):
+    """The fleet's month: every team's total, what stayed unallocated, and the fleet's total (CSV), with the
+    pools and days in more sheets (XLSX). Finance and admins only."""
+
+    @extend_schema(parameters=[MONTH, ORG], responses=FILE)
+    def get(self, request: Request, ext: str) -> HttpResponseBase:
+        organization, month = month_of(request)
+        if not month.fleet_visible:
+            raise PermissionDenied("The fleet summary is for finance and organization admins.")
+        name = f"fleet-{organization.slug}-{reports.month_label(month.month)}"
+        return download(name, ext, reports.FLEET_HEADER, reports.fleet_rows(month), lambda: reports.fleet_xlsx(month))
+
+
+class MeterView(APIView):
+    """The meter's last run and last reconciliation (metered against placed accelerator-hours)."""
+
+    @extend_schema(parameters=[ORG], responses={200: OpenApiTypes.OBJECT})
+    def get(self, request: Request) -> Response:
+        params.unknown(request.query_params, {"organization"})
+        organization = params.organization(request.user, request.query_params.get("organization"))
+        prices.authorize(request.user, organization)  # type: ignore[arg-type]
+        state = MeterState.objects.filter(organization=organization).first()
+        return Response(
+            {
+                "last_run_started_at": state.last_run_started_at if state else None,
+                "last_reconciled_at": state.last_reconciled_at if state else None,
+                "last_reconciliation": state.last_reconciliation if state else {},
+            }
+        )
+
+
+# --- the price book and overhead ---------------------------------------------------------------------------
+
+
+class PriceSerializer(serializers.ModelSerializer[Price]):
+    cluster: Any = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    flavor: Any = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    updated_by: Any = serializers.StringRelatedField()
+
+    class Meta:
+        model = Price
+        fields = ("id", "cluster", "flavor", "capacity_type", "effective_from", "hourly_rate", *prices.ON_PREM_FIELDS,
+                  "rate", "note", "updated_at", "updated_by")  # fmt: skip
+        read_only_fields = fields
+
+
+class OverheadSerializer(serializers.ModelSerializer[Overhead]):
+    updated_by: Any = serializers.StringRelatedField()
+
+    class Meta:
+        model = Overhead
+        fields = ("id", "name", "amount", "starts", "ends", "updated_at", "updated_by")
+        read_only_fields = fields
+
+
+class BookViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
+    """Rows of the price book (or overhead): finance and admins read and change them; others see none.
+    The body of a create or change is judged whole by ``prices`` (every field again on a change)."""
+
+    def body(self, request: Request) -> dict[str, Any]:
+        if not isinstance(request.data, Mapping):
+            raise serializers.ValidationError({"non_field_errors": ["A JSON object."]})
+        return dict(request.data)
+
+    def organization(self, request: Request) -> Organization:
+        params.unknown(request.query_params, {"organization"})
+        return params.organization(request.user, request.query_params.get("organization"))
+
+
+class PriceViewSet(BookViewSet):
+    model = Price
+    serializer_class = PriceSerializer
+
+    def get_queryset(self) -> QuerySet[Price]:
+        return super().get_queryset().select_related("cluster", "flavor", "updated_by")
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={201: PriceSerializer})
+    def create(self, request: Request) -> Response:
+        row = prices.set_price(request.user, self.organization(request), self.body(request), http=request)  # type: ignore[arg-type]
+        return Response(PriceSerializer(row).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: PriceSerializer})
+    def update(self, request: Request, pk: str) -> Response:
+        row = self.get_object()
+        row = prices.set_price(request.user, row.organization, self.body(request), row, http=request)  # type: ignore[arg-type]
+        return Response(PriceSerializer(row).data)
+
+    def destroy(self, request: Request, pk: str) -> Response:
+        prices.delete_price(request.user, self.get_object(), http=request)  # type: ignore[arg-type]
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class OverheadViewSet(BookViewSet):
+    model = Overhead
+    serializer_class = OverheadSerializer
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={201: OverheadSerializer})
+    def create(self, request: Request) -> Response:
+        row = prices.set_overhead(request.user, self.organization(request), self.body(request), http=request)  # type: ignore[arg-type]
+        return Response(OverheadSerializer(row).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OverheadSerializer})
+    def update(self, request: Request, pk: str) -> Response:
+        row = self.get_object()
+        row = prices.set_overhead(request.user, row.organization, self.body(request), row, http=request)  # type: ignore[arg-type]
+        return Response(OverheadSerializer(row).data)
+
+    def destroy(self, request: Request, pk: str) -> Response:
+        prices.delete_overhead(request.user, self.get_object(), http=request)  # type: ignore[arg-type]
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+router = SimpleRouter(trailing_slash=True)
+router.register("prices", PriceViewSet, basename="price")
+router.register("overheads", OverheadViewSet, basename="overhead")
+
+urlpatterns = [
+    path("billing/costs/", CostsView.as_view(), name="billing-costs"),
+    path("billing/job-costs/", JobCostsView.as_view(), name="billing-job-costs"),
+    re_path(
+        r"^billing/statements/(?P<team>[\w-]+)\.(?P<ext>csv|xlsx)$", StatementView.as_view(), name="billing-statement"
+    ),
+    re_path(r"^billing/fleet\.(?P<ext>csv|xlsx)$", FleetSummaryView.as_view(), name="billing-fleet"),
+    path("billing/meter/", MeterView.as_view(), name="billing-meter"),
+    path("", include(router.urls)),
+]

@@ -1,0 +1,9 @@
+"""Billing's REST API, included under ``api/v1/`` by ``portal/api/urls.py``."""
+
+from django.urls import include, path
+
+urlpatterns = [
+    path("", include("billing.api.finance")),
+    path("", include("billing.api.forecast")),
+    path("", include("billing.api.whatif")),
+]

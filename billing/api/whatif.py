@@ -1,0 +1,149 @@
+"""The capacity what-ifs API, under ``/api/v1/``: ``what-ifs/`` lists an organization's what-ifs and asks for a
+new one; ``what-ifs/<id>/`` is one of them with its status, progress and, once done, its result.
+
+Finance and admins only (``WhatIf``'s tenancy): anyone else lists nothing and gets 404 for a what-if, and 403 on
+POST, asked before the body is judged. A POST answers 201 with the queued row; the replay runs in a Celery task
+(``billing.tasks.run_what_if``), so poll the row until its status is ``done`` or ``failed``. Bad values answer
+400 naming each field (``billing.whatif.check``), unknown fields too, and nothing is written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import django_filters
+from django.db.models import QuerySet
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, extend_schema_view
+from rest_framework import mixins, serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.routers import SimpleRouter
+
+from billing import params, whatif
+from billing.models import WhatIf
+from portal.api.parsers import JSONParser
+from scheduler.api.serializers import StrictSerializer
+from tenancy.api.views import TenantViewSet
+from tenancy.filters import SlugOrIdFilter
+
+ERROR = OpenApiResponse(description="`{error: {status, code, message, fields}}`")
+
+
+class WhatIfSerializer(serializers.ModelSerializer[WhatIf]):
+    organization = serializers.SlugRelatedField[Any](slug_field="slug", read_only=True, help_text="Its slug.")
+    cluster = serializers.SlugRelatedField[Any](slug_field="slug", read_only=True, help_text="The cluster's slug.")
+    flavor = serializers.SlugRelatedField[Any](slug_field="name", read_only=True, help_text="The accelerator type.")
+    requested_by = serializers.SlugRelatedField[Any](
+        slug_field="username", read_only=True, allow_null=True, help_text="Who asked for it."
+    )
+    status = serializers.ChoiceField(
+        choices=WhatIf.Status.choices, read_only=True, help_text="queued, running, done, or failed (see `error`)."
+    )
+    nodes = serializers.IntegerField(read_only=True, help_text="Nodes added (positive) or removed (negative).")
+    progress = serializers.FloatField(read_only=True, help_text="0 to 1 while it runs; 1 once done.")
+    result = serializers.JSONField(
+        read_only=True,
+        help_text=(
+            "Once done: `today` and `changed` (jobs, mean/p50/p95/max queue wait in seconds, utilisation of the "
+            "fleet and of the flavor, accelerators, never_fits, stuck, and `by_day` series), `observed` (what the "
+            "jobs waited in reality), `window`, `change`, `workload`, `days`."
+        ),
+    )
+
+    class Meta:
+        model = WhatIf
+        fields = [
+            "id", "organization", "cluster", "flavor", "nodes", "days", "status", "progress", "result", "error",
+            "requested_by", "created_at", "started_at", "finished_at",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+class _Raw(serializers.Field):  # type: ignore[type-arg]
+    """Passed to ``whatif.check`` as given, so that one answer names every bad field with the action's words."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        return data
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+@extend_schema_field({"oneOf": [{"type": "string"}, {"type": "integer"}]})
+class _Ref(_Raw):
+    pass
+
+
+@extend_schema_field({"type": "integer"})
+class _Integer(_Raw):
+    pass
+
+
+class WhatIfCreateSerializer(StrictSerializer):
+    """A what-if to run: unknown fields are refused by name; each bad value is named in the same answer."""
+
+    organization = serializers.CharField(required=False, help_text="Its slug; needed only if you belong to several.")
+    cluster = _Ref(required=False, help_text="The cluster's slug or id.")
+    flavor = _Ref(required=False, help_text="The accelerator type's name or id (the cluster must have such nodes).")
+    nodes = _Integer(required=False, help_text="Nodes to add (positive) or remove (negative); not 0.")
+    days = _Integer(required=False, help_text=f"Days of history to replay, {whatif.MIN_DAYS} to {whatif.MAX_DAYS}.")
+
+
+# Here rather than in filters.py (the one module mypy lets subclass django-filter's untyped FilterSet), beside
+# the one view that uses it.
+class WhatIfFilter(django_filters.FilterSet):  # type: ignore[misc]
+    status = django_filters.ChoiceFilter(choices=WhatIf.Status.choices)
+    cluster = SlugOrIdFilter(field_name="cluster", help_text="A cluster's slug or id.")
+
+    class Meta:
+        model = WhatIf
+        fields = ["status", "cluster"]
+
+
+@extend_schema_view(
+    list=extend_schema(
+        description="The organization's capacity what-ifs, newest first (finance and admins; others: none)."
+    ),
+    retrieve=extend_schema(description="One what-if: its status, progress and, once done, its result."),
+)
+class WhatIfViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
+    """Capacity what-ifs: finance and admins read and ask for them."""
+
+    model = WhatIf
+    serializer_class = WhatIfSerializer
+    filterset_class = WhatIfFilter
+    parser_classes = [JSONParser]
+
+    def get_queryset(self) -> QuerySet[WhatIf]:
+        return (
+            super()
+            .get_queryset()
+            .select_related("organization", "cluster", "flavor", "requested_by")
+            .order_by("-created_at", "-pk")
+        )
+
+    @extend_schema(
+        request=WhatIfCreateSerializer,
+        responses={201: WhatIfSerializer, 400: ERROR, 403: ERROR, 404: ERROR},
+        description=(
+            "Ask for a capacity what-if (finance and admins): the last `days` days of the organization's jobs "
+            "replayed on today's fleet and on one with `nodes` more (fewer) nodes of `flavor` in `cluster`. "
+            "Answers the queued row; it runs in the background: follow `status` and `progress`."
+        ),
+    )
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        named = request.data.get("organization") if isinstance(request.data, dict) else None
+        organization = whatif.default_organization(
+            self.actor, None if named in (None, "") else params.organization(self.actor, named)
+        )
+        whatif.authorize(self.actor, organization)
+        body = WhatIfCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        values = {k: v for k, v in body.validated_data.items() if k in whatif.FIELDS}
+        what_if = whatif.submit_what_if(self.actor, organization, http=request, **values)
+        return Response(WhatIfSerializer(self.get_queryset().get(pk=what_if.pk)).data, status=status.HTTP_201_CREATED)
+
+
+router = SimpleRouter(trailing_slash=True)
+router.register("what-ifs", WhatIfViewSet, basename="what-if")
+urlpatterns = router.urls

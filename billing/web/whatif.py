@@ -1,0 +1,317 @@
+"""Capacity what-if pages, under ``/billing/what-ifs/``: a form to ask for one beside today's fleet and the runs
+asked for so far; a run's page follows its progress (an htmx partial polled every 2 s while it is queued or
+running and the tab is visible) and, once done, shows today's fleet and the changed one side by side: a table
+and Plotly charts of queue wait and utilisation.
+
+Finance and admins only, as the organization's quota page: others get 403 on the list and 404 for a run (it is
+outside what ``for_user`` lets them see). Thin: asking goes through ``whatif.submit_what_if`` (which decides who
+may, and names each bad field: 400, nothing written); the numbers are the stored result's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.db.models import Count, Sum
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_http_methods
+
+from billing import whatif
+from billing.models import WhatIf
+from billing.whatif_replay import in_service
+from clusters.models import AcceleratorType, Cluster, Node
+from common.types import AuthenticatedHttpRequest
+from tenancy.models import Organization
+from tenancy.scoping import Action
+from tenancy.web.forms import apply_errors
+
+BAD_REQUEST = 400
+PER_PAGE = 20
+COLORS = {"today": "#667085", "changed": "#3b5bdb"}
+CHART_LAYOUT: dict[str, Any] = {
+    "barmode": "group",
+    "height": 320,
+    "margin": {"l": 60, "r": 10, "t": 40, "b": 10},
+    "legend": {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"},
+    "font": {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12},
+    "paper_bgcolor": "#ffffff",
+    "plot_bgcolor": "#ffffff",
+}
+
+
+class _Choice(forms.ModelChoiceField):  # type: ignore[type-arg]
+    """A cluster or accelerator type, named after its organization when the user holds roles in several."""
+
+    several = False
+
+    def label_from_instance(self, obj: Any) -> str:
+        label = f"{obj.name} ({obj.slug})" if isinstance(obj, Cluster) else str(obj.name)
+        return f"{obj.organization.name} · {label}" if self.several else label
+
+
+class WhatIfForm(forms.Form):
+    cluster = _Choice(queryset=Cluster.objects.none(), empty_label="Choose a cluster")
+    flavor = _Choice(queryset=AcceleratorType.objects.none(), label="Accelerator type", empty_label="Choose a type")
+    nodes = forms.IntegerField(
+        min_value=-whatif.MAX_NODES, max_value=whatif.MAX_NODES, help_text="Positive adds nodes, negative removes."
+    )
+    days = forms.IntegerField(
+        min_value=whatif.MIN_DAYS,
+        max_value=whatif.MAX_DAYS,
+        initial=whatif.DEFAULT_DAYS,
+        label="Days of history",
+        help_text=f"{whatif.MIN_DAYS} to {whatif.MAX_DAYS}; the jobs submitted in them are replayed.",
+    )
+
+    def __init__(self, organizations: list[Organization], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        clusters = Cluster.objects.filter(organization__in=organizations).exclude(status=Cluster.Status.DISABLED)
+        kinds = AcceleratorType.objects.filter(organization__in=organizations)
+        for name, rows in (("cluster", clusters), ("flavor", kinds)):
+            field = self.fields[name]
+            assert isinstance(field, _Choice)
+            field.queryset = rows.select_related("organization").order_by("organization__name", "name")
+            field.several = len(organizations) > 1
+
+
+def _fleet(organizations: list[Organization]) -> list[dict[str, Any]]:
+    """Today's nodes in service and their accelerators, per cluster and type: what a change starts from."""
+    rows = (
+        in_service(Node.objects.filter(cluster__organization__in=organizations, accelerator__isnull=False))
+        .values("cluster__name", "cluster__slug", "accelerator__name")
+        .annotate(nodes=Count("pk"), accelerators=Sum("accelerators_allocatable"))
+        .order_by("cluster__name", "accelerator__name")
+    )
+    return list(rows)
+
+
+def _organizations(request: AuthenticatedHttpRequest) -> list[Organization]:
+    organizations = whatif.organizations_for(request.user)
+    if not organizations:
+        raise PermissionDenied(whatif.REFUSED)
+    return organizations
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def what_if_list(request: AuthenticatedHttpRequest) -> HttpResponse:
+    organizations = _organizations(request)
+    form = WhatIfForm(organizations, request.POST if request.method == "POST" else None)
+    status = 200
+    if request.method == "POST":
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                what_if = whatif.submit_what_if(
+                    request.user, data["cluster"].organization, cluster=data["cluster"], flavor=data["flavor"],
+                    nodes=data["nodes"], days=data["days"], http=request,
+                )  # fmt: skip
+            except ValidationError as exc:
+                apply_errors(form, exc)
+            else:
+                messages.success(request, "What-if queued: the replay runs in the background.")
+                return redirect("what-if-detail", pk=what_if.pk)
+        status = BAD_REQUEST
+    rows = WhatIf.objects.for_user(request.user, Action.VIEW).select_related("cluster", "flavor", "requested_by")
+    page = Paginator(rows.order_by("-created_at", "-pk"), PER_PAGE).get_page(request.GET.get("page"))
+    context = {"form": form, "page": page, "rows": [summary(w) for w in page], "fleet": _fleet(organizations)}
+    return render(request, "billing/whatif_list.html", context, status=status)
+
+
+def _what_if(request: AuthenticatedHttpRequest, pk: int) -> WhatIf:
+    scoped = WhatIf.objects.for_user(request.user, Action.VIEW).select_related(
+        "organization", "cluster", "flavor", "requested_by"
+    )
+    what_if: WhatIf = get_object_or_404(scoped, pk=pk)
+    return what_if
+
+
+@login_required
+@require_GET
+def what_if_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    return render(request, "billing/whatif_detail.html", status_context(_what_if(request, pk)))
+
+
+@login_required
+@require_GET
+def what_if_status(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    """The polled partial: progress while it runs, the comparison once done."""
+    return render(request, "billing/whatif_status.html", status_context(_what_if(request, pk)))
+
+
+# --- what the pages show ------------------------------------------------------------------------------------
+
+
+def duration(seconds: float | None) -> str:
+    """A wait as people read it: 45 s, 12 min, 3.4 h, 2.1 d."""
+    if seconds is None:
+        return "—"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def _percent(value: float | None) -> str:
+    return "—" if value is None else f"{value * 100:.1f}%"
+
+
+def _difference(today: Any, changed: Any, kind: str) -> str:
+    if not isinstance(today, int | float) or not isinstance(changed, int | float):
+        return ""
+    delta = changed - today
+    if kind == "wait":
+        return "no change" if abs(delta) < 0.5 else ("-" if delta < 0 else "+") + duration(abs(delta))
+    if kind == "percent":
+        return f"{delta * 100:+.1f} points"
+    return f"{delta:+,}" if delta else "no change"
+
+
+#: The comparison table's rows: (label, result key, kind).
+ROWS = (
+    ("Jobs finished", "jobs", "count"),
+    ("Mean queue wait", "mean_wait_s", "wait"),
+    ("Median queue wait", "p50_wait_s", "wait"),
+    ("95th percentile wait", "p95_wait_s", "wait"),
+    ("Longest wait", "max_wait_s", "wait"),
+    ("Utilisation of the fleet", "utilisation", "percent"),
+    ("Utilisation of the type", "flavor_utilisation", "percent"),
+    ("Nodes", "nodes", "count"),
+    ("Accelerators", "accelerators", "count"),
+    ("Accelerators of the type", "flavor_accelerators", "count"),
+    ("Preemptions", "preemptions", "count"),
+    ("Never fit", "never_fits", "count"),
+    ("Still waiting at the end", "stuck", "count"),
+)
+
+
+def _cell(value: Any, kind: str) -> str:
+    if kind == "wait":
+        return duration(value)
+    if kind == "percent":
+        return _percent(value)
+    return "—" if value is None else f"{value:,}"
+
+
+def comparison(result: dict[str, Any]) -> list[dict[str, str]]:
+    today, changed = result.get("today", {}), result.get("changed", {})
+    return [
+        {
+            "label": label,
+            "today": _cell(today.get(key), kind),
+            "changed": _cell(changed.get(key), kind),
+            "difference": _difference(today.get(key), changed.get(key), kind),
+        }
+        for label, key, kind in ROWS
+    ]
+
+
+def chart(result: dict[str, Any]) -> dict[str, Any]:
+    """Two panels of bars, today beside the changed fleet: queue wait in hours (mean, median, 95th percentile)
+    and utilisation in % (the fleet, the type changed)."""
+    flavor = result.get("change", {}).get("flavor", "the type")
+    waits = (("Mean wait", "mean_wait_s"), ("Median wait", "p50_wait_s"), ("95th pct wait", "p95_wait_s"))
+    uses = (("Fleet", "utilisation"), (flavor, "flavor_utilisation"))
+    data: list[dict[str, Any]] = []
+    for name in ("today", "changed"):
+        figures = result.get(name, {})
+        label = "Today's fleet" if name == "today" else "Changed fleet"
+        hours = [None if figures.get(k) is None else round(figures[k] / 3600, 2) for _, k in waits]
+        percent = [None if figures.get(k) is None else round(figures[k] * 100, 1) for _, k in uses]
+        common = {"type": "bar", "name": label, "legendgroup": name, "marker": {"color": COLORS[name]}}
+        data.append({**common, "x": [t for t, _ in waits], "y": hours, "xaxis": "x", "yaxis": "y",
+                     "hovertemplate": "%{y:,.2f} h<extra>" + label + "</extra>"})  # fmt: skip
+        data.append({**common, "x": [t for t, _ in uses], "y": percent, "xaxis": "x2", "yaxis": "y2",
+                     "showlegend": False, "hovertemplate": "%{y:.1f}%<extra>" + label + "</extra>"})  # fmt: skip
+    layout = {
+        **CHART_LAYOUT,
+        "xaxis": {"domain": [0, 0.58], "anchor": "y", "automargin": True},
+        "yaxis": {"anchor": "x", "title": {"text": "Queue wait (hours)"}, "rangemode": "tozero", "automargin": True},
+        "xaxis2": {"domain": [0.68, 1], "anchor": "y2", "automargin": True},
+        "yaxis2": {"anchor": "x2", "title": {"text": "Utilisation (%)"}, "rangemode": "tozero", "automargin": True},
+    }
+    return {"data": data, "layout": layout}
+
+
+def daily_chart(result: dict[str, Any]) -> dict[str, Any]:
+    """Per day of the window: the mean wait of the jobs submitted that day, on each fleet."""
+    days = result.get("days", [])
+    data = []
+    for name in ("today", "changed"):
+        waits = result.get(name, {}).get("by_day", {}).get("mean_wait_s", [])
+        label = "Today's fleet" if name == "today" else "Changed fleet"
+        data.append({
+            "type": "scatter", "mode": "lines+markers", "name": label, "x": days,
+            "y": [None if w is None else round(w / 3600, 2) for w in waits], "line": {"color": COLORS[name]},
+            "hovertemplate": "%{x}: %{y:,.2f} h<extra>" + label + "</extra>",
+        })  # fmt: skip
+    layout = {
+        **CHART_LAYOUT,
+        "height": 280,
+        "xaxis": {"type": "date", "automargin": True},
+        "yaxis": {"title": {"text": "Mean wait (hours)"}, "rangemode": "tozero", "automargin": True},
+    }
+    return {"data": data, "layout": layout}
+
+
+def change_of(what_if: WhatIf) -> str:
+    """The change in words: "+4 H100-SXM-80GB nodes in On-prem H100"."""
+    plural = "s" if abs(what_if.nodes) != 1 else ""
+    return f"{what_if.nodes:+d} {what_if.flavor.name} node{plural} in {what_if.cluster.name}"
+
+
+def _unplaced(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The jobs each replay never placed: too large for the fleet, or still waiting when the events ran out."""
+    found = []
+    for name, side in (("today", "today's fleet"), ("changed", "the changed fleet")):
+        figures = result.get(name, {})
+        for key, words in (("never_fits", "Never fit on"), ("stuck", "Still waiting at the end on")):
+            jobs = figures.get(f"{key}_jobs", [])
+            if figures.get(key):
+                found.append({"label": f"{words} {side}", "jobs": jobs, "more": figures[key] - len(jobs)})
+    return found
+
+
+def summary(what_if: WhatIf) -> dict[str, Any]:
+    """A list row: the change, and the mean wait and utilisation today and changed once done."""
+    result: dict[str, Any] = what_if.result if what_if.status == WhatIf.Status.DONE else {}
+    today, changed = result.get("today", {}), result.get("changed", {})
+    done = bool(today and changed)
+    return {
+        "what_if": what_if,
+        "change": change_of(what_if),
+        "active": what_if.status in (WhatIf.Status.QUEUED, WhatIf.Status.RUNNING),
+        "percent": round(what_if.progress * 100),
+        "wait": f"{duration(today.get('mean_wait_s'))} → {duration(changed.get('mean_wait_s'))}" if done else "",
+        "use": f"{_percent(today.get('utilisation'))} → {_percent(changed.get('utilisation'))}" if done else "",
+    }
+
+
+def status_context(what_if: WhatIf) -> dict[str, Any]:
+    done = what_if.status == WhatIf.Status.DONE and bool(what_if.result)
+    result: dict[str, Any] = what_if.result if done else {}
+    observed = result.get("observed", {})
+    return {
+        "what_if": what_if,
+        "change": change_of(what_if),
+        "unplaced": _unplaced(result),
+        "active": what_if.status in (WhatIf.Status.QUEUED, WhatIf.Status.RUNNING),
+        "percent": round(what_if.progress * 100),
+        "done": done,
+        "rows": comparison(result) if done else [],
+        "chart": chart(result) if done else None,
+        "daily": daily_chart(result) if done else None,
+        "observed": {k: duration(v) for k, v in observed.items()},
+        "result": result,
+        "figure_id": f"what-if-{what_if.pk}-chart",
+        "daily_id": f"what-if-{what_if.pk}-daily",
+    }

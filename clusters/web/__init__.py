@@ -1,0 +1,1 @@
+"""Cluster pages: views, forms, filters and URLs."""

@@ -1,0 +1,248 @@
+"""Forms of the cluster pages. They validate shape; the actions validate meaning and permission."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+
+from clusters.actions import CLEAR, MAX_REASON, SECRET_OPTION
+from clusters.models import Cluster
+from common import params
+from tenancy.models import Organization
+from tenancy.web.forms import apply_errors
+
+
+class ReasonForm(forms.Form):
+    """Drain or resume a node: the reason goes to the audit log and to the people whose jobs move."""
+
+    reason = forms.CharField(
+        max_length=MAX_REASON,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Shown in the audit log and to the people whose jobs this moves.",
+    )
+
+
+class SecretInput(forms.PasswordInput):
+    """A credential field: typed in, never rendered back (not even after an error)."""
+
+    def __init__(self, attrs: dict[str, Any] | None = None) -> None:
+        super().__init__({"autocomplete": "off", **(attrs or {})}, render_value=False)
+
+
+class SecretTextarea(forms.Textarea):
+    """A multi-line credential (a CA bundle, a key file): typed or pasted in, never rendered back."""
+
+    def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
+        return super().get_context(name, None, {"autocomplete": "off", "spellcheck": "false", **(attrs or {})})
+
+
+#: The credential fields per kind: form field -> the key the backend reads (see CREDENTIAL_KEYS).
+CREDENTIAL_FIELDS: dict[str, dict[str, str]] = {
+    Cluster.Kind.SLURM: {"slurm_user": "user", "slurm_token": "token"},
+    Cluster.Kind.KUBERNETES: {"kubernetes_token": "token", "kubernetes_ca_cert": "ca_cert"},
+    Cluster.Kind.TPU: {"tpu_service_account_json": "service_account_json", "tpu_access_token": "access_token"},
+}
+
+
+def _shown(options: Any) -> Any:
+    """Options as the edit form shows them: a secret put there by mistake (older rows; the actions refuse
+    new ones) is hidden, and saving asks for it to be moved to the credentials."""
+    if not isinstance(options, dict):
+        return options
+    return {key: "(hidden)" if SECRET_OPTION.search(str(key)) else value for key, value in options.items()}
+
+
+class ClusterForm(forms.Form):
+    """Register or edit a cluster. Credentials are write-only: left empty, the stored ones are kept; the
+    page says only whether there are any. On edit the kind is fixed and only its credentials are asked."""
+
+    name = forms.CharField(max_length=120)
+    slug = forms.SlugField(max_length=60, required=False, help_text="Left empty, it is made from the name.")
+    kind = forms.ChoiceField(choices=Cluster.Kind.choices)
+    endpoint = forms.CharField(
+        max_length=500,
+        required=False,
+        help_text="The API URL: slurmrestd, the Kubernetes API server, or https://tpu.googleapis.com. "
+        "Empty for a simulated cluster.",
+    )
+    region = forms.CharField(max_length=60)
+    levels = forms.CharField(
+        max_length=400,
+        required=False,
+        help_text="Topology level names, widest first, separated by commas, e.g. block, rack.",
+    )
+    options = forms.CharField(
+        required=False,
+        max_length=20_000,
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
+        help_text='A JSON object: e.g. {"partition": "gpu"} for Slurm, {"project": "...", "zone": "..."} '
+        'for TPU, {"profile": "h100-onprem", "nodes": 16} for a simulated cluster.',
+    )
+    preference = forms.IntegerField(
+        min_value=0, max_value=100, initial=50, help_text="0-100: how much the scheduler prefers this cluster."
+    )
+    slurm_user = forms.CharField(
+        label="Slurm user", required=False, max_length=200, widget=SecretInput(attrs={"type": "text"})
+    )
+    slurm_token = forms.CharField(
+        label="Slurm JWT", required=False, max_length=20_000, widget=SecretInput(),
+        help_text="From scontrol token username=<user> lifespan=<seconds>.",
+    )  # fmt: skip
+    kubernetes_token = forms.CharField(
+        label="Bearer token", required=False, max_length=20_000, widget=SecretInput(),
+        help_text="A service account's token.",
+    )  # fmt: skip
+    kubernetes_ca_cert = forms.CharField(
+        label="CA certificate (PEM, optional)", required=False, max_length=50_000,
+        widget=SecretTextarea(attrs={"rows": 3}),
+    )  # fmt: skip
+    tpu_service_account_json = forms.CharField(
+        label="Service-account key (JSON)", required=False, max_length=50_000,
+        widget=SecretTextarea(attrs={"rows": 3}),
+    )  # fmt: skip
+    tpu_access_token = forms.CharField(
+        label="or an OAuth access token", required=False, max_length=20_000, widget=SecretInput()
+    )
+    clear_credentials = forms.BooleanField(
+        required=False, label="Clear the stored credentials", help_text="Removes them; nothing else is changed."
+    )
+
+    def __init__(
+        self,
+        *args: Any,
+        cluster: Cluster | None = None,
+        organizations: QuerySet[Organization] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if cluster is not None and "initial" not in kwargs:
+            kwargs["initial"] = {
+                "name": cluster.name,
+                "slug": cluster.slug,
+                "kind": cluster.kind,
+                "endpoint": cluster.endpoint,
+                "region": cluster.region,
+                "levels": ", ".join(cluster.levels or []),
+                "options": json.dumps(_shown(cluster.options), indent=1, sort_keys=True),
+                "preference": cluster.preference,
+            }
+        super().__init__(*args, **kwargs)
+        self.cluster = cluster
+        self.organizations = organizations
+        if organizations is not None and organizations.count() > 1:
+            # Only admins of several organizations are asked which one (superusers, mostly).
+            self.fields["organization"] = forms.ModelChoiceField(queryset=organizations, to_field_name="slug")
+            self.order_fields(["organization"])
+        if cluster is None:
+            del self.fields["clear_credentials"]
+        else:
+            del self.fields["kind"]  # fixed once registered
+            for kind, fields in CREDENTIAL_FIELDS.items():
+                for field in fields if kind != cluster.kind else ():
+                    del self.fields[field]
+
+    def setting_fields(self) -> list[forms.BoundField]:
+        """The cluster's settings (not its credentials), for the template."""
+        names = ("organization", "name", "slug", "kind", "endpoint", "region", "levels", "options", "preference")
+        return [self[name] for name in names if name in self.fields]
+
+    def credential_groups(self) -> list[tuple[str, list[forms.BoundField]]]:
+        """(kind label, its credential fields) for the template, one fieldset per kind."""
+        return [
+            (Cluster.Kind(kind).label, [self[f] for f in fields])
+            for kind, fields in CREDENTIAL_FIELDS.items()
+            if all(f in self.fields for f in fields)
+        ]
+
+    def clean_levels(self) -> list[str]:
+        return [level.strip() for level in self.cleaned_data["levels"].split(",") if level.strip()]
+
+    def clean_options(self) -> Any:
+        text = self.cleaned_data["options"].strip()
+        if not text:
+            return {}
+        try:
+            return params.parse_json(text, "options")
+        except params.BadParameter as bad:
+            raise forms.ValidationError(bad.reason) from None
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        kind = self.cluster.kind if self.cluster is not None else cleaned.get("kind")
+        for other, fields in CREDENTIAL_FIELDS.items():
+            for field in fields if other != kind else ():
+                if field in self.fields and (cleaned.get(field) or "").strip():
+                    self.add_error(field, f"Only for {Cluster.Kind(other).label} clusters; this one is not.")
+        return cleaned
+
+    def organization(self) -> Organization:
+        """The organization a new cluster is registered in."""
+        if "organization" in self.fields:
+            chosen: Organization = self.cleaned_data["organization"]
+            return chosen
+        assert self.organizations is not None
+        only: Organization = self.organizations.get()
+        return only
+
+    def settings(self) -> dict[str, Any]:
+        """The cluster's fields for ``create_cluster`` / ``update_cluster``."""
+        names = ("name", "slug", "endpoint", "region", "levels", "options", "preference")
+        values = {name: self.cleaned_data[name] for name in names}
+        if "kind" in self.fields:
+            values["kind"] = self.cleaned_data["kind"]
+        return values
+
+    def credentials(self) -> dict[str, str] | str | None:
+        """What was typed for the cluster's kind (``CLEAR`` when asked to clear; None when nothing)."""
+        if self.cleaned_data.get("clear_credentials"):
+            return CLEAR
+        kind = self.cluster.kind if self.cluster is not None else self.cleaned_data["kind"]
+        given = {key: self.cleaned_data[field] for field, key in CREDENTIAL_FIELDS.get(kind, {}).items()}
+        return {key: value for key, value in given.items() if value.strip()} or None
+
+    def apply_errors(self, exc: ValidationError) -> None:
+        """An action's errors beside their fields. The actions name the credentials as a whole: that
+        error goes to the kind's first credential field."""
+        if hasattr(exc, "error_dict") and "credentials" in exc.error_dict:
+            kind = self.cluster.kind if self.cluster is not None else self.cleaned_data.get("kind", "")
+            field = next((f for f in CREDENTIAL_FIELDS.get(kind, {}) if f in self.fields), "credentials")
+            errors = dict(exc.error_dict)
+            errors[field] = errors.pop("credentials")
+            exc = ValidationError(errors)
+        apply_errors(self, exc)
+
+
+class DateTimeLocalInput(forms.DateTimeInput):
+    input_type = "datetime-local"
+
+    def __init__(self) -> None:
+        super().__init__(format="%Y-%m-%dT%H:%M")
+
+
+class MaintenanceForm(forms.Form):
+    """Plan a maintenance window on some nodes of a cluster (all of them when none are named)."""
+
+    starts_at = forms.DateTimeField(label="Starts (UTC)", widget=DateTimeLocalInput())
+    ends_at = forms.DateTimeField(label="Ends (UTC)", widget=DateTimeLocalInput())
+    drain_ahead_minutes = forms.IntegerField(
+        min_value=0, max_value=7 * 24 * 60, initial=60, help_text="How long before the start the nodes are drained."
+    )
+    reason = forms.CharField(max_length=MAX_REASON, widget=forms.Textarea(attrs={"rows": 2}))
+    nodes = forms.CharField(
+        required=False,
+        max_length=20_000,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Node names separated by commas or spaces; empty for every node of the cluster.",
+    )
+
+    def clean_nodes(self) -> list[str]:
+        names = re.split(r"[\s,]+", self.cleaned_data["nodes"].strip())
+        return list(dict.fromkeys(name for name in names if name))
+
+
+class ProbeTokenForm(forms.Form):
+    name = forms.CharField(max_length=80, help_text="What the token is for, e.g. the rack or image using it.")

@@ -1,0 +1,1 @@
+"""The demo: ``manage.py demo`` (web server, worker and beat under a supervisor) and the seed data of each app."""

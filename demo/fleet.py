@@ -1,0 +1,52 @@
+"""The demo fleet: three simulated clusters, as an organization with several kinds of hardware has them."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from clusters import sync
+from clusters.models import Cluster
+from tenancy.models import Organization
+
+#: slug: (name, region, topology levels, simulated options, preference)
+DEMO_CLUSTERS = {
+    "onprem-h100": ("On-prem H100", "eu-west", ["ib_block", "rack"], {"profile": "h100-onprem", "nodes": 64}, 80),
+    "slurm-a100": ("A100 Slurm partition", "eu-west", ["rack"], {"profile": "a100-slurm", "nodes": 32}, 60),
+    # Cloud capacity, billed on demand (billing's price book prices it so).
+    "tpu-v5p": (
+        "Cloud TPU v5p",
+        "us-central",
+        ["slice"],
+        {"profile": "tpu-slices", "nodes": 16, "capacity_type": "on_demand"},
+        40,
+    ),
+}
+
+
+def seed_demo_fleet(org: Organization) -> list[Cluster]:
+    """Create the demo clusters (idempotent). Their state file lives under the var directory so that the
+    web server, the worker and beat see one simulated cluster."""
+    clusters: list[Cluster] = []
+    for slug, (name, region, levels, options, preference) in DEMO_CLUSTERS.items():
+        state_file = str(settings.VAR_DIR / "simulated" / f"{slug}.json")
+        cluster, _ = Cluster.objects.get_or_create(
+            organization=org,
+            slug=slug,
+            defaults={
+                "name": name,
+                "kind": Cluster.Kind.SIMULATED,
+                "endpoint": f"sim://{slug}",
+                "region": region,
+                "levels": levels,
+                "options": {**options, "busy": 0.4, "seed": len(clusters), "state_file": state_file},
+                "preference": preference,
+            },
+        )
+        clusters.append(cluster)
+    return clusters
+
+
+def sync_demo_fleet(org: Organization) -> None:
+    """Read the demo clusters' inventories now, rather than at the first beat."""
+    for cluster in Cluster.objects.filter(organization=org, kind=Cluster.Kind.SIMULATED):
+        sync.sync_cluster(cluster.pk)

@@ -1,0 +1,1 @@
+"""The quotas, budgets and priority tiers API."""

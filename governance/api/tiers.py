@@ -1,0 +1,90 @@
+"""The priority tiers API: every member of an organization reads its tiers; its admins create or change one
+(``quotas.set_tier``: 403 for anyone else, asked before the body is judged; 400 naming each bad field,
+unknown fields too, and nothing written)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema
+from rest_framework import exceptions, mixins, serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from governance import quotas
+from governance.api.quotas import ERROR
+from governance.models import PriorityTier
+from portal.api.parsers import JSONParser
+from scheduler.api.serializers import StrictSerializer
+from tenancy.api.views import TenantViewSet
+from tenancy.models import Organization, Team
+from tenancy.scoping import Action
+
+
+class TierSerializer(serializers.ModelSerializer[PriorityTier]):
+    organization = serializers.SlugRelatedField[Any](slug_field="slug", read_only=True)
+    teams = serializers.SlugRelatedField[Any](
+        slug_field="slug", many=True, read_only=True, help_text="The teams that may use it; none: every team."
+    )
+
+    class Meta:
+        model = PriorityTier
+        fields = ["id", "organization", "name", "value", "preemptible", "grace_seconds", "is_default", "teams"]
+        read_only_fields = fields
+
+
+class TierWriteSerializer(StrictSerializer):
+    organization = serializers.CharField(required=False, help_text="Its slug; needed only if you belong to several.")
+    name = serializers.CharField(help_text="An existing tier's name changes it; a new one creates it.")
+    value = serializers.IntegerField(help_text="Higher goes first and may preempt lower.")
+    preemptible = serializers.BooleanField(default=True)
+    grace_seconds = serializers.IntegerField(default=300, help_text="Time a victim gets to checkpoint.")
+    is_default = serializers.BooleanField(default=False)
+    teams = serializers.ListField(child=serializers.CharField(), default=list, help_text="Team slugs; none: all.")
+    reason = serializers.CharField(required=False, allow_blank=True, default="", help_text="Kept in the history.")
+
+
+class TierViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
+    model = PriorityTier
+    serializer_class = TierSerializer
+    parser_classes = [JSONParser]
+
+    def get_queryset(self) -> QuerySet[PriorityTier]:
+        return super().get_queryset().select_related("organization").prefetch_related("teams").order_by("-value")
+
+    def _organization(self, slug: str | None) -> Organization:
+        visible = Organization.objects.for_user(self.actor, Action.VIEW)
+        if slug:
+            found = visible.filter(slug=slug).first()
+            if found is None:
+                raise exceptions.NotFound(f"No organization {slug!r}.")
+            return found  # type: ignore[no-any-return]
+        mine = list(visible[:2])
+        if len(mine) != 1:
+            raise exceptions.ValidationError({"organization": ["Name the organization (its slug)."]})
+        return mine[0]  # type: ignore[no-any-return]
+
+    @extend_schema(
+        request=TierWriteSerializer,
+        responses={200: TierSerializer, 201: TierSerializer, 400: ERROR, 403: ERROR, 404: ERROR},
+        description="Create a priority tier, or change the one of that name (organization admins).",
+    )
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        data = request.data if isinstance(request.data, dict) else {}
+        organization = self._organization(data.get("organization"))
+        if not quotas.is_admin(self.actor, organization):
+            raise exceptions.PermissionDenied("Only an organization admin may change priority tiers.")
+        body = TierWriteSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        values = dict(body.validated_data)
+        values.pop("organization", None)
+        slugs = values.pop("teams")
+        teams = list(Team.objects.filter(organization=organization, slug__in=slugs))
+        if missing := sorted(set(slugs) - {t.slug for t in teams}):
+            raise exceptions.ValidationError({"teams": [f"No team {', '.join(missing)} in {organization}."]})
+        values["name"] = name = values["name"].strip()
+        existed = PriorityTier.objects.filter(organization=organization, name=name).exists()
+        quotas.set_tier(self.actor, organization, teams=teams, http=request, **values)
+        tier = self.get_queryset().get(organization=organization, name=name)
+        return Response(TierSerializer(tier).data, status=status.HTTP_200_OK if existed else status.HTTP_201_CREATED)

@@ -1,0 +1,557 @@
+"""Monthly budgets of teams and projects: what they have used, who may set them, and their alerts.
+
+**What counts.** A job uses its accelerators from admission (the engine reserves them for it then) until its
+attempt ends, priced at the attempt's cost per hour (``costs.py``, until billing meters it). A month's use
+is each attempt's part of that span inside the month (UTC calendar months). A team's budget counts all of
+the team's jobs; a project's budget counts the jobs of that project.
+
+**Hard budgets** (``snapshot_budgets``): what is left for the engine is the limit less what was used this
+month and less what running jobs may still use before their time limits (within the month). A job whose own
+use until its time limit (within the month) does not fit waits, with reason ``budget`` (the engine's
+``budgets.py``). Running jobs are never stopped for a budget.
+
+**Alerts** (``raise_alerts``, on the beat): at 50, 80 and 100% of a limit, and when the month's forecast
+passes it, by e-mail to the team's leads and the budget's listed addresses and by POST to its webhook. Each
+alert is a ``BudgetAlert`` row, unique per budget, month, measure, kind and limit, so it is raised once
+(a raised limit arms the thresholds again); only the highest threshold newly reached is sent. Delivery
+(``deliver``) is retried until both channels have taken it; a crash between sending and recording it may
+send one twice, so the webhook carries an ``Idempotency-Key`` header for its receiver.
+
+**The forecast** is the month's use so far plus the rate of the last seven days (or of the month so far, if
+shorter) until the month ends; it is given from the second day of the month on, when a rate means something.
+
+**Who sets them** (as quotas, ``quotas.py``): organization admins set teams' budgets; a team's lead sets its
+projects' budgets, which together stay within the team's. Changes are validated as a whole, audited and kept
+in the quota history.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import requests
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.mail import send_mail
+from django.core.validators import URLValidator, validate_email
+from django.db import IntegrityError, transaction
+from django.db.models import DurationField, Q, Sum, Value
+from django.db.models.functions import Greatest, Least
+from django.utils import timezone
+
+from common import enqueue, outbound
+from governance import quotas
+from governance.models import Budget, BudgetAlert, QuotaChange
+from scheduler.engine import model as m
+from scheduler.models import Attempt
+from tenancy.models import Membership, Project, Team
+from tenancy.scoping import Role
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+    from django.http import HttpRequest
+
+log = logging.getLogger(__name__)
+
+THRESHOLDS = (50, 80, 100)
+FORECAST_WINDOW = timedelta(days=7)
+#: No forecast before this much of the month has passed: one busy hour is not a month's rate.
+FORECAST_AFTER = timedelta(days=1)
+MEASURES = ("accelerator_hours", "amount")
+MEASURE_WORDS = {"accelerator_hours": "accelerator-hours", "amount": "money"}
+MAX_RECIPIENTS = 20
+WEBHOOK_TIMEOUT = 10.0
+#: How many times an alert's delivery is tried before it is left for a person to look at.
+MAX_DELIVERY_ATTEMPTS = 12
+#: What a failed webhook delivery records, whatever the failure (the server's log has the reason).
+WEBHOOK_FAILED = "webhook: not delivered"
+MONEY = Decimal("0.01")
+#: The largest limit anyone may set (accelerator-hours or money a month).
+MOST = Decimal(10) ** 11
+HOURS = Decimal("0.001")
+
+
+def month_of(now: datetime) -> tuple[datetime, datetime]:
+    """The UTC calendar month that ``now`` falls in: its first instant and the first instant of the next."""
+    start = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    end = (start + timedelta(days=32)).replace(day=1)
+    return start, end
+
+
+# ----------------------------------------------------------------------------------------------- use
+
+
+@dataclass
+class Use:
+    """A budget's month: accelerator-hours and money used so far, what running jobs may still use (until
+    their time limits, within the month), and the use of the recent window the forecast is drawn from."""
+
+    hours: float = 0.0
+    money: float = 0.0
+    committed_hours: float = 0.0
+    committed_money: float = 0.0
+    recent_hours: float = 0.0
+    recent_money: float = 0.0
+
+
+def _overlap(start: datetime, end: datetime, lo: datetime, hi: datetime) -> float:
+    return max(0.0, (min(end, hi) - max(start, lo)).total_seconds())
+
+
+def use_of(budgets: Iterable[Budget], now: datetime | None = None) -> dict[int, Use]:
+    """The month's use of each of ``budgets`` (by pk). Ended attempts are summed by the database, grouped by
+    what multiplies their time (team, project, accelerators, price); live ones, far fewer, are read one by one
+    for what they may still use."""
+    budgets = list(budgets)
+    now = now or timezone.now()
+    start, end = month_of(now)
+    recent_from = max(start, now - FORECAST_WINDOW)
+    teams = {b.team_id for b in budgets}
+    by_team: defaultdict[int, Use] = defaultdict(Use)
+    by_project: defaultdict[int, Use] = defaultdict(Use)
+
+    def add(row: dict[str, Any], used: float, recent: float, ahead: float) -> None:
+        accelerators = row["job__workers"] * row["job__accelerators"] * row["job__accelerator_milli"] / 1000 / 3600
+        price = float(row["cost_per_hour"]) / 3600
+        for use in (by_team[row["job__team_id"]], by_project[row["job__project_id"]]):
+            use.hours += accelerators * used
+            use.money += price * used
+            use.recent_hours += accelerators * recent
+            use.recent_money += price * recent
+            use.committed_hours += accelerators * ahead
+            use.committed_money += price * ahead
+
+    shape = ("job__team_id", "job__project_id", "job__workers", "job__accelerators", "job__accelerator_milli",
+             "cost_per_hour")  # fmt: skip
+    until_now = Least("ended_at", Value(now))
+    ended = (
+        Attempt.objects.filter(job__team__in=teams, ended_at__gt=start, admitted_at__lt=now)
+        .values(*shape)
+        .annotate(
+            used=Sum(until_now - Greatest("admitted_at", Value(start)), output_field=DurationField()),
+            recent=Sum(until_now - Greatest("admitted_at", Value(recent_from)), output_field=DurationField(),
+                       filter=Q(ended_at__gt=recent_from)),
+        )
+        .order_by()
+    )  # fmt: skip
+    for row in ended:
+        recent = row["recent"].total_seconds() if row["recent"] is not None else 0.0
+        add(row, row["used"].total_seconds(), recent, 0.0)
+    live = Attempt.objects.filter(job__team__in=teams, outcome=Attempt.Outcome.ACTIVE, ended_at=None)
+    for row in live.values(*shape, "admitted_at", "job__time_limit"):
+        admitted = row["admitted_at"]
+        ahead = _overlap(now, admitted + timedelta(seconds=row["job__time_limit"]), now, end)
+        add(row, _overlap(admitted, now, start, now), _overlap(admitted, now, recent_from, now), ahead)
+    return {b.pk: (by_project[b.project_id] if b.project_id else by_team[b.team_id]) for b in budgets}
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where one measure of a budget stands this month, for pages, the API and alerts."""
+
+    measure: str
+    limit: Decimal
+    used: Decimal
+    committed: Decimal
+    forecast: Decimal | None
+
+    @property
+    def percent(self) -> float:
+        return float(self.used / self.limit * 100) if self.limit else (100.0 if self.used else 0.0)
+
+    @property
+    def words(self) -> str:
+        return MEASURE_WORDS[self.measure]
+
+
+def standings(budget: Budget, use: Use, now: datetime | None = None) -> list[Standing]:
+    """Each limited measure of ``budget`` against its month's ``use``."""
+    now = now or timezone.now()
+    start, end = month_of(now)
+    elapsed = now - start
+    window = min(FORECAST_WINDOW, elapsed).total_seconds()
+    result = []
+    for measure, limit, used, committed, recent, step in (
+        ("accelerator_hours", budget.accelerator_hours, use.hours, use.committed_hours, use.recent_hours, HOURS),
+        ("amount", budget.amount, use.money, use.committed_money, use.recent_money, MONEY),
+    ):
+        if limit is None:
+            continue
+        forecast = None
+        if elapsed >= FORECAST_AFTER and window > 0:
+            forecast = Decimal(used + recent / window * (end - now).total_seconds()).quantize(step)
+        result.append(
+            Standing(measure, limit, Decimal(used).quantize(step), Decimal(committed).quantize(step), forecast)
+        )
+    return result
+
+
+# ---------------------------------------------------------------------------------------- the engine
+
+
+def budget_name(team_id: int, project_id: int | None) -> str:
+    """The engine's name of the budget of a team, or of one of its projects (``Job.budgets``)."""
+    return f"project:{project_id}" if project_id is not None else f"team:{team_id}"
+
+
+def snapshot_budgets(organization_id: int, now: datetime) -> dict[str, m.Budget]:
+    """What each hard budget of the organization has left for the engine: its limit less the month's use and
+    less what running jobs may still use before their time limits."""
+    hard = list(Budget.objects.filter(team__organization=organization_id, hard=True).select_related("team", "project"))
+    if not hard:
+        return {}
+    uses = use_of(hard, now)
+    until = month_of(now)[1].timestamp()
+    result = {}
+    for budget in hard:
+        use = uses[budget.pk]
+        accel = money = None
+        if budget.accelerator_hours is not None:
+            accel = int((float(budget.accelerator_hours) - use.hours - use.committed_hours) * 3600 * 1000)
+        if budget.amount is not None:
+            money = float(budget.amount) - use.money - use.committed_money
+        result[budget_name(budget.team_id, budget.project_id)] = m.Budget(accel, money, until, str(budget))
+    return result
+
+
+def charged_to(budgets: Mapping[str, m.Budget], team_id: int, project_id: int | None) -> tuple[str, ...]:
+    """The hard budgets a job of ``team_id`` (and ``project_id``) is charged to."""
+    names = [budget_name(team_id, None)] + ([budget_name(team_id, project_id)] if project_id is not None else [])
+    return tuple(name for name in names if name in budgets)
+
+
+# ------------------------------------------------------------------------------------------- changes
+
+FIELDS = ("accelerator_hours", "amount", "hard", "recipients", "webhook_url")
+
+
+def may_set(actor: User, team: Team, project: Project | None) -> bool:
+    """Admins set teams' budgets; a team's lead (or an admin) sets its projects' budgets."""
+    if quotas.is_admin(actor, team.organization):
+        return True
+    return project is not None and quotas.is_lead(actor, team)
+
+
+def authorize(actor: User, team: Team, project: Project | None) -> None:
+    if not may_set(actor, team, project):
+        if project is None:
+            raise PermissionDenied(f"Team {team}'s budget is set by an organization admin.")
+        raise PermissionDenied(f"Only a lead of {team} or an admin may set its projects' budgets.")
+
+
+def _recipients(value: Any, errors: dict[str, str]) -> list[str]:
+    if value is None or value == "":
+        return []
+    items = (
+        [x.strip() for x in value.replace(";", ",").replace("\n", ",").split(",")] if isinstance(value, str) else value
+    )
+    if not isinstance(items, list | tuple) or not all(isinstance(x, str) for x in items):
+        errors["recipients"] = "A list of e-mail addresses."
+        return []
+    addresses = [x for x in (i.strip() for i in items) if x]
+    bad = []
+    for address in addresses:
+        try:
+            validate_email(address)
+        except ValidationError:
+            bad.append(address)
+    if bad:
+        errors["recipients"] = f"Not an e-mail address: {', '.join(bad)}."
+    elif len(addresses) > MAX_RECIPIENTS:
+        errors["recipients"] = f"At most {MAX_RECIPIENTS} addresses."
+    return list(dict.fromkeys(addresses))
+
+
+def _webhook(value: Any, errors: dict[str, str]) -> str:
+    url = (value or "").strip() if isinstance(value, str | type(None)) else None
+    if url is None:
+        errors["webhook_url"] = "A URL."
+        return ""
+    if url:
+        try:
+            URLValidator(schemes=["http", "https"])(url)
+        except ValidationError:
+            errors["webhook_url"] = "An http:// or https:// URL."
+            return url
+        if len(url) > 500:
+            errors["webhook_url"] = "At most 500 characters."
+            return url
+        try:
+            outbound.for_webhooks().check(url)
+        except outbound.Refused as refused:
+            errors["webhook_url"] = str(refused)
+    return url
+
+
+def _text(value: Any) -> Any:
+    return format(value.normalize(), "f") if isinstance(value, Decimal) else value
+
+
+def set_budget(
+    actor: User,
+    team: Team,
+    project: Project | None = None,
+    *,
+    accelerator_hours: Any = None,
+    amount: Any = None,
+    hard: Any = False,
+    recipients: Any = None,
+    webhook_url: Any = "",
+    reason: str,
+    http: HttpRequest | None = None,
+) -> QuotaChange | None:
+    """Set the monthly budget of ``team`` (or of its ``project``); with neither accelerator-hours nor an amount,
+    remove it. Returns the history entry, or None if nothing changed. ``ValidationError`` names every bad
+    field and nothing is written."""
+    authorize(actor, team, project)
+    errors: dict[str, str] = {}
+    reason = quotas.check_reason(reason, errors)
+    if project is not None and project.team_id != team.pk:
+        errors["project"] = f"Project {project} is not in team {team}."
+    new: dict[str, Any] = {
+        "accelerator_hours": quotas.check_amount(
+            accelerator_hours, "accelerator_hours", errors, required=False, most=MOST, places=3
+        ),
+        "amount": quotas.check_amount(amount, "amount", errors, required=False, most=MOST, places=2),
+        "hard": hard,
+        "recipients": _recipients(recipients, errors),
+        "webhook_url": _webhook(webhook_url, errors),
+    }
+    if not isinstance(hard, bool):
+        errors["hard"] = "true or false."
+    removing = new["accelerator_hours"] is None and new["amount"] is None
+    if errors:
+        raise ValidationError(errors)
+
+    with transaction.atomic():
+        Team.objects.select_for_update().get(pk=team.pk)  # one change of a team's budgets at a time
+        row: Budget | None = Budget.objects.filter(team=team, project=project).first()
+        before = {k: getattr(row, k) for k in FIELDS} if row else {}
+        after = {} if removing else new
+        if {k: _text(v) for k, v in before.items()} == {k: _text(v) for k, v in after.items()}:
+            return None
+        if not removing:
+            _check_within_team(team, project, new)
+        if removing:
+            if row is not None:
+                row.delete()
+        elif row is None:
+            row = Budget.objects.create(team=team, project=project, updated_at=timezone.now(), **new)
+        else:
+            for k, v in new.items():
+                setattr(row, k, v)
+            row.updated_at = timezone.now()
+            row.save()
+        subject = f"budget of {'project ' + project.name if project else 'team ' + team.name}"
+        # A webhook's URL is often a secret; the history, read by the whole team, keeps its host.
+        before, after = ({k: _host(v) if k == "webhook_url" else v for k, v in d.items()} for d in (before, after))
+        return quotas.record(  # one history for quotas and budgets
+            actor, organization=team.organization, team=team, queue=None, cohort=None, kind=QuotaChange.Kind.BUDGET,
+            subject=subject, before={k: _text(v) for k, v in before.items()},
+            after={k: _text(v) for k, v in after.items()}, reason=reason, target=row or team,
+            action="budget.removed" if removing else "budget.changed", http=http,
+        )  # fmt: skip
+
+
+def _host(url: str) -> str:
+    """A webhook as the history shows it: its host, and a fingerprint that tells one URL from another."""
+    if not url:
+        return ""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname}/… ({hashlib.sha256(url.encode()).hexdigest()[:8]})"
+
+
+def _check_within_team(team: Team, project: Project | None, new: dict[str, Any]) -> None:
+    """Projects' budgets together stay within the team's (for each measure the team limits); the team's
+    cannot drop below what its projects hold."""
+    team_row = Budget.objects.filter(team=team, project=None).first()
+    projects = Budget.objects.filter(team=team, project__isnull=False)
+    errors = {}
+    for measure in MEASURES:
+        if project is None:
+            limit = new[measure]
+            given = sum((getattr(b, measure) or Decimal(0) for b in projects), Decimal(0))
+            if limit is not None and given > limit:
+                errors[measure] = f"The team's projects hold {_text(given)} of it; lower theirs first."
+            continue
+        if team_row is None or getattr(team_row, measure) is None or new[measure] is None:
+            continue
+        limit = getattr(team_row, measure)
+        others = sum((getattr(b, measure) or Decimal(0) for b in projects if b.project_id != project.pk), Decimal(0))
+        if others + new[measure] > limit:
+            left = max(Decimal(0), limit - others)
+            errors[measure] = (
+                f"Team {team} has {_text(limit)} {MEASURE_WORDS[measure]} a month; its other projects hold "
+                f"{_text(others)}, so at most {_text(left)} is left for this one."
+            )
+    if errors:
+        raise ValidationError(errors)
+
+
+# -------------------------------------------------------------------------------------------- alerts
+
+
+def raise_alerts(now: datetime | None = None) -> list[BudgetAlert]:
+    """Record the alerts that are due for every budget (``_due``) and queue their delivery. Safe to run twice at once:
+    the unique constraint lets one of two identical alerts in."""
+    now = now or timezone.now()
+    budgets = list(Budget.objects.select_related("team", "project"))
+    period = month_of(now)[0].date()
+    raised: dict[tuple[int, str, str], set[str]] = defaultdict(set)
+    for budget_id, measure, kind, limit in BudgetAlert.objects.filter(period=period).values_list(
+        "budget_id", "measure", "kind", "limit"
+    ):
+        raised[(budget_id, measure, _text(limit))].add(kind)
+    new = []
+    uses = use_of(budgets, now)
+    for budget in budgets:
+        for standing in standings(budget, uses[budget.pk], now):
+            done = raised[(budget.pk, standing.measure, _text(standing.limit))]
+            for kind in _due(standing, done):
+                if alert := _raise(budget, period, standing, kind, now):
+                    new.append(alert)
+                    enqueue.send("scheduler.tasks.deliver_budget_alert", alert.pk)
+    return new
+
+
+def _raise(budget: Budget, period: date, standing: Standing, kind: str, now: datetime) -> BudgetAlert | None:
+    try:
+        with transaction.atomic():
+            return BudgetAlert.objects.create(
+                budget=budget, period=period, measure=standing.measure, kind=kind, limit=standing.limit,
+                spent=standing.used, forecast=standing.forecast, message=alert_message(budget, standing, kind),
+                created_at=now,
+            )  # fmt: skip
+    except IntegrityError:
+        return None  # another checker raised it first
+
+
+def _due(standing: Standing, done: set[str]) -> list[str]:
+    """The alerts due for one measure: the highest threshold newly reached (not those below it on the way),
+    and the forecast's while the limit is not reached yet."""
+    due = []
+    reached = [t for t in THRESHOLDS if standing.used >= standing.limit * t / 100]
+    if reached and not any(int(k) >= reached[-1] for k in done if k.isdigit()):
+        due.append(str(reached[-1]))
+    over = standing.forecast is not None and standing.forecast > standing.limit
+    if over and standing.used < standing.limit and BudgetAlert.Kind.FORECAST not in done:
+        due.append(BudgetAlert.Kind.FORECAST)
+    return due
+
+
+def alert_message(budget: Budget, standing: Standing, kind: str) -> str:
+    words = standing.words
+    used, limit = _text(standing.used), _text(standing.limit)
+    hard = "It is a hard budget: jobs that would pass it wait." if budget.hard else "It is a soft budget."
+    if kind == BudgetAlert.Kind.FORECAST:
+        return (
+            f"The {budget} budget is forecast to reach {_text(standing.forecast)} {words} this month, over its "
+            f"limit of {limit} ({used} used so far). {hard}"
+        )
+    return f"The {budget} budget has used {standing.percent:.0f}% of its {words} this month: {used} of {limit}. {hard}"
+
+
+def recipients_of(budget: Budget) -> list[str]:
+    leads = Membership.objects.filter(team=budget.team, role=Role.LEAD).exclude(user__email="")
+    return list(dict.fromkeys([*leads.values_list("user__email", flat=True), *budget.recipients]))
+
+
+def payload(alert: BudgetAlert) -> dict[str, Any]:
+    budget = alert.budget
+    return {
+        "alert": alert.pk,
+        "budget": budget.pk,
+        "organization": budget.team.organization.slug,
+        "team": budget.team.slug,
+        "project": budget.project.slug if budget.project else None,
+        "period": alert.period.strftime("%Y-%m"),
+        "measure": alert.measure,
+        "kind": alert.kind,
+        "limit": _text(alert.limit),
+        "spent": _text(alert.spent),
+        "forecast": _text(alert.forecast),
+        "hard": budget.hard,
+        "message": alert.message,
+        "raised_at": alert.created_at.isoformat(),
+    }
+
+
+class DeliveryFailed(Exception):
+    """A channel did not take the alert; the task tries again later."""
+
+
+def deliver(alert_id: int, now: datetime | None = None) -> bool:
+    """Send alert ``alert_id`` by e-mail and webhook, each channel once it has taken it. True when both are
+    done; ``DeliveryFailed`` when one failed (the other's success is kept)."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        alert = BudgetAlert.objects.select_for_update().select_related("budget__team__organization").get(pk=alert_id)
+        budget, failures = alert.budget, []
+        if alert.emailed_at is None:
+            to = recipients_of(budget)
+            try:
+                if to:
+                    subject = f"[Quartermaster] Budget {budget}: {alert.get_kind_display()}"
+                    send_mail(subject, alert.message, settings.DEFAULT_FROM_EMAIL, to)
+                alert.emailed_at, alert.emailed_to = now, ", ".join(to)
+            except Exception as error:  # noqa: BLE001 - any mail failure is retried
+                failures.append(f"e-mail: {error}")
+        if budget.webhook_url and alert.webhook_sent_at is None:
+            try:
+                _post_webhook(budget.webhook_url, payload(alert), f"quartermaster-budget-alert-{alert.pk}")
+                alert.webhook_sent_at = now
+            except (requests.RequestException, outbound.Refused) as error:
+                # The lead who set the URL reads last_error: one message whatever happened, so that it tells
+                # nothing of what answers where inside the network. The reason is in the server's log.
+                log.warning("budget alert %s: the webhook to %s failed: %s", alert_id, _host(budget.webhook_url), error)
+                failures.append(WEBHOOK_FAILED)
+        alert.attempts += 1
+        alert.last_error = "; ".join(failures)
+        alert.save(update_fields=["emailed_at", "emailed_to", "webhook_sent_at", "attempts", "last_error"])
+    if failures:
+        log.warning("budget alert %s not delivered (attempt %s): %s", alert_id, alert.attempts, alert.last_error)
+        raise DeliveryFailed(alert.last_error)
+    return True
+
+
+def _post_webhook(url: str, body: dict[str, Any], key: str) -> None:
+    """POST ``body`` to ``url`` through the webhooks' outbound policy (checked again now: the URL may predate the
+    policy, and its name may resolve elsewhere today); any answer but 2xx, a redirect included, is a failure."""
+    policy = outbound.for_webhooks()
+    policy.check(url)
+    with policy.session() as session:
+        response = session.post(url, json=body, headers={"Idempotency-Key": key}, timeout=WEBHOOK_TIMEOUT)
+        response.close()
+    if not 200 <= response.status_code < 300:
+        raise requests.HTTPError(f"HTTP {response.status_code}", response=response)
+
+
+def undelivered(older_than: timedelta = timedelta(minutes=2), now: datetime | None = None) -> list[int]:
+    """Alerts still owed to a channel, and not given up on: the beat queues them again (a lost task)."""
+    now = now or timezone.now()
+    owed = Q(emailed_at=None) | (Q(webhook_sent_at=None) & ~Q(budget__webhook_url=""))
+    rows = BudgetAlert.objects.filter(owed, attempts__lt=MAX_DELIVERY_ATTEMPTS, created_at__lt=now - older_than)
+    return list(rows.order_by("pk").values_list("pk", flat=True))
+
+
+__all__ = [
+    "Standing",
+    "Use",
+    "authorize",
+    "deliver",
+    "may_set",
+    "month_of",
+    "raise_alerts",
+    "set_budget",
+    "snapshot_budgets",
+    "standings",
+    "use_of",
+]

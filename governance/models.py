@@ -1,0 +1,351 @@
+"""What governs jobs: cohorts, team queues, quotas, member limits, budgets and their alerts, the history of
+quota changes and priority tiers.
+
+Quotas are kept in the units people think in (accelerators, cores, GiB) and converted to the engine's integer
+units (milli-accelerators, millicores, MiB) when the placement loop builds its snapshot. These models lived in
+the ``scheduler`` app until the re-layout: each keeps its table (``Meta.db_table``), so moving them touched no
+data (governance/migrations/0001_initial.py, docs/operations.md).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any, ClassVar
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import F, Q
+
+from clusters.models import AcceleratorType
+from tenancy.models import Organization, Project, Team
+from tenancy.scoping import ALL_ROLES, Action, Role, TenancyRules, TenantQuerySet
+
+
+class OrgTenancy(TenancyRules):
+    """Organization-wide settings: every member reads them, organization admins change them."""
+
+    team_field = None
+    org_field = "organization"
+    policy = {Action.VIEW: ALL_ROLES, Action.CHANGE: frozenset({Role.ADMIN})}
+
+
+class Cohort(models.Model):
+    """A node of the quota tree: queues under one cohort lend each other unused quota (SCHEDULING.md §4)."""
+
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="cohorts")
+    name = models.CharField(max_length=80)
+    parent = models.ForeignKey("self", on_delete=models.PROTECT, null=True, blank=True, related_name="children")
+
+    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    Tenancy = OrgTenancy
+
+    class Meta:
+        db_table = "scheduler_cohort"
+        ordering = ["organization__name", "name"]
+        constraints = [models.UniqueConstraint(fields=["organization", "name"], name="cohort_name_unique_in_org")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Queue(models.Model):
+    """A team's queue, or a queue of one project inside a team (a sub-quota). Jobs of a project with its
+    own queue go there; all other jobs of the team go to the team's queue (the one without a project)."""
+
+    class WithinQueue(models.TextChoices):
+        NEVER = "never", "Never"
+        LOWER_PRIORITY = "lower_priority", "Lower priority"
+        LOWER_OR_NEWER_EQUAL_PRIORITY = "lower_or_newer_equal_priority", "Lower, or newer of equal priority"
+
+    class Reclaim(models.TextChoices):
+        NEVER = "never", "Never"
+        LOWER_PRIORITY = "lower_priority", "Borrowed work of lower priority"
+        ANY = "any", "Any borrowed work"
+        FAIR_SHARING = "fair_sharing", "Fair sharing"
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="queues")
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, null=True, blank=True, related_name="queues")
+    #: Unique in the organization; pending reasons name it ("queue 'vision' is using its quota").
+    name = models.CharField(max_length=80)
+    cohort = models.ForeignKey(Cohort, on_delete=models.PROTECT, null=True, blank=True, related_name="queues")
+    #: Accelerator type names in the order to try them (flavor fallback); empty: any, cheapest fit first.
+    flavor_order = models.JSONField(default=list, blank=True)
+    within_queue = models.CharField(max_length=40, choices=WithinQueue.choices, default=WithinQueue.LOWER_PRIORITY)
+    reclaim = models.CharField(max_length=20, choices=Reclaim.choices, default=Reclaim.LOWER_PRIORITY)
+    weight = models.FloatField(default=1.0, validators=[MinValueValidator(0.01)])
+
+    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Tenancy(TenancyRules):
+        pass
+
+    class Meta:
+        db_table = "scheduler_queue"
+        ordering = ["team__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "project"], name="queue_one_per_project"),
+            models.UniqueConstraint(fields=["team"], condition=Q(project=None), name="queue_one_per_team"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Quota(models.Model):
+    """One (accelerator type, resource) entry of a queue or a cohort. Empty limits mean unlimited."""
+
+    class Resource(models.TextChoices):
+        ACCELERATORS = "accelerator", "Accelerators"
+        CPU = "cpu", "CPU cores"
+        MEMORY = "memory", "Memory (GiB)"
+
+    #: Engine units per unit kept here: milli-accelerators, millicores, MiB.
+    ENGINE_UNITS: ClassVar[dict[str, int]] = {"accelerator": 1000, "cpu": 1000, "memory": 1024}
+
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, null=True, blank=True, related_name="quotas")
+    cohort = models.ForeignKey(Cohort, on_delete=models.CASCADE, null=True, blank=True, related_name="quotas")
+    flavor = models.ForeignKey(AcceleratorType, on_delete=models.PROTECT, related_name="quotas")
+    resource = models.CharField(max_length=20, choices=Resource.choices, default=Resource.ACCELERATORS)
+    nominal = models.DecimalField(max_digits=12, decimal_places=3, validators=[MinValueValidator(Decimal(0))])
+    borrowing_limit = models.DecimalField(
+        max_digits=12, decimal_places=3, null=True, blank=True, validators=[MinValueValidator(Decimal(0))]
+    )
+    lending_limit = models.DecimalField(
+        max_digits=12, decimal_places=3, null=True, blank=True, validators=[MinValueValidator(Decimal(0))]
+    )
+
+    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Tenancy(TenancyRules):
+        team_field = "queue__team"
+        org_field = "flavor__organization"
+
+    class Meta:
+        db_table = "scheduler_quota"
+        ordering = ["pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(queue__isnull=False, cohort=None) | Q(queue=None, cohort__isnull=False),
+                name="quota_of_queue_xor_cohort",
+            ),
+            models.UniqueConstraint(fields=["queue", "flavor", "resource"], name="quota_unique_in_queue"),
+            models.UniqueConstraint(fields=["cohort", "flavor", "resource"], name="quota_unique_in_cohort"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue or self.cohort} {self.flavor} {self.resource}: {self.nominal}"
+
+
+class MemberLimit(models.Model):
+    """The most accelerators one member's running jobs in a team may hold at once, set by the team's lead
+    (``quotas.set_member_limit``); the placement loop keeps that member's further jobs pending."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="member_limits")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="member_limits")
+    accelerators = models.DecimalField(max_digits=12, decimal_places=3, validators=[MinValueValidator(Decimal(0))])
+
+    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Tenancy(TenancyRules):
+        pass
+
+    class Meta:
+        db_table = "scheduler_memberlimit"
+        ordering = ["team__name", "user__username"]
+        constraints = [models.UniqueConstraint(fields=["team", "user"], name="member_limit_one_per_member")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team}: {self.accelerators} accelerators"
+
+
+class Budget(models.Model):
+    """A monthly budget of a team, or of one project in a team: accelerator-hours, money, or both.
+
+    Every budget alerts (by e-mail to the team's leads and the listed addresses, and by webhook) when its
+    month's use reaches 50, 80 and 100% and when the forecast for the month passes it, each once
+    (``BudgetAlert``). A hard budget also keeps jobs pending that could take it past its limit (``budgets.py``,
+    the engine's ``budgets.py``). Periods are calendar months in UTC. Changed only through ``budgets.set_budget``.
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="budgets")
+    #: Empty: the whole team's budget; else the budget of this project's jobs (within the team's).
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, null=True, blank=True, related_name="budgets")
+    accelerator_hours = models.DecimalField(
+        max_digits=14, decimal_places=3, null=True, blank=True, validators=[MinValueValidator(Decimal(0))]
+    )
+    #: Money a month, in the currency of the clusters' prices.
+    amount = models.DecimalField(
+        max_digits=14, decimal_places=2, null=True, blank=True, validators=[MinValueValidator(Decimal(0))]
+    )
+    hard = models.BooleanField(default=False, help_text="Hard: jobs that would pass it wait. Soft: it only alerts.")
+    #: Who else gets the alerts by e-mail, besides the team's leads.
+    recipients: models.JSONField[Any, Any] = models.JSONField(default=list, blank=True)
+    webhook_url = models.URLField(max_length=500, blank=True)
+    updated_at = models.DateTimeField()
+
+    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Tenancy(TenancyRules):
+        policy = {Action.VIEW: ALL_ROLES}
+
+    class Meta:
+        db_table = "scheduler_budget"
+        # The team's own budget first, then its projects' (PostgreSQL would put the empty project last).
+        ordering = ["team__name", F("project__name").asc(nulls_first=True)]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "project"], name="budget_one_per_project"),
+            models.UniqueConstraint(fields=["team"], condition=Q(project=None), name="budget_one_per_team"),
+            models.CheckConstraint(
+                condition=Q(accelerator_hours__isnull=False) | Q(amount__isnull=False), name="budget_limits_something"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"project {self.team.slug}/{self.project.slug}" if self.project else f"team {self.team.slug}"
+
+
+class BudgetAlert(models.Model):
+    """One alert of a budget in one month: a threshold reached or a forecast over the limit. The unique
+    constraint is what makes each alert be raised once; delivery (e-mail, webhook) is retried until done."""
+
+    class Kind(models.TextChoices):
+        HALF = "50", "50% used"
+        MOST = "80", "80% used"
+        ALL = "100", "100% used"
+        FORECAST = "forecast", "Forecast over budget"
+
+    class Measure(models.TextChoices):
+        HOURS = "accelerator_hours", "Accelerator-hours"
+        MONEY = "amount", "Money"
+
+    budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="alerts")
+    #: The first day of the month it is about.
+    period = models.DateField()
+    measure = models.CharField(max_length=20, choices=Measure.choices)
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    #: The budget's limit when it was raised: a changed limit arms the thresholds again.
+    limit = models.DecimalField(max_digits=14, decimal_places=3)
+    spent = models.DecimalField(max_digits=14, decimal_places=3)
+    forecast = models.DecimalField(max_digits=14, decimal_places=3, null=True, blank=True)
+    message = models.TextField()
+    created_at = models.DateTimeField(db_index=True)
+    emailed_at = models.DateTimeField(null=True, blank=True)
+    #: Who it was mailed to (empty when the team has no lead with an address and none was listed).
+    emailed_to = models.TextField(blank=True)
+    webhook_sent_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+
+    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Tenancy(TenancyRules):
+        team_field = "budget__team"
+        org_field = "budget__team__organization"
+        policy = {Action.VIEW: ALL_ROLES}
+
+    class Meta:
+        db_table = "scheduler_budgetalert"
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["budget", "period", "measure", "kind", "limit"], name="budget_alert_once_per_period"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.budget} {self.period:%Y-%m}: {self.get_kind_display()} of {self.get_measure_display()}"
+
+    @property
+    def delivered(self) -> bool:
+        return self.emailed_at is not None and (self.webhook_sent_at is not None or not self.budget.webhook_url)
+
+
+class QuotaChange(models.Model):
+    """One change to how a team or the organization is governed (a quota, a queue's policy, a cohort), with
+    who made it, why, and the values before and after: the history team leads and admins read. Written only
+    by ``governance/quotas.py``, next to the audit log entry of the same change."""
+
+    class Kind(models.TextChoices):
+        QUOTA = "quota", "Quota"
+        POLICY = "policy", "Queue policy"
+        QUEUE = "queue", "Queue"
+        COHORT = "cohort", "Cohort"
+        MEMBER = "member", "Member limit"
+        BUDGET = "budget", "Budget"
+        TIER = "tier", "Priority tier"
+
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="quota_changes")
+    #: The team whose queue changed; empty for organization-level changes (cohorts), which only
+    #: organization-wide roles see.
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, null=True, blank=True, related_name="quota_changes")
+    queue = models.ForeignKey(Queue, on_delete=models.SET_NULL, null=True, blank=True, related_name="changes")
+    cohort = models.ForeignKey(Cohort, on_delete=models.SET_NULL, null=True, blank=True, related_name="changes")
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    #: What changed, in words ("queue vision: H100 accelerators").
+    subject = models.CharField(max_length=200)
+    before: models.JSONField[Any, Any] = models.JSONField(default=dict, blank=True)
+    after: models.JSONField[Any, Any] = models.JSONField(default=dict, blank=True)
+    reason = models.TextField()
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    actor_name = models.CharField(max_length=150)
+    created_at = models.DateTimeField(db_index=True)
+
+    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Tenancy(TenancyRules):
+        team_field = "team"
+        org_field = "organization"
+        policy = {Action.VIEW: ALL_ROLES}
+
+    class Meta:
+        db_table = "scheduler_quotachange"
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["team", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M} {self.actor_name}: {self.subject}"
+
+
+class PriorityTier(models.Model):
+    """A priority class jobs are submitted under. Higher values go first and may preempt lower ones."""
+
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="priority_tiers")
+    name = models.CharField(max_length=40)
+    value = models.IntegerField()
+    preemptible = models.BooleanField(default=True, help_text="Whether jobs of this tier may be preempted.")
+    grace_seconds = models.PositiveIntegerField(
+        default=300, validators=[MaxValueValidator(24 * 3600)], help_text="Time a victim gets to checkpoint."
+    )
+    #: Teams that may use the tier; none named means every team.
+    teams = models.ManyToManyField(Team, blank=True, related_name="priority_tiers")
+    is_default = models.BooleanField(default=False)
+
+    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    Tenancy = OrgTenancy
+
+    class Meta:
+        db_table = "scheduler_prioritytier"
+        ordering = ["organization__name", "-value"]
+        constraints = [
+            models.UniqueConstraint(fields=["organization", "name"], name="tier_name_unique_in_org"),
+            models.UniqueConstraint(
+                fields=["organization"], condition=Q(is_default=True), name="tier_one_default_per_org"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+__all__ = [
+    "Budget",
+    "BudgetAlert",
+    "Cohort",
+    "MemberLimit",
+    "OrgTenancy",
+    "PriorityTier",
+    "Queue",
+    "Quota",
+    "QuotaChange",
+]

@@ -1,0 +1,1 @@
+"""Quota and budget pages: views, forms and URLs."""

@@ -1,0 +1,130 @@
+"""Forms of the quota pages. They check shape only (a choice among what the user may see, a reason given);
+``governance/quotas.py`` judges the amounts, the names and who may change what."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from clusters.models import AcceleratorType
+from governance.models import Cohort, Quota
+from tenancy.models import Organization, Project, Team
+from tenancy.scoping import Action
+
+AMOUNT_HELP = "Empty: no limit."
+TEAM_QUEUE = "team"
+TEAM_BUDGET = "team"
+
+
+def _amount(label: str, help_text: str = AMOUNT_HELP, required: bool = False) -> forms.CharField:
+    # Text, not a number input: the browser must not refuse a value before the server names what is wrong.
+    return forms.CharField(
+        label=label, required=required, help_text=help_text, widget=forms.TextInput(attrs={"inputmode": "decimal"})
+    )
+
+
+class LimitsForm(forms.Form):
+    """A flavor, a resource, the three limits and a reason: the fields ``quotas.set_quota`` takes."""
+
+    flavor = forms.ChoiceField(label="Accelerator type")
+    resource = forms.ChoiceField(label="Resource", choices=Quota.Resource.choices, initial=Quota.Resource.ACCELERATORS)
+    nominal = _amount("Nominal quota", "In accelerators, cores or GiB.", required=True)
+    borrowing_limit = _amount("May borrow")
+    lending_limit = _amount("May lend")
+    reason = forms.CharField(label="Reason", max_length=2000, help_text="Kept in the quota history.")
+
+    def __init__(self, organization: Organization, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        names = (
+            AcceleratorType.objects.filter(organization=organization).order_by("name").values_list("name", flat=True)
+        )
+        self.fields["flavor"].choices = [(name, name) for name in names]  # type: ignore[attr-defined]
+
+
+class TeamQuotaForm(LimitsForm):
+    """A quota for one of a team's queues: the team's own (admins) or a project's, given a queue of its own
+    on first use (``quotas.give_project_quota``). ``target`` is ``team`` or ``project:<id>``."""
+
+    target = forms.ChoiceField(label="For")
+
+    field_order = ["target", "flavor", "resource", "nominal", "borrowing_limit", "lending_limit", "reason"]
+
+    def __init__(self, team: Team, *args: Any, admin: bool, **kwargs: Any) -> None:
+        super().__init__(team.organization, *args, **kwargs)
+        choices = [(TEAM_QUEUE, f"the team's own queue ({team.slug})")] if admin else []
+        projects = team.projects.filter(archived=False).order_by("name")
+        choices += [(f"project:{p.pk}", f"project {p.name}") for p in projects]
+        self.fields["target"].choices = choices  # type: ignore[attr-defined]
+        self.projects = {f"project:{p.pk}": p for p in projects}
+
+
+class BudgetForm(forms.Form):
+    """A monthly budget of a team (``team``) or of one of its projects (``project:<id>``): the fields
+    ``budgets.set_budget`` takes. The choice offers the budgets the user may set, but any of the team's projects
+    is taken, so that ``set_budget`` says who may set it (403). Nothing else is judged here: ``set_budget``
+    names every bad amount, address and URL at once."""
+
+    target = forms.CharField(label="For", widget=forms.Select)
+    accelerator_hours = _amount("Accelerator-hours a month", "Empty: no limit of accelerator-hours.")
+    amount = _amount("Money a month", "Empty: no limit of money. Both empty: no budget.")
+    hard = forms.BooleanField(
+        label="Hard", required=False, help_text="Jobs that would pass it wait. Soft: it only alerts."
+    )
+    recipients = forms.CharField(
+        label="Also alert", required=False, help_text="E-mail addresses, comma-separated; the team's leads always are."
+    )
+    webhook_url = forms.CharField(
+        label="Webhook URL", required=False, help_text="Each alert is POSTed there as JSON.",
+        widget=forms.TextInput(attrs={"inputmode": "url"}),
+    )  # fmt: skip
+    reason = forms.CharField(
+        label="Reason", required=False, help_text="Kept in the quota history.",
+        widget=forms.TextInput(attrs={"required": True}),
+    )  # fmt: skip
+
+    field_order = ["target", "accelerator_hours", "amount", "hard", "recipients", "webhook_url", "reason"]
+
+    def __init__(self, team: Team, projects: list[Project], allowed: list[Project | None], *args: Any,
+                 **kwargs: Any) -> None:  # fmt: skip
+        # Ids of its own: the sub-quota form on the same page has a target and a reason too.
+        kwargs["auto_id"] = "budget_%s"
+        super().__init__(*args, **kwargs)
+        self.targets: dict[str, Project | None] = {TEAM_BUDGET: None, **{f"project:{p.pk}": p for p in projects}}
+        choices = [(TEAM_BUDGET, f"the team ({team.slug})")] if None in allowed else []
+        choices += [(f"project:{p.pk}", f"project {p.name}") for p in allowed if p is not None]
+        self.fields["target"].widget.choices = choices
+
+    def clean_target(self) -> Project | None:
+        value = self.cleaned_data["target"]
+        if value not in self.targets:
+            raise forms.ValidationError("Choose the team or one of its projects.")
+        return self.targets[value]
+
+
+class CohortQuotaForm(LimitsForm):
+    cohort = forms.ChoiceField(label="Cohort")
+
+    field_order = ["cohort", "flavor", "resource", "nominal", "borrowing_limit", "lending_limit", "reason"]
+
+    def __init__(self, organization: Organization, user: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(organization, *args, **kwargs)
+        self.cohorts = {str(c.pk): c for c in visible_cohorts(organization, user)}
+        self.fields["cohort"].choices = [(pk, c.name) for pk, c in self.cohorts.items()]  # type: ignore[attr-defined]
+
+
+class CohortForm(forms.Form):
+    name = forms.CharField(label="Name", max_length=80)
+    parent = forms.ChoiceField(label="Inside", required=False)
+    reason = forms.CharField(label="Reason", max_length=2000, help_text="Kept in the quota history.")
+
+    def __init__(self, organization: Organization, user: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cohorts = {str(c.pk): c for c in visible_cohorts(organization, user)}
+        self.fields["parent"].choices = [("", "— a root of the tree —")] + [  # type: ignore[attr-defined]
+            (pk, c.name) for pk, c in self.cohorts.items()
+        ]
+
+
+def visible_cohorts(organization: Organization, user: Any) -> list[Cohort]:
+    return list(Cohort.objects.for_user(user, Action.VIEW).filter(organization=organization).order_by("name"))

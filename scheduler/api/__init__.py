@@ -1,0 +1,1 @@
+"""The jobs API: viewsets and serializers."""

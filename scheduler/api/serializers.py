@@ -1,0 +1,488 @@
+"""API representations of jobs, in the units people use (cores, GiB, a fraction of an accelerator, a
+duration such as ``2h``), and their conversion to ``submission.JobRequest`` (millicores, MiB, milli, seconds).
+
+The request serializer checks types and resolves names (team, project, tier, clusters) among what the user
+may see; everything else about a request (ranges, whether it can ever fit) is ``actions.validate``'s, so
+the web form, the API and the ``qm`` CLI refuse the same things with the same words. Both are asked at once
+(``checked_request``): a request with a field of the wrong type has its other fields judged by the action
+too, so one answer names every bad field.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any, ClassVar
+
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import QuerySet
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.settings import api_settings
+
+from clusters.models import Cluster
+from common import params
+from governance.models import PriorityTier
+from scheduler import actions, costs
+from scheduler.actions import teams_for_submission, tiers_for
+from scheduler.lifecycle import PLACED
+from scheduler.models import Attempt, Job, JobEvent
+from scheduler.submission import JobRequest
+from tenancy.models import Project, Team
+from tenancy.scoping import Action
+
+#: ``90m``, ``2h``, ``1d``, ``1h30m``: days, hours, minutes, seconds, each at most once and in that order.
+DURATION = re.compile(r"^(?:(?P<d>\d+)d)?(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+)s)?$")
+UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+DURATION_HELP = "Give seconds (3600) or a duration such as 90m, 2h, 1d or 1h30m."
+
+
+def parse_duration(value: object) -> int:
+    """Seconds from an integer, a string of digits or a duration such as ``1h30m``; ValueError otherwise."""
+    if isinstance(value, bool):
+        raise ValueError(DURATION_HELP)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text.isascii() and text.isdigit():
+            return int(text)
+        match = DURATION.match(text) if text.isascii() else None
+        if text and match:
+            return sum(int(amount) * UNIT_SECONDS[unit] for unit, amount in match.groupdict().items() if amount)
+    raise ValueError(DURATION_HELP)
+
+
+class DurationField(serializers.Field):  # type: ignore[type-arg]
+    default_error_messages = {"invalid": DURATION_HELP}
+
+    def to_internal_value(self, data: Any) -> int:
+        try:
+            return parse_duration(data)
+        except ValueError:
+            self.fail("invalid")
+            raise  # unreachable: fail() raises
+
+    def to_representation(self, value: int) -> int:
+        return value
+
+
+extend_schema_field({"oneOf": [{"type": "integer"}, {"type": "string", "example": "2h"}]})(DurationField)
+
+
+class StrictCharField(serializers.CharField):
+    """A string and only a string: DRF's CharField would turn 8 into "8" and True into an error, quietly
+    accepting a YAML number where text was meant."""
+
+    default_error_messages = {"not_a_string": "Not a string."}
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("not_a_string")
+        return super().to_internal_value(data)
+
+
+class RefField(serializers.Field):  # type: ignore[type-arg]
+    """An object by slug (a string) or by id (a number). A string of digits that no slug matches is taken as
+    an id too, so ``--team 7`` on a command line works, but a slug always wins over an id."""
+
+    default_error_messages = {"invalid": "Give a slug or an id."}
+
+    def to_internal_value(self, data: Any) -> int | str:
+        if isinstance(data, int) and not isinstance(data, bool):
+            return data
+        if isinstance(data, str) and data.strip() and len(data) <= 60:
+            return data.strip()
+        self.fail("invalid")
+        raise AssertionError  # unreachable: fail() raises
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+extend_schema_field({"oneOf": [{"type": "string"}, {"type": "integer"}]})(RefField)
+
+
+def find(queryset: QuerySet[Any], ref: int | str) -> list[Any]:
+    """Up to two rows of ``queryset`` that ``ref`` names (two: it is ambiguous)."""
+    if isinstance(ref, int):
+        return list(queryset.filter(pk=ref)[:2]) if params.as_id(ref) else []
+    by_slug = list(queryset.filter(slug=ref)[:2])
+    pk = params.as_id(ref)
+    if by_slug or pk is None:
+        return by_slug
+    return list(queryset.filter(pk=pk)[:2])
+
+
+def _strings(**kwargs: Any) -> serializers.ListField:
+    return serializers.ListField(child=StrictCharField(max_length=200), required=False, **kwargs)
+
+
+class StrictSerializer(serializers.Serializer[Any]):
+    """A request body whose unknown fields are refused by name (a misspelt field must not pass for one left
+    out), in the same answer as what is wrong with the known ones."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        unknown: dict[str, list[str]] = {}
+        if isinstance(data, Mapping):
+            unknown = {key: ["Unknown field."] for key in sorted(set(data) - set(self.fields))}
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as error:
+            if unknown and isinstance(error.detail, dict):
+                raise serializers.ValidationError({**error.detail, **unknown}) from error
+            raise
+        if unknown:
+            raise serializers.ValidationError(unknown)
+        return value
+
+
+class JobSubmissionSerializer(StrictSerializer):
+    """What a submission (and a preview) takes. Unknown fields are refused by name."""
+
+    team = RefField(required=False, help_text="Slug or id; optional if you may submit to one team only.")
+    project = RefField(required=False, allow_null=True, help_text="Slug or id.")
+    name = StrictCharField(max_length=120)
+    accelerator_types = _strings(help_text="Any of these accelerator types; empty: any type.")
+    accelerators = serializers.IntegerField(required=False, help_text="Accelerators per worker (0 for CPU only).")
+    accelerator_fraction = serializers.DecimalField(
+        max_digits=4, decimal_places=3, min_value=Decimal("0.001"), max_value=Decimal(1), required=False,
+        help_text="A share of one accelerator, e.g. 0.25 (with one accelerator per worker).",
+    )  # fmt: skip
+    workers = serializers.IntegerField(required=False, help_text="Workers in the gang.")
+    cpu = serializers.DecimalField(
+        max_digits=10, decimal_places=3, min_value=Decimal("0.001"), required=False, help_text="Cores per worker."
+    )
+    memory_gib = serializers.DecimalField(
+        max_digits=12, decimal_places=3, min_value=Decimal("0.001"), required=False, help_text="GiB per worker."
+    )
+    topology_level = StrictCharField(max_length=40, required=False, allow_blank=True)
+    topology_mode = serializers.ChoiceField(choices=Job.TopologyMode.choices, required=False)
+    time_limit = DurationField(help_text=DURATION_HELP)
+    tier = StrictCharField(max_length=40, required=False, allow_null=True, help_text="A priority tier's name.")
+    preemptible = serializers.BooleanField(required=False)
+    checkpoint_location = StrictCharField(max_length=500, required=False, allow_blank=True)
+    clusters = _strings(help_text="Cluster slugs the job may run on; empty: any.")
+    regions = _strings(help_text="Regions the job may run in; empty: any.")
+    max_price_per_hour = serializers.DecimalField(
+        max_digits=12, decimal_places=2, min_value=Decimal(0), required=False, allow_null=True
+    )
+    image = StrictCharField(max_length=500, required=False, allow_blank=True)
+    command = serializers.ListField(
+        child=StrictCharField(allow_blank=True, trim_whitespace=False, max_length=10_000), required=False
+    )
+    script = StrictCharField(max_length=100_000, required=False, allow_blank=True, trim_whitespace=False)
+    env = serializers.DictField(
+        child=StrictCharField(allow_blank=True, trim_whitespace=False, max_length=10_000), required=False
+    )
+    secret_env = serializers.DictField(
+        child=StrictCharField(allow_blank=True, trim_whitespace=False, max_length=10_000), required=False,
+        help_text="Environment values shown to nobody (tokens, passwords): stored encrypted, never in an answer "
+                  "(jobs list their names, secret_env_names), given to the job when it starts.",
+    )  # fmt: skip
+    secret_env_from = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1,
+        help_text="The id of a job you submitted whose secret values this one keeps (those not in secret_env): "
+                  "a clone. Only a job's submitter may reuse its secret values.",
+    )  # fmt: skip
+    max_retries = serializers.IntegerField(required=False)
+    idempotency_key = StrictCharField(max_length=80, required=False, allow_blank=True)
+
+    #: Stand-ins for required fields that failed their checks, so that the rest can still be judged.
+    STAND_INS: ClassVar[dict[str, Any]] = {"name": "stand-in", "time_limit": 3600}
+
+    @property
+    def actor(self) -> User:
+        user = self.context["request"].user
+        assert isinstance(user, User)
+        return user
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """Resolve the names to objects the user may see; a name of another organization's object gets the
+        same answer as one that does not exist."""
+        errors: dict[str, str] = {}
+        team = self._team(attrs.get("team"), errors)
+        if team is not None:
+            org = team.organization
+            if attrs.get("project") is not None:
+                ref = attrs["project"]
+                projects = find(Project.objects.filter(team=team), ref)
+                attrs["project"] = projects[0] if projects else None
+                if not projects:
+                    errors["project"] = f"Team {team.slug} has no project {ref!r}."
+            if attrs.get("tier") is not None:
+                name = attrs["tier"]
+                attrs["tier"] = PriorityTier.objects.filter(organization=org, name=name).first()
+                if attrs["tier"] is None:
+                    known = ", ".join(t.name for t in tiers_for(team)) or "none"
+                    errors["tier"] = f"No priority tier {name!r}. Known: {known}."
+            if attrs.get("clusters"):
+                slugs = list(dict.fromkeys(attrs["clusters"]))
+                found = {c.slug: c for c in Cluster.objects.filter(organization=org, slug__in=slugs)}
+                if missing := [slug for slug in slugs if slug not in found]:
+                    known = ", ".join(Cluster.objects.filter(organization=org).values_list("slug", flat=True))
+                    errors["clusters"] = f"No cluster {', '.join(missing)}. Known: {known or 'none'}."
+                attrs["clusters"] = [found[slug] for slug in slugs if slug in found]
+        if attrs.get("secret_env_from") is not None:
+            number = attrs["secret_env_from"]
+            attrs["secret_env_from"] = Job.objects.for_user(self.actor, Action.VIEW).filter(pk=number).first()
+            if attrs["secret_env_from"] is None:
+                errors["secret_env_from"] = f"No job {number}, or not one you may see."
+        attrs["team"] = team
+        if errors:
+            raise serializers.ValidationError(errors)
+        return attrs
+
+    def _team(self, ref: int | str | None, errors: dict[str, str]) -> Team | None:
+        if ref is None:
+            mine = teams_for_submission(self.actor)
+            if not mine:
+                raise PermissionDenied("You may not submit jobs to any team.")
+            if len(mine) > 1:
+                errors["team"] = f"Choose a team: {', '.join(t.slug for t in mine)}."
+                return None
+            return mine[0]
+        visible = Team.objects.for_user(self.actor, Action.VIEW).select_related("organization")
+        found: list[Team] = find(visible, ref)
+        if not found:
+            errors["team"] = f"No team {ref!r}."
+            return None
+        if len(found) > 1:
+            errors["team"] = f"Several of your organizations have a team {ref!r}: give its id (a number)."
+            return None
+        return found[0]
+
+    def checked_request(self, idempotency_header: str | None = None) -> JobRequest:
+        """The request (``job_request``) if it is valid; else a ``ValidationError`` naming every bad field at
+        once: this serializer's own errors and, where the rest can still be judged (the team is known),
+        ``actions.validate``'s errors on the other fields, found with the failed fields left out (or, if
+        required, given stand-ins). A field in error keeps this serializer's message."""
+        if self.is_valid():
+            return self.job_request(idempotency_header)
+        errors = dict(self.errors)
+        for name, messages in self._errors_of_the_rest().items():
+            errors.setdefault(name, messages)
+        raise serializers.ValidationError(errors)
+
+    def _errors_of_the_rest(self) -> dict[str, Any]:
+        if not isinstance(self.initial_data, Mapping):
+            return {}
+        errors: dict[str, Any] = {}
+        failed = set(self.errors)
+        while True:  # the fields' own checks, then the names they resolve: each round leaves out more
+            if {"team", api_settings.NON_FIELD_ERRORS_KEY} & failed:
+                return errors  # no team to judge the rest by
+            rest = {name: value for name, value in self.initial_data.items() if name in self.fields}
+            rest = {name: value for name, value in rest.items() if name not in failed}
+            rest.update({name: value for name, value in self.STAND_INS.items() if name in failed})
+            others = JobSubmissionSerializer(data=rest, context=self.context)
+            try:
+                if others.is_valid():
+                    break
+            except PermissionDenied:
+                return errors
+            fresh = {name: messages for name, messages in others.errors.items() if name not in failed}
+            if not fresh:
+                return errors
+            errors.update(fresh)
+            failed |= set(fresh)
+        try:
+            actions.validate(self.actor, others.job_request())
+        except DjangoValidationError as error:
+            if hasattr(error, "error_dict"):
+                errors.update({API_FIELD_NAMES.get(k, k): v for k, v in error.message_dict.items() if k not in failed})
+        except DjangoPermissionDenied:
+            pass  # the fields are answered first; who may submit is the next request's answer
+        return errors
+
+    def job_request(self, idempotency_header: str | None = None) -> JobRequest:
+        """The validated request in engine units; ``idempotency_header`` is the ``Idempotency-Key`` header."""
+        data = self.validated_data
+        key = data.get("idempotency_key", "")
+        if idempotency_header is not None:
+            if key and key != idempotency_header:
+                raise serializers.ValidationError(
+                    {"idempotency_key": ["The Idempotency-Key header and the idempotency_key field differ."]}
+                )
+            if len(idempotency_header) > 80:
+                raise serializers.ValidationError({"idempotency_key": ["Ensure it has no more than 80 characters."]})
+            key = idempotency_header
+        fields: dict[str, Any] = {name: data[name] for name in AS_GIVEN if data.get(name) is not None}
+        if "accelerator_fraction" in data:
+            fields["accelerator_milli"] = int(data["accelerator_fraction"] * 1000)
+        if "cpu" in data:
+            fields["cpu"] = int(data["cpu"] * 1000)
+        if "memory_gib" in data:
+            fields["memory"] = max(1, int((data["memory_gib"] * 1024).to_integral_value(ROUND_HALF_UP)))
+        return JobRequest(
+            team=data["team"], name=data["name"], time_limit=data["time_limit"], idempotency_key=key, **fields
+        )
+
+
+#: Fields that go to ``JobRequest`` as they are (the others are converted from people's units).
+AS_GIVEN = (
+    "project", "accelerator_types", "accelerators", "workers", "topology_level", "topology_mode", "tier",
+    "preemptible", "checkpoint_location", "clusters", "regions", "max_price_per_hour", "image", "command",
+    "script", "env", "secret_env", "secret_env_from", "max_retries",
+)  # fmt: skip
+#: ``actions.validate`` names JobRequest's fields; the API's names for those in other units.
+API_FIELD_NAMES = {"accelerator_milli": "accelerator_fraction", "memory": "memory_gib"}
+
+
+class CancelSerializer(serializers.Serializer[Any]):
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+
+
+class InterventionSerializer(serializers.Serializer[Any]):
+    """An admin's force-preempt or requeue: why, for the job's timeline and the audit log."""
+
+    reason = StrictCharField(max_length=2000)
+
+
+class PreviewSerializer(serializers.Serializer[Any]):
+    cost_per_hour = serializers.FloatField(allow_null=True, help_text="Of the placement it would get.")
+    starts_now = serializers.BooleanField()
+    estimated_start = serializers.DateTimeField(allow_null=True)
+    reason = serializers.CharField(help_text="Why it would wait (a pending reason code); empty if it starts now.")
+    message = serializers.CharField()
+
+
+class NodeShareSerializer(serializers.Serializer[Any]):
+    name = serializers.CharField()
+    workers = serializers.IntegerField()
+    accelerators = serializers.ListField(
+        child=serializers.ListField(child=serializers.IntegerField()), help_text="[index, milli] pairs."
+    )
+
+
+class AttemptSerializer(serializers.ModelSerializer[Attempt]):
+    cluster: serializers.SlugRelatedField[Cluster] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    cost = serializers.SerializerMethodField()
+    nodes = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Attempt
+        fields = [
+            "number", "cluster", "flavor", "cost_per_hour", "cost", "admitted_at", "started_at", "ended_at",
+            "outcome", "borrowing", "backfilled", "nodes",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+    @extend_schema_field(OpenApiTypes.DECIMAL)
+    def get_cost(self, attempt: Attempt) -> str:
+        return str(costs.attempt_cost(attempt))
+
+    @extend_schema_field(NodeShareSerializer(many=True))
+    def get_nodes(self, attempt: Attempt) -> list[dict[str, Any]]:
+        return [
+            {"name": a.node.name, "workers": a.workers, "accelerators": a.accelerators}
+            for a in attempt.assignments.all()
+        ]
+
+
+def _current(job: Job) -> Attempt | None:
+    """The attempt holding capacity now (from the prefetched attempts), if the job is placed."""
+    if job.state not in PLACED:
+        return None
+    return next((a for a in job.attempts.all() if a.number == job.attempt), None)
+
+
+class JobListSerializer(serializers.ModelSerializer[Job]):
+    team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    project: serializers.SlugRelatedField[Project] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    queue: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    tier: serializers.SlugRelatedField[PriorityTier] = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    submitted_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
+    accelerator_fraction = serializers.SerializerMethodField()
+    cluster = serializers.SerializerMethodField(help_text="Where it runs now (its current placement).")
+    cost_so_far = serializers.SerializerMethodField(help_text="Price per hour x hours held, over all attempts.")
+
+    class Meta:
+        model = Job
+        fields = [
+            "id", "name", "team", "project", "queue", "tier", "submitted_by", "state", "state_changed_at",
+            "submitted_at", "started_at", "finished_at", "pending_reason", "pending_message", "queue_position",
+            "estimated_start", "accelerator_types", "accelerators", "accelerator_fraction", "workers", "cluster",
+            "cost_so_far",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+    def get_accelerator_fraction(self, job: Job) -> float:
+        return job.accelerator_milli / 1000
+
+    def get_cluster(self, job: Job) -> str | None:
+        current = _current(job)
+        return current.cluster.slug if current else None
+
+    @extend_schema_field({"type": "string", "format": "decimal", "pattern": r"^-?\d+\.\d{2}$", "example": "12.50"})
+    def get_cost_so_far(self, job: Job) -> str:
+        return str(costs.cost_so_far(job))
+
+
+class PlacementSerializer(serializers.Serializer[Any]):
+    attempt = serializers.IntegerField(source="number")
+    cluster = serializers.CharField(source="cluster.slug")
+    flavor = serializers.CharField()
+    nodes = serializers.SerializerMethodField()
+    cost_per_hour = serializers.DecimalField(max_digits=12, decimal_places=4)
+    admitted_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    borrowing = serializers.BooleanField()
+
+    @extend_schema_field(NodeShareSerializer(many=True))
+    def get_nodes(self, attempt: Attempt) -> list[dict[str, Any]]:
+        return AttemptSerializer().get_nodes(attempt)
+
+
+class JobSerializer(JobListSerializer):
+    clusters: serializers.SlugRelatedField[Cluster] = serializers.SlugRelatedField(
+        slug_field="slug", many=True, read_only=True
+    )
+    cpu = serializers.SerializerMethodField(help_text="Cores per worker.")
+    memory_gib = serializers.SerializerMethodField(help_text="GiB per worker.")
+    placement = serializers.SerializerMethodField()
+    attempts = AttemptSerializer(many=True, read_only=True)
+    secret_env_names = serializers.ListField(
+        child=serializers.CharField(),
+        read_only=True,
+        help_text="Names of its secret environment values (never the values).",
+    )
+
+    class Meta(JobListSerializer.Meta):
+        fields = [
+            *JobListSerializer.Meta.fields,
+            "cpu", "memory_gib", "topology_level", "topology_mode", "time_limit", "preemptible",
+            "checkpoint_location", "clusters", "regions", "max_price_per_hour", "image", "command", "script", "env",
+            "secret_env_names", "max_retries", "retries", "attempt", "not_before", "message", "idempotency_key",
+            "cloned_from", "placement", "attempts",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+    def get_cpu(self, job: Job) -> float:
+        return job.cpu / 1000
+
+    def get_memory_gib(self, job: Job) -> float:
+        return round(job.memory / 1024, 3)
+
+    @extend_schema_field(PlacementSerializer(allow_null=True))
+    def get_placement(self, job: Job) -> dict[str, Any] | None:
+        current = _current(job)
+        return PlacementSerializer(current).data if current else None
+
+
+class JobEventSerializer(serializers.ModelSerializer[JobEvent]):
+    actor: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = JobEvent
+        fields = ["id", "created_at", "from_state", "to_state", "reason", "message", "attempt", "actor", "detail"]
+        read_only_fields = fields

@@ -1,0 +1,194 @@
+"""The jobs API: submit (and preview), list, read, follow the timeline of, and cancel jobs; admins also
+force-preempt and requeue them.
+
+Thin, like the rest of the API: rows come from ``Job.objects.for_user`` (another team's job is a 404 for
+every verb), a submission goes through ``actions.submit_job`` (the one path, shared with the web form and
+the ``qm`` CLI), a cancellation through ``actions.cancel_job``, a preemption or requeue through
+``actions.preempt_job`` / ``actions.requeue_job``; a job in the wrong state for the change is a 409. The
+serializers convert between the units people use and the engine's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import Prefetch, QuerySet
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import mixins, status
+from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.serializers import Serializer
+
+from common import params
+from portal.api.errors import error_body
+from portal.api.parsers import JSONParser
+from scheduler import actions, submission
+from scheduler.api import serializers as s
+from scheduler.filters import JobFilter
+from scheduler.models import Assignment, Attempt, Job, JobEvent
+from scheduler.placement import feasibility
+from tenancy.api.views import TenantViewSet
+
+ERROR = OpenApiResponse(description="`{error: {status, code, message, fields}}`")
+
+
+@contextmanager
+def api_field_names() -> Iterator[None]:
+    """Re-raise an action's ``ValidationError`` under the API's field names (``memory`` -> ``memory_gib``)."""
+    try:
+        yield
+    except DjangoValidationError as error:
+        if not hasattr(error, "error_dict"):
+            raise
+        raise DjangoValidationError(
+            {s.API_FIELD_NAMES.get(name, name): messages for name, messages in error.message_dict.items()}
+        ) from error
+
+
+class JobViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
+    """Jobs of the teams the user may see. Submitting takes the units people use: cores, GiB, a fraction of
+    an accelerator, a time limit in seconds or as ``90m`` / ``2h`` / ``1d``."""
+
+    model = Job
+    filterset_class = JobFilter
+    parser_classes = [JSONParser]
+
+    def get_queryset(self) -> QuerySet[Job]:
+        attempts = Attempt.objects.select_related("cluster").prefetch_related(
+            Prefetch("assignments", queryset=Assignment.objects.select_related("node").order_by("pk"))
+        )
+        queryset = super().get_queryset().select_related("team", "project", "queue", "tier", "submitted_by")
+        queryset = queryset.prefetch_related(Prefetch("attempts", queryset=attempts.order_by("number")))
+        if self.action == "retrieve":
+            queryset = queryset.prefetch_related("clusters")
+        return queryset
+
+    def filter_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        # The list's filters only: a job's own endpoints take other parameters (``events?after=``).
+        return super().filter_queryset(queryset) if self.action == "list" else queryset
+
+    def get_serializer_class(self) -> type[Any]:
+        if self.action == "list":
+            return s.JobListSerializer
+        if self.action in ("create", "preview"):
+            return s.JobSubmissionSerializer
+        if self.action == "events":
+            return s.JobEventSerializer
+        return s.JobSerializer
+
+    def _job_request(self, request: Request) -> submission.JobRequest:
+        form = s.JobSubmissionSerializer(data=request.data, context=self.get_serializer_context())
+        return form.checked_request(request.headers.get("Idempotency-Key"))
+
+    def _read(self, job: Job) -> dict[str, Any]:
+        """``job`` as the detail endpoint shows it; a 404 if the user may no longer see it (a repeated
+        idempotency key of a job left behind in a team the user has since left)."""
+        visible = self.get_queryset().filter(pk=job.pk).first()
+        if visible is None:
+            raise NotFound()
+        return dict(s.JobSerializer(visible, context=self.get_serializer_context()).data)
+
+    @extend_schema(
+        request=s.JobSubmissionSerializer,
+        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER, description="Safe retries.")],
+        responses={
+            201: s.JobSerializer,
+            200: OpenApiResponse(s.JobSerializer, description="The job first submitted with this idempotency key."),
+            400: ERROR,
+            403: ERROR,
+        },
+    )
+    def create(self, request: Request) -> Response:
+        """Submit a job. A request that can never fit anywhere is a 400 with the engine's reason."""
+        job_request = self._job_request(request)
+        with api_field_names():
+            job, created = actions.submit_job(self.actor, job_request, http=request._request)
+        return Response(self._read(job), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+    @extend_schema(request=s.JobSubmissionSerializer, responses={200: s.PreviewSerializer, 400: ERROR, 403: ERROR})
+    @action(detail=False, methods=["post"])
+    def preview(self, request: Request) -> Response:
+        """What a submission would get now (price per hour, start), without submitting anything."""
+        job_request = self._job_request(request)
+        with api_field_names():
+            queue, tier = actions.validate(self.actor, job_request)
+        result = feasibility.preview(job_request.team.organization, queue, tier, job_request)
+        return Response(s.PreviewSerializer(result).data)
+
+    @extend_schema(
+        filters=False,
+        parameters=[OpenApiParameter("after", int, description="Only events with a greater id (for following).")],
+        responses=s.JobEventSerializer(many=True),
+    )
+    @action(detail=True, methods=["get"])
+    def events(self, request: Request, pk: str | None = None) -> Response:
+        """The job's timeline: every move with its reason, oldest first."""
+        job = self.get_object()
+        events = JobEvent.objects.filter(job=job).select_related("actor").order_by("created_at", "pk")
+        after = request.query_params.get("after")
+        if after not in (None, ""):
+            events = events.filter(pk__gt=params.integer(after, "after", low=0, high=params.MAX_ID))
+        page = self.paginate_queryset(events)
+        assert page is not None
+        return self.get_paginated_response(s.JobEventSerializer(page, many=True).data)
+
+    @extend_schema(
+        request=s.CancelSerializer,
+        responses={200: s.JobSerializer, 403: ERROR, 404: ERROR, 409: OpenApiResponse(description="Already over.")},
+    )
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        """Cancel a waiting or running job: researchers their own, leads and admins any of the team's."""
+        return self._change(request, s.CancelSerializer, actions.cancel_job)
+
+    @extend_schema(
+        request=s.InterventionSerializer,
+        responses={
+            200: s.JobSerializer,
+            400: ERROR,
+            403: ERROR,
+            404: ERROR,
+            409: OpenApiResponse(description="Not placed or running."),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def preempt(self, request: Request, pk: str | None = None) -> Response:
+        """Admins: stop a placed or running job within its tier's grace period (it checkpoints and exits) and
+        put it back in its queue, to resume from its checkpoint. Not counted as a retry."""
+        return self._change(request, s.InterventionSerializer, actions.preempt_job)
+
+    @extend_schema(
+        request=s.InterventionSerializer,
+        responses={
+            200: s.JobSerializer,
+            400: ERROR,
+            403: ERROR,
+            404: ERROR,
+            409: OpenApiResponse(description="Not failed."),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def requeue(self, request: Request, pk: str | None = None) -> Response:
+        """Admins: put a failed job (out of retries, say) back in its queue for one more try."""
+        return self._change(request, s.InterventionSerializer, actions.requeue_job)
+
+    def _change(self, request: Request, form_class: type[Serializer[Any]], change: Callable[..., Job]) -> Response:
+        """Apply ``change`` (an action taking the actor, the job and a reason) to a job the user can see; a job
+        in a state the change does not apply to is a 409 naming the state."""
+        job = self.get_object()
+        form = form_class(data=request.data)
+        form.is_valid(raise_exception=True)
+        try:
+            job = change(self.actor, job, form.validated_data["reason"], http=request._request)
+        except DjangoValidationError as error:
+            if "state" not in getattr(error, "error_dict", {}):
+                raise
+            messages = error.message_dict["state"]
+            body = error_body(409, "conflict", " ".join(messages), {"state": messages})
+            return Response(body, status=status.HTTP_409_CONFLICT)
+        return Response(self._read(job))

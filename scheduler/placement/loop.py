@@ -1,0 +1,339 @@
+"""The placement loop: snapshot from the database, the engine, decisions applied, clusters told.
+
+One cycle of one organization:
+1. ``snapshot.build`` reads the fleet, the quotas and the jobs (and the loop's ``generation``);
+2. ``engine.schedule`` decides, touching nothing;
+3. ``apply`` writes admissions and preemptions in one transaction, but only if the generation is still the
+   one read (compare-and-set), so no two cycles ever place onto the same free capacity; job rows are
+   locked in primary-key order and each decision is re-checked against the state the snapshot saw, so a
+   job cancelled meanwhile is simply skipped;
+4. after commit, the clusters are told (``dispatch``) by idempotent tasks keyed by attempt, and the
+   pending reasons are written (advice only, so outside the transaction).
+
+A worker killed anywhere in here loses nothing: before the commit nothing happened; after it, the next
+cycle's ``dispatch.recover`` re-sends what was admitted but never reached its cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from common import enqueue
+from common.staging import staged
+from scheduler import lifecycle
+from scheduler.engine import model as m
+from scheduler.engine import schedule
+from scheduler.lifecycle import WAITING
+from scheduler.models import Assignment, Attempt, Job, JobEvent, LoopState
+from scheduler.placement.leader import leadership
+from scheduler.placement.snapshot import Index, build
+from tenancy.models import Organization
+
+log = logging.getLogger(__name__)
+S = Job.State
+
+
+@dataclass
+class CycleReport:
+    organization: str
+    generation: int = 0
+    admitted: int = 0
+    preempted: int = 0
+    pending: int = 0
+    running: int = 0
+    #: Decisions dropped because the job changed between the snapshot and the apply (cancelled, ...).
+    skipped: int = 0
+    #: True when another cycle applied first: nothing of this one was written.
+    stale: bool = False
+    #: True when the cycle stopped at its admission limit with jobs it did not examine: run the next one now.
+    more: bool = False
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Hooks:
+    """Points where a test may stop the cycle (the chaos tests kill the worker at each of them)."""
+
+    before_apply: Callable[[], None] | None = None
+    before_commit: Callable[[], None] | None = None
+    after_commit: Callable[[], None] | None = None
+
+
+def _hook(name: str) -> None:
+    hook = getattr(Hooks, name)
+    if hook is not None:
+        hook()
+
+
+def run_all(now: datetime | None = None) -> list[CycleReport] | None:
+    """One cycle for every organization with work, under the leader lock; None when another loop leads."""
+    with leadership("placement") as leader:
+        if not leader:
+            return None
+        from scheduler.placement import dispatch  # the loop's own I/O half
+
+        reports = []
+        orgs = Organization.objects.filter(teams__jobs__state__in=lifecycle.ACTIVE).distinct()
+        for organization in orgs:
+            if not leader.renew():
+                break
+            dispatch.recover(organization, now)
+            reports.append(run_cycle(organization, now))
+        return reports
+
+
+def run_cycle(
+    organization: Organization,
+    now: datetime | None = None,
+    config: m.Config | None = None,
+    *,
+    tell_clusters: bool = True,
+) -> CycleReport:
+    """One placement cycle of ``organization`` (call it under the leader lock; ``run_all`` does).
+    ``tell_clusters=False`` leaves the dispatch to ``dispatch.recover`` (the admission benchmark)."""
+    now = now or timezone.now()
+    report = CycleReport(organization.slug)
+    started = time.perf_counter()
+    config = config or m.Config(max_admissions_per_cycle=settings.PLACEMENT_MAX_ADMISSIONS)
+    snapshot, index = build(organization, now, config)
+    report.seconds["snapshot"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    decisions = schedule(snapshot)
+    report.seconds["engine"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    _hook("before_apply")
+    applied = apply(organization, index, decisions, now, tell_clusters=tell_clusters)
+    report.seconds["apply"] = time.perf_counter() - started
+    if applied is None:
+        report.stale = True
+        return report
+    report.generation, report.admitted, report.preempted, report.skipped = applied
+
+    started = time.perf_counter()
+    write_pending(index, decisions.pending)
+    report.seconds["pending"] = time.perf_counter() - started
+    report.pending = len(decisions.pending)
+    report.more = any(p.reason is m.PendingReason.NOT_CONSIDERED for p in decisions.pending)
+    report.running = len(snapshot.running) + report.admitted
+    LoopState.objects.filter(organization=organization).update(
+        last_cycle_at=now, last_cycle={k: v for k, v in report.as_dict().items() if k != "organization"}
+    )
+    return report
+
+
+def apply(
+    organization: Organization, index: Index, decisions: m.Decisions, now: datetime, *, tell_clusters: bool = True
+) -> tuple[int, int, int, int] | None:
+    """Write the cycle's admissions and preemptions; None (and nothing written) if another cycle applied
+    since the snapshot. Returns (new generation, admitted, preempted, skipped)."""
+    with transaction.atomic():
+        generation = index.generation + 1
+        claimed = LoopState.objects.filter(organization=organization, generation=index.generation).update(
+            generation=generation
+        )
+        if not claimed:
+            return None
+        wanted = [int(a.job) for a in decisions.admissions] + [int(p.workload) for p in decisions.preemptions]
+        # The one place the loop locks job rows: all at once, in primary-key order.
+        rows = {
+            pk: (state, number)
+            for pk, state, number in Job.objects.select_for_update()
+            .filter(pk__in=wanted)
+            .order_by("pk")
+            .values_list("pk", "state", "attempt")
+            .iterator(chunk_size=5000)
+        }
+        events: list[JobEvent] = []
+        attempt_ids = _admit(index, decisions.admissions, rows, now, events)
+        preempted = _preempt(index, decisions.preemptions, rows, now, events)
+        JobEvent.objects.bulk_create(events, batch_size=2000)
+        _hook("before_commit")
+        if tell_clusters:
+            transaction.on_commit(lambda: _tell_clusters(attempt_ids, preempted))
+    _hook("after_commit")
+    skipped = len(decisions.admissions) - len(attempt_ids) + len(decisions.preemptions) - len(preempted)
+    return generation, len(attempt_ids), len(preempted), skipped
+
+
+def _admit(
+    index: Index,
+    admissions: tuple[m.Admission, ...],
+    rows: dict[int, tuple[str, int]],
+    now: datetime,
+    events: list[JobEvent],
+) -> list[int]:
+    """New attempts and their assignments for the admissions whose job is still as the snapshot saw it (the
+    rows are locked); returns the attempts' ids."""
+    placements: list[tuple[Attempt, m.Admission]] = []
+    by_state: dict[str, list[int]] = {}
+    for admission in admissions:
+        pk = int(admission.job)
+        seen = index.waiting.get(pk)
+        if seen is None or rows.get(pk) != seen[:2]:
+            continue
+        state, number = seen[0], seen[1] + 1
+        by_state.setdefault(state, []).append(pk)
+        attempt = Attempt(
+            job_id=pk,
+            number=number,
+            cluster_id=index.clusters[admission.cluster],
+            flavor=admission.flavor,
+            cost_per_hour=Decimal(str(round(admission.cost_per_hour, 4))),
+            borrowing=admission.borrowing,
+            backfilled=admission.backfilled,
+            admitted_at=now,
+        )
+        placements.append((attempt, admission))
+        where = admission.cluster + (", borrowing quota" if admission.borrowing else "")
+        events.append(
+            lifecycle.event(
+                pk,
+                state,
+                S.ADMITTED,
+                "admitted",
+                f"Placed on {where} ({admission.flavor}).",
+                attempt=number,
+                at=now,
+                detail={"nodes": sorted({a.node for a in admission.assignments})},
+            )
+        )
+    Attempt.objects.bulk_create([attempt for attempt, _ in placements], batch_size=2000)
+    Assignment.objects.bulk_create(
+        [
+            Assignment(
+                attempt_id=attempt.pk,
+                node_id=index.nodes[a.node],
+                workers=a.workers,
+                accelerators=[list(x) for x in a.accels],
+                cpu=a.cpu,
+                memory=a.memory,
+            )
+            for attempt, admission in placements
+            for a in admission.assignments
+        ],
+        batch_size=2000,
+    )
+    for state, pks in by_state.items():
+        for chunk in _chunks(pks, 5000):
+            # Every job of one state had the attempt number the snapshot saw (rows are locked): +1.
+            Job.objects.filter(pk__in=chunk, state=state).update(
+                state=S.ADMITTED,
+                state_changed_at=now,
+                attempt=F("attempt") + 1,
+                not_before=None,
+                pending_reason="",
+                pending_message="",
+                queue_position=None,
+                estimated_start=None,
+            )
+    return [attempt.pk for attempt, _ in placements]
+
+
+def _preempt(
+    index: Index,
+    preemptions: tuple[m.Preemption, ...],
+    rows: dict[int, tuple[str, int]],
+    now: datetime,
+    events: list[JobEvent],
+) -> list[int]:
+    """Tell the victims still as the snapshot saw them to stop within their grace; returns their job ids."""
+    preempted = []
+    for preemption in preemptions:
+        pk = int(preemption.workload)
+        current = rows.get(pk)
+        if current is None or current != index.placed.get(pk) or current[0] == S.PREEMPTING:
+            continue
+        state, number = current
+        deadline = now + timedelta(seconds=preemption.grace_seconds)
+        Job.objects.filter(pk=pk, state=state).update(state=S.PREEMPTING, state_changed_at=now)
+        Attempt.objects.filter(job_id=pk, number=number, outcome=Attempt.Outcome.ACTIVE).update(stop_deadline=deadline)
+        events.append(
+            lifecycle.event(
+                pk,
+                state,
+                S.PREEMPTING,
+                f"preempted_{preemption.reason}",
+                f"{preemption.message} It has {preemption.grace_seconds} s to checkpoint and exit.",
+                attempt=number,
+                at=now,
+                detail={"preemptor": preemption.preemptor, "deadline": deadline.isoformat()},
+            )
+        )
+        preempted.append(pk)
+    return preempted
+
+
+def _chunks(items: list[int], size: int) -> list[list[int]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def _tell_clusters(attempt_ids: list[int], preempted: list[int]) -> None:
+    for chunk in _chunks(attempt_ids, 200):
+        enqueue.send("scheduler.tasks.dispatch_attempts", chunk)
+    for job_id in preempted:
+        enqueue.send("scheduler.tasks.signal_preemption", job_id)
+
+
+def write_pending(index: Index, pending: tuple[m.Pending, ...]) -> int:
+    """Store each waiting job's reason, queue position and estimated start, where they changed; only for jobs
+    still waiting. Returns how many rows were written."""
+    rows = []
+    for p in pending:
+        pk = int(p.job)
+        seen = index.waiting.get(pk)
+        if seen is None:
+            continue
+        estimate = datetime.fromtimestamp(p.estimated_start, UTC) if p.estimated_start else None
+        fresh = (str(p.reason), p.message, p.position, estimate)
+        old = seen[2]
+        if old[:3] == fresh[:3] and _same_minute(old[3], estimate):
+            continue
+        rows.append((pk, *fresh))
+    if not rows:
+        return 0
+    if connection.vendor == "postgresql":
+        _write_pending_postgresql(rows)
+    else:
+        fields = ("pending_reason", "pending_message", "queue_position", "estimated_start")
+        jobs = [Job(pk=r[0], **dict(zip(fields, r[1:], strict=True))) for r in rows]
+        with transaction.atomic():
+            Job.objects.bulk_update(jobs, fields, batch_size=500)
+    return len(rows)
+
+
+def _same_minute(a: datetime | None, b: datetime | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return abs((a - b).total_seconds()) < 60
+
+
+def _write_pending_postgresql(rows: list[tuple[Any, ...]]) -> None:
+    """One UPDATE from the staged rows, for tens of thousands of jobs."""
+    table = Job._meta.db_table
+    columns = (("id", "bigint"), ("reason", "text"), ("message", "text"), ("position", "integer"),
+               ("estimate", "timestamptz"))  # fmt: skip
+    with transaction.atomic(), connection.cursor() as cursor, staged(cursor, "job_pending", columns, rows):
+        cursor.execute(
+            f"UPDATE {table} j SET pending_reason = p.reason, pending_message = p.message,"  # noqa: S608
+            " queue_position = p.position, estimated_start = p.estimate"
+            " FROM job_pending p WHERE j.id = p.id AND j.state IN (%s, %s)",
+            [str(s) for s in WAITING],
+        )
+
+
+__all__ = ["CycleReport", "Hooks", "apply", "run_all", "run_cycle", "write_pending"]

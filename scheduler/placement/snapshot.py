@@ -1,0 +1,367 @@
+"""The engine's snapshot of one organization, built from the database in a few flat queries.
+
+Names: a cluster is its slug; a node is ``"<cluster slug>/<node name>"`` (node names repeat across
+clusters); a flavor is the accelerator type's name (``"cpu"`` for nodes without accelerators); a queue,
+cohort or tier is its name; a job is its primary key as a string. ``Index`` maps them back to rows.
+
+A node's free capacity is its allocatable capacity less what is in use. What is in use is the larger of
+what the cluster reports and what our own placements hold there: a job just placed is not in the
+cluster's report yet, and the report also counts work we do not know about.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any, cast
+
+from django.db.models import Q
+from django.utils import timezone
+
+from clusters.models import Cluster, Node
+from governance import budgets
+from governance.models import Cohort, MemberLimit, PriorityTier, Queue, Quota
+from scheduler.engine import model as m
+from scheduler.lifecycle import PLACED, WAITING
+from scheduler.models import Assignment, Attempt, Job, LoopState
+from scheduler.placement.prices import prices as price_book
+from tenancy.models import Organization
+
+CPU_FLAVOR = "cpu"  # the flavor of nodes without accelerators
+
+
+@dataclass(slots=True)
+class Index:
+    """From the snapshot's names back to rows, and what the loop read (for compare-and-set)."""
+
+    generation: int
+    clusters: dict[str, int] = field(default_factory=dict)  # slug -> pk
+    nodes: dict[str, int] = field(default_factory=dict)  # "slug/name" -> pk
+    #: Waiting jobs: pk -> (state, attempt, (pending_reason, message, position, estimated_start)).
+    waiting: dict[int, tuple[str, int, tuple[Any, ...]]] = field(default_factory=dict)
+    #: Placed jobs: pk -> (state, attempt).
+    placed: dict[int, tuple[str, int]] = field(default_factory=dict)
+    grace: dict[str, int] = field(default_factory=dict)  # tier name -> grace seconds
+
+
+def _ts(value: datetime | None) -> float:
+    return value.timestamp() if value else 0.0
+
+
+def _quotas(rows: list[dict[str, Any]]) -> m.Quotas:
+    def units(value: Decimal | None, resource: str) -> int | None:
+        return None if value is None else int(value * Quota.ENGINE_UNITS[resource])
+
+    return {
+        (row["flavor__name"], row["resource"]): m.Quota(
+            units(row["nominal"], row["resource"]) or 0,
+            units(row["borrowing_limit"], row["resource"]),
+            units(row["lending_limit"], row["resource"]),
+        )
+        for row in rows
+    }
+
+
+def _free(accelerators: int, ours: dict[int, int], foreign: int) -> tuple[int, ...]:
+    """Free milli per accelerator: ours by index, then ``foreign`` whole ones taken from the top."""
+    free = [1000] * accelerators
+    for index, milli in ours.items():
+        if 0 <= index < accelerators:
+            free[index] = max(0, free[index] - milli)
+    for index in reversed(range(accelerators)):
+        if foreign <= 0:
+            break
+        if free[index] == 1000:
+            free[index] = 0
+            foreign -= 1
+    return tuple(free)
+
+
+def build(organization: Organization, now: datetime | None = None, config: m.Config | None = None) -> tuple[
+    m.Snapshot, Index
+]:  # fmt: skip
+    """The snapshot of ``organization`` at ``now`` and the index to apply its decisions with."""
+    now = now or timezone.now()
+    state, _ = LoopState.objects.get_or_create(organization=organization)
+    index = Index(generation=state.generation)
+    placed = _placed_assignments(organization)
+    clusters, nodes, every_flavor = fleet(organization, index, placed)
+    tiers, cohorts, queues = governance(organization, every_flavor, index)
+    running = _running(organization, tiers, index, placed)
+    hard_budgets = budgets.snapshot_budgets(organization.pk, now)
+    pending = _pending(organization, now, index, hard_budgets)
+    limits = MemberLimit.objects.filter(team__organization=organization).values_list("team", "user", "accelerators")
+    member_limits = {owner(team, user): int(amount * 1000) for team, user, amount in limits}
+    snapshot = m.Snapshot(
+        now=now.timestamp(),
+        clusters=clusters,
+        nodes=nodes,
+        tiers=tiers,
+        cohorts=cohorts,
+        queues=queues,
+        running=running,
+        pending=pending,
+        config=config or m.Config(),
+        member_limits=member_limits,
+        budgets=hard_budgets,
+    )
+    return snapshot, index
+
+
+def owner(team_id: int, user_id: int | None) -> str:
+    """The engine's name for a member of a team (per-member limits): ``"<team pk>:<user pk>"``."""
+    return f"{team_id}:{user_id}"
+
+
+def _placed_assignments(organization: Organization) -> list[dict[str, Any]]:
+    """What our placed jobs hold, node by node: read once, for the nodes' free capacity and the running work."""
+    live = Q(attempt__job__state__in=PLACED, attempt__outcome=Attempt.Outcome.ACTIVE)
+    rows = Assignment.objects.filter(live, attempt__cluster__organization=organization).values(
+        "attempt_id", "node_id", "node__name", "attempt__cluster__slug", "workers", "accelerators", "cpu", "memory"
+    )
+    return cast(list[dict[str, Any]], list(rows))
+
+
+def fleet(organization: Organization, index: Index, placed: list[dict[str, Any]] | None = None) -> tuple[
+    tuple[m.Cluster, ...], tuple[m.Node, ...], tuple[str, ...]
+]:  # fmt: skip
+    """The clusters and nodes of ``organization`` with what is free on each after ``placed`` (everything, when
+    None: the idle fleet), and every flavor in the default fallback order: the cheapest first, CPU-only last."""
+    idle = placed is None
+    clusters = list(
+        Cluster.objects.filter(organization=organization)
+        .exclude(status=Cluster.Status.DISABLED)
+        .values("pk", "slug", "kind", "region", "levels", "preference", "status", "options")
+    )
+    by_pk = {c["pk"]: c for c in clusters}
+    index.clusters = {c["slug"]: c["pk"] for c in clusters}
+
+    # Our placements, per node: (accelerator index -> milli), cpu, memory.
+    held_accel: dict[int, dict[int, int]] = defaultdict(dict)
+    held: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    for a in placed or ():
+        for i, milli in a["accelerators"]:
+            held_accel[a["node_id"]][i] = held_accel[a["node_id"]].get(i, 0) + milli
+        held[a["node_id"]][0] += a["cpu"]
+        held[a["node_id"]][1] += a["memory"]
+
+    flavors_seen: dict[str, float] = {}
+    prices = price_book(organization.pk, timezone.now().astimezone(UTC).date())
+    nodes = []
+    for n in (
+        Node.objects.filter(cluster_id__in=by_pk, present=True)
+        .values(
+            "pk", "name", "cluster_id", "accelerator_id", "accelerator__name", "labels", "accelerators_allocatable",
+            "cpu_allocatable",
+            "memory_allocatable", "accelerators_used", "cpu_used", "memory_used", "topology", "state", "ready",
+            "healthy",
+        )
+        .order_by("cluster_id", "name")
+    ):  # fmt: skip
+        cluster = by_pk[n["cluster_id"]]
+        flavor = n["accelerator__name"] or CPU_FLAVOR
+        price = prices.of(n["cluster_id"], n["accelerator_id"], n["labels"] or {}, cluster["kind"], cluster["options"])
+        flavors_seen.setdefault(flavor, price)
+        name = f"{cluster['slug']}/{n['name']}"
+        index.nodes[name] = n["pk"]
+        count, cpu, memory = n["accelerators_allocatable"], n["cpu_allocatable"], n["memory_allocatable"]
+        if idle:
+            accel_free, cpu_free, memory_free = (1000,) * count, cpu, memory
+        else:
+            mine = held_accel.get(n["pk"], {})
+            our_cpu, our_memory = held.get(n["pk"], (0, 0))
+            foreign = max(0, n["accelerators_used"] - sum(1 for milli in mine.values() if milli > 0))
+            accel_free = _free(count, mine, foreign)
+            cpu_free = max(0, cpu - max(n["cpu_used"], our_cpu))
+            memory_free = max(0, memory - max(n["memory_used"], our_memory))
+        nodes.append(
+            m.Node(
+                name=name,
+                cluster=cluster["slug"],
+                flavor=flavor,
+                accel_free=accel_free,
+                cpu_free=cpu_free,
+                memory_free=memory_free,
+                cpu_capacity=cpu,
+                memory_capacity=memory,
+                topology=tuple(str(n["topology"].get(level, "")) for level in cluster["levels"]),
+                healthy=idle or (n["healthy"] and n["ready"]),
+                schedulable=idle
+                or (n["state"] == Node.State.SCHEDULABLE and cluster["status"] != Cluster.Status.UNREACHABLE),
+                price_per_accel_hour=price,
+            )
+        )
+    every_flavor = tuple(sorted(flavors_seen, key=lambda f: (f == CPU_FLAVOR, flavors_seen[f], f)))
+    engine_clusters = tuple(m.Cluster(c["slug"], c["region"], tuple(c["levels"]), c["preference"]) for c in clusters)
+    return engine_clusters, tuple(nodes), every_flavor
+
+
+def governance(organization: Organization, every_flavor: tuple[str, ...], index: Index) -> tuple[
+    tuple[m.Tier, ...], tuple[m.Cohort, ...], tuple[m.Queue, ...]
+]:  # fmt: skip
+    """Priority tiers, the cohort tree and the queues with their quotas."""
+    tiers = []
+    for t in PriorityTier.objects.filter(organization=organization).values(
+        "name", "value", "preemptible", "grace_seconds"
+    ):
+        tiers.append(m.Tier(t["name"], t["value"], t["preemptible"], t["grace_seconds"]))
+        index.grace[t["name"]] = t["grace_seconds"]
+
+    quota_fields = ("flavor__name", "resource", "nominal", "borrowing_limit", "lending_limit")
+    cohort_quotas: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    queue_quotas: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for q in Quota.objects.filter(flavor__organization=organization).values("queue_id", "cohort_id", *quota_fields):
+        (queue_quotas[q["queue_id"]] if q["queue_id"] else cohort_quotas[q["cohort_id"]]).append(q)
+    cohort_rows = list(Cohort.objects.filter(organization=organization).values("pk", "name", "parent__name"))
+    cohorts = [m.Cohort(c["name"], c["parent__name"], _quotas(cohort_quotas[c["pk"]])) for c in cohort_rows]
+    rows = list(
+        Queue.objects.filter(team__organization=organization).values(
+            "pk", "name", "team_id", "project_id", "cohort__name", "flavor_order", "within_queue", "reclaim", "weight"
+        )
+    )
+    # A team whose projects have queues of their own is a cohort holding the team's quota (``quotas.py``).
+    split = {q["team_id"] for q in rows if q["project_id"] is not None}
+    team_cohort: dict[int, str] = {}
+    for q in rows:
+        if q["project_id"] is None and q["team_id"] in split:
+            # Its queues below bring the team's quota; the cohort keeps the team's borrowing and lending limits.
+            name = team_cohort[q["team_id"]] = f"team {q['name']}"
+            limits = [{**r, "nominal": Decimal(0)} for r in queue_quotas[q["pk"]]]
+            cohorts.append(m.Cohort(name, q["cohort__name"], _quotas(limits)))
+    given: dict[tuple[int, str, str], Decimal] = defaultdict(Decimal)  # what a team gave its projects
+    for q in rows:
+        if q["project_id"] is not None and q["team_id"] in team_cohort:
+            for quota in queue_quotas[q["pk"]]:
+                given[(q["team_id"], quota["flavor__name"], quota["resource"])] += quota["nominal"]
+    queues = []
+    for q in rows:
+        quota_rows = queue_quotas[q["pk"]]
+        cohort = q["cohort__name"]
+        if q["team_id"] in team_cohort:
+            cohort = team_cohort[q["team_id"]]
+            if q["project_id"] is None:  # the team's own queue keeps what its projects were not given
+                quota_rows = [
+                    {**r, "nominal": max(Decimal(0), r["nominal"] - given[(q["team_id"], r["flavor__name"],
+                                                                          r["resource"])]),
+                     "borrowing_limit": None, "lending_limit": None}
+                    for r in quota_rows
+                ]  # fmt: skip
+        queues.append(
+            m.Queue(
+                q["name"],
+                cohort,
+                _quotas(quota_rows),
+                tuple(q["flavor_order"]) or every_flavor,
+                m.WithinQueue(q["within_queue"]),
+                m.Reclaim(q["reclaim"]),
+                q["weight"],
+            )
+        )
+    return tuple(tiers), tuple(cohorts), tuple(queues)
+
+
+def _running(
+    organization: Organization, tiers: tuple[m.Tier, ...], index: Index, placed: list[dict[str, Any]]
+) -> tuple[m.Workload, ...]:
+    preemptible_tier = {t.name: t.preemptible for t in tiers}
+    assignments: dict[int, list[m.Assignment]] = defaultdict(list)
+    for x in placed:
+        assignments[x["attempt_id"]].append(
+            m.Assignment(
+                f"{x['attempt__cluster__slug']}/{x['node__name']}",
+                x["workers"],
+                tuple((int(i), int(milli)) for i, milli in x["accelerators"]),
+                x["cpu"],
+                x["memory"],
+            )
+        )
+    running = []
+    for a in (
+        Attempt.objects.filter(job__team__organization=organization, job__state__in=PLACED, outcome="active")
+        .values(
+            "pk", "job_id", "number", "job__attempt", "job__state", "job__queue__name", "job__tier__name",
+            "cluster__slug", "flavor", "admitted_at", "job__time_limit", "job__submitted_at", "job__preemptible",
+            "job__team_id", "job__submitted_by_id",
+        )
+        .order_by("job_id")
+    ):  # fmt: skip
+        if a["number"] != a["job__attempt"]:
+            continue  # an earlier attempt that was not closed: it holds nothing the engine should count
+        index.placed[a["job_id"]] = (a["job__state"], a["number"])
+        running.append(
+            m.Workload(
+                id=str(a["job_id"]),
+                queue=a["job__queue__name"],
+                tier=a["job__tier__name"],
+                cluster=a["cluster__slug"],
+                flavor=a["flavor"],
+                assignments=tuple(assignments.get(a["pk"], ())),
+                admitted_at=_ts(a["admitted_at"]),
+                time_limit=a["job__time_limit"],
+                submitted_at=_ts(a["job__submitted_at"]),
+                preemptible=a["job__preemptible"] and preemptible_tier.get(a["job__tier__name"], True),
+                evicting=a["job__state"] == Job.State.PREEMPTING,
+                owner=owner(a["job__team_id"], a["job__submitted_by_id"]),
+            )
+        )
+    return tuple(running)
+
+
+def _pending(
+    organization: Organization, now: datetime, index: Index, hard_budgets: dict[str, m.Budget]
+) -> tuple[m.Job, ...]:
+    allowed_clusters: dict[int, list[str]] = defaultdict(list)
+    for job_id, slug in Job.clusters.through.objects.filter(
+        job__team__organization=organization, job__state__in=WAITING
+    ).values_list("job_id", "cluster__slug"):
+        allowed_clusters[job_id].append(slug)
+    pending = []
+    for j in (
+        Job.objects.filter(team__organization=organization, state__in=WAITING)
+        .filter(Q(not_before=None) | Q(not_before__lte=now))
+        .values(
+            "pk", "state", "attempt", "queue__name", "tier__name", "submitted_at", "workers", "accelerators",
+            "accelerator_milli", "cpu", "memory", "accelerator_types", "regions", "topology_level", "topology_mode",
+            "time_limit", "max_price_per_hour", "preemptible", "pending_reason", "pending_message", "queue_position",
+            "estimated_start", "team_id", "project_id", "submitted_by_id",
+        )
+        .order_by("submitted_at", "pk")
+    ):  # fmt: skip
+        index.waiting[j["pk"]] = (
+            j["state"],
+            j["attempt"],
+            (j["pending_reason"], j["pending_message"], j["queue_position"], j["estimated_start"]),
+        )
+        j["clusters"] = allowed_clusters.get(j["pk"], ())
+        if hard_budgets:
+            j["budgets"] = budgets.charged_to(hard_budgets, j["team_id"], j["project_id"])
+        pending.append(engine_job(j))
+    return tuple(pending)
+
+
+def engine_job(j: dict[str, Any]) -> m.Job:
+    """The engine's view of a job from its field values (a ``values()`` row, or a request being checked)."""
+    level = j["topology_level"]
+    price = j["max_price_per_hour"]
+    return m.Job(
+        id=str(j.get("pk") or "new"),
+        queue=j["queue__name"],
+        tier=j["tier__name"],
+        submitted_at=_ts(j["submitted_at"]),
+        workers=j["workers"],
+        accelerators=j["accelerators"],
+        accel_milli=j["accelerator_milli"],
+        cpu=j["cpu"],
+        memory=j["memory"],
+        flavors=tuple(j["accelerator_types"]),
+        clusters=tuple(sorted(j["clusters"])),
+        regions=tuple(j["regions"]),
+        topology=m.Topology(level, m.TopologyMode(j["topology_mode"])) if level else None,
+        time_limit=j["time_limit"],
+        max_price_per_hour=float(price) if price is not None else None,
+        preemptible=j["preemptible"],
+        owner=owner(j["team_id"], j["submitted_by_id"]) if "team_id" in j else "",
+        budgets=j.get("budgets", ()),
+    )

@@ -1,0 +1,1 @@
+"""Job pages: views, forms and URLs."""

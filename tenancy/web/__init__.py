@@ -1,0 +1,1 @@
+"""Tenancy's pages: sign-in, home, teams, identity, tokens, the audit log."""
