@@ -1,4 +1,4 @@
-"""A job's states and the only moves between them (PRODUCT.md "Jobs: states").
+"""A job's states and the only moves between them (docs/architecture.md §Job states).
 
     pending -> admitted -> placing -> running -> succeeded | failed | cancelled
     running/placing/admitted -> preempting -> requeued          (graceful preemption)
