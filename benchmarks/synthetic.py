@@ -344,7 +344,8 @@ def _quota_tree(capacity: dict[str, tuple[int, int, int]]) -> tuple[tuple[Cohort
 
 
 class QuotaLedger:
-    """Kueue's hierarchical quota arithmetic (SCHEDULING.md §2), to keep generated workloads within quota.
+    """Kueue's hierarchical quota arithmetic (docs/scheduling.md §Quotas and borrowing), to keep generated
+    workloads within quota.
 
     Tree nodes are ``("cohort", name)`` or ``("queue", name)``; quota keys are (flavor, resource). For each
     tree node and key the ledger keeps ``[subtree quota, local (unlendable) quota, borrowing limit, usage]``,

@@ -1,1 +1,1 @@
-"""Price book, metering, cost attribution, reports and forecasts (added by the billing issue)."""
+"""Price book, metering, cost attribution, reports and forecasts."""

@@ -1,1 +1,1 @@
-"""Clusters, nodes, flavors, health and the backends for each kind of cluster (added by the clusters issue)."""
+"""Clusters, nodes, flavors, health and the backends for each kind of cluster."""

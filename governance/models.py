@@ -31,7 +31,8 @@ class OrgTenancy(TenancyRules):
 
 
 class Cohort(models.Model):
-    """A node of the quota tree: queues under one cohort lend each other unused quota (SCHEDULING.md §4)."""
+    """A node of the quota tree: queues under one cohort lend each other unused quota (docs/scheduling.md
+    §Quotas and borrowing)."""
 
     organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="cohorts")
     name = models.CharField(max_length=80)

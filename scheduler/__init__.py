@@ -1,1 +1,1 @@
-"""Jobs, queues, cohorts, quotas and the placement engine (added by the engine and jobs issues)."""
+"""Jobs, queues, cohorts, quotas and the placement engine."""

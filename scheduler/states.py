@@ -1,4 +1,5 @@
-"""A job's states, the moves between them and the sets the rest of the code asks about.
+"""A job's states, the moves between them and the sets the rest of the code asks about (docs/architecture.md
+§Job states).
 
     pending -> admitted -> placing -> running -> succeeded | failed | cancelled
     running/placing/admitted -> preempting -> requeued          (graceful preemption)

@@ -1,4 +1,4 @@
-"""Backfill with reservations (Slurm's backfill scheduler, SCHEDULING.md §6).
+"""Backfill with reservations (Slurm's backfill scheduler, docs/scheduling.md §Backfill and reservations).
 
 When a job that its quota allows cannot start for lack of free nodes, we find the earliest time its
 placement fits, assuming running work ends at its time limit, and *reserve* that capacity from then on.

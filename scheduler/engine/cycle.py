@@ -1,6 +1,6 @@
 """One scheduling cycle: order the pending jobs, then admit, preempt, reserve or explain each in turn.
 
-The shape follows Kueue's cycle (SCHEDULING.md §1) with Armada's and Slurm's ideas where they are better:
+The shape follows Kueue's cycle (docs/scheduling.md §The cycle) with Armada's and Slurm's ideas where they are better:
 
 1. Build state from the snapshot: quota usage of the cohort tree, nodes as arrays, the backfill timeline.
    Then give back quota that was lowered below usage (``over_quota.py``): preempt, gracefully, what a queue
@@ -12,14 +12,15 @@ The shape follows Kueue's cycle (SCHEDULING.md §1) with Armada's and Slurm's id
    *Choice*: Kueue's fair-sharing tournament puts fairness before priority; we put the tier first, like
    Armada's priority classes, because tiers are the organisation's explicit statement of urgency and
    fair sharing is how equals divide what is left.
-3. For each job, walk its queue's flavor fallbacks (§3): a flavor whose quota fits and whose capacity is
-   free admits the job, preferring no borrowing; otherwise try preemption on the flavors in order (§5);
-   otherwise, if quota allows it but nodes are busy, reserve its future capacity (§6); otherwise pending
-   with the reason of the first flavor.
-4. Failures are remembered (§9, Armada's scheduling keys, with dominance): within a cycle capacity only
-   shrinks, usage only grows and reservations only add up, so a job like one that failed, asking at
-   least as much CPU, memory and time, fails too. Two levels: per (queue, tier, shape, constraints) for
-   the whole verdict, and per (flavor, shape, constraints) for "no room", shared by every queue.
+3. For each job, walk its queue's flavor fallbacks (§Flavors and routing): a flavor whose quota fits and
+   whose capacity is free admits the job, preferring no borrowing; otherwise try preemption on the flavors
+   in order (§Tiers and preemption); otherwise, if quota allows it but nodes are busy, reserve its future
+   capacity (§Backfill and reservations); otherwise pending with the reason of the first flavor.
+4. Failures are remembered (§Bounded work and speed; Armada's scheduling keys, with dominance): within a
+   cycle capacity only shrinks, usage only grows and reservations only add up, so a job like one that
+   failed, asking at least as much CPU, memory and time, fails too. Two levels: per (queue, tier, shape,
+   constraints) for the whole verdict, and per (flavor, shape, constraints) for "no room", shared by every
+   queue.
 5. Bounded work: ``max_jobs_per_cycle`` jobs are examined, ``max_admissions_per_cycle`` admitted,
    ``preemption_attempts`` victim searches run,
    ``reservations`` and ``estimates`` backfill searches; the rest waits for the next cycle.

@@ -1,4 +1,5 @@
-"""Fragmentation-aware packing of single-node jobs (FGD, Weng et al., USENIX ATC '23; SCHEDULING.md §8).
+"""Fragmentation-aware packing of single-node jobs (FGD, Weng et al., USENIX ATC '23; docs/scheduling.md
+§Fragmentation-aware packing).
 
 A node's fragmentation, for a workload mix M of request shapes with popularities p_m, is
 ``F = Σ_m p_m · frag_m`` where ``frag_m`` counts the free accelerator milli that shape m cannot use:

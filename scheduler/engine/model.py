@@ -43,7 +43,7 @@ class Reclaim(StrEnum):
     NEVER = "never"
     LOWER_PRIORITY = "lower_priority"  # classical: only borrowed work of a lower priority
     ANY = "any"  # classical: any borrowed work, whatever its priority
-    FAIR_SHARING = "fair_sharing"  # by dominant resource share (SCHEDULING.md §5)
+    FAIR_SHARING = "fair_sharing"  # by dominant resource share (docs/scheduling.md §Fair sharing)
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +242,8 @@ class Budget:
 @dataclass(frozen=True, slots=True)
 class Config:
     fair_sharing: bool = True
-    #: Plan start times for blocked jobs and keep lower-priority jobs off their capacity (SCHEDULING.md §6).
+    #: Plan start times for blocked jobs and keep lower-priority jobs off their capacity (docs/scheduling.md
+    #: §Backfill and reservations).
     backfill: bool = True
     #: How many blocked jobs get a reservation each cycle (Slurm's bf_max_job_test, much smaller).
     reservations: int = 16

@@ -1,4 +1,5 @@
-"""The fleet as numpy arrays (struct of arrays, SCHEDULING.md §9), mutated as the cycle places jobs.
+"""The fleet as numpy arrays (struct of arrays, docs/scheduling.md §Bounded work and speed), mutated as the
+cycle places jobs.
 
 One row per node, sorted by (cluster, name) so that ties between equal nodes always break the same way.
 Accelerators are a 2-D array of free milli per accelerator, padded with 0 for nodes with fewer of them

@@ -1,9 +1,10 @@
-"""Giving back quota that was lowered below usage (issue 7): the first phase of every cycle.
+"""Giving back quota that was lowered below usage: the first phase of every cycle (docs/scheduling.md
+§Quota lowered below usage).
 
 Team leads and admins may lower a queue's or a cohort's quota while the queue uses more. A tree node then
 holds more than it ever could: ``usage > potential`` in some governed (flavor, resource) column, where the
 potential folds in the nominal quota, the borrowing limit and what the parent could give (at the root, the
-subtree quota; SCHEDULING.md §2). The preemptor only acts for a pending job, so with nobody waiting the node
+subtree quota; §Quotas and borrowing). The preemptor only acts for a pending job, so with nobody waiting the node
 would stay over for ever. Before any pending job is considered, this phase preempts, gracefully, until no
 node is over.
 
@@ -31,12 +32,12 @@ Choices:
   node and every node between it and the victim's queue stay within their potential; borrowed work is
   never given back while work within its nominal quota stays chosen.
   *Choice*: the tier comes before recency, as everywhere else in the engine (tiers are the organisation's
-  statement of urgency); among the jobs of a tier, the newest borrowed work goes first, as issue 7 asks.
+  statement of urgency); among the jobs of a tier, the newest borrowed work goes first.
 - *Non-preemptible work is never chosen.* If only such work remains, the node stays over until that work
   ends; meanwhile nothing new is admitted there (``available`` is 0), so usage only falls.
 - *Every queue*, whatever its ``reclaim`` policy, ``Reclaim.NEVER`` included: that policy says how a
   queue's pending jobs take capacity back from other queues; here the tree itself no longer has the
-  capacity, and issue 7 requires that usage never stays above quota once reclaim finishes.
+  capacity, and usage must never stay above quota once reclaim finishes.
 - *No victim cap.* ``Config.max_victims`` bounds the disruption worth one pending job's start; here the
   lowered quota demands the disruption, and a cap would only spread the same preemptions over several
   cycles while the node stays over. The work is bounded by the running work of the over subtrees, a few

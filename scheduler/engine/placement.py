@@ -1,4 +1,5 @@
-"""Where a job's workers go inside one cluster: fit, topology, packing (SCHEDULING.md §7-8).
+"""Where a job's workers go inside one cluster: fit, topology, packing (docs/scheduling.md §Gangs and
+topology, §Fragmentation-aware packing).
 
 - A single worker goes to the node where it raises fragmentation least (FGD), or to the tightest
   node (best fit) when no workload mix is known.
@@ -52,7 +53,8 @@ def worker_fits(state: FreeState, rows: IntArray, shape: Shape) -> IntArray:
 
 
 def held_fits(holds: Holds, rows: IntArray, shape: Shape, end: float, fits: IntArray) -> IntArray:
-    """Limit ``fits`` on nodes whose reservation starts before the job would end (backfill, §6)."""
+    """Limit ``fits`` on nodes whose reservation starts before the job would end (docs/scheduling.md
+    §Backfill and reservations)."""
     late = end > holds.start[rows]
     if not late.any():
         return fits

@@ -1,4 +1,4 @@
-"""Choosing victims so that a pending job can start (SCHEDULING.md §5).
+"""Choosing victims so that a pending job can start (docs/scheduling.md §Tiers and preemption).
 
 Candidates, per the preemptor's queue policy:
 - its own queue's running jobs that ``within_queue`` allows (lower priority; or also equal priority

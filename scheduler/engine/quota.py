@@ -1,4 +1,5 @@
-"""Hierarchical quota with borrowing and lending: Kueue's cohort-tree arithmetic (SCHEDULING.md §2).
+"""Hierarchical quota with borrowing and lending: Kueue's cohort-tree arithmetic (docs/scheduling.md
+§Quotas and borrowing).
 
 Each tree node (a team queue or a cohort) holds, per (flavor, resource), a nominal quota and optional
 borrowing and lending limits. A node's *subtree quota* is what it and its children bring to the tree;

@@ -1,11 +1,11 @@
-"""An independent checker of the engine's guarantees (SCHEDULING.md §10).
+"""An independent checker of the engine's guarantees (docs/scheduling.md §Guarantees).
 
 ``check(snapshot, decisions)`` replays a cycle's decisions step by step, in ``decisions.order``: for each
 job, its preemptions (those it is the preemptor of), then its admission, then its reservation; it raises
 ``AssertionError`` with a precise message at the first broken guarantee. It imports nothing from the
 engine but its data model, so it cannot share the engine's mistakes.
 
-What the replay assumes (SCHEDULING.md §5, §6):
+What the replay assumes (docs/scheduling.md §Tiers and preemption, §Backfill and reservations):
 - a victim keeps running through its grace period, so a preemption frees neither quota nor capacity in
   the cycle that issues it: only admissions change usage and free capacity;
 - every (flavor, resource) that an admission touches must keep its limits. The input may already break a
@@ -53,12 +53,12 @@ TOLERANCE = 1e-6
 
 
 def check(snapshot: Snapshot, decisions: Decisions, *, reclaim_now: bool = False, literal_quota: bool = False) -> None:
-    """Raise ``AssertionError`` at the first decision of the cycle that breaks a §10 guarantee.
+    """Raise ``AssertionError`` at the first decision of the cycle that breaks one of the guarantees.
 
     Checked: every pending job decided exactly once, in one cluster; shapes (workers, accelerators per
     worker, CPU, memory), node health, flavor, cluster, region, price and cost; capacity of every accelerator
-    and node; quota of the queue and each cohort up to the root (§2); required topology (§7); victims'
-    policy, tiers and queues (§5); reservations held against later admissions (§6); and that each preemptor
+    and node; quota of the queue and each cohort up to the root; required topology; victims'
+    policy, tiers and queues; reservations held against later admissions; and that each preemptor
     fits once its victims are gone.
 
     ``reclaim_now``: a cross-queue victim's queue must be over nominal at decision time, counting every

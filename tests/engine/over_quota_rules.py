@@ -1,8 +1,8 @@
-"""The over-quota rules of the invariant checker (issue 7: quota lowered below usage).
+"""The over-quota rules of the invariant checker (docs/scheduling.md §Quota lowered below usage).
 
 A preemption with no preemptor (reason ``over_quota``) gives back what a queue or cohort holds beyond its
-potential (SCHEDULING.md §2: the most the node could ever use). Checked as the replay starts, before any
-job, in the order the victims are listed:
+potential (docs/scheduling.md §Quotas and borrowing: the most the node could ever use). Checked as the replay
+starts, before any job, in the order the victims are listed:
 - each victim is running, not evicting, not preempted twice, preemptible (tier and job), and gets its
   tier's grace period;
 - each is needed: with the evicting work and the victims listed before it gone, some tree node on its

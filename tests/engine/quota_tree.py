@@ -1,4 +1,5 @@
-"""Kueue's hierarchical quota (SCHEDULING.md §2), recomputed from scratch for the invariant checker.
+"""Kueue's hierarchical quota (docs/scheduling.md §Quotas and borrowing), recomputed from scratch for the
+invariant checker.
 
 Written independently of the engine on purpose: the checker must not share a bug with what it checks.
 It only needs usage and limits, never "available" or "potential", because a limit is a plain inequality

@@ -279,9 +279,9 @@ def _running(
 def _lowered(
     draw: st.DrawFn, cohorts: tuple[Cohort, ...], queues: tuple[Queue, ...], running: tuple[Workload, ...]
 ) -> tuple[tuple[Cohort, ...], tuple[Queue, ...]]:
-    """A quota lowered below what runs, as a team lead or an admin may do at any time (issue 7): a queue's
-    accelerator quota in a flavor it uses cut to a fraction of its usage (and now and then its borrowing
-    too), or its cohort's borrowing cut to nothing."""
+    """A quota lowered below what runs, as a team lead or an admin may do at any time (docs/scheduling.md
+    §Quota lowered below usage): a queue's accelerator quota in a flavor it uses cut to a fraction of its
+    usage (and now and then its borrowing too), or its cohort's borrowing cut to nothing."""
     used: dict[tuple[str, str], int] = {}
     for w in running:
         key = (w.queue, w.flavor)

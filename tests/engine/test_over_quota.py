@@ -1,4 +1,4 @@
-"""Quota lowered below usage is given back (issue 7, ``scheduler/engine/over_quota.py``), on hand-made fleets.
+"""Quota lowered below usage is given back (docs/scheduling.md §Quota lowered below usage), on hand-made fleets.
 
 Every cycle here is also replayed by the independent checker (``invariants.check``), whose over-quota rules
 (``over_quota_rules.py``) hold on random snapshots in ``test_properties.py``.

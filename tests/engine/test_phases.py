@@ -94,7 +94,7 @@ def reasons(decisions: object) -> dict[str, PendingReason]:
 
 
 class TestQuotaTree:
-    """Kueue's arithmetic (SCHEDULING.md §2) on a two-queue cohort."""
+    """Kueue's arithmetic (docs/scheduling.md §Quotas and borrowing) on a two-queue cohort."""
 
     def tree(self, lend: int | None = None, borrow: int | None = None) -> QuotaTree:
         a = Queue("a", "org", {("h100", "accelerator"): Quota(8000, borrowing_limit=borrow)})

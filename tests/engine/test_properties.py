@@ -1,4 +1,4 @@
-"""Property tests of the engine against SCHEDULING.md §10, and proof that the checker can fail.
+"""Property tests of the engine against docs/scheduling.md §Guarantees, and proof that the checker can fail.
 
 Every random snapshot is scheduled and the decisions replayed by ``invariants.check``, an independent
 re-implementation of the guarantees. ``TestCheckerCatches`` corrupts a valid hand-built cycle in one way
@@ -436,7 +436,7 @@ def test_the_engine_keeps_the_guarantees_on_the_hand_built_world() -> None:
 
 
 def test_one_victim_is_enough() -> None:
-    """Minimality (§5, §10): two low-priority jobs share the only node; an urgent one-GPU job needs one gone."""
+    """Minimality of the victim set: two low-priority jobs share the only node; an urgent one-GPU job needs one gone."""
     snapshot = Snapshot(
         now=NOW,
         clusters=(Cluster("c0", "eu-west"),),

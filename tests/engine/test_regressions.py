@@ -56,8 +56,8 @@ def test_a_required_level_the_cluster_lacks_refuses_a_single_worker_as_it_refuse
     """A required rack in a cluster without racks: the gang is refused (TOPOLOGY), the single worker was admitted.
 
     ``placement.spread`` returns None for a required level the cluster lacks, but single workers never go
-    through ``spread``. Either both may run or neither; the checker takes the reading of §7 (no domain at the
-    required level, so the requirement cannot be met).
+    through ``spread``. Either both may run or neither; the checker takes the reading of docs/scheduling.md
+    §Gangs and topology (no domain at the required level, so the requirement cannot be met).
     """
     rack = Topology("rack", TopologyMode.REQUIRED)
     snapshot = one_queue(

@@ -1,4 +1,4 @@
-"""The preemption rules of the invariant checker (SCHEDULING.md §5, §10).
+"""The preemption rules of the invariant checker (docs/scheduling.md §Tiers and preemption, §Guarantees).
 
 Checked as the replay reaches each preemptor: every victim passes its queue's policy, cross-queue victims
 come only from queues over their nominal quota, nobody is a victim twice. Checked at the end of the cycle:
@@ -127,7 +127,7 @@ def _check_victim(
 
 
 def _check_fair_share(r: Replay, what: str, job: Job, queue: Queue, victim: Workload, together: list[Workload]) -> None:
-    """§5 fair-sharing preemption: take z only if DRS(preemptor's side with the job) <= DRS(z's side without z).
+    """Fair-sharing preemption: take z only if DRS(preemptor's side with the job) <= DRS(z's side without z).
 
     Checked where the two queues are siblings, so that each side is the queue itself whichever way one reads
     "side" (Kueue compares the children of the lowest common cohort). Generous on both sides: the preemptor's
@@ -164,7 +164,7 @@ def _check_fair_share(r: Replay, what: str, job: Job, queue: Queue, victim: Work
 
 
 def _share(r: Replay, queue: str, delta: dict[Key, int]) -> float:
-    """Dominant resource share (§4) of a queue whose usage changes by ``delta``: the largest, over resources,
+    """Dominant resource share (§Fair sharing) of a queue whose usage changes by ``delta``: the largest, over resources,
     of 1000 x what it borrows (beyond its subtree quota, summed over flavors) / what its parent could lend."""
     node = queue_node(queue)
     parent = r.quota.parent[node]
@@ -233,7 +233,7 @@ def _check_over_nominal(r: Replay, what: str, queue: str, flavor: str, victims: 
 
 
 def check_victims_suffice(r: Replay) -> None:
-    """At the end of the cycle, each preemptor fits once the victims are gone (§5: the victims suffice).
+    """At the end of the cycle, each preemptor fits once the victims are gone (the victims suffice).
 
     A generous test, so that it never blames a sound cycle: every victim of the cycle and every evicting
     workload counts as gone (for quota and capacity), topology and price are ignored, and each preemptor is
