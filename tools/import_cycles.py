@@ -9,6 +9,7 @@ checker, so they cannot make an import order matter.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import cast
 
 import grimp
 from importlinter.domain import fields
@@ -61,10 +62,11 @@ class AcyclicModulesContract(Contract):
 
     def check(self, graph: grimp.ImportGraph, verbose: bool) -> ContractCheck:
         # A graph of its own, without the type checker's imports (the session's graph keeps them for the others).
-        graph = grimp.build_graph(*self.packages, exclude_type_checking_imports=True)  # type: ignore[attr-defined]
+        packages = cast("list[str]", self.packages)
+        graph = grimp.build_graph(*packages, exclude_type_checking_imports=True)
         modules = {
             module
-            for package in self.packages  # type: ignore[attr-defined]
+            for package in packages
             for module in graph.find_descendants(package) | {package}
             if ".migrations" not in module
         }
