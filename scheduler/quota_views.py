@@ -121,10 +121,10 @@ def _chart(rows: list[usage.Row]) -> dict[str, Any]:
 
     return {
         "data": [
-            trace("Used within nominal", [row.within for row in bars], "#2453c7"),
-            trace("Borrowed", [row.borrowed for row in bars], "#f79009"),
-            trace("Nominal", [row.own for row in bars], "#98a2b3"),
-            trace("Pending demand", [row.pending for row in bars], "#7a5af8"),
+            trace("Used within nominal", [row.within for row in bars], "blue"),
+            trace("Borrowed", [row.borrowed for row in bars], "orange"),
+            trace("Nominal", [row.own for row in bars], "grey"),
+            trace("Pending demand", [row.pending for row in bars], "iris"),
         ],
         "layout": {
             "barmode": "group",
@@ -132,10 +132,6 @@ def _chart(rows: list[usage.Row]) -> dict[str, Any]:
             "margin": {"l": 50, "r": 10, "t": 40, "b": 10},
             "xaxis": {"automargin": True},
             "yaxis": {"title": {"text": "accelerators"}, "rangemode": "tozero", "automargin": True},
-            "legend": {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"},
-            "font": {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12},
-            "paper_bgcolor": "#ffffff",
-            "plot_bgcolor": "#ffffff",
         },
     }
 
