@@ -94,18 +94,14 @@ def test_every_page_marks_the_same_link_current_for_every_combination_of_roles()
     before = Template(BEFORE)
     names = [*sorted(url_names()), None]
     assert {"home", "job-new", "job-list", "queue-detail", "price-book", "what-if-detail", "node-detail"} <= set(names)
-    for size in range(len(Role) + 1):
-        for held in itertools.combinations(Role, size):
-            roles = set(held)
-            for superuser in (False, True):
-                for here in names:
-                    request = SimpleNamespace(resolver_match=SimpleNamespace(url_name=here))
-                    context = {
-                        "request": request,
-                        "user": SimpleNamespace(is_superuser=superuser),
-                        "user_roles": sorted(roles),
-                        "is_org_admin": Role.ADMIN in roles,
-                    }
-                    expected = links(before.render(Context(context)))
-                    found = [(link["url"], link["current"], link["label"]) for link in links_for(roles, superuser, here)]
-                    assert found == expected, (held, superuser, here)
+    combinations = [set(held) for size in range(len(Role) + 1) for held in itertools.combinations(Role, size)]
+    for roles, superuser, here in itertools.product(combinations, (False, True), names):
+        context = {
+            "request": SimpleNamespace(resolver_match=SimpleNamespace(url_name=here)),
+            "user": SimpleNamespace(is_superuser=superuser),
+            "user_roles": sorted(roles),
+            "is_org_admin": Role.ADMIN in roles,
+        }
+        expected = links(before.render(Context(context)))
+        found = [(link["url"], link["current"], link["label"]) for link in links_for(roles, superuser, here)]
+        assert found == expected, (roles, superuser, here)
