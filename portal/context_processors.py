@@ -4,6 +4,7 @@ from typing import Any
 
 from django.http import HttpRequest
 
+from portal import navigation as main_navigation
 from tenancy.models import Membership
 from tenancy.scoping import Role
 
@@ -23,5 +24,11 @@ def request_roles(request: HttpRequest) -> set[Role]:
 
 
 def navigation(request: HttpRequest) -> dict[str, Any]:
+    """The user's roles, and the main navigation's links for them (``portal/navigation.py``)."""
     roles = request_roles(request)
-    return {"user_roles": sorted(roles), "is_org_admin": Role.ADMIN in roles}
+    user = request.user
+    links = []
+    if user.is_authenticated:
+        here = getattr(request.resolver_match, "url_name", None)
+        links = main_navigation.links_for(roles, user.is_superuser, here)
+    return {"user_roles": sorted(roles), "is_org_admin": Role.ADMIN in roles, "nav_links": links}

@@ -51,16 +51,6 @@ TOP_JOBS = 10
 TEAM_JOBS = 25
 #: Series a stacked chart draws before the rest are summed as one.
 MOST_SERIES = 10
-PALETTE = ("#2453c7", "#f79009", "#12b76a", "#9e77ed", "#f04438", "#0ba5ec", "#ee46bc", "#667085", "#a6ef67",
-           "#875bf7", "#98a2b3")  # fmt: skip
-CHART_LAYOUT: dict[str, Any] = {
-    "height": 320,
-    "margin": {"l": 60, "r": 10, "t": 40, "b": 10},
-    "legend": {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"},
-    "font": {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12},
-    "paper_bgcolor": "#ffffff",
-    "plot_bgcolor": "#ffffff",
-}
 KINDS = dict(CapacityType.choices)
 
 
@@ -152,9 +142,10 @@ def days_of(month: dt.date) -> list[dt.date]:
 
 
 def stacked_days(days: list[dt.date], series: list[tuple[str, dict[dt.date, int]]], what: str,
-                 ordered: bool = False, colors: Sequence[str] = PALETTE) -> dict[str, Any]:  # fmt: skip
-    """Bars per day, one colour of ``colors`` per series stacked (the largest first, unless ``ordered``), in
-    currency units; no bars at all when every day is zero."""
+                 ordered: bool = False, colors: Sequence[str] = ()) -> dict[str, Any]:  # fmt: skip
+    """Bars per day, one colour per series stacked (the largest first, unless ``ordered``), in currency units; no
+    bars at all when every day is zero. The colours are ``colors`` in turn (names static/js/charts.js knows), else
+    every chart's."""
     if not any(cents for _, values in series for cents in values.values()):
         series = []
     if not ordered:
@@ -169,20 +160,20 @@ def stacked_days(days: list[dt.date], series: list[tuple[str, dict[dt.date, int]
     data = [
         {
             "type": "bar", "name": name, "x": x, "y": [float(money(values.get(day, 0))) for day in days],
-            "marker": {"color": colors[i % len(colors)]},
             "hovertemplate": "%{x|%b %d}: %{y:,.2f}<extra>%{fullData.name}</extra>",
         }
-        for i, (name, values) in enumerate(series)
+        for name, values in series
     ]  # fmt: skip
     span = [f"{days[0]} 00:00", f"{days[-1]} 23:59"]
-    layout = {
-        **CHART_LAYOUT,
+    layout: dict[str, Any] = {
         "barmode": "stack",
         "showlegend": True,
-        "legend": {**CHART_LAYOUT["legend"], "traceorder": "normal"},
+        "legend": {"traceorder": "normal"},
         "xaxis": {"type": "date", "tickformat": "%b %d", "automargin": True, "range": span},
         "yaxis": {"title": {"text": what}, "rangemode": "tozero", "automargin": True, "tickformat": ",.0f"},
     }
+    if colors:
+        layout["colorway"] = list(colors)
     return {"data": data, "layout": layout}
 
 
@@ -238,19 +229,18 @@ def budget_burn(request: AuthenticatedHttpRequest, organization: Organization, m
             {
                 "type": "bar", "orientation": "h", "y": labels, "x": [round(r["percent"], 1) for r in rows],
                 "text": [f"{r['used']} of {r['limit']}" for r in rows], "textposition": "auto",
-                "marker": {"color": ["#b42318" if r["over"] else "#2453c7" for r in rows]},
+                "marker": {"color": ["maroon" if r["over"] else "blue" for r in rows]},
                 "hovertemplate": "%{y}: %{x:.0f}% of the limit (%{text})<extra></extra>", "name": "Used",
             }
         ],
         "layout": {
-            **CHART_LAYOUT,
             "height": 90 + 34 * len(rows),
             "margin": {"l": 10, "r": 20, "t": 30, "b": 40},
             "showlegend": False,
             "xaxis": {"title": {"text": "% of the monthly limit used"}, "rangemode": "tozero", "ticksuffix": "%"},
             "yaxis": {"autorange": "reversed", "automargin": True},
             "shapes": [{"type": "line", "x0": 100, "x1": 100, "yref": "paper", "y0": 0, "y1": 1,
-                        "line": {"color": "#667085", "dash": "dash", "width": 1}}],
+                        "line": {"color": "slate", "dash": "dash", "width": 1}}],
         },
     }  # fmt: skip
     return {"rows": rows, "chart": chart}
@@ -304,7 +294,7 @@ def _chargeback(organization: Organization, month: Attribution, teams: list[Team
     ]
     pools = sorted(month.pools, key=lambda p: (-p.idle, names.of("cluster", p.cluster), names.of("flavor", p.flavor)))
     days = days_of(month.month)
-    idle_chart = stacked_days(days, [("Idle capacity", month.idle_by_day)], "Idle cost", colors=["#98a2b3"])
+    idle_chart = stacked_days(days, [("Idle capacity", month.idle_by_day)], "Idle cost", colors=["grey"])
     idle_chart["layout"].update(showlegend=False, height=260)
     unpriced = [" ".join((names.of("cluster", p.cluster), names.of("flavor", p.flavor), KINDS[p.capacity_type]))
                 for p in month.pools if not p.priced]  # fmt: skip
@@ -404,7 +394,7 @@ def team_costs(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     parts = {"usage": "Usage", "idle": "Idle capacity share", "overhead": "Shared overhead share"}
     by_day = month.rollup(["day"])
     series = [(label, {r["day"]: r[key] for r in by_day}) for key, label in parts.items()]
-    chart = stacked_days(days, series, "Cost", ordered=True, colors=["#2453c7", "#98a2b3", "#f79009"])
+    chart = stacked_days(days, series, "Cost", ordered=True, colors=["blue", "grey", "orange"])
     context = {
         **base,
         "month": month_nav(first, organization, False),

@@ -20,19 +20,19 @@ from django.views.decorators.http import require_GET
 
 from billing.forecast import HORIZONS, Backtest, FlavorForecast, Predicted
 from billing.forecast_history import finance_organizations, forecast_organization
-from billing.web.finance import CHART_LAYOUT
 from common.types import AuthenticatedHttpRequest
 from tenancy.models import Organization
 
 #: History shown before the forecast: 26 weeks of days, or two years of weeks.
 SHOWN = {"day": 182, "week": 104}
+#: Colours by name, as static/js/charts.js knows them ("blue/0.28": blue at 28% opacity).
 COLORS = {
-    "demand": "#2453c7",
-    "used": "#7a8fd6",
-    "forecast": "#2453c7",
-    "band80": "rgba(36, 83, 199, 0.28)",
-    "band95": "rgba(36, 83, 199, 0.12)",
-    "capacity": "#d92d20",
+    "demand": "blue",
+    "used": "lavender",
+    "forecast": "blue",
+    "band80": "blue/0.28",
+    "band95": "blue/0.12",
+    "capacity": "crimson",
 }
 
 
@@ -77,7 +77,6 @@ def chart(result: FlavorForecast, today: date) -> dict[str, Any]:
     if any(c is not None for c in capacity):
         data.append(line("Capacity", past + ahead, capacity, COLORS["capacity"], line={"shape": "hv", "width": 1.5}))
     layout = {
-        **CHART_LAYOUT,
         "height": 340,
         "margin": {"l": 70, "r": 10, "t": 30, "b": 40},
         "hovermode": "x unified",
@@ -92,7 +91,7 @@ def chart(result: FlavorForecast, today: date) -> dict[str, Any]:
                 "x1": today.isoformat(),
                 "y0": 0,
                 "y1": 1,
-                "line": {"color": "#98a2b3", "width": 1, "dash": "dot"},
+                "line": {"color": "grey", "width": 1, "dash": "dot"},
             }
         ],
     }

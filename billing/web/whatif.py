@@ -33,16 +33,8 @@ from tenancy.web.forms import apply_errors
 
 BAD_REQUEST = 400
 PER_PAGE = 20
-COLORS = {"today": "#667085", "changed": "#3b5bdb"}
-CHART_LAYOUT: dict[str, Any] = {
-    "barmode": "group",
-    "height": 320,
-    "margin": {"l": 60, "r": 10, "t": 40, "b": 10},
-    "legend": {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"},
-    "font": {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12},
-    "paper_bgcolor": "#ffffff",
-    "plot_bgcolor": "#ffffff",
-}
+#: Colours by name, as static/js/charts.js knows them.
+COLORS = {"today": "slate", "changed": "indigo"}
 
 
 class _Choice(forms.ModelChoiceField):  # type: ignore[type-arg]
@@ -233,7 +225,7 @@ def chart(result: dict[str, Any]) -> dict[str, Any]:
         data.append({**common, "x": [t for t, _ in uses], "y": percent, "xaxis": "x2", "yaxis": "y2",
                      "showlegend": False, "hovertemplate": "%{y:.1f}%<extra>" + label + "</extra>"})  # fmt: skip
     layout = {
-        **CHART_LAYOUT,
+        "barmode": "group",
         "xaxis": {"domain": [0, 0.58], "anchor": "y", "automargin": True},
         "yaxis": {"anchor": "x", "title": {"text": "Queue wait (hours)"}, "rangemode": "tozero", "automargin": True},
         "xaxis2": {"domain": [0.68, 1], "anchor": "y2", "automargin": True},
@@ -255,7 +247,6 @@ def daily_chart(result: dict[str, Any]) -> dict[str, Any]:
             "hovertemplate": "%{x}: %{y:,.2f} h<extra>" + label + "</extra>",
         })  # fmt: skip
     layout = {
-        **CHART_LAYOUT,
         "height": 280,
         "xaxis": {"type": "date", "automargin": True},
         "yaxis": {"title": {"text": "Mean wait (hours)"}, "rangemode": "tozero", "automargin": True},

@@ -2,7 +2,7 @@
 chart and its recent alerts) and its members' limits, both changed in place by those allowed; every team's and
 project's budget on the organization's page.
 
-Thin, as ``quota_views``: budgets, alerts, members and limits are read through ``for_user``; the month's use
+Thin, as ``quotas.py``: budgets, alerts, members and limits are read through ``for_user``; the month's use
 comes from ``budgets.use_of``, once per request; every change goes through ``budgets.set_budget`` or
 ``quotas.set_member_limit``, which say who may (403) and what is valid (400, the message by its field, nothing
 written). The pages only ask ``budgets.may_set`` and ``quotas.may_govern`` which controls to show.
@@ -42,7 +42,8 @@ from tenancy.web.forms import apply_errors
 
 RECENT_ALERTS = 10
 MEASURE_LABELS = {"accelerator_hours": "Accelerator-hours", "amount": "Money"}
-CHART_COLORS = {"Used": "#2453c7", "Forecast": "#f79009", "Limit": "#98a2b3"}
+#: Colours by name, as static/js/charts.js knows them.
+CHART_COLORS = {"Used": "blue", "Forecast": "orange", "Limit": "grey"}
 
 
 # --- what the budget tables and the chart show ---------------------------------------------------------------
@@ -171,15 +172,7 @@ def budget_chart(rows: list[BudgetRow], with_team: bool = False) -> dict[str, An
     measure (accelerator-hours, money), each with its own axis."""
     measures = [m for m in budgets.MEASURES if any(s.measure == m for r in rows for s in r.standings)]
     data: list[dict[str, Any]] = []
-    layout: dict[str, Any] = {
-        "barmode": "group",
-        "height": 320,
-        "margin": {"l": 60, "r": 10, "t": 40, "b": 10},
-        "legend": {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"},
-        "font": {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12},
-        "paper_bgcolor": "#ffffff",
-        "plot_bgcolor": "#ffffff",
-    }
+    layout: dict[str, Any] = {"barmode": "group"}
     gap = 0.08
     width = (1 - gap * (len(measures) - 1)) / max(len(measures), 1)
     for i, measure in enumerate(measures):

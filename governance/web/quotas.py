@@ -1,6 +1,6 @@
 """Quota pages: a team's quotas beside their usage (a table and a chart), its running and waiting jobs and
 the history of its quota changes, edited in place by its lead or an admin; the organization's quotas and
-cohort tree for its admins and finance. The budgets and member limits on these pages are ``budget_views``'s.
+cohort tree for its admins and finance. The budgets and member limits on these pages are ``budgets.py``'s.
 
 Thin: teams, queues, cohorts and history are looked up through ``for_user`` (another team's page is a 404);
 the numbers come from ``governance.usage``; every change goes through ``governance.quotas``, which decides
@@ -97,10 +97,10 @@ def _chart(rows: list[usage.Row]) -> dict[str, Any]:
 
     return {
         "data": [
-            trace("Used within nominal", [row.within for row in bars], "#2453c7"),
-            trace("Borrowed", [row.borrowed for row in bars], "#f79009"),
-            trace("Nominal", [row.own for row in bars], "#98a2b3"),
-            trace("Pending demand", [row.pending for row in bars], "#7a5af8"),
+            trace("Used within nominal", [row.within for row in bars], "blue"),
+            trace("Borrowed", [row.borrowed for row in bars], "orange"),
+            trace("Nominal", [row.own for row in bars], "grey"),
+            trace("Pending demand", [row.pending for row in bars], "iris"),
         ],
         "layout": {
             "barmode": "group",
@@ -108,10 +108,6 @@ def _chart(rows: list[usage.Row]) -> dict[str, Any]:
             "margin": {"l": 50, "r": 10, "t": 40, "b": 10},
             "xaxis": {"automargin": True},
             "yaxis": {"title": {"text": "accelerators"}, "rangemode": "tozero", "automargin": True},
-            "legend": {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"},
-            "font": {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12},
-            "paper_bgcolor": "#ffffff",
-            "plot_bgcolor": "#ffffff",
         },
     }
 

@@ -1,0 +1,107 @@
+"""The main navigation (``portal/navigation.py``, rendered by ``templates/base.html``): who sees which link, and
+which link is marked current, exactly as when the base template laid the links out by hand."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.template import Context, Template
+from django.test import Client
+from django.urls import URLPattern, URLResolver, get_resolver, reverse
+
+from demo.tenancy import USERS, seed_demo
+from portal.navigation import links_for
+from tenancy.scoping import Role
+
+LINK = re.compile(r'<a href="([^"]*)"( aria-current="page")?>([^<]*)</a>')
+RESEARCHER = ["Home", "Teams", "Jobs", "Submit", "Clusters", "Costs", "API tokens", "API"]
+EVERY_LINK = ["Home", "Teams", "Jobs", "Submit", "Clusters", "Quotas", "Costs", "Price book", "Capacity", "Audit log",
+              "API tokens", "API"]  # fmt: skip
+#: The links each demo user saw, read off the base template before the navigation moved to Python.
+SHOWN = {
+    "alice": RESEARCHER,
+    "bob": RESEARCHER,
+    "lena": RESEARCHER,
+    "fiona": ["Home", "Teams", "Jobs", "Clusters", "Quotas", "Costs", "Price book", "Capacity", "API tokens", "API"],
+    "adam": EVERY_LINK,
+    "root": EVERY_LINK,
+    "nobody": ["Home", "Teams", "Jobs", "Clusters", "Costs", "API tokens", "API"],
+}
+
+#: The navigation as ``templates/base.html`` laid it out by hand until it became ``portal/navigation.py``: the
+#: reference the Python table is checked against, for every page and every combination of roles.
+BEFORE = """{% with here=request.resolver_match.url_name %}
+      <a href="{% url 'home' %}"{% if here == "home" %} aria-current="page"{% endif %}>Home</a>
+      <a href="{% url 'team-list' %}"{% if here == "team-list" or here == "team-detail" %} aria-current="page"{% endif %}>Teams</a>
+      <a href="{% url 'job-list' %}"{% if here|slice:":4" == "job-" and here != "job-new" or here|slice:":6" == "queue-" %} aria-current="page"{% endif %}>Jobs</a>
+      {% if "researcher" in user_roles or "lead" in user_roles or is_org_admin or user.is_superuser %}<a href="{% url 'job-new' %}"{% if here == "job-new" %} aria-current="page"{% endif %}>Submit</a>{% endif %}
+      <a href="{% url 'cluster-list' %}"{% if here|slice:":8" == "cluster-" or here|slice:":5" == "node-" %} aria-current="page"{% endif %}>Clusters</a>
+      {% if is_org_admin or "finance" in user_roles or user.is_superuser %}<a href="{% url 'org-quotas' %}"{% if here == "org-quotas" %} aria-current="page"{% endif %}>Quotas</a>{% endif %}
+      <a href="{% url 'costs' %}"{% if here == "costs" or here == "costs-team" %} aria-current="page"{% endif %}>Costs</a>
+      {% if is_org_admin or "finance" in user_roles or user.is_superuser %}<a href="{% url 'price-book' %}"{% if here|slice:":6" == "price-" or here|slice:":9" == "overhead-" %} aria-current="page"{% endif %}>Price book</a>{% endif %}
+      {% if is_org_admin or "finance" in user_roles or user.is_superuser %}<a href="{% url 'capacity-forecast' %}"{% if here|slice:":8" == "what-if-" or here == "capacity-forecast" %} aria-current="page"{% endif %}>Capacity</a>{% endif %}
+      {% if is_org_admin or user.is_superuser %}<a href="{% url 'audit-log' %}"{% if here == "audit-log" %} aria-current="page"{% endif %}>Audit log</a>{% endif %}
+      <a href="{% url 'token-list' %}"{% if here == "token-list" %} aria-current="page"{% endif %}>API tokens</a>
+      <a href="{% url 'api-docs' %}">API</a>
+{% endwith %}"""  # noqa: E501 - the template as it was, line for line
+
+
+def links(html: str) -> list[tuple[str, bool, str]]:
+    return [(href, bool(current), label) for href, current, label in LINK.findall(html)]
+
+
+def main_nav(html: str) -> str:
+    return html.split('<nav aria-label="Main">', 1)[1].split("</nav>", 1)[0]
+
+
+def url_names() -> set[str]:
+    names: set[str] = set()
+
+    def walk(patterns: list[Any]) -> None:
+        for pattern in patterns:
+            if isinstance(pattern, URLResolver):
+                walk(pattern.url_patterns)
+            elif isinstance(pattern, URLPattern) and pattern.name:
+                names.add(pattern.name)
+
+    walk(get_resolver().url_patterns)
+    return names
+
+
+@pytest.mark.django_db
+def test_each_demo_role_sees_the_links_it_saw_before() -> None:
+    seed_demo()
+    User.objects.create_superuser("root", password="pw")
+    User.objects.create_user("nobody", password="pw")
+    assert {demo.username for demo in USERS} | {"root", "nobody"} == set(SHOWN)
+    for username, shown in SHOWN.items():
+        client = Client()
+        client.force_login(User.objects.get(username=username))
+        response = client.get(reverse("token-list"))
+        assert response.status_code == 200
+        found = links(main_nav(response.content.decode()))
+        assert [label for _, _, label in found] == shown, username
+        assert [label for _, current, label in found if current] == ["API tokens"], username
+        assert all(href.startswith("/") for href, _, _ in found)
+
+
+def test_every_page_marks_the_same_link_current_for_every_combination_of_roles() -> None:
+    before = Template(BEFORE)
+    names = [*sorted(url_names()), None]
+    assert {"home", "job-new", "job-list", "queue-detail", "price-book", "what-if-detail", "node-detail"} <= set(names)
+    combinations = [set(held) for size in range(len(Role) + 1) for held in itertools.combinations(Role, size)]
+    for roles, superuser, here in itertools.product(combinations, (False, True), names):
+        context = {
+            "request": SimpleNamespace(resolver_match=SimpleNamespace(url_name=here)),
+            "user": SimpleNamespace(is_superuser=superuser),
+            "user_roles": sorted(roles),
+            "is_org_admin": Role.ADMIN in roles,
+        }
+        expected = links(before.render(Context(context)))
+        found = [(link["url"], link["current"], link["label"]) for link in links_for(roles, superuser, here)]
+        assert found == expected, (roles, superuser, here)
