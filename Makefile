@@ -12,14 +12,16 @@ $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Quartermaster needs Python 3.11 or newer")'
 	$(PYTHON) -m venv $(VENV)
 
-# The locked packages (the build backend among them), then the project itself, editable, built with that
-# pinned backend rather than one fetched at the time. A changed lock installs again.
-$(VENV)/.installed-runtime: requirements/runtime.txt pyproject.toml | $(BIN)/python
+# The locked pip, the locked packages (the build backend among them), then the project itself, editable,
+# built with that pinned backend rather than one fetched at the time. A changed lock installs again.
+$(VENV)/.installed-runtime: requirements/pip.txt requirements/runtime.txt pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet --require-hashes -r requirements/pip.txt
 	$(BIN)/pip install --quiet --require-hashes -r requirements/runtime.txt
 	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
-$(VENV)/.installed-dev: requirements/dev.txt pyproject.toml | $(BIN)/python
+$(VENV)/.installed-dev: requirements/pip.txt requirements/dev.txt pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet --require-hashes -r requirements/pip.txt
 	$(BIN)/pip install --quiet --require-hashes -r requirements/dev.txt
 	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@ $(VENV)/.installed-runtime

@@ -3,10 +3,11 @@
 `requirements/dev.txt` pins the project's dependencies with its `dev` extra, `requirements/runtime.txt` the
 runtime ones alone, at the same versions (it is resolved under dev.txt as constraints). Both also pin the
 build backend (pyproject.toml's `[build-system] requires`), so that the project itself is installed with
-`--no-build-isolation` from a pinned setuptools. They are resolved for CPython 3.11 on x86_64 Linux
-(manylinux 2.28, the glibc of Debian 10 onwards), whatever machine runs `make lock`.
+`--no-build-isolation` from a pinned setuptools. `requirements/pip.txt` pins the installer, installed first
+(the pip a virtualenv starts with is whatever the Python came with). They are resolved for CPython 3.11 on
+x86_64 Linux (manylinux 2.28, the glibc of Debian 10 onwards), whatever machine runs `make lock`.
 
-    python requirements/lock.py --uv PATH   make both again from pyproject.toml's ranges (`make lock`; network),
+    python requirements/lock.py --uv PATH   make them again from pyproject.toml's ranges (`make lock`; network),
                                             keeping the versions they pin where the ranges still admit them;
                                             --upgrade: the newest versions the ranges admit (`make lock-upgrade`)
     python requirements/lock.py --check     fail when pyproject.toml's dependencies changed since (offline)
@@ -36,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = ROOT / "pyproject.toml"
 RUNTIME = ROOT / "requirements" / "runtime.txt"
 DEV = ROOT / "requirements" / "dev.txt"
+PIP = ROOT / "requirements" / "pip.txt"
 
 PYTHON_VERSION = "3.11"
 PLATFORM = "x86_64-manylinux_2_28"
@@ -74,20 +76,21 @@ def pins(lock: Path) -> dict[str, str]:
     return {canonical(name): version for name, version in PIN.findall(lock.read_text())}
 
 
-def compile_lock(uv: str, out: Path, options: list[str], build: list[str], stamp: str) -> None:
-    with tempfile.NamedTemporaryFile("w", suffix=".in", prefix="build-system-") as build_in:
-        build_in.write("".join(f"{requirement}\n" for requirement in build))
-        build_in.flush()
-        command = [uv, "pip", "compile", "pyproject.toml", build_in.name, *options]
+def compile_lock(uv: str, out: Path, sources: list[str], extra: list[str], what: str, options: list[str]) -> None:
+    """Resolve `sources` (files) and the requirements `extra` (said to be `what`) into `out`."""
+    with tempfile.NamedTemporaryFile("w", suffix=".in", prefix="lock-") as extra_in:
+        extra_in.write("".join(f"{requirement}\n" for requirement in extra))
+        extra_in.flush()
+        command = [uv, "pip", "compile", *sources, extra_in.name, *options]
         command += ["--python-version", PYTHON_VERSION, "--python-platform", PLATFORM]
         # uv keeps the versions an existing output file pins, where the ranges still admit them.
         command += ["--generate-hashes", "--no-header", "--quiet", "--output-file", str(out.relative_to(ROOT))]
         subprocess.run(command, cwd=ROOT, check=True)  # noqa: S603 (the uv the Makefile names)
         body = out.read_text()
     # The temporary file's name would change at every run: name what it held instead.
-    body = body.replace(f"-r {build_in.name}", "pyproject.toml [build-system] requires")
+    body = body.replace(f"-r {extra_in.name}", what)
     header = (
-        f"{INPUTS_PREFIX}{stamp}\n"
+        f"{INPUTS_PREFIX}{digest(read_pyproject())}\n"
         "# Made by `make lock` (requirements/lock.py) from pyproject.toml: do not edit by hand.\n"
         f"# CPython {PYTHON_VERSION}, {PLATFORM}; install with `pip install --require-hashes -r`.\n"
     )
@@ -96,17 +99,20 @@ def compile_lock(uv: str, out: Path, options: list[str], build: list[str], stamp
 
 def make(uv: str, upgrade: bool) -> None:
     pyproject = read_pyproject()
-    stamp, build = digest(pyproject), requirements(pyproject)["build"]
+    build, what = requirements(pyproject)["build"], "pyproject.toml [build-system] requires"
+    upgrading = ["--upgrade"] if upgrade else []
     # dev first, unconstrained; runtime is then the same versions, restricted to what runtime needs.
-    compile_lock(uv, DEV, ["--extra", "dev", *(["--upgrade"] if upgrade else [])], build, stamp)
-    compile_lock(uv, RUNTIME, ["--constraints", str(DEV.relative_to(ROOT))], build, stamp)
-    print(f"wrote {DEV.relative_to(ROOT)} ({len(pins(DEV))} pins), {RUNTIME.relative_to(ROOT)} ({len(pins(RUNTIME))})")
+    compile_lock(uv, DEV, ["pyproject.toml"], build, what, ["--extra", "dev", *upgrading])
+    compile_lock(uv, RUNTIME, ["pyproject.toml"], build, what, ["--constraints", str(DEV.relative_to(ROOT))])
+    compile_lock(uv, PIP, [], ["pip"], "make lock: the installer, installed first", upgrading)
+    for lock in (DEV, RUNTIME, PIP):
+        print(f"wrote {lock.relative_to(ROOT)}: {len(pins(lock))} pins")
 
 
 def problems() -> list[str]:
     pyproject = read_pyproject()
     found = []
-    for lock in (RUNTIME, DEV):
+    for lock in (RUNTIME, DEV, PIP):
         if not lock.exists():
             found.append(f"{lock.relative_to(ROOT)} is missing")
             continue
@@ -115,6 +121,8 @@ def problems() -> list[str]:
             found.append(f"{lock.relative_to(ROOT)} was made from other dependencies than pyproject.toml's")
     if found:
         return found
+    if "pip" not in pins(PIP):
+        found.append(f"{PIP.relative_to(ROOT)} does not pin pip")
     runtime, dev = pins(RUNTIME), pins(DEV)
     for name, version in runtime.items():
         if dev.get(name) != version:
