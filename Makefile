@@ -1,21 +1,29 @@
 # Quartermaster: `make demo` runs the portal with demo data; `make test` runs the test suite.
+# Both install from the lock files, requirements/runtime.txt and requirements/dev.txt: exact versions with
+# hashes, as CI and deploy/Dockerfile do. After changing the dependencies in pyproject.toml, run `make lock`
+# (it needs the package index) and commit requirements/; `make check` fails until then.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test chaos lint check schema schema-check ci clean
+.PHONY: demo test chaos lint check schema schema-check lock lock-upgrade lock-check ci clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Quartermaster needs Python 3.11 or newer")'
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
 
-$(VENV)/.installed-runtime: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+# The locked pip, the locked packages (the build backend among them), then the project itself, editable,
+# built with that pinned backend rather than one fetched at the time. A changed lock installs again.
+$(VENV)/.installed-runtime: requirements/pip.txt requirements/runtime.txt pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet --require-hashes -r requirements/pip.txt
+	$(BIN)/pip install --quiet --require-hashes -r requirements/runtime.txt
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev]'
+$(VENV)/.installed-dev: requirements/pip.txt requirements/dev.txt pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet --require-hashes -r requirements/pip.txt
+	$(BIN)/pip install --quiet --require-hashes -r requirements/dev.txt
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@ $(VENV)/.installed-runtime
 
 ## Install, migrate, seed the demo and run web server, worker and beat until Ctrl-C.
@@ -43,7 +51,7 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/mypy .
 	$(BIN)/lint-imports --no-cache
 
-check: $(VENV)/.installed-dev schema-check
+check: $(VENV)/.installed-dev schema-check lock-check
 	$(BIN)/python manage.py check
 	$(BIN)/python manage.py makemigrations --check --dry-run
 
@@ -54,6 +62,26 @@ schema: $(VENV)/.installed-dev
 schema-check: $(VENV)/.installed-dev
 	@$(BIN)/python manage.py spectacular --file $(VENV)/openapi.generated.yaml --validate --fail-on-warn
 	@diff -u openapi.yaml $(VENV)/openapi.generated.yaml || (echo "openapi.yaml is stale: run 'make schema' and commit it" >&2; exit 1)
+
+## Make requirements/*.txt again from pyproject.toml's ranges, for CPython 3.11 on x86_64 Linux: `lock` keeps
+## the versions they pin where the ranges still admit them, `lock-upgrade` takes the newest the ranges admit.
+## Needs the package index; uv, pinned here, resolves in a virtualenv of its own.
+UV_VERSION := 0.13.9
+LOCK_TOOLS := $(VENV)/lock-tools
+$(LOCK_TOOLS)/.installed-$(UV_VERSION):
+	$(PYTHON) -m venv $(LOCK_TOOLS)
+	$(LOCK_TOOLS)/bin/pip install --quiet uv==$(UV_VERSION) packaging==26.3
+	touch $@
+
+lock: $(LOCK_TOOLS)/.installed-$(UV_VERSION)
+	$(LOCK_TOOLS)/bin/python requirements/lock.py --uv $(LOCK_TOOLS)/bin/uv
+
+lock-upgrade: $(LOCK_TOOLS)/.installed-$(UV_VERSION)
+	$(LOCK_TOOLS)/bin/python requirements/lock.py --uv $(LOCK_TOOLS)/bin/uv --upgrade
+
+## Offline: the locks were made from pyproject.toml's dependencies as they are (a digest in their first line).
+lock-check: $(VENV)/.installed-dev
+	@$(BIN)/python requirements/lock.py --check
 
 ci: lint check test
 
