@@ -16,7 +16,6 @@ corrected price corrects every report that reads it.
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import ClassVar
 
 from django.conf import settings
 from django.core.validators import MinValueValidator
@@ -25,7 +24,7 @@ from django.db import models
 from clusters.models import AcceleratorType, Cluster, Node
 from scheduler.models import Attempt, Job
 from tenancy.models import Organization, Project, Team
-from tenancy.scoping import Action, Role, TenancyRules, TenantQuerySet
+from tenancy.scoping import Action, Role, TenancyRules, TenantManager
 
 FINANCE_ROLES = frozenset({Role.FINANCE, Role.ADMIN})
 
@@ -76,7 +75,7 @@ class Price(models.Model):
     updated_at = models.DateTimeField()
     updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
     Tenancy = PriceBookTenancy
 
     class Meta:
@@ -106,7 +105,7 @@ class Overhead(models.Model):
     updated_at = models.DateTimeField()
     updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
     Tenancy = PriceBookTenancy
 
     class Meta:
@@ -140,7 +139,7 @@ class UsageRecord(models.Model):
     milli = models.PositiveIntegerField()
     closed = models.BooleanField(default=False)
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
 
     class Tenancy(TenancyRules):
         org_field = "organization"
@@ -179,7 +178,7 @@ class CapacityRecord(models.Model):
     seconds = models.PositiveIntegerField()
     closed = models.BooleanField(default=False)
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
 
     class Tenancy(TenancyRules):
         team_field = None
@@ -246,7 +245,7 @@ class WhatIf(models.Model):
     #: A run in progress holds the row until then (a crashed worker's claim runs out by itself).
     claimed_until = models.DateTimeField(null=True, blank=True)
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
     Tenancy = PriceBookTenancy
 
     class Meta:

@@ -8,7 +8,6 @@ Clusters belong to an organization: every member may view them, only organizatio
 from __future__ import annotations
 
 from datetime import datetime
-from typing import ClassVar
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -16,7 +15,7 @@ from django.db import models
 
 from clusters.secrets import decrypt, encrypt
 from tenancy.models import Organization, new_token
-from tenancy.scoping import ALL_ROLES, Action, Role, TenancyRules, TenantQuerySet
+from tenancy.scoping import ALL_ROLES, Action, Role, TenancyRules, TenantManager
 
 
 class ClusterTenancy(TenancyRules):
@@ -62,7 +61,7 @@ class Cluster(models.Model):
     sync_claimed_until = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
     Tenancy = ClusterTenancy
 
     class Meta:
@@ -95,7 +94,7 @@ class AcceleratorType(models.Model):
     generation = models.CharField(max_length=40, blank=True)
     interconnect = models.CharField(max_length=40, blank=True)
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
     Tenancy = ClusterTenancy
 
     class Meta:
@@ -147,7 +146,7 @@ class Node(models.Model):
     #: False once a sync no longer finds the node on its cluster (kept for history and running jobs).
     present = models.BooleanField(default=True)
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
     Tenancy = NodeTenancy
 
     class Meta:
@@ -176,7 +175,7 @@ class TopologyDomain(models.Model):
     name = models.CharField(max_length=200)
     parent = models.ForeignKey("self", on_delete=models.CASCADE, null=True, blank=True, related_name="children")
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
     Tenancy = NodeTenancy
 
     class Meta:
@@ -205,7 +204,7 @@ class HealthCheckResult(models.Model):
     source = models.CharField(max_length=20, choices=Source.choices)
     observed_at = models.DateTimeField()
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
     Tenancy = NodeChildTenancy
 
     class Meta:
@@ -238,7 +237,7 @@ class Drain(models.Model):
         "MaintenanceWindow", on_delete=models.SET_NULL, null=True, blank=True, related_name="drains"
     )
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
     Tenancy = NodeChildTenancy
 
     class Meta:
@@ -262,7 +261,7 @@ class ProbeToken(models.Model):
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
 
     class Tenancy(ClusterTenancy):
         org_field = "cluster__organization"
@@ -292,7 +291,7 @@ class MaintenanceWindow(models.Model):
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
 
     class Tenancy(ClusterTenancy):
         org_field = "cluster__organization"

@@ -19,7 +19,7 @@ from django.db.models import F, Q
 
 from clusters.models import AcceleratorType
 from tenancy.models import Organization, Project, Team
-from tenancy.scoping import ALL_ROLES, Action, Role, TenancyRules, TenantQuerySet
+from tenancy.scoping import ALL_ROLES, Action, Role, TenancyRules, TenantManager
 
 
 class OrgTenancy(TenancyRules):
@@ -38,7 +38,7 @@ class Cohort(models.Model):
     name = models.CharField(max_length=80)
     parent = models.ForeignKey("self", on_delete=models.PROTECT, null=True, blank=True, related_name="children")
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
     Tenancy = OrgTenancy
 
     class Meta:
@@ -76,7 +76,7 @@ class Queue(models.Model):
     reclaim = models.CharField(max_length=20, choices=Reclaim.choices, default=Reclaim.LOWER_PRIORITY)
     weight = models.FloatField(default=1.0, validators=[MinValueValidator(0.01)])
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
 
     class Tenancy(TenancyRules):
         pass
@@ -116,7 +116,7 @@ class Quota(models.Model):
         max_digits=12, decimal_places=3, null=True, blank=True, validators=[MinValueValidator(Decimal(0))]
     )
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
 
     class Tenancy(TenancyRules):
         team_field = "queue__team"
@@ -146,7 +146,7 @@ class MemberLimit(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="member_limits")
     accelerators = models.DecimalField(max_digits=12, decimal_places=3, validators=[MinValueValidator(Decimal(0))])
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
 
     class Tenancy(TenancyRules):
         pass
@@ -185,7 +185,7 @@ class Budget(models.Model):
     webhook_url = models.URLField(max_length=500, blank=True)
     updated_at = models.DateTimeField()
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
 
     class Tenancy(TenancyRules):
         policy = {Action.VIEW: ALL_ROLES}
@@ -238,7 +238,7 @@ class BudgetAlert(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True)
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
 
     class Tenancy(TenancyRules):
         team_field = "budget__team"
@@ -292,7 +292,7 @@ class QuotaChange(models.Model):
     actor_name = models.CharField(max_length=150)
     created_at = models.DateTimeField(db_index=True)
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
 
     class Tenancy(TenancyRules):
         team_field = "team"
@@ -322,7 +322,7 @@ class PriorityTier(models.Model):
     teams = models.ManyToManyField(Team, blank=True, related_name="priority_tiers")
     is_default = models.BooleanField(default=False)
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
     Tenancy = OrgTenancy
 
     class Meta:

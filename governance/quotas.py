@@ -349,7 +349,7 @@ def authorize_policy_change(actor: User, queue: Queue) -> frozenset[str]:
     return allowed
 
 
-def set_policy(
+def set_policy(  # noqa: C901
     actor: User, queue: Queue, *, reason: str, http: HttpRequest | None = None, **fields: Any
 ) -> QuotaChange | None:
     """Change a queue's policy: ``flavor_order`` (accelerator type names), ``within_queue`` and ``reclaim``

@@ -82,7 +82,7 @@ def queue_for(team: Team, project: Project | None) -> Queue:
     return queue
 
 
-def validate(actor: User, request: JobRequest) -> tuple[Queue, PriorityTier]:
+def validate(actor: User, request: JobRequest) -> tuple[Queue, PriorityTier]:  # noqa: C901
     """Check everything about ``request``; raise ``ValidationError`` naming every bad field at once."""
     errors: dict[str, str] = {}
     team = request.team

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any, ClassVar
+from typing import Any
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -22,7 +22,7 @@ from clusters.secrets import JOB_SECRET_ENV, CredentialsError, decrypt, encrypt
 from governance.models import PriorityTier, Queue
 from scheduler.states import ACTIVE, JobState
 from tenancy.models import Organization, Project, Team
-from tenancy.scoping import ALL_ROLES, Action, Role, TenancyRules, TenantQuerySet
+from tenancy.scoping import ALL_ROLES, Action, Role, TenancyRules, TenantManager
 
 
 class Job(models.Model):
@@ -92,7 +92,7 @@ class Job(models.Model):
     #: What ended it, in words (the last event's message, for a failed or cancelled job).
     message = models.TextField(blank=True)
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
 
     class Tenancy(TenancyRules):
         # Researchers may cancel and clone their team's jobs; the actions narrow cancel to their own.
@@ -175,7 +175,7 @@ class Attempt(models.Model):
     #: The attempt ended here but may still run on its cluster: cancel it there when the cluster answers.
     cleanup_pending = models.BooleanField(default=False)
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
 
     class Tenancy(TenancyRules):
         team_field = "job__team"
@@ -231,7 +231,7 @@ class JobEvent(models.Model):
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
     detail: models.JSONField[Any, Any] = models.JSONField(default=dict, blank=True)
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
 
     class Tenancy(TenancyRules):
         team_field = "job__team"

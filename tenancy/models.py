@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from typing import Any, ClassVar
+from typing import Any
 
 from django.conf import settings
 from django.contrib.contenttypes.models import ContentType
@@ -13,7 +13,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from tenancy.scoping import ALL_ROLES, ORG_ROLES, TEAM_ROLES, Action, Role, TenancyRules, TenantQuerySet
+from tenancy.scoping import ALL_ROLES, ORG_ROLES, TEAM_ROLES, Action, Role, TenancyRules, TenantManager
 
 __all__ = [
     "Action",
@@ -37,7 +37,7 @@ class Organization(models.Model):
     slug = models.SlugField(max_length=60, unique=True, help_text=SLUG_HELP)
     created_at = models.DateTimeField(auto_now_add=True)
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
 
     class Tenancy(TenancyRules):
         team_field = None
@@ -58,7 +58,7 @@ class Team(models.Model):
     description = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
 
     class Tenancy(TenancyRules):
         team_field = "pk"
@@ -83,7 +83,7 @@ class Project(models.Model):
     archived = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
 
     class Tenancy(TenancyRules):
         pass
@@ -119,7 +119,7 @@ class Membership(models.Model):
     source = models.CharField(max_length=20, choices=Source.choices, default=Source.LOCAL)
     created_at = models.DateTimeField(auto_now_add=True)
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
 
     class Tenancy(TenancyRules):
         org_field = "organization"
@@ -158,7 +158,7 @@ class GroupMapping(models.Model):
     role = models.CharField(max_length=20, choices=Role.choices)
     created_at = models.DateTimeField(auto_now_add=True)
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
 
     class Tenancy(TenancyRules):
         team_field = None
@@ -239,7 +239,7 @@ class ServiceAccount(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
 
     class Tenancy(TenancyRules):
         policy = {Action.VIEW: frozenset({Role.LEAD, Role.ADMIN}), Action.CHANGE: frozenset({Role.LEAD, Role.ADMIN})}
@@ -278,6 +278,9 @@ def new_token(prefix: str) -> tuple[str, str, str]:
     return raw, hash_token(raw), raw[: len(prefix) + 6]
 
 
+ApiTokenManager = models.Manager.from_queryset(ApiTokenQuerySet)
+
+
 class ApiToken(models.Model):
     """A personal API token. Only its SHA-256 is stored; the token itself is shown once, at creation."""
 
@@ -292,7 +295,7 @@ class ApiToken(models.Model):
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
-    objects: ClassVar[ApiTokenQuerySet] = ApiTokenQuerySet.as_manager()  # type: ignore[assignment]
+    objects = ApiTokenManager()
 
     class Meta:
         ordering = ["-created_at"]
@@ -329,7 +332,7 @@ class AuditLog(models.Model):
     user_agent = models.CharField(max_length=300, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
-    objects: ClassVar[TenantQuerySet] = TenantQuerySet.as_manager()  # type: ignore[assignment]
+    objects = TenantManager()
 
     class Tenancy(TenancyRules):
         team_field = None

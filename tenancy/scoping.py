@@ -77,6 +77,10 @@ class TenantQuerySet(models.QuerySet[Any]):
         return self.filter(scope)
 
 
+#: The manager of every tenant-owned model: ``objects = TenantManager()`` gives ``Model.objects.for_user(...)``.
+TenantManager = models.Manager.from_queryset(TenantQuerySet)
+
+
 def can(user: AnyUser, action: Action, obj: models.Model) -> bool:
     """Whether `user` may act on `obj`: the same rule as `for_user`, asked of one object."""
     manager = type(obj)._default_manager

@@ -16,6 +16,7 @@ count: otherwise anyone with an account could sign into it between guesses at an
 from __future__ import annotations
 
 import math
+from http import HTTPStatus
 from typing import Any
 
 from axes.helpers import get_client_username, get_cool_off
@@ -23,8 +24,6 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
 from portal.api.errors import error_body
-
-LOCKED_OUT = 429
 
 
 def lockout_parameters(request: HttpRequest, credentials: dict[str, Any] | None = None) -> list[str]:
@@ -55,8 +54,12 @@ def lockout_response(
     text = message(seconds)
     response: HttpResponse
     if request.path.startswith("/api/"):
-        response = JsonResponse(error_body(LOCKED_OUT, "locked_out", text), status=LOCKED_OUT)
+        response = JsonResponse(
+            error_body(HTTPStatus.TOO_MANY_REQUESTS, "locked_out", text), status=HTTPStatus.TOO_MANY_REQUESTS
+        )
     else:
-        response = render(request, "registration/locked_out.html", {"message": text}, status=LOCKED_OUT)
+        response = render(
+            request, "registration/locked_out.html", {"message": text}, status=HTTPStatus.TOO_MANY_REQUESTS
+        )
     response["Retry-After"] = str(seconds)
     return response

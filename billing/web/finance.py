@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from http import HTTPStatus
 from itertools import groupby
 from typing import Any
 from urllib.parse import urlencode
@@ -46,7 +47,6 @@ from tenancy.models import Organization, Team
 from tenancy.scoping import Action
 from tenancy.web.forms import apply_errors
 
-BAD_REQUEST = 400
 TOP_JOBS = 10
 TEAM_JOBS = 25
 #: Series a stacked chart draws before the rest are summed as one.
@@ -133,7 +133,7 @@ def _bad_month(request: AuthenticatedHttpRequest, template: str, exc: Validation
         month_error=" ".join(errors.get("month", [])),
         month={"value": request.GET.get("month", "")},
     )
-    return render(request, template, context, status=BAD_REQUEST)
+    return render(request, template, context, status=HTTPStatus.BAD_REQUEST)
 
 
 def days_of(month: dt.date) -> list[dt.date]:
@@ -526,7 +526,7 @@ def _add(request: AuthenticatedHttpRequest, kind: str) -> HttpResponse:
     except ValidationError as exc:
         apply_errors(form, exc)
         context = _book_context(request, organization, organizations, **{f"{kind}_form": form})
-        return render(request, "billing/prices.html", context, status=BAD_REQUEST)
+        return render(request, "billing/prices.html", context, status=HTTPStatus.BAD_REQUEST)
     return _back_to_book(request, organization, f"{kind}-{row.pk}", f"{NOUNS[kind]} added: {described(row)}.")
 
 
@@ -553,7 +553,7 @@ def edit(request: AuthenticatedHttpRequest, kind: str, pk: int) -> HttpResponse:
         except ValidationError as exc:
             apply_errors(form, exc)
             row.refresh_from_db()
-            status = BAD_REQUEST
+            status = HTTPStatus.BAD_REQUEST
         else:
             return _back_to_book(request, organization, f"{kind}-{row.pk}", f"{NOUNS[kind]} changed: {described(row)}.")
     context = {"row": row, "form": form, "kind": kind, "hours_per_month": prices.HOURS_PER_MONTH}

@@ -10,6 +10,7 @@ may, and names each bad field: 400, nothing written); the numbers are the stored
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from typing import Any
 
 from django import forms
@@ -31,7 +32,6 @@ from tenancy.models import Organization
 from tenancy.scoping import Action
 from tenancy.web.forms import apply_errors
 
-BAD_REQUEST = 400
 PER_PAGE = 20
 #: Colours by name, as static/js/charts.js knows them.
 COLORS = {"today": "slate", "changed": "indigo"}
@@ -109,7 +109,7 @@ def what_if_list(request: AuthenticatedHttpRequest) -> HttpResponse:
             else:
                 messages.success(request, "What-if queued: the replay runs in the background.")
                 return redirect("what-if-detail", pk=what_if.pk)
-        status = BAD_REQUEST
+        status = HTTPStatus.BAD_REQUEST
     rows = WhatIf.objects.for_user(request.user, Action.VIEW).select_related("cluster", "flavor", "requested_by")
     page = Paginator(rows.order_by("-created_at", "-pk"), PER_PAGE).get_page(request.GET.get("page"))
     context = {"form": form, "page": page, "rows": [summary(w) for w in page], "fleet": _fleet(organizations)}

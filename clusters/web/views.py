@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from functools import wraps
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlencode
 
@@ -35,7 +36,6 @@ from tenancy.models import Organization
 from tenancy.scoping import Action, can
 from tenancy.web.forms import apply_errors
 
-BAD_REQUEST = 400
 NODES_PER_PAGE = 50
 RECENT_DRAINS = 10
 HEALTH_HISTORY = 50
@@ -118,7 +118,7 @@ def _render_cluster(
     if filterset.is_valid():
         page = Paginator(filterset.qs, NODES_PER_PAGE).get_page(request.GET.get("page"))
     else:
-        status = BAD_REQUEST
+        status = HTTPStatus.BAD_REQUEST
         page = Paginator(nodes.none(), NODES_PER_PAGE).get_page(1)
     query = request.GET.copy()
     query.pop("page", None)
@@ -198,7 +198,7 @@ def cluster_create(request: AuthenticatedHttpRequest) -> HttpResponse:
             else:
                 messages.success(request, f"{cluster.name} is registered; its first sync is queued.")
                 return redirect("cluster-detail", pk=cluster.pk)
-        status = BAD_REQUEST
+        status = HTTPStatus.BAD_REQUEST
     return render(request, "clusters/cluster_form.html", {"form": form, "cluster": None}, status=status)
 
 
@@ -222,7 +222,7 @@ def cluster_edit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
             else:
                 messages.success(request, f"{cluster.name} is saved.")
                 return redirect("cluster-detail", pk=cluster.pk)
-        status = BAD_REQUEST
+        status = HTTPStatus.BAD_REQUEST
     return render(request, "clusters/cluster_form.html", {"form": form, "cluster": cluster}, status=status)
 
 
@@ -234,7 +234,7 @@ def cluster_sync(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         actions.request_sync(request.user, cluster, request=request)
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
-        return _render_cluster(request, cluster, BAD_REQUEST)
+        return _render_cluster(request, cluster, HTTPStatus.BAD_REQUEST)
     messages.success(request, f"A sync of {cluster.name} is queued.")
     return redirect("cluster-detail", pk=cluster.pk)
 
@@ -267,7 +267,7 @@ def cluster_maintenance(request: AuthenticatedHttpRequest, pk: int) -> HttpRespo
             else:
                 messages.success(request, "The maintenance window is planned.")
                 return redirect("cluster-detail", pk=cluster.pk)
-    return _render_cluster(request, cluster, BAD_REQUEST, maintenance_form=form)
+    return _render_cluster(request, cluster, HTTPStatus.BAD_REQUEST, maintenance_form=form)
 
 
 @login_required
@@ -286,7 +286,7 @@ def probe_token_create(request: AuthenticatedHttpRequest, pk: int) -> HttpRespon
             response = _render_cluster(request, cluster, new_probe_token=raw)
             patch_cache_control(response, no_store=True)
             return response
-    return _render_cluster(request, cluster, BAD_REQUEST, probe_token_form=form)
+    return _render_cluster(request, cluster, HTTPStatus.BAD_REQUEST, probe_token_form=form)
 
 
 @login_required
@@ -404,7 +404,7 @@ def _change_node(
         else:
             messages.success(request, done(node))
             return redirect("node-detail", pk=node.pk)
-    return _render_node(request, node, BAD_REQUEST, **{f"{form_name}_form": form})
+    return _render_node(request, node, HTTPStatus.BAD_REQUEST, **{f"{form_name}_form": form})
 
 
 @login_required

@@ -28,7 +28,7 @@ def when(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
 
 
-def message(reason: PendingReason, job: Job, facts: Mapping[str, object]) -> str:
+def message(reason: PendingReason, job: Job, facts: Mapping[str, object]) -> str:  # noqa: C901
     flavors = facts.get("flavors") or "its accelerator types"
     shape = shape_words(job)
     match reason:

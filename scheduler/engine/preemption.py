@@ -227,7 +227,7 @@ class Preemptor:
         self._issue(job, tier, queue, qi, flavor, needed, position)
         return True
 
-    def _search(
+    def _search(  # noqa: C901
         self,
         job: Job,
         queue: Queue,

@@ -29,7 +29,7 @@ class Mode(IntEnum):
 class QuotaTree:
     """Quota state of every queue and cohort; mutated as the cycle admits and preempts."""
 
-    def __init__(self, cohorts: Sequence[Cohort], queues: Sequence[Queue], flavors: Iterable[str]) -> None:
+    def __init__(self, cohorts: Sequence[Cohort], queues: Sequence[Queue], flavors: Iterable[str]) -> None:  # noqa: C901
         self.flavors = sorted(set(flavors))
         self.flavor_index = {f: i for i, f in enumerate(self.flavors)}
         n_fr = len(self.flavors) * len(RESOURCES)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from functools import wraps
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlencode
 
@@ -40,7 +41,6 @@ from scheduler.submission import JobRequest
 from scheduler.web.forms import CancelForm, InterventionForm, JobForm, JobListFilter, QueueListFilter, initial_from_job
 from tenancy.scoping import Action, can
 
-BAD_REQUEST = 400
 JOBS_PER_PAGE = 25
 
 
@@ -107,7 +107,7 @@ def _list_context(request: AuthenticatedHttpRequest) -> tuple[dict[str, Any], in
     if filters.is_valid():
         jobs = filters.filter(jobs)
     else:
-        jobs, status = jobs.none(), BAD_REQUEST
+        jobs, status = jobs.none(), HTTPStatus.BAD_REQUEST
     page = Paginator(jobs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
@@ -222,7 +222,7 @@ def job_cancel(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
             messages.success(request, f"Job #{job.pk} is cancelled.")
             return redirect("job-detail", pk=job.pk)
     job.refresh_from_db()
-    return _render_job(request, job, BAD_REQUEST, cancel_form=form)
+    return _render_job(request, job, HTTPStatus.BAD_REQUEST, cancel_form=form)
 
 
 def _intervene(
@@ -243,7 +243,7 @@ def _intervene(
             messages.success(request, done.format(job=job))
             return redirect("job-detail", pk=job.pk)
     job.refresh_from_db()
-    return _render_job(request, job, BAD_REQUEST, intervene_form=form, intervention=name)
+    return _render_job(request, job, HTTPStatus.BAD_REQUEST, intervene_form=form, intervention=name)
 
 
 @login_required
@@ -313,7 +313,7 @@ def job_new(request: AuthenticatedHttpRequest) -> HttpResponse:
             return redirect("job-detail", pk=job.pk)
     else:
         _judged(request, form)  # the action's word on the fields the form let through, beside them too
-    return _render_form(request, form, BAD_REQUEST)
+    return _render_form(request, form, HTTPStatus.BAD_REQUEST)
 
 
 @dataclass
@@ -383,7 +383,7 @@ def _queue_list_context(request: AuthenticatedHttpRequest) -> tuple[dict[str, An
     )
     status = 200
     if not filters.is_valid():
-        queues, status = queues.none(), BAD_REQUEST
+        queues, status = queues.none(), HTTPStatus.BAD_REQUEST
     elif filters.cleaned_data["team"] is not None:
         queues = queues.filter(team_id=filters.cleaned_data["team"])
     context = {

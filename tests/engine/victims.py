@@ -72,7 +72,7 @@ def preempt(r: Replay, where: str, job: Job, preemptions: list[Preemption]) -> N
             r.holds[node_name][f"workload {victim.id}"] = replace(hold, until=until)
 
 
-def _check_victim(
+def _check_victim(  # noqa: C901
     r: Replay, what: str, job: Job, queue: Queue, job_tier: Tier, p: Preemption, together: list[Workload]
 ) -> Workload:
     victim = r.running.get(p.workload)
@@ -185,7 +185,7 @@ def _share(r: Replay, queue: str, delta: dict[Key, int]) -> float:
     return share
 
 
-def _check_over_nominal(r: Replay, what: str, queue: str, flavor: str, victims: list[Workload]) -> None:
+def _check_over_nominal(r: Replay, what: str, queue: str, flavor: str, victims: list[Workload]) -> None:  # noqa: C901
     """Cross-queue victims come only from a queue over its nominal quota (Kueue: a borrowing queue).
 
     "Over" as the queue will be once this cycle's decisions so far have played out: this cycle's earlier

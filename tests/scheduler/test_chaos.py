@@ -384,7 +384,7 @@ def cluster_jobs(fleet: Fleet) -> dict[str, dict[str, Any]]:
     return jobs
 
 
-def test_killing_the_worker_anywhere_loses_nothing_and_runs_nothing_twice(
+def test_killing_the_worker_anywhere_loses_nothing_and_runs_nothing_twice(  # noqa: C901
     postgres: Postgres, redis_server: Redis, fleet: Fleet, tmp_path: Path
 ) -> None:
     began = time.monotonic()
