@@ -23,7 +23,7 @@ NOT_NUMBER = str(forms.DecimalField.default_error_messages["invalid"])
 
 
 def required() -> ValidationError:
-    """Django's "This field is required." (code ``required``)."""
+    """Django's message for a missing value (``REQUIRED``, code ``required``)."""
     return ValidationError(REQUIRED, code="required")
 
 
