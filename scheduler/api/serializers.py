@@ -190,26 +190,8 @@ class JobSubmissionSerializer(StrictSerializer):
         errors: dict[str, str] = {}
         team = self._team(attrs.get("team"), errors)
         if team is not None:
-            org = team.organization
-            if attrs.get("project") is not None:
-                ref = attrs["project"]
-                projects = find(Project.objects.filter(team=team), ref)
-                attrs["project"] = projects[0] if projects else None
-                if not projects:
-                    errors["project"] = f"Team {team.slug} has no project {ref!r}."
-            if attrs.get("tier") is not None:
-                name = attrs["tier"]
-                attrs["tier"] = PriorityTier.objects.filter(organization=org, name=name).first()
-                if attrs["tier"] is None:
-                    known = ", ".join(t.name for t in tiers_for(team)) or "none"
-                    errors["tier"] = f"No priority tier {name!r}. Known: {known}."
-            if attrs.get("clusters"):
-                slugs = list(dict.fromkeys(attrs["clusters"]))
-                found = {c.slug: c for c in Cluster.objects.filter(organization=org, slug__in=slugs)}
-                if missing := [slug for slug in slugs if slug not in found]:
-                    known = ", ".join(Cluster.objects.filter(organization=org).values_list("slug", flat=True))
-                    errors["clusters"] = f"No cluster {', '.join(missing)}. Known: {known or 'none'}."
-                attrs["clusters"] = [found[slug] for slug in slugs if slug in found]
+            for resolve in (_project, _tier, _clusters):
+                resolve(team, attrs, errors)
         if attrs.get("secret_env_from") is not None:
             number = attrs["secret_env_from"]
             attrs["secret_env_from"] = Job.objects.for_user(self.actor, Action.VIEW).filter(pk=number).first()
@@ -301,6 +283,38 @@ class JobSubmissionSerializer(StrictSerializer):
         return JobRequest(
             team=data["team"], name=data["name"], time_limit=data["time_limit"], idempotency_key=key, **fields
         )
+
+
+def _project(team: Team, attrs: dict[str, Any], errors: dict[str, str]) -> None:
+    """The project named (a slug or an id) among the team's."""
+    if attrs.get("project") is not None:
+        ref = attrs["project"]
+        projects = find(Project.objects.filter(team=team), ref)
+        attrs["project"] = projects[0] if projects else None
+        if not projects:
+            errors["project"] = f"Team {team.slug} has no project {ref!r}."
+
+
+def _tier(team: Team, attrs: dict[str, Any], errors: dict[str, str]) -> None:
+    """The priority tier named among the organization's."""
+    if attrs.get("tier") is not None:
+        name = attrs["tier"]
+        attrs["tier"] = PriorityTier.objects.filter(organization=team.organization_id, name=name).first()
+        if attrs["tier"] is None:
+            known = ", ".join(t.name for t in tiers_for(team)) or "none"
+            errors["tier"] = f"No priority tier {name!r}. Known: {known}."
+
+
+def _clusters(team: Team, attrs: dict[str, Any], errors: dict[str, str]) -> None:
+    """The clusters named (slugs) among the organization's."""
+    if attrs.get("clusters"):
+        org = team.organization_id
+        slugs = list(dict.fromkeys(attrs["clusters"]))
+        found = {c.slug: c for c in Cluster.objects.filter(organization=org, slug__in=slugs)}
+        if missing := [slug for slug in slugs if slug not in found]:
+            known = ", ".join(Cluster.objects.filter(organization=org).values_list("slug", flat=True))
+            errors["clusters"] = f"No cluster {', '.join(missing)}. Known: {known or 'none'}."
+        attrs["clusters"] = [found[slug] for slug in slugs if slug in found]
 
 
 #: Fields that go to ``JobRequest`` as they are (the others are converted from people's units).
