@@ -155,7 +155,7 @@ class Unit:
         return whole if amount == whole else amount.normalize()
 
 
-CORES = Unit("cpu", 1000, Decimal("0.001"), Decimal(100_000))
+CORES = Unit("cpu", 1000, Decimal("0.001"), Decimal(100_000), digits=10)
 GIB = Unit("memory", 1024, Decimal("0.001"), Decimal(1_000_000))
 FRACTION = Unit("accelerator_milli", 1000, Decimal("0.001"), Decimal(1), digits=4)
 
