@@ -30,6 +30,7 @@ from billing.metering import capacity_type
 from billing.models import FINANCE_ROLES, CapacityType, Overhead, Price
 from clusters.models import AcceleratorType, Cluster
 from common import params
+from common.validation import REQUIRED, unknown_fields
 from governance import quotas
 from tenancy import audit
 from tenancy.models import Membership, Organization
@@ -38,6 +39,8 @@ from tenancy.models import Membership, Organization
 HOURS_PER_MONTH = Decimal("730.5")
 RATE_PLACES = Decimal("0.000001")
 MOST_MONEY = Decimal("1e11")
+#: Django's "This field is required." of a field an on-prem price needs.
+ON_PREM_REQUIRED = f"{REQUIRED[:-1]} for an on-prem price."
 ON_PREM_FIELDS = (
     "purchase_price",
     "accelerators_per_node",
@@ -99,7 +102,7 @@ def authorize(actor: User, organization: Organization) -> None:
 def _date(value: Any, field: str, errors: dict[str, str], *, required: bool = True) -> dt.date | None:
     if value is None or value == "":
         if required:
-            errors[field] = "This field is required."
+            errors[field] = REQUIRED
         return None
     if isinstance(value, dt.datetime):
         errors[field] = "A date (YYYY-MM-DD), not a time."
@@ -115,7 +118,7 @@ def _date(value: Any, field: str, errors: dict[str, str], *, required: bool = Tr
 
 def _count(value: Any, field: str, errors: dict[str, str], *, most: int) -> int | None:
     if value is None or value == "":
-        errors[field] = "This field is required for an on-prem price."
+        errors[field] = ON_PREM_REQUIRED
         return None
     try:
         return params.integer(value, field, low=1, high=most)
@@ -128,7 +131,7 @@ def _of_org(model: type[Cluster] | type[AcceleratorType], value: Any, field: str
             errors: dict[str, str]) -> Any:  # fmt: skip
     """A cluster (by id or slug) or a flavor (by id or name) of ``organization``; another's is unknown."""
     if value is None or value == "":
-        errors[field] = "This field is required."
+        errors[field] = REQUIRED
         return None
     if isinstance(value, model):
         value = value.pk
@@ -139,6 +142,11 @@ def _of_org(model: type[Cluster] | type[AcceleratorType], value: Any, field: str
     if found is None:
         errors[field] = f"No {'cluster' if model is Cluster else 'accelerator type'} {value!r} in this organization."
     return found
+
+
+def _unknown(data: Mapping[str, Any], known: Iterable[str]) -> dict[str, str]:
+    """Fields nobody defines, each with the closest known name if one is close."""
+    return {name: " ".join(messages) for name, messages in unknown_fields(data, known).items()}
 
 
 def _as_text(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -170,8 +178,7 @@ def clean_price(organization: Organization, data: Mapping[str, Any]) -> dict[str
     ``ValidationError`` names every bad field. Unknown fields are refused too. Cloud rows give the hourly
     rate; on-prem rows give the node's costs (or, when finance knows it, an hourly rate)."""
     errors: dict[str, str] = {}
-    for unknown in sorted(set(data) - set(PRICE_FIELDS)):
-        errors[unknown] = "Unknown field."
+    errors.update(_unknown(data, PRICE_FIELDS))
     kind = data.get("capacity_type")
     if kind not in CapacityType.values:
         errors["capacity_type"] = f"{kind!r} is not one of {', '.join(CapacityType.values)}."
@@ -193,7 +200,7 @@ def clean_price(organization: Organization, data: Mapping[str, Any]) -> dict[str
         money = {"purchase_price": 2, "power_kw": 3, "energy_price": 4, "hosting_per_month": 2}
         for name, places in money.items():
             if data.get(name) in (None, ""):
-                errors[name] = "This field is required for an on-prem price (or give an hourly rate)."
+                errors[name] = f"{ON_PREM_REQUIRED[:-1]} (or give an hourly rate)."
             else:
                 values[name] = quotas.check_amount(
                     data.get(name), name, errors, required=True, most=MOST_MONEY, places=places
@@ -267,11 +274,10 @@ def set_overhead(actor: User, organization: Organization, data: Mapping[str, Any
     if overhead is not None and overhead.organization_id != organization.pk:
         raise PermissionDenied("That cost belongs to another organization.")
     errors: dict[str, str] = {}
-    for unknown in sorted(set(data) - set(OVERHEAD_FIELDS)):
-        errors[unknown] = "Unknown field."
+    errors.update(_unknown(data, OVERHEAD_FIELDS))
     name = str(data.get("name") or "").strip()
     if not name:
-        errors["name"] = "This field is required."
+        errors["name"] = REQUIRED
     elif len(name) > 120:
         errors["name"] = "At most 120 characters."
     amount = quotas.check_amount(data.get("amount"), "amount", errors, required=True, most=MOST_MONEY, places=2)

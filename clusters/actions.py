@@ -24,6 +24,7 @@ from django.utils.text import slugify
 from clusters.models import Cluster, Drain, MaintenanceWindow, Node, ProbeToken
 from clusters.secrets import CredentialsError
 from common import enqueue, outbound, params
+from common.validation import REQUIRED, check_max_length, message_of
 from tenancy import audit
 from tenancy.scoping import Action, can
 
@@ -41,7 +42,7 @@ def _reason(reason: str) -> str:
     if not reason:
         raise ValidationError({"reason": "Say why, for the people whose jobs this moves and for the audit log."})
     if len(reason) > MAX_REASON:
-        raise ValidationError({"reason": f"Ensure this field has no more than {MAX_REASON} characters."})
+        raise ValidationError({"reason": message_of(check_max_length, reason, MAX_REASON)})
     return reason
 
 
@@ -212,6 +213,10 @@ SECRET_OPTION = re.compile(r"secret|password|passwd|token|credential|private|api
 HOST_OPTIONS = frozenset({"state_file", "scontrol", "slurm_conf"})
 LEVEL = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
 MAX_LEVELS = 8
+#: The longest name, slug, endpoint and region of a cluster (the form's limits too).
+LIMITS = {"name": 120, "slug": 60, "endpoint": 500, "region": 60}
+#: How much the scheduler prefers a cluster: from (avoid) to (prefer).
+PREFERENCE = (0, 100)
 EDITABLE = ("name", "slug", "endpoint", "region", "levels", "options", "preference")
 #: Changes that make the next sync worth trying now rather than after the backoff.
 RECONNECTING = frozenset({"endpoint", "options", "credentials"})
@@ -221,9 +226,9 @@ def _text(fields: dict[str, Any], name: str, limit: int, *, required: bool = Tru
     given = fields.get(name)
     value = "" if given is None else str(given).strip()
     if required and not value:
-        raise ValidationError({name: "This field is required."})
+        raise ValidationError({name: REQUIRED})
     if len(value) > limit:
-        raise ValidationError({name: f"Ensure this field has no more than {limit} characters."})
+        raise ValidationError({name: message_of(check_max_length, value, limit)})
     return value
 
 
@@ -240,8 +245,8 @@ def _endpoint(kind: str, given: Any) -> str:
         URLValidator(schemes=["http", "https"])(endpoint)
     except ValidationError:
         raise ValidationError({"endpoint": "Enter an http:// or https:// URL."}) from None
-    if len(endpoint) > 500:
-        raise ValidationError({"endpoint": "Ensure this field has no more than 500 characters."})
+    if len(endpoint) > LIMITS["endpoint"]:
+        raise ValidationError({"endpoint": message_of(check_max_length, endpoint, LIMITS["endpoint"])})
     if urlsplit(endpoint).username is not None:
         # The endpoint is shown on the cluster's page and in the audit log; credentials are not.
         raise ValidationError({"endpoint": "Leave the user and password out of the URL: give them as credentials."})
@@ -271,7 +276,8 @@ def _levels(given: Any) -> list[str]:
 
 
 def _preference(given: Any) -> int:
-    if isinstance(given, bool) or not isinstance(given, int) or not 0 <= given <= 100:
+    low, high = PREFERENCE
+    if isinstance(given, bool) or not isinstance(given, int) or not low <= given <= high:
         raise ValidationError({"preference": "A whole number from 0 (avoid) to 100 (prefer)."})
     return int(given)
 
@@ -405,15 +411,15 @@ def create_cluster(
 
 
 def _validated(actor: User, kind: str, fields: dict[str, Any], stored_options: dict[str, Any]) -> dict[str, Any]:
-    name = _text(fields, "name", 120)
-    slug = slugify(_text(fields, "slug", 60, required=False) or name)[:60]
+    name = _text(fields, "name", LIMITS["name"])
+    slug = slugify(_text(fields, "slug", LIMITS["slug"], required=False) or name)[: LIMITS["slug"]]
     if not slug:
         raise ValidationError({"slug" if fields.get("slug") else "name": "Needs at least one letter or digit."})
     return {
         "name": name,
         "slug": slug,
         "endpoint": _endpoint(kind, fields.get("endpoint")),
-        "region": _text(fields, "region", 60),
+        "region": _text(fields, "region", LIMITS["region"]),
         "levels": _levels(fields.get("levels")),
         "options": _options(actor, kind, fields.get("options"), stored_options),
         "preference": _preference(fields.get("preference", 50)),

@@ -30,6 +30,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from clusters.models import AcceleratorType
+from common.validation import REQUIRED, check_max_length, message_of
 from governance import signals
 from governance.models import Cohort, MemberLimit, PriorityTier, Queue, Quota, QuotaChange
 from tenancy import audit
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
 
 #: The largest quota anyone may set, in people's units (accelerators, cores, GiB).
 MAX_QUOTA = Decimal(1_000_000)
+#: The longest reason of a change (kept in the quota history).
+MAX_REASON = 2000
 LIMITS = ("nominal", "borrowing_limit", "lending_limit")
 #: A limit not given to ``set_quota``: keep the current value (the partial updates of the pages and the API).
 KEEP: Any = object()
@@ -70,8 +73,8 @@ def check_reason(reason: str, errors: dict[str, str]) -> str:
     reason = (reason or "").strip()
     if not reason:
         errors["reason"] = "Say why: the reason is kept in the quota history."
-    elif len(reason) > 2000:
-        errors["reason"] = "Ensure this field has no more than 2000 characters."
+    elif len(reason) > MAX_REASON:
+        errors["reason"] = message_of(check_max_length, reason, MAX_REASON)
     return reason
 
 
@@ -82,7 +85,7 @@ def check_amount(
     with what is wrong in ``errors[field]``."""
     if value is None or value == "":
         if required:
-            errors[field] = "This field is required."
+            errors[field] = REQUIRED
         return None
     try:
         amount = Decimal(str(value))

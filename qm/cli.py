@@ -12,7 +12,6 @@ The token is never printed.
 from __future__ import annotations
 
 import argparse
-import difflib
 import getpass
 import json
 import math
@@ -32,13 +31,6 @@ import yaml
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 TIMEOUT = 30.0
-#: The fields of a submission (the API's ``JobSubmissionSerializer``; a test keeps the two equal).
-SUBMIT_FIELDS = frozenset({
-    "team", "project", "name", "accelerator_types", "accelerators", "accelerator_fraction", "workers", "cpu",
-    "memory_gib", "topology_level", "topology_mode", "time_limit", "tier", "preemptible", "checkpoint_location",
-    "clusters", "regions", "max_price_per_hour", "image", "command", "script", "env", "secret_env", "secret_env_from",
-    "max_retries", "idempotency_key",
-})  # fmt: skip
 FINAL = frozenset({"succeeded", "failed", "cancelled"})
 WAITING = frozenset({"pending", "requeued"})
 OK, FAILED, BAD_INPUT = 0, 1, 2
@@ -191,10 +183,32 @@ JobFileLoader.add_implicit_resolver(
 FLOAT_TAG = "tag:yaml.org,2002:float"
 
 
+@dataclass
+class JobFile:
+    """A job file's fields, and the line each top-level key is on (to point at it when the API refuses it)."""
+
+    name: str
+    fields: dict[str, Any]
+    lines: dict[str, int]
+
+    def refused(self, error: CliError) -> CliError:
+        """The API's refusal with each field's line in this file (the API alone knows the fields: an unknown
+        one is named there, with the closest known name)."""
+        for key, messages in error.fields.items():
+            if key in self.lines:
+                error.fields[key] = [f"{message} (line {self.lines[key]})" for message in _messages(messages)]
+        return error
+
+
 def read_job_file(name: str, stdin: TextIO | None = None) -> dict[str, Any]:
-    """A job file's fields: a YAML mapping of the API's submission fields. Malformed YAML, a repeated or
-    unknown key, an anchor or alias, or a number that is not finite (``.nan``, ``.inf``, ``1e999``) is refused
-    here, with its line, before anything is sent."""
+    """A job file's fields: a YAML mapping of the API's submission fields (``load_job_file``)."""
+    return load_job_file(name, stdin).fields
+
+
+def load_job_file(name: str, stdin: TextIO | None = None) -> JobFile:
+    """A job file: a YAML mapping of the API's submission fields (which fields there are is the API's to
+    say). Malformed YAML, a repeated key, an anchor or alias, or a number that is not finite (``.nan``,
+    ``.inf``, ``1e999``) is refused here, with its line, before anything is sent."""
     try:
         text = (stdin or sys.stdin).read() if name == "-" else Path(name).read_text()
     except (OSError, UnicodeDecodeError) as error:
@@ -217,20 +231,15 @@ def read_job_file(name: str, stdin: TextIO | None = None) -> dict[str, Any]:
         key = key_node.value if isinstance(key_node, yaml.ScalarNode) else "?"
         if key in seen:
             problems[key] = [f"line {line}: given twice (first on line {seen[key]})."]
-        elif key not in SUBMIT_FIELDS:
-            close = difflib.get_close_matches(key, SUBMIT_FIELDS, n=1)
-            hint = f" Did you mean {close[0]}?" if close else ""
-            problems[key] = [f"line {line}: unknown key.{hint}"]
         seen.setdefault(key, line)
     if problems:
-        raise CliError(f"{name}: {', '.join(problems)} not allowed here. Fields: {', '.join(sorted(SUBMIT_FIELDS))}.",
-                       problems, BAD_INPUT)  # fmt: skip
+        raise CliError(f"{name}: {', '.join(problems)} not allowed here.", problems, BAD_INPUT)
     try:
         data = yaml.load(text, Loader=JobFileLoader)  # noqa: S506 - a SafeLoader, with YAML 1.2 numbers
     except yaml.YAMLError as error:
         raise CliError(f"{name}: not valid YAML: {_yaml_problem(error)}", status=BAD_INPUT) from None
     assert isinstance(data, dict)
-    return data
+    return JobFile(name, data, seen)
 
 
 @dataclass
@@ -437,24 +446,33 @@ def cmd_login(args: argparse.Namespace, settings: Settings, client: Client) -> i
 
 
 def cmd_submit(args: argparse.Namespace, settings: Settings, client: Client) -> int:
-    body = read_job_file(args.file)
+    job_file = load_job_file(args.file)
+    body = job_file.fields
     headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else {}
     out = settings.out
-    if args.dry_run:
-        _, preview = client.call("POST", "jobs/preview/", body=body, headers=headers)
-        price = "unknown" if preview["cost_per_hour"] is None else f"{preview['cost_per_hour']:.2f}"
-        print(f"Dry run: nothing submitted. Cost per hour: {price}.", file=out)
-        if preview["starts_now"]:
-            print("It would start now.", file=out)
-        else:
-            start = when(preview["estimated_start"]) if preview["estimated_start"] else "unknown"
-            print(f"It would wait ({preview['reason']}): {preview['message']} Estimated start: {start}.", file=out)
-        return OK
-    status, job = client.call("POST", "jobs/", body=body, headers=headers)
+    try:
+        if args.dry_run:
+            return _preview(client, body, headers, out)
+        status, job = client.call("POST", "jobs/", body=body, headers=headers)
+    except CliError as error:
+        raise job_file.refused(error) from None
     if status == 200:
         print(f"Job {job['id']} was already submitted with this idempotency key; it is {job['state']}.", file=out)
     else:
         print(f"Submitted job {job['id']} ({job['name']}): {job['state']}.", file=out)
+    return OK
+
+
+def _preview(client: Client, body: Any, headers: Mapping[str, str], out: TextIO) -> int:
+    """``qm submit --dry-run``: what the job would cost and when it would start."""
+    _, preview = client.call("POST", "jobs/preview/", body=body, headers=headers)
+    price = "unknown" if preview["cost_per_hour"] is None else f"{preview['cost_per_hour']:.2f}"
+    print(f"Dry run: nothing submitted. Cost per hour: {price}.", file=out)
+    if preview["starts_now"]:
+        print("It would start now.", file=out)
+    else:
+        start = when(preview["estimated_start"]) if preview["estimated_start"] else "unknown"
+        print(f"It would wait ({preview['reason']}): {preview['message']} Estimated start: {start}.", file=out)
     return OK
 
 

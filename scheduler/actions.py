@@ -10,7 +10,6 @@ placing it on the idle fleet (``feasibility.check``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -23,12 +22,13 @@ from django.utils import timezone
 from clusters.models import AcceleratorType, Cluster
 from clusters.secrets import CredentialsError
 from common import enqueue
+from common.validation import check_max_length, message_of
 from governance.models import PriorityTier, Queue
-from scheduler import lifecycle
+from scheduler import lifecycle, submission
 from scheduler.lifecycle import PLACED, WAITING
 from scheduler.models import Attempt, Job
 from scheduler.placement import feasibility
-from scheduler.submission import ENV_NAME, MAX_TIME_LIMIT, MAX_WORKERS, MIN_TIME_LIMIT, JobRequest
+from scheduler.submission import JobRequest
 from tenancy import audit
 from tenancy.models import Membership, Project, Team
 from tenancy.scoping import Action, Role, can
@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from django.http import HttpRequest
 
 log = logging.getLogger(__name__)
+#: The longest reason for a cancellation or an intervention.
+MAX_REASON = 2000
 S = Job.State
 
 
@@ -82,47 +84,62 @@ def queue_for(team: Team, project: Project | None) -> Queue:
     return queue
 
 
-def validate(actor: User, request: JobRequest) -> tuple[Queue, PriorityTier]:  # noqa: C901
-    """Check everything about ``request``; raise ``ValidationError`` naming every bad field at once."""
-    errors: dict[str, str] = {}
+def validate(actor: User, request: JobRequest) -> tuple[Queue, PriorityTier]:
+    """Check everything about ``request``; raise ``ValidationError`` naming every bad field at once. What
+    needs neither the database nor the actor is ``submission.shape_errors``'s; the rest is here."""
     team = request.team
-    org = team.organization
     if not may_submit(actor, team):
         raise PermissionDenied(f"You may not submit jobs to team {team}.")
-    name = request.name.strip()
-    if not name:
-        errors["name"] = "Give the job a name."
-    elif len(name) > 120:
-        errors["name"] = "Ensure this field has no more than 120 characters."
-    if request.project is not None and (request.project.team_id != team.pk or request.project.archived):
-        errors["project"] = f"Project {request.project.name} is not an active project of team {team}."
+    tier, errors = _tier(request)
+    errors.update(_project_errors(request))
+    errors.update(_type_errors(request))
+    errors.update(_fleet_errors(request))
+    errors.update(submission.shape_errors(request))
+    errors.update(_secret_errors(actor, request))
+    if errors:
+        raise ValidationError(errors)
+    assert tier is not None
+    queue = queue_for(team, request.project)
+    refusal = feasibility.check(team.organization, queue, tier, request)
+    if refusal is not None:
+        raise ValidationError({refusal.field: refusal.message})
+    return queue, tier
 
-    known = set()
-    if request.accelerator_types:
-        known = set(AcceleratorType.objects.filter(organization=org).values_list("name", flat=True))
+
+def _tier(request: JobRequest) -> tuple[PriorityTier | None, dict[str, str]]:
+    """The tier asked for (or the organization's default), and what is wrong with it."""
+    team = request.team
+    tier = request.tier or PriorityTier.objects.filter(organization=team.organization_id, is_default=True).first()
+    if tier is None:
+        return None, {"tier": "Choose a priority tier."}
+    if not may_use(team, tier):
+        return tier, {"tier": f"Team {team} may not use priority tier {tier}."}
+    return tier, {}
+
+
+def _project_errors(request: JobRequest) -> dict[str, str]:
+    project, team = request.project, request.team
+    if project is not None and (project.team_id != team.pk or project.archived):
+        return {"project": f"Project {project.name} is not an active project of team {team}."}
+    return {}
+
+
+def _type_errors(request: JobRequest) -> dict[str, str]:
+    """Accelerator types the organization does not know."""
+    if not request.accelerator_types:
+        return {}
+    types = AcceleratorType.objects.filter(organization=request.team.organization_id)
+    known = set(types.values_list("name", flat=True))
     if unknown := [t for t in request.accelerator_types if t not in known]:
-        errors["accelerator_types"] = (
-            f"Unknown accelerator type(s): {', '.join(unknown)}. Known: {', '.join(sorted(known)) or 'none'}."
-        )
-    if not 0 <= request.accelerators <= 64:
-        errors["accelerators"] = "Accelerators per worker must be between 0 and 64."
-    if not 1 <= request.accelerator_milli <= 1000:
-        errors["accelerator_milli"] = "A share of an accelerator is between 1 and 1000 milli."
-    elif request.accelerator_milli < 1000 and request.accelerators != 1:
-        errors["accelerator_milli"] = "A fraction of an accelerator needs exactly one accelerator per worker."
-    if request.accelerators == 0 and request.accelerator_types:
-        errors["accelerator_types"] = "A CPU-only job (0 accelerators) cannot ask for accelerator types."
-    if not 1 <= request.workers <= MAX_WORKERS:
-        errors["workers"] = f"Workers must be between 1 and {MAX_WORKERS}."
-    if request.cpu < 1:
-        errors["cpu"] = "Ask for some CPU (at least 0.001 cores)."
-    if request.memory < 1:
-        errors["memory"] = "Ask for some memory."
-    if not MIN_TIME_LIMIT <= request.time_limit <= MAX_TIME_LIMIT:
-        errors["time_limit"] = f"The time limit must be between {MIN_TIME_LIMIT // 60} minute and 30 days."
-    if request.topology_mode not in Job.TopologyMode.values:
-        errors["topology_mode"] = "Choose required or preferred."
+        return {"accelerator_types": f"Unknown accelerator type(s): {', '.join(unknown)}. "
+                                     f"Known: {', '.join(sorted(known)) or 'none'}."}  # fmt: skip
+    return {}
 
+
+def _fleet_errors(request: JobRequest) -> dict[str, str]:
+    """Clusters, regions and topology levels the organization's usable clusters do not have."""
+    errors: dict[str, str] = {}
+    org = request.team.organization
     clusters = Cluster.objects.filter(organization=org).exclude(status=Cluster.Status.DISABLED)
     foreign = [c for c in request.clusters if c.organization_id != org.pk or c.status == Cluster.Status.DISABLED]
     if foreign:
@@ -136,54 +153,18 @@ def validate(actor: User, request: JobRequest) -> tuple[Queue, PriorityTier]:  #
             errors["topology_level"] = (
                 f"No cluster has a {request.topology_level!r} level. Known: {', '.join(sorted(levels)) or 'none'}."
             )
-    if request.max_price_per_hour is not None and request.max_price_per_hour < 0:
-        errors["max_price_per_hour"] = "The price limit cannot be negative."
+    return errors
 
-    tier = request.tier or PriorityTier.objects.filter(organization=org, is_default=True).first()
-    if tier is None:
-        errors["tier"] = "Choose a priority tier."
-    elif not may_use(team, tier):
-        errors["tier"] = f"Team {team} may not use priority tier {tier}."
 
-    if not request.image.strip() and not request.script.strip():
-        errors["image"] = "Give a container image (and command) or a batch script."
-    if len(request.image) > 500:
-        errors["image"] = "Ensure this field has no more than 500 characters."
-    if any(not isinstance(part, str) for part in request.command):
-        errors["command"] = "The command is a list of strings."
-    for name in ("env", "secret_env"):
-        if problem := _env_problem(getattr(request, name)):
-            errors[name] = problem
+def _secret_errors(actor: User, request: JobRequest) -> dict[str, str]:
+    """Secret values the actor may not reuse (``secret_env_of``), or names both secret and not."""
     try:
         secrets = secret_env_of(actor, request)
     except ValidationError as error:
-        errors.update({k: " ".join(v) for k, v in error.message_dict.items()})
-    else:
-        if both := sorted(set(secrets) & set(request.env)):
-            errors["secret_env"] = f"{', '.join(both)}: both secret and not; give each name in one of them."
-    if not 0 <= request.max_retries <= 20:
-        errors["max_retries"] = "Retries must be between 0 and 20."
-    if len(request.idempotency_key) > 80:
-        errors["idempotency_key"] = "Ensure this field has no more than 80 characters."
-    if errors:
-        raise ValidationError(errors)
-
-    assert tier is not None
-    queue = queue_for(team, request.project)
-    refusal = feasibility.check(org, queue, tier, request)
-    if refusal is not None:
-        raise ValidationError({refusal.field: refusal.message})
-    return queue, tier
-
-
-def _env_problem(env: Mapping[str, str]) -> str:
-    """What is wrong with an environment's names or values (never quoting a value: it may be secret)."""
-    for key, value in env.items():
-        if not ENV_NAME.match(str(key)) or str(key).startswith("QM_"):
-            return f"{key!r} is not a valid environment variable name (QM_ names are reserved)."
-        if not isinstance(value, str):
-            return f"The value of {key} must be a string."
-    return ""
+        return {k: " ".join(v) for k, v in error.message_dict.items()}
+    if both := sorted(set(secrets) & set(request.env)):
+        return {"secret_env": f"{', '.join(both)}: both secret and not; give each name in one of them."}
+    return {}
 
 
 def secret_env_of(actor: User, request: JobRequest) -> dict[str, str]:
@@ -389,8 +370,8 @@ def _intervention(actor: User, job: Job, reason: str, what: str) -> str:
     reason = (reason or "").strip()
     if not reason:
         raise ValidationError({"reason": f"Say why you {what} it (kept in its timeline and the audit log)."})
-    if len(reason) > 2000:
-        raise ValidationError({"reason": "Ensure the reason has no more than 2000 characters."})
+    if len(reason) > MAX_REASON:
+        raise ValidationError({"reason": message_of(check_max_length, reason, MAX_REASON)})
     return reason
 
 

@@ -1,19 +1,28 @@
-"""A job request: what someone asks to run, in the engine's units, whichever way it came (form, API, ``qm``).
+"""A job request: what someone asks to run, in the engine's units, whichever way it came (form, API, ``qm``),
+and the one definition of its fields.
 
-The form (``scheduler/web/forms.py``) and the API (``scheduler/api/serializers.py``) turn what people type into
-a ``JobRequest``; ``scheduler.actions.submit_job`` judges it and the placement preview
-(``scheduler.placement.feasibility``) places it on the idle fleet. Defined here, below both, so neither imports
-the other for it.
+``FIELDS`` says, for each field, its bounds (in engine units), its length limit, its default and its help
+text; ``CORES``, ``GIB`` and ``FRACTION`` convert the units people type (``parse_duration`` reads ``2h``);
+``shape_errors`` is every check that needs neither the database nor the actor. The form
+(``scheduler/web/forms.py``) and the API (``scheduler/api/serializers.py``) build their fields from these;
+``scheduler.actions.validate`` calls ``shape_errors`` and adds what needs the database (team, tier,
+clusters, whether it can ever fit). The ``qm`` CLI has no copy: it sends what the job file says and shows
+the API's answer, which names an unknown field and the closest known one
+(``common.validation.unknown_fields``).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+from django.core.exceptions import ValidationError
 
 from clusters.models import Cluster
+from common.validation import check_max_length
 from governance.models import PriorityTier
 from scheduler.models import Job
 from tenancy.models import Project, Team
@@ -21,6 +30,8 @@ from tenancy.models import Project, Team
 MAX_WORKERS = 4096
 MAX_TIME_LIMIT = 30 * 24 * 3600
 MIN_TIME_LIMIT = 60
+MAX_ACCELERATORS = 64
+MAX_RETRIES = 20
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -57,3 +68,217 @@ class JobRequest:
     secret_env_from: Job | None = None
     max_retries: int = 3
     idempotency_key: str = ""
+
+
+# --- the fields ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of a job request: its bounds in engine units (``out_of_range`` says so in words), its
+    length limit if it is text, its default and its help text."""
+
+    low: int | Decimal | None = None
+    high: int | Decimal | None = None
+    max_length: int | None = None
+    default: Any = None
+    help: str = ""
+    out_of_range: str = ""
+
+
+FIELDS: dict[str, Field] = {
+    "name": Field(max_length=120, help="What the job is called in lists and its timeline."),
+    "accelerators": Field(
+        0, MAX_ACCELERATORS, default=1, help="Accelerators per worker (0 for CPU only).",
+        out_of_range=f"Accelerators per worker must be between 0 and {MAX_ACCELERATORS}.",
+    ),
+    "accelerator_milli": Field(
+        1, 1000, default=1000, help="A share of one accelerator, e.g. 0.25 (with one accelerator per worker).",
+        out_of_range="A share of an accelerator is between 1 and 1000 milli.",
+    ),
+    "workers": Field(
+        1, MAX_WORKERS, default=1, help="Workers in the gang: all start together.",
+        out_of_range=f"Workers must be between 1 and {MAX_WORKERS}.",
+    ),
+    "cpu": Field(1, default=1000, help="Cores per worker.", out_of_range="Ask for some CPU (at least 0.001 cores)."),
+    "memory": Field(1, default=4096, help="GiB per worker.", out_of_range="Ask for some memory."),
+    "time_limit": Field(
+        MIN_TIME_LIMIT, MAX_TIME_LIMIT, help="Give seconds (3600) or a duration such as 90m, 2h, 1d or 1h30m.",
+        out_of_range=f"The time limit must be between {MIN_TIME_LIMIT // 60} minute and {MAX_TIME_LIMIT // 86400} "
+        "days.",
+    ),
+    "max_price_per_hour": Field(
+        Decimal(0), help="For the whole job; empty: no limit.", out_of_range="The price limit cannot be negative."
+    ),
+    "checkpoint_location": Field(
+        max_length=500, help="Where it saves checkpoints, e.g. s3://bucket/run. It resumes from there."
+    ),
+    "image": Field(max_length=500, help="A container image (and a command), or a batch script."),
+    "command": Field(max_length=10_000, help="As in a shell: python train.py --lr 3e-4"),
+    "script": Field(max_length=100_000, help="A batch script, instead of a container image."),
+    "env": Field(max_length=10_000, help="Environment variables: names and values."),
+    "max_retries": Field(
+        0, MAX_RETRIES, default=3, help="Retries after a node or cluster failure.",
+        out_of_range=f"Retries must be between 0 and {MAX_RETRIES}.",
+    ),
+    "idempotency_key": Field(max_length=80, help="Submitting again with the same key returns the first job."),
+}  # fmt: skip
+
+#: The API's (and job files') names of the fields given in other units than the engine's.
+API_NAMES = {"accelerator_milli": "accelerator_fraction", "memory": "memory_gib"}
+#: The form's names of the fields given in other units than the engine's.
+FORM_NAMES = {
+    "cpu": "cpu_cores", "memory": "memory_gib", "time_limit": "time_limit_hours", "secret_env_from": "keep_secret_env",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A field typed in people's units (cores, GiB, a fraction of one accelerator): ``per`` engine units
+    each, at least ``low``, at most ``high``, with ``places`` decimals and ``digits`` in all."""
+
+    field: str
+    per: int
+    low: Decimal
+    high: Decimal
+    places: int = 3
+    digits: int = 12
+
+    def to_engine(self, amount: Decimal) -> int:
+        """``amount`` in engine units, rounded half up, and at least one."""
+        return max(1, int((amount * self.per).to_integral_value(ROUND_HALF_UP)))
+
+    def from_engine(self, value: int) -> Decimal:
+        """``value`` in people's units, without trailing zeros (``4``, ``0.5``, never ``1E+2``)."""
+        amount = (Decimal(value) / self.per).quantize(Decimal(1).scaleb(-self.places))
+        whole = amount.to_integral_value()
+        return whole if amount == whole else amount.normalize()
+
+
+CORES = Unit("cpu", 1000, Decimal("0.001"), Decimal(100_000), digits=10)
+GIB = Unit("memory", 1024, Decimal("0.001"), Decimal(1_000_000))
+FRACTION = Unit("accelerator_milli", 1000, Decimal("0.001"), Decimal(1), digits=4)
+
+#: ``90m``, ``2h``, ``1d``, ``1h30m``: days, hours, minutes, seconds, each at most once and in that order.
+DURATION = re.compile(r"^(?:(?P<d>\d+)d)?(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+)s)?$")
+UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+DURATION_HELP = FIELDS["time_limit"].help
+
+
+def parse_duration(value: object) -> int:
+    """Seconds from an integer, a string of digits or a duration such as ``1h30m``; ValueError otherwise."""
+    if isinstance(value, bool):
+        raise ValueError(DURATION_HELP)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    text = value.strip().lower() if isinstance(value, str) else ""
+    if text.isascii() and text.isdigit():
+        return int(text)
+    match = DURATION.match(text) if text.isascii() else None
+    if text and match:
+        return sum(int(amount) * UNIT_SECONDS[unit] for unit, amount in match.groupdict().items() if amount)
+    raise ValueError(DURATION_HELP)
+
+
+# --- the checks that need neither the database nor the actor -------------------------------------------
+
+
+def check_bounds(name: str, value: Any) -> None:
+    """``value`` within ``FIELDS[name]``'s bounds (code ``out_of_range``)."""
+    spec = FIELDS[name]
+    if (spec.low is not None and value < spec.low) or (spec.high is not None and value > spec.high):
+        raise ValidationError(spec.out_of_range, code="out_of_range")
+
+
+def check_price(price: Decimal | None) -> None:
+    if price is not None:
+        check_bounds("max_price_per_hour", price)
+
+
+def check_name(name: str) -> None:
+    if not name.strip():
+        raise ValidationError("Give the job a name.", code="required")
+    check_max_length(name.strip(), limit("name"))
+
+
+def check_share(request: JobRequest) -> None:
+    """A share of an accelerator in bounds, and a fraction only of exactly one accelerator per worker."""
+    check_bounds("accelerator_milli", request.accelerator_milli)
+    if request.accelerator_milli < 1000 and request.accelerators != 1:
+        raise ValidationError("A fraction of an accelerator needs exactly one accelerator per worker.", code="fraction")
+
+
+def check_types(request: JobRequest) -> None:
+    if request.accelerators == 0 and request.accelerator_types:
+        raise ValidationError("A CPU-only job (0 accelerators) cannot ask for accelerator types.", code="cpu_only")
+
+
+def check_topology_mode(mode: str) -> None:
+    if mode not in Job.TopologyMode.values:
+        raise ValidationError("Choose required or preferred.", code="invalid_choice")
+
+
+def check_program(request: JobRequest) -> None:
+    """Something to run (an image or a script), an image name of a sane length, a command of strings."""
+    if not request.image.strip() and not request.script.strip():
+        raise ValidationError("Give a container image (and command) or a batch script.", code="required")
+    check_max_length(request.image, limit("image"))
+
+
+def check_command(command: Sequence[Any]) -> None:
+    if any(not isinstance(part, str) for part in command):
+        raise ValidationError("The command is a list of strings.", code="invalid")
+
+
+def check_env(env: Mapping[str, Any]) -> None:
+    """Environment names that are valid and not reserved, and values that are strings (never quoting a value:
+    it may be secret)."""
+    for key, value in env.items():
+        if not ENV_NAME.match(str(key)) or str(key).startswith("QM_"):
+            raise ValidationError(
+                f"{key!r} is not a valid environment variable name (QM_ names are reserved).", code="env_name"
+            )
+        if not isinstance(value, str):
+            raise ValidationError(f"The value of {key} must be a string.", code="env_value")
+
+
+def limit(name: str) -> int:
+    """The length limit of text field ``name``."""
+    most = FIELDS[name].max_length
+    assert most is not None
+    return most
+
+
+#: The checks of one field each: (field, check of the request). Later checks of a field win over earlier.
+CHECKS: tuple[tuple[str, Callable[[JobRequest], None]], ...] = (
+    ("name", lambda r: check_name(r.name)),
+    ("accelerators", lambda r: check_bounds("accelerators", r.accelerators)),
+    ("accelerator_milli", check_share),
+    ("accelerator_types", check_types),
+    ("workers", lambda r: check_bounds("workers", r.workers)),
+    ("cpu", lambda r: check_bounds("cpu", r.cpu)),
+    ("memory", lambda r: check_bounds("memory", r.memory)),
+    ("time_limit", lambda r: check_bounds("time_limit", r.time_limit)),
+    ("topology_mode", lambda r: check_topology_mode(r.topology_mode)),
+    ("max_price_per_hour", lambda r: check_price(r.max_price_per_hour)),
+    ("image", check_program),
+    ("command", lambda r: check_command(r.command)),
+    ("env", lambda r: check_env(r.env)),
+    ("secret_env", lambda r: check_env(r.secret_env)),
+    ("max_retries", lambda r: check_bounds("max_retries", r.max_retries)),
+    ("idempotency_key", lambda r: check_max_length(r.idempotency_key, limit("idempotency_key"))),
+)  # fmt: skip
+
+
+def shape_errors(request: JobRequest) -> dict[str, str]:
+    """What is wrong with ``request`` that neither the database nor the actor is needed to see, by field
+    (``JobRequest``'s names)."""
+    errors: dict[str, str] = {}
+    for name, check in CHECKS:
+        try:
+            check(request)
+        except ValidationError as error:
+            errors[name] = " ".join(error.messages)
+    return errors

@@ -18,6 +18,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 from django.utils.text import slugify
 
+from common.validation import check_max_length, message_of, required
 from tenancy import audit
 from tenancy.models import ApiToken, GroupMapping, Membership, Organization, Project, ServiceAccount, Team
 from tenancy.scoping import TEAM_ROLES, Action, Role, can
@@ -47,7 +48,7 @@ def issue_token(
     if not name:
         raise ValidationError({"name": "Give the token a name, e.g. the machine or script that will use it."})
     if len(name) > 80:
-        raise ValidationError({"name": "Ensure this field has no more than 80 characters."})
+        raise ValidationError({"name": message_of(check_max_length, name, 80)})
     days = _token_days(expires_in_days)
     raw, key_hash, hint = ApiToken.generate()
     with transaction.atomic():
@@ -100,7 +101,7 @@ def _named(instance: Team | Project, name: str, slug: str | None, siblings: Quer
     """Fill in a new team's or project's name and slug, refusing blanks and clashes with its siblings."""
     name = (name or "").strip()
     if not name:
-        raise ValidationError({"name": "This field is required."})
+        raise ValidationError({"name": required()})
     instance.name, instance.slug = name, _slug_for(name, slug)
     instance.full_clean(validate_constraints=False)
     kind = instance._meta.verbose_name
@@ -319,7 +320,7 @@ def map_group(
     if not group:
         raise ValidationError({"group": "Name the group exactly as the identity provider sends it."})
     if len(group) > 200:
-        raise ValidationError({"group": "Ensure this field has no more than 200 characters."})
+        raise ValidationError({"group": message_of(check_max_length, group, 200)})
     role_value = _role_in(organization, role, team)
     try:
         with transaction.atomic():
@@ -372,7 +373,7 @@ def create_service_account(
     if not name:
         raise ValidationError({"name": "Give the account a name, e.g. the pipeline or tool that will use it."})
     if len(name) > 80:
-        raise ValidationError({"name": "Ensure this field has no more than 80 characters."})
+        raise ValidationError({"name": message_of(check_max_length, name, 80)})
     try:
         scope_value = ServiceAccount.Scope(scope)
     except ValueError:

@@ -10,7 +10,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
-from clusters.actions import CLEAR, MAX_REASON, SECRET_OPTION
+from clusters.actions import CLEAR, LIMITS, MAX_REASON, PREFERENCE, SECRET_OPTION
 from clusters.models import Cluster
 from common import params
 from tenancy.models import Organization
@@ -61,16 +61,16 @@ class ClusterForm(forms.Form):
     """Register or edit a cluster. Credentials are write-only: left empty, the stored ones are kept; the
     page says only whether there are any. On edit the kind is fixed and only its credentials are asked."""
 
-    name = forms.CharField(max_length=120)
-    slug = forms.SlugField(max_length=60, required=False, help_text="Left empty, it is made from the name.")
+    name = forms.CharField(max_length=LIMITS["name"])
+    slug = forms.SlugField(max_length=LIMITS["slug"], required=False, help_text="Left empty, it is made from the name.")
     kind = forms.ChoiceField(choices=Cluster.Kind.choices)
     endpoint = forms.CharField(
-        max_length=500,
+        max_length=LIMITS["endpoint"],
         required=False,
         help_text="The API URL: slurmrestd, the Kubernetes API server, or https://tpu.googleapis.com. "
         "Empty for a simulated cluster.",
     )
-    region = forms.CharField(max_length=60)
+    region = forms.CharField(max_length=LIMITS["region"])
     levels = forms.CharField(
         max_length=400,
         required=False,
@@ -84,7 +84,10 @@ class ClusterForm(forms.Form):
         'for TPU, {"profile": "h100-onprem", "nodes": 16} for a simulated cluster.',
     )
     preference = forms.IntegerField(
-        min_value=0, max_value=100, initial=50, help_text="0-100: how much the scheduler prefers this cluster."
+        min_value=PREFERENCE[0],
+        max_value=PREFERENCE[1],
+        initial=50,
+        help_text="0-100: how much the scheduler prefers this cluster.",
     )
     slurm_user = forms.CharField(
         label="Slurm user", required=False, max_length=200, widget=SecretInput(attrs={"type": "text"})

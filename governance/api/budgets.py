@@ -28,6 +28,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from common import params
+from common.validation import REQUIRED
 from governance import budgets, quotas
 from governance.api.quotas import ERROR, amount
 from governance.models import Budget, BudgetAlert, MemberLimit
@@ -234,7 +235,7 @@ class BudgetViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMi
     def _team(self, data: Any) -> Team:
         raw = data.get("team") if isinstance(data, dict) else None
         if raw is None or raw == "":
-            raise exceptions.ValidationError({"team": ["This field is required."]})
+            raise exceptions.ValidationError({"team": [REQUIRED]})
         found: list[Team] = list(Team.objects.for_user(self.actor, Action.VIEW).filter(params.slug_or_id(raw))[:2])
         if not found:
             raise exceptions.NotFound(f"No team {raw}.")

@@ -9,6 +9,7 @@ from django import forms
 
 from clusters.models import AcceleratorType
 from governance.models import Cohort, Quota
+from governance.quotas import MAX_REASON
 from tenancy.models import Organization, Project, Team
 from tenancy.scoping import Action
 
@@ -32,7 +33,7 @@ class LimitsForm(forms.Form):
     nominal = _amount("Nominal quota", "In accelerators, cores or GiB.", required=True)
     borrowing_limit = _amount("May borrow")
     lending_limit = _amount("May lend")
-    reason = forms.CharField(label="Reason", max_length=2000, help_text="Kept in the quota history.")
+    reason = forms.CharField(label="Reason", max_length=MAX_REASON, help_text="Kept in the quota history.")
 
     def __init__(self, organization: Organization, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -116,7 +117,7 @@ class CohortQuotaForm(LimitsForm):
 class CohortForm(forms.Form):
     name = forms.CharField(label="Name", max_length=80)
     parent = forms.ChoiceField(label="Inside", required=False)
-    reason = forms.CharField(label="Reason", max_length=2000, help_text="Kept in the quota history.")
+    reason = forms.CharField(label="Reason", max_length=MAX_REASON, help_text="Kept in the quota history.")
 
     def __init__(self, organization: Organization, user: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

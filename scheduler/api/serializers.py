@@ -10,9 +10,7 @@ too, so one answer names every bad field.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, ClassVar
 
 from django.contrib.auth.models import User
@@ -27,37 +25,15 @@ from rest_framework.settings import api_settings
 
 from clusters.models import Cluster
 from common import params
+from common.validation import check_max_length, message_of, unknown_fields
 from governance.models import PriorityTier
-from scheduler import actions, costs
+from scheduler import actions, costs, submission
 from scheduler.actions import teams_for_submission, tiers_for
 from scheduler.lifecycle import PLACED
 from scheduler.models import Attempt, Job, JobEvent
-from scheduler.submission import JobRequest
+from scheduler.submission import DURATION_HELP, FIELDS, JobRequest, Unit, parse_duration
 from tenancy.models import Project, Team
 from tenancy.scoping import Action
-
-#: ``90m``, ``2h``, ``1d``, ``1h30m``: days, hours, minutes, seconds, each at most once and in that order.
-DURATION = re.compile(r"^(?:(?P<d>\d+)d)?(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+)s)?$")
-UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-DURATION_HELP = "Give seconds (3600) or a duration such as 90m, 2h, 1d or 1h30m."
-
-
-def parse_duration(value: object) -> int:
-    """Seconds from an integer, a string of digits or a duration such as ``1h30m``; ValueError otherwise."""
-    if isinstance(value, bool):
-        raise ValueError(DURATION_HELP)
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if text.isascii() and text.isdigit():
-            return int(text)
-        match = DURATION.match(text) if text.isascii() else None
-        if text and match:
-            return sum(int(amount) * UNIT_SECONDS[unit] for unit, amount in match.groupdict().items() if amount)
-    raise ValueError(DURATION_HELP)
 
 
 class DurationField(serializers.Field):  # type: ignore[type-arg]
@@ -121,6 +97,18 @@ def find(queryset: QuerySet[Any], ref: int | str) -> list[Any]:
     return list(queryset.filter(pk=pk)[:2])
 
 
+def amount(unit: Unit, **kwargs: Any) -> serializers.DecimalField:
+    """A field typed in people's units (cores, GiB, a fraction), with the unit's bounds."""
+    return serializers.DecimalField(
+        max_digits=unit.digits, decimal_places=unit.places, min_value=unit.low, max_value=unit.high, **kwargs
+    )
+
+
+def text(name: str, **kwargs: Any) -> StrictCharField:
+    """A text field of the job request, with its length limit (``submission.FIELDS``)."""
+    return StrictCharField(max_length=submission.limit(name), **kwargs)
+
+
 def _strings(**kwargs: Any) -> serializers.ListField:
     return serializers.ListField(child=StrictCharField(max_length=200), required=False, **kwargs)
 
@@ -132,7 +120,7 @@ class StrictSerializer(serializers.Serializer[Any]):
     def to_internal_value(self, data: Any) -> Any:
         unknown: dict[str, list[str]] = {}
         if isinstance(data, Mapping):
-            unknown = {key: ["Unknown field."] for key in sorted(set(data) - set(self.fields))}
+            unknown = unknown_fields(data, self.fields)
         try:
             value = super().to_internal_value(data)
         except serializers.ValidationError as error:
@@ -149,41 +137,33 @@ class JobSubmissionSerializer(StrictSerializer):
 
     team = RefField(required=False, help_text="Slug or id; optional if you may submit to one team only.")
     project = RefField(required=False, allow_null=True, help_text="Slug or id.")
-    name = StrictCharField(max_length=120)
+    name = text("name")
     accelerator_types = _strings(help_text="Any of these accelerator types; empty: any type.")
-    accelerators = serializers.IntegerField(required=False, help_text="Accelerators per worker (0 for CPU only).")
-    accelerator_fraction = serializers.DecimalField(
-        max_digits=4, decimal_places=3, min_value=Decimal("0.001"), max_value=Decimal(1), required=False,
-        help_text="A share of one accelerator, e.g. 0.25 (with one accelerator per worker).",
-    )  # fmt: skip
-    workers = serializers.IntegerField(required=False, help_text="Workers in the gang.")
-    cpu = serializers.DecimalField(
-        max_digits=10, decimal_places=3, min_value=Decimal("0.001"), required=False, help_text="Cores per worker."
-    )
-    memory_gib = serializers.DecimalField(
-        max_digits=12, decimal_places=3, min_value=Decimal("0.001"), required=False, help_text="GiB per worker."
-    )
+    accelerators = serializers.IntegerField(required=False, help_text=FIELDS["accelerators"].help)
+    accelerator_fraction = amount(submission.FRACTION, required=False, help_text=FIELDS["accelerator_milli"].help)
+    workers = serializers.IntegerField(required=False, help_text=FIELDS["workers"].help)
+    cpu = amount(submission.CORES, required=False, help_text=FIELDS["cpu"].help)
+    memory_gib = amount(submission.GIB, required=False, help_text=FIELDS["memory"].help)
     topology_level = StrictCharField(max_length=40, required=False, allow_blank=True)
     topology_mode = serializers.ChoiceField(choices=Job.TopologyMode.choices, required=False)
     time_limit = DurationField(help_text=DURATION_HELP)
     tier = StrictCharField(max_length=40, required=False, allow_null=True, help_text="A priority tier's name.")
     preemptible = serializers.BooleanField(required=False)
-    checkpoint_location = StrictCharField(max_length=500, required=False, allow_blank=True)
+    checkpoint_location = text("checkpoint_location", required=False, allow_blank=True)
     clusters = _strings(help_text="Cluster slugs the job may run on; empty: any.")
     regions = _strings(help_text="Regions the job may run in; empty: any.")
     max_price_per_hour = serializers.DecimalField(
-        max_digits=12, decimal_places=2, min_value=Decimal(0), required=False, allow_null=True
-    )
-    image = StrictCharField(max_length=500, required=False, allow_blank=True)
+        max_digits=12, decimal_places=2, min_value=FIELDS["max_price_per_hour"].low, required=False, allow_null=True,
+        help_text=FIELDS["max_price_per_hour"].help,
+    )  # fmt: skip
+    image = text("image", required=False, allow_blank=True)
     command = serializers.ListField(
-        child=StrictCharField(allow_blank=True, trim_whitespace=False, max_length=10_000), required=False
+        child=text("command", allow_blank=True, trim_whitespace=False), required=False, help_text=FIELDS["command"].help
     )
-    script = StrictCharField(max_length=100_000, required=False, allow_blank=True, trim_whitespace=False)
-    env = serializers.DictField(
-        child=StrictCharField(allow_blank=True, trim_whitespace=False, max_length=10_000), required=False
-    )
+    script = text("script", required=False, allow_blank=True, trim_whitespace=False)
+    env = serializers.DictField(child=text("env", allow_blank=True, trim_whitespace=False), required=False)
     secret_env = serializers.DictField(
-        child=StrictCharField(allow_blank=True, trim_whitespace=False, max_length=10_000), required=False,
+        child=text("env", allow_blank=True, trim_whitespace=False), required=False,
         help_text="Environment values shown to nobody (tokens, passwords): stored encrypted, never in an answer "
                   "(jobs list their names, secret_env_names), given to the job when it starts.",
     )  # fmt: skip
@@ -192,8 +172,8 @@ class JobSubmissionSerializer(StrictSerializer):
         help_text="The id of a job you submitted whose secret values this one keeps (those not in secret_env): "
                   "a clone. Only a job's submitter may reuse its secret values.",
     )  # fmt: skip
-    max_retries = serializers.IntegerField(required=False)
-    idempotency_key = StrictCharField(max_length=80, required=False, allow_blank=True)
+    max_retries = serializers.IntegerField(required=False, help_text=FIELDS["max_retries"].help)
+    idempotency_key = text("idempotency_key", required=False, allow_blank=True)
 
     #: Stand-ins for required fields that failed their checks, so that the rest can still be judged.
     STAND_INS: ClassVar[dict[str, Any]] = {"name": "stand-in", "time_limit": 3600}
@@ -210,26 +190,8 @@ class JobSubmissionSerializer(StrictSerializer):
         errors: dict[str, str] = {}
         team = self._team(attrs.get("team"), errors)
         if team is not None:
-            org = team.organization
-            if attrs.get("project") is not None:
-                ref = attrs["project"]
-                projects = find(Project.objects.filter(team=team), ref)
-                attrs["project"] = projects[0] if projects else None
-                if not projects:
-                    errors["project"] = f"Team {team.slug} has no project {ref!r}."
-            if attrs.get("tier") is not None:
-                name = attrs["tier"]
-                attrs["tier"] = PriorityTier.objects.filter(organization=org, name=name).first()
-                if attrs["tier"] is None:
-                    known = ", ".join(t.name for t in tiers_for(team)) or "none"
-                    errors["tier"] = f"No priority tier {name!r}. Known: {known}."
-            if attrs.get("clusters"):
-                slugs = list(dict.fromkeys(attrs["clusters"]))
-                found = {c.slug: c for c in Cluster.objects.filter(organization=org, slug__in=slugs)}
-                if missing := [slug for slug in slugs if slug not in found]:
-                    known = ", ".join(Cluster.objects.filter(organization=org).values_list("slug", flat=True))
-                    errors["clusters"] = f"No cluster {', '.join(missing)}. Known: {known or 'none'}."
-                attrs["clusters"] = [found[slug] for slug in slugs if slug in found]
+            for resolve in (_project, _tier, _clusters):
+                resolve(team, attrs, errors)
         if attrs.get("secret_env_from") is not None:
             number = attrs["secret_env_from"]
             attrs["secret_env_from"] = Job.objects.for_user(self.actor, Action.VIEW).filter(pk=number).first()
@@ -311,19 +273,48 @@ class JobSubmissionSerializer(StrictSerializer):
                 raise serializers.ValidationError(
                     {"idempotency_key": ["The Idempotency-Key header and the idempotency_key field differ."]}
                 )
-            if len(idempotency_header) > 80:
-                raise serializers.ValidationError({"idempotency_key": ["Ensure it has no more than 80 characters."]})
+            if problem := message_of(check_max_length, idempotency_header, submission.limit("idempotency_key")):
+                raise serializers.ValidationError({"idempotency_key": [problem]})
             key = idempotency_header
         fields: dict[str, Any] = {name: data[name] for name in AS_GIVEN if data.get(name) is not None}
-        if "accelerator_fraction" in data:
-            fields["accelerator_milli"] = int(data["accelerator_fraction"] * 1000)
-        if "cpu" in data:
-            fields["cpu"] = int(data["cpu"] * 1000)
-        if "memory_gib" in data:
-            fields["memory"] = max(1, int((data["memory_gib"] * 1024).to_integral_value(ROUND_HALF_UP)))
+        for name, unit in PEOPLE_UNITS.items():
+            if name in data:
+                fields[unit.field] = unit.to_engine(data[name])
         return JobRequest(
             team=data["team"], name=data["name"], time_limit=data["time_limit"], idempotency_key=key, **fields
         )
+
+
+def _project(team: Team, attrs: dict[str, Any], errors: dict[str, str]) -> None:
+    """The project named (a slug or an id) among the team's."""
+    if attrs.get("project") is not None:
+        ref = attrs["project"]
+        projects = find(Project.objects.filter(team=team), ref)
+        attrs["project"] = projects[0] if projects else None
+        if not projects:
+            errors["project"] = f"Team {team.slug} has no project {ref!r}."
+
+
+def _tier(team: Team, attrs: dict[str, Any], errors: dict[str, str]) -> None:
+    """The priority tier named among the organization's."""
+    if attrs.get("tier") is not None:
+        name = attrs["tier"]
+        attrs["tier"] = PriorityTier.objects.filter(organization=team.organization_id, name=name).first()
+        if attrs["tier"] is None:
+            known = ", ".join(t.name for t in tiers_for(team)) or "none"
+            errors["tier"] = f"No priority tier {name!r}. Known: {known}."
+
+
+def _clusters(team: Team, attrs: dict[str, Any], errors: dict[str, str]) -> None:
+    """The clusters named (slugs) among the organization's."""
+    if attrs.get("clusters"):
+        org = team.organization_id
+        slugs = list(dict.fromkeys(attrs["clusters"]))
+        found = {c.slug: c for c in Cluster.objects.filter(organization=org, slug__in=slugs)}
+        if missing := [slug for slug in slugs if slug not in found]:
+            known = ", ".join(Cluster.objects.filter(organization=org).values_list("slug", flat=True))
+            errors["clusters"] = f"No cluster {', '.join(missing)}. Known: {known or 'none'}."
+        attrs["clusters"] = [found[slug] for slug in slugs if slug in found]
 
 
 #: Fields that go to ``JobRequest`` as they are (the others are converted from people's units).
@@ -332,18 +323,20 @@ AS_GIVEN = (
     "preemptible", "checkpoint_location", "clusters", "regions", "max_price_per_hour", "image", "command",
     "script", "env", "secret_env", "secret_env_from", "max_retries",
 )  # fmt: skip
+#: Fields in people's units: the API's name and the unit it converts from.
+PEOPLE_UNITS = {"accelerator_fraction": submission.FRACTION, "cpu": submission.CORES, "memory_gib": submission.GIB}
 #: ``actions.validate`` names JobRequest's fields; the API's names for those in other units.
-API_FIELD_NAMES = {"accelerator_milli": "accelerator_fraction", "memory": "memory_gib"}
+API_FIELD_NAMES = submission.API_NAMES
 
 
 class CancelSerializer(serializers.Serializer[Any]):
-    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=actions.MAX_REASON)
 
 
 class InterventionSerializer(serializers.Serializer[Any]):
     """An admin's force-preempt or requeue: why, for the job's timeline and the audit log."""
 
-    reason = StrictCharField(max_length=2000)
+    reason = StrictCharField(max_length=actions.MAX_REASON)
 
 
 class PreviewSerializer(serializers.Serializer[Any]):

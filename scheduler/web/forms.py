@@ -26,13 +26,32 @@ from scheduler.submission import JobRequest
 from tenancy.models import Project, Team
 from tenancy.scoping import Action
 
-GIB = 1024
 #: Shares of one accelerator a worker may ask for, in milli (a fraction needs one accelerator per worker).
 SHARES = [(1000, "Whole accelerators"), (500, "Half of one (0.5)"), (250, "A quarter of one (0.25)")]
 #: Where an action names a field the form calls otherwise.
-FORM_FIELD = {
-    "cpu": "cpu_cores", "memory": "memory_gib", "time_limit": "time_limit_hours", "secret_env_from": "keep_secret_env",
-}  # fmt: skip
+FORM_FIELD = submission.FORM_NAMES
+FIELDS = submission.FIELDS
+
+
+def whole(name: str, **kwargs: Any) -> forms.IntegerField:
+    """A whole-number field of the job request, with its bounds, default and help (``submission.FIELDS``)."""
+    spec = FIELDS[name]
+    assert isinstance(spec.low, int)
+    assert isinstance(spec.high, int)
+    kwargs.setdefault("help_text", spec.help)
+    return forms.IntegerField(min_value=spec.low, max_value=spec.high, initial=spec.default, **kwargs)
+
+
+def amount(unit: submission.Unit, **kwargs: Any) -> forms.DecimalField:
+    """A field typed in people's units (cores, GiB), with the unit's bounds."""
+    return forms.DecimalField(
+        min_value=unit.low, max_value=unit.high, decimal_places=unit.places, max_digits=unit.digits, **kwargs
+    )
+
+
+def text(name: str, **kwargs: Any) -> forms.CharField:
+    """An optional text field of the job request, with its length limit."""
+    return forms.CharField(max_length=FIELDS[name].max_length, required=False, **kwargs)
 
 
 class SecretTextarea(forms.Textarea):
@@ -66,7 +85,7 @@ class JobForm(ChoicesForm):
 
     team = forms.TypedChoiceField(coerce=int)
     project = forms.TypedChoiceField(coerce=int, required=False, empty_value=None)
-    name = forms.CharField(max_length=120, required=False)
+    name = text("name")
     tier = forms.TypedChoiceField(coerce=int, required=False, empty_value=None, label="Priority tier")
     preemptible = forms.BooleanField(
         required=False,
@@ -77,19 +96,13 @@ class JobForm(ChoicesForm):
     accelerator_types = forms.MultipleChoiceField(
         required=False, widget=CheckboxList(), label="Accelerator types", help_text="Any of these; none ticked: any."
     )
-    accelerators = forms.IntegerField(min_value=0, max_value=64, initial=1, label="Accelerators per worker")
+    accelerators = whole("accelerators", label="Accelerators per worker", help_text="")
     accelerator_milli = forms.TypedChoiceField(
         coerce=int, choices=SHARES, initial=1000, label="Share", help_text="A fraction needs 1 accelerator per worker."
     )
-    workers = forms.IntegerField(
-        min_value=1, max_value=submission.MAX_WORKERS, initial=1, help_text="A gang: all start together."
-    )
-    cpu_cores = forms.DecimalField(
-        min_value=Decimal("0.001"), max_value=100_000, decimal_places=3, initial=4, label="CPU cores per worker"
-    )
-    memory_gib = forms.DecimalField(
-        min_value=Decimal("0.001"), max_value=1_000_000, decimal_places=3, initial=16, label="Memory per worker (GiB)"
-    )
+    workers = whole("workers", help_text="A gang: all start together.")
+    cpu_cores = amount(submission.CORES, initial=4, label="CPU cores per worker")
+    memory_gib = amount(submission.GIB, initial=16, label="Memory per worker (GiB)")
 
     topology_level = forms.ChoiceField(required=False, label="Keep workers within one")
     topology_mode = forms.ChoiceField(
@@ -102,27 +115,23 @@ class JobForm(ChoicesForm):
         required=False, widget=CheckboxList(), help_text="Only these; none ticked: any."
     )
     max_price_per_hour = forms.DecimalField(
-        required=False, min_value=0, max_digits=12, decimal_places=2, label="Max price per hour",
-        help_text="For the whole job; empty: no limit.",
+        required=False, min_value=FIELDS["max_price_per_hour"].low, max_digits=12, decimal_places=2,
+        label="Max price per hour", help_text=FIELDS["max_price_per_hour"].help,
     )  # fmt: skip
 
-    time_limit_hours = forms.IntegerField(min_value=0, max_value=30 * 24, initial=1, label="Time limit: hours")
+    time_limit_hours = forms.IntegerField(
+        min_value=0, max_value=submission.MAX_TIME_LIMIT // 3600, initial=1, label="Time limit: hours"
+    )
     time_limit_minutes = forms.IntegerField(min_value=0, max_value=59, initial=0, label="minutes")
-    max_retries = forms.IntegerField(
-        min_value=0, max_value=20, initial=3, label="Retries", help_text="After a node or cluster failure."
-    )
-    checkpoint_location = forms.CharField(
-        max_length=500,
-        required=False,
-        help_text="Where it saves checkpoints, e.g. s3://bucket/run. It resumes from there.",
-    )
+    max_retries = whole("max_retries", label="Retries", help_text="After a node or cluster failure.")
+    checkpoint_location = text("checkpoint_location", help_text=FIELDS["checkpoint_location"].help)
 
-    image = forms.CharField(max_length=500, required=False, label="Container image")
+    image = text("image", label="Container image")
     command = forms.CharField(
         max_length=5000, required=False, help_text="As in a shell: python train.py --lr 3e-4", label="Command"
     )
-    script = forms.CharField(
-        max_length=100_000, required=False, label="or a batch script", strip=False,
+    script = text(
+        "script", label="or a batch script", strip=False,
         widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
     )  # fmt: skip
     env = forms.CharField(
@@ -139,7 +148,7 @@ class JobForm(ChoicesForm):
     #: The job this form clones (its secret values are kept if its submitter ticks ``keep_secret_env``).
     secret_env_from = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput())
     keep_secret_env = forms.BooleanField(required=False, initial=True, label="Keep its secret values")
-    idempotency_key = forms.CharField(max_length=80, required=False, widget=forms.HiddenInput())
+    idempotency_key = text("idempotency_key", widget=forms.HiddenInput())
     #: The team the project and tier choices were drawn for: the preview redraws them when the team changes.
     choices_team = forms.CharField(max_length=20, required=False, widget=forms.HiddenInput())
 
@@ -281,8 +290,8 @@ class JobForm(ChoicesForm):
             accelerators=data["accelerators"],
             accelerator_milli=data["accelerator_milli"],
             workers=data["workers"],
-            cpu=int(data["cpu_cores"] * 1000),
-            memory=int(data["memory_gib"] * GIB),
+            cpu=submission.CORES.to_engine(data["cpu_cores"]),
+            memory=submission.GIB.to_engine(data["memory_gib"]),
             topology_level=data["topology_level"],
             topology_mode=data["topology_mode"],
             preemptible=data["preemptible"],
@@ -339,8 +348,8 @@ def initial_from_job(job: Job) -> dict[str, Any]:
     seconds = int(values.pop("time_limit"))
     return {
         **values,
-        "cpu_cores": Decimal(values.pop("cpu")) / 1000,
-        "memory_gib": (Decimal(values.pop("memory")) / GIB).quantize(Decimal("0.001")).normalize(),
+        "cpu_cores": submission.CORES.from_engine(values.pop("cpu")),
+        "memory_gib": submission.GIB.from_engine(values.pop("memory")),
         "time_limit_hours": seconds // 3600,
         "time_limit_minutes": seconds % 3600 // 60,
         "command": shlex.join(values["command"]),
@@ -350,7 +359,7 @@ def initial_from_job(job: Job) -> dict[str, Any]:
 
 class CancelForm(forms.Form):
     reason = forms.CharField(
-        max_length=2000, required=False, widget=forms.Textarea(attrs={"rows": 2}),
+        max_length=actions.MAX_REASON, required=False, widget=forms.Textarea(attrs={"rows": 2}),
         help_text="Optional; kept in the job's timeline and the audit log.",
     )  # fmt: skip
 
@@ -359,7 +368,7 @@ class InterventionForm(forms.Form):
     """An admin's force-preempt or requeue: the reason is required (the action says so too)."""
 
     reason = forms.CharField(
-        max_length=2000, widget=forms.Textarea(attrs={"rows": 2}),
+        max_length=actions.MAX_REASON, widget=forms.Textarea(attrs={"rows": 2}),
         help_text="Required; kept in the job's timeline and the audit log.",
     )  # fmt: skip
 

@@ -68,7 +68,7 @@ def test_only_the_organizations_admins_may_drain(world: World, fleet: Cluster, u
     assert not AuditLog.objects.filter(action="node.drained").exists()
 
 
-@pytest.mark.parametrize(("reason", "message"), [("", "Say why"), (" ", "Say why"), ("x" * 2001, "no more than 2000")])
+@pytest.mark.parametrize(("reason", "message"), [("", "Say why"), (" ", "Say why"), ("x" * 2001, "at most 2000")])
 def test_a_drain_needs_a_reason(world: World, fleet: Cluster, reason: str, message: str) -> None:
     with pytest.raises(ValidationError) as raised:
         actions.drain_node(world.users["adam"], node(fleet), reason)
