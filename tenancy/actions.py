@@ -18,22 +18,15 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 from django.utils.text import slugify
 
-from tenancy import audit
+from tenancy import audit, policy
 from tenancy.models import ApiToken, GroupMapping, Membership, Organization, Project, ServiceAccount, Team
-from tenancy.scoping import TEAM_ROLES, Action, Role, can
+from tenancy.scoping import TEAM_ROLES, Role
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
     from django.http import HttpRequest
 
 MAX_TOKEN_DAYS = 366
-
-
-def _require(
-    actor: User, action: Action, obj: Team | Membership | Organization | GroupMapping | ServiceAccount, what: str
-) -> None:
-    if not can(actor, action, obj):
-        raise PermissionDenied(f"You may not {what}.")
 
 
 # --- API tokens -----------------------------------------------------------------------------------------
@@ -74,8 +67,7 @@ def _token_days(expires_in_days: int | None) -> int:
 
 def revoke_token(actor: User, token: ApiToken, *, request: HttpRequest | None = None) -> ApiToken:
     """Revoke one of the actor's own tokens. Revoking twice is harmless and records nothing new."""
-    if token.user_id != actor.pk:
-        raise PermissionDenied("You may revoke only your own tokens.")
+    policy.require(actor, "token.revoke", token)
     with transaction.atomic():
         claimed = ApiToken.objects.filter(pk=token.pk, revoked_at=None).update(revoked_at=timezone.now())
         token.refresh_from_db()
@@ -119,7 +111,7 @@ def create_team(
     description: str = "",
     request: HttpRequest | None = None,
 ) -> Team:
-    _require(actor, Action.CHANGE, organization, "create teams (organization admins only)")
+    policy.require(actor, "team.create", organization)
     team = Team(organization=organization, description=description)
     _named(team, name, slug, Team.objects.filter(organization=organization), organization.name)
     with transaction.atomic():
@@ -137,7 +129,7 @@ def create_project(
     description: str = "",
     request: HttpRequest | None = None,
 ) -> Project:
-    _require(actor, Action.CHANGE, team, f"create projects in {team.name}")
+    policy.require(actor, "project.create", team)
     project = Project(team=team, description=description)
     _named(project, name, slug, Project.objects.filter(team=team), f"Team {team.name}")
     with transaction.atomic():
@@ -162,9 +154,11 @@ def add_member(
     one is `_addable_user`'s rule."""
     role_value = _role_in(organization, role, team)
     if team is not None:
-        _require(actor, Action.CHANGE, team, f"add members to {team.name}")
+        policy.require(actor, "member.add", team)
     else:
-        _require(actor, Action.CHANGE, organization, "grant organization-wide roles (organization admins only)")
+        policy.require(
+            actor, "member.add", organization, "You may not grant organization-wide roles (organization admins only)."
+        )
     user = _addable_user(actor, organization, username)
     if user.pk == actor.pk:
         raise PermissionDenied("You may not change your own roles.")
@@ -213,7 +207,7 @@ def _addable_user(actor: User, organization: Organization, username: str) -> Use
     found = get_user_model().objects.filter(username=name, is_active=True, service_account=None)
     if not actor.is_superuser:
         allowed = Q(pk__in=Membership.objects.filter(organization=organization).values("user"))
-        if can(actor, Action.CHANGE, organization):
+        if policy.can(actor, "member.add_newcomer", organization):
             allowed |= ~Q(pk__in=Membership.objects.values("user"))
         found = found.filter(allowed)
     user = found.first()
@@ -232,7 +226,7 @@ def change_role(
 ) -> Membership:
     """Change a team member's role (researcher ↔ lead). Nobody changes their own role."""
     role_value = _parse_role(role)
-    _require(actor, Action.CHANGE, membership, "change roles in this team")
+    policy.require(actor, "member.role.set", membership)
     if membership.user_id == actor.pk:
         raise PermissionDenied("You may not change your own role.")
     _refuse_service_account_role(membership)
@@ -267,7 +261,7 @@ def change_role(
 
 def remove_member(actor: User, membership: Membership, *, request: HttpRequest | None = None) -> None:
     # Leads reach their team's memberships only; organization-wide ones are reached by admins alone.
-    _require(actor, Action.CHANGE, membership, "remove this role")
+    policy.require(actor, "member.remove", membership)
     if membership.user_id == actor.pk:
         raise PermissionDenied("You may not remove your own role.")
     _refuse_service_account_role(membership)
@@ -313,8 +307,9 @@ def map_group(
     request: HttpRequest | None = None,
 ) -> GroupMapping:
     """Members of the provider's `group` get `role` (in `team` for a team role) at their next sign-in."""
-    if not actor.is_superuser:  # GroupMapping.Tenancy says why
-        raise PermissionDenied(NOT_MAPPED_BY_ORGANIZATIONS)
+    policy.require(
+        actor, "group_mapping.set", organization, NOT_MAPPED_BY_ORGANIZATIONS
+    )  # GroupMapping.Tenancy says why
     group = (group or "").strip()
     if not group:
         raise ValidationError({"group": "Name the group exactly as the identity provider sends it."})
@@ -339,8 +334,7 @@ def map_group(
 
 def unmap_group(actor: User, mapping: GroupMapping, *, request: HttpRequest | None = None) -> None:
     """Remove a mapping; the roles it granted go at each member's next sign-in."""
-    if not can(actor, Action.CHANGE, mapping):
-        raise PermissionDenied(NOT_MAPPED_BY_ORGANIZATIONS)
+    policy.require(actor, "group_mapping.set", mapping, NOT_MAPPED_BY_ORGANIZATIONS)
     with transaction.atomic():
         audit.record(
             "group_mapping.removed",
@@ -365,7 +359,7 @@ def create_service_account(
     request: HttpRequest | None = None,
 ) -> tuple[ServiceAccount, str]:
     """A service account of `team` and its token; returns the account and the raw token, shown once."""
-    _require(actor, Action.CHANGE, team, f"create service accounts of {team.name} (its leads and admins only)")
+    policy.require(actor, "service_account.create", team)
     if ServiceAccount.objects.filter(user=actor).exists():
         raise PermissionDenied("A service account may not create service accounts.")
     name = (name or "").strip()
@@ -426,7 +420,7 @@ def create_service_account(
 
 def revoke_service_account(actor: User, account: ServiceAccount, *, request: HttpRequest | None = None) -> None:
     """Revoke the account: its token stops working at once and its role in the team goes. Twice is harmless."""
-    _require(actor, Action.CHANGE, account, f"revoke service accounts of {account.team.name}")
+    policy.require(actor, "service_account.revoke", account)
     now = timezone.now()
     with transaction.atomic():
         if not ServiceAccount.objects.filter(pk=account.pk, revoked_at=None).update(revoked_at=now):

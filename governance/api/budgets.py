@@ -33,6 +33,7 @@ from governance.api.quotas import ERROR, amount
 from governance.models import Budget, BudgetAlert, MemberLimit
 from portal.api.parsers import JSONParser
 from scheduler.api.serializers import StrictSerializer
+from tenancy import policy
 from tenancy.api.views import TenantViewSet
 from tenancy.filters import IdFilter, SlugOrIdFilter
 from tenancy.models import Membership, Project, Team
@@ -47,7 +48,7 @@ def figure(**kwargs: Any) -> serializers.DecimalField:
 
 
 class Readers:
-    """Whether the user may set (and so read the webhook of) each budget: ``budgets.may_set``, asked once per
+    """Whether the user may set (and so read the webhook of) each budget (``budgets.permission``), asked once per
     team and kind of budget (a team's own, or a project's: the rule names no particular project)."""
 
     def __init__(self, user: Any) -> None:
@@ -57,7 +58,7 @@ class Readers:
     def may_set(self, budget: Budget) -> bool:
         key = (budget.team_id, budget.project_id is None)
         if key not in self.known:
-            self.known[key] = budgets.may_set(self.user, budget.team, budget.project)
+            self.known[key] = policy.can(self.user, budgets.permission(budget.project), budget.team)
         return self.known[key]
 
 
@@ -269,7 +270,7 @@ class BudgetViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMi
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         team = self._team(request.data)
         project = self._project(team, request.data)
-        budgets.authorize(self.actor, team, project)  # said before the body is judged
+        policy.require(self.actor, budgets.permission(project), team)  # said before the body is judged
         form = BudgetWriteSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         data = form.validated_data
@@ -334,7 +335,7 @@ class MemberLimitViewSet(TenantViewSet, mixins.ListModelMixin):
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         team = self.team()
-        quotas.authorize_member_limit(self.actor, team)  # said before the body is judged
+        policy.require(self.actor, "member_limit.set", team)  # said before the body is judged
         form = MemberLimitWriteSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         data = form.validated_data
