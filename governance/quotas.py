@@ -1,6 +1,7 @@
 """Governing the fleet: who may change which quota or queue policy, what a valid change is, and its history.
 
-Who may change what (docs/scheduling.md §Quotas and borrowing):
+Who may change what (docs/scheduling.md §Quotas and borrowing; the permissions are tenancy/policy.py's,
+``quota_fields`` and ``policy_fields`` turn them into the fields one may change):
 - organization admins shape cohorts (their quotas and tree) and the teams' quotas (nominal and borrowing
   limit of a team's queue), the queues' preemption policy and fair-sharing weight, and the priority tiers
   (``set_tier``: value, preemptible or not, grace period, which teams may use each);

@@ -33,9 +33,9 @@ MAX_TOKEN_DAYS = 366
 
 
 def issue_token(
-    user: User, *, name: str, expires_in_days: int | None = None, request: HttpRequest | None = None
+    actor: User, *, name: str, expires_in_days: int | None = None, request: HttpRequest | None = None
 ) -> tuple[ApiToken, str]:
-    """A new token for `user`; returns the row and the raw token, which is never stored or shown again."""
+    """A new token of `actor`'s own; returns the row and the raw token, which is never stored or shown again."""
     name = (name or "").strip()
     if not name:
         raise ValidationError({"name": "Give the token a name, e.g. the machine or script that will use it."})
@@ -45,13 +45,13 @@ def issue_token(
     raw, key_hash, hint = ApiToken.generate()
     with transaction.atomic():
         token = ApiToken.objects.create(
-            user=user, name=name, key_hash=key_hash, hint=hint, expires_at=timezone.now() + timedelta(days=days)
+            user=actor, name=name, key_hash=key_hash, hint=hint, expires_at=timezone.now() + timedelta(days=days)
         )
         audit.record(
             "token.created",
-            actor=user,
+            actor=actor,
             target=token,
-            organization=audit.home_organization(user),
+            organization=audit.home_organization(actor),
             changes={"name": name, "expires_at": token.expires_at.isoformat() if token.expires_at else None},
             request=request,
         )

@@ -98,7 +98,7 @@ PERMISSIONS: dict[str, Grant] = {
     "workers.view": grant(A),  # an Organization: whether the background workers report (the home page)
     # Governance: quotas, queue policies, cohorts, tiers, member limits, budgets
     "queue.create": grant(A, team=[L], denied="Only a lead of {obj} or an admin may give its projects a queue."),
-    # A Queue: a team's own quota and borrowing limit (the admin), ...
+    # A Queue (or its Team, or an Organization's teams): a team's own quota and borrowing limit (the admin), ...
     "quota.set": grant(A, denied="Only a lead of {obj.team} or an admin may change its quotas."),
     # ... a project queue's sub-quota, and how much of the team's quota others may borrow (its lead too).
     "quota.project.set": grant(A, team=[L], denied="Only a lead of {obj.team} or an admin may change its quotas."),

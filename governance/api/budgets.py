@@ -55,7 +55,7 @@ class Readers:
         self.user = user
         self.known: dict[tuple[int, bool], bool] = {}
 
-    def may_set(self, budget: Budget) -> bool:
+    def can_set(self, budget: Budget) -> bool:
         key = (budget.team_id, budget.project_id is None)
         if key not in self.known:
             self.known[key] = policy.can(self.user, budgets.permission(budget.project), budget.team)
@@ -95,7 +95,7 @@ class BudgetSerializer(serializers.ModelSerializer[Budget]):
 
     def get_webhook_url(self, budget: Budget) -> str | None:
         readers: Readers = self.context["readers"]
-        return budget.webhook_url if readers.may_set(budget) else None
+        return budget.webhook_url if readers.can_set(budget) else None
 
     @extend_schema_field(StandingSerializer(many=True))
     def get_standings(self, budget: Budget) -> list[dict[str, Any]]:
@@ -130,7 +130,7 @@ class BudgetAlertSerializer(serializers.ModelSerializer[BudgetAlert]):
 
     def get_last_error(self, alert: BudgetAlert) -> str:
         readers: Readers = self.context["readers"]
-        if not alert.last_error or readers.may_set(alert.budget):
+        if not alert.last_error or readers.can_set(alert.budget):
             return alert.last_error
         return "A channel failed; it is tried again."
 

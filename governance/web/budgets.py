@@ -134,7 +134,7 @@ class Setters:
         self.user = user
         self.known: dict[tuple[int, bool], bool] = {}
 
-    def may_set(self, team: Team, project: Project | None) -> bool:
+    def can_set(self, team: Team, project: Project | None) -> bool:
         key = (team.pk, project is None)
         if key not in self.known:
             self.known[key] = policy.can(self.user, budgets.permission(project), team)
@@ -158,7 +158,7 @@ def budget_rows(user: User, found: Iterable[Budget], now: datetime, setters: Set
                 target=target,
                 lines=[_line(s) for s in standings],
                 alerted=_alerted(budget),
-                may_set=setters.may_set(budget.team, budget.project),
+                may_set=setters.can_set(budget.team, budget.project),
                 change_url=f"{page}?target={target}#budget-form",
                 partial_url=f"{reverse('team-budgets', args=[budget.team_id])}?target={target}",
                 standings=standings,
@@ -213,7 +213,7 @@ def _alert_rows(alerts: Iterable[BudgetAlert], setters: Setters) -> list[dict[st
             channels.append("webhook sent" if alert.webhook_sent_at is not None else "webhook not sent")
         error = ""
         if alert.last_error:
-            mine = setters.may_set(budget.team, budget.project)
+            mine = setters.can_set(budget.team, budget.project)
             error = alert.last_error if mine else "A channel failed; it is tried again."
         rows.append({
             "alert": alert,
@@ -235,8 +235,8 @@ def _targets(user: User, team: Team, setters: Setters) -> tuple[list[Project], l
     """The team's projects (visible to ``user``), and the budgets ``user`` may set: the team's (None) and its
     projects'."""
     projects = list(Project.objects.for_user(user, Action.VIEW).filter(team=team).order_by("name"))
-    allowed: list[Project | None] = [None] if setters.may_set(team, None) else []
-    allowed += [p for p in projects if not p.archived and setters.may_set(team, p)]
+    allowed: list[Project | None] = [None] if setters.can_set(team, None) else []
+    allowed += [p for p in projects if not p.archived and setters.can_set(team, p)]
     return projects, allowed
 
 
