@@ -3,8 +3,9 @@
 ``templates/base.html`` renders ``nav_links`` (from ``portal.context_processors.navigation``) with one loop;
 a link is added or its audience changed here, never in a template. A link with a ``permission`` is shown to
 those the policy grants it somewhere (``tenancy.policy.anywhere``: a role that grants it in any team or
-organization; superusers, always), the others to everyone signed in. The page is the link's when its URL name is one of ``current`` (a name ending in ``*`` matches every name
-that starts with the rest) and not one of ``not_current``.
+organization; superusers, always), the others to everyone signed in. The page is the link's when its URL
+name is one of ``current`` (a name ending in ``*`` matches every name that starts with the rest) and not one
+of ``not_current``.
 """
 
 from __future__ import annotations
