@@ -43,9 +43,10 @@ from django.db.models import BigIntegerField, F, Q, Sum
 from django.db.models.functions import Cast
 
 from billing.models import CapacityRecord, Overhead, UsageRecord
-from billing.prices import Key, RateBook, may_change, version
+from billing.prices import Key, RateBook, version
 from clusters.models import AcceleratorType, Cluster
 from common.types import AnyUser
+from tenancy import policy
 from tenancy.models import Organization, Project, Team
 from tenancy.scoping import Action
 
@@ -415,7 +416,7 @@ def _allocate(org_id: int, month: dt.date, book: RateBook, usage_rows: list[dict
 
 def visible_teams(user: AnyUser, organization_id: int) -> list[int] | None:
     """The teams whose costs ``user`` may see: None for all of them and the fleet (finance and admins)."""
-    if may_change(user, organization_id):  # type: ignore[arg-type]
+    if policy.can(user, "finance.read", Organization(pk=organization_id)):
         return None
     teams = Team.objects.for_user(user, Action.VIEW).filter(organization_id=organization_id)
     return list(teams.values_list("pk", flat=True))

@@ -36,12 +36,12 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Coalesce, Greatest, NullIf, TruncDate, TruncDay
 from django.utils import timezone
 
-from billing import whatif
 from billing.attribution import product_sum
 from billing.forecast import HORIZONS, FlavorForecast, FlavorHistory, carried, days_between, filled, forecast_flavor
 from billing.models import CapacityRecord, UsageRecord
 from clusters.models import AcceleratorType, Node
 from scheduler.models import Attempt, Job
+from tenancy import policy
 from tenancy.models import Organization
 
 #: How far back history is read.
@@ -274,7 +274,5 @@ def forecast_organization(
 
 def finance_organizations(user: Any) -> list[Organization]:
     """The organizations whose forecasts ``user`` may read: those where they hold finance or admin, as for the
-    what-ifs (``whatif.organizations_for``); a superuser, all."""
-    if not user.is_authenticated or not user.is_active:
-        return []
-    return whatif.organizations_for(user)
+    what-ifs (the policy's ``finance.read``); a superuser, all."""
+    return list(policy.permitted(user, "finance.read", Organization.objects.order_by("name")))

@@ -27,13 +27,13 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from billing.metering import capacity_type
-from billing.models import FINANCE_ROLES, CapacityType, Overhead, Price
+from billing.models import CapacityType, Overhead, Price
 from clusters.models import AcceleratorType, Cluster
 from common import params
 from common.validation import REQUIRED, unknown_fields
 from governance import quotas
-from tenancy import audit
-from tenancy.models import Membership, Organization
+from tenancy import audit, policy
+from tenancy.models import Organization
 
 #: Hours in a month: a year of 365.25 days over twelve.
 HOURS_PER_MONTH = Decimal("730.5")
@@ -84,19 +84,6 @@ def _changed(organization_id: int) -> None:
             cache.set(f"billing:book:{organization_id}", 1, None)
 
     transaction.on_commit(bump)
-
-
-def may_change(actor: User, organization: Organization | int) -> bool:
-    """Whether ``actor`` is finance or an admin of the organization (or a superuser)."""
-    if actor.is_superuser:
-        return True
-    org_id = organization if isinstance(organization, int) else organization.pk
-    return Membership.objects.filter(user=actor, organization_id=org_id, role__in=sorted(FINANCE_ROLES)).exists()
-
-
-def authorize(actor: User, organization: Organization) -> None:
-    if not may_change(actor, organization):
-        raise PermissionDenied("Only finance or an organization admin may change the price book.")
 
 
 def _date(value: Any, field: str, errors: dict[str, str], *, required: bool = True) -> dt.date | None:
@@ -231,7 +218,7 @@ def clean_price(organization: Organization, data: Mapping[str, Any]) -> dict[str
 def set_price(actor: User, organization: Organization, data: Mapping[str, Any], price: Price | None = None,
               http: HttpRequest | None = None) -> Price:  # fmt: skip
     """Add a row to the price book, or change ``price`` (every field is given again). Audited."""
-    authorize(actor, organization)
+    policy.require(actor, "price.set", organization)
     if price is not None and price.organization_id != organization.pk:
         raise PermissionDenied("That price belongs to another organization.")
     values = clean_price(organization, data)
@@ -253,7 +240,7 @@ def set_price(actor: User, organization: Organization, data: Mapping[str, Any], 
 
 
 def delete_price(actor: User, price: Price, http: HttpRequest | None = None) -> None:
-    authorize(actor, price.organization)
+    policy.require(actor, "price.set", price.organization)
     before = _snapshot(price)
     with transaction.atomic():
         _changed(price.organization_id)
@@ -270,7 +257,7 @@ def _overhead_snapshot(row: Overhead | None) -> dict[str, Any]:
 def set_overhead(actor: User, organization: Organization, data: Mapping[str, Any], overhead: Overhead | None = None,
                  http: HttpRequest | None = None) -> Overhead:  # fmt: skip
     """Add or change a shared monthly cost. Months are given by any day in them (stored as the first)."""
-    authorize(actor, organization)
+    policy.require(actor, "price.set", organization)
     if overhead is not None and overhead.organization_id != organization.pk:
         raise PermissionDenied("That cost belongs to another organization.")
     errors: dict[str, str] = {}
@@ -300,7 +287,7 @@ def set_overhead(actor: User, organization: Organization, data: Mapping[str, Any
 
 
 def delete_overhead(actor: User, overhead: Overhead, http: HttpRequest | None = None) -> None:
-    authorize(actor, overhead.organization)
+    policy.require(actor, "price.set", overhead.organization)
     before = _overhead_snapshot(overhead)
     with transaction.atomic():
         _changed(overhead.organization_id)

@@ -25,13 +25,12 @@ from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from billing import prices
-from billing.models import FINANCE_ROLES, WhatIf
+from billing.models import WhatIf
 from billing.whatif_replay import change_errors, in_service, what_if_result
 from clusters.models import AcceleratorType, Cluster, Node
 from common import enqueue, params
-from tenancy import audit
-from tenancy.models import Membership, Organization
+from tenancy import audit, policy
+from tenancy.models import Organization
 
 log = logging.getLogger(__name__)
 
@@ -53,23 +52,9 @@ class ClaimLost(RuntimeError):
 # ------------------------------------------------------------------------------------------------ who
 
 
-def may_run(user: User, organization: Organization) -> bool:
-    """Finance and admins of ``organization`` (or a superuser) ask for what-ifs and read them: the price book's
-    rule (``prices.may_change``), for active users."""
-    return user.is_authenticated and user.is_active and prices.may_change(user, organization)
-
-
 def organizations_for(user: User) -> list[Organization]:
     """The organizations whose what-ifs ``user`` may ask for (finance, admin; a superuser: all)."""
-    if user.is_superuser:
-        return list(Organization.objects.order_by("name"))
-    held = Membership.objects.filter(user=user, team=None, role__in=sorted(FINANCE_ROLES)).values("organization")
-    return list(Organization.objects.filter(pk__in=held).order_by("name"))
-
-
-def authorize(user: User, organization: Organization) -> None:
-    if not may_run(user, organization):
-        raise PermissionDenied(REFUSED)
+    return list(policy.permitted(user, "whatif.run", Organization.objects.order_by("name")))
 
 
 # ------------------------------------------------------------------------------------ asking for one
@@ -158,7 +143,7 @@ def submit_what_if(
     """Ask for a what-if (finance and admins of the organization: 403 otherwise, before the values are
     judged); ``ValidationError`` names every bad field and nothing is written. The run is queued at the commit."""
     organization = default_organization(actor, organization)
-    authorize(actor, organization)
+    policy.require(actor, "whatif.run", organization)
     values = check(organization, cluster, flavor, nodes, days)
     with transaction.atomic():
         what_if = WhatIf.objects.create(

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -25,8 +25,7 @@ from clusters.models import Cluster, Drain, MaintenanceWindow, Node, ProbeToken
 from clusters.secrets import CredentialsError
 from common import enqueue, outbound, params
 from common.validation import REQUIRED, check_max_length, message_of
-from tenancy import audit
-from tenancy.scoping import Action, can
+from tenancy import audit, policy
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -46,11 +45,6 @@ def _reason(reason: str) -> str:
     return reason
 
 
-def _authorize(actor: User | None, node: Node, what: str) -> None:
-    if actor is not None and not can(actor, Action.CHANGE, node):
-        raise PermissionDenied(f"You may not {what} nodes of {node.cluster}.")
-
-
 def drain_node(
     actor: User | None,
     node: Node,
@@ -61,7 +55,8 @@ def drain_node(
 ) -> Drain:
     """Take the node out of service: no new work now, running work moved off by the cluster next."""
     reason = _reason(reason)
-    _authorize(actor, node, "drain")
+    if actor is not None:  # (None: the maintenance planner)
+        policy.require(actor, "node.drain", node)
     with transaction.atomic():
         locked = Node.objects.select_for_update().get(pk=node.pk)
         if locked.state in (Node.State.DRAINING, Node.State.DRAINED):
@@ -87,7 +82,8 @@ def drain_node(
 def resume_node(actor: User | None, node: Node, reason: str, *, request: HttpRequest | None = None) -> Node:
     """Put a cordoned, draining or drained node back in service."""
     reason = _reason(reason)
-    _authorize(actor, node, "resume")
+    if actor is not None:
+        policy.require(actor, "node.drain", node, f"You may not resume nodes of {node.cluster}.")
     with transaction.atomic():
         locked = Node.objects.select_for_update().get(pk=node.pk)
         if locked.state not in (Node.State.CORDONED, Node.State.DRAINING, Node.State.DRAINED):
@@ -125,8 +121,7 @@ def issue_probe_token(
     name = (name or "").strip()
     if not name or len(name) > 80:
         raise ValidationError({"name": "Name the token (at most 80 characters), e.g. the rack or image using it."})
-    if not can(actor, Action.CHANGE, cluster):
-        raise PermissionDenied(f"You may not issue probe tokens for {cluster}.")
+    policy.require(actor, "probe_token.issue", cluster)
     raw, key_hash, hint = ProbeToken.generate()
     with transaction.atomic():
         token = ProbeToken.objects.create(cluster=cluster, name=name, key_hash=key_hash, hint=hint, created_by=actor)
@@ -155,8 +150,7 @@ def plan_maintenance(
     """Plan work on some nodes of a cluster (all when none are named): they are drained
     ``drain_ahead_minutes`` before the window and resumed when it ends (``clusters.maintenance``)."""
     reason = _reason(reason)
-    if not can(actor, Action.CHANGE, cluster):
-        raise PermissionDenied(f"You may not plan maintenance on {cluster}.")
+    policy.require(actor, "maintenance.plan", cluster)
     if ends_at <= starts_at:
         raise ValidationError({"ends_at": "The window must end after it starts."})
     if ends_at <= timezone.now():
@@ -364,11 +358,6 @@ def _credentials(kind: str, given: Mapping[str, str], stored: dict[str, str]) ->
     return merged
 
 
-def _require_admin(actor: User, obj: Cluster | Organization, what: str) -> None:
-    if not can(actor, Action.CHANGE, obj):
-        raise PermissionDenied(f"Only organization admins {what}.")
-
-
 def create_cluster(
     actor: User,
     organization: Organization,
@@ -382,7 +371,9 @@ def create_cluster(
     unknown = set(fields) - {"kind", *EDITABLE}
     if unknown:
         raise TypeError(f"create_cluster() got unexpected fields {', '.join(sorted(unknown))}")
-    _require_admin(actor, organization, f"of {organization} register clusters")
+    policy.require(
+        actor, "cluster.create", organization, f"Only organization admins of {organization} register clusters."
+    )
     kind = str(fields.get("kind") or "")
     if kind not in Cluster.Kind.values:
         raise ValidationError({"kind": f"Choose one of {', '.join(Cluster.Kind.values)}."})
@@ -440,7 +431,9 @@ def update_cluster(
     unknown = set(changes) - {"kind", *EDITABLE}
     if unknown:
         raise TypeError(f"update_cluster() got unexpected fields {', '.join(sorted(unknown))}")
-    _require_admin(actor, cluster, f"of {cluster.organization} change its clusters")
+    policy.require(
+        actor, "cluster.change", cluster, f"Only organization admins of {cluster.organization} change its clusters."
+    )
     if "kind" in changes and changes.pop("kind") != cluster.kind:
         raise ValidationError({"kind": "A cluster's kind cannot change; register a new cluster instead."})
     with transaction.atomic():
@@ -494,7 +487,12 @@ def update_cluster(
 
 def request_sync(actor: User, cluster: Cluster, *, request: HttpRequest | None = None) -> None:
     """Sync the cluster now: its backoff is cleared and a sync task queued once this commits."""
-    _require_admin(actor, cluster, f"of {cluster.organization} sync its clusters by hand")
+    policy.require(
+        actor,
+        "cluster.change",
+        cluster,
+        f"Only organization admins of {cluster.organization} sync its clusters by hand.",
+    )
     if cluster.status == Cluster.Status.DISABLED:
         raise ValidationError({"cluster": f"{cluster} is disabled; it is not synced."})
     with transaction.atomic():
@@ -512,8 +510,7 @@ def _queue_sync(cluster_id: int) -> None:
 
 def revoke_probe_token(actor: User, token: ProbeToken, *, request: HttpRequest | None = None) -> ProbeToken:
     """Revoke a cluster's probe token: its probes' reports are refused from now on. Twice is harmless."""
-    if not can(actor, Action.CHANGE, token):
-        raise PermissionDenied(f"Only organization admins revoke the probe tokens of {token.cluster}.")
+    policy.require(actor, "probe_token.revoke", token)
     with transaction.atomic():
         claimed = ProbeToken.objects.filter(pk=token.pk, revoked_at=None).update(revoked_at=timezone.now())
         token.refresh_from_db()

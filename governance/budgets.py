@@ -39,7 +39,7 @@ from urllib.parse import urlsplit
 
 import requests
 from django.conf import settings
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
 from django.core.validators import URLValidator, validate_email
 from django.db import IntegrityError, transaction
@@ -52,7 +52,8 @@ from governance import quotas
 from governance.models import Budget, BudgetAlert, QuotaChange
 from scheduler.engine import model as m
 from scheduler.models import Attempt
-from tenancy.models import Membership, Project, Team
+from tenancy import policy
+from tenancy.models import Project, Team
 from tenancy.scoping import Role
 
 if TYPE_CHECKING:
@@ -233,18 +234,10 @@ def charged_to(budgets: Mapping[str, m.Budget], team_id: int, project_id: int | 
 FIELDS = ("accelerator_hours", "amount", "hard", "recipients", "webhook_url")
 
 
-def may_set(actor: User, team: Team, project: Project | None) -> bool:
-    """Admins set teams' budgets; a team's lead (or an admin) sets its projects' budgets."""
-    if quotas.is_admin(actor, team.organization):
-        return True
-    return project is not None and quotas.is_lead(actor, team)
-
-
-def authorize(actor: User, team: Team, project: Project | None) -> None:
-    if not may_set(actor, team, project):
-        if project is None:
-            raise PermissionDenied(f"Team {team}'s budget is set by an organization admin.")
-        raise PermissionDenied(f"Only a lead of {team} or an admin may set its projects' budgets.")
+def permission(project: Project | None) -> str:
+    """The policy's name for setting a team's own budget (``project`` None: admins) or a project's (its team's
+    lead too), asked of the team."""
+    return "budget.set" if project is None else "budget.project.set"
 
 
 def _recipients(value: Any, errors: dict[str, str]) -> list[str]:
@@ -311,7 +304,7 @@ def set_budget(
     """Set the monthly budget of ``team`` (or of its ``project``); with neither accelerator-hours nor an amount,
     remove it. Returns the history entry, or None if nothing changed. ``ValidationError`` names every bad
     field and nothing is written."""
-    authorize(actor, team, project)
+    policy.require(actor, permission(project), team)
     errors: dict[str, str] = {}
     reason = quotas.check_reason(reason, errors)
     if project is not None and project.team_id != team.pk:
@@ -460,7 +453,7 @@ def alert_message(budget: Budget, standing: Standing, kind: str) -> str:
 
 
 def recipients_of(budget: Budget) -> list[str]:
-    leads = Membership.objects.filter(team=budget.team, role=Role.LEAD).exclude(user__email="")
+    leads = policy.members(budget.team, Role.LEAD).exclude(user__email="")
     return list(dict.fromkeys([*leads.values_list("user__email", flat=True), *budget.recipients]))
 
 
@@ -545,10 +538,9 @@ def undelivered(older_than: timedelta = timedelta(minutes=2), now: datetime | No
 __all__ = [
     "Standing",
     "Use",
-    "authorize",
     "deliver",
-    "may_set",
     "month_of",
+    "permission",
     "raise_alerts",
     "set_budget",
     "snapshot_budgets",

@@ -1,6 +1,7 @@
 """Governing the fleet: who may change which quota or queue policy, what a valid change is, and its history.
 
-Who may change what (docs/scheduling.md §Quotas and borrowing):
+Who may change what (docs/scheduling.md §Quotas and borrowing; the permissions are tenancy/policy.py's,
+``quota_fields`` and ``policy_fields`` turn them into the fields one may change):
 - organization admins shape cohorts (their quotas and tree) and the teams' quotas (nominal and borrowing
   limit of a team's queue), the queues' preemption policy and fair-sharing weight, and the priority tiers
   (``set_tier``: value, preemptible or not, grace period, which teams may use each);
@@ -33,9 +34,8 @@ from clusters.models import AcceleratorType
 from common.validation import REQUIRED, check_max_length, message_of
 from governance import signals
 from governance.models import Cohort, MemberLimit, PriorityTier, Queue, Quota, QuotaChange
-from tenancy import audit
+from tenancy import audit, policy
 from tenancy.models import Membership, Organization, Project, Team
-from tenancy.scoping import Role
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -50,22 +50,6 @@ LIMITS = ("nominal", "borrowing_limit", "lending_limit")
 KEEP: Any = object()
 PLACES_WORDS = {0: "zero", 1: "one", 2: "two", 3: "three"}
 RESOURCE_WORDS = {r.value: r.label for r in Quota.Resource}
-
-
-def is_admin(actor: User, organization: Organization) -> bool:
-    """An admin of ``organization`` (or a superuser)."""
-    if getattr(actor, "is_superuser", False):
-        return True
-    return Membership.objects.filter(user=actor, organization=organization, role=Role.ADMIN, team=None).exists()
-
-
-def is_lead(actor: User, team: Team) -> bool:
-    return Membership.objects.filter(user=actor, team=team, role=Role.LEAD).exists()
-
-
-def may_govern(actor: User, team: Team) -> bool:
-    """Whether ``actor`` may change anything of ``team``'s queues (its lead, or an admin)."""
-    return is_admin(actor, team.organization) or is_lead(actor, team)
 
 
 def check_reason(reason: str, errors: dict[str, str]) -> str:
@@ -151,8 +135,7 @@ def _text(value: Decimal | None) -> str | None:
 def project_queue(actor: User, project: Project, *, reason: str, http: HttpRequest | None = None) -> Queue:
     """The queue of ``project`` for a sub-quota, made on first use by the team's lead or an admin."""
     team = project.team
-    if not may_govern(actor, team):
-        raise PermissionDenied(f"Only a lead of {team} or an admin may give its projects a queue.")
+    policy.require(actor, "queue.create", team)
     existing: Queue | None = Queue.objects.filter(team=team, project=project).first()
     if existing is not None:
         return existing
@@ -186,7 +169,7 @@ def set_quota(
     people's units: accelerators, CPU cores, GiB of memory. Limits left empty mean unlimited; ``KEEP`` keeps
     the current value. Returns the history entry, or None when nothing changed."""
     organization = owner.organization if isinstance(owner, Cohort) else owner.team.organization
-    _authorize_quota(actor, owner, set())
+    _refuse_fields(actor, owner, set())
     given = (nominal, borrowing_limit, lending_limit)
     if any(value is KEEP for value in given):
         owned: dict[str, Any] = {"cohort" if isinstance(owner, Cohort) else "queue": owner}
@@ -225,7 +208,7 @@ def set_quota(
         changed = {k for k in LIMITS if old[k] != new[k]}
         if not changed:
             return None
-        _authorize_quota(actor, owner, changed)
+        _refuse_fields(actor, owner, changed)
         if isinstance(owner, Queue):
             _check_split(owner, accelerator_type, resource, new["nominal"] or Decimal(0))
         if removing:
@@ -253,22 +236,14 @@ def quota_fields(actor: User, owner: Queue | Cohort) -> frozenset[str]:
     of a project's queue), the lending limit alone for the lead of a team's own queue, none otherwise. The
     one rule: ``set_quota`` refuses by it, and pages ask it which cells to offer."""
     if isinstance(owner, Cohort):
-        return frozenset(LIMITS) if is_admin(actor, owner.organization) else frozenset()
-    team = owner.team
-    if is_admin(actor, team.organization):
+        return frozenset(LIMITS) if policy.can(actor, "cohort.quota.set", owner) else frozenset()
+    held = policy.granted(actor, owner, "quota.set", "quota.project.set", "quota.lend")
+    if "quota.set" in held or (owner.project_id is not None and "quota.project.set" in held):
         return frozenset(LIMITS)
-    if not is_lead(actor, team):
-        return frozenset()
-    return frozenset(LIMITS) if owner.project_id is not None else frozenset({"lending_limit"})
+    return frozenset({"lending_limit"}) if "quota.lend" in held else frozenset()
 
 
-def authorize_quota_change(actor: User, owner: Queue | Cohort) -> None:
-    """Raise ``PermissionDenied`` unless ``actor`` may change some quota of ``owner`` (asked before a request's
-    values are judged, so that one who may change nothing is told so rather than what is wrong with them)."""
-    _authorize_quota(actor, owner, set())
-
-
-def _authorize_quota(actor: User, owner: Queue | Cohort, changed: set[str]) -> None:
+def _refuse_fields(actor: User, owner: Queue | Cohort, changed: set[str]) -> None:
     allowed = quota_fields(actor, owner)
     if not allowed:
         if isinstance(owner, Cohort):
@@ -338,18 +313,10 @@ POLICY = ("flavor_order", "within_queue", "reclaim", "weight", "cohort")
 def policy_fields(actor: User, queue: Queue) -> frozenset[str]:
     """The policy fields of ``queue`` that ``actor`` may change (``set_policy``'s rule): all for an admin, the
     flavor order for the team's lead, none otherwise."""
-    if is_admin(actor, queue.team.organization):
+    held = policy.granted(actor, queue, "queue.policy.set", "queue.flavor_order.set")
+    if "queue.policy.set" in held:
         return frozenset(POLICY)
-    return LEAD_POLICY if is_lead(actor, queue.team) else frozenset()
-
-
-def authorize_policy_change(actor: User, queue: Queue) -> frozenset[str]:
-    """The policy fields ``actor`` may change in ``queue``; ``PermissionDenied`` if none (asked before a
-    request's values are judged, as ``authorize_quota_change``)."""
-    allowed = policy_fields(actor, queue)
-    if not allowed:
-        raise PermissionDenied(f"Only a lead of {queue.team} or an admin may change its queues.")
-    return allowed
+    return LEAD_POLICY if "queue.flavor_order.set" in held else frozenset()
 
 
 def set_policy(  # noqa: C901
@@ -358,7 +325,9 @@ def set_policy(  # noqa: C901
     """Change a queue's policy: ``flavor_order`` (accelerator type names), ``within_queue`` and ``reclaim``
     (preemption), ``weight`` (fair sharing), ``cohort`` (a Cohort or None). Returns None if nothing changed."""
     team, organization = queue.team, queue.team.organization
-    allowed = authorize_policy_change(actor, queue)
+    allowed = policy_fields(actor, queue)
+    if not allowed:
+        policy.require(actor, "queue.flavor_order.set", queue)
     errors: dict[str, str] = {}
     reason = check_reason(reason, errors)
     if unknown := sorted(set(fields) - set(POLICY)):
@@ -440,8 +409,7 @@ def create_cohort(
     http: HttpRequest | None = None,
 ) -> Cohort:
     """A new node of the organization's cohort tree (admins)."""
-    if not is_admin(actor, organization):
-        raise PermissionDenied("Only an organization admin may shape the cohort tree.")
+    policy.require(actor, "cohort.set", organization)
     errors: dict[str, str] = {}
     reason = check_reason(reason, errors)
     name = (name or "").strip()
@@ -469,8 +437,7 @@ def set_parent(actor: User, cohort: Cohort, parent: Cohort | None, *, reason: st
 ):  # fmt: skip
     """Move ``cohort`` under ``parent`` (None: a root), refusing cycles (admins)."""
     organization = cohort.organization
-    if not is_admin(actor, organization):
-        raise PermissionDenied("Only an organization admin may shape the cohort tree.")
+    policy.require(actor, "cohort.set", organization)
     errors: dict[str, str] = {}
     reason = check_reason(reason, errors)
     if parent is not None:
@@ -519,8 +486,7 @@ def set_tier(
     """Create the priority tier ``name`` of ``organization``, or change it (admins). ``teams``: the teams that
     may use it (none: every team). A new default tier takes over from the old one. Jobs already submitted
     keep their tier; the change orders them from the next placement cycle. Returns None if nothing changed."""
-    if not is_admin(actor, organization):
-        raise PermissionDenied("Only an organization admin may change priority tiers.")
+    policy.require(actor, "tier.set", organization)
     errors: dict[str, str] = {}
     reason = check_reason(reason, errors)
     name = (name or "").strip() if isinstance(name, str) else ""
@@ -589,19 +555,13 @@ def _tier_values(tier: PriorityTier) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------ member limits
 
 
-def authorize_member_limit(actor: User, team: Team) -> None:
-    """``PermissionDenied`` unless ``actor`` may set ``team``'s member limits (asked before a request is judged)."""
-    if not may_govern(actor, team):
-        raise PermissionDenied(f"Only a lead of {team} or an admin may set its members' limits.")
-
-
 def set_member_limit(
     actor: User, team: Team, member: User, accelerators: Any, *, reason: str, http: HttpRequest | None = None
 ) -> QuotaChange | None:
     """Limit how many accelerators ``member``'s running jobs in ``team`` may hold at once (``accelerators``
     None or empty: no limit). The team's lead or an admin; the member must belong to the team. Jobs beyond
     it wait with reason ``member_limit``; running jobs are never stopped for it."""
-    authorize_member_limit(actor, team)
+    policy.require(actor, "member_limit.set", team)
     errors: dict[str, str] = {}
     reason = check_reason(reason, errors)
     amount = check_amount(accelerators, "accelerators", errors, required=False)
@@ -630,14 +590,10 @@ def set_member_limit(
 
 __all__ = [
     "KEEP",
-    "authorize_member_limit",
-    "authorize_policy_change",
-    "authorize_quota_change",
     "check_amount",
     "check_reason",
     "create_cohort",
     "give_project_quota",
-    "may_govern",
     "policy_fields",
     "project_queue",
     "quota_fields",

@@ -5,20 +5,17 @@ from typing import Any
 from django.http import HttpRequest
 
 from portal import navigation as main_navigation
-from tenancy.models import Membership
+from tenancy import policy
 from tenancy.scoping import Role
 
-
-def user_roles(user: Any) -> set[Role]:
-    if not user.is_authenticated:
-        return set()
-    return {Role(role) for role in Membership.objects.filter(user=user).values_list("role", flat=True)}
+#: What pages offer beside the navigation, by the policy: ``may.workers_view`` and so on in templates.
+OFFERED = ("cluster.create", "workers.view")
 
 
 def request_roles(request: HttpRequest) -> set[Role]:
     """The signed-in user's roles, computed once per request."""
     if not hasattr(request, "_qm_roles"):
-        request._qm_roles = user_roles(request.user)  # type: ignore[attr-defined]
+        request._qm_roles = policy.roles_of(request.user)  # type: ignore[attr-defined]
     roles: set[Role] = request._qm_roles  # type: ignore[attr-defined]
     return roles
 
@@ -30,5 +27,6 @@ def navigation(request: HttpRequest) -> dict[str, Any]:
     links = []
     if user.is_authenticated:
         here = getattr(request.resolver_match, "url_name", None)
-        links = main_navigation.links_for(roles, user.is_superuser, here)
-    return {"user_roles": sorted(roles), "is_org_admin": Role.ADMIN in roles, "nav_links": links}
+        links = main_navigation.links_for(user, roles, here)
+    may = {name.replace(".", "_"): policy.anywhere(user, name, roles) for name in OFFERED}
+    return {"user_roles": sorted(roles), "nav_links": links, "may": may}

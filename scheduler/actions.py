@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.core.cache import cache
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -29,9 +29,8 @@ from scheduler.lifecycle import PLACED, WAITING
 from scheduler.models import Attempt, Job
 from scheduler.placement import feasibility
 from scheduler.submission import JobRequest
-from tenancy import audit
-from tenancy.models import Membership, Project, Team
-from tenancy.scoping import Action, Role, can
+from tenancy import audit, policy
+from tenancy.models import Project, Team
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -45,18 +44,8 @@ S = Job.State
 
 def teams_for_submission(actor: User) -> list[Team]:
     """Teams ``actor`` may submit jobs to: their own (researcher, lead), all of an organization they admin."""
-    memberships = Membership.objects.filter(user=actor)
-    direct = memberships.filter(role__in=[Role.RESEARCHER, Role.LEAD]).values("team")
-    admin_orgs = memberships.filter(role=Role.ADMIN).values("organization")
-    teams = Team.objects.filter(pk__in=direct) | Team.objects.filter(organization__in=admin_orgs)
-    return list(teams.select_related("organization").distinct().order_by("name"))
-
-
-def may_submit(actor: User, team: Team) -> bool:
-    """Whether ``actor`` may submit to ``team``: a researcher or lead of it, or an admin of its organization."""
-    own = Q(team=team, role__in=[Role.RESEARCHER, Role.LEAD])
-    admin = Q(organization_id=team.organization_id, role=Role.ADMIN, team=None)
-    return Membership.objects.filter(own | admin, user=actor).exists()
+    teams = policy.permitted(actor, "job.submit", Team.objects.select_related("organization"))
+    return list(teams.distinct().order_by("name"))
 
 
 def _open_to(team: Team) -> Q:
@@ -88,8 +77,7 @@ def validate(actor: User, request: JobRequest) -> tuple[Queue, PriorityTier]:
     """Check everything about ``request``; raise ``ValidationError`` naming every bad field at once. What
     needs neither the database nor the actor is ``submission.shape_errors``'s; the rest is here."""
     team = request.team
-    if not may_submit(actor, team):
-        raise PermissionDenied(f"You may not submit jobs to team {team}.")
+    policy.require(actor, "job.submit", team)
     tier, errors = _tier(request)
     errors.update(_project_errors(request))
     errors.update(_type_errors(request))
@@ -262,10 +250,9 @@ def wake_loop() -> None:
 
 def cancel_job(actor: User, job: Job, reason: str = "", *, http: HttpRequest | None = None) -> Job:
     """Cancel a waiting or placed job. Researchers cancel their own jobs; leads and admins any of the team's."""
-    if not can(actor, Action.CHANGE, job):
-        raise PermissionDenied("You may not cancel this job.")
-    if not may_cancel(actor, job):
-        raise PermissionDenied("Only the job's owner, the team's lead or an admin may cancel it.")
+    held = policy.granted(actor, job, "job.change", "job.cancel")
+    if "job.cancel" not in held:  # a teammate of the owner is told who may cancel it; anyone else, no more
+        raise policy.refusal("job.cancel" if "job.change" in held else "job.change", job)
     reason = (reason or "").strip()[:2000]
     now = timezone.now()
     with transaction.atomic():
@@ -300,20 +287,6 @@ def cancel_job(actor: User, job: Job, reason: str = "", *, http: HttpRequest | N
 
 def _cleanup_later(attempt_id: int) -> None:
     enqueue.send("scheduler.tasks.cleanup_attempt", attempt_id)
-
-
-def may_cancel(actor: User, job: Job) -> bool:
-    """The job's owner, a lead of its team or an admin of its organization (``cancel_job``'s rule)."""
-    return job.submitted_by_id == actor.pk or _leads(actor, job)
-
-
-def _leads(actor: User, job: Job) -> bool:
-    memberships = Membership.objects.filter(user=actor)
-    return (
-        memberships.filter(role=Role.LEAD, team=job.team_id).exists()
-        or memberships.filter(role=Role.ADMIN, organization=job.team.organization_id).exists()
-        or bool(getattr(actor, "is_superuser", False))
-    )
 
 
 def clone_request(job: Job) -> dict[str, Any]:
@@ -354,19 +327,9 @@ def clone_request(job: Job) -> dict[str, Any]:
 PREEMPTABLE = PLACED - {S.PREEMPTING}
 
 
-def may_intervene(actor: User, job: Job) -> bool:
-    """Whether ``actor`` may force-preempt or requeue ``job``: an admin of its organization, or a superuser."""
-    if getattr(actor, "is_superuser", False):
-        return True
-    return Membership.objects.filter(
-        user=actor, organization_id=job.team.organization_id, role=Role.ADMIN, team=None
-    ).exists()
-
-
 def _intervention(actor: User, job: Job, reason: str, what: str) -> str:
     """The checks both on-call actions make first; the reason, which they require, stripped."""
-    if not may_intervene(actor, job):
-        raise PermissionDenied(f"Only an admin of {job.team.organization} may {what} a job.")
+    policy.require(actor, f"job.{what}", job)
     reason = (reason or "").strip()
     if not reason:
         raise ValidationError({"reason": f"Say why you {what} it (kept in its timeline and the audit log)."})

@@ -19,9 +19,9 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from common.validation import check_max_length, message_of, required
-from tenancy import audit
+from tenancy import audit, policy
 from tenancy.models import ApiToken, GroupMapping, Membership, Organization, Project, ServiceAccount, Team
-from tenancy.scoping import TEAM_ROLES, Action, Role, can
+from tenancy.scoping import TEAM_ROLES, Role
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -30,20 +30,13 @@ if TYPE_CHECKING:
 MAX_TOKEN_DAYS = 366
 
 
-def _require(
-    actor: User, action: Action, obj: Team | Membership | Organization | GroupMapping | ServiceAccount, what: str
-) -> None:
-    if not can(actor, action, obj):
-        raise PermissionDenied(f"You may not {what}.")
-
-
 # --- API tokens -----------------------------------------------------------------------------------------
 
 
 def issue_token(
-    user: User, *, name: str, expires_in_days: int | None = None, request: HttpRequest | None = None
+    actor: User, *, name: str, expires_in_days: int | None = None, request: HttpRequest | None = None
 ) -> tuple[ApiToken, str]:
-    """A new token for `user`; returns the row and the raw token, which is never stored or shown again."""
+    """A new token of `actor`'s own; returns the row and the raw token, which is never stored or shown again."""
     name = (name or "").strip()
     if not name:
         raise ValidationError({"name": "Give the token a name, e.g. the machine or script that will use it."})
@@ -53,13 +46,13 @@ def issue_token(
     raw, key_hash, hint = ApiToken.generate()
     with transaction.atomic():
         token = ApiToken.objects.create(
-            user=user, name=name, key_hash=key_hash, hint=hint, expires_at=timezone.now() + timedelta(days=days)
+            user=actor, name=name, key_hash=key_hash, hint=hint, expires_at=timezone.now() + timedelta(days=days)
         )
         audit.record(
             "token.created",
-            actor=user,
+            actor=actor,
             target=token,
-            organization=audit.home_organization(user),
+            organization=audit.home_organization(actor),
             changes={"name": name, "expires_at": token.expires_at.isoformat() if token.expires_at else None},
             request=request,
         )
@@ -75,8 +68,7 @@ def _token_days(expires_in_days: int | None) -> int:
 
 def revoke_token(actor: User, token: ApiToken, *, request: HttpRequest | None = None) -> ApiToken:
     """Revoke one of the actor's own tokens. Revoking twice is harmless and records nothing new."""
-    if token.user_id != actor.pk:
-        raise PermissionDenied("You may revoke only your own tokens.")
+    policy.require(actor, "token.revoke", token)
     with transaction.atomic():
         claimed = ApiToken.objects.filter(pk=token.pk, revoked_at=None).update(revoked_at=timezone.now())
         token.refresh_from_db()
@@ -120,7 +112,7 @@ def create_team(
     description: str = "",
     request: HttpRequest | None = None,
 ) -> Team:
-    _require(actor, Action.CHANGE, organization, "create teams (organization admins only)")
+    policy.require(actor, "team.create", organization)
     team = Team(organization=organization, description=description)
     _named(team, name, slug, Team.objects.filter(organization=organization), organization.name)
     with transaction.atomic():
@@ -138,7 +130,7 @@ def create_project(
     description: str = "",
     request: HttpRequest | None = None,
 ) -> Project:
-    _require(actor, Action.CHANGE, team, f"create projects in {team.name}")
+    policy.require(actor, "project.create", team)
     project = Project(team=team, description=description)
     _named(project, name, slug, Project.objects.filter(team=team), f"Team {team.name}")
     with transaction.atomic():
@@ -163,9 +155,11 @@ def add_member(
     one is `_addable_user`'s rule."""
     role_value = _role_in(organization, role, team)
     if team is not None:
-        _require(actor, Action.CHANGE, team, f"add members to {team.name}")
+        policy.require(actor, "member.add", team)
     else:
-        _require(actor, Action.CHANGE, organization, "grant organization-wide roles (organization admins only)")
+        policy.require(
+            actor, "member.add", organization, "You may not grant organization-wide roles (organization admins only)."
+        )
     user = _addable_user(actor, organization, username)
     if user.pk == actor.pk:
         raise PermissionDenied("You may not change your own roles.")
@@ -214,7 +208,7 @@ def _addable_user(actor: User, organization: Organization, username: str) -> Use
     found = get_user_model().objects.filter(username=name, is_active=True, service_account=None)
     if not actor.is_superuser:
         allowed = Q(pk__in=Membership.objects.filter(organization=organization).values("user"))
-        if can(actor, Action.CHANGE, organization):
+        if policy.can(actor, "member.add_newcomer", organization):
             allowed |= ~Q(pk__in=Membership.objects.values("user"))
         found = found.filter(allowed)
     user = found.first()
@@ -233,7 +227,7 @@ def change_role(
 ) -> Membership:
     """Change a team member's role (researcher ↔ lead). Nobody changes their own role."""
     role_value = _parse_role(role)
-    _require(actor, Action.CHANGE, membership, "change roles in this team")
+    policy.require(actor, "member.role.set", membership)
     if membership.user_id == actor.pk:
         raise PermissionDenied("You may not change your own role.")
     _refuse_service_account_role(membership)
@@ -268,7 +262,7 @@ def change_role(
 
 def remove_member(actor: User, membership: Membership, *, request: HttpRequest | None = None) -> None:
     # Leads reach their team's memberships only; organization-wide ones are reached by admins alone.
-    _require(actor, Action.CHANGE, membership, "remove this role")
+    policy.require(actor, "member.remove", membership)
     if membership.user_id == actor.pk:
         raise PermissionDenied("You may not remove your own role.")
     _refuse_service_account_role(membership)
@@ -314,8 +308,9 @@ def map_group(
     request: HttpRequest | None = None,
 ) -> GroupMapping:
     """Members of the provider's `group` get `role` (in `team` for a team role) at their next sign-in."""
-    if not actor.is_superuser:  # GroupMapping.Tenancy says why
-        raise PermissionDenied(NOT_MAPPED_BY_ORGANIZATIONS)
+    policy.require(
+        actor, "group_mapping.set", organization, NOT_MAPPED_BY_ORGANIZATIONS
+    )  # GroupMapping.Tenancy says why
     group = (group or "").strip()
     if not group:
         raise ValidationError({"group": "Name the group exactly as the identity provider sends it."})
@@ -340,8 +335,7 @@ def map_group(
 
 def unmap_group(actor: User, mapping: GroupMapping, *, request: HttpRequest | None = None) -> None:
     """Remove a mapping; the roles it granted go at each member's next sign-in."""
-    if not can(actor, Action.CHANGE, mapping):
-        raise PermissionDenied(NOT_MAPPED_BY_ORGANIZATIONS)
+    policy.require(actor, "group_mapping.set", mapping, NOT_MAPPED_BY_ORGANIZATIONS)
     with transaction.atomic():
         audit.record(
             "group_mapping.removed",
@@ -366,7 +360,7 @@ def create_service_account(
     request: HttpRequest | None = None,
 ) -> tuple[ServiceAccount, str]:
     """A service account of `team` and its token; returns the account and the raw token, shown once."""
-    _require(actor, Action.CHANGE, team, f"create service accounts of {team.name} (its leads and admins only)")
+    policy.require(actor, "service_account.create", team)
     if ServiceAccount.objects.filter(user=actor).exists():
         raise PermissionDenied("A service account may not create service accounts.")
     name = (name or "").strip()
@@ -427,7 +421,7 @@ def create_service_account(
 
 def revoke_service_account(actor: User, account: ServiceAccount, *, request: HttpRequest | None = None) -> None:
     """Revoke the account: its token stops working at once and its role in the team goes. Twice is harmless."""
-    _require(actor, Action.CHANGE, account, f"revoke service accounts of {account.team.name}")
+    policy.require(actor, "service_account.revoke", account)
     now = timezone.now()
     with transaction.atomic():
         if not ServiceAccount.objects.filter(pk=account.pk, revoked_at=None).update(revoked_at=now):

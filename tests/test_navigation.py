@@ -103,5 +103,6 @@ def test_every_page_marks_the_same_link_current_for_every_combination_of_roles()
             "is_org_admin": Role.ADMIN in roles,
         }
         expected = links(before.render(Context(context)))
-        found = [(link["url"], link["current"], link["label"]) for link in links_for(roles, superuser, here)]
+        user = SimpleNamespace(is_superuser=superuser, is_authenticated=True, is_active=True)
+        found = [(link["url"], link["current"], link["label"]) for link in links_for(user, roles, here)]  # type: ignore[arg-type]
         assert found == expected, (roles, superuser, here)

@@ -27,6 +27,7 @@ from rest_framework.views import APIView
 from billing import attribution, params, prices, reports
 from billing.attribution import Attribution, hours, money
 from billing.models import MeterState, Overhead, Price
+from tenancy import policy
 from tenancy.api.views import TenantViewSet
 from tenancy.models import Organization
 
@@ -183,7 +184,12 @@ class MeterView(APIView):
     def get(self, request: Request) -> Response:
         params.unknown(request.query_params, {"organization"})
         organization = params.organization(request.user, request.query_params.get("organization"))
-        prices.authorize(request.user, organization)  # type: ignore[arg-type]
+        policy.require(
+            request.user,
+            "finance.read",
+            organization,
+            "Only finance or an organization admin may change the price book.",
+        )
         state = MeterState.objects.filter(organization=organization).first()
         return Response(
             {

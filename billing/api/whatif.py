@@ -23,6 +23,7 @@ from billing import params, whatif
 from billing.models import WhatIf
 from portal.api.parsers import JSONParser
 from scheduler.api.serializers import StrictSerializer
+from tenancy import policy
 from tenancy.api.views import TenantViewSet
 from tenancy.filters import SlugOrIdFilter
 
@@ -136,7 +137,7 @@ class WhatIfViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMi
         organization = whatif.default_organization(
             self.actor, None if named in (None, "") else params.organization(self.actor, named)
         )
-        whatif.authorize(self.actor, organization)
+        policy.require(self.actor, "whatif.run", organization)
         body = WhatIfCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         values = {k: v for k, v in body.validated_data.items() if k in whatif.FIELDS}

@@ -43,6 +43,7 @@ from common.types import AuthenticatedHttpRequest
 from governance import budgets
 from governance.models import Budget
 from governance.web.budgets import scope_of
+from tenancy import policy
 from tenancy.models import Organization, Team
 from tenancy.scoping import Action
 from tenancy.web.forms import apply_errors
@@ -417,7 +418,7 @@ def team_costs(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
 
 def _books(request: AuthenticatedHttpRequest) -> list[Organization]:
     """The organizations whose price book the user may keep."""
-    return [org for org in _organizations(request) if prices.may_change(request.user, org)]
+    return [org for org in _organizations(request) if policy.can(request.user, "price.set", org)]
 
 
 def _book_organization(request: AuthenticatedHttpRequest) -> tuple[Organization, list[Organization]]:
@@ -532,7 +533,7 @@ def _add(request: AuthenticatedHttpRequest, kind: str) -> HttpResponse:
 
 def _changeable(request: AuthenticatedHttpRequest, kind: str, pk: int) -> Any:
     """A row of the book the user may change; another's (or another organization's) is a 404."""
-    rows = MODELS[kind].objects.for_user(request.user, Action.CHANGE)
+    rows = policy.permitted(request.user, "price.set", MODELS[kind].objects.all())
     return get_object_or_404(rows.select_related("organization"), pk=pk)
 
 

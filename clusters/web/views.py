@@ -32,8 +32,9 @@ from clusters.models import AcceleratorType, Cluster, Drain, HealthCheckResult, 
 from clusters.web.filters import NodeFilter
 from clusters.web.forms import ClusterForm, MaintenanceForm, ProbeTokenForm, ReasonForm
 from common.types import AuthenticatedHttpRequest
+from tenancy import policy
 from tenancy.models import Organization
-from tenancy.scoping import Action, can
+from tenancy.scoping import Action
 from tenancy.web.forms import apply_errors
 
 NODES_PER_PAGE = 50
@@ -139,7 +140,7 @@ def _render_cluster(
         .select_related("created_by")
         .prefetch_related("nodes")
     )
-    can_change = can(request.user, Action.CHANGE, cluster)
+    can_change = policy.can(request.user, "cluster.change", cluster)
     context = {
         "cluster": cluster,
         "options": _shown_options(cluster.options),
@@ -171,14 +172,13 @@ def cluster_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
 def _administered_cluster(request: AuthenticatedHttpRequest, pk: int) -> Cluster:
     """A cluster the user sees (else 404) and administers (else 403, before any input is read)."""
     cluster = _visible_cluster(request, pk)
-    if not can(request.user, Action.CHANGE, cluster):
-        raise PermissionDenied(f"Only admins of {cluster.organization} change its clusters.")
+    policy.require(request.user, "cluster.change", cluster)
     return cluster
 
 
 @login_required
 def cluster_create(request: AuthenticatedHttpRequest) -> HttpResponse:
-    organizations = Organization.objects.for_user(request.user, Action.CHANGE)
+    organizations = policy.permitted(request.user, "cluster.create", Organization.objects.all())
     if not organizations.exists():
         raise PermissionDenied("Only organization admins register clusters.")
     form = ClusterForm(request.POST or None, organizations=organizations)
@@ -294,7 +294,7 @@ def probe_token_create(request: AuthenticatedHttpRequest, pk: int) -> HttpRespon
 def probe_token_revoke(request: AuthenticatedHttpRequest, pk: int, token_pk: int) -> HttpResponse:
     cluster = _administered_cluster(request, pk)
     token = get_object_or_404(
-        ProbeToken.objects.for_user(request.user, Action.CHANGE).filter(cluster=cluster), pk=token_pk
+        policy.permitted(request.user, "probe_token.revoke", ProbeToken.objects.filter(cluster=cluster)), pk=token_pk
     )
     actions.revoke_probe_token(request.user, token, request=request)
     messages.success(request, f"Probe token {token.name} is revoked.")
@@ -361,7 +361,7 @@ def _render_node(request: AuthenticatedHttpRequest, node: Node, status: int = 20
         "levels": [(level, node.topology.get(level, "")) for level in node.cluster.levels or []],
         "health": HealthCheckResult.objects.for_user(request.user, Action.VIEW).filter(node=node)[:HEALTH_HISTORY],
         "drains": Drain.objects.for_user(request.user, Action.VIEW).filter(node=node).select_related("requested_by"),
-        "can_change": can(request.user, Action.CHANGE, node),
+        "can_change": policy.can(request.user, "node.drain", node),
         # A form with errors is shown whatever the state, so its errors are seen.
         "may_drain": "drain_form" in forms or node.state not in (Node.State.DRAINING, Node.State.DRAINED),
         "may_resume": "resume_form" in forms
@@ -378,12 +378,6 @@ def node_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return _render_node(request, _visible_node(request, pk))
 
 
-def _authorize_change(request: AuthenticatedHttpRequest, node: Node) -> None:
-    # Asked before the form is read, so a user who may not change the node gets 403 whatever they sent.
-    if not can(request.user, Action.CHANGE, node):
-        raise PermissionDenied(f"Only admins of {node.cluster.organization} drain and resume its nodes.")
-
-
 def _change_node(
     request: AuthenticatedHttpRequest,
     pk: int,
@@ -394,7 +388,9 @@ def _change_node(
     """A drain or resume form posted: authorized before the form is read, the action called with the
     reason, the node page again with the form's errors (400) when it refuses."""
     node = _visible_node(request, pk)
-    _authorize_change(request, node)
+    # Asked before the form is read, so a user who may not change the node gets 403 whatever they sent.
+    refused = f"Only admins of {node.cluster.organization} drain and resume its nodes."
+    policy.require(request.user, "node.drain", node, refused)
     form = ReasonForm(request.POST, auto_id=f"{form_name}_%s")
     if form.is_valid():
         try:

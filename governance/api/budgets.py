@@ -34,6 +34,7 @@ from governance.api.quotas import ERROR, amount
 from governance.models import Budget, BudgetAlert, MemberLimit
 from portal.api.parsers import JSONParser
 from scheduler.api.serializers import StrictSerializer
+from tenancy import policy
 from tenancy.api.views import TenantViewSet
 from tenancy.filters import IdFilter, SlugOrIdFilter
 from tenancy.models import Membership, Project, Team
@@ -48,17 +49,17 @@ def figure(**kwargs: Any) -> serializers.DecimalField:
 
 
 class Readers:
-    """Whether the user may set (and so read the webhook of) each budget: ``budgets.may_set``, asked once per
+    """Whether the user may set (and so read the webhook of) each budget (``budgets.permission``), asked once per
     team and kind of budget (a team's own, or a project's: the rule names no particular project)."""
 
     def __init__(self, user: Any) -> None:
         self.user = user
         self.known: dict[tuple[int, bool], bool] = {}
 
-    def may_set(self, budget: Budget) -> bool:
+    def can_set(self, budget: Budget) -> bool:
         key = (budget.team_id, budget.project_id is None)
         if key not in self.known:
-            self.known[key] = budgets.may_set(self.user, budget.team, budget.project)
+            self.known[key] = policy.can(self.user, budgets.permission(budget.project), budget.team)
         return self.known[key]
 
 
@@ -95,7 +96,7 @@ class BudgetSerializer(serializers.ModelSerializer[Budget]):
 
     def get_webhook_url(self, budget: Budget) -> str | None:
         readers: Readers = self.context["readers"]
-        return budget.webhook_url if readers.may_set(budget) else None
+        return budget.webhook_url if readers.can_set(budget) else None
 
     @extend_schema_field(StandingSerializer(many=True))
     def get_standings(self, budget: Budget) -> list[dict[str, Any]]:
@@ -130,7 +131,7 @@ class BudgetAlertSerializer(serializers.ModelSerializer[BudgetAlert]):
 
     def get_last_error(self, alert: BudgetAlert) -> str:
         readers: Readers = self.context["readers"]
-        if not alert.last_error or readers.may_set(alert.budget):
+        if not alert.last_error or readers.can_set(alert.budget):
             return alert.last_error
         return "A channel failed; it is tried again."
 
@@ -270,7 +271,7 @@ class BudgetViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMi
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         team = self._team(request.data)
         project = self._project(team, request.data)
-        budgets.authorize(self.actor, team, project)  # said before the body is judged
+        policy.require(self.actor, budgets.permission(project), team)  # said before the body is judged
         form = BudgetWriteSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         data = form.validated_data
@@ -335,7 +336,7 @@ class MemberLimitViewSet(TenantViewSet, mixins.ListModelMixin):
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         team = self.team()
-        quotas.authorize_member_limit(self.actor, team)  # said before the body is judged
+        policy.require(self.actor, "member_limit.set", team)  # said before the body is judged
         form = MemberLimitWriteSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         data = form.validated_data

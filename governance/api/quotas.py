@@ -24,6 +24,7 @@ from governance.models import Cohort, Queue, Quota, QuotaChange
 from portal.api.parsers import JSONParser
 from scheduler.api.serializers import StrictSerializer
 from scheduler.filters import QueueFilter, QuotaChangeFilter
+from tenancy import policy
 from tenancy.api.views import TenantViewSet
 from tenancy.scoping import Action
 
@@ -169,7 +170,7 @@ class QueueViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMix
     )
     def partial_update(self, request: Request, pk: str | None = None) -> Response:
         queue = self.get_object()
-        quotas.authorize_policy_change(self.actor, queue)  # said before the body is judged
+        policy.require(self.actor, "queue.flavor_order.set", queue)  # said before the body is judged
         form = PolicyWriteSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         fields = dict(form.validated_data)
@@ -193,7 +194,7 @@ class QueueViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMix
     @action(detail=True, methods=["post"], url_path="quotas")
     def set_quota(self, request: Request, pk: str | None = None) -> Response:
         queue = self.get_object()
-        quotas.authorize_quota_change(self.actor, queue)
+        policy.require(self.actor, "quota.lend", queue)  # said before the body is judged
         form = QuotaWriteSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         data = form.validated_data

@@ -17,6 +17,7 @@ from governance.api.quotas import ERROR
 from governance.models import PriorityTier
 from portal.api.parsers import JSONParser
 from scheduler.api.serializers import StrictSerializer
+from tenancy import policy
 from tenancy.api.views import TenantViewSet
 from tenancy.models import Organization, Team
 from tenancy.scoping import Action
@@ -73,8 +74,7 @@ class TierViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixi
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         data = request.data if isinstance(request.data, dict) else {}
         organization = self._organization(data.get("organization"))
-        if not quotas.is_admin(self.actor, organization):
-            raise exceptions.PermissionDenied("Only an organization admin may change priority tiers.")
+        policy.require(self.actor, "tier.set", organization)
         body = TierWriteSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         values = dict(body.validated_data)

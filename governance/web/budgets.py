@@ -5,7 +5,7 @@ project's budget on the organization's page.
 Thin, as ``quotas.py``: budgets, alerts, members and limits are read through ``for_user``; the month's use
 comes from ``budgets.use_of``, once per request; every change goes through ``budgets.set_budget`` or
 ``quotas.set_member_limit``, which say who may (403) and what is valid (400, the message by its field, nothing
-written). The pages only ask ``budgets.may_set`` and ``quotas.may_govern`` which controls to show.
+written). The pages only ask the policy (``tenancy.policy``) which controls to show.
 
 A webhook's URL is often a secret (a chat's incoming webhook): it is shown only in the form of those who may
 set the budget, and a failed delivery's error, which may quote it, only to them too.
@@ -36,6 +36,7 @@ from governance import budgets, quotas
 from governance.models import Budget, BudgetAlert, MemberLimit
 from governance.web import pages
 from governance.web.forms import TEAM_BUDGET, BudgetForm
+from tenancy import policy
 from tenancy.models import Membership, Organization, Project, Team
 from tenancy.scoping import Action
 from tenancy.web.forms import apply_errors
@@ -126,17 +127,17 @@ def scope_of(budget: Budget) -> str:
 
 
 class Setters:
-    """Whom ``budgets.may_set`` lets set what, asked once per team and kind of budget (a team's own, or a
-    project's: the rule names no particular project)."""
+    """Whom the policy lets set which budget (``budgets.permission``), asked once per team and kind of budget
+    (a team's own, or a project's: the rule names no particular project)."""
 
     def __init__(self, user: User) -> None:
         self.user = user
         self.known: dict[tuple[int, bool], bool] = {}
 
-    def may_set(self, team: Team, project: Project | None) -> bool:
+    def can_set(self, team: Team, project: Project | None) -> bool:
         key = (team.pk, project is None)
         if key not in self.known:
-            self.known[key] = budgets.may_set(self.user, team, project)
+            self.known[key] = policy.can(self.user, budgets.permission(project), team)
         return self.known[key]
 
 
@@ -157,7 +158,7 @@ def budget_rows(user: User, found: Iterable[Budget], now: datetime, setters: Set
                 target=target,
                 lines=[_line(s) for s in standings],
                 alerted=_alerted(budget),
-                may_set=setters.may_set(budget.team, budget.project),
+                may_set=setters.can_set(budget.team, budget.project),
                 change_url=f"{page}?target={target}#budget-form",
                 partial_url=f"{reverse('team-budgets', args=[budget.team_id])}?target={target}",
                 standings=standings,
@@ -212,7 +213,7 @@ def _alert_rows(alerts: Iterable[BudgetAlert], setters: Setters) -> list[dict[st
             channels.append("webhook sent" if alert.webhook_sent_at is not None else "webhook not sent")
         error = ""
         if alert.last_error:
-            mine = setters.may_set(budget.team, budget.project)
+            mine = setters.can_set(budget.team, budget.project)
             error = alert.last_error if mine else "A channel failed; it is tried again."
         rows.append({
             "alert": alert,
@@ -234,8 +235,8 @@ def _targets(user: User, team: Team, setters: Setters) -> tuple[list[Project], l
     """The team's projects (visible to ``user``), and the budgets ``user`` may set: the team's (None) and its
     projects'."""
     projects = list(Project.objects.for_user(user, Action.VIEW).filter(team=team).order_by("name"))
-    allowed: list[Project | None] = [None] if setters.may_set(team, None) else []
-    allowed += [p for p in projects if not p.archived and setters.may_set(team, p)]
+    allowed: list[Project | None] = [None] if setters.can_set(team, None) else []
+    allowed += [p for p in projects if not p.archived and setters.can_set(team, p)]
     return projects, allowed
 
 
@@ -302,7 +303,7 @@ def team_budgets(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         return render(request, template, budgets_context(request, team, target=request.GET.get("target")))
     projects, allowed = _targets(request.user, team, Setters(request.user))
     if not allowed:
-        raise PermissionDenied(f"Only a lead of {team} or an admin may set its budgets.")
+        raise PermissionDenied(f"Only a lead of {team} or an admin may set its budgets.")  # (policy.can said no)
     form = BudgetForm(team, projects, allowed, request.POST)
     status = HTTPStatus.BAD_REQUEST
     if form.is_valid():
@@ -353,7 +354,7 @@ def members_context(request: AuthenticatedHttpRequest, team: Team) -> dict[str, 
     limits = dict(
         MemberLimit.objects.for_user(request.user, Action.VIEW).filter(team=team).values_list("user_id", "accelerators")
     )
-    editable = quotas.may_govern(request.user, team)
+    editable = policy.can(request.user, "member_limit.set", team)
     return {"members": [_member_context(m, limits.get(m.user_id), editable, team) for m in members]}
 
 
@@ -366,7 +367,7 @@ def member_limit(request: AuthenticatedHttpRequest, pk: int, user: int) -> HttpR
     membership: Membership = get_object_or_404(
         Membership.objects.for_user(request.user, Action.VIEW).filter(team=team).select_related("user"), user_id=user
     )
-    editable = quotas.may_govern(request.user, team)
+    editable = policy.can(request.user, "member_limit.set", team)
 
     def row(status: int = 200, errors: dict[str, list[str]] | None = None, headers: Any = None) -> HttpResponse:
         limit = MemberLimit.objects.for_user(request.user, Action.VIEW).filter(team=team, user=membership.user)

@@ -38,8 +38,9 @@ from governance.web import budgets as budget_views
 from governance.web import pages
 from governance.web.forms import TEAM_QUEUE, CohortForm, CohortQuotaForm, TeamQuotaForm
 from scheduler.queues import queue_context
-from tenancy.models import Membership, Organization, Team
-from tenancy.scoping import ORG_ROLES, Action
+from tenancy import policy
+from tenancy.models import Organization, Team
+from tenancy.scoping import Action
 from tenancy.web.forms import apply_errors
 
 HISTORY_PER_PAGE = 20
@@ -249,8 +250,8 @@ def _render_team(request: AuthenticatedHttpRequest, team: Team, status: int = 20
     queues.sort(key=lambda q: (q.project_id is not None, q.name))
     rows = usage.team_usage(team)
     fields = {q.pk: quotas.quota_fields(request.user, q) for q in queues}
-    admin = quotas.is_admin(request.user, team.organization)
-    governs = admin or quotas.is_lead(request.user, team)
+    held = policy.granted(request.user, team, "quota.set", "quota.lend")
+    admin, governs = "quota.set" in held, "quota.lend" in held
     context = {
         "team": team,
         "rows": [_row_context(row, fields.get(row.queue_id, frozenset()), team) for row in rows],
@@ -397,8 +398,8 @@ def queue_policy(request: AuthenticatedHttpRequest, pk: int, queue: int) -> Http
 def team_quota_new(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """The "give a project a sub-quota, or set a quota" form: a project's queue is made on first use."""
     team = pages.team(request, pk)
-    quotas.authorize_quota_change(request.user, Queue.objects.get(team=team, project=None))
-    form = TeamQuotaForm(team, request.POST, admin=quotas.is_admin(request.user, team.organization))
+    policy.require(request.user, "quota.lend", Queue.objects.get(team=team, project=None))
+    form = TeamQuotaForm(team, request.POST, admin=policy.can(request.user, "quota.set", team))
     if form.is_valid():
         data = form.cleaned_data
         values = {k: data[k] for k in ("flavor", "resource", "nominal", "borrowing_limit", "lending_limit", "reason")}
@@ -422,10 +423,7 @@ def team_quota_new(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
 
 def _organizations(request: AuthenticatedHttpRequest) -> list[Organization]:
     """The organizations the user holds an organization-wide role in (finance, admin); a superuser, all."""
-    if request.user.is_superuser:
-        return list(Organization.objects.order_by("name"))
-    held = Membership.objects.filter(user=request.user, team=None, role__in=ORG_ROLES).values("organization")
-    return list(Organization.objects.filter(pk__in=held).order_by("name"))
+    return list(policy.permitted(request.user, "quota.org.view", Organization.objects.order_by("name")))
 
 
 def _render_org(request: AuthenticatedHttpRequest, status: int = 200, **forms: Any) -> HttpResponse:
@@ -437,7 +435,7 @@ def _render_org(request: AuthenticatedHttpRequest, status: int = 200, **forms: A
     sections = []
     for org in organizations:
         found = usage.organization_usage(org)
-        admin = quotas.is_admin(request.user, org)
+        admin = policy.can(request.user, "quota.set", org)
         editable = frozenset(quotas.LIMITS) if admin else frozenset()
         teams = {t.pk: t for t in Team.objects.for_user(request.user, Action.VIEW).filter(organization=org)}
         by_team: dict[int, list[dict[str, Any]]] = defaultdict(list)
@@ -582,6 +580,5 @@ def _posted_organization(request: AuthenticatedHttpRequest) -> Organization:
     org = next((o for o in organizations if str(o.pk) == request.POST.get("organization", "")), None)
     if org is None:
         raise Http404("No such organization.")
-    if not quotas.is_admin(request.user, org):
-        raise PermissionDenied("Only an organization admin may shape the cohort tree.")
+    policy.require(request.user, "cohort.set", org)
     return org

@@ -39,7 +39,8 @@ from scheduler.placement import feasibility
 from scheduler.queues import REASON_LABELS, describe_resources, queue_context
 from scheduler.submission import JobRequest
 from scheduler.web.forms import CancelForm, InterventionForm, JobForm, JobListFilter, QueueListFilter, initial_from_job
-from tenancy.scoping import Action, can
+from tenancy import policy
+from tenancy.scoping import Action
 
 JOBS_PER_PAGE = 25
 
@@ -84,12 +85,10 @@ def _duration(seconds: int) -> str:
     )
 
 
-def may_cancel(request: AuthenticatedHttpRequest, job: Job) -> bool:
-    """The rule ``actions.cancel_job`` applies: a team member who may change the job, and its owner or a lead
-    of its team or an admin (asked of the action's own helper, so the page never offers what it refuses)."""
-    if not job.is_active or not can(request.user, Action.CHANGE, job):
-        return False
-    return actions.may_cancel(request.user, job)
+def _offers(request: AuthenticatedHttpRequest, job: Job) -> frozenset[str]:
+    """What the page offers to do to ``job``: what the policy lets the user do (``actions.cancel_job`` asks the
+    same), from one read of their roles."""
+    return policy.granted(request.user, job, "job.cancel", "job.preempt", "job.requeue")
 
 
 # --- the list ---------------------------------------------------------------------------------------------
@@ -174,12 +173,12 @@ def _state_context(request: AuthenticatedHttpRequest, job: Job) -> dict[str, Any
 
 def _render_job(request: AuthenticatedHttpRequest, job: Job, status: int = 200, **extra: Any) -> HttpResponse:
     context = _state_context(request, job)
-    intervenes = actions.may_intervene(request.user, job)
+    offers = _offers(request, job)
     posted, refused = extra.get("intervention", ""), extra.get("intervene_form")
     context.update(
-        may_cancel=may_cancel(request, job),
-        may_preempt=intervenes and job.state in actions.PREEMPTABLE,
-        may_requeue=intervenes and job.state == Job.State.FAILED,
+        may_cancel=job.is_active and "job.cancel" in offers,
+        may_preempt="job.preempt" in offers and job.state in actions.PREEMPTABLE,
+        may_requeue="job.requeue" in offers and job.state == Job.State.FAILED,
         preempt_form=refused if posted == "preempt" else InterventionForm(),
         requeue_form=refused if posted == "requeue" else InterventionForm(),
         intervention=posted,
@@ -265,7 +264,8 @@ def job_requeue(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
 # --- submitting -------------------------------------------------------------------------------------------
 
 
-def _may_submit(request: AuthenticatedHttpRequest) -> None:
+def _refuse_non_submitters(request: AuthenticatedHttpRequest) -> None:
+    """403 for one whom the policy lets submit to no team (``actions.teams_for_submission``)."""
     if not actions.teams_for_submission(request.user):
         raise PermissionDenied("Only members of a team and organization admins submit jobs.")
 
@@ -296,7 +296,7 @@ def _judged(request: AuthenticatedHttpRequest, form: JobForm, *, placeholders: b
 
 @login_required
 def job_new(request: AuthenticatedHttpRequest) -> HttpResponse:
-    _may_submit(request)
+    _refuse_non_submitters(request)
     if request.method != "POST":
         return _render_form(request, JobForm(request.user))
     form = JobForm(request.user, request.POST)
@@ -337,7 +337,7 @@ def job_preview(request: AuthenticatedHttpRequest) -> HttpResponse:
     """The form posted as it is typed: its field errors (swapped in beside their fields) and, when the
     request is valid, the estimated cost per hour and start from ``feasibility.preview``. Always 200, so
     htmx swaps it; nothing is written but the team's queue on its first use."""
-    _may_submit(request)
+    _refuse_non_submitters(request)
     form = JobForm(request.user, request.POST)
     estimate = Estimate()
     job_request, estimate.missing, queue_and_tier = _judged(request, form, placeholders=True)
@@ -361,9 +361,8 @@ def job_preview(request: AuthenticatedHttpRequest) -> HttpResponse:
 @require_GET
 def job_clone(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     job = _visible_job(request, pk)
-    _may_submit(request)
-    if not actions.may_submit(request.user, job.team):
-        raise PermissionDenied(f"You may not submit jobs to team {job.team}.")
+    _refuse_non_submitters(request)
+    policy.require(request.user, "job.submit", job.team)
     form = JobForm(request.user, initial=initial_from_job(job))
     return _render_form(request, form, cloned_from=job)
 

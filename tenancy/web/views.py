@@ -19,10 +19,10 @@ from django.views.decorators.http import require_GET, require_POST
 
 from common.types import AuthenticatedHttpRequest
 from portal.context_processors import request_roles
-from tenancy import actions, identity
+from tenancy import actions, identity, policy
 from tenancy.filters import AuditLogFilter
 from tenancy.models import ApiToken, AuditLog, GroupMapping, Membership, Organization, ServiceAccount, Team
-from tenancy.scoping import Action, Role, can
+from tenancy.scoping import Action
 from tenancy.tasks import last_heartbeat
 from tenancy.web.forms import (
     AddMemberForm,
@@ -102,7 +102,7 @@ def _render_team(request: AuthenticatedHttpRequest, team: Team, status: int = 20
         "team": team,
         "members": members,
         "projects": team.projects.order_by("name"),
-        "can_manage": can(request.user, Action.CHANGE, team),
+        "can_manage": policy.can(request.user, "member.add", team),
         "service_accounts": ServiceAccount.objects.for_user(request.user, Action.VIEW)
         .filter(team=team, revoked_at=None)
         .select_related("user", "created_by")
@@ -231,7 +231,7 @@ def service_account_revoke(request: AuthenticatedHttpRequest, pk: int) -> HttpRe
 def _render_identity(
     request: AuthenticatedHttpRequest, status: int = 200, forms: dict[int, GroupMappingForm] | None = None
 ) -> HttpResponse:
-    organizations = list(Organization.objects.for_user(request.user, Action.CHANGE))
+    organizations = list(policy.permitted(request.user, "identity.view", Organization.objects.all()))
     if not organizations:
         raise PermissionDenied("Only organization admins map the identity provider's groups.")
     sections = []
@@ -321,7 +321,7 @@ def token_revoke(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
 @login_required
 def audit_log(request: AuthenticatedHttpRequest) -> HttpResponse:
     visible = AuditLog.objects.for_user(request.user, Action.VIEW)
-    if not request.user.is_superuser and Role.ADMIN not in request_roles(request):
+    if not policy.anywhere(request.user, "audit.read", request_roles(request)):
         raise PermissionDenied("Only organization admins read the audit log.")
     filterset = AuditLogFilter(request.GET, queryset=visible.select_related("target_type"), request=request)
     if not filterset.is_valid():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -26,13 +27,14 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from rest_framework.test import APIClient
 
-from tests.authz.routes import FAMILIES, ROWS, Family, Row
+from tests.authz.routes import FAMILIES, ROWS, Family, Row, policy_grid
 from tests.authz.world import Rel, Side, World, build, canary
 
 UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
 SIGN_IN = re.compile(r"^/(admin/)?login/\?next=")
 #: Refusals: a request answered so must leave the database as it was.
 REFUSALS = {"in", "400", "401", "403", "404", "405"}
+POLICY_TXT = Path(__file__).with_name("policy.txt")
 
 
 # --- the routes, from the resolver ----------------------------------------------------------------------
@@ -98,6 +100,27 @@ def test_every_route_has_a_row() -> None:
     assert not missing, "Routes without a row in tests/authz/routes.py: " + "; ".join(sorted(set(missing)))
     assert not methods, "Methods of API routes without a row in tests/authz/routes.py: " + "; ".join(sorted(methods))
     assert not stale, f"Rows of routes that do not exist: {stale}"
+
+
+#: Changes the policy does not decide: signing in and out, one's own new tokens, the probes' endpoint (for probe
+#: tokens alone), a method the route refuses.
+UNDECIDED = {("login", "POST"), ("logout", "POST"), ("token-list", "POST"), ("oidc-callback", "POST"),
+             ("api:token-obtain", "POST"), ("api:token-obtain", "DELETE"), ("api:probe-health", "POST")}  # fmt: skip
+
+
+def test_every_change_row_names_its_permission() -> None:
+    """A change's answers come from the policy's table (``perm``, its ``p`` columns), not written by hand."""
+    unnamed = sorted({(r.route, r.method) for r in ROWS if r.method in UNSAFE and r.perm is None} - UNDECIDED)
+    assert not unnamed, f"Change rows without the policy's permission: {unnamed}"
+
+
+def test_the_policy_is_the_reviewed_one() -> None:
+    """The change rows' answers are computed from the policy's table, so a wrong entry would move the code and
+    the expected answers together: the table is pinned, in words, in ``policy.txt``. Changing who may do what
+    means changing both, on purpose: ``UPDATE_POLICY_TXT=1 pytest tests/authz -k reviewed`` rewrites it."""
+    if os.environ.get("UPDATE_POLICY_TXT"):
+        POLICY_TXT.write_text(policy_grid())
+    assert policy_grid() == POLICY_TXT.read_text(), "tenancy/policy.py differs from tests/authz/policy.txt"
 
 
 # --- the checks -------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from clusters import actions
 from clusters.models import Cluster
-from tenancy.scoping import Action
+from tenancy import policy
 
 
 class Command(BaseCommand):
@@ -29,7 +29,7 @@ class Command(BaseCommand):
         user = get_user_model().objects.filter(username=by).first()
         if user is None:
             raise CommandError(f"--by: no user {by!r}")
-        found = Cluster.objects.for_user(user, Action.CHANGE).filter(slug=cluster).first()
+        found = policy.permitted(user, "probe_token.issue", Cluster.objects.filter(slug=cluster)).first()
         if found is None:
             raise CommandError(f"--cluster: no cluster {cluster!r} that {by} administers")
         try:
