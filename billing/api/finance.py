@@ -210,8 +210,19 @@ class PriceSerializer(serializers.ModelSerializer[Price]):
 
     class Meta:
         model = Price
-        fields = ("id", "cluster", "flavor", "capacity_type", "effective_from", "hourly_rate", *prices.ON_PREM_FIELDS,
-                  "rate", "note", "updated_at", "updated_by")  # fmt: skip
+        fields = (
+            "id",
+            "cluster",
+            "flavor",
+            "capacity_type",
+            "effective_from",
+            "hourly_rate",
+            *prices.ON_PREM_FIELDS,
+            "rate",
+            "note",
+            "updated_at",
+            "updated_by",
+        )
         read_only_fields = fields
 
 
