@@ -21,7 +21,7 @@ from openpyxl import load_workbook
 
 from billing import attribution, metering, prices
 from billing.models import Overhead, Price
-from billing.web.finance import rate_text
+from billing.web.costs import rate_text
 from billing.web.forms import PriceForm
 from clusters.models import Node
 from governance import budgets

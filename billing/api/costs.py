@@ -1,4 +1,4 @@
-"""Finance's API, for BI tools and scripts: a month's costs grouped any way, jobs' costs, team statements and
+"""The costs API, for BI tools and scripts: a month's costs grouped any way, jobs' costs, team statements and
 the fleet summary as CSV or XLSX, the price book, shared overhead, and the meter's last reconciliation.
 
 Thin: costs come from ``attribution.kept`` cut to what the caller may see (``attribution.visible_to``: a

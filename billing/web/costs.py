@@ -1,4 +1,4 @@
-"""Finance's pages, under ``/billing/``: a month's costs and the price book.
+"""The costs pages, under ``/billing/``: a month's costs and the price book.
 
 - ``/billing/`` (``?month=YYYY-MM``): for finance and admins, chargeback: the fleet's figures, every team's
   share of them (adding up to the fleet's total), cost by team over time, the costliest jobs, idle cost per
@@ -13,7 +13,7 @@
 Thin: figures come from ``attribution.kept`` (one allocation per organization and month, kept a minute) and
 the costliest jobs from ``attribution.kept_job_costs`` (kept as long), and are formatted here; query strings
 are read by ``billing/params.py`` (a bad month is a 400 naming it); the downloads are the API's
-(``finance_api``), which serve the same ``Attribution``.
+(``billing/api/costs.py``), which serve the same ``Attribution``.
 """
 
 from __future__ import annotations
@@ -422,7 +422,7 @@ def costs(request: AuthenticatedHttpRequest) -> HttpResponse:
     try:
         first = params.month(request.GET.get("month"))
     except ValidationError as exc:
-        return _bad_month(request, "billing/finance.html", exc, **base)
+        return _bad_month(request, "billing/costs.html", exc, **base)
     month = attribution.visible_to(request.user, attribution.kept(organization.pk, first))
     teams = list(Team.objects.for_user(request.user, Action.VIEW).filter(organization=organization).order_by("name"))
     context = {
@@ -434,7 +434,7 @@ def costs(request: AuthenticatedHttpRequest) -> HttpResponse:
     context.update(
         _chargeback(organization, month, teams) if month.fleet_visible else _showback(organization, month, teams)
     )
-    return render(request, "billing/finance.html", context)
+    return render(request, "billing/costs.html", context)
 
 
 @login_required
@@ -450,7 +450,7 @@ def team_costs(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     try:
         first = params.month(request.GET.get("month"))
     except ValidationError as exc:
-        return _bad_month(request, "billing/finance_team.html", exc, **base)
+        return _bad_month(request, "billing/costs_team.html", exc, **base)
     seen = attribution.visible_to(request.user, attribution.kept(organization.pk, first))
     month = seen.for_teams([team.pk], seen.fleet_visible)
     totals = month.totals()
@@ -489,7 +489,7 @@ def team_costs(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         "downloads": downloads(organization, first, team),
         "back": f"{reverse('costs')}?{_query(month=reports.month_label(first))}",
     }
-    return render(request, "billing/finance_team.html", context)
+    return render(request, "billing/costs_team.html", context)
 
 
 # --- the price book -----------------------------------------------------------------------------------------
