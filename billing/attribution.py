@@ -300,8 +300,15 @@ def attribute(organization: Organization | int, month: dt.date) -> Attribution:
         return _allocate(org_id, start, book, usage_rows, capacity_rows, overhead_of(org_id, start), names)
 
 
-def _allocate(org_id: int, month: dt.date, book: RateBook, usage_rows: list[dict[str, Any]],
-              capacity_rows: list[dict[str, Any]], overhead: Decimal, names: Names) -> Attribution:  # fmt: skip
+def _allocate(
+    org_id: int,
+    month: dt.date,
+    book: RateBook,
+    usage_rows: list[dict[str, Any]],
+    capacity_rows: list[dict[str, Any]],
+    overhead: Decimal,
+    names: Names,
+) -> Attribution:
     # Usage: exact cost of every line.
     keys: list[Key] = [(r["cluster_id"], r["flavor_id"], r["capacity_type"]) for r in usage_rows]
     rates = [book.rate(key, r["day"]) for key, r in zip(keys, usage_rows, strict=True)]
@@ -448,8 +455,12 @@ def job_costs(
     start, end = month_bounds(month)
     book = RateBook.of(organization_id)
     days = [start + dt.timedelta(days=i) for i in range((end - start).days)]
-    rates = [(k[0], k[1], k[2], d.isoformat(), int(rate * MICRO)) for k in book.priced_keys() for d in days
-             if (rate := book.rate(k, d)) is not None]  # fmt: skip
+    rates = [
+        (k[0], k[1], k[2], d.isoformat(), int(rate * MICRO))
+        for k in book.priced_keys()
+        for d in days
+        if (rate := book.rate(k, d)) is not None
+    ]
     team_ids = None if teams is None else sorted(set(teams))
     if not rates or team_ids == []:
         return []

@@ -144,8 +144,9 @@ def candidates(n: int, season: int) -> list[_Candidate]:
 
 
 # OpenBLAS as numpy and scipy ship it: (get, set) thread-count functions by their exported names.
-_BLAS_NAMES = [(f"{p}_get_num_threads{s}", f"{p}_set_num_threads{s}") for p in ("scipy_openblas", "openblas")
-               for s in ("64_", "")]  # fmt: skip
+_BLAS_NAMES = [
+    (f"{p}_get_num_threads{s}", f"{p}_set_num_threads{s}") for p in ("scipy_openblas", "openblas") for s in ("64_", "")
+]
 _blas_lock = threading.Lock()
 _blas_users = 0
 _blas_saved: list[tuple[Any, int]] = []
@@ -310,9 +311,13 @@ def _block_forecast(
 def forecast_horizon(values: Sequence[float], horizon: Horizon) -> Forecast:
     """``horizon``'s forecast of ``values`` (one a period), with weekly totals of a daily one."""
     return forecast_series(
-        values, horizon.steps, season=horizon.season, min_history=horizon.min_history, unit=f"{horizon.period}s",
+        values,
+        horizon.steps,
+        season=horizon.season,
+        min_history=horizon.min_history,
+        unit=f"{horizon.period}s",
         block=7 if horizon.period == "day" else 0,
-    )  # fmt: skip
+    )
 
 
 def mape(actual: Sequence[float], predicted: Sequence[float]) -> tuple[float | None, int]:
@@ -574,18 +579,30 @@ def forecast_flavor(history: FlavorHistory, horizon: Horizon, today: date) -> Fl
         points = [
             Point(s, dem, u, q, c)
             for s, dem, u, q, c in zip(
-                block_starts(history.days), values, blocks_of(history.used), blocks_of(history.queued), capacity,
+                block_starts(history.days),
+                values,
+                blocks_of(history.used),
+                blocks_of(history.queued),
+                capacity,
                 strict=True,
             )
-        ]  # fmt: skip
+        ]
     fitted = forecast_horizon(values, horizon)
     tested = backtest(values, horizon)
     capacity_per = per_day * horizon.days
     base = FlavorForecast(
-        flavor=history.flavor, horizon=horizon.key, period=horizon.period, history=points, forecast=[], weeks=[],
-        backtest=tested, accelerators=history.accelerators, capacity=capacity_per, backlog=history.backlog,
+        flavor=history.flavor,
+        horizon=horizon.key,
+        period=horizon.period,
+        history=points,
+        forecast=[],
+        weeks=[],
+        backtest=tested,
+        accelerators=history.accelerators,
+        capacity=capacity_per,
+        backlog=history.backlog,
         message=fitted.message,
-    )  # fmt: skip
+    )
     if not fitted.ok:
         return base
     starts = [today + timedelta(days=i * horizon.days) for i in range(horizon.steps)]

@@ -131,8 +131,14 @@ def hold_end(attempt: Attempt, now: datetime) -> datetime:
     return second(min(attempt.ended_at, now) if attempt.ended_at is not None else now)
 
 
-def usage_records(attempt: Attempt, milli: Mapping[int, int], nodes: Mapping[int, _NodeFacts], now: datetime,
-                  flavors: Mapping[str, int], organization_id: int) -> list[UsageRecord]:  # fmt: skip
+def usage_records(
+    attempt: Attempt,
+    milli: Mapping[int, int],
+    nodes: Mapping[int, _NodeFacts],
+    now: datetime,
+    flavors: Mapping[str, int],
+    organization_id: int,
+) -> list[UsageRecord]:
     """The records of ``attempt`` up to ``now``: a pure function of the attempt and its assignments."""
     job = attempt.job
     start, end = second(attempt.admitted_at), hold_end(attempt, now)
@@ -237,8 +243,16 @@ def _copy(record: CapacityRecord, day: date, start: datetime) -> CapacityRecord:
     )
 
 
-def _node_record(organization: Organization, node: Mapping[str, Any], kind: str, day: date, start: datetime,
-                 end: datetime, *, closed: bool) -> CapacityRecord:  # fmt: skip
+def _node_record(
+    organization: Organization,
+    node: Mapping[str, Any],
+    kind: str,
+    day: date,
+    start: datetime,
+    end: datetime,
+    *,
+    closed: bool,
+) -> CapacityRecord:
     """A capacity record of ``node`` (a row of ``Node.values``) from ``start`` to ``end`` within ``day``."""
     return CapacityRecord(
         organization_id=organization.pk,
@@ -259,12 +273,21 @@ def meter_capacity(organization: Organization, now: datetime) -> int:
     """Carry every present node's capacity record to ``now``; close the records of nodes that left."""
     now = second(now)
     open_records = {r.node_id: r for r in CapacityRecord.objects.filter(organization=organization, closed=False)}
-    nodes = Node.objects.filter(cluster__organization=organization).filter(
-        Q(present=True) | Q(pk__in=list(open_records))
-    ).values(
-        "pk", "cluster_id", "accelerator_id", "accelerators", "labels", "present", "last_seen_at",
-        "cluster__kind", "cluster__options",
-    )  # fmt: skip
+    nodes = (
+        Node.objects.filter(cluster__organization=organization)
+        .filter(Q(present=True) | Q(pk__in=list(open_records)))
+        .values(
+            "pk",
+            "cluster_id",
+            "accelerator_id",
+            "accelerators",
+            "labels",
+            "present",
+            "last_seen_at",
+            "cluster__kind",
+            "cluster__options",
+        )
+    )
     changed: list[CapacityRecord] = []
     for n in nodes:
         current = open_records.get(n["pk"])
@@ -272,8 +295,10 @@ def meter_capacity(organization: Organization, now: datetime) -> int:
         kind = capacity_type(n["labels"] or {}, n["cluster__kind"], n["cluster__options"] or {})
         if current is not None:
             same = counts and (current.flavor_id, current.accelerators, current.capacity_type) == (
-                n["accelerator_id"], n["accelerators"], kind,
-            )  # fmt: skip
+                n["accelerator_id"],
+                n["accelerators"],
+                kind,
+            )
             if same:
                 changed.extend(_extend(current, now))
                 continue

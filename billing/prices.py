@@ -114,8 +114,13 @@ def _count(value: Any, field: str, errors: dict[str, str], *, most: int) -> int 
         return None
 
 
-def _of_org(model: type[Cluster] | type[AcceleratorType], value: Any, field: str, organization: Organization,
-            errors: dict[str, str]) -> Any:  # fmt: skip
+def _of_org(
+    model: type[Cluster] | type[AcceleratorType],
+    value: Any,
+    field: str,
+    organization: Organization,
+    errors: dict[str, str],
+) -> Any:
     """A cluster (by id or slug) or a flavor (by id or name) of ``organization``; another's is unknown."""
     if value is None or value == "":
         errors[field] = REQUIRED
@@ -149,8 +154,14 @@ def _snapshot(price: Price | None) -> dict[str, Any]:
     return _as_text(values)
 
 
-def _audit(actor: User, row: Price | Overhead, organization: Organization, before: dict[str, Any],
-           after: dict[str, Any], http: HttpRequest | None) -> None:  # fmt: skip
+def _audit(
+    actor: User,
+    row: Price | Overhead,
+    organization: Organization,
+    before: dict[str, Any],
+    after: dict[str, Any],
+    http: HttpRequest | None,
+) -> None:
     """The audit entry of a price-book row created, changed or deleted (none when nothing changed)."""
     if before == after:
         return
@@ -192,10 +203,10 @@ def clean_price(organization: Organization, data: Mapping[str, Any]) -> dict[str
                 values[name] = quotas.check_amount(
                     data.get(name), name, errors, required=True, most=MOST_MONEY, places=places
                 )
-        values["accelerators_per_node"] = _count(data.get("accelerators_per_node"), "accelerators_per_node", errors,
-                                                 most=1024)  # fmt: skip
-        values["depreciation_months"] = _count(data.get("depreciation_months"), "depreciation_months", errors,
-                                               most=240)  # fmt: skip
+        values["accelerators_per_node"] = _count(
+            data.get("accelerators_per_node"), "accelerators_per_node", errors, most=1024
+        )
+        values["depreciation_months"] = _count(data.get("depreciation_months"), "depreciation_months", errors, most=240)
         values["hourly_rate"] = None
     else:
         values["hourly_rate"] = quotas.check_amount(
@@ -215,8 +226,13 @@ def clean_price(organization: Organization, data: Mapping[str, Any]) -> dict[str
     return values
 
 
-def set_price(actor: User, organization: Organization, data: Mapping[str, Any], price: Price | None = None,
-              http: HttpRequest | None = None) -> Price:  # fmt: skip
+def set_price(
+    actor: User,
+    organization: Organization,
+    data: Mapping[str, Any],
+    price: Price | None = None,
+    http: HttpRequest | None = None,
+) -> Price:
     """Add a row to the price book, or change ``price`` (every field is given again). Audited."""
     policy.require(actor, "price.set", organization)
     if price is not None and price.organization_id != organization.pk:
@@ -254,8 +270,13 @@ def _overhead_snapshot(row: Overhead | None) -> dict[str, Any]:
     return _as_text({k: getattr(row, k) for k in OVERHEAD_FIELDS})
 
 
-def set_overhead(actor: User, organization: Organization, data: Mapping[str, Any], overhead: Overhead | None = None,
-                 http: HttpRequest | None = None) -> Overhead:  # fmt: skip
+def set_overhead(
+    actor: User,
+    organization: Organization,
+    data: Mapping[str, Any],
+    overhead: Overhead | None = None,
+    http: HttpRequest | None = None,
+) -> Overhead:
     """Add or change a shared monthly cost. Months are given by any day in them (stored as the first)."""
     policy.require(actor, "price.set", organization)
     if overhead is not None and overhead.organization_id != organization.pk:
@@ -338,8 +359,9 @@ class PlacementPrices:
         self.book = RateBook.of(organization_id)
         self.day = day
 
-    def of(self, cluster_id: int, flavor_id: int | None, labels: Mapping[str, Any], kind: str,
-           options: Mapping[str, Any]) -> float:  # fmt: skip
+    def of(
+        self, cluster_id: int, flavor_id: int | None, labels: Mapping[str, Any], kind: str, options: Mapping[str, Any]
+    ) -> float:
         """Currency units per accelerator-hour of that node (0 if the book has no rate for it)."""
         if flavor_id is None:
             return 0.0

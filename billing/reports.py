@@ -28,14 +28,33 @@ from billing.attribution import Attribution, JobCost, hours, money
 
 STATEMENT_BY = ("project", "user", "cluster", "flavor", "capacity_type")
 STATEMENT_HEADER = (
-    "month", "team", "project", "user", "cluster", "flavor", "capacity type", "accelerator-hours",
-    "usage", "idle share", "overhead share", "total",
-)  # fmt: skip
+    "month",
+    "team",
+    "project",
+    "user",
+    "cluster",
+    "flavor",
+    "capacity type",
+    "accelerator-hours",
+    "usage",
+    "idle share",
+    "overhead share",
+    "total",
+)
 FLEET_HEADER = ("month", "team", "accelerator-hours", "usage", "idle share", "overhead share", "total")
 POOL_HEADER = (
-    "month", "cluster", "flavor", "capacity type", "capacity accelerator-hours", "used accelerator-hours",
-    "utilisation", "cost", "used", "idle", "priced",
-)  # fmt: skip
+    "month",
+    "cluster",
+    "flavor",
+    "capacity type",
+    "capacity accelerator-hours",
+    "used accelerator-hours",
+    "utilisation",
+    "cost",
+    "used",
+    "idle",
+    "priced",
+)
 DAY_HEADER = ("day", "team", "accelerator-hours", "usage", "idle share", "overhead share", "total")
 JOB_HEADER = ("job", "name", "team", "project", "user", "accelerator-hours", "usage")
 RULE = (
@@ -78,9 +97,15 @@ def fleet_rows(attribution: Attribution) -> Iterator[Row]:
     for row in attribution.rollup(["team"]):
         yield [label, row["team_name"], *_amounts(row)]
     if attribution.unallocated:
-        yield [label, "Unallocated (no usage this month)", Decimal("0.000"), money(0),
-               money(attribution.unallocated_idle), money(attribution.unallocated_overhead),
-               money(attribution.unallocated)]  # fmt: skip
+        yield [
+            label,
+            "Unallocated (no usage this month)",
+            Decimal("0.000"),
+            money(0),
+            money(attribution.unallocated_idle),
+            money(attribution.unallocated_overhead),
+            money(attribution.unallocated),
+        ]
     yield [label, "Fleet total", *_amounts(attribution.fleet_totals())]
 
 
@@ -88,9 +113,19 @@ def pool_rows(attribution: Attribution) -> Iterator[Row]:
     label, names = month_label(attribution.month), attribution.names
     for p in attribution.pools:
         utilisation = round(p.utilisation, 4) if p.utilisation is not None else None
-        yield [label, names.of("cluster", p.cluster), names.of("flavor", p.flavor), p.capacity_type,
-               hours(p.capacity_milli_seconds), hours(p.used_milli_seconds), utilisation, money(p.cost),
-               money(p.used), money(p.idle), p.priced]  # fmt: skip
+        yield [
+            label,
+            names.of("cluster", p.cluster),
+            names.of("flavor", p.flavor),
+            p.capacity_type,
+            hours(p.capacity_milli_seconds),
+            hours(p.used_milli_seconds),
+            utilisation,
+            money(p.cost),
+            money(p.used),
+            money(p.idle),
+            p.priced,
+        ]
 
 
 def fleet_days(attribution: Attribution) -> Iterator[Row]:
@@ -101,8 +136,15 @@ def fleet_days(attribution: Attribution) -> Iterator[Row]:
 def job_rows(attribution: Attribution, jobs: Iterable[JobCost]) -> Iterator[Row]:
     names = attribution.names
     for job in jobs:
-        yield [job.job, job.name, names.of("team", job.team), names.of("project", job.project),
-               names.of("user", job.user), hours(job.milli_seconds), money(job.cost)]  # fmt: skip
+        yield [
+            job.job,
+            job.name,
+            names.of("team", job.team),
+            names.of("project", job.project),
+            names.of("user", job.user),
+            hours(job.milli_seconds),
+            money(job.cost),
+        ]
 
 
 #: A cell whose text starts with one of these is taken for a formula by Excel, LibreOffice or Google Sheets.
@@ -158,8 +200,11 @@ def _sheet(book: Workbook, title: str, header: Row, rows: Iterable[Row]) -> None
         cell.font = bold
         heading.append(cell)
     sheet.append(heading)
-    money_columns = {i for i, h in enumerate(header) if h in ("usage", "idle share", "overhead share", "total",
-                                                              "cost", "used", "idle")}  # fmt: skip
+    money_columns = {
+        i
+        for i, h in enumerate(header)
+        if h in ("usage", "idle share", "overhead share", "total", "cost", "used", "idle")
+    }
     for row in rows:
         cells = []
         for i, value in enumerate(row):

@@ -217,9 +217,13 @@ def run(what_if_id: int) -> str:
     progress = Progress(held)
     try:
         result = what_if_result(
-            what_if.organization, what_if.cluster.slug, what_if.flavor.name, what_if.nodes, what_if.days,
+            what_if.organization,
+            what_if.cluster.slug,
+            what_if.flavor.name,
+            what_if.nodes,
+            what_if.days,
             progress=progress,
-        )  # fmt: skip
+        )
     except ClaimLost:
         return "lost"
     except ValidationError as error:  # the fleet changed since it was asked for

@@ -167,9 +167,22 @@ def history(organization: Organization, start: datetime, end: datetime, queues: 
     queue_flavors = {q.name: q.flavors for q in queues}
     workload = Workload([], [], 0, 0, [])
     for j in jobs_of.values(
-        "pk", "state", "submitted_at", "workers", "accelerators", "accelerator_milli", "cpu", "memory",
-        "accelerator_types", "regions", "topology_level", "topology_mode", "time_limit", "queue__name", "tier__name",
-    ).order_by("submitted_at", "pk"):  # fmt: skip
+        "pk",
+        "state",
+        "submitted_at",
+        "workers",
+        "accelerators",
+        "accelerator_milli",
+        "cpu",
+        "memory",
+        "accelerator_types",
+        "regions",
+        "topology_level",
+        "topology_mode",
+        "time_limit",
+        "queue__name",
+        "tier__name",
+    ).order_by("submitted_at", "pk"):
         pk, name = j["pk"], str(j["pk"])
         duration = ran.get(pk, 0.0)
         if pk in first:

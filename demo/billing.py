@@ -34,12 +34,26 @@ KINDS = ("train", "finetune", "eval", "sweep", "pretrain")
 HISTORY_KEY = "history-"
 #: Cluster slug -> the price book's row: on-prem from the node's costs, the cloud TPU at its list price.
 PRICE_BOOK: dict[str, dict[str, object]] = {
-    "onprem-h100": {"capacity_type": CapacityType.ON_PREM, "purchase_price": "300000", "accelerators_per_node": 8,
-                    "depreciation_months": 48, "power_kw": "10.2", "energy_price": "0.15", "hosting_per_month": "1500"},
-    "slurm-a100": {"capacity_type": CapacityType.ON_PREM, "purchase_price": "150000", "accelerators_per_node": 8,
-                   "depreciation_months": 48, "power_kw": "6.5", "energy_price": "0.15", "hosting_per_month": "1000"},
+    "onprem-h100": {
+        "capacity_type": CapacityType.ON_PREM,
+        "purchase_price": "300000",
+        "accelerators_per_node": 8,
+        "depreciation_months": 48,
+        "power_kw": "10.2",
+        "energy_price": "0.15",
+        "hosting_per_month": "1500",
+    },
+    "slurm-a100": {
+        "capacity_type": CapacityType.ON_PREM,
+        "purchase_price": "150000",
+        "accelerators_per_node": 8,
+        "depreciation_months": 48,
+        "power_kw": "6.5",
+        "energy_price": "0.15",
+        "hosting_per_month": "1000",
+    },
     "tpu-v5p": {"capacity_type": CapacityType.ON_DEMAND, "hourly_rate": "4.2000"},
-}  # fmt: skip
+}
 OVERHEAD = ("Platform team, support contracts and storage", Decimal("40000.00"))
 #: team slug -> (user, jobs a weekday at the start, {flavor: weight}, sizes in accelerators, hours median)
 TEAMS = {
@@ -57,8 +71,9 @@ def seed_prices(org: Organization, since: dt.date) -> None:
         for flavor in flavors:
             if Price.objects.filter(cluster=cluster, flavor=flavor).exists():
                 continue
-            values = prices.clean_price(org, {**row, "cluster": cluster.pk, "flavor": flavor.pk,
-                                              "effective_from": since.isoformat()})  # fmt: skip
+            values = prices.clean_price(
+                org, {**row, "cluster": cluster.pk, "flavor": flavor.pk, "effective_from": since.isoformat()}
+            )
             Price.objects.create(organization=org, updated_at=now, **{**values, "note": "Demo price book"})
     name, amount = OVERHEAD
     Overhead.objects.get_or_create(
@@ -152,8 +167,18 @@ def seed_history(org: Organization, days: int = HISTORY_DAYS, now: dt.datetime |
         start, placed = _place(pool, size, at, hours)
         end = start + hours * 3600
         if begin + dt.timedelta(seconds=end) <= now:  # one that would still run is left out: the live demo runs
-            runs.append(_Run(n, teams[slug], users[username], pool, placed, size, hours,
-                             *(begin + dt.timedelta(seconds=s) for s in (at, start, end))))  # fmt: skip
+            runs.append(
+                _Run(
+                    n,
+                    teams[slug],
+                    users[username],
+                    pool,
+                    placed,
+                    size,
+                    hours,
+                    *(begin + dt.timedelta(seconds=s) for s in (at, start, end)),
+                )
+            )
     with transaction.atomic():
         _write(runs, projects, queues, tier, rnd)
     metering.meter(org, now)
@@ -175,8 +200,13 @@ class _Run:
     ended: dt.datetime
 
 
-def _write(runs: list[_Run], projects: dict[str, list[Project]], queues: dict[int, Queue], tier: PriorityTier,
-           rnd: random.Random) -> None:  # fmt: skip
+def _write(
+    runs: list[_Run],
+    projects: dict[str, list[Project]],
+    queues: dict[int, Queue],
+    tier: PriorityTier,
+    rnd: random.Random,
+) -> None:
     """The runs' jobs, attempts, assignments and events, as the placement loop would have written them."""
     jobs = []
     for run in runs:
@@ -184,41 +214,68 @@ def _write(runs: list[_Run], projects: dict[str, list[Project]], queues: dict[in
         workers, per_worker = (len(run.placed), per_node) if run.size >= per_node else (1, run.size)
         jobs.append(
             Job(
-                team=run.team, project=rnd.choice([*projects[run.team.slug], None]), queue=queues[run.team.pk],
-                submitted_by=run.user, tier=tier, name=f"{rnd.choice(KINDS)}-{run.n:05d}",
-                idempotency_key=f"{HISTORY_KEY}{run.n}", accelerator_types=[run.pool.flavor.name],
-                accelerators=per_worker, workers=workers, time_limit=math.ceil(run.hours * 1.5 * 3600),
-                image="ghcr.io/demo/train:1", command=["python", "train.py"], state=Job.State.SUCCEEDED,
-                state_changed_at=run.ended, submitted_at=run.submitted, attempt=1, started_at=run.admitted,
+                team=run.team,
+                project=rnd.choice([*projects[run.team.slug], None]),
+                queue=queues[run.team.pk],
+                submitted_by=run.user,
+                tier=tier,
+                name=f"{rnd.choice(KINDS)}-{run.n:05d}",
+                idempotency_key=f"{HISTORY_KEY}{run.n}",
+                accelerator_types=[run.pool.flavor.name],
+                accelerators=per_worker,
+                workers=workers,
+                time_limit=math.ceil(run.hours * 1.5 * 3600),
+                image="ghcr.io/demo/train:1",
+                command=["python", "train.py"],
+                state=Job.State.SUCCEEDED,
+                state_changed_at=run.ended,
+                submitted_at=run.submitted,
+                attempt=1,
+                started_at=run.admitted,
                 finished_at=run.ended,
             )
-        )  # fmt: skip
+        )
     Job.objects.bulk_create(jobs, batch_size=500)
     attempts = [
         Attempt(
-            job=job, number=1, cluster=run.pool.cluster, flavor=run.pool.flavor.name,
-            cost_per_hour=run.pool.rate * run.size, admitted_at=run.admitted, started_at=run.admitted,
-            ended_at=run.ended, outcome=Attempt.Outcome.SUCCEEDED, backend_id=f"{HISTORY_KEY}{run.n}",
+            job=job,
+            number=1,
+            cluster=run.pool.cluster,
+            flavor=run.pool.flavor.name,
+            cost_per_hour=run.pool.rate * run.size,
+            admitted_at=run.admitted,
+            started_at=run.admitted,
+            ended_at=run.ended,
+            outcome=Attempt.Outcome.SUCCEEDED,
+            backend_id=f"{HISTORY_KEY}{run.n}",
         )
         for job, run in zip(jobs, runs, strict=True)
-    ]  # fmt: skip
+    ]
     Attempt.objects.bulk_create(attempts, batch_size=500)
     Assignment.objects.bulk_create(
         [
-            Assignment(attempt=attempt, node=node, workers=1, accelerators=[[k, 1000] for k in indices],
-                       cpu=8000 * len(indices), memory=65536 * len(indices))
+            Assignment(
+                attempt=attempt,
+                node=node,
+                workers=1,
+                accelerators=[[k, 1000] for k in indices],
+                cpu=8000 * len(indices),
+                memory=65536 * len(indices),
+            )
             for attempt, run in zip(attempts, runs, strict=True)
             for node, indices in run.placed
         ],
         batch_size=1000,
-    )  # fmt: skip
+    )
     S = Job.State
     events = []
     for job, run in zip(jobs, runs, strict=True):
         events.append(JobEvent(job=job, created_at=run.submitted, to_state=S.PENDING, reason="submitted"))
-        for frm, to, reason, when in ((S.PENDING, S.ADMITTED, "admitted", run.admitted),
-                                      (S.ADMITTED, S.RUNNING, "started", run.admitted),
-                                      (S.RUNNING, S.SUCCEEDED, "succeeded", run.ended)):  # fmt: skip
+        for frm, to, reason, when in (
+            (S.PENDING, S.ADMITTED, "admitted", run.admitted),
+            (S.ADMITTED, S.RUNNING, "started", run.admitted),
+            (S.RUNNING, S.SUCCEEDED, "succeeded", run.ended),
+        ):
             events.append(lifecycle.event(job.pk, frm, to, reason, attempt=1, at=when))
     JobEvent.objects.bulk_create(events, batch_size=1000)
 

@@ -130,19 +130,28 @@ def use_of(budgets: Iterable[Budget], now: datetime | None = None) -> dict[int, 
             use.committed_hours += accelerators * ahead
             use.committed_money += price * ahead
 
-    shape = ("job__team_id", "job__project_id", "job__workers", "job__accelerators", "job__accelerator_milli",
-             "cost_per_hour")  # fmt: skip
+    shape = (
+        "job__team_id",
+        "job__project_id",
+        "job__workers",
+        "job__accelerators",
+        "job__accelerator_milli",
+        "cost_per_hour",
+    )
     until_now = Least("ended_at", Value(now))
     ended = (
         Attempt.objects.filter(job__team__in=teams, ended_at__gt=start, admitted_at__lt=now)
         .values(*shape)
         .annotate(
             used=Sum(until_now - Greatest("admitted_at", Value(start)), output_field=DurationField()),
-            recent=Sum(until_now - Greatest("admitted_at", Value(recent_from)), output_field=DurationField(),
-                       filter=Q(ended_at__gt=recent_from)),
+            recent=Sum(
+                until_now - Greatest("admitted_at", Value(recent_from)),
+                output_field=DurationField(),
+                filter=Q(ended_at__gt=recent_from),
+            ),
         )
         .order_by()
-    )  # fmt: skip
+    )
     for row in ended:
         recent = row["recent"].total_seconds() if row["recent"] is not None else 0.0
         add(row, row["used"].total_seconds(), recent, 0.0)
@@ -347,11 +356,20 @@ def set_budget(
         # A webhook's URL is often a secret; the history, read by the whole team, keeps its host.
         before, after = ({k: _host(v) if k == "webhook_url" else v for k, v in d.items()} for d in (before, after))
         return quotas.record(  # one history for quotas and budgets
-            actor, organization=team.organization, team=team, queue=None, cohort=None, kind=QuotaChange.Kind.BUDGET,
-            subject=subject, before={k: _text(v) for k, v in before.items()},
-            after={k: _text(v) for k, v in after.items()}, reason=reason, target=row or team,
-            action="budget.removed" if removing else "budget.changed", http=http,
-        )  # fmt: skip
+            actor,
+            organization=team.organization,
+            team=team,
+            queue=None,
+            cohort=None,
+            kind=QuotaChange.Kind.BUDGET,
+            subject=subject,
+            before={k: _text(v) for k, v in before.items()},
+            after={k: _text(v) for k, v in after.items()},
+            reason=reason,
+            target=row or team,
+            action="budget.removed" if removing else "budget.changed",
+            http=http,
+        )
 
 
 def _host(url: str) -> str:
@@ -419,10 +437,16 @@ def _raise(budget: Budget, period: date, standing: Standing, kind: str, now: dat
     try:
         with transaction.atomic():
             return BudgetAlert.objects.create(
-                budget=budget, period=period, measure=standing.measure, kind=kind, limit=standing.limit,
-                spent=standing.used, forecast=standing.forecast, message=alert_message(budget, standing, kind),
+                budget=budget,
+                period=period,
+                measure=standing.measure,
+                kind=kind,
+                limit=standing.limit,
+                spent=standing.used,
+                forecast=standing.forecast,
+                message=alert_message(budget, standing, kind),
                 created_at=now,
-            )  # fmt: skip
+            )
     except IntegrityError:
         return None  # another checker raised it first
 

@@ -119,8 +119,9 @@ def record(
         created_at=timezone.now(),
     )
     changes = {k: [before.get(k), after.get(k)] for k in sorted(set(before) | set(after))}
-    audit.record(action, actor=actor, target=target, organization=organization, changes=changes, reason=reason,
-                 request=http)  # fmt: skip
+    audit.record(
+        action, actor=actor, target=target, organization=organization, changes=changes, reason=reason, request=http
+    )
     signals.changed.send(sender=QuotaChange, organization=organization)
     return change
 
@@ -147,9 +148,21 @@ def project_queue(actor: User, project: Project, *, reason: str, http: HttpReque
         raise ValidationError(errors)
     with transaction.atomic():
         queue = Queue.objects.create(team=team, project=project, name=f"{team.slug}/{project.slug}")
-        record(actor, organization=team.organization, team=team, queue=queue, cohort=None, kind=QuotaChange.Kind.QUEUE,
-                subject=f"queue {queue.name} for project {project.name}", before={}, after={"queue": queue.name},
-                reason=reason, target=queue, action="queue.created", http=http)  # fmt: skip
+        record(
+            actor,
+            organization=team.organization,
+            team=team,
+            queue=queue,
+            cohort=None,
+            kind=QuotaChange.Kind.QUEUE,
+            subject=f"queue {queue.name} for project {project.name}",
+            before={},
+            after={"queue": queue.name},
+            reason=reason,
+            target=queue,
+            action="queue.created",
+            http=http,
+        )
     return queue
 
 
@@ -224,11 +237,20 @@ def set_quota(
         subject = f"{'cohort' if isinstance(owner, Cohort) else 'queue'} {owner}: {accelerator_type.name} {words}"
         team = owner.team if isinstance(owner, Queue) else None
         return record(
-            actor, organization=organization, team=team, queue=owner if isinstance(owner, Queue) else None,
-            cohort=owner if isinstance(owner, Cohort) else None, kind=QuotaChange.Kind.QUOTA, subject=subject,
-            before={k: _text(old[k]) for k in sorted(changed)}, after={k: _text(new[k]) for k in sorted(changed)},
-            reason=reason, target=owner, action="quota.changed", http=http,
-        )  # fmt: skip
+            actor,
+            organization=organization,
+            team=team,
+            queue=owner if isinstance(owner, Queue) else None,
+            cohort=owner if isinstance(owner, Cohort) else None,
+            kind=QuotaChange.Kind.QUOTA,
+            subject=subject,
+            before={k: _text(old[k]) for k in sorted(changed)},
+            after={k: _text(new[k]) for k in sorted(changed)},
+            reason=reason,
+            target=owner,
+            action="quota.changed",
+            http=http,
+        )
 
 
 def quota_fields(actor: User, owner: Queue | Cohort) -> frozenset[str]:
@@ -259,8 +281,9 @@ def _refuse_fields(actor: User, owner: Queue | Cohort, changed: set[str]) -> Non
 
 def _check_split(queue: Queue, flavor: AcceleratorType, resource: str, nominal: Decimal) -> None:
     """A project's sub-quotas together stay within the team's quota; the team's cannot drop below them."""
-    projects = Quota.objects.filter(queue__team=queue.team_id, queue__project__isnull=False, flavor=flavor,
-                                    resource=resource)  # fmt: skip
+    projects = Quota.objects.filter(
+        queue__team=queue.team_id, queue__project__isnull=False, flavor=flavor, resource=resource
+    )
     words = f"{flavor.name} {RESOURCE_WORDS.get(resource, resource).lower()}"
     if queue.project_id is None:
         given = projects.aggregate(total=Sum("nominal"))["total"] or Decimal(0)
@@ -269,16 +292,19 @@ def _check_split(queue: Queue, flavor: AcceleratorType, resource: str, nominal: 
                 {"nominal": f"The team's projects hold {_text(given)} {words} of it; lower theirs first."}
             )
         return
-    team_row = Quota.objects.filter(queue__team=queue.team_id, queue__project=None, flavor=flavor,
-                                    resource=resource).first()  # fmt: skip
+    team_row = Quota.objects.filter(
+        queue__team=queue.team_id, queue__project=None, flavor=flavor, resource=resource
+    ).first()
     team_nominal = team_row.nominal if team_row is not None else Decimal(0)
     others = projects.exclude(queue=queue).aggregate(total=Sum("nominal"))["total"] or Decimal(0)
     if others + nominal > team_nominal:
         left = max(Decimal(0), team_nominal - others)
         raise ValidationError(
-            {"nominal": f"Team {queue.team} has {_text(team_nominal)} {words}; its other projects hold "
-                        f"{_text(others)}, so at most {_text(left)} is left for this one."}
-        )  # fmt: skip
+            {
+                "nominal": f"Team {queue.team} has {_text(team_nominal)} {words}; its other projects hold "
+                f"{_text(others)}, so at most {_text(left)} is left for this one."
+            }
+        )
 
 
 def give_project_quota(
@@ -297,9 +323,17 @@ def give_project_quota(
     quota (``set_quota``), in one transaction, so a refused quota leaves no new queue behind."""
     with transaction.atomic():
         queue = project_queue(actor, project, reason=reason, http=http)
-        change = set_quota(actor, queue, flavor=flavor, resource=resource, nominal=nominal,
-                           borrowing_limit=borrowing_limit, lending_limit=lending_limit, reason=reason,
-                           http=http)  # fmt: skip
+        change = set_quota(
+            actor,
+            queue,
+            flavor=flavor,
+            resource=resource,
+            nominal=nominal,
+            borrowing_limit=borrowing_limit,
+            lending_limit=lending_limit,
+            reason=reason,
+            http=http,
+        )
     return queue, change
 
 
@@ -385,9 +419,21 @@ def set_policy(  # noqa: C901
             setattr(locked, k, new[k])
         locked.save(update_fields=sorted(changed))
         after = {k: _policy_value(getattr(locked, k)) for k in sorted(changed)}
-        change = record(actor, organization=organization, team=team, queue=locked, cohort=None,
-                         kind=QuotaChange.Kind.POLICY, subject=f"queue {locked}: policy", before=before, after=after,
-                         reason=reason, target=locked, action="queue.policy_changed", http=http)  # fmt: skip
+        change = record(
+            actor,
+            organization=organization,
+            team=team,
+            queue=locked,
+            cohort=None,
+            kind=QuotaChange.Kind.POLICY,
+            subject=f"queue {locked}: policy",
+            before=before,
+            after=after,
+            reason=reason,
+            target=locked,
+            action="queue.policy_changed",
+            http=http,
+        )
     queue.refresh_from_db()
     return change
 
@@ -426,15 +472,27 @@ def create_cohort(
         raise ValidationError(errors)
     with transaction.atomic():
         cohort = Cohort.objects.create(organization=organization, name=name, parent=parent)
-        record(actor, organization=organization, team=None, queue=None, cohort=cohort, kind=QuotaChange.Kind.COHORT,
-                subject=f"cohort {name}", before={}, after={"name": name, "parent": str(parent) if parent else None},
-                reason=reason, target=cohort, action="cohort.created", http=http)  # fmt: skip
+        record(
+            actor,
+            organization=organization,
+            team=None,
+            queue=None,
+            cohort=cohort,
+            kind=QuotaChange.Kind.COHORT,
+            subject=f"cohort {name}",
+            before={},
+            after={"name": name, "parent": str(parent) if parent else None},
+            reason=reason,
+            target=cohort,
+            action="cohort.created",
+            http=http,
+        )
     return cohort
 
 
-def set_parent(actor: User, cohort: Cohort, parent: Cohort | None, *, reason: str, http: HttpRequest | None = None) -> (
-    QuotaChange | None
-):  # fmt: skip
+def set_parent(
+    actor: User, cohort: Cohort, parent: Cohort | None, *, reason: str, http: HttpRequest | None = None
+) -> QuotaChange | None:
     """Move ``cohort`` under ``parent`` (None: a root), refusing cycles (admins)."""
     organization = cohort.organization
     policy.require(actor, "cohort.set", organization)
@@ -458,10 +516,21 @@ def set_parent(actor: User, cohort: Cohort, parent: Cohort | None, *, reason: st
         before = {"parent": str(cohort.parent) if cohort.parent else None}
         cohort.parent = parent
         cohort.save(update_fields=["parent"])
-        return record(actor, organization=organization, team=None, queue=None, cohort=cohort,
-                       kind=QuotaChange.Kind.COHORT, subject=f"cohort {cohort}: parent", before=before,
-                       after={"parent": str(parent) if parent else None}, reason=reason, target=cohort,
-                       action="cohort.moved", http=http)  # fmt: skip
+        return record(
+            actor,
+            organization=organization,
+            team=None,
+            queue=None,
+            cohort=cohort,
+            kind=QuotaChange.Kind.COHORT,
+            subject=f"cohort {cohort}: parent",
+            before=before,
+            after={"parent": str(parent) if parent else None},
+            reason=reason,
+            target=cohort,
+            action="cohort.moved",
+            http=http,
+        )
 
 
 # ------------------------------------------------------------------------------------------ priority tiers
@@ -528,10 +597,21 @@ def set_tier(
             tier.save(update_fields=list(fields))
         tier.teams.set(chosen)
         keys = sorted(changed) if before else list(TIER_FIELDS)
-        return record(actor, organization=organization, team=None, queue=None, cohort=None, kind=QuotaChange.Kind.TIER,
-                      subject=f"priority tier {name}", before={k: before[k] for k in keys if k in before},
-                      after={k: new[k] for k in keys}, reason=reason, target=tier,
-                      action="tier.changed" if before else "tier.created", http=http)  # fmt: skip
+        return record(
+            actor,
+            organization=organization,
+            team=None,
+            queue=None,
+            cohort=None,
+            kind=QuotaChange.Kind.TIER,
+            subject=f"priority tier {name}",
+            before={k: before[k] for k in keys if k in before},
+            after={k: new[k] for k in keys},
+            reason=reason,
+            target=tier,
+            action="tier.changed" if before else "tier.created",
+            http=http,
+        )
 
 
 def _whole(raw: Any) -> int | None:
@@ -582,10 +662,21 @@ def set_member_limit(
         else:
             row.accelerators = amount
             row.save(update_fields=["accelerators"])
-        return record(actor, organization=team.organization, team=team, queue=None, cohort=None,
-                       kind=QuotaChange.Kind.MEMBER, subject=f"team {team}: limit of {member.get_username()}",
-                       before={"accelerators": _text(old)}, after={"accelerators": _text(amount)}, reason=reason,
-                       target=team, action="member_limit.changed", http=http)  # fmt: skip
+        return record(
+            actor,
+            organization=team.organization,
+            team=team,
+            queue=None,
+            cohort=None,
+            kind=QuotaChange.Kind.MEMBER,
+            subject=f"team {team}: limit of {member.get_username()}",
+            before={"accelerators": _text(old)},
+            after={"accelerators": _text(amount)},
+            reason=reason,
+            target=team,
+            action="member_limit.changed",
+            http=http,
+        )
 
 
 __all__ = [

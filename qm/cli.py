@@ -222,8 +222,10 @@ def load_job_file(name: str, stdin: TextIO | None = None) -> JobFile:
     if root is None:
         raise CliError(f"{name} is empty: it should map fields to values (name: train, ...).", status=BAD_INPUT)
     if not isinstance(root, yaml.MappingNode):
-        raise CliError(f"{name}, line {root.start_mark.line + 1}: the file should map fields to values "
-                       "(name: train, ...).", status=BAD_INPUT)  # fmt: skip
+        raise CliError(
+            f"{name}, line {root.start_mark.line + 1}: the file should map fields to values (name: train, ...).",
+            status=BAD_INPUT,
+        )
     problems: dict[str, list[str]] = {}
     seen: dict[str, int] = {}
     for key_node, _ in root.value:
@@ -501,10 +503,18 @@ def cmd_list(args: argparse.Namespace, settings: Settings, client: Client) -> in
         return OK
     rows = [["ID", "NAME", "TEAM", "USER", "STATE", "RESOURCES", "SUBMITTED", "NOTE"]]
     rows += [
-        [str(j["id"]), j["name"], j["team"], j["submitted_by"], j["state"], resources(j), when(j["submitted_at"]),
-         note(j)]
+        [
+            str(j["id"]),
+            j["name"],
+            j["team"],
+            j["submitted_by"],
+            j["state"],
+            resources(j),
+            when(j["submitted_at"]),
+            note(j),
+        ]
         for j in jobs
-    ]  # fmt: skip
+    ]
     table(rows, settings.out)
     return OK
 

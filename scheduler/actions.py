@@ -119,8 +119,10 @@ def _type_errors(request: JobRequest) -> dict[str, str]:
     types = AcceleratorType.objects.filter(organization=request.team.organization_id)
     known = set(types.values_list("name", flat=True))
     if unknown := [t for t in request.accelerator_types if t not in known]:
-        return {"accelerator_types": f"Unknown accelerator type(s): {', '.join(unknown)}. "
-                                     f"Known: {', '.join(sorted(known)) or 'none'}."}  # fmt: skip
+        return {
+            "accelerator_types": f"Unknown accelerator type(s): {', '.join(unknown)}. "
+            f"Known: {', '.join(sorted(known)) or 'none'}."
+        }
     return {}
 
 
@@ -170,9 +172,11 @@ def secret_env_of(actor: User, request: JobRequest) -> dict[str, str]:
         kept = source.secret_env()
     except CredentialsError:
         raise ValidationError(
-            {"secret_env_from": f"The secret values of job #{source.pk} cannot be read any more (the key changed); "
-                                "give them again."}
-        ) from None  # fmt: skip
+            {
+                "secret_env_from": f"The secret values of job #{source.pk} cannot be read any more (the key changed); "
+                "give them again."
+            }
+        ) from None
     return {**kept, **request.secret_env}
 
 
@@ -224,9 +228,13 @@ def submit_job(actor: User, request: JobRequest, *, http: HttpRequest | None = N
             if request.clusters:
                 job.clusters.set(request.clusters)
             job.events.create(
-                created_at=now, from_state="", to_state=S.PENDING, reason="submitted", actor=actor,
+                created_at=now,
+                from_state="",
+                to_state=S.PENDING,
+                reason="submitted",
+                actor=actor,
                 message=f"Submitted to queue {queue} by {actor.get_username()}.",
-            )  # fmt: skip
+            )
             transaction.on_commit(wake_loop)
     except IntegrityError:  # the same key raced in from another request: that one won
         existing = Job.objects.filter(submitted_by=actor, idempotency_key=key).first()
@@ -398,9 +406,16 @@ def requeue_job(actor: User, job: Job, reason: str, *, http: HttpRequest | None 
         resume = f" It resumes from {locked.checkpoint_location}." if locked.checkpoint_location else ""
         message = f"Requeued by {actor.get_username()}: {_sentence(reason)} One more try.{resume}"
         lifecycle.move(
-            locked, S.REQUEUED, "requeued_by_admin", message, actor=actor, detail={"reason": reason}, at=now,
-            not_before=None, finished_at=None,
-        )  # fmt: skip
+            locked,
+            S.REQUEUED,
+            "requeued_by_admin",
+            message,
+            actor=actor,
+            detail={"reason": reason},
+            at=now,
+            not_before=None,
+            finished_at=None,
+        )
         audit.record(
             "job.requeued",
             actor=actor,

@@ -89,21 +89,32 @@ class Field:
 FIELDS: dict[str, Field] = {
     "name": Field(max_length=120, help="What the job is called in lists and its timeline."),
     "accelerators": Field(
-        0, MAX_ACCELERATORS, default=1, help="Accelerators per worker (0 for CPU only).",
+        0,
+        MAX_ACCELERATORS,
+        default=1,
+        help="Accelerators per worker (0 for CPU only).",
         out_of_range=f"Accelerators per worker must be between 0 and {MAX_ACCELERATORS}.",
     ),
     "accelerator_milli": Field(
-        1, 1000, default=1000, help="A share of one accelerator, e.g. 0.25 (with one accelerator per worker).",
+        1,
+        1000,
+        default=1000,
+        help="A share of one accelerator, e.g. 0.25 (with one accelerator per worker).",
         out_of_range="A share of an accelerator is between 1 and 1000 milli.",
     ),
     "workers": Field(
-        1, MAX_WORKERS, default=1, help="Workers in the gang: all start together.",
+        1,
+        MAX_WORKERS,
+        default=1,
+        help="Workers in the gang: all start together.",
         out_of_range=f"Workers must be between 1 and {MAX_WORKERS}.",
     ),
     "cpu": Field(1, default=1000, help="Cores per worker.", out_of_range="Ask for some CPU (at least 0.001 cores)."),
     "memory": Field(1, default=4096, help="GiB per worker.", out_of_range="Ask for some memory."),
     "time_limit": Field(
-        MIN_TIME_LIMIT, MAX_TIME_LIMIT, help="Give seconds (3600) or a duration such as 90m, 2h, 1d or 1h30m.",
+        MIN_TIME_LIMIT,
+        MAX_TIME_LIMIT,
+        help="Give seconds (3600) or a duration such as 90m, 2h, 1d or 1h30m.",
         out_of_range=f"The time limit must be between {MIN_TIME_LIMIT // 60} minute and {MAX_TIME_LIMIT // 86400} "
         "days.",
     ),
@@ -118,18 +129,24 @@ FIELDS: dict[str, Field] = {
     "script": Field(max_length=100_000, help="A batch script, instead of a container image."),
     "env": Field(max_length=10_000, help="Environment variables: names and values."),
     "max_retries": Field(
-        0, MAX_RETRIES, default=3, help="Retries after a node or cluster failure.",
+        0,
+        MAX_RETRIES,
+        default=3,
+        help="Retries after a node or cluster failure.",
         out_of_range=f"Retries must be between 0 and {MAX_RETRIES}.",
     ),
     "idempotency_key": Field(max_length=80, help="Submitting again with the same key returns the first job."),
-}  # fmt: skip
+}
 
 #: The API's (and job files') names of the fields given in other units than the engine's.
 API_NAMES = {"accelerator_milli": "accelerator_fraction", "memory": "memory_gib"}
 #: The form's names of the fields given in other units than the engine's.
 FORM_NAMES = {
-    "cpu": "cpu_cores", "memory": "memory_gib", "time_limit": "time_limit_hours", "secret_env_from": "keep_secret_env",
-}  # fmt: skip
+    "cpu": "cpu_cores",
+    "memory": "memory_gib",
+    "time_limit": "time_limit_hours",
+    "secret_env_from": "keep_secret_env",
+}
 
 
 @dataclass(frozen=True)
@@ -269,7 +286,7 @@ CHECKS: tuple[tuple[str, Callable[[JobRequest], None]], ...] = (
     ("secret_env", lambda r: check_env(r.secret_env)),
     ("max_retries", lambda r: check_bounds("max_retries", r.max_retries)),
     ("idempotency_key", lambda r: check_max_length(r.idempotency_key, limit("idempotency_key"))),
-)  # fmt: skip
+)
 
 
 def shape_errors(request: JobRequest) -> dict[str, str]:

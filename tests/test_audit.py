@@ -12,8 +12,14 @@ from tests.conftest import World, api_client
 def test_record_captures_actor_target_origin_and_organization(world: World, rf) -> None:  # type: ignore[no-untyped-def]
     request = rf.post("/x", REMOTE_ADDR="10.1.2.3", HTTP_USER_AGENT="qm-cli/1.0", HTTP_X_FORWARDED_FOR="6.6.6.6")
     team = world.teams["vision"]
-    entry = audit.record("team.renamed", actor=world.users["adam"], target=team, changes={"name": ["A", "B"]},
-                         reason="typo", request=request)  # fmt: skip
+    entry = audit.record(
+        "team.renamed",
+        actor=world.users["adam"],
+        target=team,
+        changes={"name": ["A", "B"]},
+        reason="typo",
+        request=request,
+    )
     entry.refresh_from_db()
     assert entry.actor == world.users["adam"]
     assert entry.organization == world.org

@@ -37,8 +37,9 @@ def real_worker() -> Iterator[str]:
     queue = f"test-{uuid.uuid4().hex[:8]}"
     app.conf.task_always_eager = False
     try:
-        with start_worker(app, pool="solo", perform_ping_check=False, queues=[queue], loglevel="WARNING",
-                          shutdown_timeout=10):  # fmt: skip
+        with start_worker(
+            app, pool="solo", perform_ping_check=False, queues=[queue], loglevel="WARNING", shutdown_timeout=10
+        ):
             yield queue
     finally:
         app.conf.task_always_eager = True

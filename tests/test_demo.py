@@ -82,8 +82,13 @@ def test_demo_command_serves_the_portal_survives_a_killed_worker_and_stops_on_ct
     env.update(QM_VAR_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="portal.settings", QM_DEMO_HISTORY_DAYS="14")
     demo = subprocess.Popen(
         [sys.executable, "manage.py", "demo", "--bind", f"127.0.0.1:{port}"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     output = Output(demo)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -116,13 +121,24 @@ def test_demo_command_serves_the_portal_survives_a_killed_worker_and_stops_on_ct
             time.sleep(0.2)
         assert f"worker (pid {worker}) exited with signal SIGKILL" in output.text
         # The new worker takes tasks: a submission is placed (the submission wakes the placement loop).
-        job = {"team": "vision", "name": "after-the-crash", "time_limit": "10m", "image": "busybox",
-               "command": ["true"], "accelerators": 0, "cpu": 1, "memory_gib": 1}  # fmt: skip
+        job = {
+            "team": "vision",
+            "name": "after-the-crash",
+            "time_limit": "10m",
+            "image": "busybox",
+            "command": ["true"],
+            "accelerators": 0,
+            "cpu": 1,
+            "memory_gib": 1,
+        }
         submitted = requests.post(f"{base}/api/v1/jobs/", json=job, headers=lena, timeout=5)
         assert submitted.status_code == 201, submitted.text
         deadline = time.monotonic() + 60
-        while (state := requests.get(f"{base}/api/v1/jobs/{submitted.json()['id']}/", headers=lena, timeout=5)
-               .json()["state"]) == "pending":  # fmt: skip
+        while (
+            state := requests.get(f"{base}/api/v1/jobs/{submitted.json()['id']}/", headers=lena, timeout=5).json()[
+                "state"
+            ]
+        ) == "pending":
             assert time.monotonic() < deadline, output.text
             time.sleep(0.5)
         assert state in {"admitted", "placing", "running"}

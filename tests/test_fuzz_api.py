@@ -75,18 +75,30 @@ def _schemathesis(base_url: str, token: str, sacrificial: int, folder: Path) -> 
     report = folder / "report.json"
     command = [
         str(Path(sys.executable).with_name("st")),
-        "--config-file", str(config),
-        "run", str(SCHEMA),
-        "--url", base_url,
-        "--checks", "all",
-        "--max-examples", str(MAX_EXAMPLES),
-        "--seed", str(SEED),
-        "--workers", "1",
-        "--header", f"Authorization: Bearer {token}",
-        "--exclude-name", "DELETE /api/v1/auth/token/",
-        "--report", "json", "--report-json-path", str(report),
+        "--config-file",
+        str(config),
+        "run",
+        str(SCHEMA),
+        "--url",
+        base_url,
+        "--checks",
+        "all",
+        "--max-examples",
+        str(MAX_EXAMPLES),
+        "--seed",
+        str(SEED),
+        "--workers",
+        "1",
+        "--header",
+        f"Authorization: Bearer {token}",
+        "--exclude-name",
+        "DELETE /api/v1/auth/token/",
+        "--report",
+        "json",
+        "--report-json-path",
+        str(report),
         "--no-color",
-    ]  # fmt: skip
+    ]
     # In its own folder: Schemathesis keeps a cache of what it learnt about the API where it runs.
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False, cwd=folder)
     return done.returncode, done.stdout + done.stderr, json.loads(report.read_text()) if report.exists() else {}

@@ -38,8 +38,10 @@ def _detail_paths(world: World, team: str) -> list[str]:
     return paths
 
 
-@pytest.mark.parametrize(("username", "team"), [("alice", "robotics"), ("bob", "vision"), ("mallory", "vision"),
-                                                ("adam", "intruders"), ("lena", "language")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("username", "team"),
+    [("alice", "robotics"), ("bob", "vision"), ("mallory", "vision"), ("adam", "intruders"), ("lena", "language")],
+)
 def test_other_teams_objects_are_404_for_every_verb(world: World, api: Any, username: str, team: str) -> None:
     client = api(username)
     before = (Project.objects.count(), Membership.objects.count(), AuditLog.objects.count())
@@ -115,8 +117,10 @@ def test_lead_manages_own_team_members(world: World, api: Any) -> None:
         {"role": ["researcher", "lead"]},
         "runs the detection work",
     )
-    response = lena.post("/api/v1/memberships/", {"username": "bob", "organization": world.org.pk,
-                                                  "team": world.teams["vision"].pk, "role": "researcher"})  # fmt: skip
+    response = lena.post(
+        "/api/v1/memberships/",
+        {"username": "bob", "organization": world.org.pk, "team": world.teams["vision"].pk, "role": "researcher"},
+    )
     assert response.status_code == 201, response.json()
     assert Membership.objects.filter(user=world.users["bob"], team=world.teams["vision"]).exists()
 

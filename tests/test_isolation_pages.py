@@ -104,8 +104,12 @@ def test_audit_page_shows_only_own_organization(world: World) -> None:
 def test_home_shows_each_role_its_capabilities(world: World) -> None:
     from tenancy.web.home import capabilities_for
 
-    for username, role in [("alice", Role.RESEARCHER), ("lena", Role.LEAD), ("fiona", Role.FINANCE),
-                           ("adam", Role.ADMIN)]:  # fmt: skip
+    for username, role in [
+        ("alice", Role.RESEARCHER),
+        ("lena", Role.LEAD),
+        ("fiona", Role.FINANCE),
+        ("adam", Role.ADMIN),
+    ]:
         body = signed_in(world, username).get("/").content.decode()
         for cap in capabilities_for({role}):
             assert cap.title in body, (username, cap.title)

@@ -52,8 +52,16 @@ def governed(world: World) -> World:
     detection = Project.objects.get(team=world.teams["vision"], slug="detection")
     budgets.set_budget(adam, world.teams["vision"], detection, accelerator_hours=10, reason="detection's share")
     for budget in Budget.objects.all():
-        BudgetAlert.objects.create(budget=budget, period=date(2026, 11, 1), measure="amount", kind="50", limit=1,
-                                   spent=1, message="half", created_at=timezone.now())  # fmt: skip
+        BudgetAlert.objects.create(
+            budget=budget,
+            period=date(2026, 11, 1),
+            measure="amount",
+            kind="50",
+            limit=1,
+            spent=1,
+            message="half",
+            created_at=timezone.now(),
+        )
     return world
 
 
@@ -107,15 +115,26 @@ def test_quota_pages_role_by_role(governed: World, username: str) -> None:
     heavier = {"weight": "2", "reason": "heavier"}
     check_write(ADMIN_ONLY[username], lambda: client.post(policy, heavier), "weight")
     project = Project.objects.get(team=world.teams["vision"], slug="detection")
-    sub_quota = {"target": f"project:{project.pk}", "flavor": H100, "resource": "accelerator", "nominal": "4",
-                 "reason": "detection's share"}  # fmt: skip
+    sub_quota = {
+        "target": f"project:{project.pk}",
+        "flavor": H100,
+        "resource": "accelerator",
+        "nominal": "4",
+        "reason": "detection's share",
+    }
     new = {**LEAD_OR_ADMIN, "lena": 302, "adam": 302}
     check_write(new[username], lambda: client.post(f"{team}new/", sub_quota), "sub-quota")
     org = world.org.pk
     pool = {"organization": org, "name": "pool", "reason": "x"}
     check_write(COHORT_TREE[username], lambda: client.post("/quotas/cohorts/", pool), "cohort")
-    cohort_quota = {"organization": org, "cohort": cohort.pk, "flavor": H100, "resource": "cpu", "nominal": "64",
-                    "reason": "cores"}  # fmt: skip
+    cohort_quota = {
+        "organization": org,
+        "cohort": cohort.pk,
+        "flavor": H100,
+        "resource": "cpu",
+        "nominal": "64",
+        "reason": "cores",
+    }
     check_write(COHORT_TREE[username], lambda: client.post("/quotas/cohorts/quotas/", cohort_quota), "cohort quota")
     more = {"flavor": H100, "nominal": "6", "reason": "more"}
     check_write(COHORT_CELL[username], lambda: client.post(f"/quotas/cohorts/{cohort.pk}/quota/", more), "in place")

@@ -233,8 +233,11 @@ PHILLY = "timestamp,duration,num_gpus,gpu_time,cluster\n"
 
 @pytest.fixture
 def trace(tmp_path: Path) -> Path:
-    rows = [f"2017-10-01 {h:02d}:{m:02d}:00,{600 + 97 * (h * 60 + m) % 5000},{(1, 1, 2, 8)[m % 4]},0,vc1\n"
-            for h in range(3) for m in range(0, 60, 3)]  # fmt: skip
+    rows = [
+        f"2017-10-01 {h:02d}:{m:02d}:00,{600 + 97 * (h * 60 + m) % 5000},{(1, 1, 2, 8)[m % 4]},0,vc1\n"
+        for h in range(3)
+        for m in range(0, 60, 3)
+    ]
     (tmp_path / "philly_vc_node_count.csv").write_text("vc,node num\nvc1,4\n")
     path = tmp_path / "philly.csv"
     path.write_text(PHILLY + "".join(rows) + "2017-10-01 00:00:00,10,1,10,other\n")
@@ -258,8 +261,25 @@ def test_the_jobs_command_prints_one_json_object(trace: Path) -> None:
 
 def test_the_jobs_command_prints_a_table(trace: Path) -> None:
     out = StringIO()
-    call_command("simulate", "jobs", "--trace", str(trace), "--vc", "vc1", "--nodes", "2", "--gpus-per-node", "8",
-                 "--policy", "fifo", "--policy", jobs.DEFAULT_POLICY, "--mtbf-days", "0.1", stdout=out)  # fmt: skip
+    call_command(
+        "simulate",
+        "jobs",
+        "--trace",
+        str(trace),
+        "--vc",
+        "vc1",
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "8",
+        "--policy",
+        "fifo",
+        "--policy",
+        jobs.DEFAULT_POLICY,
+        "--mtbf-days",
+        "0.1",
+        stdout=out,
+    )
     lines = out.getvalue().splitlines()
     assert lines[0].split()[:3] == ["policy", "avg", "JCT"]
     assert lines[1].startswith("fifo")

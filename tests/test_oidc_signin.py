@@ -323,9 +323,13 @@ def test_configuration_is_checked_at_start(tmp_path: Path) -> None:
     plain = manage("check", QM_VAR_DIR=str(tmp_path), **{**complete, "OIDC_SCOPES": "email groups"})
     assert "OIDC_SCOPES='email groups' must include openid" in plain.stderr
     production = manage(
-        "check", QM_VAR_DIR=str(tmp_path), QM_ENV="production", SECRET_KEY=STRONG_KEY, ALLOWED_HOSTS="qm.example.org",
+        "check",
+        QM_VAR_DIR=str(tmp_path),
+        QM_ENV="production",
+        SECRET_KEY=STRONG_KEY,
+        ALLOWED_HOSTS="qm.example.org",
         **{**complete, "OIDC_TOKEN_ENDPOINT": "http://id.example.org/token"},
-    )  # fmt: skip
+    )
     assert "OIDC_TOKEN_ENDPOINT='http://id.example.org/token' is not an absolute https URL" in production.stderr
 
 

@@ -55,10 +55,22 @@ ALWAYS_REFUSED = [
     "http://255.255.255.255/",
     "http://240.0.0.1/",
 ]
-LOOPBACK = ["http://127.0.0.1:17080/", "http://[::ffff:127.0.0.1]:17080/", "http://[0:0:0:0:0:ffff:7f00:1]/",
-            "http://[::1]/", "http://127.9.9.9/", "http://localhost:8000/", "http://localhost./"]  # fmt: skip
-PRIVATE = ["http://10.1.2.3:6443/", "http://192.168.0.10/", "http://172.16.5.5/", "http://100.64.0.1/",
-           "http://[fd12:3456::1]/"]  # fmt: skip
+LOOPBACK = [
+    "http://127.0.0.1:17080/",
+    "http://[::ffff:127.0.0.1]:17080/",
+    "http://[0:0:0:0:0:ffff:7f00:1]/",
+    "http://[::1]/",
+    "http://127.9.9.9/",
+    "http://localhost:8000/",
+    "http://localhost./",
+]
+PRIVATE = [
+    "http://10.1.2.3:6443/",
+    "http://192.168.0.10/",
+    "http://172.16.5.5/",
+    "http://100.64.0.1/",
+    "http://[fd12:3456::1]/",
+]
 
 
 @pytest.mark.parametrize("url", ALWAYS_REFUSED)
@@ -278,25 +290,44 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, P
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test CA")])
     ca = (
-        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-        .serial_number(1).not_valid_before(now - datetime.timedelta(hours=1))
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(1)
+        .not_valid_before(now - datetime.timedelta(hours=1))
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
-                                     data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                                     crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
-    )  # fmt: skip
+    )
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (
-        x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube")]))
-        .issuer_name(ca_name).public_key(key.public_key()).serial_number(2)
-        .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=1))
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(2)
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.SubjectAlternativeName([x509.DNSName("kube.lab.test")]), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
-    )  # fmt: skip
+    )
     folder = tmp_path_factory.mktemp("outbound-tls")
     (folder / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     (folder / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))

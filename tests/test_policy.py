@@ -171,8 +171,16 @@ def test_a_jobs_owner_cancels_it_while_in_its_team(org: Organization) -> None:
     mate = _member("mate", org, Role.RESEARCHER, team)
     tier = PriorityTier.objects.create(organization=org, name="normal", value=50, is_default=True)
     now = timezone.now()
-    job = Job.objects.create(team=team, queue=Queue.objects.get(team=team), submitted_by=owner, tier=tier, name="run",
-                             time_limit=3600, state_changed_at=now, submitted_at=now)  # fmt: skip
+    job = Job.objects.create(
+        team=team,
+        queue=Queue.objects.get(team=team),
+        submitted_by=owner,
+        tier=tier,
+        name="run",
+        time_limit=3600,
+        state_changed_at=now,
+        submitted_at=now,
+    )
     assert policy.can(owner, "job.cancel", job)
     assert not policy.can(mate, "job.cancel", job)
     assert policy.can(mate, "job.change", job)

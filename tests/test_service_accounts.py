@@ -175,9 +175,13 @@ def test_the_api_creates_lists_and_revokes_them(world: World) -> None:
     assert raw.startswith(body["token"]["hint"])
     assert (body["team"], body["scope"], body["created_by"]) == (vision.pk, "submit", "lena")
     assert bearer(raw).get("/api/v1/me/").json()["memberships"] == [
-        {"id": Membership.objects.get(user__username=body["username"]).pk, "organization": "demo", "team": "vision",
-         "role": "researcher"}
-    ]  # fmt: skip
+        {
+            "id": Membership.objects.get(user__username=body["username"]).pk,
+            "organization": "demo",
+            "team": "vision",
+            "role": "researcher",
+        }
+    ]
     listed = lena.get("/api/v1/service-accounts/").json()["results"]
     assert [(a["name"], "secret" in a) for a in listed] == [("CI", False)]
     members = lena.get("/api/v1/memberships/", {"team": vision.pk}).json()["results"]

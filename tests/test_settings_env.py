@@ -54,9 +54,14 @@ def manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     for key in ("SECRET_KEY", "DEBUG", "ALLOWED_HOSTS", "DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL"):
         base.pop(key, None)
     return subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env={**base, **env}, capture_output=True, text=True,
-        timeout=120, check=False,
-    )  # fmt: skip
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_embedded_defaults_need_nothing(tmp_path: Path) -> None:
@@ -80,10 +85,15 @@ def test_production_requires_a_secret_key(tmp_path: Path) -> None:
 
 def test_production_passes_check_deploy(tmp_path: Path) -> None:
     result = manage(
-        "check", "--deploy", "--fail-level", "WARNING",
-        QM_ENV="production", SECRET_KEY="x7#" * 20 + "production-grade-key", ALLOWED_HOSTS="qm.example.org",
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
+        QM_ENV="production",
+        SECRET_KEY="x7#" * 20 + "production-grade-key",
+        ALLOWED_HOSTS="qm.example.org",
         QM_VAR_DIR=str(tmp_path),
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
 
@@ -124,9 +134,13 @@ def test_production_refuses_a_weak_secret_key(tmp_path: Path, key: str, problem:
     assert problem in result.stderr
     assert key not in result.stderr  # the message names the variable, never its value
     result = manage(
-        "check", QM_ENV="production", SECRET_KEY=STRONG_KEY, CREDENTIALS_KEY=key, ALLOWED_HOSTS="qm.example.org",
+        "check",
+        QM_ENV="production",
+        SECRET_KEY=STRONG_KEY,
+        CREDENTIALS_KEY=key,
+        ALLOWED_HOSTS="qm.example.org",
         QM_VAR_DIR=str(tmp_path),
-    )  # fmt: skip
+    )
     assert "CREDENTIALS_KEY is too weak for QM_ENV=production" in result.stderr
 
 
@@ -134,8 +148,12 @@ def test_a_weak_key_is_fine_outside_production_and_debug_is_refused_in_it(tmp_pa
     result = manage("check", SECRET_KEY="dev", DEBUG="true", QM_VAR_DIR=str(tmp_path))
     assert result.returncode == 0, result.stderr
     result = manage(
-        "check", QM_ENV="production", SECRET_KEY=STRONG_KEY, DEBUG="true", ALLOWED_HOSTS="qm.example.org",
+        "check",
+        QM_ENV="production",
+        SECRET_KEY=STRONG_KEY,
+        DEBUG="true",
+        ALLOWED_HOSTS="qm.example.org",
         QM_VAR_DIR=str(tmp_path),
-    )  # fmt: skip
+    )
     assert result.returncode != 0
     assert "DEBUG=true is not allowed when QM_ENV=production" in result.stderr

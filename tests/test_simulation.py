@@ -238,8 +238,22 @@ def test_the_command_prints_one_json_object(trace: tuple[Path, Path]) -> None:
 
 def test_the_command_replays_a_workload_variant(trace: tuple[Path, Path]) -> None:
     out = StringIO()
-    call_command("simulate", "packing", "--nodes", str(trace[0]), "--pods", str(trace[1]), "--seeds", "1",
-                 "--policy", "fgd", "--workload", "multi-gpu", "--json", stdout=out)  # fmt: skip
+    call_command(
+        "simulate",
+        "packing",
+        "--nodes",
+        str(trace[0]),
+        "--pods",
+        str(trace[1]),
+        "--seeds",
+        "1",
+        "--policy",
+        "fgd",
+        "--workload",
+        "multi-gpu",
+        "--json",
+        stdout=out,
+    )
     report = json.loads(out.getvalue())
     assert report["workload"] == "multi-gpu"
     assert report["policies"]["fgd"]["seeds"] == 1
@@ -247,8 +261,21 @@ def test_the_command_replays_a_workload_variant(trace: tuple[Path, Path]) -> Non
 
 def test_the_command_prints_a_table(trace: tuple[Path, Path]) -> None:
     out = StringIO()
-    call_command("simulate", "packing", "--nodes", str(trace[0]), "--pods", str(trace[1]), "--seeds", "3",
-                 "--policy", "best-fit", "--policy", packing.DEFAULT_POLICY, stdout=out)  # fmt: skip
+    call_command(
+        "simulate",
+        "packing",
+        "--nodes",
+        str(trace[0]),
+        "--pods",
+        str(trace[1]),
+        "--seeds",
+        "3",
+        "--policy",
+        "best-fit",
+        "--policy",
+        packing.DEFAULT_POLICY,
+        stdout=out,
+    )
     lines = out.getvalue().splitlines()
     assert lines[0].split()[:2] == ["policy", "alloc"]
     assert lines[1].startswith("best-fit")

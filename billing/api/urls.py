@@ -3,7 +3,7 @@
 from django.urls import include, path
 
 urlpatterns = [
-    path("", include("billing.api.finance")),
+    path("", include("billing.api.costs")),
     path("", include("billing.api.forecast")),
     path("", include("billing.api.whatif")),
 ]

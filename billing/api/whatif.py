@@ -54,9 +54,21 @@ class WhatIfSerializer(serializers.ModelSerializer[WhatIf]):
     class Meta:
         model = WhatIf
         fields = [
-            "id", "organization", "cluster", "flavor", "nodes", "days", "status", "progress", "result", "error",
-            "requested_by", "created_at", "started_at", "finished_at",
-        ]  # fmt: skip
+            "id",
+            "organization",
+            "cluster",
+            "flavor",
+            "nodes",
+            "days",
+            "status",
+            "progress",
+            "result",
+            "error",
+            "requested_by",
+            "created_at",
+            "started_at",
+            "finished_at",
+        ]
         read_only_fields = fields
 
 

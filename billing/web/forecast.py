@@ -52,14 +52,28 @@ def chart(result: FlavorForecast, today: date) -> dict[str, Any]:
     hover = "%{y:,.0f} accelerator-hours<extra>%{fullData.name}</extra>"
 
     def line(name: str, x: list[str], y: list[Any], color: str, **extra: Any) -> dict[str, Any]:
-        return {"type": "scatter", "mode": "lines", "name": name, "x": x, "y": y, "hovertemplate": hover,
-                "line": {"color": color, "width": 2, **extra.pop("line", {})}, **extra}  # fmt: skip
+        return {
+            "type": "scatter",
+            "mode": "lines",
+            "name": name,
+            "x": x,
+            "y": y,
+            "hovertemplate": hover,
+            "line": {"color": color, "width": 2, **extra.pop("line", {})},
+            **extra,
+        }
 
     def band(level: int, color: str) -> list[dict[str, Any]]:
         upper = [getattr(p, f"upper_{level}") for p in result.forecast]
         lower = [getattr(p, f"lower_{level}") for p in result.forecast]
-        common = {"type": "scatter", "mode": "lines", "x": ahead, "line": {"width": 0}, "legendgroup": f"b{level}",
-                  "hovertemplate": hover}  # fmt: skip
+        common = {
+            "type": "scatter",
+            "mode": "lines",
+            "x": ahead,
+            "line": {"width": 0},
+            "legendgroup": f"b{level}",
+            "hovertemplate": hover,
+        }
         return [
             {**common, "name": f"{level}% upper", "y": upper, "showlegend": False},
             {**common, "name": f"{level}% interval", "y": lower, "fill": "tonexty", "fillcolor": color},
@@ -71,8 +85,9 @@ def chart(result: FlavorForecast, today: date) -> dict[str, Any]:
     data.append(line("Used", past, [p.used for p in history], COLORS["used"], line={"width": 1}))
     data.append(line("Demand (used + queued)", past, [p.demand for p in history], COLORS["demand"]))
     if result.forecast:
-        data.append(line("Forecast", ahead, [p.demand for p in result.forecast], COLORS["forecast"],
-                         line={"dash": "dash"}))  # fmt: skip
+        data.append(
+            line("Forecast", ahead, [p.demand for p in result.forecast], COLORS["forecast"], line={"dash": "dash"})
+        )
     capacity = [p.capacity for p in history] + [p.capacity for p in result.forecast]
     if any(c is not None for c in capacity):
         data.append(line("Capacity", past + ahead, capacity, COLORS["capacity"], line={"shape": "hv", "width": 1.5}))
@@ -153,13 +168,15 @@ def forecasts_context(organizations: list[Organization], horizon: str) -> dict[s
     sections = []
     for organization in organizations:
         found = forecast_organization(organization, horizon)
-        sections.append({
-            "organization": organization,
-            "today": found.today,
-            "generated_at": found.generated_at,
-            "fit_seconds": f"{found.fit_seconds:.1f}",
-            "flavors": [flavor_context(organization, f, found.today) for f in found.flavors],
-        })  # fmt: skip
+        sections.append(
+            {
+                "organization": organization,
+                "today": found.today,
+                "generated_at": found.generated_at,
+                "fit_seconds": f"{found.fit_seconds:.1f}",
+                "flavors": [flavor_context(organization, f, found.today) for f in found.flavors],
+            }
+        )
     chosen = HORIZONS[horizon]
     return {
         "horizon": chosen,

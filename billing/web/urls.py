@@ -1,9 +1,21 @@
-"""Billing pages, under ``billing/``: finance's costs and price book, procurement's forecasts and what-ifs."""
+"""Billing's pages, under ``billing/``: the costs (a month's costs, team statements) and the price book, for
+finance and admins; procurement's capacity forecasts and what-ifs."""
 
-from django.urls import include, path
+from django.urls import path
+
+from billing.web import costs, forecast, whatif
 
 urlpatterns = [
-    path("", include("billing.web.finance_urls")),
-    path("capacity/", include("billing.web.forecast_urls")),
-    path("what-ifs/", include("billing.web.whatif_urls")),
+    path("", costs.costs, name="costs"),
+    path("teams/<int:pk>/", costs.team_costs, name="costs-team"),
+    path("prices/", costs.price_book, name="price-book"),
+    path("prices/<int:pk>/", costs.edit, {"kind": "price"}, name="price-edit"),
+    path("prices/<int:pk>/delete/", costs.delete, {"kind": "price"}, name="price-delete"),
+    path("prices/overhead/", costs.overhead_add, name="overhead-add"),
+    path("prices/overhead/<int:pk>/", costs.edit, {"kind": "overhead"}, name="overhead-edit"),
+    path("prices/overhead/<int:pk>/delete/", costs.delete, {"kind": "overhead"}, name="overhead-delete"),
+    path("capacity/", forecast.capacity, name="capacity-forecast"),
+    path("what-ifs/", whatif.what_if_list, name="what-if-list"),
+    path("what-ifs/<int:pk>/", whatif.what_if_detail, name="what-if-detail"),
+    path("what-ifs/<int:pk>/status/", whatif.what_if_status, name="what-if-status"),
 ]

@@ -101,9 +101,14 @@ def what_if_list(request: AuthenticatedHttpRequest) -> HttpResponse:
             data = form.cleaned_data
             try:
                 what_if = whatif.submit_what_if(
-                    request.user, data["cluster"].organization, cluster=data["cluster"], flavor=data["flavor"],
-                    nodes=data["nodes"], days=data["days"], http=request,
-                )  # fmt: skip
+                    request.user,
+                    data["cluster"].organization,
+                    cluster=data["cluster"],
+                    flavor=data["flavor"],
+                    nodes=data["nodes"],
+                    days=data["days"],
+                    http=request,
+                )
             except ValidationError as exc:
                 apply_errors(form, exc)
             else:
@@ -220,10 +225,27 @@ def chart(result: dict[str, Any]) -> dict[str, Any]:
         hours = [None if figures.get(k) is None else round(figures[k] / 3600, 2) for _, k in waits]
         percent = [None if figures.get(k) is None else round(figures[k] * 100, 1) for _, k in uses]
         common = {"type": "bar", "name": label, "legendgroup": name, "marker": {"color": COLORS[name]}}
-        data.append({**common, "x": [t for t, _ in waits], "y": hours, "xaxis": "x", "yaxis": "y",
-                     "hovertemplate": "%{y:,.2f} h<extra>" + label + "</extra>"})  # fmt: skip
-        data.append({**common, "x": [t for t, _ in uses], "y": percent, "xaxis": "x2", "yaxis": "y2",
-                     "showlegend": False, "hovertemplate": "%{y:.1f}%<extra>" + label + "</extra>"})  # fmt: skip
+        data.append(
+            {
+                **common,
+                "x": [t for t, _ in waits],
+                "y": hours,
+                "xaxis": "x",
+                "yaxis": "y",
+                "hovertemplate": "%{y:,.2f} h<extra>" + label + "</extra>",
+            }
+        )
+        data.append(
+            {
+                **common,
+                "x": [t for t, _ in uses],
+                "y": percent,
+                "xaxis": "x2",
+                "yaxis": "y2",
+                "showlegend": False,
+                "hovertemplate": "%{y:.1f}%<extra>" + label + "</extra>",
+            }
+        )
     layout = {
         "barmode": "group",
         "xaxis": {"domain": [0, 0.58], "anchor": "y", "automargin": True},
@@ -241,11 +263,17 @@ def daily_chart(result: dict[str, Any]) -> dict[str, Any]:
     for name in ("today", "changed"):
         waits = result.get(name, {}).get("by_day", {}).get("mean_wait_s", [])
         label = "Today's fleet" if name == "today" else "Changed fleet"
-        data.append({
-            "type": "scatter", "mode": "lines+markers", "name": label, "x": days,
-            "y": [None if w is None else round(w / 3600, 2) for w in waits], "line": {"color": COLORS[name]},
-            "hovertemplate": "%{x}: %{y:,.2f} h<extra>" + label + "</extra>",
-        })  # fmt: skip
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "name": label,
+                "x": days,
+                "y": [None if w is None else round(w / 3600, 2) for w in waits],
+                "line": {"color": COLORS[name]},
+                "hovertemplate": "%{x}: %{y:,.2f} h<extra>" + label + "</extra>",
+            }
+        )
     layout = {
         "height": 280,
         "xaxis": {"type": "date", "automargin": True},

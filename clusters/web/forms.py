@@ -93,21 +93,31 @@ class ClusterForm(forms.Form):
         label="Slurm user", required=False, max_length=200, widget=SecretInput(attrs={"type": "text"})
     )
     slurm_token = forms.CharField(
-        label="Slurm JWT", required=False, max_length=20_000, widget=SecretInput(),
+        label="Slurm JWT",
+        required=False,
+        max_length=20_000,
+        widget=SecretInput(),
         help_text="From scontrol token username=<user> lifespan=<seconds>.",
-    )  # fmt: skip
+    )
     kubernetes_token = forms.CharField(
-        label="Bearer token", required=False, max_length=20_000, widget=SecretInput(),
+        label="Bearer token",
+        required=False,
+        max_length=20_000,
+        widget=SecretInput(),
         help_text="A service account's token.",
-    )  # fmt: skip
+    )
     kubernetes_ca_cert = forms.CharField(
-        label="CA certificate (PEM, optional)", required=False, max_length=50_000,
+        label="CA certificate (PEM, optional)",
+        required=False,
+        max_length=50_000,
         widget=SecretTextarea(attrs={"rows": 3}),
-    )  # fmt: skip
+    )
     tpu_service_account_json = forms.CharField(
-        label="Service-account key (JSON)", required=False, max_length=50_000,
+        label="Service-account key (JSON)",
+        required=False,
+        max_length=50_000,
         widget=SecretTextarea(attrs={"rows": 3}),
-    )  # fmt: skip
+    )
     tpu_access_token = forms.CharField(
         label="or an OAuth access token", required=False, max_length=20_000, widget=SecretInput()
     )

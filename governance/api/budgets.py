@@ -90,8 +90,18 @@ class BudgetSerializer(serializers.ModelSerializer[Budget]):
 
     class Meta:
         model = Budget
-        fields = ["id", "team", "project", "accelerator_hours", "amount", "hard", "recipients", "webhook_url",
-                  "updated_at", "standings"]  # fmt: skip
+        fields = [
+            "id",
+            "team",
+            "project",
+            "accelerator_hours",
+            "amount",
+            "hard",
+            "recipients",
+            "webhook_url",
+            "updated_at",
+            "standings",
+        ]
         read_only_fields = fields
 
     def get_webhook_url(self, budget: Budget) -> str | None:
@@ -118,9 +128,25 @@ class BudgetAlertSerializer(serializers.ModelSerializer[BudgetAlert]):
 
     class Meta:
         model = BudgetAlert
-        fields = ["id", "budget", "team", "project", "period", "measure", "kind", "limit", "spent", "forecast",
-                  "message", "created_at", "emailed_at", "webhook_sent_at", "attempts", "delivered",
-                  "last_error"]  # fmt: skip
+        fields = [
+            "id",
+            "budget",
+            "team",
+            "project",
+            "period",
+            "measure",
+            "kind",
+            "limit",
+            "spent",
+            "forecast",
+            "message",
+            "created_at",
+            "emailed_at",
+            "webhook_sent_at",
+            "attempts",
+            "delivered",
+            "last_error",
+        ]
         read_only_fields = fields
 
     def get_team(self, alert: BudgetAlert) -> str:
@@ -166,9 +192,10 @@ class BudgetWriteSerializer(StrictSerializer):
         required=False, help_text="Hard: jobs that would pass it wait; soft: it only alerts. Left out, it is kept."
     )
     recipients = serializers.ListField(
-        child=serializers.CharField(), required=False,
+        child=serializers.CharField(),
+        required=False,
         help_text="E-mail addresses alerted besides the team's leads. Left out, they are kept.",
-    )  # fmt: skip
+    )
     webhook_url = serializers.CharField(
         required=False, allow_blank=True, help_text="Alerts are POSTed there; empty: none. Left out, it is kept."
     )
@@ -221,8 +248,12 @@ class BudgetViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMi
     def _answer(self, found: Iterable[Budget], many: bool, now: datetime | None = None) -> Any:
         found = list(found)
         now = now or timezone.now()
-        context = {**self.get_serializer_context(), "uses": budgets.use_of(found, now), "now": now,
-                   "readers": Readers(self.actor)}  # fmt: skip
+        context = {
+            **self.get_serializer_context(),
+            "uses": budgets.use_of(found, now),
+            "now": now,
+            "readers": Readers(self.actor),
+        }
         return BudgetSerializer(found if many else found[0], many=many, context=context).data
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -347,8 +378,9 @@ class MemberLimitViewSet(TenantViewSet, mixins.ListModelMixin):
         scoped = MemberLimit.objects.for_user(self.actor, Action.VIEW).filter(team=team, user=member.user)
         existed = scoped.exists()
         accelerators: Decimal | None = data["accelerators"]
-        quotas.set_member_limit(self.actor, team, member.user, accelerators, reason=data["reason"],
-                                http=request._request)  # fmt: skip
+        quotas.set_member_limit(
+            self.actor, team, member.user, accelerators, reason=data["reason"], http=request._request
+        )
         after = scoped.select_related("user").first()
         if after is None:
             return Response(status=status.HTTP_204_NO_CONTENT)

@@ -67,8 +67,18 @@ class QueueSerializer(serializers.ModelSerializer[Queue]):
 
     class Meta:
         model = Queue
-        fields = ["id", "name", "team", "project", "cohort", "flavor_order", "within_queue", "reclaim", "weight",
-                  "quotas"]  # fmt: skip
+        fields = [
+            "id",
+            "name",
+            "team",
+            "project",
+            "cohort",
+            "flavor_order",
+            "within_queue",
+            "reclaim",
+            "weight",
+            "quotas",
+        ]
         read_only_fields = fields
 
     @extend_schema_field(QuotaRowSerializer(many=True))
@@ -85,8 +95,19 @@ class QuotaChangeSerializer(serializers.ModelSerializer[QuotaChange]):
 
     class Meta:
         model = QuotaChange
-        fields = ["id", "created_at", "actor", "kind", "team", "queue", "cohort", "subject", "before", "after",
-                  "reason"]  # fmt: skip
+        fields = [
+            "id",
+            "created_at",
+            "actor",
+            "kind",
+            "team",
+            "queue",
+            "cohort",
+            "subject",
+            "before",
+            "after",
+            "reason",
+        ]
         read_only_fields = fields
 
 
@@ -97,17 +118,26 @@ class QuotaWriteSerializer(StrictSerializer):
     flavor = serializers.CharField(help_text="An accelerator type's name.")
     resource = serializers.CharField(default=Quota.Resource.ACCELERATORS, help_text="accelerator, cpu or memory.")
     nominal = serializers.DecimalField(
-        max_digits=None, decimal_places=None, required=False, allow_null=True,
+        max_digits=None,
+        decimal_places=None,
+        required=False,
+        allow_null=True,
         help_text="Null removes the quota; left out, it keeps its value.",
-    )  # fmt: skip
+    )
     borrowing_limit = serializers.DecimalField(
-        max_digits=None, decimal_places=None, required=False, allow_null=True,
+        max_digits=None,
+        decimal_places=None,
+        required=False,
+        allow_null=True,
         help_text="Null: no limit; left out, it keeps its value.",
-    )  # fmt: skip
+    )
     lending_limit = serializers.DecimalField(
-        max_digits=None, decimal_places=None, required=False, allow_null=True,
+        max_digits=None,
+        decimal_places=None,
+        required=False,
+        allow_null=True,
         help_text="Null: no limit; left out, it keeps its value.",
-    )  # fmt: skip
+    )
     reason = serializers.CharField(required=False, allow_blank=True, default="", help_text="Kept in the history.")
 
 
@@ -199,13 +229,23 @@ class QueueViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMix
         form.is_valid(raise_exception=True)
         data = form.validated_data
         limits = {k: data.get(k, quotas.KEEP) for k in quotas.LIMITS}
-        quotas.set_quota(self.actor, queue, flavor=data["flavor"], resource=data["resource"], reason=data["reason"],
-                         http=request._request, **limits)  # fmt: skip
+        quotas.set_quota(
+            self.actor,
+            queue,
+            flavor=data["flavor"],
+            resource=data["resource"],
+            reason=data["reason"],
+            http=request._request,
+            **limits,
+        )
         row = next(
-            (r for r in rows_of([queue]).get(queue.pk, []) if (r.flavor, r.resource) == (data["flavor"],
-                                                                                         data["resource"])),
+            (
+                r
+                for r in rows_of([queue]).get(queue.pk, [])
+                if (r.flavor, r.resource) == (data["flavor"], data["resource"])
+            ),
             None,
-        )  # fmt: skip
+        )
         if row is None:  # removed, and nothing in use or waiting there
             return Response({"flavor": data["flavor"], "resource": data["resource"], **dict.fromkeys(quotas.LIMITS)})
         return Response(QuotaRowSerializer(row).data)

@@ -185,12 +185,20 @@ def budget_chart(rows: list[BudgetRow], with_team: bool = False) -> dict[str, An
             ("Forecast", [s.forecast for _, s in lines]),
             ("Limit", [s.limit for _, s in lines]),
         ):
-            data.append({
-                "type": "bar", "name": name, "x": x, "y": [float(v) if v is not None else None for v in values],
-                "xaxis": f"x{suffix}", "yaxis": f"y{suffix}", "legendgroup": name, "showlegend": i == 0,
-                "marker": {"color": CHART_COLORS[name]},
-                "hovertemplate": "%{y:,.2f} " + budgets.MEASURE_WORDS[measure] + "<extra>" + name + "</extra>",
-            })  # fmt: skip
+            data.append(
+                {
+                    "type": "bar",
+                    "name": name,
+                    "x": x,
+                    "y": [float(v) if v is not None else None for v in values],
+                    "xaxis": f"x{suffix}",
+                    "yaxis": f"y{suffix}",
+                    "legendgroup": name,
+                    "showlegend": i == 0,
+                    "marker": {"color": CHART_COLORS[name]},
+                    "hovertemplate": "%{y:,.2f} " + budgets.MEASURE_WORDS[measure] + "<extra>" + name + "</extra>",
+                }
+            )
         start = i * (width + gap)
         layout[f"xaxis{suffix}"] = {"domain": [start, start + width], "anchor": f"y{suffix}", "automargin": True}
         layout[f"yaxis{suffix}"] = {
@@ -215,16 +223,18 @@ def _alert_rows(alerts: Iterable[BudgetAlert], setters: Setters) -> list[dict[st
         if alert.last_error:
             mine = setters.can_set(budget.team, budget.project)
             error = alert.last_error if mine else "A channel failed; it is tried again."
-        rows.append({
-            "alert": alert,
-            "scope": scope_of(budget),
-            "measure": MEASURE_LABELS[alert.measure],
-            "spent": figure(alert.spent, alert.measure),
-            "limit": figure(alert.limit, alert.measure, exact=True),
-            "delivered": alert.delivered,
-            "channels": ", ".join(channels) or "not sent yet",
-            "error": error,
-        })  # fmt: skip
+        rows.append(
+            {
+                "alert": alert,
+                "scope": scope_of(budget),
+                "measure": MEASURE_LABELS[alert.measure],
+                "spent": figure(alert.spent, alert.measure),
+                "limit": figure(alert.limit, alert.measure, exact=True),
+                "delivered": alert.delivered,
+                "channels": ", ".join(channels) or "not sent yet",
+                "error": error,
+            }
+        )
     return rows
 
 
@@ -389,8 +399,14 @@ def member_limit(request: AuthenticatedHttpRequest, pk: int, user: int) -> HttpR
     if request.method == "GET":
         return row()
     try:
-        change = quotas.set_member_limit(request.user, team, membership.user, request.POST.get("accelerators", ""),
-                                         reason=request.POST.get("reason", ""), http=request)  # fmt: skip
+        change = quotas.set_member_limit(
+            request.user,
+            team,
+            membership.user,
+            request.POST.get("accelerators", ""),
+            reason=request.POST.get("reason", ""),
+            http=request,
+        )
     except ValidationError as exc:
         return row(HTTPStatus.BAD_REQUEST, pages.errors_of(exc))
     except PermissionDenied as exc:

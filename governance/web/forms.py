@@ -76,18 +76,23 @@ class BudgetForm(forms.Form):
         label="Also alert", required=False, help_text="E-mail addresses, comma-separated; the team's leads always are."
     )
     webhook_url = forms.CharField(
-        label="Webhook URL", required=False, help_text="Each alert is POSTed there as JSON.",
+        label="Webhook URL",
+        required=False,
+        help_text="Each alert is POSTed there as JSON.",
         widget=forms.TextInput(attrs={"inputmode": "url"}),
-    )  # fmt: skip
+    )
     reason = forms.CharField(
-        label="Reason", required=False, help_text="Kept in the quota history.",
+        label="Reason",
+        required=False,
+        help_text="Kept in the quota history.",
         widget=forms.TextInput(attrs={"required": True}),
-    )  # fmt: skip
+    )
 
     field_order = ["target", "accelerator_hours", "amount", "hard", "recipients", "webhook_url", "reason"]
 
-    def __init__(self, team: Team, projects: list[Project], allowed: list[Project | None], *args: Any,
-                 **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self, team: Team, projects: list[Project], allowed: list[Project | None], *args: Any, **kwargs: Any
+    ) -> None:
         # Ids of its own: the sub-quota form on the same page has a target and a reason too.
         kwargs["auto_id"] = "budget_%s"
         super().__init__(*args, **kwargs)

@@ -93,8 +93,14 @@ def _chart(rows: list[usage.Row]) -> dict[str, Any]:
 
     def trace(name: str, values: list[Decimal | None], color: str) -> dict[str, Any]:
         numbers = [float(v) if v is not None else 0.0 for v in values]
-        return {"type": "bar", "name": name, "x": x, "y": numbers, "marker": {"color": color},
-                "hovertemplate": "%{y:.3~f}<extra>" + name + "</extra>"}  # fmt: skip
+        return {
+            "type": "bar",
+            "name": name,
+            "x": x,
+            "y": numbers,
+            "marker": {"color": color},
+            "hovertemplate": "%{y:.3~f}<extra>" + name + "</extra>",
+        }
 
     return {
         "data": [
@@ -146,8 +152,16 @@ def _form(context: dict[str, Any], row: Any, posted: Any, errors: dict[str, list
     cells = []
     for name in quotas.LIMITS:
         value = posted[name] if name in posted else pages.plain(getattr(row, name))
-        cells.append({"name": name, "label": LIMIT_LABELS[name].capitalize(), "editable": name in fields,
-                      "value": value, "errors": errors.get(name, []), "shown": getattr(row, name)})  # fmt: skip
+        cells.append(
+            {
+                "name": name,
+                "label": LIMIT_LABELS[name].capitalize(),
+                "editable": name in fields,
+                "value": value,
+                "errors": errors.get(name, []),
+                "shown": getattr(row, name),
+            }
+        )
     shown = {name for name in quotas.LIMITS if name in fields} | {"reason"}
     context.update(
         cells=cells,
@@ -314,8 +328,9 @@ def _quota_row(
         return cell(flavor, resource, edit=bool(request.GET.get("edit")))
     limits = {k: data.get(k, quotas.KEEP) for k in quotas.LIMITS}
     try:
-        change = quotas.set_quota(request.user, owner, flavor=flavor, resource=resource,
-                                  reason=data.get("reason", ""), http=request, **limits)  # fmt: skip
+        change = quotas.set_quota(
+            request.user, owner, flavor=flavor, resource=resource, reason=data.get("reason", ""), http=request, **limits
+        )
     except ValidationError as exc:
         return cell(
             flavor, resource, edit=True, errors=pages.errors_of(exc), posted=data, status=HTTPStatus.BAD_REQUEST
@@ -343,8 +358,23 @@ def _cell(
     rows = usage.organization_usage(team.organization).of_queue(queue.pk)
     row = next((r for r in rows if r.flavor == flavor and r.resource == resource), None)
     if row is None:  # a quota removed with nothing left to show, or a flavor that is not there
-        row = usage.Row(queue.pk, queue.name, team.pk, queue.project_id, flavor, resource, None, None, None, None,
-                        Decimal(0), Decimal(0), Decimal(0), Decimal(0), False)  # fmt: skip
+        row = usage.Row(
+            queue.pk,
+            queue.name,
+            team.pk,
+            queue.project_id,
+            flavor,
+            resource,
+            None,
+            None,
+            None,
+            None,
+            Decimal(0),
+            Decimal(0),
+            Decimal(0),
+            Decimal(0),
+            False,
+        )
         if not edit:
             return HttpResponse("", headers=headers)
     context = _row_context(row, quotas.quota_fields(request.user, queue), team)
@@ -408,8 +438,9 @@ def team_quota_new(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
                 queue = Queue.objects.get(team=team, project=None)
                 quotas.set_quota(request.user, queue, http=request, **values)
             else:
-                queue, _ = quotas.give_project_quota(request.user, form.projects[data["target"]], http=request,
-                                                     **values)  # fmt: skip
+                queue, _ = quotas.give_project_quota(
+                    request.user, form.projects[data["target"]], http=request, **values
+                )
         except ValidationError as exc:
             apply_errors(form, exc)
         else:
@@ -523,8 +554,20 @@ def _cohort_cell(
     found = usage.organization_usage(cohort.organization)
     row = _find_cohort_row(found.cohorts, cohort.pk, flavor, resource)
     if row is None:
-        row = usage.CohortRow(cohort.pk, cohort.name, str(cohort.parent) if cohort.parent else None, flavor, resource,
-                              None, None, None, Decimal(0), Decimal(0), Decimal(0), Decimal(0))  # fmt: skip
+        row = usage.CohortRow(
+            cohort.pk,
+            cohort.name,
+            str(cohort.parent) if cohort.parent else None,
+            flavor,
+            resource,
+            None,
+            None,
+            None,
+            Decimal(0),
+            Decimal(0),
+            Decimal(0),
+            Decimal(0),
+        )
         if not edit:
             return HttpResponse("", headers=headers)
     context = _cohort_row_context(row, bool(quotas.quota_fields(request.user, cohort)))
@@ -542,8 +585,14 @@ def cohort_new(request: AuthenticatedHttpRequest) -> HttpResponse:
     if form.is_valid():
         data = form.cleaned_data
         try:
-            cohort = quotas.create_cohort(request.user, org, name=data["name"], parent=form.cohorts.get(data["parent"]),
-                                          reason=data["reason"], http=request)  # fmt: skip
+            cohort = quotas.create_cohort(
+                request.user,
+                org,
+                name=data["name"],
+                parent=form.cohorts.get(data["parent"]),
+                reason=data["reason"],
+                http=request,
+            )
         except ValidationError as exc:
             apply_errors(form, exc)
         else:

@@ -153,9 +153,13 @@ class JobSubmissionSerializer(StrictSerializer):
     clusters = _strings(help_text="Cluster slugs the job may run on; empty: any.")
     regions = _strings(help_text="Regions the job may run in; empty: any.")
     max_price_per_hour = serializers.DecimalField(
-        max_digits=12, decimal_places=2, min_value=FIELDS["max_price_per_hour"].low, required=False, allow_null=True,
+        max_digits=12,
+        decimal_places=2,
+        min_value=FIELDS["max_price_per_hour"].low,
+        required=False,
+        allow_null=True,
         help_text=FIELDS["max_price_per_hour"].help,
-    )  # fmt: skip
+    )
     image = text("image", required=False, allow_blank=True)
     command = serializers.ListField(
         child=text("command", allow_blank=True, trim_whitespace=False), required=False, help_text=FIELDS["command"].help
@@ -163,15 +167,18 @@ class JobSubmissionSerializer(StrictSerializer):
     script = text("script", required=False, allow_blank=True, trim_whitespace=False)
     env = serializers.DictField(child=text("env", allow_blank=True, trim_whitespace=False), required=False)
     secret_env = serializers.DictField(
-        child=text("env", allow_blank=True, trim_whitespace=False), required=False,
+        child=text("env", allow_blank=True, trim_whitespace=False),
+        required=False,
         help_text="Environment values shown to nobody (tokens, passwords): stored encrypted, never in an answer "
-                  "(jobs list their names, secret_env_names), given to the job when it starts.",
-    )  # fmt: skip
+        "(jobs list their names, secret_env_names), given to the job when it starts.",
+    )
     secret_env_from = serializers.IntegerField(
-        required=False, allow_null=True, min_value=1,
+        required=False,
+        allow_null=True,
+        min_value=1,
         help_text="The id of a job you submitted whose secret values this one keeps (those not in secret_env): "
-                  "a clone. Only a job's submitter may reuse its secret values.",
-    )  # fmt: skip
+        "a clone. Only a job's submitter may reuse its secret values.",
+    )
     max_retries = serializers.IntegerField(required=False, help_text=FIELDS["max_retries"].help)
     idempotency_key = text("idempotency_key", required=False, allow_blank=True)
 
@@ -319,10 +326,26 @@ def _clusters(team: Team, attrs: dict[str, Any], errors: dict[str, str]) -> None
 
 #: Fields that go to ``JobRequest`` as they are (the others are converted from people's units).
 AS_GIVEN = (
-    "project", "accelerator_types", "accelerators", "workers", "topology_level", "topology_mode", "tier",
-    "preemptible", "checkpoint_location", "clusters", "regions", "max_price_per_hour", "image", "command",
-    "script", "env", "secret_env", "secret_env_from", "max_retries",
-)  # fmt: skip
+    "project",
+    "accelerator_types",
+    "accelerators",
+    "workers",
+    "topology_level",
+    "topology_mode",
+    "tier",
+    "preemptible",
+    "checkpoint_location",
+    "clusters",
+    "regions",
+    "max_price_per_hour",
+    "image",
+    "command",
+    "script",
+    "env",
+    "secret_env",
+    "secret_env_from",
+    "max_retries",
+)
 #: Fields in people's units: the API's name and the unit it converts from.
 PEOPLE_UNITS = {"accelerator_fraction": submission.FRACTION, "cpu": submission.CORES, "memory_gib": submission.GIB}
 #: ``actions.validate`` names JobRequest's fields; the API's names for those in other units.
@@ -363,9 +386,19 @@ class AttemptSerializer(serializers.ModelSerializer[Attempt]):
     class Meta:
         model = Attempt
         fields = [
-            "number", "cluster", "flavor", "cost_per_hour", "cost", "admitted_at", "started_at", "ended_at",
-            "outcome", "borrowing", "backfilled", "nodes",
-        ]  # fmt: skip
+            "number",
+            "cluster",
+            "flavor",
+            "cost_per_hour",
+            "cost",
+            "admitted_at",
+            "started_at",
+            "ended_at",
+            "outcome",
+            "borrowing",
+            "backfilled",
+            "nodes",
+        ]
         read_only_fields = fields
 
     @extend_schema_field(OpenApiTypes.DECIMAL)
@@ -402,11 +435,29 @@ class JobListSerializer(serializers.ModelSerializer[Job]):
     class Meta:
         model = Job
         fields = [
-            "id", "name", "team", "project", "queue", "tier", "submitted_by", "state", "state_changed_at",
-            "submitted_at", "started_at", "finished_at", "pending_reason", "pending_message", "queue_position",
-            "estimated_start", "accelerator_types", "accelerators", "accelerator_fraction", "workers", "cluster",
+            "id",
+            "name",
+            "team",
+            "project",
+            "queue",
+            "tier",
+            "submitted_by",
+            "state",
+            "state_changed_at",
+            "submitted_at",
+            "started_at",
+            "finished_at",
+            "pending_reason",
+            "pending_message",
+            "queue_position",
+            "estimated_start",
+            "accelerator_types",
+            "accelerators",
+            "accelerator_fraction",
+            "workers",
+            "cluster",
             "cost_so_far",
-        ]  # fmt: skip
+        ]
         read_only_fields = fields
 
     def get_accelerator_fraction(self, job: Job) -> float:
@@ -453,11 +504,31 @@ class JobSerializer(JobListSerializer):
     class Meta(JobListSerializer.Meta):
         fields = [
             *JobListSerializer.Meta.fields,
-            "cpu", "memory_gib", "topology_level", "topology_mode", "time_limit", "preemptible",
-            "checkpoint_location", "clusters", "regions", "max_price_per_hour", "image", "command", "script", "env",
-            "secret_env_names", "max_retries", "retries", "attempt", "not_before", "message", "idempotency_key",
-            "cloned_from", "placement", "attempts",
-        ]  # fmt: skip
+            "cpu",
+            "memory_gib",
+            "topology_level",
+            "topology_mode",
+            "time_limit",
+            "preemptible",
+            "checkpoint_location",
+            "clusters",
+            "regions",
+            "max_price_per_hour",
+            "image",
+            "command",
+            "script",
+            "env",
+            "secret_env_names",
+            "max_retries",
+            "retries",
+            "attempt",
+            "not_before",
+            "message",
+            "idempotency_key",
+            "cloned_from",
+            "placement",
+            "attempts",
+        ]
         read_only_fields = fields
 
     def get_cpu(self, job: Job) -> float:

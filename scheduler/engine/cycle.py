@@ -152,9 +152,10 @@ class Failures(Generic[T]):
         the list short and most general)."""
         entry = (*floor, value)
         known = [
-            k for k in self.known.get(key, []) if not (k[0] >= entry[0] and k[1] >= entry[1] and k[2] >= entry[2]
-                                                         and k[3] <= entry[3])
-        ]  # fmt: skip
+            k
+            for k in self.known.get(key, [])
+            if not (k[0] >= entry[0] and k[1] >= entry[1] and k[2] >= entry[2] and k[3] <= entry[3])
+        ]
         if len(known) < 16:
             known.append(entry)
         self.known[key] = known
@@ -351,16 +352,29 @@ class Cycle:
                     continue
                 job, capped_by = ledger.within_money(job)
             # Once this cycle's victim searches are spent, a verdict no longer depends on the job's tier.
-            key = (queue.name, None if preemptor.attempts >= attempts else tier.name, job.workers,
-                   job.accelerators, job.accel_milli, job.flavors, job.clusters, job.regions, job.topology)  # fmt: skip
+            key = (
+                queue.name,
+                None if preemptor.attempts >= attempts else tier.name,
+                job.workers,
+                job.accelerators,
+                job.accel_milli,
+                job.flavors,
+                job.clusters,
+                job.regions,
+                job.topology,
+            )
             known = failed.known.get(key)
             if not known:
                 verdict = None
             else:  # the usual case, the first failure recorded for the key covers the job, tried inline
                 cpu, memory, time_limit, max_price, verdict = known[0]
                 price = job.max_price_per_hour
-                if not (job.cpu >= cpu and job.memory >= memory and job.time_limit >= time_limit
-                        and (max_price == INF if price is None else price <= max_price)):  # fmt: skip
+                if not (
+                    job.cpu >= cpu
+                    and job.memory >= memory
+                    and job.time_limit >= time_limit
+                    and (max_price == INF if price is None else price <= max_price)
+                ):
                     verdict = failed.get(key, job)
             if verdict is None:
                 self.stats["tried"] += 1
@@ -428,8 +442,15 @@ class Cycle:
                 continue
             if mode is Mode.FIT:
                 # Capacity does not depend on the queue: one failure serves every queue's jobs of this shape.
-                room_key = (flavor, job.workers, job.accelerators, job.accel_milli, job.clusters, job.regions,
-                            job.topology)  # fmt: skip
+                room_key = (
+                    flavor,
+                    job.workers,
+                    job.accelerators,
+                    job.accel_milli,
+                    job.clusters,
+                    job.regions,
+                    job.topology,
+                )
                 known = self._no_room.get(room_key, job)
                 if known is None:
                     placement = self.place(job, shape, flavor, self.table.free, self.now, self.timeline.holds)
@@ -443,8 +464,12 @@ class Cycle:
                     known = self._why_no_room(job, flavor)
                     self._no_room.put(room_key, known[1], known)
                 no_room, least = known
-                floor = [max(floor[0], least[0]), max(floor[1], least[1]), max(floor[2], least[2]),
-                         min(floor[3], least[3])]  # fmt: skip
+                floor = [
+                    max(floor[0], least[0]),
+                    max(floor[1], least[1]),
+                    max(floor[2], least[2]),
+                    min(floor[3], least[3]),
+                ]
                 verdicts.append(no_room)
                 if no_room.reason in CAPACITY_REASONS:
                     preemptable.append(flavor)

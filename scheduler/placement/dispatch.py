@@ -277,14 +277,16 @@ def report_state(attempt: Attempt, state: JobState, message: str, now: datetime,
     elif state == JobState.SUCCEEDED:
         report.ended += _end(attempt, O.SUCCEEDED, message or "Finished successfully.", "succeeded", now)
     elif state == JobState.FAILED:
-        report.ended += _end(attempt, O.FAILED, f"The job failed on {where}: {message or 'no reason given'}.",
-                             "job_failed", now)  # fmt: skip
+        report.ended += _end(
+            attempt, O.FAILED, f"The job failed on {where}: {message or 'no reason given'}.", "job_failed", now
+        )
     elif state == JobState.CANCELLED:
         if job.state == S.PREEMPTING:
             report.ended += _end(attempt, O.PREEMPTED, "Preempted: it stopped within its grace period.", "", now)
         else:  # stopped by the cluster itself (a drain, an operator): the work is lost, not the job's fault
-            report.lost += _end(attempt, O.LOST, f"The cluster stopped it: {message or 'cancelled there'}.",
-                                "stopped_by_cluster", now)  # fmt: skip
+            report.lost += _end(
+                attempt, O.LOST, f"The cluster stopped it: {message or 'cancelled there'}.", "stopped_by_cluster", now
+            )
 
 
 # -------------------------------------------------------------------------------------------- recover
@@ -301,13 +303,25 @@ def recover(organization: Organization, now: datetime | None = None) -> dict[str
     for attempt in reachable.filter(_on_lost_node("assignments__")).distinct().select_related("job"):
         node = attempt.assignments.filter(_on_lost_node()).select_related("node").first()
         what = f"node {node.node.name} ({node.node.get_state_display().lower()})" if node else "its node"
-        if _end(attempt, O.LOST, f"Its {what} failed or was taken out of service.", "node_failed", now,
-                cleanup_pending=attempt.may_run_on_cluster):  # fmt: skip
+        if _end(
+            attempt,
+            O.LOST,
+            f"Its {what} failed or was taken out of service.",
+            "node_failed",
+            now,
+            cleanup_pending=attempt.may_run_on_cluster,
+        ):
             counts["node_failed"] += 1
 
     for attempt in active.filter(cluster__status=Cluster.Status.UNREACHABLE).select_related("job", "cluster"):
-        if _end(attempt, O.LOST, f"Cluster {attempt.cluster} cannot be reached.", "cluster_unreachable", now,
-                cleanup_pending=True):  # fmt: skip
+        if _end(
+            attempt,
+            O.LOST,
+            f"Cluster {attempt.cluster} cannot be reached.",
+            "cluster_unreachable",
+            now,
+            cleanup_pending=True,
+        ):
             counts["cluster_unreachable"] += 1
 
     # Preempted before it ever reached its cluster: nothing runs, it can go back to the queue now.

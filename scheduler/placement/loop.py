@@ -325,8 +325,13 @@ def _same_minute(a: datetime | None, b: datetime | None) -> bool:
 def _write_pending_postgresql(rows: list[tuple[Any, ...]]) -> None:
     """One UPDATE from the staged rows, for tens of thousands of jobs."""
     table = Job._meta.db_table
-    columns = (("id", "bigint"), ("reason", "text"), ("message", "text"), ("position", "integer"),
-               ("estimate", "timestamptz"))  # fmt: skip
+    columns = (
+        ("id", "bigint"),
+        ("reason", "text"),
+        ("message", "text"),
+        ("position", "integer"),
+        ("estimate", "timestamptz"),
+    )
     with transaction.atomic(), connection.cursor() as cursor, staged(cursor, "job_pending", columns, rows):
         cursor.execute(
             f"UPDATE {table} j SET pending_reason = p.reason, pending_message = p.message,"  # noqa: S608

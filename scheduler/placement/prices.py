@@ -19,8 +19,9 @@ from django.utils.module_loading import import_string
 class Prices(Protocol):
     """The organization's rates on one day, node by node, as the snapshot asks for them."""
 
-    def of(self, cluster_id: int, flavor_id: int | None, labels: Mapping[str, Any], kind: str,
-           options: Mapping[str, Any]) -> float:  # fmt: skip
+    def of(
+        self, cluster_id: int, flavor_id: int | None, labels: Mapping[str, Any], kind: str, options: Mapping[str, Any]
+    ) -> float:
         """Currency units per accelerator-hour of that node (0 if there is no rate for it)."""
         ...
 

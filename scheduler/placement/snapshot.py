@@ -79,9 +79,9 @@ def _free(accelerators: int, ours: dict[int, int], foreign: int) -> tuple[int, .
     return tuple(free)
 
 
-def build(organization: Organization, now: datetime | None = None, config: m.Config | None = None) -> tuple[
-    m.Snapshot, Index
-]:  # fmt: skip
+def build(
+    organization: Organization, now: datetime | None = None, config: m.Config | None = None
+) -> tuple[m.Snapshot, Index]:
     """The snapshot of ``organization`` at ``now`` and the index to apply its decisions with."""
     now = now or timezone.now()
     state, _ = LoopState.objects.get_or_create(organization=organization)
@@ -124,9 +124,9 @@ def _placed_assignments(organization: Organization) -> list[dict[str, Any]]:
     return cast(list[dict[str, Any]], list(rows))
 
 
-def fleet(organization: Organization, index: Index, placed: list[dict[str, Any]] | None = None) -> tuple[
-    tuple[m.Cluster, ...], tuple[m.Node, ...], tuple[str, ...]
-]:  # fmt: skip
+def fleet(
+    organization: Organization, index: Index, placed: list[dict[str, Any]] | None = None
+) -> tuple[tuple[m.Cluster, ...], tuple[m.Node, ...], tuple[str, ...]]:
     """The clusters and nodes of ``organization`` with what is free on each after ``placed`` (everything, when
     None: the idle fleet), and every flavor in the default fallback order: the cheapest first, CPU-only last."""
     idle = placed is None
@@ -153,13 +153,25 @@ def fleet(organization: Organization, index: Index, placed: list[dict[str, Any]]
     for n in (
         Node.objects.filter(cluster_id__in=by_pk, present=True)
         .values(
-            "pk", "name", "cluster_id", "accelerator_id", "accelerator__name", "labels", "accelerators_allocatable",
+            "pk",
+            "name",
+            "cluster_id",
+            "accelerator_id",
+            "accelerator__name",
+            "labels",
+            "accelerators_allocatable",
             "cpu_allocatable",
-            "memory_allocatable", "accelerators_used", "cpu_used", "memory_used", "topology", "state", "ready",
+            "memory_allocatable",
+            "accelerators_used",
+            "cpu_used",
+            "memory_used",
+            "topology",
+            "state",
+            "ready",
             "healthy",
         )
         .order_by("cluster_id", "name")
-    ):  # fmt: skip
+    ):
         cluster = by_pk[n["cluster_id"]]
         flavor = n["accelerator__name"] or CPU_FLAVOR
         price = prices.of(n["cluster_id"], n["accelerator_id"], n["labels"] or {}, cluster["kind"], cluster["options"])
@@ -198,9 +210,9 @@ def fleet(organization: Organization, index: Index, placed: list[dict[str, Any]]
     return engine_clusters, tuple(nodes), every_flavor
 
 
-def governance(organization: Organization, every_flavor: tuple[str, ...], index: Index) -> tuple[
-    tuple[m.Tier, ...], tuple[m.Cohort, ...], tuple[m.Queue, ...]
-]:  # fmt: skip
+def governance(
+    organization: Organization, every_flavor: tuple[str, ...], index: Index
+) -> tuple[tuple[m.Tier, ...], tuple[m.Cohort, ...], tuple[m.Queue, ...]]:
     """Priority tiers, the cohort tree and the queues with their quotas."""
     tiers = []
     for t in PriorityTier.objects.filter(organization=organization).values(
@@ -243,11 +255,16 @@ def governance(organization: Organization, every_flavor: tuple[str, ...], index:
             cohort = team_cohort[q["team_id"]]
             if q["project_id"] is None:  # the team's own queue keeps what its projects were not given
                 quota_rows = [
-                    {**r, "nominal": max(Decimal(0), r["nominal"] - given[(q["team_id"], r["flavor__name"],
-                                                                          r["resource"])]),
-                     "borrowing_limit": None, "lending_limit": None}
+                    {
+                        **r,
+                        "nominal": max(
+                            Decimal(0), r["nominal"] - given[(q["team_id"], r["flavor__name"], r["resource"])]
+                        ),
+                        "borrowing_limit": None,
+                        "lending_limit": None,
+                    }
                     for r in quota_rows
-                ]  # fmt: skip
+                ]
         queues.append(
             m.Queue(
                 q["name"],
@@ -281,12 +298,24 @@ def _running(
     for a in (
         Attempt.objects.filter(job__team__organization=organization, job__state__in=PLACED, outcome="active")
         .values(
-            "pk", "job_id", "number", "job__attempt", "job__state", "job__queue__name", "job__tier__name",
-            "cluster__slug", "flavor", "admitted_at", "job__time_limit", "job__submitted_at", "job__preemptible",
-            "job__team_id", "job__submitted_by_id",
+            "pk",
+            "job_id",
+            "number",
+            "job__attempt",
+            "job__state",
+            "job__queue__name",
+            "job__tier__name",
+            "cluster__slug",
+            "flavor",
+            "admitted_at",
+            "job__time_limit",
+            "job__submitted_at",
+            "job__preemptible",
+            "job__team_id",
+            "job__submitted_by_id",
         )
         .order_by("job_id")
-    ):  # fmt: skip
+    ):
         if a["number"] != a["job__attempt"]:
             continue  # an earlier attempt that was not closed: it holds nothing the engine should count
         index.placed[a["job_id"]] = (a["job__state"], a["number"])
@@ -322,13 +351,34 @@ def _pending(
         Job.objects.filter(team__organization=organization, state__in=WAITING)
         .filter(Q(not_before=None) | Q(not_before__lte=now))
         .values(
-            "pk", "state", "attempt", "queue__name", "tier__name", "submitted_at", "workers", "accelerators",
-            "accelerator_milli", "cpu", "memory", "accelerator_types", "regions", "topology_level", "topology_mode",
-            "time_limit", "max_price_per_hour", "preemptible", "pending_reason", "pending_message", "queue_position",
-            "estimated_start", "team_id", "project_id", "submitted_by_id",
+            "pk",
+            "state",
+            "attempt",
+            "queue__name",
+            "tier__name",
+            "submitted_at",
+            "workers",
+            "accelerators",
+            "accelerator_milli",
+            "cpu",
+            "memory",
+            "accelerator_types",
+            "regions",
+            "topology_level",
+            "topology_mode",
+            "time_limit",
+            "max_price_per_hour",
+            "preemptible",
+            "pending_reason",
+            "pending_message",
+            "queue_position",
+            "estimated_start",
+            "team_id",
+            "project_id",
+            "submitted_by_id",
         )
         .order_by("submitted_at", "pk")
-    ):  # fmt: skip
+    ):
         index.waiting[j["pk"]] = (
             j["state"],
             j["attempt"],

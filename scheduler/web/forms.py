@@ -115,9 +115,13 @@ class JobForm(ChoicesForm):
         required=False, widget=CheckboxList(), help_text="Only these; none ticked: any."
     )
     max_price_per_hour = forms.DecimalField(
-        required=False, min_value=FIELDS["max_price_per_hour"].low, max_digits=12, decimal_places=2,
-        label="Max price per hour", help_text=FIELDS["max_price_per_hour"].help,
-    )  # fmt: skip
+        required=False,
+        min_value=FIELDS["max_price_per_hour"].low,
+        max_digits=12,
+        decimal_places=2,
+        label="Max price per hour",
+        help_text=FIELDS["max_price_per_hour"].help,
+    )
 
     time_limit_hours = forms.IntegerField(
         min_value=0, max_value=submission.MAX_TIME_LIMIT // 3600, initial=1, label="Time limit: hours"
@@ -131,20 +135,28 @@ class JobForm(ChoicesForm):
         max_length=5000, required=False, help_text="As in a shell: python train.py --lr 3e-4", label="Command"
     )
     script = text(
-        "script", label="or a batch script", strip=False,
+        "script",
+        label="or a batch script",
+        strip=False,
         widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
-    )  # fmt: skip
+    )
     env = forms.CharField(
-        max_length=20_000, required=False, label="Environment variables",
+        max_length=20_000,
+        required=False,
+        label="Environment variables",
         widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "placeholder": "KEY=VALUE, one a line"}),
-    )  # fmt: skip
+    )
     secret_env = forms.CharField(
-        max_length=20_000, required=False, label="Secret environment variables", strip=False,
-        widget=SecretTextarea(attrs={"rows": 2, "spellcheck": "false", "autocomplete": "off",
-                                     "placeholder": "KEY=VALUE, one a line"}),
+        max_length=20_000,
+        required=False,
+        label="Secret environment variables",
+        strip=False,
+        widget=SecretTextarea(
+            attrs={"rows": 2, "spellcheck": "false", "autocomplete": "off", "placeholder": "KEY=VALUE, one a line"}
+        ),
         help_text="Tokens, passwords: stored encrypted, shown to nobody (you neither: type them again after an "
-                  "error), given to the job when it starts.",
-    )  # fmt: skip
+        "error), given to the job when it starts.",
+    )
     #: The job this form clones (its secret values are kept if its submitter ticks ``keep_secret_env``).
     secret_env_from = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput())
     keep_secret_env = forms.BooleanField(required=False, initial=True, label="Keep its secret values")
@@ -257,13 +269,33 @@ class JobForm(ChoicesForm):
     #: Stand-ins for fields that failed the form's own checks, so that the action can still judge the rest
     #: and every error is shown at once (its errors on these fields are then dropped: ``apply_action_errors``).
     STAND_INS: ClassVar[dict[str, Any]] = {
-        "project": None, "name": "", "tier": None, "preemptible": True, "accelerator_types": [], "accelerators": 1,
-        "accelerator_milli": 1000, "workers": 1, "cpu_cores": Decimal(1), "memory_gib": Decimal(1),
-        "topology_level": "", "topology_mode": Job.TopologyMode.PREFERRED, "clusters": [], "regions": [],
-        "max_price_per_hour": None, "time_limit": 3600, "max_retries": 3, "checkpoint_location": "", "image": "",
-        "command": [], "script": "", "env": {}, "secret_env": {}, "secret_env_from": None, "keep_secret_env": False,
+        "project": None,
+        "name": "",
+        "tier": None,
+        "preemptible": True,
+        "accelerator_types": [],
+        "accelerators": 1,
+        "accelerator_milli": 1000,
+        "workers": 1,
+        "cpu_cores": Decimal(1),
+        "memory_gib": Decimal(1),
+        "topology_level": "",
+        "topology_mode": Job.TopologyMode.PREFERRED,
+        "clusters": [],
+        "regions": [],
+        "max_price_per_hour": None,
+        "time_limit": 3600,
+        "max_retries": 3,
+        "checkpoint_location": "",
+        "image": "",
+        "command": [],
+        "script": "",
+        "env": {},
+        "secret_env": {},
+        "secret_env_from": None,
+        "keep_secret_env": False,
         "idempotency_key": "",
-    }  # fmt: skip
+    }
 
     def job_request(self, *, placeholders: bool = False) -> tuple[JobRequest, list[str]]:
         """The request the form describes (call after ``is_valid``; a field that failed is replaced by its
@@ -359,18 +391,21 @@ def initial_from_job(job: Job) -> dict[str, Any]:
 
 class CancelForm(forms.Form):
     reason = forms.CharField(
-        max_length=actions.MAX_REASON, required=False, widget=forms.Textarea(attrs={"rows": 2}),
+        max_length=actions.MAX_REASON,
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
         help_text="Optional; kept in the job's timeline and the audit log.",
-    )  # fmt: skip
+    )
 
 
 class InterventionForm(forms.Form):
     """An admin's force-preempt or requeue: the reason is required (the action says so too)."""
 
     reason = forms.CharField(
-        max_length=actions.MAX_REASON, widget=forms.Textarea(attrs={"rows": 2}),
+        max_length=actions.MAX_REASON,
+        widget=forms.Textarea(attrs={"rows": 2}),
         help_text="Required; kept in the job's timeline and the audit log.",
-    )  # fmt: skip
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("auto_id", "intervene_%s")  # beside the cancel form on one page: ids of its own

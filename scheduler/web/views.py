@@ -249,10 +249,13 @@ def _intervene(
 @require_POST
 def job_preempt(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return _intervene(
-        request, pk, "preempt", actions.preempt_job,
+        request,
+        pk,
+        "preempt",
+        actions.preempt_job,
         "Job #{job.pk} is preempted: it has {job.tier.grace_seconds} s to checkpoint and exit, then goes back to "
         "its queue.",
-    )  # fmt: skip
+    )
 
 
 @login_required
@@ -275,9 +278,9 @@ def _render_form(request: AuthenticatedHttpRequest, form: JobForm, status: int =
     return render(request, "scheduler/job_form.html", context, status=status)
 
 
-def _judged(request: AuthenticatedHttpRequest, form: JobForm, *, placeholders: bool = False) -> tuple[
-    JobRequest | None, list[str], tuple[Queue, PriorityTier] | None
-]:  # fmt: skip
+def _judged(
+    request: AuthenticatedHttpRequest, form: JobForm, *, placeholders: bool = False
+) -> tuple[JobRequest | None, list[str], tuple[Queue, PriorityTier] | None]:
     """Check the form, then the request by the action's own rules (even when some fields failed the form's
     checks, so that every error shows at once); the queue and tier when all is well. No request at all when
     the team posted is not one the user may submit to: the form's team field says so, and there is no team

@@ -155,9 +155,19 @@ class AuditLogSerializer(serializers.ModelSerializer[AuditLog]):
     class Meta:
         model = AuditLog
         fields = [
-            "id", "created_at", "organization", "actor_name", "action", "target_type", "target_id",
-            "target_repr", "changes", "reason", "ip_address", "user_agent",
-        ]  # fmt: skip
+            "id",
+            "created_at",
+            "organization",
+            "actor_name",
+            "action",
+            "target_type",
+            "target_id",
+            "target_repr",
+            "changes",
+            "reason",
+            "ip_address",
+            "user_agent",
+        ]
         read_only_fields = fields
 
     def get_target_type(self, entry: AuditLog) -> str | None:

@@ -128,9 +128,12 @@ class MembershipViewSet(
         change = s.RoleChangeSerializer(data=request.data)
         change.is_valid(raise_exception=True)
         membership = actions.change_role(
-            self.actor, membership, role=change.validated_data["role"], reason=change.validated_data["reason"],
+            self.actor,
+            membership,
+            role=change.validated_data["role"],
+            reason=change.validated_data["reason"],
             request=request,
-        )  # fmt: skip
+        )
         return Response(s.MembershipSerializer(membership, context=self.get_serializer_context()).data)
 
     def perform_destroy(self, instance: Membership) -> None:

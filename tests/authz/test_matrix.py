@@ -104,8 +104,15 @@ def test_every_route_has_a_row() -> None:
 
 #: Changes the policy does not decide: signing in and out, one's own new tokens, the probes' endpoint (for probe
 #: tokens alone), a method the route refuses.
-UNDECIDED = {("login", "POST"), ("logout", "POST"), ("token-list", "POST"), ("oidc-callback", "POST"),
-             ("api:token-obtain", "POST"), ("api:token-obtain", "DELETE"), ("api:probe-health", "POST")}  # fmt: skip
+UNDECIDED = {
+    ("login", "POST"),
+    ("logout", "POST"),
+    ("token-list", "POST"),
+    ("oidc-callback", "POST"),
+    ("api:token-obtain", "POST"),
+    ("api:token-obtain", "DELETE"),
+    ("api:probe-health", "POST"),
+}
 
 
 def test_every_change_row_names_its_permission() -> None:
@@ -207,8 +214,14 @@ def checks(world: World, people: list[Actor], part: str) -> Iterator[Check]:
     for row in rows_of(part):
         for actor in people:
             if row.target is None:
-                own = next((s for s in world.sides.values()
-                            if actor.user and world.relation(actor.user, s) is not Rel.OUTSIDER), demo)  # fmt: skip
+                own = next(
+                    (
+                        s
+                        for s in world.sides.values()
+                        if actor.user and world.relation(actor.user, s) is not Rel.OUTSIDER
+                    ),
+                    demo,
+                )
                 pairs = [(own, world.relation(actor.user, own).value)]
             else:
                 pairs = []

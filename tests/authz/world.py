@@ -138,9 +138,12 @@ def _side(slug: str, org: Organization, home: Team, neighbour: Team, users: dict
     o["flavor"] = AcceleratorType.objects.get(organization=org, name=H100)
     o["probe_token"], _ = cluster_actions.issue_probe_token(admin, cluster, f"{canary(slug)} probe")
     cluster_actions.plan_maintenance(
-        admin, cluster, starts_at=timezone.now() + timedelta(days=2), ends_at=timezone.now() + timedelta(days=3),
+        admin,
+        cluster,
+        starts_at=timezone.now() + timedelta(days=2),
+        ends_at=timezone.now() + timedelta(days=3),
         reason=f"{canary(slug)} upgrade",
-    )  # fmt: skip
+    )
     o["maintenance"] = MaintenanceWindow.objects.get(cluster=cluster)
     o["tier"] = PriorityTier.objects.create(organization=org, name=f"{canary(slug)}-normal", value=50, is_default=True)
     o["cohort"] = Cohort.objects.create(organization=org, name=f"{canary(slug)} cohort")
@@ -152,10 +155,15 @@ def _side(slug: str, org: Organization, home: Team, neighbour: Team, users: dict
     budgets.set_budget(admin, home, accelerator_hours=1000, amount=5000, reason="matrix: the month's plan")
     o["budget"] = Budget.objects.get(team=home, project=None)
     o["alert"] = BudgetAlert.objects.create(
-        budget=o["budget"], period=date.today().replace(day=1), measure=BudgetAlert.Measure.HOURS,
-        kind=BudgetAlert.Kind.HALF, limit=Decimal(1000), spent=Decimal(500),
-        message=f"{canary(home.slug)} half of the hours", created_at=timezone.now(),
-    )  # fmt: skip
+        budget=o["budget"],
+        period=date.today().replace(day=1),
+        measure=BudgetAlert.Measure.HOURS,
+        kind=BudgetAlert.Kind.HALF,
+        limit=Decimal(1000),
+        spent=Decimal(500),
+        message=f"{canary(home.slug)} half of the hours",
+        created_at=timezone.now(),
+    )
     o["member_limit"] = MemberLimit.objects.create(team=home, user=researcher, accelerators=8)
     o["membership"] = Membership.objects.get(user=researcher)
     o["lead_membership"] = Membership.objects.get(user=lead)
@@ -163,9 +171,14 @@ def _side(slug: str, org: Organization, home: Team, neighbour: Team, users: dict
 
     def job(user: User, name: str, state: JobState | None = None) -> Job:
         request = JobRequest(
-            team=home, name=f"{canary(home.slug)} {name}", time_limit=3600, image="ghcr.io/lab/train:1",
-            command=["python", "train.py"], accelerators=1, accelerator_types=[H100],
-        )  # fmt: skip
+            team=home,
+            name=f"{canary(home.slug)} {name}",
+            time_limit=3600,
+            image="ghcr.io/lab/train:1",
+            command=["python", "train.py"],
+            accelerators=1,
+            accelerator_types=[H100],
+        )
         submitted, _ = job_actions.submit_job(user, request)
         if state is not None:
             Job.objects.filter(pk=submitted.pk).update(state=state)
@@ -176,23 +189,41 @@ def _side(slug: str, org: Organization, home: Team, neighbour: Team, users: dict
     o["running_job"] = job(researcher, "running", Job.State.RUNNING)
     o["failed_job"] = job(researcher, "failed", Job.State.FAILED)
     Job.objects.create(
-        team=neighbour, queue=o["neighbour_queue"], submitted_by=users[Rel.NEIGHBOUR], tier=o["tier"],
-        name=f"{canary(neighbour.slug)} job", time_limit=3600, state_changed_at=timezone.now(),
+        team=neighbour,
+        queue=o["neighbour_queue"],
+        submitted_by=users[Rel.NEIGHBOUR],
+        tier=o["tier"],
+        name=f"{canary(neighbour.slug)} job",
+        time_limit=3600,
+        state_changed_at=timezone.now(),
         submitted_at=timezone.now(),
-    )  # fmt: skip
+    )
     effective = date(2000, 1, 1).isoformat()
-    asked = {"cluster": cluster.pk, "flavor": o["flavor"].pk, "capacity_type": "on_demand", "hourly_rate": "4.0000",
-             "effective_from": effective, "note": canary(slug)}  # fmt: skip
+    asked = {
+        "cluster": cluster.pk,
+        "flavor": o["flavor"].pk,
+        "capacity_type": "on_demand",
+        "hourly_rate": "4.0000",
+        "effective_from": effective,
+        "note": canary(slug),
+    }
     values = prices.clean_price(org, asked)
     o["price"] = Price.objects.create(organization=org, updated_at=timezone.now(), **values)
     o["overhead"] = Overhead.objects.create(
-        organization=org, name=f"{canary(slug)} platform", amount=Decimal(1000), starts=date(2000, 1, 1),
+        organization=org,
+        name=f"{canary(slug)} platform",
+        amount=Decimal(1000),
+        starts=date(2000, 1, 1),
         updated_at=timezone.now(),
-    )  # fmt: skip
+    )
     o["what_if"] = WhatIf.objects.create(
-        organization=org, requested_by=users[Rel.FINANCE], cluster=cluster, flavor=o["flavor"], nodes=2,
+        organization=org,
+        requested_by=users[Rel.FINANCE],
+        cluster=cluster,
+        flavor=o["flavor"],
+        nodes=2,
         created_at=timezone.now(),
-    )  # fmt: skip
+    )
     o["audit_entry"] = AuditLog.objects.filter(organization=org).latest("pk")
     o["token"] = ApiToken.objects.get(user=researcher, name="matrix")
     o["service_account"], _ = actions.create_service_account(
@@ -216,9 +247,12 @@ def build() -> World:
     teams = {t.slug: t for t in Team.objects.filter(organization=demo)}
     named = {u.username: u for u in User.objects.all()}
     demo_users = {
-        Rel.RESEARCHER: named["alice"], Rel.LEAD: named["lena"], Rel.NEIGHBOUR: named["bob"],
-        Rel.FINANCE: named["fiona"], Rel.ADMIN: named["adam"],
-    }  # fmt: skip
+        Rel.RESEARCHER: named["alice"],
+        Rel.LEAD: named["lena"],
+        Rel.NEIGHBOUR: named["bob"],
+        Rel.FINANCE: named["fiona"],
+        Rel.ADMIN: named["adam"],
+    }
     rival = Organization.objects.create(name="Rival Labs", slug="rival")
     intruders = Team.objects.create(organization=rival, name="Intruders", slug="intruders")
     moles = Team.objects.create(organization=rival, name="Moles", slug="moles")

@@ -67,8 +67,14 @@ def bench(attempts: int, teams: int, projects: int, repeat: int) -> dict[str, An
     now = timezone.now()
     start = budgets.month_of(now)[0]
     try:
-        cluster = Cluster.objects.create(organization=org, name="bench", slug="bench", kind=Cluster.Kind.SIMULATED,
-                                         endpoint=f"sim://bench-budgets-{stamp}", region="bench")  # fmt: skip
+        cluster = Cluster.objects.create(
+            organization=org,
+            name="bench",
+            slug="bench",
+            kind=Cluster.Kind.SIMULATED,
+            endpoint=f"sim://bench-budgets-{stamp}",
+            region="bench",
+        )
         tier = PriorityTier.objects.create(organization=org, name="normal", value=0, is_default=True)
         team_rows = [Team.objects.create(organization=org, name=f"team {i}", slug=f"team-{i}") for i in range(teams)]
         project_rows = {
@@ -79,8 +85,9 @@ def bench(attempts: int, teams: int, projects: int, repeat: int) -> dict[str, An
         for t in team_rows:
             Budget.objects.create(team=t, accelerator_hours=10**6, amount=10**7, hard=True, updated_at=now)
             for p in project_rows[t.pk]:
-                Budget.objects.create(team=t, project=p, accelerator_hours=10**3, amount=10**4, hard=True,
-                                      updated_at=now)  # fmt: skip
+                Budget.objects.create(
+                    team=t, project=p, accelerator_hours=10**3, amount=10**4, hard=True, updated_at=now
+                )
         elapsed = (now - start).total_seconds()
         jobs, spans = [], []
         for _ in range(attempts):
@@ -88,21 +95,40 @@ def bench(attempts: int, teams: int, projects: int, repeat: int) -> dict[str, An
             admitted = start + timedelta(seconds=rnd.uniform(0, elapsed))
             running = rnd.random() < 0.1
             ended = None if running else min(now, admitted + timedelta(hours=rnd.uniform(0.1, 12)))
-            jobs.append(Job(team=t, project=rnd.choice(project_rows[t.pk]), queue=queues[t.pk], submitted_by=user,
-                            name="bench", accelerators=rnd.choice((1, 2, 4, 8)), time_limit=86_400, tier=tier,
-                            state=Job.State.RUNNING if running else Job.State.SUCCEEDED, state_changed_at=now,
-                            submitted_at=admitted))  # fmt: skip
+            jobs.append(
+                Job(
+                    team=t,
+                    project=rnd.choice(project_rows[t.pk]),
+                    queue=queues[t.pk],
+                    submitted_by=user,
+                    name="bench",
+                    accelerators=rnd.choice((1, 2, 4, 8)),
+                    time_limit=86_400,
+                    tier=tier,
+                    state=Job.State.RUNNING if running else Job.State.SUCCEEDED,
+                    state_changed_at=now,
+                    submitted_at=admitted,
+                )
+            )
             spans.append((admitted, ended))
         jobs = Job.objects.bulk_create(jobs, batch_size=5000)
         Attempt.objects.bulk_create(
             [
-                Attempt(job=j, number=1, cluster=cluster, flavor="H100", cost_per_hour=Decimal("4.0") * j.accelerators,
-                        admitted_at=admitted, started_at=admitted, ended_at=ended,
-                        outcome=Attempt.Outcome.ACTIVE if ended is None else Attempt.Outcome.SUCCEEDED)
+                Attempt(
+                    job=j,
+                    number=1,
+                    cluster=cluster,
+                    flavor="H100",
+                    cost_per_hour=Decimal("4.0") * j.accelerators,
+                    admitted_at=admitted,
+                    started_at=admitted,
+                    ended_at=ended,
+                    outcome=Attempt.Outcome.ACTIVE if ended is None else Attempt.Outcome.SUCCEEDED,
+                )
                 for j, (admitted, ended) in zip(jobs, spans, strict=True)
             ],
             batch_size=5000,
-        )  # fmt: skip
+        )
         snapshot_times, left = _timed(lambda: budgets.snapshot_budgets(org.pk, now), repeat)
         alert_times, _ = _timed(lambda: budgets.raise_alerts(now), repeat)
         return {

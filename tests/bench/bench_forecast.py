@@ -178,8 +178,9 @@ def _node_of(flavor_index: int, k: int) -> int:
     return 2 * k + flavor_index
 
 
-def _insert_usage(made: list[Any], flavors: list[Any], nodes: list[Any], org: Any, team: Any, user: Any,
-                  cluster: Any) -> None:  # fmt: skip
+def _insert_usage(
+    made: list[Any], flavors: list[Any], nodes: list[Any], org: Any, team: Any, user: Any, cluster: Any
+) -> None:
     """Each attempt's 100 records (10 nodes of its flavor, 10 days) through the ORM."""
     from billing.models import CapacityType, UsageRecord
 
@@ -190,11 +191,25 @@ def _insert_usage(made: list[Any], flavors: list[Any], nodes: list[Any], org: An
             for d in range(10):
                 day = (attempt.admitted_at + timedelta(days=d)).date()
                 start = datetime.combine(day, datetime.min.time(), tzinfo=UTC)
-                batch.append(UsageRecord(organization=org, team=team, user=user, job_id=attempt.job_id,
-                                         attempt=attempt, cluster=cluster, node=nodes[_node_of(index, k)],
-                                         flavor=flavors[index], capacity_type=CapacityType.ON_PREM, day=day,
-                                         start=start, end=start + timedelta(hours=20), seconds=72_000, milli=8000,
-                                         closed=True))  # fmt: skip
+                batch.append(
+                    UsageRecord(
+                        organization=org,
+                        team=team,
+                        user=user,
+                        job_id=attempt.job_id,
+                        attempt=attempt,
+                        cluster=cluster,
+                        node=nodes[_node_of(index, k)],
+                        flavor=flavors[index],
+                        capacity_type=CapacityType.ON_PREM,
+                        day=day,
+                        start=start,
+                        end=start + timedelta(hours=20),
+                        seconds=72_000,
+                        milli=8000,
+                        closed=True,
+                    )
+                )
                 if len(batch) >= 20_000:
                     UsageRecord.objects.bulk_create(batch, ignore_conflicts=True)
                     batch = []
@@ -264,8 +279,14 @@ def bench_database(records: int, repeat: int) -> dict[str, Any]:
     today = now.date()
     try:
         flavors = [AcceleratorType.objects.create(organization=org, name=name) for name in ("A100", "H100")]
-        cluster = Cluster.objects.create(organization=org, name="bench", slug="bench", kind=Cluster.Kind.SIMULATED,
-                                         endpoint=f"sim://bench-forecast-{stamp}", region="bench")  # fmt: skip
+        cluster = Cluster.objects.create(
+            organization=org,
+            name="bench",
+            slug="bench",
+            kind=Cluster.Kind.SIMULATED,
+            endpoint=f"sim://bench-forecast-{stamp}",
+            region="bench",
+        )
         nodes = Node.objects.bulk_create(
             [Node(cluster=cluster, name=f"n{i}", accelerator=flavors[i % 2], accelerators=8) for i in range(20)]
         )
@@ -277,17 +298,38 @@ def bench_database(records: int, repeat: int) -> dict[str, Any]:
         for _ in range(attempts):
             admitted = now - timedelta(days=rnd.uniform(11, 365))
             starts.append(admitted)
-            jobs.append(Job(team=team, queue=queue, submitted_by=user, name="bench", accelerators=8, time_limit=864_000,
-                            tier=tier, state=Job.State.SUCCEEDED, state_changed_at=admitted,
-                            accelerator_types=[flavors[rnd.randrange(2)].name],
-                            submitted_at=admitted - timedelta(hours=rnd.expovariate(1 / 6))))  # fmt: skip
+            jobs.append(
+                Job(
+                    team=team,
+                    queue=queue,
+                    submitted_by=user,
+                    name="bench",
+                    accelerators=8,
+                    time_limit=864_000,
+                    tier=tier,
+                    state=Job.State.SUCCEEDED,
+                    state_changed_at=admitted,
+                    accelerator_types=[flavors[rnd.randrange(2)].name],
+                    submitted_at=admitted - timedelta(hours=rnd.expovariate(1 / 6)),
+                )
+            )
         jobs = Job.objects.bulk_create(jobs, batch_size=5000)
         made = Attempt.objects.bulk_create(
-            [Attempt(job=j, number=1, cluster=cluster, flavor=j.accelerator_types[0], admitted_at=a, started_at=a,
-                     ended_at=a + timedelta(days=10), outcome=Attempt.Outcome.SUCCEEDED)
-             for j, a in zip(jobs, starts, strict=True)],
+            [
+                Attempt(
+                    job=j,
+                    number=1,
+                    cluster=cluster,
+                    flavor=j.accelerator_types[0],
+                    admitted_at=a,
+                    started_at=a,
+                    ended_at=a + timedelta(days=10),
+                    outcome=Attempt.Outcome.SUCCEEDED,
+                )
+                for j, a in zip(jobs, starts, strict=True)
+            ],
             batch_size=5000,
-        )  # fmt: skip
+        )
         if connection.vendor == "postgresql":
             _insert_usage_postgresql(
                 org.pk, team.pk, user.pk, cluster.pk, [(n.pk, flavors[i % 2].pk) for i, n in enumerate(nodes)]
@@ -295,14 +337,25 @@ def bench_database(records: int, repeat: int) -> dict[str, Any]:
         else:
             _insert_usage(made, flavors, nodes, org, team, user, cluster)
         CapacityRecord.objects.bulk_create(
-            [CapacityRecord(organization=org, cluster=cluster, node=n, flavor=n.accelerator, accelerators=8,
-                            capacity_type=CapacityType.ON_PREM, day=today - timedelta(days=i),
-                            start=datetime.combine(today - timedelta(days=i), datetime.min.time(), tzinfo=UTC),
-                            end=datetime.combine(today - timedelta(days=i - 1), datetime.min.time(), tzinfo=UTC),
-                            seconds=86_400, closed=True)
-             for n in nodes for i in range(1, 366)],
+            [
+                CapacityRecord(
+                    organization=org,
+                    cluster=cluster,
+                    node=n,
+                    flavor=n.accelerator,
+                    accelerators=8,
+                    capacity_type=CapacityType.ON_PREM,
+                    day=today - timedelta(days=i),
+                    start=datetime.combine(today - timedelta(days=i), datetime.min.time(), tzinfo=UTC),
+                    end=datetime.combine(today - timedelta(days=i - 1), datetime.min.time(), tzinfo=UTC),
+                    seconds=86_400,
+                    closed=True,
+                )
+                for n in nodes
+                for i in range(1, 366)
+            ],
             batch_size=5000,
-        )  # fmt: skip
+        )
         read_times, histories = [], []
         for _ in range(repeat):
             started = time.perf_counter()
@@ -330,12 +383,17 @@ def bench_database(records: int, repeat: int) -> dict[str, Any]:
             "attempts": len(made),
             "flavors": [h.flavor for h in histories],
             "days": max(len(h.days) for h in histories),
-            "read_history_seconds": {"p50": round(statistics.median(read_times), 3), "min": round(min(read_times), 3),
-                                     "max": round(max(read_times), 3)},
+            "read_history_seconds": {
+                "p50": round(statistics.median(read_times), 3),
+                "min": round(min(read_times), 3),
+                "max": round(max(read_times), 3),
+            },
             "query_seconds_p50": {name: round(statistics.median(times), 3) for name, times in parts.items()},
-            "forecast_12w_uncached_seconds": {"p50": round(statistics.median(forecast_times), 3),
-                                              "min": round(min(forecast_times), 3)},
-        }  # fmt: skip
+            "forecast_12w_uncached_seconds": {
+                "p50": round(statistics.median(forecast_times), 3),
+                "min": round(min(forecast_times), 3),
+            },
+        }
     finally:
         UsageRecord.objects.filter(organization=org).delete()
         CapacityRecord.objects.filter(organization=org).delete()

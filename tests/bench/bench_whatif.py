@@ -58,16 +58,32 @@ def bench(jobs: int, nodes: int, add: int, days: int, load: float, seed: int, en
     now = timezone.now()
     start = now - timedelta(days=days)
     try:
-        cluster = Cluster.objects.create(organization=org, name="bench", slug="bench", kind=Cluster.Kind.SIMULATED,
-                                         endpoint=f"sim://bench-whatif-{stamp}", region="bench", levels=["rack"],
-                                         status=Cluster.Status.HEALTHY)  # fmt: skip
+        cluster = Cluster.objects.create(
+            organization=org,
+            name="bench",
+            slug="bench",
+            kind=Cluster.Kind.SIMULATED,
+            endpoint=f"sim://bench-whatif-{stamp}",
+            region="bench",
+            levels=["rack"],
+            status=Cluster.Status.HEALTHY,
+        )
         kind = AcceleratorType.objects.create(organization=org, name=FLAVOR)
         Node.objects.bulk_create(
-            Node(cluster=cluster, name=f"node-{i:04d}", accelerator=kind, accelerators=8, accelerators_allocatable=8,
-                 cpu=192_000, cpu_allocatable=192_000, memory=2048 * 1024, memory_allocatable=2048 * 1024,
-                 topology={"rack": f"rack-{i // 8:03d}"})
+            Node(
+                cluster=cluster,
+                name=f"node-{i:04d}",
+                accelerator=kind,
+                accelerators=8,
+                accelerators_allocatable=8,
+                cpu=192_000,
+                cpu_allocatable=192_000,
+                memory=2048 * 1024,
+                memory_allocatable=2048 * 1024,
+                topology={"rack": f"rack-{i // 8:03d}"},
+            )
             for i in range(nodes)
-        )  # fmt: skip
+        )
         tiers = [
             PriorityTier.objects.create(organization=org, name="normal", value=50, is_default=True),
             PriorityTier.objects.create(organization=org, name="high", value=100),
@@ -96,21 +112,42 @@ def bench(jobs: int, nodes: int, add: int, days: int, load: float, seed: int, en
             else:
                 state, span = Job.State.SUCCEEDED, (admitted, ended)
             team = rnd.choice(teams)
-            rows.append(Job(team=team, queue=queues[team.pk], submitted_by=user, name="bench", workers=workers,
-                            accelerators=per, cpu=8000 * per, memory=65536 * per,
-                            time_limit=declared_limit(seconds, "rounded"), tier=tiers[rnd.random() < 0.1],
-                            state=state, state_changed_at=now, submitted_at=submitted))  # fmt: skip
+            rows.append(
+                Job(
+                    team=team,
+                    queue=queues[team.pk],
+                    submitted_by=user,
+                    name="bench",
+                    workers=workers,
+                    accelerators=per,
+                    cpu=8000 * per,
+                    memory=65536 * per,
+                    time_limit=declared_limit(seconds, "rounded"),
+                    tier=tiers[rnd.random() < 0.1],
+                    state=state,
+                    state_changed_at=now,
+                    submitted_at=submitted,
+                )
+            )
             spans.append(span)
         created = Job.objects.bulk_create(rows, batch_size=5000)
         Attempt.objects.bulk_create(
             [
-                Attempt(job=j, number=1, cluster=cluster, flavor=FLAVOR, admitted_at=span[0], started_at=span[0],
-                        ended_at=span[1],
-                        outcome=Attempt.Outcome.ACTIVE if span[1] is None else Attempt.Outcome.SUCCEEDED)
-                for j, span in zip(created, spans, strict=True) if span is not None
+                Attempt(
+                    job=j,
+                    number=1,
+                    cluster=cluster,
+                    flavor=FLAVOR,
+                    admitted_at=span[0],
+                    started_at=span[0],
+                    ended_at=span[1],
+                    outcome=Attempt.Outcome.ACTIVE if span[1] is None else Attempt.Outcome.SUCCEEDED,
+                )
+                for j, span in zip(created, spans, strict=True)
+                if span is not None
             ],
             batch_size=5000,
-        )  # fmt: skip
+        )
 
         timings: dict[str, float] = {}
         started = time.perf_counter()
@@ -145,8 +182,15 @@ def bench(jobs: int, nodes: int, add: int, days: int, load: float, seed: int, en
         }
         if end_to_end:
             # The row as ``submit_what_if`` stores it, without queueing a task a running worker might take.
-            what_if = WhatIf.objects.create(organization=org, requested_by=user, cluster=cluster, flavor=kind,
-                                            nodes=add, days=days, created_at=timezone.now())  # fmt: skip
+            what_if = WhatIf.objects.create(
+                organization=org,
+                requested_by=user,
+                cluster=cluster,
+                flavor=kind,
+                nodes=add,
+                days=days,
+                created_at=timezone.now(),
+            )
             started = time.perf_counter()
             outcome_word = whatif.run(what_if.pk)
             result["run_s"] = round(time.perf_counter() - started, 2)

@@ -233,8 +233,12 @@ def main() -> int:
     log = out / "demo.log"
     demo = subprocess.Popen(
         [sys.executable, "manage.py", "demo", "--bind", f"127.0.0.1:{port}"],
-        cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     soak = Soak(f"http://127.0.0.1:{port}", out, args.placement_timeout)
     launched = time.monotonic()
     while True:

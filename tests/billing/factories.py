@@ -24,9 +24,16 @@ def priced(clusters: Iterable[Cluster], rate: float, by_flavor: Mapping[str, flo
         for flavor in AcceleratorType.objects.filter(pk__in=cluster.nodes.values("accelerator_id")):
             value = Decimal(str((by_flavor or {}).get(flavor.name, rate)))
             Price.objects.update_or_create(
-                cluster=cluster, flavor=flavor, capacity_type=kind, effective_from=date(2000, 1, 1),
-                defaults={"organization": cluster.organization, "hourly_rate": value, "rate": value,
-                          "updated_at": timezone.now()},
-            )  # fmt: skip
+                cluster=cluster,
+                flavor=flavor,
+                capacity_type=kind,
+                effective_from=date(2000, 1, 1),
+                defaults={
+                    "organization": cluster.organization,
+                    "hourly_rate": value,
+                    "rate": value,
+                    "updated_at": timezone.now(),
+                },
+            )
     if org is not None:
         feasibility.forget(org)

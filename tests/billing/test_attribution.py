@@ -29,19 +29,31 @@ def use(
     team: int, hours: float, day: date = NOV, pool: tuple[int, int, str] = POOL, user: int | None = None
 ) -> dict[str, Any]:
     return {
-        "day": day, "team_id": team, "project_id": None, "user_id": user or team, "cluster_id": pool[0],
-        "flavor_id": pool[1], "capacity_type": pool[2], "ms": int(hours * HOUR),
-    }  # fmt: skip
+        "day": day,
+        "team_id": team,
+        "project_id": None,
+        "user_id": user or team,
+        "cluster_id": pool[0],
+        "flavor_id": pool[1],
+        "capacity_type": pool[2],
+        "ms": int(hours * HOUR),
+    }
 
 
 def present(accelerator_hours: float, day: date = NOV, pool: tuple[int, int, str] = POOL) -> dict[str, Any]:
     # Capacity rows sum seconds x accelerators (whole ones); the allocation multiplies by 1000.
-    return {"day": day, "cluster_id": pool[0], "flavor_id": pool[1], "capacity_type": pool[2],
-            "ms": int(accelerator_hours * 3600)}  # fmt: skip
+    return {
+        "day": day,
+        "cluster_id": pool[0],
+        "flavor_id": pool[1],
+        "capacity_type": pool[2],
+        "ms": int(accelerator_hours * 3600),
+    }
 
 
-def allocate(usage: list[dict[str, Any]], capacity: list[dict[str, Any]], rates: list[tuple[Any, ...]],
-             overhead: str = "0") -> attribution.Attribution:  # fmt: skip
+def allocate(
+    usage: list[dict[str, Any]], capacity: list[dict[str, Any]], rates: list[tuple[Any, ...]], overhead: str = "0"
+) -> attribution.Attribution:
     return attribution._allocate(1, NOV, RateBook(rates), usage, capacity, Decimal(overhead), Names())
 
 
@@ -69,8 +81,9 @@ def test_a_pool_nobody_used_is_paid_for_by_everyone_in_proportion_to_usage_cost(
     busy, empty = (1, 10, CapacityType.ON_PREM), (2, 10, CapacityType.SPOT)
     rates = [(*busy, NOV, Decimal(1)), (*empty, NOV, Decimal("0.5"))]
     # Team 1 spent 30.00, team 2 10.00 on the busy pool (which had no idle); the empty pool's 12.00 is split 3:1.
-    result = allocate([use(1, 30, pool=busy), use(2, 10, pool=busy)], [present(40, pool=busy), present(24, pool=empty)],
-                      rates)  # fmt: skip
+    result = allocate(
+        [use(1, 30, pool=busy), use(2, 10, pool=busy)], [present(40, pool=busy), present(24, pool=empty)], rates
+    )
     assert by_team(result) == {1: (3000, 900, 0), 2: (1000, 300, 0)}
     assert balanced(result)
 
@@ -88,8 +101,9 @@ def test_each_day_is_priced_at_the_rate_in_effect_that_day() -> None:
     result = allocate([use(1, 10), use(1, 10, day=second)], [present(10), present(10, day=second)], rates)
     assert by_team(result) == {1: (1000 + 3000, 0, 0)}
     assert [(row["day"], row["usage"]) for row in sorted(result.rollup(["day"]), key=lambda r: r["day"])] == [
-        (NOV, 1000), (second, 3000),
-    ]  # fmt: skip
+        (NOV, 1000),
+        (second, 3000),
+    ]
 
 
 def test_usage_without_a_price_costs_nothing_and_is_reported_as_unpriced() -> None:
@@ -181,8 +195,9 @@ def test_a_metered_month_is_attributed_to_the_teams_and_adds_up_to_the_fleet_on_
     start = datetime(2026, 11, 3, 9, tzinfo=UTC)
     vision = placed(fleet, admitted=start, ended=start + timedelta(hours=10), accelerators=4)
     robotics = placed(fleet, username="bob", admitted=start, ended=start + timedelta(hours=5), accelerators=2, name="b")
-    Overhead.objects.create(organization=fleet.org, name="Support", amount=Decimal("1000.00"),
-                            starts=date(2026, 1, 1), updated_at=start)  # fmt: skip
+    Overhead.objects.create(
+        organization=fleet.org, name="Support", amount=Decimal("1000.00"), starts=date(2026, 1, 1), updated_at=start
+    )
     metering.meter_capacity(fleet.org, start)
     metering.meter(fleet.org, start + timedelta(days=1))
     assert metering.reconcile(fleet.org, since=start - timedelta(days=1)).balanced

@@ -93,9 +93,19 @@ def test_the_fleet_summary_marks_team_names_too(month: Fleet) -> None:
 @pytest.mark.parametrize(
     ("value", "formula"),
     [
-        ("=1+1", True), ("+1", True), ("-1", True), ("@SUM(A1)", True), ("\tx", True), ("\rx", True),
-        ("vision", False), ("", False), ("a=b", False), (Decimal("-1.00"), False), (-1, False), (None, False),
+        ("=1+1", True),
+        ("+1", True),
+        ("-1", True),
+        ("@SUM(A1)", True),
+        ("\tx", True),
+        ("\rx", True),
+        ("vision", False),
+        ("", False),
+        ("a=b", False),
+        (Decimal("-1.00"), False),
+        (-1, False),
+        (None, False),
     ],
-)  # fmt: skip
+)
 def test_reads_as_formula_is_owasps_rule_for_texts_only(value: Any, formula: bool) -> None:
     assert reports.reads_as_formula(value) is formula

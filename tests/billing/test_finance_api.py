@@ -135,8 +135,14 @@ def test_the_xlsx_statement_and_fleet_summary_have_the_right_totals(month: Fleet
 def cloud_row(fleet: Fleet, **changes: Any) -> dict[str, Any]:
     cluster = next(iter(fleet.clusters.values()))
     flavor = cluster.nodes.filter(accelerator__isnull=False).first().accelerator.name  # type: ignore[union-attr]
-    return {"cluster": cluster.slug, "flavor": flavor, "capacity_type": "spot", "effective_from": "2026-12-01",
-            "hourly_rate": "1.2345", **changes}  # fmt: skip
+    return {
+        "cluster": cluster.slug,
+        "flavor": flavor,
+        "capacity_type": "spot",
+        "effective_from": "2026-12-01",
+        "hourly_rate": "1.2345",
+        **changes,
+    }
 
 
 def test_finance_adds_changes_and_removes_prices_and_each_change_is_audited(fleet: Fleet) -> None:
@@ -146,9 +152,17 @@ def test_finance_adds_changes_and_removes_prices_and_each_change_is_audited(flee
     price = response.json()
     assert (price["rate"], price["capacity_type"]) == ("1.234500", "spot")
 
-    on_prem = cloud_row(fleet, capacity_type="on_prem", hourly_rate=None, purchase_price="300000",
-                        accelerators_per_node=8, depreciation_months=48, power_kw="10.2", energy_price="0.15",
-                        hosting_per_month="1500")  # fmt: skip
+    on_prem = cloud_row(
+        fleet,
+        capacity_type="on_prem",
+        hourly_rate=None,
+        purchase_price="300000",
+        accelerators_per_node=8,
+        depreciation_months=48,
+        power_kw="10.2",
+        energy_price="0.15",
+        hosting_per_month="1500",
+    )
     response = client.post("/api/v1/prices/", on_prem, format="json")
     assert response.status_code == 201, response.content
     # (300000 / (48 x 730.5) + 10.2 x 0.15 + 1500 / 730.5) / 8
@@ -164,13 +178,30 @@ def test_finance_adds_changes_and_removes_prices_and_each_change_is_audited(flee
 
 def test_bad_price_book_input_gets_a_400_naming_every_field_and_writes_nothing(fleet: Fleet) -> None:
     client = api_client(fleet.user("fiona"))
-    bad = cloud_row(fleet, capacity_type="on_prem", hourly_rate="2", purchase_price="-1", power_kw="lots",
-                    depreciation_months=0, effective_from="2026-02-30", colour="red")  # fmt: skip
+    bad = cloud_row(
+        fleet,
+        capacity_type="on_prem",
+        hourly_rate="2",
+        purchase_price="-1",
+        power_kw="lots",
+        depreciation_months=0,
+        effective_from="2026-02-30",
+        colour="red",
+    )
     response = client.post("/api/v1/prices/", bad, format="json")
     assert response.status_code == 400
     fields = response.json()["error"]["fields"]
-    assert set(fields) >= {"hourly_rate", "purchase_price", "power_kw", "depreciation_months", "effective_from",
-                           "accelerators_per_node", "energy_price", "hosting_per_month", "colour"}  # fmt: skip
+    assert set(fields) >= {
+        "hourly_rate",
+        "purchase_price",
+        "power_kw",
+        "depreciation_months",
+        "effective_from",
+        "accelerators_per_node",
+        "energy_price",
+        "hosting_per_month",
+        "colour",
+    }
     response = client.post("/api/v1/prices/", cloud_row(fleet, cluster="nowhere", capacity_type="cheap"), format="json")
     assert set(response.json()["error"]["fields"]) == {"cluster", "capacity_type"}
     assert not Price.objects.exists()
@@ -202,12 +233,14 @@ def test_only_finance_and_admins_read_or_change_the_price_book(fleet: Fleet) -> 
 
 def test_overhead_is_set_by_finance_and_validated(fleet: Fleet) -> None:
     client = api_client(fleet.user("fiona"))
-    response = client.post("/api/v1/overheads/", {"name": "", "amount": "-5", "starts": "2026-12-09",
-                                                   "ends": "2026-10-01"}, format="json")  # fmt: skip
+    response = client.post(
+        "/api/v1/overheads/", {"name": "", "amount": "-5", "starts": "2026-12-09", "ends": "2026-10-01"}, format="json"
+    )
     assert response.status_code == 400
     assert set(response.json()["error"]["fields"]) == {"name", "amount", "ends"}
-    response = client.post("/api/v1/overheads/", {"name": "Storage", "amount": "250.5", "starts": "2026-12-09"},
-                           format="json")  # fmt: skip
+    response = client.post(
+        "/api/v1/overheads/", {"name": "Storage", "amount": "250.5", "starts": "2026-12-09"}, format="json"
+    )
     assert response.status_code == 201
     assert response.json()["starts"] == "2026-12-01"  # months are stored as their first day
     assert Overhead.objects.get().amount == Decimal("250.50")

@@ -21,7 +21,7 @@ from openpyxl import load_workbook
 
 from billing import attribution, metering, prices
 from billing.models import Overhead, Price
-from billing.web.finance import rate_text
+from billing.web.costs import rate_text
 from billing.web.forms import PriceForm
 from clusters.models import Node
 from governance import budgets
@@ -50,8 +50,13 @@ def price_the_fleet(fleet: Fleet, rate: str) -> None:
     for cluster in fleet.clusters.values():
         flavors = Node.objects.filter(cluster=cluster, accelerator__isnull=False).values_list("accelerator__name")
         for (flavor,) in set(flavors):
-            row = {"cluster": cluster.slug, "flavor": flavor, "capacity_type": "on_demand", "hourly_rate": rate,
-                   "effective_from": "2026-09-01"}  # fmt: skip
+            row = {
+                "cluster": cluster.slug,
+                "flavor": flavor,
+                "capacity_type": "on_demand",
+                "hourly_rate": rate,
+                "effective_from": "2026-09-01",
+            }
             prices.set_price(fleet.user("fiona"), fleet.org, row)
         cluster.options = {**cluster.options, "capacity_type": "on_demand"}
         cluster.save(update_fields=["options"])
@@ -63,8 +68,7 @@ def costed(fleet: Fleet) -> Fleet:
     (Robotics), at 2.50 an hour; 1,000.00 of support a month; a budget per team."""
     price_the_fleet(fleet, "2.5")
     placed(fleet, admitted=START, ended=START + timedelta(hours=10), accelerators=4, name="segformer")
-    placed(fleet, username="bob", admitted=START, ended=START + timedelta(hours=5), accelerators=2,
-           name="grasp-policy")  # fmt: skip
+    placed(fleet, username="bob", admitted=START, ended=START + timedelta(hours=5), accelerators=2, name="grasp-policy")
     prices.set_overhead(fleet.user("fiona"), fleet.org, {"name": "Support", "amount": "1000", "starts": "2026-01-01"})
     metering.meter_capacity(fleet.org, START)
     metering.meter(fleet.org, START + timedelta(days=1))
@@ -297,10 +301,19 @@ def test_anonymous_visitors_are_sent_to_sign_in(world: Any) -> None:
 # --- the price book ------------------------------------------------------------------------------------------
 
 ON_PREM = {
-    "cluster": "east", "flavor": "", "capacity_type": "on_prem", "effective_from": "2026-12-01",
-    "purchase_price": "250000", "accelerators_per_node": "8", "depreciation_months": "48", "power_kw": "10.2",
-    "energy_price": "0.15", "hosting_per_month": "1200", "hourly_rate": "", "note": "the new racks",
-}  # fmt: skip
+    "cluster": "east",
+    "flavor": "",
+    "capacity_type": "on_prem",
+    "effective_from": "2026-12-01",
+    "purchase_price": "250000",
+    "accelerators_per_node": "8",
+    "depreciation_months": "48",
+    "power_kw": "10.2",
+    "energy_price": "0.15",
+    "hosting_per_month": "1200",
+    "hourly_rate": "",
+    "note": "the new racks",
+}
 
 
 def flavor_of(fleet: Fleet) -> str:
@@ -321,8 +334,15 @@ def test_finance_adds_a_cloud_and_an_on_prem_price(fleet: Fleet) -> None:
     client = signed_in(fleet, "fiona")
     flavor = flavor_of(fleet)
     assert client.get("/billing/prices/").status_code == 200
-    cloud = {"organization": fleet.org.pk, "cluster": "west", "flavor": flavor, "capacity_type": "spot",
-             "effective_from": "2026-11-01", "hourly_rate": "1.25", "note": ""}  # fmt: skip
+    cloud = {
+        "organization": fleet.org.pk,
+        "cluster": "west",
+        "flavor": flavor,
+        "capacity_type": "spot",
+        "effective_from": "2026-11-01",
+        "hourly_rate": "1.25",
+        "note": "",
+    }
     response = client.post("/billing/prices/", {**cloud, **dict.fromkeys(prices.ON_PREM_FIELDS, "")})
     assert response.status_code == 302
     spot = Price.objects.get(capacity_type="spot")
@@ -426,8 +446,10 @@ def test_shared_overhead_is_added_changed_and_deleted_from_the_same_page(fleet: 
     row = Overhead.objects.get()
     assert (row.amount, row.starts, row.ends) == (Decimal("1200.50"), date(2026, 10, 1), None)
     assert "Storage" in client.get("/billing/prices/").content.decode()
-    changed = client.post(f"/billing/prices/overhead/{row.pk}/",
-                          {"name": "Storage", "amount": "900", "starts": "2026-10", "ends": "2026-12"})  # fmt: skip
+    changed = client.post(
+        f"/billing/prices/overhead/{row.pk}/",
+        {"name": "Storage", "amount": "900", "starts": "2026-10", "ends": "2026-12"},
+    )
     assert changed.status_code == 302
     row.refresh_from_db()
     assert (row.amount, row.ends) == (Decimal("900.00"), date(2026, 12, 1))

@@ -66,15 +66,33 @@ class Lab:
     ) -> Job:
         queue = Queue.objects.get(team=self.world.teams[team], project=None)
         job = Job.objects.create(
-            team=self.world.teams[team], queue=queue, submitted_by=self.world.users["alice"], name="train",
-            accelerator_types=list(types), accelerators=accelerators, workers=workers, accelerator_milli=milli,
-            time_limit=time_limit, tier=self.tier, state=state, state_changed_at=finished or submitted,
-            submitted_at=submitted, attempt=len(attempts), finished_at=finished,
-        )  # fmt: skip
+            team=self.world.teams[team],
+            queue=queue,
+            submitted_by=self.world.users["alice"],
+            name="train",
+            accelerator_types=list(types),
+            accelerators=accelerators,
+            workers=workers,
+            accelerator_milli=milli,
+            time_limit=time_limit,
+            tier=self.tier,
+            state=state,
+            state_changed_at=finished or submitted,
+            submitted_at=submitted,
+            attempt=len(attempts),
+            finished_at=finished,
+        )
         for number, (admitted, ended, flavor) in enumerate(attempts, start=1):
             outcome = Attempt.Outcome.SUCCEEDED if ended else Attempt.Outcome.ACTIVE
-            Attempt.objects.create(job=job, number=number, cluster=self.cluster, flavor=flavor, admitted_at=admitted,
-                                   ended_at=ended, outcome=outcome)  # fmt: skip
+            Attempt.objects.create(
+                job=job,
+                number=number,
+                cluster=self.cluster,
+                flavor=flavor,
+                admitted_at=admitted,
+                ended_at=ended,
+                outcome=outcome,
+            )
         return job
 
     def usage(self, day: date, seconds: int, milli: int, flavor: str = "H100", node: int = 0) -> UsageRecord:
@@ -84,19 +102,36 @@ class Lab:
         job = attempt.job
         start = datetime.combine(day, datetime.min.time(), tzinfo=UTC)
         return UsageRecord.objects.create(
-            organization=self.org, team=job.team, user=job.submitted_by, job=job, attempt=attempt,
-            cluster=self.cluster, node=self.nodes[flavor][node], flavor=self.flavors[flavor],
-            capacity_type=CapacityType.ON_PREM, day=day, start=start, end=start + timedelta(seconds=seconds),
-            seconds=seconds, milli=milli,
-        )  # fmt: skip
+            organization=self.org,
+            team=job.team,
+            user=job.submitted_by,
+            job=job,
+            attempt=attempt,
+            cluster=self.cluster,
+            node=self.nodes[flavor][node],
+            flavor=self.flavors[flavor],
+            capacity_type=CapacityType.ON_PREM,
+            day=day,
+            start=start,
+            end=start + timedelta(seconds=seconds),
+            seconds=seconds,
+            milli=milli,
+        )
 
     def capacity(self, day: date, seconds: int, flavor: str = "H100", node: int = 0, accelerators: int = 8) -> None:
         start = datetime.combine(day, datetime.min.time(), tzinfo=UTC)
         CapacityRecord.objects.create(
-            organization=self.org, cluster=self.cluster, node=self.nodes[flavor][node], flavor=self.flavors[flavor],
-            capacity_type=CapacityType.ON_PREM, accelerators=accelerators, day=day, start=start,
-            end=start + timedelta(seconds=seconds), seconds=seconds,
-        )  # fmt: skip
+            organization=self.org,
+            cluster=self.cluster,
+            node=self.nodes[flavor][node],
+            flavor=self.flavors[flavor],
+            capacity_type=CapacityType.ON_PREM,
+            accelerators=accelerators,
+            day=day,
+            start=start,
+            end=start + timedelta(seconds=seconds),
+            seconds=seconds,
+        )
 
     def history(self, days: int, today: date, flavor: str = "H100") -> None:
         """``days`` days to yesterday of ``flavor``: a node of 8 present all day, used 10 to 16 hours a day by
@@ -111,13 +146,21 @@ class Lab:
 def lab(world: World) -> Lab:
     org = world.org
     flavors = {name: AcceleratorType.objects.create(organization=org, name=name) for name in ("A100", "H100")}
-    cluster = Cluster.objects.create(organization=org, name="lab", slug="lab", kind=Cluster.Kind.SIMULATED,
-                                     endpoint="sim://forecast-lab", region="eu")  # fmt: skip
+    cluster = Cluster.objects.create(
+        organization=org,
+        name="lab",
+        slug="lab",
+        kind=Cluster.Kind.SIMULATED,
+        endpoint="sim://forecast-lab",
+        region="eu",
+    )
     nodes = {
-        "H100": [Node.objects.create(cluster=cluster, name=f"h{i}", accelerator=flavors["H100"], accelerators=8)
-                 for i in range(2)],
+        "H100": [
+            Node.objects.create(cluster=cluster, name=f"h{i}", accelerator=flavors["H100"], accelerators=8)
+            for i in range(2)
+        ],
         "A100": [Node.objects.create(cluster=cluster, name="a0", accelerator=flavors["A100"], accelerators=4)],
-    }  # fmt: skip
+    }
     tier = PriorityTier.objects.create(organization=org, name="normal", value=0, is_default=True)
     return Lab(world, cluster, flavors, nodes, tier)
 
@@ -144,8 +187,13 @@ def test_jobs_still_waiting_count_until_now_and_cancelled_ones_until_they_left(l
     lab.job(at(9, 20), types=["H100"], state=Job.State.PENDING, accelerators=2)  # 4 h yesterday, 12 h today
     lab.job(at(9, 0), types=["A100"], state=Job.State.REQUEUED, attempts=[(at(9, 1), at(9, 22), "A100")])
     lab.job(at(4, 10), types=["H100"], state=Job.State.CANCELLED, finished=at(4, 11))
-    lab.job(at(3, 10), types=["H100"], state=Job.State.CANCELLED, finished=at(3, 15),
-            attempts=[(at(3, 11), at(3, 15), "H100")])  # cancelled while running: no wait after  # fmt: skip
+    lab.job(
+        at(3, 10),
+        types=["H100"],
+        state=Job.State.CANCELLED,
+        finished=at(3, 15),
+        attempts=[(at(3, 11), at(3, 15), "H100")],
+    )  # cancelled while running: no wait after
     assert queued_hours(lab.org, SINCE, NOW) == pytest.approx(
         {
             ("H100", date(2025, 3, 9)): 8.0,

@@ -53,8 +53,16 @@ def test_finance_sees_each_flavors_forecast_with_its_backtest_error(history: Lab
     script = re.search(rf'<script id="{figure_id.group(1)}" type="application/json">(.+?)</script>', html, re.S)
     assert script is not None
     names = [trace["name"] for trace in json.loads(script.group(1))["data"]]
-    assert names == ["95% upper", "95% interval", "80% upper", "80% interval", "Used", "Demand (used + queued)",
-                     "Forecast", "Capacity"]  # fmt: skip
+    assert names == [
+        "95% upper",
+        "95% interval",
+        "80% upper",
+        "80% interval",
+        "Used",
+        "Demand (used + queued)",
+        "Forecast",
+        "Capacity",
+    ]
     assert 'href="/billing/what-ifs/"' in html
     assert "No forecast: not enough history (0 days; needs 21)" in html  # A100: nodes, no history
     assert "vendor/plotly/plotly-basic.min.js" in html

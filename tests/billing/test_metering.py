@@ -41,8 +41,10 @@ def test_an_attempt_across_midnight_is_metered_per_day_to_the_second(fleet: Flee
     assert record is not None
     node = Node.objects.get(pk=record.node_id)
     assert (record.team_id, record.user_id, record.job_id) == (
-        attempt.job.team_id, attempt.job.submitted_by_id, attempt.job_id,
-    )  # fmt: skip
+        attempt.job.team_id,
+        attempt.job.submitted_by_id,
+        attempt.job_id,
+    )
     assert (record.cluster_id, record.flavor_id) == (node.cluster_id, node.accelerator_id)
     assert record.capacity_type == CapacityType.ON_PREM  # a simulated on-prem cluster without labels
 
@@ -204,8 +206,9 @@ def test_backfill_gives_present_nodes_capacity_up_to_their_first_record(fleet: F
         ({}, Cluster.Kind.KUBERNETES, {"capacity_type": "spot"}, CapacityType.SPOT),
     ],
 )
-def test_capacity_type_from_labels_then_the_cluster(labels: dict[str, str], kind: str, options: dict[str, str],
-                                                    expected: str) -> None:  # fmt: skip
+def test_capacity_type_from_labels_then_the_cluster(
+    labels: dict[str, str], kind: str, options: dict[str, str], expected: str
+) -> None:
     assert metering.capacity_type(labels, kind, options) == expected
 
 

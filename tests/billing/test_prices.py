@@ -53,7 +53,10 @@ def test_prices_in_cluster_options_move_into_the_book(fleet: Fleet) -> None:
     migration.forward(apps, None)
     (row,) = Price.objects.all()
     assert (row.cluster_id, row.flavor_id, row.capacity_type, row.rate) == (
-        east.pk, flavor.pk, CapacityType.ON_PREM, Decimal("4.1"),
-    )  # fmt: skip
+        east.pk,
+        flavor.pk,
+        CapacityType.ON_PREM,
+        Decimal("4.1"),
+    )
     assert "prices" not in Cluster.objects.get(pk=east.pk).options
     feasibility.forget(fleet.org)

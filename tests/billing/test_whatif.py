@@ -202,7 +202,7 @@ def test_only_finance_and_admins_of_the_organization_ask(world: World, user: str
         ({"cluster": "rival-gpu"}, {"cluster"}),  # another organization's
         ({"cluster": "off"}, {"cluster"}),  # disabled
     ],
-)  # fmt: skip
+)
 def test_bad_values_are_named_and_nothing_is_written(world: World, values: dict[str, Any], fields: set[str]) -> None:
     h.cluster(world.org, nodes=2)
     h.cluster(world.org, "a100", nodes=1, flavor="A100")

@@ -20,16 +20,29 @@ def cluster(
 ) -> tuple[Cluster, AcceleratorType]:
     """A healthy cluster of ``nodes`` nodes of ``accelerators`` accelerators of ``flavor`` each."""
     row = Cluster.objects.create(
-        organization=org, name=slug, slug=slug, kind=Cluster.Kind.SIMULATED, endpoint=f"sim://{slug}",
-        region="eu-west", levels=["rack"], status=Cluster.Status.HEALTHY,
-    )  # fmt: skip
+        organization=org,
+        name=slug,
+        slug=slug,
+        kind=Cluster.Kind.SIMULATED,
+        endpoint=f"sim://{slug}",
+        region="eu-west",
+        levels=["rack"],
+        status=Cluster.Status.HEALTHY,
+    )
     kind, _ = AcceleratorType.objects.get_or_create(organization=org, name=flavor)
     for i in range(nodes):
         Node.objects.create(
-            cluster=row, name=f"n{i:02d}", accelerator=kind, accelerators=accelerators,
-            accelerators_allocatable=accelerators, cpu=64_000, cpu_allocatable=64_000, memory=512 * 1024,
-            memory_allocatable=512 * 1024, topology={"rack": f"r{i // 4}"},
-        )  # fmt: skip
+            cluster=row,
+            name=f"n{i:02d}",
+            accelerator=kind,
+            accelerators=accelerators,
+            accelerators_allocatable=accelerators,
+            cpu=64_000,
+            cpu_allocatable=64_000,
+            memory=512 * 1024,
+            memory_allocatable=512 * 1024,
+            topology={"rack": f"r{i // 4}"},
+        )
     return row, kind
 
 
@@ -56,18 +69,32 @@ def job(
 ) -> Job:
     """A job submitted at ``submitted`` that, unless ``ran`` is None, ran ``ran`` seconds after ``wait``."""
     row = Job.objects.create(
-        team=team, queue=Queue.objects.get(team=team, project=None), submitted_by=user, name="history",
-        accelerators=accelerators, workers=workers, time_limit=time_limit, tier=tier(team.organization),
-        state=state, state_changed_at=timezone.now(), submitted_at=submitted,
+        team=team,
+        queue=Queue.objects.get(team=team, project=None),
+        submitted_by=user,
+        name="history",
+        accelerators=accelerators,
+        workers=workers,
+        time_limit=time_limit,
+        tier=tier(team.organization),
+        state=state,
+        state_changed_at=timezone.now(),
+        submitted_at=submitted,
         accelerator_types=accelerator_types or [],
-    )  # fmt: skip
+    )
     if ran is not None:
         assert where is not None
         start = submitted + timedelta(seconds=wait)
         Attempt.objects.create(
-            job=row, number=1, cluster=where, flavor=H100, admitted_at=start, started_at=start,
-            ended_at=start + timedelta(seconds=ran), outcome=Attempt.Outcome.SUCCEEDED,
-        )  # fmt: skip
+            job=row,
+            number=1,
+            cluster=where,
+            flavor=H100,
+            admitted_at=start,
+            started_at=start,
+            ended_at=start + timedelta(seconds=ran),
+            outcome=Attempt.Outcome.SUCCEEDED,
+        )
     return row
 
 

@@ -125,10 +125,15 @@ def test_lead_reads_why_a_job_waits_and_the_queue(page: Page, governed: dict[str
     big, _ = actions.submit_job(
         alice,
         submission.JobRequest(
-            team=vision, name="big-gang", time_limit=4 * 3600, accelerator_types=[H100], accelerators=8, workers=30,
+            team=vision,
+            name="big-gang",
+            time_limit=4 * 3600,
+            accelerator_types=[H100],
+            accelerators=8,
+            workers=30,
             image="ghcr.io/demo/vision-train:2.4",
         ),
-    )  # fmt: skip
+    )
     loop.run_all()  # a burst of submissions wakes the loop once; run the cycle that follows it now
     big.refresh_from_db()
     assert big.state == Job.State.PENDING

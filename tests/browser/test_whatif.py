@@ -39,8 +39,15 @@ def test_finance_asks_for_a_what_if_and_reads_it_side_by_side(page: Page, fleet:
     team, alice = Team.objects.get(slug="vision"), User.objects.get(username="alice")
     start = timezone.now() - timedelta(days=6)
     for i in range(160):  # 128 H100 every 54 minutes for six days, half of them for eight hours: 5/4 of the H100
-        h.job(team, alice, start + timedelta(hours=i * 0.9), where=onprem, workers=16, ran=3600.0 * (1 + 7 * (i % 2)),
-              accelerator_types=[h.H100])  # fmt: skip
+        h.job(
+            team,
+            alice,
+            start + timedelta(hours=i * 0.9),
+            where=onprem,
+            workers=16,
+            ran=3600.0 * (1 + 7 * (i % 2)),
+            accelerator_types=[h.H100],
+        )
     sign_in_as(page, "fiona")
     page.goto("/billing/what-ifs/")
     expect(page.get_by_role("heading", name="Capacity what-ifs")).to_be_visible()
@@ -82,10 +89,18 @@ def test_a_running_what_if_shows_its_progress_and_then_its_result(
         h.job(team, alice, start + timedelta(hours=i), where=onprem, workers=8, accelerator_types=[h.H100])
     kind = AcceleratorType.objects.get(organization=demo, name=h.H100)
     what_if = WhatIf.objects.create(
-        organization=demo, requested_by=User.objects.get(username="adam"), cluster=onprem, flavor=kind, nodes=-8,
-        days=2, status=WhatIf.Status.RUNNING, progress=0.37, created_at=timezone.now(), started_at=timezone.now(),
+        organization=demo,
+        requested_by=User.objects.get(username="adam"),
+        cluster=onprem,
+        flavor=kind,
+        nodes=-8,
+        days=2,
+        status=WhatIf.Status.RUNNING,
+        progress=0.37,
+        created_at=timezone.now(),
+        started_at=timezone.now(),
         claimed_until=timezone.now() - timedelta(seconds=1),  # its worker died: the next run takes it over
-    )  # fmt: skip
+    )
     sign_in_as(page, "adam")
     page.goto(f"/billing/what-ifs/{what_if.pk}/")
     expect(page.get_by_test_id("what-if-state")).to_have_text("Running")

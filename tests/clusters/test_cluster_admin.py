@@ -308,20 +308,33 @@ BAD_NEW_CLUSTER = [
     ({"options": '{"api_token": "in the clear"}'}, "options"),
     ({"kind": "tpu", "options": '{"project": "acme"}', **NO_KUBE}, "options"),
     ({"kind": "simulated", "endpoint": "", "options": '{"profile": "cray-1"}', **NO_KUBE}, "options"),
-    ({"kind": "simulated", "endpoint": "", "options": '{"state_file": "/etc/passwd"}', **NO_KUBE},
-     "options"),
+    ({"kind": "simulated", "endpoint": "", "options": '{"state_file": "/etc/passwd"}', **NO_KUBE}, "options"),
     ({"preference": "101"}, "preference"),
     ({"preference": "-1"}, "preference"),
     ({"preference": "lots"}, "preference"),
     # a field of another kind
     ({"kind": "slurm", "slurm_user": "u", "slurm_token": "t", "kubernetes_ca_cert": ""}, "kubernetes_token"),
     ({"kind": "slurm", "slurm_user": "qm-svc", **NO_KUBE}, "slurm_user"),  # no token
-    ({"kind": "tpu", "options": '{"project": "p", "zone": "z"}', **NO_KUBE,
-      "tpu_service_account_json": '{"type": "authorized_user"}'}, "tpu_service_account_json"),
-    ({"kind": "tpu", "options": '{"project": "p", "zone": "z"}', **NO_KUBE,
-      "tpu_service_account_json": '{"type": "service_account"}', "tpu_access_token": "ya29.x"},
-     "tpu_service_account_json"),
-]  # fmt: skip
+    (
+        {
+            "kind": "tpu",
+            "options": '{"project": "p", "zone": "z"}',
+            **NO_KUBE,
+            "tpu_service_account_json": '{"type": "authorized_user"}',
+        },
+        "tpu_service_account_json",
+    ),
+    (
+        {
+            "kind": "tpu",
+            "options": '{"project": "p", "zone": "z"}',
+            **NO_KUBE,
+            "tpu_service_account_json": '{"type": "service_account"}',
+            "tpu_access_token": "ya29.x",
+        },
+        "tpu_service_account_json",
+    ),
+]
 
 
 @pytest.mark.parametrize(("change", "field"), BAD_NEW_CLUSTER)
@@ -495,10 +508,16 @@ def test_tpu_credentials_are_one_or_the_other(world: World, clusters: dict[str, 
 
 @pytest.mark.parametrize(
     ("change", "field"),
-    [({"name": ""}, "name"), ({"endpoint": "gopher://x"}, "endpoint"), ({"slug": "sim"}, "slug"),
-     ({"options": "[]"}, "options"), ({"levels": "UPPER"}, "levels"), ({"preference": "1000"}, "preference"),
-     ({"region": ""}, "region")],
-)  # fmt: skip
+    [
+        ({"name": ""}, "name"),
+        ({"endpoint": "gopher://x"}, "endpoint"),
+        ({"slug": "sim"}, "slug"),
+        ({"options": "[]"}, "options"),
+        ({"levels": "UPPER"}, "levels"),
+        ({"preference": "1000"}, "preference"),
+        ({"region": ""}, "region"),
+    ],
+)
 def test_a_bad_field_of_an_edit_is_400_naming_it(
     world: World, clusters: dict[str, Cluster], change: dict[str, str], field: str
 ):
@@ -640,9 +659,14 @@ def test_loopback_endpoints_only_where_allowed(world: World, clusters: dict[str,
 
     def register() -> Cluster:
         return actions.create_cluster(
-            world.users["adam"], world.org, name="Lab", slug="lab", kind="slurm", region="lab",
+            world.users["adam"],
+            world.org,
+            name="Lab",
+            slug="lab",
+            kind="slurm",
+            region="lab",
             endpoint="http://127.0.0.1:17080",
-        )  # fmt: skip
+        )
 
     settings.CLUSTER_ENDPOINTS_ALLOW_LOOPBACK = False
     with pytest.raises(ValidationError) as refused:

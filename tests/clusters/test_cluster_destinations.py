@@ -69,9 +69,18 @@ def test_every_hostile_endpoint_is_refused_at_registration(world: World, setting
 def test_the_form_and_an_edit_refuse_them_too(world: World, settings: Any) -> None:
     settings.CLUSTER_ENDPOINTS_ALLOW_LOOPBACK = False
     adam = signed_in(world, "adam")
-    form = {"name": "Kube", "slug": "", "kind": "kubernetes", "endpoint": "https://[::ffff:169.254.169.254]:6443",
-            "region": "us", "levels": "", "options": "{}", "preference": "50", "kubernetes_token": "t",
-            "kubernetes_ca_cert": ""}  # fmt: skip
+    form = {
+        "name": "Kube",
+        "slug": "",
+        "kind": "kubernetes",
+        "endpoint": "https://[::ffff:169.254.169.254]:6443",
+        "region": "us",
+        "levels": "",
+        "options": "{}",
+        "preference": "50",
+        "kubernetes_token": "t",
+        "kubernetes_ca_cert": "",
+    }
     response = adam.post("/clusters/new/", form)
     assert response.status_code == 400
     assert "a cloud metadata service" in response.context["form"].errors["endpoint"][0]
@@ -93,11 +102,20 @@ def test_loopback_registration_follows_the_allowance(world: World, settings: Any
 
 
 def test_a_service_accounts_token_uri_is_held_to_the_same_rules(world: World) -> None:
-    key = {"type": "service_account", "client_email": "x@p.iam.gserviceaccount.com", "private_key": "k",
-           "token_uri": "http://[::ffff:169.254.169.254]/computeMetadata/v1/token"}  # fmt: skip
+    key = {
+        "type": "service_account",
+        "client_email": "x@p.iam.gserviceaccount.com",
+        "private_key": "k",
+        "token_uri": "http://[::ffff:169.254.169.254]/computeMetadata/v1/token",
+    }
     with pytest.raises(ValidationError) as refused:
-        register(world, "https://tpu.googleapis.com", kind="tpu", options={"project": "p", "zone": "z"},
-                 credentials={"service_account_json": json.dumps(key)})  # fmt: skip
+        register(
+            world,
+            "https://tpu.googleapis.com",
+            kind="tpu",
+            options={"project": "p", "zone": "z"},
+            credentials={"service_account_json": json.dumps(key)},
+        )
     assert "token_uri" in refused.value.message_dict["credentials"][0]
     assert "k" not in refused.value.message_dict["credentials"][0].split("token_uri")[0]  # no key echoed
 
@@ -267,8 +285,12 @@ def test_google_auth_refreshes_tokens_through_the_policy(
         .private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
         .decode()
     )
-    info = {"type": "service_account", "client_email": "qm@p.iam.gserviceaccount.com", "private_key": pem,
-            "token_uri": f"{token_uri}/token"}  # fmt: skip
+    info = {
+        "type": "service_account",
+        "client_email": "qm@p.iam.gserviceaccount.com",
+        "private_key": pem,
+        "token_uri": f"{token_uri}/token",
+    }
     # A grant, as google-auth makes when it does not sign its own JWT: to token_uri, through the request object
     # the TPU client's session refreshes with.
     credentials = Credentials.from_service_account_info(info, scopes=SCOPES)  # type: ignore[no-untyped-call]

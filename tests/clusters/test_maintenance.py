@@ -33,9 +33,14 @@ def test_a_window_drains_its_nodes_ahead_and_resumes_them_after(
     start = timezone.now() + timedelta(hours=3)
     two = list(Node.objects.filter(cluster=cluster, name__in=["a100-00001", "a100-00002"]))
     window = actions.plan_maintenance(
-        world.users["adam"], cluster, starts_at=start, ends_at=start + timedelta(hours=2), reason="PDU swap",
-        nodes=two, drain_ahead_minutes=60,
-    )  # fmt: skip
+        world.users["adam"],
+        cluster,
+        starts_at=start,
+        ends_at=start + timedelta(hours=2),
+        reason="PDU swap",
+        nodes=two,
+        drain_ahead_minutes=60,
+    )
     assert AuditLog.objects.filter(action="maintenance.planned", reason="PDU swap").exists()
     with django_capture_on_commit_callbacks(execute=True):
         assert maintenance.apply_windows(start - timedelta(minutes=90)) == maintenance.Applied(0, 0)
@@ -97,14 +102,21 @@ def test_another_clusters_node_cannot_join_a_window(world: World, cluster: Clust
     )
     with pytest.raises(ValidationError, match="must belong"):
         actions.plan_maintenance(
-            world.users["adam"], cluster, starts_at=timezone.now() + timedelta(hours=1),
-            ends_at=timezone.now() + timedelta(hours=2), reason="r", nodes=[other],
-        )  # fmt: skip
+            world.users["adam"],
+            cluster,
+            starts_at=timezone.now() + timedelta(hours=1),
+            ends_at=timezone.now() + timedelta(hours=2),
+            reason="r",
+            nodes=[other],
+        )
 
 
 def test_only_admins_plan_maintenance(world: World, cluster: Cluster) -> None:
     with pytest.raises(PermissionDenied):
         actions.plan_maintenance(
-            world.users["lena"], cluster, starts_at=timezone.now() + timedelta(hours=1),
-            ends_at=timezone.now() + timedelta(hours=2), reason="r",
-        )  # fmt: skip
+            world.users["lena"],
+            cluster,
+            starts_at=timezone.now() + timedelta(hours=1),
+            ends_at=timezone.now() + timedelta(hours=2),
+            reason="r",
+        )

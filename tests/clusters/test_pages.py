@@ -284,9 +284,18 @@ def test_live_view_keeps_to_its_query_budget(
 
 @pytest.mark.parametrize(
     ("used", "total", "step"),
-    [(0, 8, "a0"), (1, 8, "a1"), (2, 8, "a1"), (3, 8, "a2"), (4, 8, "a2"), (6, 8, "a3"), (7, 8, "a4"), (8, 8, "a4"),
-     (0, 0, "an")],
-)  # fmt: skip
+    [
+        (0, 8, "a0"),
+        (1, 8, "a1"),
+        (2, 8, "a1"),
+        (3, 8, "a2"),
+        (4, 8, "a2"),
+        (6, 8, "a3"),
+        (7, 8, "a4"),
+        (8, 8, "a4"),
+        (0, 0, "an"),
+    ],
+)
 def test_tiles_are_coloured_by_the_share_of_accelerators_in_use(used: int, total: int, step: str):
     assert allocation_class(used, total) == step
 

@@ -12,8 +12,18 @@ from clusters.backends.simulated.backend import SimulatedBackend
 
 
 def spec(key: str) -> JobSpec:
-    return JobSpec(id=key, name="train", workers=1, accelerators_per_worker=1, cpu_per_worker=1,
-                   memory_per_worker=1, nodes=(), time_limit=60, image="img", command=("true",))  # fmt: skip
+    return JobSpec(
+        id=key,
+        name="train",
+        workers=1,
+        accelerators_per_worker=1,
+        cpu_per_worker=1,
+        memory_per_worker=1,
+        nodes=(),
+        time_limit=60,
+        image="img",
+        command=("true",),
+    )
 
 
 def test_a_write_that_dies_half_way_leaves_the_previous_state_whole(tmp_path: Path) -> None:

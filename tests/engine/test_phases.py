@@ -198,9 +198,12 @@ def test_a_gang_is_placed_whole_or_not_at_all():
 
 def test_required_topology_keeps_workers_in_one_rack_and_picks_the_tightest():
     nodes = (
-        node("n1", rack="r1"), node("n2", rack="r1"), node("n3", rack="r1"),
-        node("n4", rack="r2"), node("n5", rack="r2"),
-    )  # fmt: skip
+        node("n1", rack="r1"),
+        node("n2", rack="r1"),
+        node("n3", rack="r1"),
+        node("n4", rack="r2"),
+        node("n5", rack="r2"),
+    )
     d = schedule(snapshot(nodes, (queue("a"),), (job("g", workers=2, accelerators=8, topology=Topology("rack")),)))
     assert {a.node for a in admitted(d)["g"].assignments} == {"n4", "n5"}  # type: ignore[attr-defined]
 

@@ -54,8 +54,19 @@ def _worker(log: str, queue: str, seed: int) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    app.worker_main(["worker", "--pool=solo", "-Q", queue, "--without-gossip", "--without-mingle",
-                     "--without-heartbeat", "-l", "INFO"])  # fmt: skip
+    app.worker_main(
+        [
+            "worker",
+            "--pool=solo",
+            "-Q",
+            queue,
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "-l",
+            "INFO",
+        ]
+    )
 
 
 def serve(log: str, queue: str) -> None:

@@ -337,8 +337,12 @@ def test_list_filters_and_pages(fleet: Fleet, api: Any) -> None:
     assert page["next"]
     row = page["results"][0]
     assert (row["name"], row["state"], row["team"], row["submitted_by"], row["cluster"]) == (
-        "sweep", "pending", "vision", "lena", None,
-    )  # fmt: skip
+        "sweep",
+        "pending",
+        "vision",
+        "lena",
+        None,
+    )
     assert ids(client=api("fiona")) == [b1.pk, l1.pk, a2.pk, a1.pk]  # finance reads every team's
     assert ids(client=api("adam")) == [b1.pk, l1.pk, a2.pk, a1.pk]
     assert ids(client=api("bob")) == [b1.pk]

@@ -33,9 +33,11 @@ def project(fleet: Fleet, slug: str) -> Project:
 
 
 def written() -> tuple[Any, ...]:
-    rows = list(Budget.objects.order_by("pk").values_list(
-        "pk", "project", "accelerator_hours", "amount", "hard", "recipients", "webhook_url"
-    ))  # fmt: skip
+    rows = list(
+        Budget.objects.order_by("pk").values_list(
+            "pk", "project", "accelerator_hours", "amount", "hard", "recipients", "webhook_url"
+        )
+    )
     limits = list(MemberLimit.objects.order_by("pk").values_list("pk", "user", "accelerators"))
     audited = AuditLog.objects.exclude(action__startswith="auth.").exclude(action__startswith="token.").count()
     return rows, limits, QuotaChange.objects.count(), audited
@@ -46,16 +48,43 @@ def budgeted(fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> Fleet:
     """As the pages' tests: on Nov 15 at noon, Vision (100 accelerator-hours and 200 a month, with a webhook)
     has used 10 accelerator-hours and 21; its Detection project (40 accelerator-hours, hard) 2 and 5. Robotics
     has 50 a month and has used nothing."""
-    placed_attempt(fleet, admitted=NOV_15 - timedelta(hours=4), ended=NOV_15 - timedelta(hours=2), price="8.0",
-                   name="done", accelerators=4)  # fmt: skip
-    placed_attempt(fleet, admitted=NOV_15 - timedelta(hours=2), ended=None, price="2.5", name="live",
-                   accelerators=1, time_limit=4 * 3600, project=project(fleet, "detection"))  # fmt: skip
+    placed_attempt(
+        fleet,
+        admitted=NOV_15 - timedelta(hours=4),
+        ended=NOV_15 - timedelta(hours=2),
+        price="8.0",
+        name="done",
+        accelerators=4,
+    )
+    placed_attempt(
+        fleet,
+        admitted=NOV_15 - timedelta(hours=2),
+        ended=None,
+        price="2.5",
+        name="live",
+        accelerators=1,
+        time_limit=4 * 3600,
+        project=project(fleet, "detection"),
+    )
     monkeypatch.setattr(timezone, "now", lambda: NOV_15)
     adam, teams = fleet.user("adam"), fleet.world.teams
-    budgets.set_budget(adam, teams["vision"], accelerator_hours=100, amount=200, recipients=["ops@lab.example"],
-                       webhook_url=HOOK, reason="the month's plan")  # fmt: skip
-    budgets.set_budget(fleet.user("lena"), teams["vision"], project(fleet, "detection"), accelerator_hours=40,
-                       hard=True, reason="detection's share")  # fmt: skip
+    budgets.set_budget(
+        adam,
+        teams["vision"],
+        accelerator_hours=100,
+        amount=200,
+        recipients=["ops@lab.example"],
+        webhook_url=HOOK,
+        reason="the month's plan",
+    )
+    budgets.set_budget(
+        fleet.user("lena"),
+        teams["vision"],
+        project(fleet, "detection"),
+        accelerator_hours=40,
+        hard=True,
+        reason="detection's share",
+    )
     budgets.set_budget(adam, teams["robotics"], amount=50, reason="robotics' plan")
     return fleet
 
@@ -66,19 +95,40 @@ def test_budgets_are_listed_with_their_standings_for_those_who_see_the_team(budg
     assert [(b["team"], b["project"]) for b in listed] == [("vision", None), ("vision", "detection")]
     team = listed[0]
     assert (team["accelerator_hours"], team["amount"], team["hard"], team["recipients"]) == (
-        "100.000", "200.00", False, ["ops@lab.example"]
-    )  # fmt: skip
+        "100.000",
+        "200.00",
+        False,
+        ["ops@lab.example"],
+    )
     assert team["webhook_url"] is None  # hers to read only if hers to set
     assert team["standings"] == [
-        {"measure": "accelerator_hours", "limit": "100.000", "used": "10.000", "committed": "2.000",
-         "forecast": "32.143", "percent": 10.0},
-        {"measure": "amount", "limit": "200.000", "used": "21.000", "committed": "5.000", "forecast": "67.500",
-         "percent": 10.5},
-    ]  # fmt: skip
+        {
+            "measure": "accelerator_hours",
+            "limit": "100.000",
+            "used": "10.000",
+            "committed": "2.000",
+            "forecast": "32.143",
+            "percent": 10.0,
+        },
+        {
+            "measure": "amount",
+            "limit": "200.000",
+            "used": "21.000",
+            "committed": "5.000",
+            "forecast": "67.500",
+            "percent": 10.5,
+        },
+    ]
     assert listed[1]["standings"] == [
-        {"measure": "accelerator_hours", "limit": "40.000", "used": "2.000", "committed": "2.000",
-         "forecast": "6.429", "percent": 5.0},
-    ]  # fmt: skip
+        {
+            "measure": "accelerator_hours",
+            "limit": "40.000",
+            "used": "2.000",
+            "committed": "2.000",
+            "forecast": "6.429",
+            "percent": 5.0,
+        },
+    ]
     assert alice.get(f"/api/v1/budgets/{team['id']}/").json() == team
     assert alice.get("/api/v1/budgets/?team=robotics").json()["count"] == 0
 
@@ -93,15 +143,24 @@ def test_budgets_are_listed_with_their_standings_for_those_who_see_the_team(budg
 
 def test_a_lead_sets_changes_and_removes_a_project_budget(budgeted: Fleet) -> None:
     lena = client(budgeted, "lena")
-    body = {"team": "vision", "project": "segmentation", "accelerator_hours": 25.5, "hard": True,
-            "recipients": ["seg@lab.example"], "webhook_url": "https://hooks.example.com/seg",
-            "reason": "its share"}  # fmt: skip
+    body = {
+        "team": "vision",
+        "project": "segmentation",
+        "accelerator_hours": 25.5,
+        "hard": True,
+        "recipients": ["seg@lab.example"],
+        "webhook_url": "https://hooks.example.com/seg",
+        "reason": "its share",
+    }
     created = lena.post("/api/v1/budgets/", body)
     assert created.status_code == 201
     answer = created.json()
     assert (answer["project"], answer["accelerator_hours"], answer["amount"], answer["hard"]) == (
-        "segmentation", "25.500", None, True
-    )  # fmt: skip
+        "segmentation",
+        "25.500",
+        None,
+        True,
+    )
     assert answer["webhook_url"] == "https://hooks.example.com/seg"
     assert answer["standings"][0]["used"] == "0.000"
     change = QuotaChange.objects.first()
@@ -110,27 +169,37 @@ def test_a_lead_sets_changes_and_removes_a_project_budget(budgeted: Fleet) -> No
 
     # Fields left out keep their values.
     segmentation = project(budgeted, "segmentation")
-    changed = lena.post("/api/v1/budgets/", {"team": budgeted.world.teams["vision"].pk, "project": segmentation.pk,
-                                             "amount": "30", "reason": "and money"})  # fmt: skip
+    changed = lena.post(
+        "/api/v1/budgets/",
+        {"team": budgeted.world.teams["vision"].pk, "project": segmentation.pk, "amount": "30", "reason": "and money"},
+    )
     assert changed.status_code == 200
     saved = Budget.objects.get(project=segmentation)
     assert (saved.accelerator_hours, saved.amount, saved.hard, saved.recipients) == (
-        Decimal("25.5"), Decimal(30), True, ["seg@lab.example"]
-    )  # fmt: skip
+        Decimal("25.5"),
+        Decimal(30),
+        True,
+        ["seg@lab.example"],
+    )
 
-    removed = lena.post("/api/v1/budgets/", {"team": "vision", "project": "segmentation", "accelerator_hours": None,
-                                             "amount": None, "reason": "merged"})  # fmt: skip
+    removed = lena.post(
+        "/api/v1/budgets/",
+        {"team": "vision", "project": "segmentation", "accelerator_hours": None, "amount": None, "reason": "merged"},
+    )
     assert removed.status_code == 204
     assert not Budget.objects.filter(project=segmentation).exists()
 
 
 def test_an_admin_sets_a_teams_budget(budgeted: Fleet) -> None:
-    response = client(budgeted, "adam").post("/api/v1/budgets/", {"team": "language", "accelerator_hours": 500,
-                                                                  "reason": "pre-training"})  # fmt: skip
+    response = client(budgeted, "adam").post(
+        "/api/v1/budgets/", {"team": "language", "accelerator_hours": 500, "reason": "pre-training"}
+    )
     assert response.status_code == 201
     assert (response.json()["team"], response.json()["project"], response.json()["webhook_url"]) == (
-        "language", None, ""
-    )  # fmt: skip
+        "language",
+        None,
+        "",
+    )
 
 
 @pytest.mark.parametrize(
@@ -187,9 +256,17 @@ def test_budget_alerts_are_scoped_and_their_errors_kept_from_readers(budgeted: F
     vision, robotics = Budget.objects.get(team__slug="vision", project=None), Budget.objects.get(team__slug="robotics")
     for budget in (vision, robotics):
         BudgetAlert.objects.create(
-            budget=budget, period=date(2026, 11, 1), measure="amount", kind="80", limit=100, spent=1,
-            message="80% used", created_at=NOV_15, attempts=1, last_error=f"webhook: 500 for url: {HOOK}",
-        )  # fmt: skip
+            budget=budget,
+            period=date(2026, 11, 1),
+            measure="amount",
+            kind="80",
+            limit=100,
+            spent=1,
+            message="80% used",
+            created_at=NOV_15,
+            attempts=1,
+            last_error=f"webhook: 500 for url: {HOOK}",
+        )
     alerts = client(budgeted, "alice").get("/api/v1/budget-alerts/").json()["results"]
     assert [(a["team"], a["kind"], a["delivered"]) for a in alerts] == [("vision", "80", False)]
     assert alerts[0]["last_error"] == "A channel failed; it is tried again."

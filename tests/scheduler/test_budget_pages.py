@@ -44,9 +44,11 @@ def project(fleet: Fleet, slug: str) -> Project:
 
 def written() -> tuple[Any, ...]:
     """Everything the budget and member-limit forms may write."""
-    rows = list(Budget.objects.order_by("pk").values_list(
-        "pk", "project", "accelerator_hours", "amount", "hard", "recipients", "webhook_url"
-    ))  # fmt: skip
+    rows = list(
+        Budget.objects.order_by("pk").values_list(
+            "pk", "project", "accelerator_hours", "amount", "hard", "recipients", "webhook_url"
+        )
+    )
     limits = list(MemberLimit.objects.order_by("pk").values_list("pk", "user", "accelerators"))
     audited = AuditLog.objects.exclude(action__startswith="auth.").count()
     return rows, limits, QuotaChange.objects.count(), audited
@@ -57,16 +59,43 @@ def budgeted(fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> Fleet:
     """On Nov 15 at noon (UTC): Vision's budget (adam's: 100 accelerator-hours and 200 a month, soft, with a
     webhook) and its Detection project's (lena's: 40 accelerator-hours, hard). The team used 4 GPUs from 8:00
     to 10:00 at 8.0 an hour; Detection runs one since 10:00 at 2.5 an hour, with a 4-hour limit."""
-    placed_attempt(fleet, admitted=NOV_15 - timedelta(hours=4), ended=NOV_15 - timedelta(hours=2), price="8.0",
-                   name="done", accelerators=4)  # fmt: skip
-    placed_attempt(fleet, admitted=NOV_15 - timedelta(hours=2), ended=None, price="2.5", name="live",
-                   accelerators=1, time_limit=4 * 3600, project=project(fleet, "detection"))  # fmt: skip
+    placed_attempt(
+        fleet,
+        admitted=NOV_15 - timedelta(hours=4),
+        ended=NOV_15 - timedelta(hours=2),
+        price="8.0",
+        name="done",
+        accelerators=4,
+    )
+    placed_attempt(
+        fleet,
+        admitted=NOV_15 - timedelta(hours=2),
+        ended=None,
+        price="2.5",
+        name="live",
+        accelerators=1,
+        time_limit=4 * 3600,
+        project=project(fleet, "detection"),
+    )
     monkeypatch.setattr(timezone, "now", lambda: NOV_15)
     vision = fleet.world.teams["vision"]
-    budgets.set_budget(fleet.user("adam"), vision, accelerator_hours=100, amount=200, recipients=["ops@lab.example"],
-                       webhook_url=HOOK, reason="the month's plan")  # fmt: skip
-    budgets.set_budget(fleet.user("lena"), vision, project(fleet, "detection"), accelerator_hours=40, hard=True,
-                       reason="detection's share")  # fmt: skip
+    budgets.set_budget(
+        fleet.user("adam"),
+        vision,
+        accelerator_hours=100,
+        amount=200,
+        recipients=["ops@lab.example"],
+        webhook_url=HOOK,
+        reason="the month's plan",
+    )
+    budgets.set_budget(
+        fleet.user("lena"),
+        vision,
+        project(fleet, "detection"),
+        accelerator_hours=40,
+        hard=True,
+        reason="detection's share",
+    )
     return fleet
 
 
@@ -76,8 +105,9 @@ def text(html: str) -> str:
 
 
 def cells(body: str, budget: str, measure: str) -> dict[str, str]:
-    row = re.search(rf'<tr data-testid="budget-row" data-budget="{budget}" data-measure="{measure}">(.*?)</tr>',
-                    body, re.S)  # fmt: skip
+    row = re.search(
+        rf'<tr data-testid="budget-row" data-budget="{budget}" data-measure="{measure}">(.*?)</tr>', body, re.S
+    )
     assert row is not None, (budget, measure)
     found = re.findall(r'data-cell="(\w+)"[^>]*>(.*?)</td>', row.group(1), re.S)
     return {name: text(html) for name, html in found}
@@ -88,16 +118,29 @@ def test_the_team_page_shows_where_each_budget_stands(budgeted: Fleet) -> None:
     assert response.status_code == 200
     body = response.content.decode()
     assert cells(body, "team vision", "accelerator_hours") == {
-        "scope": "the team", "measure": "Accelerator-hours", "limit": "100", "used": "10 10%", "committed": "2",
-        "forecast": "32.1", "hard": "soft", "alerted": "the team's leads, ops@lab.example, a webhook",
-    }  # fmt: skip
+        "scope": "the team",
+        "measure": "Accelerator-hours",
+        "limit": "100",
+        "used": "10 10%",
+        "committed": "2",
+        "forecast": "32.1",
+        "hard": "soft",
+        "alerted": "the team's leads, ops@lab.example, a webhook",
+    }
     money = cells(body, "team vision", "amount")
-    assert (money["limit"], money["used"], money["committed"], money["forecast"]) == ("200.00", "21.00 10%", "5.00",
-                                                                                       "67.50")  # fmt: skip
+    assert (money["limit"], money["used"], money["committed"], money["forecast"]) == (
+        "200.00",
+        "21.00 10%",
+        "5.00",
+        "67.50",
+    )
     detection = cells(body, "project vision/detection", "accelerator_hours")
     assert (detection["scope"], detection["limit"], detection["used"], detection["hard"]) == (
-        "project Detection", "40", "2 5%", "hard"
-    )  # fmt: skip
+        "project Detection",
+        "40",
+        "2 5%",
+        "hard",
+    )
     assert 'data-budget="project vision/detection" data-measure="amount"' not in body  # only what it limits
     # A panel per measure: used, forecast and limit per budget.
     chart = response.context["budget_chart"]
@@ -136,10 +179,19 @@ def test_usage_is_computed_once_per_page(budgeted: Fleet, monkeypatch: pytest.Mo
 def test_alerts_show_their_delivery_and_the_error_only_to_those_who_set_the_budget(budgeted: Fleet) -> None:
     team_budget = Budget.objects.get(project=None)
     BudgetAlert.objects.create(
-        budget=team_budget, period=date(2026, 11, 1), measure="amount", kind="50", limit=200, spent=Decimal("104"),
-        message="The team vision budget has used 52% of its money", created_at=NOV_15, emailed_at=NOV_15,
-        emailed_to="lena@demo.example", attempts=2, last_error=f"webhook: 500 Server Error for url: {HOOK}",
-    )  # fmt: skip
+        budget=team_budget,
+        period=date(2026, 11, 1),
+        measure="amount",
+        kind="50",
+        limit=200,
+        spent=Decimal("104"),
+        message="The team vision budget has used 52% of its money",
+        created_at=NOV_15,
+        emailed_at=NOV_15,
+        emailed_to="lena@demo.example",
+        attempts=2,
+        last_error=f"webhook: 500 Server Error for url: {HOOK}",
+    )
     for username, shown in (("alice", False), ("lena", False), ("adam", True)):
         body = signed_in(budgeted, username).get(url(budgeted, "budgets/")).content.decode()
         alert = re.search(r'<tr data-testid="budget-alert" data-kind="50">(.*?)</tr>', body, re.S)
@@ -161,9 +213,15 @@ def test_a_lead_sets_a_project_budget_in_place(budgeted: Fleet) -> None:
     assert page.count('data-testid="change-budget"') == 1  # Detection's; the team's is an admin's
 
     segmentation = project(budgeted, "segmentation")
-    data = {"target": f"project:{segmentation.pk}", "accelerator_hours": "25.5", "amount": "60", "hard": "on",
-            "recipients": "seg@lab.example; pi@lab.example", "webhook_url": "",
-            "reason": "segmentation's share"}  # fmt: skip
+    data = {
+        "target": f"project:{segmentation.pk}",
+        "accelerator_hours": "25.5",
+        "amount": "60",
+        "hard": "on",
+        "recipients": "seg@lab.example; pi@lab.example",
+        "webhook_url": "",
+        "reason": "segmentation's share",
+    }
     response = lena.post(url(budgeted, "budgets/"), data, headers=HTMX)
     assert response.status_code == 200
     assert response["HX-Trigger"] == "quotas-changed"
@@ -174,8 +232,11 @@ def test_a_lead_sets_a_project_budget_in_place(budgeted: Fleet) -> None:
     assert cells(body, "project vision/segmentation", "amount")["used"] == "0.00 0%"
     saved = Budget.objects.get(project=segmentation)
     assert (saved.accelerator_hours, saved.amount, saved.hard, saved.recipients) == (
-        Decimal("25.5"), Decimal(60), True, ["seg@lab.example", "pi@lab.example"]
-    )  # fmt: skip
+        Decimal("25.5"),
+        Decimal(60),
+        True,
+        ["seg@lab.example", "pi@lab.example"],
+    )
     change = QuotaChange.objects.first()
     assert change is not None
     assert (change.kind, change.actor_name, change.reason) == ("budget", "lena", "segmentation's share")
@@ -213,8 +274,14 @@ def test_an_admin_sets_the_teams_budget_without_htmx_and_is_sent_back_to_the_pag
     page = adam.get(url(budgeted), {"target": "team"}).content.decode()
     assert re.search(r'name="recipients" value="ops@lab.example"', page)
     assert f'value="{HOOK}"' in page  # hers to set: the URL is in her form
-    data = {"target": "team", "accelerator_hours": "120", "amount": "200", "recipients": "ops@lab.example",
-            "webhook_url": "https://hooks.example.com/other", "reason": "more hours"}  # fmt: skip
+    data = {
+        "target": "team",
+        "accelerator_hours": "120",
+        "amount": "200",
+        "recipients": "ops@lab.example",
+        "webhook_url": "https://hooks.example.com/other",
+        "reason": "more hours",
+    }
     response = adam.post(url(budgeted, "budgets/"), data)
     assert response.status_code == 302
     assert response["Location"] == url(budgeted) + "#budgets"
@@ -245,8 +312,13 @@ def test_bad_budgets_come_back_by_their_field_with_400_and_write_nothing(
     budgeted: Fleet, posted: dict[str, str], field: str, message: str
 ) -> None:
     before = written()
-    data = {"target": f"project:{project(budgeted, 'segmentation').pk}", "accelerator_hours": "10", "amount": "",
-            "reason": "try", **posted}  # fmt: skip
+    data = {
+        "target": f"project:{project(budgeted, 'segmentation').pk}",
+        "accelerator_hours": "10",
+        "amount": "",
+        "reason": "try",
+        **posted,
+    }
     response = signed_in(budgeted, "lena").post(url(budgeted, "budgets/"), data, headers=HTMX)
     assert response.status_code == 400
     body = response.content.decode()
@@ -346,8 +418,12 @@ def test_the_organization_page_lists_every_budget(budgeted: Fleet) -> None:
     body = fiona.content.decode()
     table = body.split('data-testid="org-budget-table"')[1].split("</table>")[0]
     listed = re.findall(r'data-budget="([^"]+)" data-measure="(\w+)"', table)
-    assert listed == [("team robotics", "amount"), ("team vision", "accelerator_hours"), ("team vision", "amount"),
-                      ("project vision/detection", "accelerator_hours")]  # fmt: skip
+    assert listed == [
+        ("team robotics", "amount"),
+        ("team vision", "accelerator_hours"),
+        ("team vision", "amount"),
+        ("project vision/detection", "accelerator_hours"),
+    ]
     assert cells(table, "team vision", "accelerator_hours")["used"] == "10 10%"
     assert cells(table, "team robotics", "amount")["used"] == "0.00 0%"
     assert 'data-testid="change-budget"' not in table  # finance reads

@@ -61,14 +61,34 @@ def make_budget(fleet: Fleet, team: str = "vision", project: Any = None, **field
 def test_a_months_use_counts_each_attempts_part_inside_the_month(fleet: Fleet) -> None:
     project = fleet.world.project("vision")
     # 4 GPUs from Oct 31 22:00 to Nov 1 02:00: two of its hours fall in November.
-    placed_attempt(fleet, admitted=datetime(2026, 10, 31, 22, tzinfo=UTC), ended=datetime(2026, 11, 1, 2, tzinfo=UTC),
-                   price="8.0", name="across", accelerators=4)  # fmt: skip
+    placed_attempt(
+        fleet,
+        admitted=datetime(2026, 10, 31, 22, tzinfo=UTC),
+        ended=datetime(2026, 11, 1, 2, tzinfo=UTC),
+        price="8.0",
+        name="across",
+        accelerators=4,
+    )
     # 1 GPU of the project, running since 10:00 with a 4-hour limit: 2 hours used, 2 more it may use.
-    placed_attempt(fleet, admitted=NOV_15 - timedelta(hours=2), ended=None, price="2.5", name="live",
-                   accelerators=1, time_limit=4 * 3600, project=project)  # fmt: skip
+    placed_attempt(
+        fleet,
+        admitted=NOV_15 - timedelta(hours=2),
+        ended=None,
+        price="2.5",
+        name="live",
+        accelerators=1,
+        time_limit=4 * 3600,
+        project=project,
+    )
     # All of it in October: not counted.
-    placed_attempt(fleet, admitted=datetime(2026, 10, 3, tzinfo=UTC), ended=datetime(2026, 10, 4, tzinfo=UTC),
-                   price="8.0", name="october", accelerators=4)  # fmt: skip
+    placed_attempt(
+        fleet,
+        admitted=datetime(2026, 10, 3, tzinfo=UTC),
+        ended=datetime(2026, 10, 4, tzinfo=UTC),
+        price="8.0",
+        name="october",
+        accelerators=4,
+    )
     team_budget = make_budget(fleet, accelerator_hours=100)
     project_budget = make_budget(fleet, project=project, amount=50)
 
@@ -104,8 +124,9 @@ def test_a_hard_budget_keeps_jobs_that_would_pass_it_pending_until_it_is_raised(
     fleet.cycle(at)  # the running job's hours stay committed: still pending
     assert Job.objects.get(pk=second.pk).pending_reason == "budget"
 
-    budgets.set_budget(fleet.user("adam"), fleet.world.teams["vision"], accelerator_hours=30, hard=True,
-                       reason="the deadline moved up")  # fmt: skip
+    budgets.set_budget(
+        fleet.user("adam"), fleet.world.teams["vision"], accelerator_hours=30, hard=True, reason="the deadline moved up"
+    )
     fleet.cycle(at)
     assert Job.objects.get(pk=second.pk).state in PLACED
 
@@ -162,12 +183,23 @@ def test_bad_budgets_name_every_bad_field_and_write_nothing(fleet: Fleet) -> Non
     vision = fleet.world.teams["vision"]
     with pytest.raises(ValidationError) as refused:
         budgets.set_budget(
-            fleet.user("adam"), vision, accelerator_hours="-1", amount="12.345", hard="yes",
-            recipients=["lena@demo.example", "not an address"], webhook_url="ftp://example.com/hook", reason=" ",
-        )  # fmt: skip
+            fleet.user("adam"),
+            vision,
+            accelerator_hours="-1",
+            amount="12.345",
+            hard="yes",
+            recipients=["lena@demo.example", "not an address"],
+            webhook_url="ftp://example.com/hook",
+            reason=" ",
+        )
     assert set(refused.value.message_dict) == {
-        "accelerator_hours", "amount", "hard", "recipients", "webhook_url", "reason"
-    }  # fmt: skip
+        "accelerator_hours",
+        "amount",
+        "hard",
+        "recipients",
+        "webhook_url",
+        "reason",
+    }
     assert "not an address" in refused.value.message_dict["recipients"][0]
     with pytest.raises(ValidationError) as refused:
         budgets.set_budget(fleet.user("adam"), vision, accelerator_hours="lots", reason="x")
@@ -247,8 +279,9 @@ def test_alerts_are_raised_once_at_the_highest_threshold_reached_and_sent_by_mai
     url, receiver = hook
     budget = make_budget(fleet, accelerator_hours=20, recipients=["ops@demo.example"], webhook_url=url)
     # 4 GPUs for 3 hours this month: 12 of 20, 60%.
-    placed_attempt(fleet, admitted=NOV_15 - timedelta(hours=4), ended=NOV_15 - timedelta(hours=1), price="1",
-                   accelerators=4)  # fmt: skip
+    placed_attempt(
+        fleet, admitted=NOV_15 - timedelta(hours=4), ended=NOV_15 - timedelta(hours=1), price="1", accelerators=4
+    )
     # 12 hours in the last seven days: at that rate the month ends over its 20 as well.
     alert, forecast = budgets.raise_alerts(NOV_15)
     assert (alert.kind, alert.measure, alert.spent, alert.limit) == (
@@ -269,8 +302,12 @@ def test_alerts_are_raised_once_at_the_highest_threshold_reached_and_sent_by_mai
     ((headers, body),) = receiver.received
     assert headers["Idempotency-Key"] == f"quartermaster-budget-alert-{alert.pk}"
     assert (body["team"], body["kind"], body["spent"], body["limit"], body["period"]) == (
-        "vision", "50", "12", "20", "2026-11"
-    )  # fmt: skip
+        "vision",
+        "50",
+        "12",
+        "20",
+        "2026-11",
+    )
     assert budgets.deliver(alert.pk)  # again (a retried task): nothing is sent twice
     assert len(mail.outbox) == 1
     assert len(receiver.received) == 1
@@ -281,8 +318,14 @@ def test_alerts_are_raised_once_at_the_highest_threshold_reached_and_sent_by_mai
     assert full.kind == "100"
     assert budgets.raise_alerts(NOV_15 + timedelta(hours=1)) == []
     # A raised limit arms the thresholds again.
-    budgets.set_budget(fleet.user("adam"), budget.team, accelerator_hours=40, recipients=["ops@demo.example"],
-                       webhook_url=url, reason="more for the deadline")  # fmt: skip
+    budgets.set_budget(
+        fleet.user("adam"),
+        budget.team,
+        accelerator_hours=40,
+        recipients=["ops@demo.example"],
+        webhook_url=url,
+        reason="more for the deadline",
+    )
     again, forecast = budgets.raise_alerts(NOV_15)
     assert (again.kind, again.limit, forecast.kind) == ("50", Decimal(40), "forecast")
 
@@ -319,8 +362,9 @@ def test_a_failed_webhook_is_retried_without_mailing_again(
 def test_a_forecast_over_the_budget_alerts_before_it_is_used(fleet: Fleet, deliveries: list[int]) -> None:
     make_budget(fleet, accelerator_hours=100)
     # 8 GPUs for 4 hours in the last day: 32 of 100 used, but at that rate the month ends far over it.
-    placed_attempt(fleet, admitted=NOV_15 - timedelta(hours=5), ended=NOV_15 - timedelta(hours=1), price="1",
-                   accelerators=8)  # fmt: skip
+    placed_attempt(
+        fleet, admitted=NOV_15 - timedelta(hours=5), ended=NOV_15 - timedelta(hours=1), price="1", accelerators=8
+    )
     (alert,) = budgets.raise_alerts(NOV_15)
     assert alert.kind == BudgetAlert.Kind.FORECAST
     assert alert.forecast is not None
@@ -332,8 +376,13 @@ def test_a_forecast_over_the_budget_alerts_before_it_is_used(fleet: Fleet, deliv
 
 def test_the_history_keeps_a_webhooks_host_not_its_secret_url(fleet: Fleet) -> None:
     secret = "https://hooks.example.com/services/T000/B000/very-secret-token"
-    change = budgets.set_budget(fleet.user("adam"), fleet.world.teams["vision"], amount=100, webhook_url=secret,
-                                reason="alerts to the team's channel")  # fmt: skip
+    change = budgets.set_budget(
+        fleet.user("adam"),
+        fleet.world.teams["vision"],
+        amount=100,
+        webhook_url=secret,
+        reason="alerts to the team's channel",
+    )
     assert change is not None
     assert change.after["webhook_url"].startswith("https://hooks.example.com/… (")
     assert "very-secret-token" not in str(change.after)

@@ -121,8 +121,9 @@ class Postgres:
         # initdb and the server refuse to run as root: as root, they run as the postgres user.
         prefix = ["runuser", "-u", "postgres", "--"] if as_server and os.geteuid() == 0 else []
         env = {**os.environ, "PGPASSWORD": password} if password else None
-        done = subprocess.run([*prefix, str(self.bin / command[0]), *command[1:]], input=stdin, capture_output=True,
-                              env=env)  # fmt: skip
+        done = subprocess.run(
+            [*prefix, str(self.bin / command[0]), *command[1:]], input=stdin, capture_output=True, env=env
+        )
         log = self.directory / "server.log"
         assert done.returncode == 0, f"{command[0]} failed: {done.stderr.decode(errors='replace')}" + (
             log.read_text(errors="replace")[-2000:] if log.exists() else ""
@@ -130,15 +131,39 @@ class Postgres:
         return done.stdout
 
     def _ctl(self, *args: str) -> None:
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.directory / "server.log"), "-w", "-t", "60", *args,
-                  as_server=True)  # fmt: skip
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.directory / "server.log"),
+            "-w",
+            "-t",
+            "60",
+            *args,
+            as_server=True,
+        )
 
     def init(self) -> None:
-        self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C",
-                  "--no-sync", as_server=True)  # fmt: skip
+        self._run(
+            "initdb",
+            "-D",
+            str(self.data),
+            "-U",
+            "postgres",
+            "-A",
+            "trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
+            as_server=True,
+        )
         # Speed over durability (nothing here outlives the test); restarts stay clean shutdowns.
-        options = (f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1 -c fsync=off"
-                   " -c synchronous_commit=off -c full_page_writes=off")  # fmt: skip
+        options = (
+            f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1 -c fsync=off"
+            " -c synchronous_commit=off -c full_page_writes=off"
+        )
         self._ctl("-o", options, "start")
 
     def restart(self) -> None:
@@ -150,9 +175,19 @@ class Postgres:
 
     def copy_database(self, source: dict[str, Any]) -> None:
         """The test database, as it stands, into a database of the same name here."""
-        dump = self._run("pg_dump", "--no-owner", "--no-privileges", "-h", str(source["HOST"] or "127.0.0.1"),
-                         "-p", str(source["PORT"] or 5432), "-U", str(source["USER"]), str(source["NAME"]),
-                         password=str(source.get("PASSWORD") or ""))  # fmt: skip
+        dump = self._run(
+            "pg_dump",
+            "--no-owner",
+            "--no-privileges",
+            "-h",
+            str(source["HOST"] or "127.0.0.1"),
+            "-p",
+            str(source["PORT"] or 5432),
+            "-U",
+            str(source["USER"]),
+            str(source["NAME"]),
+            password=str(source.get("PASSWORD") or ""),
+        )
         here = ("-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres")
         self._run("createdb", *here, str(source["NAME"]))
         self._run("psql", "-q", "-v", "ON_ERROR_STOP=1", *here, "-d", str(source["NAME"]), stdin=dump)
@@ -222,9 +257,12 @@ class Worker:
         self.server_log = log.with_suffix(".server.log")
         self.server = subprocess.Popen(
             [sys.executable, "-m", "tests.scheduler.chaos_app", str(log), queue],
-            cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
             stderr=self.server_log.open("ab"),
-        )  # fmt: skip
+        )
 
     def _pipes(self) -> tuple[IO[bytes], IO[bytes]]:
         assert self.server.stdin is not None
@@ -390,8 +428,9 @@ def test_killing_the_worker_anywhere_loses_nothing_and_runs_nothing_twice(  # no
     began = time.monotonic()
     rng = random.Random(SEED)
     h100 = AcceleratorType.objects.get(organization=fleet.org)
-    Quota.objects.create(queue=actions.queue_for(fleet.world.teams["vision"], None), flavor=h100,
-                         nominal=Decimal(QUOTA_GPUS))  # fmt: skip
+    Quota.objects.create(
+        queue=actions.queue_for(fleet.world.teams["vision"], None), flavor=h100, nominal=Decimal(QUOTA_GPUS)
+    )
     for path in fleet.state_dir.glob("*.json"):  # jobs run 2 s on the simulated clusters
         path.unlink()
     for cluster in fleet.clusters.values():
@@ -403,8 +442,9 @@ def test_killing_the_worker_anywhere_loses_nothing_and_runs_nothing_twice(  # no
     landed: Counter[str] = Counter()  # where the kills landed
 
     def submit(name: str) -> None:
-        job = fleet.submit(accelerators=rng.choice([1, 2, 4, 8]), workers=rng.choice([1, 1, 2]), time_limit=600,
-                           name=name)  # fmt: skip
+        job = fleet.submit(
+            accelerators=rng.choice([1, 2, 4, 8]), workers=rng.choice([1, 1, 2]), time_limit=600, name=name
+        )
         submitted.add(job.pk)
 
     def survive(what: str, restart: Any) -> None:

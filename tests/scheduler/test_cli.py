@@ -159,8 +159,13 @@ def test_the_example_job_file_previews_and_submits(server: Fleet, capsys: Any) -
     assert (status, err) == (0, ""), err
     job = Job.objects.get(pk=submitted_id(out))
     assert (job.name, job.accelerators, job.workers, job.cpu, job.memory, job.time_limit) == (
-        example["name"], 8, 2, 32_000, 256 * 1024, 12 * 3600,
-    )  # fmt: skip
+        example["name"],
+        8,
+        2,
+        32_000,
+        256 * 1024,
+        12 * 3600,
+    )
     assert (job.project.slug, job.tier.name, job.env) == ("detection", "normal", example["env"])  # type: ignore[union-attr]
     status, out, _ = qm(capsys, "submit", str(EXAMPLE), "--idempotency-key", "example-1")
     assert status == 0
@@ -372,8 +377,11 @@ def test_the_console_script_is_installed() -> None:
     assert "follow" in done.stdout
     refused = subprocess.run(
         [qm_script, "--url", "http://127.0.0.1:9", "--token", "qm_secret", "list"],
-        capture_output=True, text=True, check=False, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     assert refused.returncode == 1
     assert "Cannot reach http://127.0.0.1:9" in refused.stderr
     assert "qm_secret" not in refused.stderr + refused.stdout

@@ -329,9 +329,16 @@ def test_a_team_one_is_not_in_is_refused(fleet: Fleet) -> None:
 
 def test_clone_is_prefilled_in_the_units_people_type(fleet: Fleet) -> None:
     job = fleet.submit(
-        "alice", name="orig", cpu=2500, memory=1536, time_limit=5400, command=["python", "a b.py"],
-        env={"A": "1"}, accelerators=1, accelerator_milli=250,
-    )  # fmt: skip
+        "alice",
+        name="orig",
+        cpu=2500,
+        memory=1536,
+        time_limit=5400,
+        command=["python", "a b.py"],
+        env={"A": "1"},
+        accelerators=1,
+        accelerator_milli=250,
+    )
     form = signed_in(fleet, "alice").get(f"/jobs/{job.pk}/clone/").context["form"]
     assert form.initial["name"] == "orig (copy)"
     assert form.initial["cpu_cores"] == Decimal("2.5")

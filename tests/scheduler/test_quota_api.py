@@ -53,10 +53,20 @@ def test_queues_are_listed_with_their_quotas_and_usage(governed: Fleet) -> None:
     (vision,) = listed
     assert (vision["team"], vision["project"], vision["cohort"], vision["flavor_order"]) == ("vision", None, None, [])
     assert vision["quotas"] == [
-        {"flavor": H100, "resource": "accelerator", "nominal": "16.000", "borrowing_limit": "8.000",
-         "lending_limit": None, "own": "16.000", "used": "4.000", "borrowed": "0.000", "lent": "0.000",
-         "pending": "8.000", "governed": True},
-    ]  # fmt: skip
+        {
+            "flavor": H100,
+            "resource": "accelerator",
+            "nominal": "16.000",
+            "borrowing_limit": "8.000",
+            "lending_limit": None,
+            "own": "16.000",
+            "used": "4.000",
+            "borrowed": "0.000",
+            "lent": "0.000",
+            "pending": "8.000",
+            "governed": True,
+        },
+    ]
     assert alice.get(f"/api/v1/queues/{vision['id']}/").json()["quotas"] == vision["quotas"]
     assert alice.get("/api/v1/queues/?team=robotics").json()["count"] == 0
     fiona = client(governed, "fiona").get("/api/v1/queues/?page_size=50").json()["results"]
@@ -69,8 +79,9 @@ def test_queues_are_listed_with_their_quotas_and_usage(governed: Fleet) -> None:
 
 def test_a_lead_sets_the_teams_lending_limit(governed: Fleet) -> None:
     queue = team_queue(governed)
-    response = client(governed, "lena").post(f"/api/v1/queues/{queue.pk}/quotas/",
-                                             {"flavor": H100, "lending_limit": 4, "reason": "nights"})  # fmt: skip
+    response = client(governed, "lena").post(
+        f"/api/v1/queues/{queue.pk}/quotas/", {"flavor": H100, "lending_limit": 4, "reason": "nights"}
+    )
     assert response.status_code == 200
     body = response.json()
     assert (body["nominal"], body["borrowing_limit"], body["lending_limit"]) == ("16.000", "8.000", "4.000")

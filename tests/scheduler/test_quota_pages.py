@@ -96,8 +96,10 @@ def test_a_lead_edits_the_teams_lending_limit_in_place(governed: Fleet) -> None:
     assert form.status_code == 200
     assert 'data-testid="quota-row-form"' in body
     assert re.findall(r'<input form="[^"]+" name="(\w+)"', body) == ["lending_limit", "reason"]
-    response = lena.post(cell_url(governed, queue), {"flavor": H100, "resource": "accelerator", "lending_limit": "4",
-                                                     "reason": "Robotics may use our nights"})  # fmt: skip
+    response = lena.post(
+        cell_url(governed, queue),
+        {"flavor": H100, "resource": "accelerator", "lending_limit": "4", "reason": "Robotics may use our nights"},
+    )
     assert response.status_code == 200
     assert response["HX-Trigger"] == "quotas-changed"
     assert 'data-testid="quota-row"' in response.content.decode()
@@ -105,8 +107,7 @@ def test_a_lead_edits_the_teams_lending_limit_in_place(governed: Fleet) -> None:
     assert [quota.nominal, quota.borrowing_limit, quota.lending_limit] == [16, 8, 4]  # the others kept
     change = QuotaChange.objects.first()
     assert change is not None
-    assert (change.actor_name, change.before, change.after) == ("lena", {"lending_limit": None},
-                                                                 {"lending_limit": "4"})  # fmt: skip
+    assert (change.actor_name, change.before, change.after) == ("lena", {"lending_limit": None}, {"lending_limit": "4"})
     history = lena.get(url(governed, rest="history/")).content.decode()
     assert "may lend: no limit → <strong>4</strong>" in history
     assert "Robotics may use our nights" in history
@@ -169,8 +170,15 @@ def test_a_lead_gives_a_project_a_sub_quota_and_edits_it(governed: Fleet) -> Non
     assert f'value="project:{project.pk}"' in page
     assert 'value="team"' not in page
     before = written()
-    data = {"target": f"project:{project.pk}", "flavor": H100, "resource": "accelerator", "nominal": "20",
-            "borrowing_limit": "", "lending_limit": "", "reason": "detection's share"}  # fmt: skip
+    data = {
+        "target": f"project:{project.pk}",
+        "flavor": H100,
+        "resource": "accelerator",
+        "nominal": "20",
+        "borrowing_limit": "",
+        "lending_limit": "",
+        "reason": "detection's share",
+    }
     refused = lena.post(url(governed, rest="new/"), data)
     assert refused.status_code == 400
     assert "at most 16 is left" in refused.content.decode()
@@ -183,10 +191,18 @@ def test_a_lead_gives_a_project_a_sub_quota_and_edits_it(governed: Fleet) -> Non
     assert Quota.objects.get(queue=queue).nominal == 10
     # The project's row: the lead may change all three of its limits.
     form = lena.get(cell_url(governed, queue), {"edit": "1", "flavor": H100}).content.decode()
-    assert re.findall(r'<input form="[^"]+" name="(\w+)"', form) == ["nominal", "borrowing_limit", "lending_limit",
-                                                                     "reason"]  # fmt: skip
-    assert lena.post(cell_url(governed, queue), {"flavor": H100, "nominal": "12", "borrowing_limit": "2",
-                                                 "reason": "more"}).status_code == 200  # fmt: skip
+    assert re.findall(r'<input form="[^"]+" name="(\w+)"', form) == [
+        "nominal",
+        "borrowing_limit",
+        "lending_limit",
+        "reason",
+    ]
+    assert (
+        lena.post(
+            cell_url(governed, queue), {"flavor": H100, "nominal": "12", "borrowing_limit": "2", "reason": "more"}
+        ).status_code
+        == 200
+    )
     changed = Quota.objects.get(queue=queue)
     assert [changed.nominal, changed.borrowing_limit] == [12, 2]
     # The team page: the team's row keeps what the project was not given.
@@ -241,8 +257,15 @@ def test_queue_policy_in_place_the_lead_the_flavor_order_an_admin_the_rest(gover
 
 def test_the_history_is_paged_newest_first(governed: Fleet) -> None:
     for step in range(1, 23):
-        quotas.set_quota(governed.user("lena"), team_queue(governed), flavor=H100, nominal=16, borrowing_limit=8,
-                         lending_limit=step % 2, reason=f"step {step}")  # fmt: skip
+        quotas.set_quota(
+            governed.user("lena"),
+            team_queue(governed),
+            flavor=H100,
+            nominal=16,
+            borrowing_limit=8,
+            lending_limit=step % 2,
+            reason=f"step {step}",
+        )
     lena = signed_in(governed, "lena")
     first = lena.get(url(governed)).content.decode()
     assert first.count('data-testid="history-row"') == 20
@@ -273,8 +296,9 @@ def test_admins_shape_the_cohort_tree_and_its_quotas(governed: Fleet) -> None:
     adam, org = signed_in(governed, "adam"), governed.org.pk
     before = written()
     for username, status in (("fiona", 403), ("lena", 403), ("mallory", 404)):
-        response = signed_in(governed, username).post("/quotas/cohorts/", {"organization": org, "name": "x",
-                                                                           "reason": "x"})  # fmt: skip
+        response = signed_in(governed, username).post(
+            "/quotas/cohorts/", {"organization": org, "name": "x", "reason": "x"}
+        )
         assert response.status_code == status, username
     clash = adam.post("/quotas/cohorts/", {"organization": org, "name": "vision", "reason": "clash"})
     assert clash.status_code == 400
@@ -282,8 +306,14 @@ def test_admins_shape_the_cohort_tree_and_its_quotas(governed: Fleet) -> None:
     assert written() == before
     assert adam.post("/quotas/cohorts/", {"organization": org, "name": "research", "reason": "pool"}).status_code == 302
     research = Cohort.objects.get(name="research")
-    data = {"organization": org, "cohort": research.pk, "flavor": H100, "resource": "accelerator", "nominal": "8",
-            "reason": "a shared reserve"}  # fmt: skip
+    data = {
+        "organization": org,
+        "cohort": research.pk,
+        "flavor": H100,
+        "resource": "accelerator",
+        "nominal": "8",
+        "reason": "a shared reserve",
+    }
     assert signed_in(governed, "fiona").post("/quotas/cohorts/quotas/", data).status_code == 403
     assert adam.post("/quotas/cohorts/quotas/", data).status_code == 302
     # In place: the cohort's row, as a team's.

@@ -212,8 +212,11 @@ def test_a_split_team_is_a_cohort_in_the_engines_snapshot(fleet: Fleet) -> None:
     h100 = flavor(fleet)
     team = cohorts["team vision"]
     assert team.parent == "research"
-    assert (team.quotas[(h100, "accelerator")].nominal, team.quotas[(h100, "accelerator")].borrowing_limit,
-            team.quotas[(h100, "accelerator")].lending_limit) == (0, 4_000, 2_000)  # fmt: skip
+    assert (
+        team.quotas[(h100, "accelerator")].nominal,
+        team.quotas[(h100, "accelerator")].borrowing_limit,
+        team.quotas[(h100, "accelerator")].lending_limit,
+    ) == (0, 4_000, 2_000)
     # The team's quota is what its queues bring to the team's cohort: 6 + 10.
     assert queues["vision"].cohort == queues["vision/detection"].cohort == "team vision"
     assert queues["vision"].quotas[(h100, "accelerator")].nominal == 6_000  # what the project was not given
@@ -319,8 +322,16 @@ def test_member_limits_are_set_by_the_lead_or_an_admin_within_the_team(fleet: Fl
 def test_an_admin_creates_and_changes_a_tier_with_history(fleet: Fleet) -> None:
     org, adam = fleet.org, fleet.user("adam")
     vision = fleet.world.teams["vision"]
-    change = quotas.set_tier(adam, org, name="deadline", value=500, preemptible=False, grace_seconds=0,
-                             teams=[vision], reason="conference week")  # fmt: skip
+    change = quotas.set_tier(
+        adam,
+        org,
+        name="deadline",
+        value=500,
+        preemptible=False,
+        grace_seconds=0,
+        teams=[vision],
+        reason="conference week",
+    )
     assert change is not None
     assert (change.kind, change.subject, change.before) == ("tier", "priority tier deadline", {})
     assert change.after["teams"] == ["vision"]
@@ -330,14 +341,35 @@ def test_an_admin_creates_and_changes_a_tier_with_history(fleet: Fleet) -> None:
     assert tier in actions.tiers_for(vision)
     assert tier not in actions.tiers_for(fleet.world.teams["robotics"])
 
-    change = quotas.set_tier(adam, org, name="deadline", value="600", preemptible=False, grace_seconds=0,
-                             teams=[vision], is_default=True, reason="the default this week")  # fmt: skip
+    change = quotas.set_tier(
+        adam,
+        org,
+        name="deadline",
+        value="600",
+        preemptible=False,
+        grace_seconds=0,
+        teams=[vision],
+        is_default=True,
+        reason="the default this week",
+    )
     assert change is not None
     assert (change.before, change.after) == ({"is_default": False, "value": 500}, {"is_default": True, "value": 600})
     assert list(PriorityTier.objects.filter(organization=org, is_default=True)) == [tier]
     assert AuditLog.objects.filter(action="tier.changed").count() == 1
-    assert quotas.set_tier(adam, org, name="deadline", value=600, preemptible=False, grace_seconds=0, teams=[vision],
-                           is_default=True, reason="same again") is None  # fmt: skip
+    assert (
+        quotas.set_tier(
+            adam,
+            org,
+            name="deadline",
+            value=600,
+            preemptible=False,
+            grace_seconds=0,
+            teams=[vision],
+            is_default=True,
+            reason="same again",
+        )
+        is None
+    )
 
 
 def test_only_admins_change_tiers_and_bad_values_are_named(fleet: Fleet) -> None:
@@ -347,7 +379,15 @@ def test_only_admins_change_tiers_and_bad_values_are_named(fleet: Fleet) -> None
         with pytest.raises(PermissionDenied):
             quotas.set_tier(fleet.user(username), org, name="mine", value=1, reason="x")
     with pytest.raises(ValidationError) as refused:
-        quotas.set_tier(fleet.user("adam"), org, name="", value="1.5", grace_seconds=-1, preemptible="no",
-                        teams=[fleet.world.teams["intruders"]], reason="")  # fmt: skip
+        quotas.set_tier(
+            fleet.user("adam"),
+            org,
+            name="",
+            value="1.5",
+            grace_seconds=-1,
+            preemptible="no",
+            teams=[fleet.world.teams["intruders"]],
+            reason="",
+        )
     assert set(refused.value.message_dict) == {"name", "value", "grace_seconds", "preemptible", "teams", "reason"}
     assert list(PriorityTier.objects.values()) == before

@@ -41,11 +41,21 @@ def with_secret(fleet: Fleet, **fields: Any) -> Job:
 def everything_shown(client: Client, job: Job) -> list[tuple[str, bytes]]:
     """Every page and answer that shows a job or its traces, as one member sees them."""
     paths = [
-        "/jobs/", "/jobs/rows/", f"/jobs/{job.pk}/", f"/jobs/{job.pk}/state/", f"/jobs/{job.pk}/clone/",
-        f"/jobs/queues/{job.queue_id}/", "/audit/", "/billing/",
-        "/api/v1/jobs/", f"/api/v1/jobs/{job.pk}/", f"/api/v1/jobs/{job.pk}/events/", "/api/v1/audit-log/",
-        "/api/v1/billing/job-costs/", f"/api/v1/billing/statements/{job.team.slug}.csv",
-    ]  # fmt: skip
+        "/jobs/",
+        "/jobs/rows/",
+        f"/jobs/{job.pk}/",
+        f"/jobs/{job.pk}/state/",
+        f"/jobs/{job.pk}/clone/",
+        f"/jobs/queues/{job.queue_id}/",
+        "/audit/",
+        "/billing/",
+        "/api/v1/jobs/",
+        f"/api/v1/jobs/{job.pk}/",
+        f"/api/v1/jobs/{job.pk}/events/",
+        "/api/v1/audit-log/",
+        "/api/v1/billing/job-costs/",
+        f"/api/v1/billing/statements/{job.team.slug}.csv",
+    ]
     return [(path, body(client.get(path))) for path in paths]
 
 
@@ -109,9 +119,13 @@ def signed_in_as(user: User) -> Client:
 
 def test_the_api_takes_secret_values_and_never_answers_them(fleet: Fleet) -> None:
     body = {
-        "team": "vision", "name": "train", "time_limit": "1h", "image": "ghcr.io/lab/train:1",
-        "env": {"SEED": "1"}, "secret_env": {"HF_TOKEN": SECRET},
-    }  # fmt: skip
+        "team": "vision",
+        "name": "train",
+        "time_limit": "1h",
+        "image": "ghcr.io/lab/train:1",
+        "env": {"SEED": "1"},
+        "secret_env": {"HF_TOKEN": SECRET},
+    }
     response = api_client(fleet.user("alice")).post("/api/v1/jobs/", body, format="json")
     assert response.status_code == 201, response.content
     assert SECRET.encode() not in response.content

@@ -31,8 +31,14 @@ def test_members_read_their_organizations_tiers_only(world: World) -> None:
 
 def test_an_admin_creates_then_changes_a_tier(world: World) -> None:
     adam = api_client(world.users["adam"])
-    body = {"name": "deadline", "value": 500, "preemptible": False, "grace_seconds": 0, "teams": ["vision"],
-            "reason": "conference week"}  # fmt: skip
+    body = {
+        "name": "deadline",
+        "value": 500,
+        "preemptible": False,
+        "grace_seconds": 0,
+        "teams": ["vision"],
+        "reason": "conference week",
+    }
     created = adam.post("/api/v1/tiers/", body, format="json")
     assert created.status_code == 201, created.json()
     assert (created.json()["teams"], created.json()["preemptible"]) == (["vision"], False)

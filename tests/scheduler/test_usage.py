@@ -61,9 +61,12 @@ def pool(fleet: Fleet, tmp_path: Path) -> Fleet:
     for i in range(3):
         fleet.submit("bob", name=f"r-run-{i}", accelerator_types=[H100], accelerators=4, cpu=2000, memory=8 * GIB)
     fleet.cycle()
-    assert sorted(queue for queue, in Queue.objects.filter(jobs__state="placing").values_list("name")) == [
-        "robotics", "robotics", "robotics", "vision",
-    ]  # fmt: skip
+    assert sorted(queue for (queue,) in Queue.objects.filter(jobs__state="placing").values_list("name")) == [
+        "robotics",
+        "robotics",
+        "robotics",
+        "vision",
+    ]
     return fleet
 
 
@@ -110,8 +113,9 @@ def test_pending_demand_counts_each_waiting_job_under_one_flavor(pool: Fleet) ->
 
 
 def test_cpu_and_memory_rows_appear_where_a_quota_rations_them(pool: Fleet) -> None:
-    quotas.set_quota(pool.user("adam"), team_queue(pool, "vision"), flavor=H100, resource="cpu", nominal=6,
-                     reason="cores")  # fmt: skip
+    quotas.set_quota(
+        pool.user("adam"), team_queue(pool, "vision"), flavor=H100, resource="cpu", nominal=6, reason="cores"
+    )
     rows = rows_by_key(usage.organization_usage(pool.org).rows)
     # Governed now: Vision's 8 cores against 6 (2 borrowed), Robotics' 3 x 2 cores against none.
     assert values(rows[("vision", H100, "cpu")]) == (6, 6, 8, 2, 0, 0)
@@ -162,10 +166,27 @@ def test_queries_do_not_grow_with_rows(pool: Fleet) -> None:
 
 def tree_of(cohorts: list[m.Cohort], queues: list[m.Queue], used: dict[str, int]) -> QuotaTree:
     snap = m.Snapshot(
-        now=0.0, clusters=(), nodes=(m.Node(name="n", cluster="c", flavor="gpu", accel_free=(1000,), cpu_free=1,
-                                            memory_free=1, cpu_capacity=1, memory_capacity=1),),
-        tiers=(), cohorts=tuple(cohorts), queues=tuple(queues), running=(), pending=(), config=m.Config(),
-    )  # fmt: skip
+        now=0.0,
+        clusters=(),
+        nodes=(
+            m.Node(
+                name="n",
+                cluster="c",
+                flavor="gpu",
+                accel_free=(1000,),
+                cpu_free=1,
+                memory_free=1,
+                cpu_capacity=1,
+                memory_capacity=1,
+            ),
+        ),
+        tiers=(),
+        cohorts=tuple(cohorts),
+        queues=tuple(queues),
+        running=(),
+        pending=(),
+        config=m.Config(),
+    )
     return usage.charged_tree(snap, {(queue, "gpu"): [amount, 0, 0] for queue, amount in used.items()})
 
 
@@ -190,8 +211,9 @@ def test_lending_is_shared_down_a_two_level_tree() -> None:
 
 
 def test_a_cohorts_own_quota_lends_beside_its_members_in_proportion() -> None:
-    tree = tree_of([m.Cohort("pool", None, quota(6))], [m.Queue("a", "pool", quota(2)), m.Queue("b", "pool", quota(4))],
-                   {"b": 7})  # fmt: skip
+    tree = tree_of(
+        [m.Cohort("pool", None, quota(6))], [m.Queue("a", "pool", quota(2)), m.Queue("b", "pool", quota(4))], {"b": 7}
+    )
     lent = usage.lent(tree)
     fr = tree.fr("gpu", 0)
     # b borrows 3 of the 8 idle (the cohort's own 6 and a's 2): a lends 2 x 3/8.
@@ -205,13 +227,28 @@ def test_pending_demand_rule() -> None:
         m.Job("2", "q", "t", 0, accelerators=1, accel_milli=500, flavors=(), cpu=3000, memory=1024),
         m.Job("3", "q", "t", 0, accelerators=2, flavors=("v5p",), cpu=1000, memory=1024),
     ]
-    snap = m.Snapshot(now=0.0, clusters=(), nodes=(), tiers=(), cohorts=(), queues=(queue,), running=(),
-                      pending=tuple(jobs), config=m.Config())  # fmt: skip
+    snap = m.Snapshot(
+        now=0.0,
+        clusters=(),
+        nodes=(),
+        tiers=(),
+        cohorts=(),
+        queues=(queue,),
+        running=(),
+        pending=tuple(jobs),
+        config=m.Config(),
+    )
     demand = usage.pending_demand(snap)
     assert demand == {
-        ("q", "a100", "accelerator"): 8000, ("q", "a100", "cpu"): 2000, ("q", "a100", "memory"): 4096,
-        ("q", "h100", "accelerator"): 500, ("q", "h100", "cpu"): 3000, ("q", "h100", "memory"): 1024,
-        ("q", "v5p", "accelerator"): 2000, ("q", "v5p", "cpu"): 1000, ("q", "v5p", "memory"): 1024,
-    }  # fmt: skip
+        ("q", "a100", "accelerator"): 8000,
+        ("q", "a100", "cpu"): 2000,
+        ("q", "a100", "memory"): 4096,
+        ("q", "h100", "accelerator"): 500,
+        ("q", "h100", "cpu"): 3000,
+        ("q", "h100", "memory"): 1024,
+        ("q", "v5p", "accelerator"): 2000,
+        ("q", "v5p", "cpu"): 1000,
+        ("q", "v5p", "memory"): 1024,
+    }
     assert usage.people(500, "accelerator") == Decimal("0.5")
     assert usage.people(1536, "memory") == Decimal("1.5")

@@ -33,9 +33,16 @@ def alert_for(fleet: Fleet, url: str) -> BudgetAlert:
     budget = Budget.objects.get(project=project)
     Budget.objects.filter(pk=budget.pk).update(webhook_url=url)
     return BudgetAlert.objects.create(
-        budget=budget, period=date(2026, 11, 1), measure="amount", kind="80", limit=100, spent=80,
-        message="80% used", created_at=NOV_15, emailed_at=NOV_15,
-    )  # fmt: skip
+        budget=budget,
+        period=date(2026, 11, 1),
+        measure="amount",
+        kind="80",
+        limit=100,
+        spent=80,
+        message="80% used",
+        created_at=NOV_15,
+        emailed_at=NOV_15,
+    )
 
 
 def deliver(alert: BudgetAlert) -> str:
@@ -109,8 +116,11 @@ def test_every_failure_reads_the_same_to_the_lead_and_the_log_says_why(
     alert = alert_for(fleet, f"http://127.0.0.1:{closed}/hook")
     errors = []
     with caplog.at_level(logging.WARNING, logger="governance.budgets"):
-        for url in (f"http://127.0.0.1:{closed}/hook", f"http://127.0.0.1:{answering}/hook",
-                    "http://[::ffff:169.254.169.254]/latest/meta-data/"):  # fmt: skip
+        for url in (
+            f"http://127.0.0.1:{closed}/hook",
+            f"http://127.0.0.1:{answering}/hook",
+            "http://[::ffff:169.254.169.254]/latest/meta-data/",
+        ):
             Budget.objects.filter(pk=alert.budget.pk).update(webhook_url=url)
             started = time.monotonic()
             errors.append(deliver(alert))

@@ -102,8 +102,14 @@ def _world(teams: int, nodes: int) -> Organization:
     )
     flavors = {name: AcceleratorType.objects.create(organization=org, name=name) for name in {p[1] for p in POOLS}}
     for slug, flavor, kind, rate in POOLS:
-        cluster = Cluster.objects.create(organization=org, name=slug, slug=slug, kind=Cluster.Kind.SIMULATED,
-                                         region="eu", options={"capacity_type": kind})  # fmt: skip
+        cluster = Cluster.objects.create(
+            organization=org,
+            name=slug,
+            slug=slug,
+            kind=Cluster.Kind.SIMULATED,
+            region="eu",
+            options={"capacity_type": kind},
+        )
         Node.objects.bulk_create(
             [
                 Node(
@@ -116,8 +122,16 @@ def _world(teams: int, nodes: int) -> Organization:
                 for i in range(nodes // len(POOLS))
             ]
         )
-        Price.objects.create(organization=org, cluster=cluster, flavor=flavors[flavor], capacity_type=kind,
-                             effective_from=date(2026, 1, 1), hourly_rate=rate, rate=rate, updated_at=now)  # fmt: skip
+        Price.objects.create(
+            organization=org,
+            cluster=cluster,
+            flavor=flavors[flavor],
+            capacity_type=kind,
+            effective_from=date(2026, 1, 1),
+            hourly_rate=rate,
+            rate=rate,
+            updated_at=now,
+        )
     # One price changes mid-month, so the report prices days apart.
     first = Price.objects.filter(organization=org).order_by("pk").first()
     assert first is not None

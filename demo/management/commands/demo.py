@@ -29,14 +29,39 @@ class Command(BaseCommand):
         call_command("seed_demo")
         python = sys.executable
         processes = {
-            "web": [python, "-m", "gunicorn", "portal.wsgi:application", "--bind", bind, "--workers", "2",
-                    "--access-logfile", "-", "--graceful-timeout", "5"],
+            "web": [
+                python,
+                "-m",
+                "gunicorn",
+                "portal.wsgi:application",
+                "--bind",
+                bind,
+                "--workers",
+                "2",
+                "--access-logfile",
+                "-",
+                "--graceful-timeout",
+                "5",
+            ],
             # One worker: gossip, mingle and heartbeats are for finding others, and each would bind a queue
             # of its own that outlives a restarted worker.
-            "worker": [python, "-m", "celery", "-A", "portal", "worker", "--loglevel", "INFO", "--concurrency", "2",
-                       "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            "worker": [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "portal",
+                "worker",
+                "--loglevel",
+                "INFO",
+                "--concurrency",
+                "2",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ],
             "beat": [python, "-m", "celery", "-A", "portal", "beat", "--loglevel", "INFO"],
-        }  # fmt: skip
+        }
         stopping = threading.Event()
 
         def stop(signum: int, frame: Any) -> None:

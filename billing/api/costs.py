@@ -1,4 +1,4 @@
-"""Finance's API, for BI tools and scripts: a month's costs grouped any way, jobs' costs, team statements and
+"""The costs API, for BI tools and scripts: a month's costs grouped any way, jobs' costs, team statements and
 the fleet summary as CSV or XLSX, the price book, shared overhead, and the meter's last reconciliation.
 
 Thin: costs come from ``attribution.kept`` cut to what the caller may see (``attribution.visible_to``: a
@@ -210,8 +210,19 @@ class PriceSerializer(serializers.ModelSerializer[Price]):
 
     class Meta:
         model = Price
-        fields = ("id", "cluster", "flavor", "capacity_type", "effective_from", "hourly_rate", *prices.ON_PREM_FIELDS,
-                  "rate", "note", "updated_at", "updated_by")  # fmt: skip
+        fields = (
+            "id",
+            "cluster",
+            "flavor",
+            "capacity_type",
+            "effective_from",
+            "hourly_rate",
+            *prices.ON_PREM_FIELDS,
+            "rate",
+            "note",
+            "updated_at",
+            "updated_by",
+        )
         read_only_fields = fields
 
 

@@ -1,4 +1,4 @@
-"""Finance's pages, under ``/billing/``: a month's costs and the price book.
+"""The costs pages, under ``/billing/``: a month's costs and the price book.
 
 - ``/billing/`` (``?month=YYYY-MM``): for finance and admins, chargeback: the fleet's figures, every team's
   share of them (adding up to the fleet's total), cost by team over time, the costliest jobs, idle cost per
@@ -13,7 +13,7 @@
 Thin: figures come from ``attribution.kept`` (one allocation per organization and month, kept a minute) and
 the costliest jobs from ``attribution.kept_job_costs`` (kept as long), and are formatted here; query strings
 are read by ``billing/params.py`` (a bad month is a 400 naming it); the downloads are the API's
-(``finance_api``), which serve the same ``Attribution``.
+(``billing/api/costs.py``), which serve the same ``Attribution``.
 """
 
 from __future__ import annotations
@@ -80,8 +80,13 @@ def rate_text(rate: Any) -> str:
 
 
 def figures(row: Mapping[str, int]) -> dict[str, str]:
-    return {"hours": hours_of(row["milli_seconds"]), "usage": amount(row["usage"]), "idle": amount(row["idle"]),
-            "overhead": amount(row["overhead"]), "total": amount(row["total"])}  # fmt: skip
+    return {
+        "hours": hours_of(row["milli_seconds"]),
+        "usage": amount(row["usage"]),
+        "idle": amount(row["idle"]),
+        "overhead": amount(row["overhead"]),
+        "total": amount(row["total"]),
+    }
 
 
 # --- what every costs page shares ---------------------------------------------------------------------------
@@ -142,8 +147,13 @@ def days_of(month: dt.date) -> list[dt.date]:
     return [first + dt.timedelta(days=i) for i in range((following - first).days)]
 
 
-def stacked_days(days: list[dt.date], series: list[tuple[str, dict[dt.date, int]]], what: str,
-                 ordered: bool = False, colors: Sequence[str] = ()) -> dict[str, Any]:  # fmt: skip
+def stacked_days(
+    days: list[dt.date],
+    series: list[tuple[str, dict[dt.date, int]]],
+    what: str,
+    ordered: bool = False,
+    colors: Sequence[str] = (),
+) -> dict[str, Any]:
     """Bars per day, one colour per series stacked (the largest first, unless ``ordered``), in currency units; no
     bars at all when every day is zero. The colours are ``colors`` in turn (names static/js/charts.js knows), else
     every chart's."""
@@ -160,11 +170,14 @@ def stacked_days(days: list[dt.date], series: list[tuple[str, dict[dt.date, int]
     x = [day.isoformat() for day in days]
     data = [
         {
-            "type": "bar", "name": name, "x": x, "y": [float(money(values.get(day, 0))) for day in days],
+            "type": "bar",
+            "name": name,
+            "x": x,
+            "y": [float(money(values.get(day, 0))) for day in days],
             "hovertemplate": "%{x|%b %d}: %{y:,.2f}<extra>%{fullData.name}</extra>",
         }
         for name, values in series
-    ]  # fmt: skip
+    ]
     span = [f"{days[0]} 00:00", f"{days[-1]} 23:59"]
     layout: dict[str, Any] = {
         "barmode": "stack",
@@ -188,11 +201,18 @@ def _by_day(rows: Iterable[Mapping[str, Any]], name: Any) -> list[tuple[str, dic
 def job_rows(month: Attribution, jobs: Iterable[attribution.JobCost], with_team: bool = True) -> list[dict[str, Any]]:
     names, rows = month.names, []
     for job in jobs:
-        rows.append({
-            "job": job.job, "name": job.name, "url": reverse("job-detail", args=[job.job]),
-            "team": names.of("team", job.team) if with_team else "", "project": names.of("project", job.project),
-            "user": names.of("user", job.user), "hours": hours_of(job.milli_seconds), "cost": amount(job.cost),
-        })  # fmt: skip
+        rows.append(
+            {
+                "job": job.job,
+                "name": job.name,
+                "url": reverse("job-detail", args=[job.job]),
+                "team": names.of("team", job.team) if with_team else "",
+                "project": names.of("project", job.project),
+                "user": names.of("user", job.user),
+                "hours": hours_of(job.milli_seconds),
+                "cost": amount(job.cost),
+            }
+        )
     return rows
 
 
@@ -215,12 +235,19 @@ def budget_burn(request: AuthenticatedHttpRequest, organization: Organization, m
         for standing in budgets.standings(budget, uses[budget.pk], at):
             places = 2 if standing.measure == "amount" else 1
             scope = scope_of(budget)
-            rows.append({
-                "team": budget.team.name, "scope": scope, "label": f"{budget.team.name} · {scope}",
-                "measure": standing.words,
-                "used": f"{standing.used:,.{places}f}", "limit": f"{standing.limit:,.{places}f}",
-                "percent": standing.percent, "over": standing.used >= standing.limit, "hard": budget.hard,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "team": budget.team.name,
+                    "scope": scope,
+                    "label": f"{budget.team.name} · {scope}",
+                    "measure": standing.words,
+                    "used": f"{standing.used:,.{places}f}",
+                    "limit": f"{standing.limit:,.{places}f}",
+                    "percent": standing.percent,
+                    "over": standing.used >= standing.limit,
+                    "hard": budget.hard,
+                }
+            )
     rows.sort(key=lambda r: (r["team"], r["scope"] != "the team", r["scope"], r["measure"]))
     if not rows:
         return {"rows": [], "chart": None}
@@ -228,10 +255,15 @@ def budget_burn(request: AuthenticatedHttpRequest, organization: Organization, m
     chart = {
         "data": [
             {
-                "type": "bar", "orientation": "h", "y": labels, "x": [round(r["percent"], 1) for r in rows],
-                "text": [f"{r['used']} of {r['limit']}" for r in rows], "textposition": "auto",
+                "type": "bar",
+                "orientation": "h",
+                "y": labels,
+                "x": [round(r["percent"], 1) for r in rows],
+                "text": [f"{r['used']} of {r['limit']}" for r in rows],
+                "textposition": "auto",
                 "marker": {"color": ["maroon" if r["over"] else "blue" for r in rows]},
-                "hovertemplate": "%{y}: %{x:.0f}% of the limit (%{text})<extra></extra>", "name": "Used",
+                "hovertemplate": "%{y}: %{x:.0f}% of the limit (%{text})<extra></extra>",
+                "name": "Used",
             }
         ],
         "layout": {
@@ -240,10 +272,19 @@ def budget_burn(request: AuthenticatedHttpRequest, organization: Organization, m
             "showlegend": False,
             "xaxis": {"title": {"text": "% of the monthly limit used"}, "rangemode": "tozero", "ticksuffix": "%"},
             "yaxis": {"autorange": "reversed", "automargin": True},
-            "shapes": [{"type": "line", "x0": 100, "x1": 100, "yref": "paper", "y0": 0, "y1": 1,
-                        "line": {"color": "slate", "dash": "dash", "width": 1}}],
+            "shapes": [
+                {
+                    "type": "line",
+                    "x0": 100,
+                    "x1": 100,
+                    "yref": "paper",
+                    "y0": 0,
+                    "y1": 1,
+                    "line": {"color": "slate", "dash": "dash", "width": 1},
+                }
+            ],
         },
-    }  # fmt: skip
+    }
     return {"rows": rows, "chart": chart}
 
 
@@ -254,11 +295,15 @@ def _team_rows(teams: Iterable[Team], month: Attribution, organization: Organiza
     rows = []
     for team in teams:
         found = by_team.get(team.pk, zero)
-        rows.append({
-            "team": team, "total_cents": found["total"], **figures(found),
-            "url": f"{reverse('costs-team', args=[team.pk])}?{_query(month=reports.month_label(month.month))}",
-            "downloads": downloads(organization, month.month, team),
-        })  # fmt: skip
+        rows.append(
+            {
+                "team": team,
+                "total_cents": found["total"],
+                **figures(found),
+                "url": f"{reverse('costs-team', args=[team.pk])}?{_query(month=reports.month_label(month.month))}",
+                "downloads": downloads(organization, month.month, team),
+            }
+        )
     rows.sort(key=lambda r: (-r["total_cents"], r["team"].name))
     return rows
 
@@ -269,11 +314,16 @@ def _team_rows(teams: Iterable[Team], month: Attribution, organization: Organiza
 def _pool_row(pool: attribution.Pool, names: attribution.Names) -> dict[str, Any]:
     utilisation = "—" if pool.utilisation is None else f"{pool.utilisation * 100:.1f}%"
     return {
-        "cluster": names.of("cluster", pool.cluster), "flavor": names.of("flavor", pool.flavor),
-        "kind": KINDS.get(pool.capacity_type, pool.capacity_type), "capacity": hours_of(pool.capacity_milli_seconds),
-        "used": hours_of(pool.used_milli_seconds), "utilisation": utilisation, "cost": amount(pool.cost),
-        "idle": amount(pool.idle), "priced": pool.priced,
-    }  # fmt: skip
+        "cluster": names.of("cluster", pool.cluster),
+        "flavor": names.of("flavor", pool.flavor),
+        "kind": KINDS.get(pool.capacity_type, pool.capacity_type),
+        "capacity": hours_of(pool.capacity_milli_seconds),
+        "used": hours_of(pool.used_milli_seconds),
+        "utilisation": utilisation,
+        "cost": amount(pool.cost),
+        "idle": amount(pool.idle),
+        "priced": pool.priced,
+    }
 
 
 def _chargeback(organization: Organization, month: Attribution, teams: list[Team]) -> dict[str, Any]:
@@ -297,15 +347,27 @@ def _chargeback(organization: Organization, month: Attribution, teams: list[Team
     days = days_of(month.month)
     idle_chart = stacked_days(days, [("Idle capacity", month.idle_by_day)], "Idle cost", colors=["grey"])
     idle_chart["layout"].update(showlegend=False, height=260)
-    unpriced = [" ".join((names.of("cluster", p.cluster), names.of("flavor", p.flavor), KINDS[p.capacity_type]))
-                for p in month.pools if not p.priced]  # fmt: skip
+    unpriced = [
+        " ".join((names.of("cluster", p.cluster), names.of("flavor", p.flavor), KINDS[p.capacity_type]))
+        for p in month.pools
+        if not p.priced
+    ]
     return {
         "headline": headline,
         "team_rows": team_rows,
-        "team_totals": {"hours": hours_of(totals["milli_seconds"]), "usage": amount(totals["usage"]),
-                        "idle": amount(idle), "overhead": amount(overhead), "total": amount(month.fleet_total)},
-        "unallocated": unallocated and {"idle": amount(month.unallocated_idle), "total": amount(unallocated),
-                                        "overhead": amount(month.unallocated_overhead)},
+        "team_totals": {
+            "hours": hours_of(totals["milli_seconds"]),
+            "usage": amount(totals["usage"]),
+            "idle": amount(idle),
+            "overhead": amount(overhead),
+            "total": amount(month.fleet_total),
+        },
+        "unallocated": unallocated
+        and {
+            "idle": amount(month.unallocated_idle),
+            "total": amount(unallocated),
+            "overhead": amount(month.unallocated_overhead),
+        },
         "cost_chart": stacked_days(days, _by_day(month.rollup(["day", "team"]), lambda r: r["team_name"]), "Cost"),
         "idle_chart": idle_chart,
         "pools": [_pool_row(p, names) for p in pools],
@@ -313,7 +375,7 @@ def _chargeback(organization: Organization, month: Attribution, teams: list[Team
         "unpriced_pools": unpriced,
         "jobs": job_rows(month, attribution.kept_job_costs(organization.pk, month.month, None, TOP_JOBS)),
         "fleet_downloads": downloads(organization, month.month),
-    }  # fmt: skip
+    }
 
 
 def _showback(organization: Organization, month: Attribution, teams: list[Team]) -> dict[str, Any]:
@@ -360,14 +422,19 @@ def costs(request: AuthenticatedHttpRequest) -> HttpResponse:
     try:
         first = params.month(request.GET.get("month"))
     except ValidationError as exc:
-        return _bad_month(request, "billing/finance.html", exc, **base)
+        return _bad_month(request, "billing/costs.html", exc, **base)
     month = attribution.visible_to(request.user, attribution.kept(organization.pk, first))
     teams = list(Team.objects.for_user(request.user, Action.VIEW).filter(organization=organization).order_by("name"))
-    context = {**base, "month": month_nav(first, organization, several), "fleet": month.fleet_visible,
-               "budget": budget_burn(request, organization, first)}  # fmt: skip
-    context.update(_chargeback(organization, month, teams) if month.fleet_visible else
-                   _showback(organization, month, teams))  # fmt: skip
-    return render(request, "billing/finance.html", context)
+    context = {
+        **base,
+        "month": month_nav(first, organization, several),
+        "fleet": month.fleet_visible,
+        "budget": budget_burn(request, organization, first),
+    }
+    context.update(
+        _chargeback(organization, month, teams) if month.fleet_visible else _showback(organization, month, teams)
+    )
+    return render(request, "billing/costs.html", context)
 
 
 @login_required
@@ -375,22 +442,34 @@ def costs(request: AuthenticatedHttpRequest) -> HttpResponse:
 def team_costs(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """One team's statement: its lines per project, user, cluster, accelerator type and capacity type, its days
     and its jobs. Members of the team, finance and admins of its organization; for anyone else a 404."""
-    team: Team = get_object_or_404(Team.objects.for_user(request.user, Action.VIEW).select_related("organization"),
-                                   pk=pk)  # fmt: skip
+    team: Team = get_object_or_404(
+        Team.objects.for_user(request.user, Action.VIEW).select_related("organization"), pk=pk
+    )
     organization = team.organization
     base = {"organization": organization, "team": team}
     try:
         first = params.month(request.GET.get("month"))
     except ValidationError as exc:
-        return _bad_month(request, "billing/finance_team.html", exc, **base)
+        return _bad_month(request, "billing/costs_team.html", exc, **base)
     seen = attribution.visible_to(request.user, attribution.kept(organization.pk, first))
     month = seen.for_teams([team.pk], seen.fleet_visible)
     totals = month.totals()
     names = month.names
-    lines = [{"project": names.of("project", r["project"]), "user": names.of("user", r["user"]), **figures(r),
-              "where": " · ".join((names.of("cluster", r["cluster"]), names.of("flavor", r["flavor"]),
-                                   KINDS.get(r["capacity_type"], r["capacity_type"])))}
-             for r in month.rollup(reports.STATEMENT_BY)]  # fmt: skip
+    lines = [
+        {
+            "project": names.of("project", r["project"]),
+            "user": names.of("user", r["user"]),
+            **figures(r),
+            "where": " · ".join(
+                (
+                    names.of("cluster", r["cluster"]),
+                    names.of("flavor", r["flavor"]),
+                    KINDS.get(r["capacity_type"], r["capacity_type"]),
+                )
+            ),
+        }
+        for r in month.rollup(reports.STATEMENT_BY)
+    ]
     days = days_of(first)
     parts = {"usage": "Usage", "idle": "Idle capacity share", "overhead": "Shared overhead share"}
     by_day = month.rollup(["day"])
@@ -410,7 +489,7 @@ def team_costs(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         "downloads": downloads(organization, first, team),
         "back": f"{reverse('costs')}?{_query(month=reports.month_label(first))}",
     }
-    return render(request, "billing/finance_team.html", context)
+    return render(request, "billing/costs_team.html", context)
 
 
 # --- the price book -----------------------------------------------------------------------------------------
@@ -462,8 +541,9 @@ def on_prem_inputs(row: Price) -> str:
     )
 
 
-def _book_context(request: AuthenticatedHttpRequest, organization: Organization, organizations: list[Organization],
-                  **forms: Any) -> dict[str, Any]:  # fmt: skip
+def _book_context(
+    request: AuthenticatedHttpRequest, organization: Organization, organizations: list[Organization], **forms: Any
+) -> dict[str, Any]:
     rows = list(
         Price.objects.for_user(request.user, Action.VIEW)
         .filter(organization=organization)
@@ -472,11 +552,16 @@ def _book_context(request: AuthenticatedHttpRequest, organization: Organization,
     )
     status = _row_status(rows, timezone.now().astimezone(dt.UTC).date())
     groups = [
-        {"cluster": cluster, "flavor": flavor,
-         "rows": [{"price": r, "status": status[r.pk], "inputs": on_prem_inputs(r), "rate": rate_text(r.rate)}
-                  for r in found]}
+        {
+            "cluster": cluster,
+            "flavor": flavor,
+            "rows": [
+                {"price": r, "status": status[r.pk], "inputs": on_prem_inputs(r), "rate": rate_text(r.rate)}
+                for r in found
+            ],
+        }
         for (cluster, flavor), found in groupby(rows, key=lambda r: (r.cluster, r.flavor))
-    ]  # fmt: skip
+    ]
     overheads = Overhead.objects.for_user(request.user, Action.VIEW).filter(organization=organization)
     price_form = forms.get("price_form") or PriceForm(organization)
     overhead_form = forms.get("overhead_form") or OverheadForm()
@@ -491,8 +576,9 @@ def _book_context(request: AuthenticatedHttpRequest, organization: Organization,
     }
 
 
-def _back_to_book(request: AuthenticatedHttpRequest, organization: Organization, anchor: str,
-                  said: str) -> HttpResponse:  # fmt: skip
+def _back_to_book(
+    request: AuthenticatedHttpRequest, organization: Organization, anchor: str, said: str
+) -> HttpResponse:
     messages.success(request, said)
     query = f"?{_query(organization=organization.slug)}" if len(_books(request)) > 1 else ""
     return redirect(f"{reverse('price-book')}{query}#{anchor}")
