@@ -34,7 +34,7 @@ MAX_TOKEN_DAYS = 366
 
 
 def issue_token(
-    actor: User, *, name: str, expires_in_days: int | None = None, request: HttpRequest | None = None
+    actor: User, *, name: str, expires_in_days: int | None = None, http: HttpRequest | None = None
 ) -> tuple[ApiToken, str]:
     """A new token of `actor`'s own; returns the row and the raw token, which is never stored or shown again."""
     name = (name or "").strip()
@@ -54,7 +54,7 @@ def issue_token(
             target=token,
             organization=audit.home_organization(actor),
             changes={"name": name, "expires_at": token.expires_at.isoformat() if token.expires_at else None},
-            request=request,
+            request=http,
         )
     return token, raw
 
@@ -66,7 +66,7 @@ def _token_days(expires_in_days: int | None) -> int:
     return days
 
 
-def revoke_token(actor: User, token: ApiToken, *, request: HttpRequest | None = None) -> ApiToken:
+def revoke_token(actor: User, token: ApiToken, *, http: HttpRequest | None = None) -> ApiToken:
     """Revoke one of the actor's own tokens. Revoking twice is harmless and records nothing new."""
     policy.require(actor, "token.revoke", token)
     with transaction.atomic():
@@ -74,7 +74,7 @@ def revoke_token(actor: User, token: ApiToken, *, request: HttpRequest | None = 
         token.refresh_from_db()
         if claimed:
             audit.record(
-                "token.revoked", actor=actor, target=token, organization=audit.home_organization(actor), request=request
+                "token.revoked", actor=actor, target=token, organization=audit.home_organization(actor), request=http
             )
     return token
 
@@ -110,14 +110,14 @@ def create_team(
     name: str,
     slug: str | None = None,
     description: str = "",
-    request: HttpRequest | None = None,
+    http: HttpRequest | None = None,
 ) -> Team:
     policy.require(actor, "team.create", organization)
     team = Team(organization=organization, description=description)
     _named(team, name, slug, Team.objects.filter(organization=organization), organization.name)
     with transaction.atomic():
         team.save()
-        audit.record("team.created", actor=actor, target=team, changes={"name": team.name}, request=request)
+        audit.record("team.created", actor=actor, target=team, changes={"name": team.name}, request=http)
     return team
 
 
@@ -128,14 +128,14 @@ def create_project(
     name: str,
     slug: str | None = None,
     description: str = "",
-    request: HttpRequest | None = None,
+    http: HttpRequest | None = None,
 ) -> Project:
     policy.require(actor, "project.create", team)
     project = Project(team=team, description=description)
     _named(project, name, slug, Project.objects.filter(team=team), f"Team {team.name}")
     with transaction.atomic():
         project.save()
-        audit.record("project.created", actor=actor, target=project, changes={"name": project.name}, request=request)
+        audit.record("project.created", actor=actor, target=project, changes={"name": project.name}, request=http)
     return project
 
 
@@ -149,7 +149,7 @@ def add_member(
     username: str,
     role: str,
     team: Team | None = None,
-    request: HttpRequest | None = None,
+    http: HttpRequest | None = None,
 ) -> Membership:
     """Give a user a role: a team role in `team`, or an organization role (admins only). Who may be given
     one is `_addable_user`'s rule."""
@@ -171,7 +171,7 @@ def add_member(
                 actor=actor,
                 target=membership,
                 changes={"user": user.get_username(), "role": role_value.value, "team": team.name if team else None},
-                request=request,
+                request=http,
             )
     except IntegrityError:
         where = team.name if team else organization.name
@@ -223,7 +223,7 @@ def _addable_user(actor: User, organization: Organization, username: str) -> Use
 
 
 def change_role(
-    actor: User, membership: Membership, *, role: str, reason: str = "", request: HttpRequest | None = None
+    actor: User, membership: Membership, *, role: str, reason: str = "", http: HttpRequest | None = None
 ) -> Membership:
     """Change a team member's role (researcher ↔ lead). Nobody changes their own role."""
     role_value = _parse_role(role)
@@ -255,12 +255,12 @@ def change_role(
             target=membership,
             changes=changes,
             reason=reason,
-            request=request,
+            request=http,
         )
     return membership
 
 
-def remove_member(actor: User, membership: Membership, *, request: HttpRequest | None = None) -> None:
+def remove_member(actor: User, membership: Membership, *, http: HttpRequest | None = None) -> None:
     # Leads reach their team's memberships only; organization-wide ones are reached by admins alone.
     policy.require(actor, "member.remove", membership)
     if membership.user_id == actor.pk:
@@ -272,7 +272,7 @@ def remove_member(actor: User, membership: Membership, *, request: HttpRequest |
             actor=actor,
             target=membership,
             changes={"user": membership.user.get_username(), "role": membership.role},
-            request=request,
+            request=http,
         )
         membership.delete()
 
@@ -305,7 +305,7 @@ def map_group(
     group: str,
     role: str,
     team: Team | None = None,
-    request: HttpRequest | None = None,
+    http: HttpRequest | None = None,
 ) -> GroupMapping:
     """Members of the provider's `group` get `role` (in `team` for a team role) at their next sign-in."""
     policy.require(
@@ -325,7 +325,7 @@ def map_group(
                 actor=actor,
                 target=mapping,
                 changes={"group": group, "role": role_value.value, "team": team.name if team else None},
-                request=request,
+                request=http,
             )
     except IntegrityError:
         where = team.name if team else f"{organization.name} as {role_value.label.lower()}"
@@ -333,7 +333,7 @@ def map_group(
     return mapping
 
 
-def unmap_group(actor: User, mapping: GroupMapping, *, request: HttpRequest | None = None) -> None:
+def unmap_group(actor: User, mapping: GroupMapping, *, http: HttpRequest | None = None) -> None:
     """Remove a mapping; the roles it granted go at each member's next sign-in."""
     policy.require(actor, "group_mapping.set", mapping, NOT_MAPPED_BY_ORGANIZATIONS)
     with transaction.atomic():
@@ -342,7 +342,7 @@ def unmap_group(actor: User, mapping: GroupMapping, *, request: HttpRequest | No
             actor=actor,
             target=mapping,
             changes={"group": mapping.group, "role": mapping.role, "team": mapping.team.name if mapping.team else None},
-            request=request,
+            request=http,
         )
         mapping.delete()
 
@@ -357,7 +357,7 @@ def create_service_account(
     name: str,
     scope: str,
     expires_in_days: int | None = None,
-    request: HttpRequest | None = None,
+    http: HttpRequest | None = None,
 ) -> tuple[ServiceAccount, str]:
     """A service account of `team` and its token; returns the account and the raw token, shown once."""
     policy.require(actor, "service_account.create", team)
@@ -412,14 +412,14 @@ def create_service_account(
                     "token": hint,
                     "expires_at": token.expires_at.isoformat() if token.expires_at else None,
                 },
-                request=request,
+                request=http,
             )
     except IntegrityError:  # the same name (or username) taken meanwhile by another request
         raise ValidationError({"name": f"Team {team.name} already has a service account named {name!r}."}) from None
     return account, raw
 
 
-def revoke_service_account(actor: User, account: ServiceAccount, *, request: HttpRequest | None = None) -> None:
+def revoke_service_account(actor: User, account: ServiceAccount, *, http: HttpRequest | None = None) -> None:
     """Revoke the account: its token stops working at once and its role in the team goes. Twice is harmless."""
     policy.require(actor, "service_account.revoke", account)
     now = timezone.now()
@@ -431,5 +431,5 @@ def revoke_service_account(actor: User, account: ServiceAccount, *, request: Htt
         get_user_model().objects.filter(pk=account.user_id).update(is_active=False)
         Membership.objects.filter(user_id=account.user_id).delete()
         audit.record(
-            "service_account.revoked", actor=actor, target=account, changes={"name": account.name}, request=request
+            "service_account.revoked", actor=actor, target=account, changes={"name": account.name}, request=http
         )

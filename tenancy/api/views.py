@@ -66,7 +66,7 @@ class TeamViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixi
             name=data["name"],
             slug=data.get("slug"),
             description=data.get("description", ""),
-            request=self.request,
+            http=self.request,
         )
 
 
@@ -86,7 +86,7 @@ class ProjectViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelM
             name=data["name"],
             slug=data.get("slug"),
             description=data.get("description", ""),
-            request=self.request,
+            http=self.request,
         )
 
 
@@ -119,7 +119,7 @@ class MembershipViewSet(
             username=data["user"]["username"],
             role=data["role"],
             team=data.get("team"),
-            request=self.request,
+            http=self.request,
         )
 
     @extend_schema(request=s.RoleChangeSerializer, responses=s.MembershipSerializer)
@@ -132,12 +132,12 @@ class MembershipViewSet(
             membership,
             role=change.validated_data["role"],
             reason=change.validated_data["reason"],
-            request=request,
+            http=request,
         )
         return Response(s.MembershipSerializer(membership, context=self.get_serializer_context()).data)
 
     def perform_destroy(self, instance: Membership) -> None:
-        actions.remove_member(self.actor, instance, request=self.request)
+        actions.remove_member(self.actor, instance, http=self.request)
 
 
 class AuditLogViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
@@ -187,7 +187,7 @@ class TokenView(APIView):
             body = error_body(400, "invalid_credentials", message, {"password": [message]})
             return Response(body, status=status.HTTP_400_BAD_REQUEST)
         token, raw = actions.issue_token(
-            user, name=data["name"], expires_in_days=data.get("expires_in_days"), request=request._request
+            user, name=data["name"], expires_in_days=data.get("expires_in_days"), http=request._request
         )
         body = s.NewTokenSerializer(token).data
         body["token"] = raw
@@ -198,7 +198,7 @@ class TokenView(APIView):
         if not isinstance(request.auth, ApiToken):
             body = error_body(400, "no_token", "This request was not authenticated with a token.")
             return Response(body, status=status.HTTP_400_BAD_REQUEST)
-        actions.revoke_token(request.auth.user, request.auth, request=request._request)
+        actions.revoke_token(request.auth.user, request.auth, http=request._request)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -212,7 +212,7 @@ class TokenViewSet(SignedInViewSet, mixins.ListModelMixin, mixins.RetrieveModelM
         return ApiToken.objects.filter(user=self.actor)
 
     def perform_destroy(self, instance: ApiToken) -> None:
-        actions.revoke_token(self.actor, instance, request=self.request._request)
+        actions.revoke_token(self.actor, instance, http=self.request._request)
 
 
 class ServiceAccountViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin):
@@ -236,11 +236,11 @@ class ServiceAccountViewSet(TenantViewSet, mixins.ListModelMixin, mixins.Retriev
             name=data["name"],
             scope=data["scope"],
             expires_in_days=data.get("expires_in_days"),
-            request=request._request,
+            http=request._request,
         )
         body = s.NewServiceAccountSerializer(account, context=self.get_serializer_context()).data
         body["secret"] = raw
         return Response(body, status=status.HTTP_201_CREATED)
 
     def perform_destroy(self, instance: ServiceAccount) -> None:
-        actions.revoke_service_account(self.actor, instance, request=self.request._request)
+        actions.revoke_service_account(self.actor, instance, http=self.request._request)

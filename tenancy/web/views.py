@@ -128,7 +128,7 @@ def project_create(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     form = ProjectForm(request.POST)
     if form.is_valid():
         try:
-            project = actions.create_project(request.user, team, **form.cleaned_data, request=request)
+            project = actions.create_project(request.user, team, **form.cleaned_data, http=request)
         except ValidationError as exc:
             apply_errors(form, exc)
         else:
@@ -145,7 +145,7 @@ def member_add(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     if form.is_valid():
         try:
             membership = actions.add_member(
-                request.user, team.organization, team=team, request=request, **form.cleaned_data
+                request.user, team.organization, team=team, http=request, **form.cleaned_data
             )
         except ValidationError as exc:
             apply_errors(form, exc)
@@ -168,7 +168,7 @@ def member_role(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     form = RoleForm(request.POST)
     if form.is_valid():
         try:
-            actions.change_role(request.user, membership, request=request, **form.cleaned_data)
+            actions.change_role(request.user, membership, http=request, **form.cleaned_data)
         except ValidationError as exc:
             apply_errors(form, exc)
         else:
@@ -185,7 +185,7 @@ def member_remove(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     membership = _visible_membership(request, pk)
     team_id = membership.team_id
     try:
-        actions.remove_member(request.user, membership, request=request)
+        actions.remove_member(request.user, membership, http=request)
     except ValidationError as exc:
         # A role that is not removed by hand (a service account's): said beside the members, as a 400.
         if membership.team is None:
@@ -204,7 +204,7 @@ def service_account_create(request: AuthenticatedHttpRequest, pk: int) -> HttpRe
     form = ServiceAccountForm(request.POST)
     if form.is_valid():
         try:
-            account, raw = actions.create_service_account(request.user, team, request=request, **form.cleaned_data)
+            account, raw = actions.create_service_account(request.user, team, http=request, **form.cleaned_data)
         except ValidationError as exc:
             apply_errors(form, exc)
         else:
@@ -220,7 +220,7 @@ def service_account_revoke(request: AuthenticatedHttpRequest, pk: int) -> HttpRe
     account: ServiceAccount = get_object_or_404(
         ServiceAccount.objects.for_user(request.user, Action.VIEW).select_related("team"), pk=pk
     )
-    actions.revoke_service_account(request.user, account, request=request)
+    actions.revoke_service_account(request.user, account, http=request)
     messages.success(request, f"Service account {account.name} revoked; its token no longer works.")
     return redirect("team-detail", pk=account.team_id)
 
@@ -263,7 +263,7 @@ def group_mapping_create(request: AuthenticatedHttpRequest, pk: int) -> HttpResp
     form = GroupMappingForm(request.POST, teams=Team.objects.filter(organization=organization))
     if form.is_valid():
         try:
-            mapping = actions.map_group(request.user, organization, request=request, **form.cleaned_data)
+            mapping = actions.map_group(request.user, organization, http=request, **form.cleaned_data)
         except ValidationError as exc:
             apply_errors(form, exc)
         else:
@@ -276,7 +276,7 @@ def group_mapping_create(request: AuthenticatedHttpRequest, pk: int) -> HttpResp
 @require_POST
 def group_mapping_remove(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     mapping: GroupMapping = get_object_or_404(GroupMapping.objects.for_user(request.user, Action.VIEW), pk=pk)
-    actions.unmap_group(request.user, mapping, request=request)
+    actions.unmap_group(request.user, mapping, http=request)
     messages.success(request, f"Removed {mapping}; the roles it gave go at each member's next sign-in.")
     return redirect("identity")
 
@@ -292,7 +292,7 @@ def token_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     if request.method == "POST":
         if form.is_valid():
             try:
-                _, new_token = actions.issue_token(request.user, request=request, **form.cleaned_data)
+                _, new_token = actions.issue_token(request.user, http=request, **form.cleaned_data)
             except ValidationError as exc:
                 apply_errors(form, exc)
                 status = HTTPStatus.BAD_REQUEST
@@ -310,7 +310,7 @@ def token_list(request: AuthenticatedHttpRequest) -> HttpResponse:
 @require_POST
 def token_revoke(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     token = get_object_or_404(ApiToken, pk=pk, user=request.user)
-    actions.revoke_token(request.user, token, request=request)
+    actions.revoke_token(request.user, token, http=request)
     messages.success(request, f"Token {token.name} revoked.")
     return redirect("token-list")
 
