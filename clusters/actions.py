@@ -51,7 +51,7 @@ def drain_node(
     reason: str,
     *,
     window: MaintenanceWindow | None = None,
-    request: HttpRequest | None = None,
+    http: HttpRequest | None = None,
 ) -> Drain:
     """Take the node out of service: no new work now, running work moved off by the cluster next."""
     reason = _reason(reason)
@@ -72,14 +72,14 @@ def drain_node(
             organization=locked.cluster.organization,
             changes={"state": [locked.state, Node.State.DRAINING], "automatic": actor is None},
             reason=reason,
-            request=request,
+            request=http,
         )
         transaction.on_commit(lambda: _tell_cluster(drain.pk))
     node.refresh_from_db()
     return drain
 
 
-def resume_node(actor: User | None, node: Node, reason: str, *, request: HttpRequest | None = None) -> Node:
+def resume_node(actor: User | None, node: Node, reason: str, *, http: HttpRequest | None = None) -> Node:
     """Put a cordoned, draining or drained node back in service."""
     reason = _reason(reason)
     if actor is not None:
@@ -99,7 +99,7 @@ def resume_node(actor: User | None, node: Node, reason: str, *, request: HttpReq
             organization=locked.cluster.organization,
             changes={"state": [locked.state, Node.State.SCHEDULABLE], "drains": ids},
             reason=reason,
-            request=request,
+            request=http,
         )
         transaction.on_commit(lambda: _tell_cluster_resume(locked.pk))
     node.refresh_from_db()
@@ -115,7 +115,7 @@ def _tell_cluster_resume(node_id: int) -> None:
 
 
 def issue_probe_token(
-    actor: User, cluster: Cluster, name: str, *, request: HttpRequest | None = None
+    actor: User, cluster: Cluster, name: str, *, http: HttpRequest | None = None
 ) -> tuple[ProbeToken, str]:
     """A token for the node probes of ``cluster``; returns the row and the raw token, shown only once."""
     name = (name or "").strip()
@@ -131,7 +131,7 @@ def issue_probe_token(
             target=token,
             organization=cluster.organization,
             changes={"cluster": cluster.slug, "name": name},
-            request=request,
+            request=http,
         )
     return token, raw
 
@@ -145,7 +145,7 @@ def plan_maintenance(
     reason: str,
     nodes: list[Node] | None = None,
     drain_ahead_minutes: int = 60,
-    request: HttpRequest | None = None,
+    http: HttpRequest | None = None,
 ) -> MaintenanceWindow:
     """Plan work on some nodes of a cluster (all when none are named): they are drained
     ``drain_ahead_minutes`` before the window and resumed when it ends (``clusters.maintenance``)."""
@@ -182,7 +182,7 @@ def plan_maintenance(
                 "drain_ahead_minutes": drain_ahead_minutes,
             },
             reason=reason,
-            request=request,
+            request=http,
         )
     return window
 
@@ -363,7 +363,7 @@ def create_cluster(
     organization: Organization,
     *,
     credentials: Mapping[str, str] | None = None,
-    request: HttpRequest | None = None,
+    http: HttpRequest | None = None,
     **fields: Any,
 ) -> Cluster:
     """Register a cluster of ``organization``. ``fields``: name, slug, kind, endpoint, region, levels,
@@ -395,7 +395,7 @@ def create_cluster(
             target=cluster,
             organization=organization,
             changes={**{name: getattr(cluster, name) for name in ("kind", *EDITABLE)}, "credentials": bool(secrets)},
-            request=request,
+            request=http,
         )
         transaction.on_commit(lambda: _queue_sync(cluster.pk))  # its first sync, now rather than at the beat
     return cluster
@@ -422,7 +422,7 @@ def update_cluster(
     cluster: Cluster,
     *,
     credentials: Mapping[str, str] | str | None = None,
-    request: HttpRequest | None = None,
+    http: HttpRequest | None = None,
     **changes: Any,
 ) -> Cluster:
     """Change a cluster's settings. Credentials are write-only: ``None`` or blank values keep them, given
@@ -479,13 +479,13 @@ def update_cluster(
             target=locked,
             organization=locked.organization,
             changes=diff,
-            request=request,
+            request=http,
         )
     cluster.refresh_from_db()
     return locked
 
 
-def request_sync(actor: User, cluster: Cluster, *, request: HttpRequest | None = None) -> None:
+def request_sync(actor: User, cluster: Cluster, *, http: HttpRequest | None = None) -> None:
     """Sync the cluster now: its backoff is cleared and a sync task queued once this commits."""
     policy.require(
         actor,
@@ -498,7 +498,7 @@ def request_sync(actor: User, cluster: Cluster, *, request: HttpRequest | None =
     with transaction.atomic():
         Cluster.objects.filter(pk=cluster.pk).update(next_sync_at=None)
         audit.record(
-            "cluster.sync_requested", actor=actor, target=cluster, organization=cluster.organization, request=request
+            "cluster.sync_requested", actor=actor, target=cluster, organization=cluster.organization, request=http
         )
         transaction.on_commit(lambda: _queue_sync(cluster.pk))
     cluster.refresh_from_db()
@@ -508,7 +508,7 @@ def _queue_sync(cluster_id: int) -> None:
     enqueue.send("clusters.tasks.sync_cluster", cluster_id)
 
 
-def revoke_probe_token(actor: User, token: ProbeToken, *, request: HttpRequest | None = None) -> ProbeToken:
+def revoke_probe_token(actor: User, token: ProbeToken, *, http: HttpRequest | None = None) -> ProbeToken:
     """Revoke a cluster's probe token: its probes' reports are refused from now on. Twice is harmless."""
     policy.require(actor, "probe_token.revoke", token)
     with transaction.atomic():
@@ -521,6 +521,6 @@ def revoke_probe_token(actor: User, token: ProbeToken, *, request: HttpRequest |
                 target=token,
                 organization=token.cluster.organization,
                 changes={"cluster": token.cluster.slug, "name": token.name},
-                request=request,
+                request=http,
             )
     return token

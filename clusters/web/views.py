@@ -190,7 +190,7 @@ def cluster_create(request: AuthenticatedHttpRequest) -> HttpResponse:
                     request.user,
                     form.organization(),
                     credentials=_given(form.credentials()),
-                    request=request,
+                    http=request,
                     **form.settings(),
                 )
             except ValidationError as exc:
@@ -215,7 +215,7 @@ def cluster_edit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         if form.is_valid():
             try:
                 actions.update_cluster(
-                    request.user, cluster, credentials=form.credentials(), request=request, **form.settings()
+                    request.user, cluster, credentials=form.credentials(), http=request, **form.settings()
                 )
             except ValidationError as exc:
                 form.apply_errors(exc)
@@ -231,7 +231,7 @@ def cluster_edit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
 def cluster_sync(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     cluster = _administered_cluster(request, pk)
     try:
-        actions.request_sync(request.user, cluster, request=request)
+        actions.request_sync(request.user, cluster, http=request)
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
         return _render_cluster(request, cluster, HTTPStatus.BAD_REQUEST)
@@ -260,7 +260,7 @@ def cluster_maintenance(request: AuthenticatedHttpRequest, pk: int) -> HttpRespo
                     reason=form.cleaned_data["reason"],
                     nodes=found,
                     drain_ahead_minutes=form.cleaned_data["drain_ahead_minutes"],
-                    request=request,
+                    http=request,
                 )
             except ValidationError as exc:
                 apply_errors(form, exc)
@@ -277,7 +277,7 @@ def probe_token_create(request: AuthenticatedHttpRequest, pk: int) -> HttpRespon
     form = ProbeTokenForm(request.POST, auto_id="probe_token_%s")
     if form.is_valid():
         try:
-            _, raw = actions.issue_probe_token(request.user, cluster, form.cleaned_data["name"], request=request)
+            _, raw = actions.issue_probe_token(request.user, cluster, form.cleaned_data["name"], http=request)
         except ValidationError as exc:
             apply_errors(form, exc)
         else:
@@ -296,7 +296,7 @@ def probe_token_revoke(request: AuthenticatedHttpRequest, pk: int, token_pk: int
     token = get_object_or_404(
         policy.permitted(request.user, "probe_token.revoke", ProbeToken.objects.filter(cluster=cluster)), pk=token_pk
     )
-    actions.revoke_probe_token(request.user, token, request=request)
+    actions.revoke_probe_token(request.user, token, http=request)
     messages.success(request, f"Probe token {token.name} is revoked.")
     return redirect("cluster-detail", pk=cluster.pk)
 
@@ -407,7 +407,7 @@ def _change_node(
 @require_POST
 def node_drain(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     def drain(node: Node, reason: str) -> object:
-        return actions.drain_node(request.user, node, reason, request=request)  # refreshes ``node``
+        return actions.drain_node(request.user, node, reason, http=request)  # refreshes ``node``
 
     return _change_node(request, pk, "drain", drain, lambda n: f"{n.name} is {n.get_state_display().lower()}.")
 
@@ -416,6 +416,6 @@ def node_drain(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def node_resume(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     def resume(node: Node, reason: str) -> object:
-        return actions.resume_node(request.user, node, reason, request=request)
+        return actions.resume_node(request.user, node, reason, http=request)
 
     return _change_node(request, pk, "resume", resume, lambda n: f"{n.name} is back in service.")
