@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeAlias
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -28,7 +28,7 @@ from tenancy.scoping import ALL_ROLES, Action, Role, TenancyRules, TenantManager
 class Job(models.Model):
     """A researcher's job: what it asks for, where it stands, and where it runs (its current attempt)."""
 
-    State = JobState
+    State: TypeAlias = JobState
 
     class TopologyMode(models.TextChoices):
         REQUIRED = "required", "Required"
