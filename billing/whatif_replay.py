@@ -48,11 +48,11 @@ from django.utils import timezone
 
 from clusters.models import Cluster, Node
 from scheduler.engine import model as m
-from scheduler.lifecycle import WAITING
 from scheduler.models import Attempt, Job
 from scheduler.placement import snapshot
 from scheduler.simulation.events import Outcome, SimJob, Simulation
 from scheduler.simulation.jobs import Quartermaster
+from scheduler.states import WAITING
 from tenancy.models import Organization
 
 CYCLE_SECONDS = 10.0  # the placement loop's beat (``placement-cycle``)

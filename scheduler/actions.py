@@ -25,9 +25,9 @@ from common import enqueue
 from common.validation import check_max_length, message_of
 from governance.models import PriorityTier, Queue
 from scheduler import lifecycle, submission
-from scheduler.lifecycle import PLACED, WAITING
 from scheduler.models import Attempt, Job
 from scheduler.placement import feasibility
+from scheduler.states import PLACED, WAITING
 from scheduler.submission import JobRequest
 from tenancy import audit, policy
 from tenancy.models import Project, Team

@@ -7,8 +7,8 @@ import django_filters
 from django.db.models import QuerySet
 
 from governance.models import Queue, QuotaChange
-from scheduler.lifecycle import ACTIVE, FINAL
 from scheduler.models import Job
+from scheduler.states import ACTIVE, FINAL
 from tenancy.filters import IdFilter, SlugOrIdFilter
 
 #: Names for groups of states, usable beside the states themselves: ``?state=active``.

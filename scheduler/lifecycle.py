@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduler.models import Job, JobEvent
-from scheduler.states import ACTIVE, FINAL, PLACED, TRANSITIONS, WAITING
+from scheduler.states import TRANSITIONS
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -93,18 +93,3 @@ def move(
 
 def timeline(job: Job) -> Iterable[JobEvent]:
     return job.events.select_related("actor").order_by("created_at", "pk")
-
-
-# The state sets are read through this module by most callers.
-__all__ = [
-    "ACTIVE",
-    "FINAL",
-    "PLACED",
-    "TRANSITIONS",
-    "WAITING",
-    "IllegalTransition",
-    "check",
-    "event",
-    "move",
-    "timeline",
-]

@@ -15,8 +15,8 @@ from django.utils import timezone
 from common.types import AuthenticatedHttpRequest
 from governance.models import Queue, Quota
 from scheduler.engine.model import PendingReason
-from scheduler.lifecycle import PLACED, WAITING
 from scheduler.models import Attempt, Job
+from scheduler.states import PLACED, WAITING
 from tenancy.scoping import Action
 
 #: The pending reasons in a few words (the engine's message says the rest).

@@ -458,7 +458,6 @@ def _organizations(request: AuthenticatedHttpRequest) -> list[Organization]:
 
 
 def _render_org(request: AuthenticatedHttpRequest, status: int = 200, **forms: Any) -> HttpResponse:
-
     organizations = _organizations(request)
     if not organizations:
         raise PermissionDenied("The organization's quotas are for its admins and finance; your team's are on its page.")

@@ -29,8 +29,8 @@ from common.validation import check_max_length, message_of, unknown_fields
 from governance.models import PriorityTier
 from scheduler import actions, costs, submission
 from scheduler.actions import teams_for_submission, tiers_for
-from scheduler.lifecycle import PLACED
 from scheduler.models import Attempt, Job, JobEvent
+from scheduler.states import PLACED
 from scheduler.submission import DURATION_HELP, FIELDS, JobRequest, Unit, parse_duration
 from tenancy.models import Project, Team
 from tenancy.scoping import Action

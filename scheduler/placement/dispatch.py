@@ -43,8 +43,8 @@ from clusters.secrets import CredentialsError
 from clusters.sync import backend_for
 from common import enqueue
 from scheduler import lifecycle
-from scheduler.lifecycle import PLACED
 from scheduler.models import Attempt, Job
+from scheduler.states import PLACED
 from tenancy.models import Organization
 
 log = logging.getLogger(__name__)

@@ -34,10 +34,10 @@ from common.staging import staged
 from scheduler import lifecycle
 from scheduler.engine import model as m
 from scheduler.engine import schedule
-from scheduler.lifecycle import WAITING
 from scheduler.models import Assignment, Attempt, Job, JobEvent, LoopState
 from scheduler.placement.leader import leadership
 from scheduler.placement.snapshot import Index, build
+from scheduler.states import ACTIVE, WAITING
 from tenancy.models import Organization
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ def run_all(now: datetime | None = None) -> list[CycleReport] | None:
         from scheduler.placement import dispatch  # the loop's own I/O half
 
         reports = []
-        orgs = Organization.objects.filter(teams__jobs__state__in=lifecycle.ACTIVE).distinct()
+        orgs = Organization.objects.filter(teams__jobs__state__in=ACTIVE).distinct()
         for organization in orgs:
             if not leader.renew():
                 break

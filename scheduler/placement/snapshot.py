@@ -24,9 +24,9 @@ from clusters.models import Cluster, Node
 from governance import budgets
 from governance.models import Cohort, MemberLimit, PriorityTier, Queue, Quota
 from scheduler.engine import model as m
-from scheduler.lifecycle import PLACED, WAITING
 from scheduler.models import Assignment, Attempt, Job, LoopState
 from scheduler.placement.prices import prices as price_book
+from scheduler.states import PLACED, WAITING
 from tenancy.models import Organization
 
 CPU_FLAVOR = "cpu"  # the flavor of nodes without accelerators

@@ -33,10 +33,10 @@ from django.views.decorators.http import require_GET, require_POST
 from common.types import AuthenticatedHttpRequest
 from governance.models import PriorityTier, Queue
 from scheduler import actions, costs, lifecycle
-from scheduler.lifecycle import PLACED, WAITING
 from scheduler.models import Assignment, Attempt, Job
 from scheduler.placement import feasibility
 from scheduler.queues import REASON_LABELS, describe_resources, queue_context
+from scheduler.states import PLACED, WAITING
 from scheduler.submission import JobRequest
 from scheduler.web.forms import CancelForm, InterventionForm, JobForm, JobListFilter, QueueListFilter, initial_from_job
 from tenancy import policy

@@ -18,8 +18,8 @@ from django.utils import timezone
 
 from governance import budgets
 from governance.models import Budget, BudgetAlert, QuotaChange
-from scheduler.lifecycle import PLACED
 from scheduler.models import Attempt, Job
+from scheduler.states import PLACED
 from tenancy.models import AuditLog
 from tests.billing.factories import priced
 from tests.scheduler.conftest import Fleet

@@ -37,8 +37,8 @@ from django.utils import timezone
 from clusters.models import AcceleratorType
 from governance.models import Quota
 from scheduler import actions
-from scheduler.lifecycle import PLACED
 from scheduler.models import Assignment, Attempt, Job, JobEvent, LoopState
+from scheduler.states import PLACED
 from tests.scheduler.conftest import Fleet
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]

@@ -14,9 +14,9 @@ from clusters.models import AcceleratorType
 from governance import quotas
 from governance.models import Cohort, MemberLimit, PriorityTier, Queue, Quota, QuotaChange
 from scheduler import actions
-from scheduler.lifecycle import PLACED
 from scheduler.models import Attempt, Job
 from scheduler.placement import snapshot
+from scheduler.states import PLACED
 from tenancy.models import AuditLog, Project
 from tenancy.scoping import Action
 from tests.scheduler.conftest import Fleet
