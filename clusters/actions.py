@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from tenancy.models import Organization
 
 MAX_REASON = 2000
+MAX_GRACE = 24 * 3600
+#: Drains still in force (the node is out of service because of them).
+OPEN_DRAINS = (Drain.State.CORDONED, Drain.State.DRAINING, Drain.State.DRAINED)
 
 
 def _reason(reason: str) -> str:
@@ -45,32 +48,62 @@ def _reason(reason: str) -> str:
     return reason
 
 
+def cordon_node(actor: User | None, node: Node, reason: str, *, http: HttpRequest | None = None) -> Drain:
+    """Stop new work landing on the node; work running there finishes undisturbed."""
+    return _take_out(actor, node, reason, Drain.Kind.CORDON, None, None, http)
+
+
 def drain_node(
     actor: User | None,
     node: Node,
     reason: str,
     *,
+    grace_seconds: int | None = None,
     window: MaintenanceWindow | None = None,
     http: HttpRequest | None = None,
 ) -> Drain:
-    """Take the node out of service: no new work now, running work moved off by the cluster next."""
+    """Take the node out of service: no new work now; each job running there is signalled, given
+    ``grace_seconds`` (else its tier's grace) to checkpoint, then requeued elsewhere without spending a retry
+    (``scheduler.placement.dispatch``). A cordoned node may be drained."""
+    if grace_seconds is not None and not 0 <= grace_seconds <= MAX_GRACE:
+        raise ValidationError({"grace_seconds": f"Give 0 to {MAX_GRACE} seconds, or leave it out for each job's tier."})
+    return _take_out(actor, node, reason, Drain.Kind.DRAIN, grace_seconds, window, http)
+
+
+def _take_out(
+    actor: User | None,
+    node: Node,
+    reason: str,
+    kind: str,
+    grace_seconds: int | None,
+    window: MaintenanceWindow | None,
+    http: HttpRequest | None,
+) -> Drain:
     reason = _reason(reason)
-    if actor is not None:  # (None: the maintenance planner)
+    if actor is not None:  # (None: the maintenance planner or the health policy)
         policy.require(actor, "node.drain", node)
+    state = Node.State.CORDONED if kind == Drain.Kind.CORDON else Node.State.DRAINING
     with transaction.atomic():
         locked = Node.objects.select_for_update().get(pk=node.pk)
-        if locked.state in (Node.State.DRAINING, Node.State.DRAINED):
+        if locked.state in (Node.State.DRAINING, Node.State.DRAINED) or locked.state == state:
             raise ValidationError({"node": f"{locked.name} is already {locked.get_state_display().lower()}."})
         drain = Drain.objects.create(
-            node=locked, requested_by=actor, automatic=actor is None, reason=reason, window=window
+            node=locked,
+            requested_by=actor,
+            automatic=actor is None,
+            reason=reason,
+            kind=kind,
+            grace_seconds=grace_seconds,
+            state=Drain.State.CORDONED if kind == Drain.Kind.CORDON else Drain.State.DRAINING,
+            window=window,
         )
-        Node.objects.filter(pk=locked.pk).update(state=Node.State.DRAINING)
+        Node.objects.filter(pk=locked.pk).update(state=state)
         audit.record(
-            "node.drained",
+            f"node.{'cordoned' if kind == Drain.Kind.CORDON else 'drained'}",
             actor=actor,
             target=locked,
             organization=locked.cluster.organization,
-            changes={"state": [locked.state, Node.State.DRAINING], "automatic": actor is None},
+            changes={"state": [locked.state, state], "automatic": actor is None, "grace_seconds": grace_seconds},
             reason=reason,
             request=http,
         )
@@ -89,7 +122,7 @@ def resume_node(actor: User | None, node: Node, reason: str, *, http: HttpReques
         if locked.state not in (Node.State.CORDONED, Node.State.DRAINING, Node.State.DRAINED):
             raise ValidationError({"node": f"{locked.name} is {locked.get_state_display().lower()}, not drained."})
         Node.objects.filter(pk=locked.pk).update(state=Node.State.SCHEDULABLE, passing_checks=0)
-        open_drains = Drain.objects.filter(node=locked, state__in=[Drain.State.DRAINING, Drain.State.DRAINED])
+        open_drains = Drain.objects.filter(node=locked, state__in=OPEN_DRAINS)
         ids = list(open_drains.values_list("pk", flat=True))
         open_drains.update(state=Drain.State.RESUMED, finished_at=timezone.now())
         audit.record(

@@ -57,6 +57,16 @@ class Cluster(models.Model):
     #: Failed syncs in a row; sets the backoff and, past a threshold, the unreachable status.
     failures = models.PositiveIntegerField(default=0)
     next_sync_at = models.DateTimeField(null=True, blank=True)
+    #: How long the cluster may stay silent before its running work is restarted elsewhere (a tier may say
+    #: longer or shorter); until then a partition costs nothing.
+    failover_after = models.PositiveIntegerField(
+        default=15 * 60, validators=[MinValueValidator(60), MaxValueValidator(7 * 24 * 3600)], help_text="Seconds."
+    )
+    #: How long a submitted job may take to have every worker running before it is requeued whole (like
+    #: Kueue's waitForPodsReady): a gang that starts in part holds its nodes and does nothing.
+    start_timeout = models.PositiveIntegerField(
+        default=15 * 60, validators=[MinValueValidator(60), MaxValueValidator(7 * 24 * 3600)], help_text="Seconds."
+    )
     #: A sync in progress holds the cluster until then (a crashed worker's claim runs out by itself).
     sync_claimed_until = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -216,9 +226,17 @@ class HealthCheckResult(models.Model):
 
 
 class Drain(models.Model):
-    """A request to take a node out of service: by an admin (with a reason) or by the auto-drain policy."""
+    """A request to take a node out of service: by an admin (with a reason) or by the auto-drain policy.
+
+    A *cordon* stops new work landing on the node and lets running work finish; a *drain* also signals the
+    running work, gives it its grace period to checkpoint, then requeues it elsewhere (no retry spent)."""
+
+    class Kind(models.TextChoices):
+        CORDON = "cordon", "Cordon"
+        DRAIN = "drain", "Drain"
 
     class State(models.TextChoices):
+        CORDONED = "cordoned", "Cordoned"
         DRAINING = "draining", "Draining"
         DRAINED = "drained", "Drained"
         RESUMED = "resumed", "Resumed"
@@ -228,6 +246,9 @@ class Drain(models.Model):
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
     automatic = models.BooleanField(default=False)
     reason = models.TextField()
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.DRAIN)
+    #: Seconds running work gets to checkpoint before it is stopped; None: each job's tier grace.
+    grace_seconds = models.PositiveIntegerField(null=True, blank=True, validators=[MaxValueValidator(24 * 3600)])
     state = models.CharField(max_length=20, choices=State.choices, default=State.DRAINING)
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -318,6 +318,11 @@ class PriorityTier(models.Model):
     grace_seconds = models.PositiveIntegerField(
         default=300, validators=[MaxValueValidator(24 * 3600)], help_text="Time a victim gets to checkpoint."
     )
+    #: Seconds a silent cluster's jobs of this tier wait before they are restarted elsewhere; None: the
+    #: cluster's own ``failover_after``.
+    failover_after = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(60), MaxValueValidator(7 * 24 * 3600)]
+    )
     #: Teams that may use the tier; none named means every team.
     teams = models.ManyToManyField(Team, blank=True, related_name="priority_tiers")
     is_default = models.BooleanField(default=False)

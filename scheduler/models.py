@@ -58,6 +58,8 @@ class Job(models.Model):
     tier = models.ForeignKey(PriorityTier, on_delete=models.PROTECT, related_name="jobs")
     preemptible = models.BooleanField(default=True)
     checkpoint_location = models.CharField(max_length=500, blank=True)
+    #: Where the job's data lives, a cluster slug or a region: the engine prefers clusters there (a hint).
+    data_locality = models.CharField(max_length=120, blank=True)
     clusters = models.ManyToManyField(Cluster, blank=True, related_name="+")
     regions = models.JSONField(default=list, blank=True)
     max_price_per_hour = models.DecimalField(max_digits=12, decimal_places=2, null=True, blank=True)
@@ -152,6 +154,17 @@ class Attempt(models.Model):
         PREEMPTED = "preempted", "Preempted"
         CANCELLED = "cancelled", "Cancelled"
         LOST = "lost", "Lost"  # its node or cluster failed under it
+        #: The cluster refused the job for good (invalid spec, missing image, no such queue, policy): the job
+        #: is not placed on that cluster again (``Attempt.message`` has the cluster's words).
+        REFUSED = "refused", "Refused"
+
+    class Stop(models.TextChoices):
+        """Why Quartermaster is stopping an active attempt (it was signalled; ``stop_deadline`` is set)."""
+
+        PREEMPTED = "preempted", "Preempted"
+        DRAIN = "drain", "Node drained"
+        TIME_LIMIT = "time_limit", "Time limit reached"
+        FAILOVER = "failover", "Failed over"
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts")
     number = models.PositiveIntegerField()
@@ -174,6 +187,20 @@ class Attempt(models.Model):
     stop_deadline = models.DateTimeField(null=True, blank=True)
     #: The attempt ended here but may still run on its cluster: cancel it there when the cluster answers.
     cleanup_pending = models.BooleanField(default=False)
+    #: When the cluster accepted it (``backend_id`` set): the start timeout runs from here.
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    #: Failed dispatches so far (transient errors), for the backoff between them.
+    dispatch_tries = models.PositiveIntegerField(default=0)
+    #: Why it is being stopped, once signalled (``Stop``); blank otherwise.
+    stop_reason = models.CharField(max_length=20, choices=Stop.choices, blank=True)
+    #: Since when its cluster has not answered about it: its fate is unknown, it is not lost (yet).
+    unknown_since = models.DateTimeField(null=True, blank=True)
+    #: How it ended: a short code (``refused``, ``image_pull``, ``oom_killed``, ``exit_code``, ``time_limit``,
+    #: ``drain``, ``node_failed``, ``failover``, ``withdrawn``, ...), the words (the cluster's own, where it
+    #: gave some) and the exit code when the cluster reported one.
+    reason = models.CharField(max_length=40, blank=True)
+    message = models.TextField(blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
 
     objects = TenantManager()
 
@@ -215,6 +242,31 @@ class Assignment(models.Model):
 
     def __str__(self) -> str:
         return f"{self.attempt} on {self.node_id}"
+
+
+class Checkpoint(models.Model):
+    """A checkpoint a job reported (``QM_JOB_TOKEN``; ``qm checkpoint``): where it is and how far it got.
+    A restarted attempt resumes from the last one, and the engine preempts the job that loses least."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="checkpoints")
+    #: The attempt that wrote it.
+    attempt = models.PositiveIntegerField()
+    location = models.CharField(max_length=500)
+    step = models.PositiveBigIntegerField(null=True, blank=True)
+    reported_at = models.DateTimeField()
+
+    objects = TenantManager()
+
+    class Tenancy(TenancyRules):
+        team_field = "job__team"
+        org_field = "job__team__organization"
+
+    class Meta:
+        ordering = ["-reported_at", "-pk"]
+        indexes = [models.Index(fields=["job", "-reported_at"], name="checkpoint_job_recent")]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} checkpoint {self.location}"
 
 
 class JobEvent(models.Model):
@@ -261,6 +313,7 @@ class LoopState(models.Model):
 __all__ = [
     "Assignment",
     "Attempt",
+    "Checkpoint",
     "Job",
     "JobEvent",
     "LoopState",

@@ -9,10 +9,11 @@ placement loop turn those into rows.
 Every backend:
 - raises only ``BackendError`` subclasses, with a message a cluster admin can act on (``Unreachable``,
   ``AuthenticationFailed``, ``BadResponse`` for malformed or partial answers, ``Refused`` when the
-  cluster says no, e.g. an eviction forbidden by a disruption budget, ``NotFound``, ``NotAllowed`` when
-  the outbound policy refuses the address or a redirect). The message is shown on the cluster's pages to
-  every member of the organization, so what the far end sent in its own words (an answer's body) is never
-  in it: it is the error's ``detail``, which goes to the server's log;
+  cluster says no, e.g. an eviction forbidden by a disruption budget, ``InvalidJob`` when it refuses a job
+  for good, ``NotFound``, ``NotAllowed`` when the outbound policy refuses the address or a redirect).
+  ``permanent(error)`` says which of them waiting will not mend (docs/backends.md §Failures). The message
+  is shown on the cluster's pages to every member of the organization, so what the far end sent in its
+  own words (an answer's body) is never in it: it is the error's ``detail``, which goes to the server's log;
 - connects only through the outbound policy it is given (``common.outbound``; cluster endpoints' by
   default): to addresses it checked, without following redirects;
 - has a **dry-run** mode: mutating calls (``submit``, ``cancel``, ``cordon``, ``drain``, ``resume``)
@@ -72,6 +73,13 @@ class Refused(BackendError):
     """The cluster understood and said no (e.g. eviction refused by a PodDisruptionBudget: HTTP 429)."""
 
 
+class InvalidJob(Refused):
+    """The cluster refuses this job for good: an invalid spec, an image it cannot pull, a queue or partition
+    that does not exist, a policy that forbids it, a program it cannot run. Submitting it again there will
+    not help; the job may still run on another cluster. The message is the cluster's reason in its own
+    words where it gave one (only the reason, never a whole answer: see ``BackendError``)."""
+
+
 class NotFound(BackendError):
     """The node or job named does not exist on the cluster."""
 
@@ -79,6 +87,14 @@ class NotFound(BackendError):
 class NotAllowed(BackendError):
     """The outbound policy refused: the endpoint (or a name it resolves to) is an address cluster endpoints may
     not reach, or the endpoint answered with a redirect, which is not followed."""
+
+
+def permanent(error: BaseException) -> bool:
+    """Whether ``error`` from a job's submission will not mend by waiting: the cluster refused the job itself
+    (``InvalidJob``, ``Refused``) or the outbound policy forbids the cluster (``NotAllowed``). Everything else
+    (unreachable, timeouts, 5xx, a garbled answer, credentials being rotated) is transient: retried with
+    backoff until the attempt's dispatch deadline."""
+    return isinstance(error, Refused | NotAllowed)
 
 
 def not_allowed(error: BaseException, where: str) -> NotAllowed | None:
@@ -163,12 +179,33 @@ class JobState(StrEnum):
     UNKNOWN = "unknown"
 
 
+class Failure(StrEnum):
+    """Why a job is failing or not starting, as far as the cluster says (``JobStatus.reason``)."""
+
+    IMAGE_PULL = "image_pull"  # the image cannot be pulled (no such image, no access): permanent
+    INVALID = "invalid"  # the cluster rejected the job after accepting it (bad spec, admission policy)
+    UNSCHEDULABLE = "unschedulable"  # workers wait for resources the cluster cannot give them now
+    OOM_KILLED = "oom_killed"  # a worker ran out of memory
+    EXIT_CODE = "exit_code"  # the program exited non-zero (``JobStatus.exit_code``)
+    NODE_LOST = "node_lost"  # a worker's node failed under it
+    TIME_LIMIT = "time_limit"  # the cluster's own time limit stopped it
+    PREEMPTED = "preempted"  # the cluster (not Quartermaster) preempted or evicted it
+
+
 @dataclass(frozen=True, slots=True)
 class JobStatus:
+    """What the cluster says of one job. ``message`` is in words for the job's timeline (the cluster's own
+    reason where it gave one); ``reason`` a ``Failure`` code when the job failed or cannot start."""
+
     backend_id: str
     state: JobState
     message: str = ""
     nodes: tuple[str, ...] = ()
+    reason: str = ""
+    exit_code: int | None = None
+    #: Workers running now, where the cluster says (a gang that started in part has fewer than all of them);
+    #: None: the cluster does not count workers (a job RUNNING is then taken as wholly running).
+    workers_running: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
