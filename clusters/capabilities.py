@@ -1,0 +1,79 @@
+"""What a cluster can run, derived from its kind and options (docs/backends.md §What each cluster runs).
+
+A job's program is either a **container** (it names an image) or a **batch** program (a script, run on the
+host as it is). Clusters run:
+
+| kind | containers | batch scripts | notes |
+|---|---|---|---|
+| Kubernetes | yes | no | every pod runs an image |
+| Slurm | with ``container_runtime`` (``pyxis`` or ``apptainer``) | yes | without a runtime Slurm would run a container job's command on the bare host |
+| Google Cloud TPU | yes (Docker on the TPU VM) | yes (the startup script) | TPU VMs |
+| simulated | as ``options["runs"]`` says (default both) | | |
+
+The placement engine never routes a job where its program cannot run, the submission check refuses what
+no cluster can run, and a waiting job's reason names the clusters ruled out and why (``refuses``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+CONTAINERS = "containers"
+BATCH = "batch_scripts"
+TPU_VMS = "tpu_vms"
+#: Container runtimes a Slurm cluster may be configured with (``options["container_runtime"]``).
+SLURM_RUNTIMES = ("pyxis", "apptainer")
+
+WORDS = {CONTAINERS: "container images", BATCH: "batch scripts", TPU_VMS: "TPU VMs"}
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    runs: frozenset[str]
+    #: How containers are run there: "kubernetes", "docker", "pyxis", "apptainer"; "" when they are not.
+    container_runtime: str = ""
+
+    def describe(self) -> list[str]:
+        """In words, for the cluster's page: ["container images (pyxis)", "batch scripts"]."""
+        words = []
+        for capability in (CONTAINERS, BATCH, TPU_VMS):
+            if capability in self.runs:
+                runtime = f" ({self.container_runtime})" if capability == CONTAINERS and self.container_runtime else ""
+                words.append(WORDS[capability] + runtime)
+        return words
+
+    def refuses(self, need: str, kind: str) -> str:
+        """Why a job needing ``need`` cannot run here, in words; "" when it can."""
+        if need in self.runs:
+            return ""
+        if need == CONTAINERS and kind == "slurm":
+            return "runs no containers (no container runtime is configured)"
+        if need == CONTAINERS:
+            return "runs no containers"
+        return "needs a container image"
+
+
+def of(kind: str, options: Mapping[str, Any] | None) -> Capabilities:
+    """The capabilities of a cluster of ``kind`` with ``options``."""
+    options = options or {}
+    if kind == "kubernetes":
+        return Capabilities(frozenset({CONTAINERS}), "kubernetes")
+    if kind == "tpu":
+        return Capabilities(frozenset({CONTAINERS, BATCH, TPU_VMS}), "docker")
+    if kind == "slurm":
+        runtime = str(options.get("container_runtime") or "")
+        if runtime in SLURM_RUNTIMES:
+            return Capabilities(frozenset({CONTAINERS, BATCH}), runtime)
+        return Capabilities(frozenset({BATCH}))
+    runs = options.get("runs")
+    if isinstance(runs, list | tuple) and runs:
+        chosen = frozenset(str(r) for r in runs) & {CONTAINERS, BATCH}
+        return Capabilities(chosen, "simulated" if CONTAINERS in chosen else "")
+    return Capabilities(frozenset({CONTAINERS, BATCH}), "simulated")
+
+
+def need(image: str) -> str:
+    """What a job's program needs: containers when it names an image, else batch scripts."""
+    return CONTAINERS if image.strip() else BATCH
