@@ -32,29 +32,30 @@ def sync_due_clusters() -> int:
 
 @shared_task(bind=True, max_retries=6)
 def apply_drain(self: Any, drain_id: int) -> str:
-    """Tell the cluster to drain the node of a committed drain; retried with backoff while the cluster
-    refuses (e.g. a disruption budget) or cannot be reached, then marked failed with the reason."""
+    """Tell the cluster to take no new work on the node of a committed cordon or drain; retried with backoff
+    while the cluster refuses or cannot be reached, then marked failed with the reason.
+
+    The cluster is only ever asked to *cordon*: Quartermaster stops the running work of a drained node
+    itself, gracefully (``scheduler.placement.recover``: signalled, its grace, then requeued), and marks the
+    drain done when none is left. A cluster's own drain would kill it at once."""
     drain = Drain.objects.select_related("node__cluster").get(pk=drain_id)
-    if drain.state != Drain.State.DRAINING:
-        return str(drain.state)  # resumed in the meantime, or done by an earlier run
+    if drain.state not in (Drain.State.CORDONED, Drain.State.DRAINING):
+        return str(drain.state)  # resumed in the meantime, or done
     try:
-        sync.backend_for(drain.node.cluster).drain(drain.node.name, drain.reason)
+        sync.backend_for(drain.node.cluster).cordon(drain.node.name, drain.reason)
     except (BackendError, CredentialsError) as error:
         message = str(error) or type(error).__name__
         # A node the cluster does not know, or credentials it refuses, will not mend by waiting.
         permanent = isinstance(error, NotFound | AuthenticationFailed | CredentialsError)
         if permanent or self.request.retries >= self.max_retries:
-            Drain.objects.filter(pk=drain_id, state=Drain.State.DRAINING).update(
+            Drain.objects.filter(pk=drain_id, state=drain.state).update(
                 state=Drain.State.FAILED, message=message, finished_at=timezone.now()
             )
             return str(Drain.State.FAILED)
-        Drain.objects.filter(pk=drain_id, state=Drain.State.DRAINING).update(message=message)
+        Drain.objects.filter(pk=drain_id, state=drain.state).update(message=message)
         raise self.retry(countdown=60 * 2**self.request.retries) from error
-    if Drain.objects.filter(pk=drain_id, state=Drain.State.DRAINING).update(
-        state=Drain.State.DRAINED, message="", finished_at=timezone.now()
-    ):
-        Node.objects.filter(pk=drain.node_id, state=Node.State.DRAINING).update(state=Node.State.DRAINED)
-    return str(Drain.State.DRAINED)
+    Drain.objects.filter(pk=drain_id, state=drain.state).update(message="")
+    return str(drain.state)
 
 
 @shared_task(bind=True, max_retries=6)

@@ -389,7 +389,7 @@ def preempt_job(actor: User, job: Job, reason: str, *, http: HttpRequest | None 
 
 
 def _signal_later(job_id: int) -> None:
-    enqueue.send("scheduler.tasks.signal_preemption", job_id)
+    enqueue.send("scheduler.tasks.signal_job", job_id)
 
 
 def requeue_job(actor: User, job: Job, reason: str, *, http: HttpRequest | None = None) -> Job:

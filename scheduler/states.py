@@ -4,6 +4,7 @@
     pending -> admitted -> placing -> running -> succeeded | failed | cancelled
     running/placing/admitted -> preempting -> requeued          (graceful preemption)
     failed -> requeued                                          (retry policy, resume from checkpoint)
+    requeued -> running                                         (failed over, then reattached to the old copy)
 
 Plain definitions, imported by the model (``Job.State``) and by ``lifecycle.py``, which makes the moves.
 """
@@ -29,7 +30,7 @@ S = JobState
 
 TRANSITIONS: dict[str, frozenset[str]] = {
     S.PENDING: frozenset({S.ADMITTED, S.CANCELLED, S.FAILED}),
-    S.REQUEUED: frozenset({S.ADMITTED, S.CANCELLED, S.FAILED}),
+    S.REQUEUED: frozenset({S.ADMITTED, S.RUNNING, S.CANCELLED, S.FAILED}),  # running: reattached
     S.ADMITTED: frozenset({S.PLACING, S.RUNNING, S.PREEMPTING, S.REQUEUED, S.FAILED, S.CANCELLED}),
     S.PLACING: frozenset({S.RUNNING, S.PREEMPTING, S.REQUEUED, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
     S.RUNNING: frozenset({S.PREEMPTING, S.REQUEUED, S.SUCCEEDED, S.FAILED, S.CANCELLED}),

@@ -9,12 +9,13 @@ from typing import Any
 
 from celery import shared_task
 from django.db.models import Q
+from django.utils import timezone
 
 from clusters.models import Cluster
 from common import enqueue
 from governance import budgets
 from scheduler.models import Attempt
-from scheduler.placement import dispatch, loop
+from scheduler.placement import dispatch, follow, loop, recover
 
 log = logging.getLogger(__name__)
 
@@ -43,19 +44,22 @@ def dispatch_attempts(attempt_ids: list[int]) -> dict[str, int]:
 
 
 @shared_task(ignore_result=True)
-def signal_preemption(job_id: int) -> str:
-    """Tell a preempted job's cluster to let it checkpoint and exit."""
+def signal_job(job_id: int) -> str:
+    """Tell the cluster of a job being stopped (preempted, drained, at its time limit) to let it checkpoint
+    and exit."""
     return dispatch.signal(job_id)
 
 
 @shared_task(ignore_result=True)
 def follow_cluster(cluster_id: int) -> dict[str, Any]:
-    return asdict(dispatch.follow(cluster_id))
+    return asdict(follow.follow(cluster_id))
 
 
 @shared_task(ignore_result=True)
 def follow_clusters() -> int:
-    """On the beat: follow every cluster with live attempts, each in its own task."""
+    """On the beat: follow every cluster with live attempts, each in its own task; and mark the drains whose
+    nodes have no work left done."""
+    recover.finish_drains(None, timezone.now())
     busy = Q(attempts__outcome=Attempt.Outcome.ACTIVE) | Q(attempts__cleanup_pending=True)
     ids = list(Cluster.objects.filter(busy).distinct().values_list("pk", flat=True))
     for cluster_id in ids:

@@ -11,7 +11,7 @@ One cycle of one organization:
    pending reasons are written (advice only, so outside the transaction).
 
 A worker killed anywhere in here loses nothing: before the commit nothing happened; after it, the next
-cycle's ``dispatch.recover`` re-sends what was admitted but never reached its cluster.
+cycle's ``recover`` re-sends what was admitted but never reached its cluster.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, Max
 from django.utils import timezone
 
 from common import enqueue
@@ -83,14 +83,14 @@ def run_all(now: datetime | None = None) -> list[CycleReport] | None:
     with leadership("placement") as leader:
         if not leader:
             return None
-        from scheduler.placement import dispatch  # the loop's own I/O half
+        from scheduler.placement import recover  # the loop's own I/O half
 
         reports = []
         orgs = Organization.objects.filter(teams__jobs__state__in=ACTIVE).distinct()
         for organization in orgs:
             if not leader.renew():
                 break
-            dispatch.recover(organization, now)
+            recover.recover(organization, now)
             reports.append(run_cycle(organization, now))
         return reports
 
@@ -103,7 +103,7 @@ def run_cycle(
     tell_clusters: bool = True,
 ) -> CycleReport:
     """One placement cycle of ``organization`` (call it under the leader lock; ``run_all`` does).
-    ``tell_clusters=False`` leaves the dispatch to ``dispatch.recover`` (the admission benchmark)."""
+    ``tell_clusters=False`` leaves the dispatch to ``recover.recover`` (the admission benchmark)."""
     now = now or timezone.now()
     report = CycleReport(organization.slug)
     started = time.perf_counter()
@@ -181,13 +181,18 @@ def _admit(
     rows are locked); returns the attempts' ids."""
     placements: list[tuple[Attempt, m.Admission]] = []
     by_state: dict[str, list[int]] = {}
+    renumbered: dict[int, int] = {}
+    above = _numbers_above_current([int(a.job) for a in admissions])
     for admission in admissions:
         pk = int(admission.job)
         seen = index.waiting.get(pk)
         if seen is None or rows.get(pk) != seen[:2]:
             continue
-        state, number = seen[0], seen[1] + 1
-        by_state.setdefault(state, []).append(pk)
+        state, number = seen[0], max(seen[1], above.get(pk, 0)) + 1
+        if pk in above:
+            renumbered[pk] = number
+        else:
+            by_state.setdefault(state, []).append(pk)
         attempt = Attempt(
             job_id=pk,
             number=number,
@@ -228,20 +233,36 @@ def _admit(
         ],
         batch_size=2000,
     )
+    admitted = {
+        "state": S.ADMITTED,
+        "state_changed_at": now,
+        "not_before": None,
+        "pending_reason": "",
+        "pending_message": "",
+        "queue_position": None,
+        "estimated_start": None,
+    }
     for state, pks in by_state.items():
         for chunk in _chunks(pks, 5000):
             # Every job of one state had the attempt number the snapshot saw (rows are locked): +1.
-            Job.objects.filter(pk__in=chunk, state=state).update(
-                state=S.ADMITTED,
-                state_changed_at=now,
-                attempt=F("attempt") + 1,
-                not_before=None,
-                pending_reason="",
-                pending_message="",
-                queue_position=None,
-                estimated_start=None,
-            )
+            Job.objects.filter(pk__in=chunk, state=state).update(attempt=F("attempt") + 1, **admitted)
+    for pk, number in renumbered.items():
+        Job.objects.filter(pk=pk).update(attempt=number, **admitted)
     return [attempt.pk for attempt, _ in placements]
+
+
+def _numbers_above_current(pks: list[int]) -> dict[int, int]:
+    """The highest attempt number of the jobs that have one above their current attempt: a job reattached to
+    an earlier attempt after a failover (``follow.reattach``) has its withdrawn replacement's number taken."""
+    if not pks:
+        return {}
+    rows = (
+        Attempt.objects.filter(job_id__in=pks, number__gt=F("job__attempt"))
+        .values("job_id")
+        .annotate(top=Max("number"))
+        .values_list("job_id", "top")
+    )
+    return dict(rows)
 
 
 def _preempt(
@@ -261,7 +282,9 @@ def _preempt(
         state, number = current
         deadline = now + timedelta(seconds=preemption.grace_seconds)
         Job.objects.filter(pk=pk, state=state).update(state=S.PREEMPTING, state_changed_at=now)
-        Attempt.objects.filter(job_id=pk, number=number, outcome=Attempt.Outcome.ACTIVE).update(stop_deadline=deadline)
+        Attempt.objects.filter(job_id=pk, number=number, outcome=Attempt.Outcome.ACTIVE).update(
+            stop_deadline=deadline, stop_reason=Attempt.Stop.PREEMPTED
+        )
         events.append(
             lifecycle.event(
                 pk,
@@ -286,7 +309,7 @@ def _tell_clusters(attempt_ids: list[int], preempted: list[int]) -> None:
     for chunk in _chunks(attempt_ids, 200):
         enqueue.send("scheduler.tasks.dispatch_attempts", chunk)
     for job_id in preempted:
-        enqueue.send("scheduler.tasks.signal_preemption", job_id)
+        enqueue.send("scheduler.tasks.signal_job", job_id)
 
 
 def write_pending(index: Index, pending: tuple[m.Pending, ...]) -> int:

@@ -7,10 +7,12 @@ from typing import Any
 
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.utils import timezone
 
 from clusters import actions, sync
 from clusters.models import Cluster, Drain, Node
 from demo.fleet import seed_demo_fleet, sync_demo_fleet
+from scheduler.placement import recover
 from tenancy.models import AuditLog
 from tests.conftest import World
 
@@ -33,7 +35,12 @@ def test_an_admin_drains_a_node_and_the_cluster_is_told(
     with django_capture_on_commit_callbacks(execute=True):
         drain = actions.drain_node(world.users["adam"], node(fleet), "ECC errors on GPU 3")
     drain.refresh_from_db()
-    assert (drain.state, drain.automatic, drain.requested_by) == (Drain.State.DRAINED, False, world.users["adam"])
+    assert (drain.state, drain.automatic, drain.requested_by) == (Drain.State.DRAINING, False, world.users["adam"])
+    assert node(fleet).state == Node.State.DRAINING
+    # No work of ours is left on it (none was there): the drain is done.
+    assert recover.finish_drains(None, timezone.now()) == 1
+    drain.refresh_from_db()
+    assert drain.state == Drain.State.DRAINED
     assert node(fleet).state == Node.State.DRAINED
     entry = AuditLog.objects.get(action="node.drained")
     assert (entry.actor, entry.reason, entry.target_repr) == (world.users["adam"], "ECC errors on GPU 3", "h100-00003")
@@ -83,7 +90,7 @@ def test_draining_twice_or_resuming_a_working_node_is_refused(
         actions.resume_node(world.users["adam"], node(fleet), "nothing to resume")
     with django_capture_on_commit_callbacks(execute=True):
         actions.drain_node(world.users["adam"], node(fleet), "first")
-    with pytest.raises(ValidationError, match="already drained"):
+    with pytest.raises(ValidationError, match="already draining"):
         actions.drain_node(world.users["adam"], node(fleet), "second")
     assert Drain.objects.count() == 1
 

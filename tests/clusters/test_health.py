@@ -62,7 +62,7 @@ def test_a_node_the_cluster_reports_down_is_drained_then_resumed_after_three_goo
     with django_capture_on_commit_callbacks(execute=True):
         result = health.check_cluster(cluster.pk)
     assert (result.checked, result.failing, result.drained) == (8, 1, 1)
-    assert (node().state, node().healthy) == (State.DRAINED, False)
+    assert (node().state, node().healthy) == (State.DRAINING, False)
     drain = Drain.objects.get()
     assert drain.automatic
     assert drain.reason == "auto-drain: ready: node not ready"
@@ -87,7 +87,7 @@ def test_a_flapping_node_stays_drained(cluster: Cluster, django_capture_on_commi
         set_down(cluster, *(["h100-00002"] if round_ % 2 == 0 else []))
         with django_capture_on_commit_callbacks(execute=True):
             health.check_cluster(cluster.pk)
-    assert node().state == State.DRAINED
+    assert node().state == State.DRAINING
     assert Drain.objects.count() == 1
 
 
@@ -95,7 +95,7 @@ def test_a_stale_heartbeat_drains(cluster: Cluster, django_capture_on_commit_cal
     Node.objects.filter(name="h100-00005").update(heartbeat_at=timezone.now() - timedelta(minutes=12))
     with django_capture_on_commit_callbacks(execute=True):
         health.check_cluster(cluster.pk)
-    assert node("h100-00005").state == State.DRAINED
+    assert node("h100-00005").state == State.DRAINING
     assert Drain.objects.get().reason == "auto-drain: heartbeat: last heartbeat 12 min ago"
 
 
@@ -108,4 +108,4 @@ def test_an_admin_drain_is_not_resumed_by_good_health(
     for _ in range(health.RESUME_AFTER + 2):
         with django_capture_on_commit_callbacks(execute=True):
             health.check_cluster(cluster.pk)
-    assert node().state == State.DRAINED
+    assert node().state == State.DRAINING

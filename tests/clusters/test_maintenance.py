@@ -47,14 +47,14 @@ def test_a_window_drains_its_nodes_ahead_and_resumes_them_after(
     with django_capture_on_commit_callbacks(execute=True):
         assert maintenance.apply_windows(start - timedelta(minutes=59)) == maintenance.Applied(2, 0)
         assert maintenance.apply_windows(start) == maintenance.Applied(0, 0)  # idempotent
-    assert states(cluster)["a100-00001"] == Node.State.DRAINED
+    assert states(cluster)["a100-00001"] == Node.State.DRAINING
     assert states(cluster)["a100-00003"] == Node.State.SCHEDULABLE
     assert Drain.objects.filter(window=window).count() == 2
     # Good health during the window resumes nothing.
     for _ in range(health.RESUME_AFTER + 1):
         with django_capture_on_commit_callbacks(execute=True):
             health.check_cluster(cluster.pk)
-    assert states(cluster)["a100-00001"] == Node.State.DRAINED
+    assert states(cluster)["a100-00001"] == Node.State.DRAINING
     with django_capture_on_commit_callbacks(execute=True):
         assert maintenance.apply_windows(start + timedelta(hours=2, minutes=1)) == maintenance.Applied(0, 2)
     assert set(states(cluster).values()) == {Node.State.SCHEDULABLE}

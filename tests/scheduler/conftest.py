@@ -17,7 +17,7 @@ from clusters.models import Cluster
 from governance.models import PriorityTier
 from scheduler import actions, submission
 from scheduler.models import Attempt, Job
-from scheduler.placement import dispatch, feasibility, loop
+from scheduler.placement import dispatch, feasibility, follow, loop
 from tests.clusters.conftest import slurm_lab  # noqa: F401 - the Slurm lab fixture, for the path on real Slurm
 from tests.clusters.factories import simulated_cluster
 from tests.conftest import World
@@ -61,7 +61,7 @@ class Fleet:
 
     def follow(self, at: datetime | None = None) -> None:
         for cluster in self.clusters.values():
-            dispatch.follow(cluster.pk, at)
+            follow.follow(cluster.pk, at)
 
     def run_for(self, seconds: float) -> None:
         """Let the simulated clusters' jobs run ``seconds`` longer (their clock is the wall clock)."""

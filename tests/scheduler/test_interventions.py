@@ -23,7 +23,7 @@ from clusters.models import Node
 from clusters.sync import backend_for
 from scheduler import actions
 from scheduler.models import Attempt, Job, JobEvent
-from scheduler.placement import dispatch
+from scheduler.placement import recover
 from tenancy.models import AuditLog
 from tests.conftest import api_client
 from tests.scheduler.conftest import Fleet
@@ -49,7 +49,7 @@ def failed(fleet: Fleet, **fields: Any) -> Job:
     while job.state != Job.State.FAILED:
         attempt = job.attempts.get(number=job.attempt)
         Node.objects.filter(pk=attempt.assignments.get().node_id).update(state=Node.State.DOWN)
-        dispatch.recover(fleet.org)
+        recover.recover(fleet.org)
         job.refresh_from_db()
         if job.state == Job.State.REQUEUED:
             fleet.cycle(job.not_before)
@@ -137,7 +137,7 @@ def test_an_admitted_job_not_yet_on_its_cluster_is_requeued_at_the_next_round(fl
     actions.preempt_job(fleet.user("adam"), job, "wrong cluster")
     job.refresh_from_db()
     assert job.state == Job.State.PREEMPTING
-    dispatch.recover(fleet.org)
+    recover.recover(fleet.org)
     job.refresh_from_db()
     assert job.state == Job.State.REQUEUED
     assert job.retries == 0
@@ -237,7 +237,7 @@ def test_an_admin_requeues_a_failed_job_with_no_retries_left_for_one_more_try(
     # One more try, not a new allowance: failing again leaves it failed.
     attempt = job.attempts.get(number=3)
     Node.objects.filter(pk=attempt.assignments.get().node_id).update(state=Node.State.DOWN)
-    dispatch.recover(fleet.org)
+    recover.recover(fleet.org)
     job.refresh_from_db()
     assert job.state == Job.State.FAILED
 

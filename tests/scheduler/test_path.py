@@ -14,7 +14,7 @@ from clusters.backends.base import JobState
 from clusters.models import Cluster
 from clusters.sync import backend_for
 from scheduler.models import Attempt, Job
-from scheduler.placement import dispatch, feasibility
+from scheduler.placement import feasibility, follow
 from tests.clusters.slurm_lab import SlurmLab
 from tests.scheduler.conftest import Fleet, states
 
@@ -120,7 +120,7 @@ def test_a_job_runs_to_success_on_the_real_slurm_lab(fleet: Fleet, slurm_lab: Sl
     deadline = time.monotonic() + 30
     while job.state != Job.State.SUCCEEDED and time.monotonic() < deadline:
         time.sleep(0.5)
-        dispatch.follow(cluster.pk)
+        follow.follow(cluster.pk)
         job.refresh_from_db()
     assert job.state == Job.State.SUCCEEDED, job.events.values_list("reason", "message")
     output = Path(slurm_lab.options["workdir"], f"slurm-{attempt.backend_id}.out").read_text().split()

@@ -13,10 +13,11 @@ from django.utils import timezone
 from clusters.backends.base import JobState, NotFound
 from clusters.models import Cluster, Node
 from clusters.sync import backend_for
+from governance.models import PriorityTier
 from scheduler import actions
 from scheduler.models import Attempt, Job
-from scheduler.placement import dispatch, loop
-from tests.scheduler.conftest import Fleet
+from scheduler.placement import dispatch, follow, loop, recover
+from tests.scheduler.conftest import Fleet, states
 
 pytestmark = pytest.mark.django_db
 
@@ -30,12 +31,12 @@ def _running(fleet: Fleet, **fields: Any) -> tuple[Job, Attempt]:
     return job, job.attempts.get()
 
 
-def test_a_failed_node_requeues_its_job_which_runs_again_elsewhere(fleet: Fleet) -> None:
+def test_a_dead_node_requeues_its_job_which_runs_again_elsewhere(fleet: Fleet) -> None:
     job, first = _running(fleet, accelerators=8, checkpoint_location="s3://ckpt/run-1")
     node = first.assignments.get().node
-    Node.objects.filter(pk=node.pk).update(healthy=False)
+    Node.objects.filter(pk=node.pk).update(ready=False)
 
-    counts = dispatch.recover(fleet.org)
+    counts = recover.recover(fleet.org)
     assert counts["node_failed"] == 1
     job.refresh_from_db()
     first.refresh_from_db()
@@ -64,31 +65,119 @@ def test_a_failed_node_requeues_its_job_which_runs_again_elsewhere(fleet: Fleet)
 def test_no_retries_left_leaves_the_job_failed(fleet: Fleet) -> None:
     job, first = _running(fleet, max_retries=0)
     Node.objects.filter(pk=first.assignments.get().node_id).update(state=Node.State.DOWN)
-    dispatch.recover(fleet.org)
+    recover.recover(fleet.org)
     job.refresh_from_db()
     assert job.state == Job.State.FAILED
     assert "No retries left" in job.message
 
 
-def test_an_unreachable_cluster_fails_over_and_is_cleaned_when_it_returns(fleet: Fleet) -> None:
-    job, first = _running(fleet, accelerators=8, regions=[])
-    lost = first.cluster
-    Cluster.objects.filter(pk=lost.pk).update(status=Cluster.Status.UNREACHABLE)
+def _partition(fleet: Fleet, attempt: Attempt) -> Cluster:
+    """Cut the attempt's cluster off: it last answered now."""
+    cluster = attempt.cluster
+    Cluster.objects.filter(pk=cluster.pk).update(status=Cluster.Status.UNREACHABLE, last_sync_at=timezone.now())
+    return cluster
 
-    assert dispatch.recover(fleet.org)["cluster_unreachable"] == 1
+
+def _heal(cluster: Cluster) -> None:
+    Cluster.objects.filter(pk=cluster.pk).update(status=Cluster.Status.HEALTHY, last_sync_at=timezone.now())
+
+
+def test_a_short_partition_costs_a_running_job_nothing(fleet: Fleet) -> None:
+    job, first = _running(fleet, accelerators=8)
+    lost = _partition(fleet, first)
+    counts = recover.recover(fleet.org, fleet.later(120))  # two minutes without an answer
+    assert counts["unknown"] == 1
+    assert counts["failed_over"] == 0
+    first.refresh_from_db()
+    assert first.outcome == Attempt.Outcome.ACTIVE
+    assert first.unknown_since is not None
+    assert states(job) == [Job.State.RUNNING]
+
+    _heal(lost)
+    fleet.follow()
+    first.refresh_from_db()
     job.refresh_from_db()
-    fleet.cycle(job.not_before)
+    assert first.outcome == Attempt.Outcome.ACTIVE
+    assert first.unknown_since is None
+    assert job.state == Job.State.RUNNING
+    assert job.attempt == 1
+    assert job.retries == 0
+    assert backend_for(lost).status(first.backend_id).state == JobState.RUNNING
+
+
+def test_past_the_failover_delay_work_moves_and_the_old_copy_is_stopped_once_the_new_one_runs(fleet: Fleet) -> None:
+    job, first = _running(fleet, accelerators=8, regions=[])
+    lost = _partition(fleet, first)
+    counts = recover.recover(fleet.org, fleet.later(lost.failover_after + 1))
+    assert counts["failed_over"] == 1
     job.refresh_from_db()
+    assert job.state == Job.State.REQUEUED
+    assert job.retries == 0
+    assert job.events.order_by("pk").last().reason == "failover"  # type: ignore[union-attr]
+    fleet.cycle()
     second = job.attempts.get(number=2)
     assert second.cluster != lost  # the other cluster took it
+    follow.follow(second.cluster_id)  # the replacement runs
     first.refresh_from_db()
     assert first.cleanup_pending  # it may still run over there
 
-    Cluster.objects.filter(pk=lost.pk).update(status=Cluster.Status.HEALTHY)
+    _heal(lost)
     fleet.follow()
     first.refresh_from_db()
+    job.refresh_from_db()
     assert not first.cleanup_pending
+    assert first.outcome == Attempt.Outcome.LOST
     assert backend_for(lost).status(first.backend_id).state == JobState.CANCELLED
+    assert job.state == Job.State.RUNNING
+    assert job.attempt == 2
+
+
+def test_a_failed_over_job_whose_replacement_has_not_started_is_reattached(
+    fleet: Fleet, django_capture_on_commit_callbacks: Any
+) -> None:
+    job, first = _running(fleet, accelerators=8, regions=[])
+    lost = _partition(fleet, first)
+    recover.recover(fleet.org, fleet.later(lost.failover_after + 1))
+    fleet.cycle()  # the replacement is submitted on the other cluster, not running yet
+    second = job.attempts.get(number=2)
+
+    _heal(lost)
+    with django_capture_on_commit_callbacks(execute=True):
+        follow.follow(lost.pk)
+    job.refresh_from_db()
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert job.state == Job.State.RUNNING
+    assert job.attempt == 1
+    assert first.outcome == Attempt.Outcome.ACTIVE
+    assert not first.cleanup_pending
+    assert second.outcome == Attempt.Outcome.CANCELLED
+    assert second.reason == "withdrawn"
+    assert backend_for(second.cluster).status(second.backend_id).state == JobState.CANCELLED  # eager cleanup
+    assert job.events.order_by("pk").last().reason == "reattached"  # type: ignore[union-attr]
+    # The next attempt gets a number of its own (attempt 2 exists).
+    Node.objects.filter(pk=first.assignments.get().node_id).update(ready=False)
+    recover.recover(fleet.org)
+    job.refresh_from_db()
+    fleet.cycle(job.not_before)
+    assert sorted(job.attempts.values_list("number", flat=True)) == [1, 2, 3]
+
+
+def test_work_pinned_to_a_silent_cluster_waits_for_it(fleet: Fleet) -> None:
+    job, first = _running(fleet, accelerators=8, clusters=[fleet.clusters["east"]])
+    _partition(fleet, first)
+    counts = recover.recover(fleet.org, fleet.later(24 * 3600))
+    assert counts["failed_over"] == 0
+    assert counts["unknown"] == 1
+    assert states(job) == [Job.State.RUNNING]
+
+
+def test_a_tier_may_fail_over_sooner_than_its_cluster(fleet: Fleet) -> None:
+    PriorityTier.objects.filter(pk=fleet.tiers["normal"].pk).update(failover_after=120)
+    _job, first = _running(fleet, accelerators=8)
+    _partition(fleet, first)
+    assert recover.recover(fleet.org, fleet.later(60))["failed_over"] == 0
+    assert recover.recover(fleet.org, fleet.later(121))["failed_over"] == 1
 
 
 def test_an_admitted_attempt_whose_dispatch_never_ran_is_sent_again(fleet: Fleet) -> None:
@@ -96,7 +185,7 @@ def test_an_admitted_attempt_whose_dispatch_never_ran_is_sent_again(fleet: Fleet
     loop.run_cycle(fleet.org)  # admitted; the worker "dies" before the dispatch task runs
     attempt = Attempt.objects.get(job=job)
     assert attempt.backend_id == ""
-    counts = dispatch.recover(fleet.org, timezone.now() + timedelta(minutes=1))
+    counts = recover.recover(fleet.org, timezone.now() + timedelta(minutes=1))
     assert counts["redispatched"] == 1  # the eager task ran it
     attempt.refresh_from_db()
     assert attempt.backend_id == attempt.backend_key

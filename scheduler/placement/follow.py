@@ -1,0 +1,298 @@
+"""The loop's I/O half, second step: ask each cluster how its attempts are doing and move their jobs along.
+
+Per active attempt, every follow round (``follow``):
+- what the cluster says is read back and named in the timeline (``report``): started, succeeded, failed
+  with its exit code, killed for memory, an image it cannot pull (the cluster refused it: placed elsewhere),
+  stopped by the cluster;
+- a job is *running* only when every worker runs: a gang that started in part stays *placing*;
+- **start timeout**: a job not wholly running ``Cluster.start_timeout`` after it was submitted is cancelled
+  there and requeued whole (Kueue's waitForPodsReady), so a partial gang never holds its nodes for nothing;
+- **time limit**: at its time limit a running job is signalled, gets its tier's grace, then is stopped; the
+  job fails with ``time_limit`` (Quartermaster enforces it on every backend: a TPU slice has no limit);
+- a job being stopped (preempted, drained, at its limit) whose grace is over is cancelled;
+- an attempt whose cluster answers again after a partition is simply known again (``unknown_since``
+  cleared): a short partition costs nothing.
+
+Then ended attempts left behind on the cluster are cancelled there (``sweep_cleanup``), except that a job
+failed over from a silent cluster whose old copy still runs there, while its replacement has not started,
+is **reattached** to the old copy and the replacement withdrawn (``reattach``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import partial
+
+from django.db import transaction
+from django.utils import timezone
+
+from clusters.backends.base import Backend, BackendError, Failure, JobState, JobStatus, NotFound
+from clusters.models import Cluster
+from clusters.secrets import CredentialsError
+from clusters.sync import backend_for
+from common import enqueue
+from scheduler import lifecycle
+from scheduler.models import Attempt, Job
+from scheduler.placement import outcomes
+from scheduler.placement.dispatch import cancel_there
+from scheduler.states import FINAL, WAITING
+
+log = logging.getLogger(__name__)
+S = Job.State
+O = Attempt.Outcome  # noqa: E741 - short name for the outcome choices
+
+#: What the cluster's failure codes mean for the attempt (``outcomes.RULES``).
+FAILURES = {
+    Failure.OOM_KILLED: "oom_killed",
+    Failure.EXIT_CODE: "exit_code",
+    Failure.TIME_LIMIT: "time_limit",
+    Failure.NODE_LOST: "node_failed",
+    Failure.PREEMPTED: "preempted_by_cluster",
+    Failure.IMAGE_PULL: "image_pull",
+    Failure.INVALID: "invalid",
+}
+#: Failures that show while the job is still pending there, and will not mend.
+NEVER_STARTS = frozenset({Failure.IMAGE_PULL, Failure.INVALID})
+
+
+@dataclass
+class FollowReport:
+    cluster: str
+    checked: int = 0
+    started: int = 0
+    ended: int = 0
+    lost: int = 0
+    stopped: int = 0
+    timed_out: int = 0
+    answered_again: int = 0
+    reattached: int = 0
+    cleaned: int = 0
+    errors: int = 0
+
+
+def follow(cluster_id: int, now: datetime | None = None) -> FollowReport:
+    """One round over the cluster's active attempts (see the module's docstring)."""
+    now = now or timezone.now()
+    cluster = Cluster.objects.get(pk=cluster_id)
+    report = FollowReport(cluster.slug)
+    if cluster.status == Cluster.Status.UNREACHABLE:
+        return report  # nothing can be asked now; ``recover`` decides when its work moves
+    try:
+        backend = backend_for(cluster)
+    except (BackendError, CredentialsError):
+        report.errors += 1
+        return report
+    attempts = (
+        Attempt.objects.filter(cluster=cluster, outcome=O.ACTIVE)
+        .exclude(backend_id="")
+        .select_related("job__tier", "cluster")
+        .order_by("pk")
+    )
+    for attempt in attempts:
+        report.checked += 1
+        _follow_one(attempt, backend, now, report)
+    report.cleaned, report.reattached = sweep_cleanup(cluster, backend, now)
+    return report
+
+
+def _follow_one(attempt: Attempt, backend: Backend, now: datetime, report: FollowReport) -> None:
+    try:
+        if attempt.stop_deadline and attempt.stop_deadline <= now:
+            backend.cancel(attempt.backend_id)
+            report.stopped += outcomes.stopped(attempt, now, killed=True)
+            return
+        status = backend.status(attempt.backend_id)
+    except NotFound:
+        if attempt.stop_deadline:  # e.g. a Kubernetes Job deleted with its grace period: it went in time
+            report.ended += outcomes.stopped(attempt, now, killed=False)
+        elif outcomes.end(attempt, "lost", f"Cluster {attempt.cluster} no longer knows the job.", now):
+            report.lost += 1
+        return
+    except BackendError:
+        report.errors += 1
+        return
+    if attempt.unknown_since is not None:
+        Attempt.objects.filter(pk=attempt.pk).update(unknown_since=None)
+        report.answered_again += 1
+    report_state(attempt, status, now, report)
+    try:
+        _deadlines(attempt, status, backend, now, report)
+    except BackendError:
+        report.errors += 1
+
+
+def report_state(attempt: Attempt, status: JobStatus, now: datetime, report: FollowReport) -> None:
+    """Move the attempt's job by what the cluster says of it."""
+    job = attempt.job
+    where = f"cluster {attempt.cluster}"
+    words = status.message or ""
+    if status.state == JobState.RUNNING:
+        if _wholly_running(job, status) and job.state in (S.ADMITTED, S.PLACING) and job.attempt == attempt.number:
+            with transaction.atomic():
+                if lifecycle.move(job, S.RUNNING, "started", "Running.", at=now, started_at=job.started_at or now):
+                    Attempt.objects.filter(pk=attempt.pk).update(started_at=now)
+                    attempt.started_at = now
+                    report.started += 1
+    elif status.state == JobState.PENDING and status.reason in NEVER_STARTS:
+        report.ended += _refused_late(attempt, status, now)
+    elif status.state == JobState.SUCCEEDED:
+        report.ended += outcomes.end(attempt, "succeeded", words or "Finished successfully.", now)
+    elif status.state in (JobState.FAILED, JobState.CANCELLED) and attempt.stop_deadline:
+        report.ended += outcomes.stopped(attempt, now, killed=False)  # it exited on our signal
+    elif status.state == JobState.FAILED:
+        reason = FAILURES.get(Failure(status.reason), "job_failed") if status.reason in Failure else "job_failed"
+        report.ended += outcomes.end(
+            attempt, reason, _failed_words(reason, status, where), now, exit_code=status.exit_code
+        )
+    elif status.state == JobState.CANCELLED:
+        if status.reason == Failure.PREEMPTED:
+            report.ended += outcomes.end(attempt, "preempted_by_cluster", f"Preempted by {where}: {words}.", now)
+        else:  # stopped there by an operator: the work is lost, not the job's fault
+            report.lost += outcomes.end(
+                attempt, "stopped_by_cluster", f"The cluster stopped it: {words or 'cancelled there'}.", now
+            )
+
+
+def _wholly_running(job: Job, status: JobStatus) -> bool:
+    return status.workers_running is None or status.workers_running >= job.workers
+
+
+def _failed_words(reason: str, status: JobStatus, where: str) -> str:
+    said = f": {status.message}" if status.message else ""
+    if reason == "oom_killed":
+        return f"A worker ran out of memory on {where}{said}."
+    if reason == "exit_code" and status.exit_code is not None:
+        return f"It exited with code {status.exit_code} on {where}{said}."
+    if reason == "time_limit":
+        return f"The time limit of {where} stopped it{said}."
+    if reason == "node_failed":
+        return f"Its node failed on {where}{said}."
+    if reason == "preempted_by_cluster":
+        return f"Preempted by {where}{said}."
+    return f"The job failed on {where}: {status.message or 'no reason given'}."
+
+
+def _refused_late(attempt: Attempt, status: JobStatus, now: datetime) -> bool:
+    """The cluster took the job but will never start it (an image it cannot pull, a spec its admission
+    rejects): cancel it there and place it elsewhere."""
+    reason = FAILURES[Failure(status.reason)]
+    what = "cannot pull its image" if reason == "image_pull" else "will not start it"
+    message = f"Cluster {attempt.cluster} {what}: {status.message or status.reason}"
+    return outcomes.end(attempt, reason, message, now, cleanup_pending=True)
+
+
+def _deadlines(attempt: Attempt, status: JobStatus, backend: Backend, now: datetime, report: FollowReport) -> None:
+    """The start timeout and the time limit."""
+    job = attempt.job
+    if job.attempt != attempt.number or attempt.stop_deadline is not None:
+        return
+    if job.state in (S.ADMITTED, S.PLACING) and attempt.submitted_at is not None:
+        timeout = timedelta(seconds=attempt.cluster.start_timeout)
+        if now - attempt.submitted_at >= timeout:
+            running = status.workers_running if status.workers_running is not None else 0
+            said = f" ({status.message})" if status.message else ""
+            message = (
+                f"Only {running} of its {job.workers} workers were running {_duration(timeout)} after cluster "
+                f"{attempt.cluster} took it{said}: requeued whole."
+            )
+            if outcomes.end(attempt, "start_timeout", message, now, cleanup_pending=True):
+                report.timed_out += 1
+    elif job.state == S.RUNNING and attempt.started_at is not None:
+        limit = timedelta(seconds=job.time_limit)
+        if now - attempt.started_at >= limit:
+            grace = job.tier.grace_seconds
+            message = f"Reached its time limit of {_duration(limit)}: it has {grace} s to checkpoint and exit."
+            if outcomes.begin_stop(attempt, job, Attempt.Stop.TIME_LIMIT, grace, message, now):
+                transaction.on_commit(lambda: enqueue.send("scheduler.tasks.signal_job", job.pk))
+                report.timed_out += 1
+
+
+def _duration(span: timedelta) -> str:
+    seconds = int(span.total_seconds())
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600} h"
+    if seconds % 60 == 0:
+        return f"{seconds // 60} min"
+    return f"{seconds} s"
+
+
+# --------------------------------------------------------------------------------- cleanup and reattach
+
+
+def sweep_cleanup(cluster: Cluster, backend: Backend, now: datetime) -> tuple[int, int]:
+    """Cancel the ended attempts that may still run on the cluster, or reattach a failed-over one that still
+    runs there. Returns (cancelled, reattached)."""
+    cleaned = reattached = 0
+    left = Attempt.objects.filter(cluster=cluster, cleanup_pending=True).exclude(outcome=O.ACTIVE)
+    for attempt in left.select_related("cluster").order_by("pk"):
+        if attempt.dispatch_claimed_until and attempt.dispatch_claimed_until > now:
+            continue  # a dispatch may still be submitting it: wait until its claim runs out
+        if attempt.reason == "failover" and attempt.backend_id:
+            verdict = reattach(attempt, backend, now)
+            if verdict is None:
+                continue  # the cluster did not answer about it: next round
+            if verdict:
+                reattached += 1
+                continue
+        cleaned += cancel_there(attempt, backend)
+    return cleaned, reattached
+
+
+def reattach(attempt: Attempt, backend: Backend, now: datetime) -> bool | None:
+    """Make a failed-over attempt the job's attempt again if it still runs on its cluster and its replacement
+    has not started (the replacement is withdrawn). True if reattached, False if the old copy is to be
+    stopped, None if the cluster could not say."""
+    try:
+        status = backend.status(attempt.backend_id)
+    except NotFound:
+        return False
+    except BackendError:
+        return None
+    if status.state != JobState.RUNNING:
+        return False
+    withdrawn: list[int] = []
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=attempt.job_id)
+        current = Attempt.objects.filter(job=job, number=job.attempt, outcome=O.ACTIVE).first()
+        if job.state in FINAL or (current is not None and (current.started_at or job.state not in _NOT_STARTED)):
+            return False
+        if current is None and job.state not in WAITING:
+            return False
+        replacement = ""
+        if current is not None:
+            Attempt.objects.filter(pk=current.pk).update(
+                outcome=O.CANCELLED,
+                ended_at=now,
+                reason="withdrawn",
+                message=f"Withdrawn: attempt {attempt.number} still runs on cluster {attempt.cluster}.",
+                cleanup_pending=current.may_run_on_cluster,
+                dispatch_claimed_until=None,
+            )
+            withdrawn.append(current.pk)
+            replacement = f"; its replacement on cluster {current.cluster} was withdrawn"
+        Attempt.objects.filter(pk=attempt.pk).update(
+            outcome=O.ACTIVE, ended_at=None, cleanup_pending=False, reason="", message="", unknown_since=None
+        )
+        job.attempt = attempt.number
+        lifecycle.move(
+            job,
+            S.RUNNING,
+            "reattached",
+            f"Cluster {attempt.cluster} answers again and the job still runs there: reattached{replacement}.",
+            at=now,
+            attempt=attempt.number,
+            started_at=job.started_at or attempt.started_at,
+            not_before=None,
+            finished_at=None,
+            pending_reason="",
+            pending_message="",
+        )
+        for pk in withdrawn:
+            transaction.on_commit(partial(enqueue.send, "scheduler.tasks.cleanup_attempt", pk))
+    return True
+
+
+#: States of a job whose current attempt has not started running yet.
+_NOT_STARTED = frozenset({S.ADMITTED, S.PLACING})
