@@ -32,7 +32,6 @@ from clusters.backends.base import (
     JobStatus,
     NodeInfo,
     NotFound,
-    Refused,
     Unreachable,
     load,
     permanent,
@@ -164,7 +163,8 @@ def test_a_pending_job_that_will_never_start_says_so(slurm_lab: SlurmLab) -> Non
     # more GPUs than the node has free, never more than it has: Slurm accepts it; it waits for Resources
     blocker = backend.submit(spec("lab-node2", "sleep", "600", gpus=8))
     waiting = backend.submit(spec("lab-node2", "sleep", "600", gpus=8))
-    assert isinstance(blocker, str) and isinstance(waiting, str)
+    assert isinstance(blocker, str)
+    assert isinstance(waiting, str)
     try:
         wait_for(backend, blocker, JobState.RUNNING)
         deadline = time.monotonic() + 15
@@ -494,8 +494,13 @@ JOB = {"job_id": 7, "name": "qm-x", "nodes": "n1", "exit_code": 0, "state_reason
         ({"job_state": "PREEMPTED"}, JobState.FAILED, Failure.PREEMPTED, None),
         ({"job_state": "FAILED", "exit_code": 2 << 8}, JobState.FAILED, Failure.EXIT_CODE, 2),
         ({"job_state": "FAILED", "exit_code": 9}, JobState.FAILED, Failure.EXIT_CODE, 137),
-        ({"job_state": "PENDING", "state_reason": "PartitionTimeLimit", "nodes": ""}, JobState.PENDING, "invalid", None),
-        ({"job_state": "PENDING", "state_reason": "InvalidQOS", "nodes": ""}, JobState.PENDING, "invalid", None),
+        (
+            {"job_state": "PENDING", "state_reason": "PartitionTimeLimit", "nodes": ""},
+            JobState.PENDING,
+            Failure.INVALID,
+            None,
+        ),
+        ({"job_state": "PENDING", "state_reason": "InvalidQOS", "nodes": ""}, JobState.PENDING, Failure.INVALID, None),
         (
             {"job_state": "PENDING", "state_reason": "ReqNodeNotAvail, UnavailableNodes:n1", "nodes": ""},
             JobState.PENDING,

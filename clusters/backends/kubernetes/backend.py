@@ -304,7 +304,8 @@ class KubernetesBackend(Backend):
             return InvalidJob(f"the API server refused job {name} as invalid: {message}", detail=answer_body(e))
         if status == 404:
             return InvalidJob(f"cannot create job {name} in namespace {self.namespace}: {message}")
-        if status == 403 and ("denied" in message or "admission" in message.lower()) and "exceeded quota" not in message:
+        denied = "denied" in message or "admission" in message.lower()
+        if status == 403 and denied and "exceeded quota" not in message:
             return InvalidJob(f"an admission policy refused job {name}: {message}", detail=answer_body(e))
         return None
 

@@ -189,7 +189,8 @@ def job_status(backend_id: str, job: Any, pods: list[Any]) -> JobStatus:
             waiting = container.state.waiting if container.state else None
             if waiting is not None and waiting.reason in IMAGE_PULL_REASONS:
                 said = f": {waiting.message}" if waiting.message else ""
-                return status(JobState.PENDING, f"{waiting.reason} for image {container.image}{said}", Failure.IMAGE_PULL)
+                words = f"{waiting.reason} for image {container.image}{said}"
+                return status(JobState.PENDING, words, Failure.IMAGE_PULL)
     workers = _workers(job)
     if running and running + finished >= workers:
         return status(JobState.RUNNING, f"{running} of {workers} workers running")

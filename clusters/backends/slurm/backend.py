@@ -48,11 +48,11 @@ from clusters.backends.base import (
     BackendError,
     BadResponse,
     DryRun,
+    Failure,
     HealthSignal,
     InvalidJob,
     Inventory,
     JobSpec,
-    Failure,
     JobState,
     JobStatus,
     NodeInfo,
@@ -472,9 +472,7 @@ class SlurmBackend(Backend):
             raise BadResponse(f"slurmrestd answered {call} with HTTP {code} and no error", detail=response.text)
         return data
 
-    def _refusal(
-        self, data: Mapping[str, Any], what: str, errors: list[Any], numbers: list[int]
-    ) -> InvalidJob | None:
+    def _refusal(self, data: Mapping[str, Any], what: str, errors: list[Any], numbers: list[int]) -> InvalidJob | None:
         """``InvalidJob`` when Slurm refused a submission for something about the job. Slurm may create the job
         and still answer such an error (a configuration the partition does not allow "now": the job would
         pend for ever, reason PartitionConfig): that job is cancelled, so nothing is left behind."""
