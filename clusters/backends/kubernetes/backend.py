@@ -346,6 +346,7 @@ class KubernetesBackend(Backend):
             pod.metadata.name
             for pod in pods.items or []
             if pod.metadata is not None
+            and pod.metadata.name
             and pod.metadata.deletion_timestamp is None
             and (pod.status is None or pod.status.phase not in ("Succeeded", "Failed"))
         ]

@@ -626,3 +626,6 @@ def _jwt_claims(token: str) -> Mapping[str, Any]:
     if not isinstance(claims, dict):
         raise AuthenticationFailed("the Slurm token is not a JWT (its claims are not an object)")
     return claims
+
+
+__all__ = ["InvalidJob", "SlurmBackend"]  # InvalidJob: the base contract's, importable here as before
