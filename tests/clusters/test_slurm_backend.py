@@ -351,9 +351,9 @@ def test_slurm_refusals_and_bad_specs(slurm_lab: SlurmLab) -> None:
     too_big = spec("lab-node1", cpu_per_worker=1_000_000)
     with pytest.raises(InvalidJob, match="Requested partition configuration not available"):
         backend.submit(too_big)
-    assert backend.find(too_big.id) is None or backend.status(str(backend.find(too_big.id))).state in (
-        JobState.CANCELLED,
-    )
+    created = backend.find(too_big.id)
+    assert created is not None  # Slurm did create it, and answered the error
+    wait_for(backend, created, JobState.CANCELLED)
     with pytest.raises(BackendError, match="scontrol not found"):
         slurm_lab.backend(scontrol="/nonexistent/scontrol").cordon("lab-node3", "never happens")
 

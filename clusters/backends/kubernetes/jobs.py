@@ -1,4 +1,5 @@
-"""A ``JobSpec`` as a ``batch/v1`` Indexed Job, and a Job's status as a ``JobState``. Pure; no network.
+"""A ``JobSpec`` as a ``batch/v1`` Indexed Job, and a Job with its pods as a ``JobStatus`` (state, the
+``Failure`` code, workers running; docs/backends.md). Pure; no network.
 
 One Job per Quartermaster job: ``completions = parallelism = workers``, so each worker is one index
 (``JOB_COMPLETION_INDEX`` in its environment) and the Job succeeds when every index has.
