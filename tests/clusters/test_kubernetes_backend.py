@@ -379,6 +379,15 @@ def _refuse_jobs(kube, error):
             "forbade creating job",
         ),
         (
+            ApiError(
+                403,
+                "Forbidden",
+                'jobs.batch is forbidden: User "qm" cannot create resource "jobs" in API group "batch": access denied',
+            ),
+            AuthenticationFailed,
+            "grant the token's service account",
+        ),
+        (
             ApiError(403, "Forbidden", 'jobs.batch "qm-42" is forbidden: exceeded quota: jobs, requested: count=1'),
             BackendError,
             "exceeded quota",

@@ -305,7 +305,8 @@ class KubernetesBackend(Backend):
         if status == 404:
             return InvalidJob(f"cannot create job {name} in namespace {self.namespace}: {message}")
         denied = "denied" in message or "admission" in message.lower()
-        if status == 403 and denied and "exceeded quota" not in message:
+        authorization = " cannot " in message and " resource " in message  # RBAC's or an authorizer's words
+        if status == 403 and denied and not authorization and "exceeded quota" not in message:
             return InvalidJob(f"an admission policy refused job {name}: {message}", detail=answer_body(e))
         return None
 
