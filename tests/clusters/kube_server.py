@@ -10,6 +10,9 @@ error bodies (``kind: Status, apiVersion: v1, status: Failure, reason, code, mes
 - ``GET /api/v1/pods`` and ``/api/v1/namespaces/{ns}/pods`` with ``fieldSelector`` (``spec.nodeName``,
   ``metadata.name``, ``metadata.namespace``, ``status.phase``) and ``labelSelector`` (``=``, ``==``,
   ``!=``, existence);
+- ``DELETE /api/v1/namespaces/{ns}/pods/{name}`` with ``gracePeriodSeconds``: a positive grace marks the pod
+  terminating (``deletionTimestamp``, ``deletionGracePeriodSeconds``) and returns it, as the API server does
+  while the kubelet stops it; 0 removes it at once; 404 for an unknown pod;
 - ``POST /api/v1/namespaces/{ns}/pods/{name}/eviction``: 201 and the pod is gone; 429 when a
   PodDisruptionBudget matching the pod allows no disruption (the budget's allowance is spent on success);
   404 for an unknown pod;
@@ -20,7 +23,9 @@ error bodies (``kind: Status, apiVersion: v1, status: Failure, reason, code, mes
   ``forbid_leases``);
 - bearer tokens: a wrong or missing one is 401; a read-only one is 403 on anything but GET.
 
-No controllers run: tests move Jobs along by editing ``server.jobs`` under ``server.lock``. Every request is
+No controllers run: tests move Jobs along by editing ``server.jobs`` under ``server.lock``, and give pods the
+statuses a kubelet and scheduler would write with ``add_job_pod(..., status=...)`` and the helpers
+``waiting``, ``terminated``, ``unschedulable`` and ``disrupted`` (the shapes of ``PodStatus``). Every request is
 logged in ``server.requests`` as (method, path with query, content type, JSON body or None).
 """
 
@@ -371,8 +376,32 @@ class KubeServer:
         self.deleted_jobs.append(job)
         return 200, success(200, {"name": name, "group": "batch", "kind": "jobs", "uid": uid})
 
-    def add_job_pod(self, namespace: str, job_name: str, index: int, node: str, phase: str = "Running") -> None:
-        """A pod of a created Job, as the Job controller would make it, bound to ``node``."""
+    def delete_pod(self, namespace: str, name: str, query: dict[str, str], body: Any, **_: Any) -> tuple[int, Any]:
+        pod = self.pods.get((namespace, name))
+        if pod is None:
+            raise not_found("pods", name)
+        grace = query.get("gracePeriodSeconds") or (body or {}).get("gracePeriodSeconds")
+        if grace is not None and int(grace) == 0:
+            del self.pods[(namespace, name)]
+            return 200, {"kind": "Pod", "apiVersion": "v1", **pod}
+        meta = pod["metadata"]
+        meta.setdefault("deletionTimestamp", timestamp(datetime.now(UTC)))
+        spec_grace = pod.get("spec", {}).get("terminationGracePeriodSeconds", 30)
+        meta["deletionGracePeriodSeconds"] = int(grace) if grace is not None else spec_grace
+        self._bump(pod)
+        return 200, {"kind": "Pod", "apiVersion": "v1", **pod}
+
+    def add_job_pod(
+        self,
+        namespace: str,
+        job_name: str,
+        index: int,
+        node: str,
+        phase: str = "Running",
+        status: dict[str, Any] | None = None,
+    ) -> None:
+        """A pod of a created Job, as the Job controller would make it, bound to ``node`` (none when ``node`` is
+        empty: the scheduler has not placed it). ``status`` replaces its ``PodStatus`` (``phase`` otherwise)."""
         job = self.jobs[(namespace, job_name)]
         name = f"{job_name}-{index}-x{index:04d}"
         labels = dict(job["spec"]["template"]["metadata"].get("labels", {}))
@@ -380,9 +409,40 @@ class KubeServer:
         owner = {"apiVersion": "batch/v1", "kind": "Job", "name": job_name, "uid": job["metadata"]["uid"]}
         self.pods[(namespace, name)] = {
             "metadata": {"name": name, "namespace": namespace, "labels": labels, "ownerReferences": [owner]},
-            "spec": {**copy.deepcopy(job["spec"]["template"]["spec"]), "nodeName": node},
-            "status": {"phase": phase},
+            "spec": {**copy.deepcopy(job["spec"]["template"]["spec"]), **({"nodeName": node} if node else {})},
+            "status": status if status is not None else {"phase": phase},
         }
+
+
+def waiting(reason: str, message: str = "", image: str = "ghcr.io/acme/train:1.4") -> dict[str, Any]:
+    """A pending pod whose container waits (``ErrImagePull``, ``ImagePullBackOff``, ``CreateContainerError``)."""
+    state = {"waiting": {"reason": reason, **({"message": message} if message else {})}}
+    return {"phase": "Pending", "containerStatuses": [_container(image, state, ready=False)]}
+
+
+def terminated(exit_code: int, reason: str = "Error", image: str = "ghcr.io/acme/train:1.4") -> dict[str, Any]:
+    """A pod whose container ended: ``Failed`` unless it exited 0 (reason ``OOMKilled`` with 137 for OOM)."""
+    state = {"terminated": {"exitCode": exit_code, "reason": reason, "startedAt": "2026-11-21T12:00:00Z"}}
+    phase = "Succeeded" if exit_code == 0 else "Failed"
+    return {"phase": phase, "containerStatuses": [_container(image, state, ready=False)]}
+
+
+def unschedulable(message: str) -> dict[str, Any]:
+    """A pod the scheduler cannot place: ``PodScheduled`` False, reason ``Unschedulable``, its words."""
+    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+    return {"phase": "Pending", "conditions": [condition]}
+
+
+def disrupted(reason: str, message: str, exit_code: int = 143) -> dict[str, Any]:
+    """A pod the cluster ended: ``DisruptionTarget`` True with ``reason`` (``PreemptionByScheduler``,
+    ``DeletionByTaintManager``, ...), then killed."""
+    status = terminated(exit_code)
+    status["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": reason, "message": message}]
+    return status
+
+
+def _container(image: str, state: dict[str, Any], *, ready: bool) -> dict[str, Any]:
+    return {"name": "worker", "image": image, "imageID": "", "ready": ready, "restartCount": 0, "state": state}
 
 
 def _as_selector(match_labels: dict[str, str]) -> str:
@@ -397,6 +457,7 @@ ROUTES: list[tuple[re.Pattern[str], dict[str, Callable[..., tuple[int, Any]]]]] 
     (re.compile(f"{CORE}/nodes/(?P<name>[^/]+)"), {"GET": KubeServer.get_node, "PATCH": KubeServer.patch_node}),
     (re.compile(f"{CORE}/pods"), {"GET": KubeServer.list_pods}),
     (re.compile(f"{CORE}/namespaces/(?P<namespace>[^/]+)/pods"), {"GET": KubeServer.list_pods}),
+    (re.compile(f"{CORE}/namespaces/(?P<namespace>[^/]+)/pods/(?P<name>[^/]+)"), {"DELETE": KubeServer.delete_pod}),
     (re.compile(f"{CORE}/namespaces/(?P<namespace>[^/]+)/pods/(?P<name>[^/]+)/eviction"), {"POST": KubeServer.evict}),
     (re.compile(BATCH), {"GET": KubeServer.list_jobs, "POST": KubeServer.create_job}),
     (

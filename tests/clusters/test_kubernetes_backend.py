@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ipaddress
+import json
+import re
 import socket
 import ssl
 from datetime import UTC, datetime, timedelta
@@ -15,17 +17,29 @@ from clusters.backends.base import (
     BackendError,
     BadResponse,
     DryRun,
+    Failure,
+    InvalidJob,
     JobSpec,
     JobState,
     NotFound,
     Refused,
     Unreachable,
     load,
+    permanent,
 )
 from clusters.backends.kubernetes import KubernetesBackend
 from clusters.backends.kubernetes.jobs import JOB_ID_ANNOTATION, KUEUE_QUEUE_LABEL, job_name
 from clusters.backends.kubernetes.nodes import parse_quantity
-from tests.clusters.kube_server import READONLY_TOKEN, TOKEN, KubeServer
+from tests.clusters.kube_server import (
+    READONLY_TOKEN,
+    TOKEN,
+    ApiError,
+    KubeServer,
+    disrupted,
+    terminated,
+    unschedulable,
+    waiting,
+)
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 NS = "research"
@@ -299,9 +313,96 @@ def test_options_are_read_strictly(kube):
 
 
 def test_kueue_mode_needs_a_queue(kube):
-    with pytest.raises(BackendError, match="LocalQueue"):
+    with pytest.raises(InvalidJob, match="local_queue"):
         backend(kube, kueue=True).submit(spec(queue=""))
     assert kube.mutations() == []
+
+
+def test_kueue_mode_takes_the_clusters_local_queue_when_the_job_names_none(kube):
+    name = backend(kube, kueue=True, local_queue="lq-research").submit(spec(queue=""))
+    assert kube.jobs[(NS, name)]["metadata"]["labels"][KUEUE_QUEUE_LABEL] == "lq-research"
+    # the job's own queue comes first
+    other = backend(kube, kueue=True, local_queue="lq-research").submit(spec("43"))
+    assert kube.jobs[(NS, other)]["metadata"]["labels"][KUEUE_QUEUE_LABEL] == "team-nlp"
+    status = backend(kube, kueue=True).status(name)
+    assert (status.state, status.reason) == (JobState.PENDING, "")
+    assert status.message == "waiting for Kueue admission (suspended in LocalQueue lq-research)"
+
+
+def test_a_job_without_an_image_is_invalid_before_anything_is_sent(kube):
+    with pytest.raises(InvalidJob, match="names no image"):
+        backend(kube).submit(spec(image=""))
+    assert kube.mutations() == []
+
+
+def _refuse_jobs(kube, error):
+    body = json.dumps(error.status()).encode()
+    kube.canned[("POST", f"/apis/batch/v1/namespaces/{NS}/jobs")] = (error.code, "application/json", body)
+
+
+@pytest.mark.parametrize(
+    ("error", "raised", "words"),
+    [
+        (
+            ApiError(422, "Invalid", 'Job.batch "qm-42" is invalid: spec.template.spec.containers[0].image: Required'),
+            InvalidJob,
+            "refused job qm-42 as invalid: Job.batch",
+        ),
+        (ApiError(400, "BadRequest", "the body must be a batch/v1 Job"), InvalidJob, "as invalid"),
+        (ApiError(404, "NotFound", f'namespaces "{NS}" not found'), InvalidJob, f'namespaces "{NS}" not found'),
+        (
+            ApiError(
+                403,
+                "Forbidden",
+                'admission webhook "validate.kyverno.svc" denied the request: images must come from registry.acme',
+            ),
+            InvalidJob,
+            "an admission policy refused job qm-42: admission webhook",
+        ),
+        (
+            ApiError(
+                403,
+                "Forbidden",
+                "jobs.batch \"qm-42\" is forbidden: ValidatingAdmissionPolicy 'gpu-limit' with binding 'b' denied "
+                "request: at most 8 GPUs",
+            ),
+            InvalidJob,
+            "ValidatingAdmissionPolicy",
+        ),
+        (
+            ApiError(
+                403,
+                "Forbidden",
+                'jobs.batch is forbidden: User "system:serviceaccount:quartermaster:qm" cannot create resource "jobs"',
+            ),
+            AuthenticationFailed,
+            "forbade creating job",
+        ),
+        (
+            ApiError(
+                403,
+                "Forbidden",
+                'jobs.batch is forbidden: User "qm" cannot create resource "jobs" in API group "batch": access denied',
+            ),
+            AuthenticationFailed,
+            "grant the token's service account",
+        ),
+        (
+            ApiError(403, "Forbidden", 'jobs.batch "qm-42" is forbidden: exceeded quota: jobs, requested: count=1'),
+            BackendError,
+            "exceeded quota",
+        ),
+        (ApiError(429, "TooManyRequests", "too many requests"), Unreachable, "HTTP 429"),
+        (ApiError(500, "InternalError", "etcd timed out"), Unreachable, "HTTP 500"),
+        (ApiError(401, "Unauthorized", "Unauthorized"), AuthenticationFailed, "refused the token"),
+    ],
+)
+def test_submit_classifies_the_api_servers_refusals(kube, error, raised, words):
+    _refuse_jobs(kube, error)
+    with pytest.raises(BackendError, match=re.escape(words)) as caught:
+        backend(kube).submit(spec())
+    assert type(caught.value) is raised
+    assert permanent(caught.value) is (raised is InvalidJob)
 
 
 @pytest.mark.parametrize(
@@ -352,6 +453,133 @@ def test_status_reports_the_reason_and_nodes(kube):
         "DeadlineExceeded: too long",
         ("h100-a", "h100-b"),
     )
+
+
+def _job_with_pods(kube, *statuses, workers=2):
+    cluster = backend(kube)
+    name = cluster.submit(spec(workers=workers, nodes=("h100-a", "h100-b")[:workers]))
+    with kube.lock:
+        for index, status in enumerate(statuses):
+            node = "" if status.get("phase") == "Pending" else ("h100-a", "h100-b")[index % 2]
+            kube.add_job_pod(NS, name, index, node, status=status)
+    return cluster, name
+
+
+def _fail(kube, name, reason="BackoffLimitExceeded", message="Job has reached the specified backoff limit"):
+    with kube.lock:
+        kube.jobs[(NS, name)]["status"] = {
+            "failed": 1,
+            "conditions": [{"type": "Failed", "status": "True", "reason": reason, "message": message}],
+        }
+
+
+def test_an_image_that_cannot_be_pulled_is_pending_with_the_kubelets_words(kube):
+    said = 'failed to pull and unpack image "ghcr.io/acme/train:1.4": not found'
+    cluster, name = _job_with_pods(kube, waiting("ErrImagePull", said), waiting("ImagePullBackOff", "Back-off"))
+    status = cluster.status(name)
+    assert (status.state, status.reason, status.workers_running) == (JobState.PENDING, Failure.IMAGE_PULL, 0)
+    assert status.message == f"ErrImagePull for image ghcr.io/acme/train:1.4: {said}"
+
+
+def test_invalid_image_name_is_an_image_pull_failure(kube):
+    cluster, name = _job_with_pods(kube, waiting("InvalidImageName", 'invalid reference format: "UPPER"'))
+    assert cluster.status(name).reason == Failure.IMAGE_PULL
+
+
+def test_unschedulable_workers_are_pending_with_the_schedulers_words(kube):
+    said = "0/5 nodes are available: 5 Insufficient nvidia.com/gpu."
+    cluster, name = _job_with_pods(kube, unschedulable(said), unschedulable(said))
+    status = cluster.status(name)
+    assert (status.state, status.reason, status.workers_running) == (JobState.PENDING, Failure.UNSCHEDULABLE, 0)
+    assert status.message == f"unschedulable: {said}"
+
+
+def test_a_gang_that_started_in_part_is_pending_and_says_how_many_run(kube):
+    said = "0/5 nodes are available: 1 node(s) were unschedulable."
+    cluster, name = _job_with_pods(kube, {"phase": "Running"}, unschedulable(said))
+    with kube.lock:  # the Job controller counts the running pod as active and ready
+        kube.jobs[(NS, name)]["status"] = {"active": 2, "ready": 1}
+    status = cluster.status(name)
+    assert (status.state, status.reason, status.workers_running) == (JobState.PENDING, Failure.UNSCHEDULABLE, 1)
+    assert status.message == f"1 of 2 workers running; others unschedulable: {said}"
+    assert status.nodes == ("h100-a",)
+
+
+def test_a_gang_is_running_when_every_worker_runs(kube):
+    cluster, name = _job_with_pods(kube, {"phase": "Running"}, {"phase": "Running"})
+    status = cluster.status(name)
+    assert (status.state, status.reason, status.workers_running) == (JobState.RUNNING, "", 2)
+    assert status.message == "2 of 2 workers running"
+
+
+def test_an_oom_killed_worker_fails_the_job_as_oom(kube):
+    cluster, name = _job_with_pods(kube, {"phase": "Running"}, terminated(137, "OOMKilled"))
+    _fail(kube, name)
+    status = cluster.status(name)
+    assert (status.state, status.reason, status.exit_code) == (JobState.FAILED, Failure.OOM_KILLED, 137)
+    assert "was OOM-killed" in status.message
+
+
+def test_a_non_zero_exit_fails_the_job_with_its_code(kube):
+    cluster, name = _job_with_pods(kube, terminated(0, "Completed"), terminated(3))
+    _fail(kube, name)
+    status = cluster.status(name)
+    assert (status.state, status.reason, status.exit_code) == (JobState.FAILED, Failure.EXIT_CODE, 3)
+    assert status.message.startswith("BackoffLimitExceeded: Job has reached the specified backoff limit; pod qm-42-1")
+    assert status.message.endswith("exited with code 3")
+
+
+def test_the_jobs_own_deadline_is_a_time_limit_not_an_exit_code(kube):
+    cluster, name = _job_with_pods(kube, terminated(143), terminated(143))
+    _fail(kube, name, "DeadlineExceeded", "Job was active longer than specified deadline")
+    status = cluster.status(name)
+    assert (status.state, status.reason, status.exit_code) == (JobState.FAILED, Failure.TIME_LIMIT, None)
+
+
+@pytest.mark.parametrize(
+    ("reason", "failure"),
+    [
+        ("PreemptionByScheduler", Failure.PREEMPTED),
+        ("EvictionByEvictionAPI", Failure.PREEMPTED),
+        ("DeletionByTaintManager", Failure.NODE_LOST),
+        ("DeletionByPodGC", Failure.NODE_LOST),
+    ],
+)
+def test_a_worker_the_cluster_ended_is_preempted_or_lost(kube, reason, failure):
+    cluster, name = _job_with_pods(kube, disrupted(reason, "by the cluster"), {"phase": "Running"})
+    _fail(kube, name)
+    status = cluster.status(name)
+    assert (status.state, status.reason) == (JobState.FAILED, failure)
+    assert f"{reason}: by the cluster" in status.message
+
+
+def test_a_worker_evicted_by_the_kubelet_is_preempted(kube):
+    evicted = {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}
+    cluster, name = _job_with_pods(kube, evicted, {"phase": "Running"})
+    _fail(kube, name)
+    status = cluster.status(name)
+    assert (status.state, status.reason) == (JobState.FAILED, Failure.PREEMPTED)
+    assert "The node was low on resource: memory." in status.message
+
+
+def test_signal_deletes_the_running_pods_with_the_grace_and_keeps_the_job(kube):
+    cluster, name = _job_with_pods(kube, {"phase": "Running"}, terminated(0, "Completed"))
+    kube.requests.clear()
+    assert cluster.signal(name, 90) is None
+    deletes = [path for method, path, *_ in kube.mutations() if method == "DELETE"]
+    assert deletes == [f"/api/v1/namespaces/{NS}/pods/{name}-0-x0000?gracePeriodSeconds=90"]
+    pod = kube.pods[(NS, f"{name}-0-x0000")]
+    assert pod["metadata"]["deletionGracePeriodSeconds"] == 90  # terminating: SIGTERM now, SIGKILL in 90 s
+    assert (NS, name) in kube.jobs  # status still reads how the workers end
+    assert cluster.status(name).state is JobState.RUNNING
+    kube.requests.clear()
+    assert cluster.signal(name, 90) is None  # a terminating pod is not signalled again
+    assert [m for m, *_ in kube.mutations()] == []
+    assert backend(kube, dry_run=True).signal(name, 5) == DryRun(
+        "signal", name, {"grace_period_seconds": 5, "pods": []}
+    )
+    with pytest.raises(NotFound):
+        cluster.signal("qm-missing", 5)
 
 
 def test_cancel_deletes_the_job_in_the_background(kube):

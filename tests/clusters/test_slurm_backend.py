@@ -25,18 +25,21 @@ from clusters.backends.base import (
     BackendError,
     BadResponse,
     DryRun,
+    Failure,
+    InvalidJob,
     JobSpec,
     JobState,
     JobStatus,
     NodeInfo,
     NotFound,
-    Refused,
     Unreachable,
     load,
+    permanent,
 )
 from clusters.backends.slurm import SlurmBackend
-from clusters.backends.slurm.backend import InvalidJob
-from clusters.backends.slurm.parse import expand_hostlist, gpu_gres, job_state
+from clusters.backends.slurm.backend import InvalidJob as SlurmInvalidJob
+from clusters.backends.slurm.parse import expand_hostlist, failure, gpu_gres, job_state
+from clusters.backends.slurm.script import apptainer_image, batch_script, enroot_image
 from tests.clusters.slurm_lab import NODES, SlurmLab, mint_token
 
 slurm = pytest.mark.slurm
@@ -141,8 +144,58 @@ def test_a_failing_job_is_failed_with_its_exit_code(slurm_lab: SlurmLab) -> None
     assert isinstance(job, str)
 
     status = wait_for(backend, job, JobState.FAILED, JobState.SUCCEEDED)
-    assert status.state is JobState.FAILED
+    assert (status.state, status.reason, status.exit_code) == (JobState.FAILED, Failure.EXIT_CODE, 3)
     assert "exit code 3" in status.message
+
+
+@slurm
+def test_a_job_that_succeeds_has_no_failure(slurm_lab: SlurmLab) -> None:
+    backend = slurm_lab.backend()
+    job = backend.submit(spec("lab-node1", "true", gpus=0))
+    assert isinstance(job, str)
+    status = wait_for(backend, job, JobState.SUCCEEDED, JobState.FAILED)
+    assert (status.state, status.reason, status.exit_code) == (JobState.SUCCEEDED, "", None)
+
+
+@slurm
+def test_a_pending_job_that_will_never_start_says_so(slurm_lab: SlurmLab) -> None:
+    backend = slurm_lab.backend()
+    # more GPUs than the node has free, never more than it has: Slurm accepts it; it waits for Resources
+    blocker = backend.submit(spec("lab-node2", "sleep", "600", gpus=8))
+    waiting = backend.submit(spec("lab-node2", "sleep", "600", gpus=8))
+    assert isinstance(blocker, str)
+    assert isinstance(waiting, str)
+    try:
+        wait_for(backend, blocker, JobState.RUNNING)
+        deadline = time.monotonic() + 15
+        while (status := backend.status(waiting)).reason == "" and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert (status.state, status.reason) == (JobState.PENDING, Failure.UNSCHEDULABLE), status
+        assert "reason Resources" in status.message or "reason ReqNodeNotAvail" in status.message
+    finally:
+        backend.cancel(waiting)
+        backend.cancel(blocker)
+
+
+@slurm
+def test_a_job_with_an_image_runs_through_the_clusters_container_runtime(slurm_lab: SlurmLab) -> None:
+    """Apptainer is not installed in the lab: a stand-in program where the option says apptainer is, which
+    records how it was called and runs the command, shows that Slurm ran the job through the runtime."""
+    workdir = Path(slurm_lab.options["workdir"])
+    calls = workdir / f"apptainer-calls-{time.time_ns()}"
+    runtime = workdir / f"apptainer-{time.time_ns()}"
+    runtime.write_text(f'#!/bin/bash\necho "$@" >> {calls}\nshift 2\nexec "$@"\n')
+    runtime.chmod(0o755)
+    backend = slurm_lab.backend(container_runtime="apptainer", apptainer=str(runtime))
+
+    job = backend.submit(spec("lab-node1", "bash", "-c", "exit 4", gpus=0, image="ghcr.io/acme/train:1.4"))
+    assert isinstance(job, str)
+    status = wait_for(backend, job, JobState.FAILED, JobState.SUCCEEDED)
+    assert (status.state, status.reason, status.exit_code) == (JobState.FAILED, Failure.EXIT_CODE, 4)
+    assert calls.read_text() == "exec docker://ghcr.io/acme/train:1.4 bash -c exit 4\n"
+
+    with pytest.raises(InvalidJob, match="runs no containers \\(no container runtime is configured\\)"):
+        slurm_lab.backend().submit(spec("lab-node1", "true", gpus=0, image="ghcr.io/acme/train:1.4"))
 
 
 @slurm
@@ -282,14 +335,25 @@ def test_a_wrong_or_expired_token_is_an_authentication_failure(slurm_lab: SlurmL
 @slurm
 def test_slurm_refusals_and_bad_specs(slurm_lab: SlurmLab) -> None:
     backend = slurm_lab.backend()
-    with pytest.raises(NotFound, match=r"the nodes of job t\w+ \(lab-node9\)"):
+    assert SlurmInvalidJob is InvalidJob  # the base contract's, still importable from the backend
+    with pytest.raises(InvalidJob, match=r"the nodes of job t\w+ \(lab-node9\): Invalid node name"):
         backend.submit(spec("lab-node9"))
     with pytest.raises(InvalidJob, match="neither a script nor a command"):
         backend.submit(spec("lab-node1", command=()))
     with pytest.raises(InvalidJob, match="names 1 nodes for 2 workers"):
         backend.submit(spec("lab-node1", nodes=("lab-node1",), workers=2))
-    with pytest.raises(Refused, match="Invalid partition"):
+    with pytest.raises(InvalidJob, match="Invalid partition name specified") as refused:
         backend.submit(spec("lab-node1", queue="no-such-partition"))
+    assert permanent(refused.value)
+    with pytest.raises(InvalidJob, match="Requested node configuration is not available"):
+        backend.submit(spec("lab-node1", gpus=9))
+    # Slurm creates this one and answers an error (it would pend for ever, PartitionConfig): it is cancelled
+    too_big = spec("lab-node1", cpu_per_worker=1_000_000)
+    with pytest.raises(InvalidJob, match="Requested partition configuration not available"):
+        backend.submit(too_big)
+    created = backend.find(too_big.id)
+    assert created is not None  # Slurm did create it, and answered the error
+    wait_for(backend, created, JobState.CANCELLED)
     with pytest.raises(BackendError, match="scontrol not found"):
         slurm_lab.backend(scontrol="/nonexistent/scontrol").cordon("lab-node3", "never happens")
 
@@ -317,7 +381,7 @@ def test_an_endpoint_nobody_listens_on_is_unreachable() -> None:
 
 
 @pytest.fixture
-def fake_restd() -> Iterator[Callable[[int, str, str], SlurmBackend]]:
+def fake_restd() -> Iterator[Callable[..., SlurmBackend]]:
     """A local HTTP server answering every request with the status, content type and body given."""
     answer: dict[str, Any] = {}
 
@@ -330,7 +394,16 @@ def fake_restd() -> Iterator[Callable[[int, str, str], SlurmBackend]]:
             self.end_headers()
             self.wfile.write(body)
 
-        do_POST = do_DELETE = do_GET
+        def do_POST(self) -> None:
+            status, text = answer.get("post", (answer["status"], answer["body"]))
+            body = text.encode()
+            self.send_response(status)
+            self.send_header("Content-Type", answer["type"])
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_DELETE = do_GET
 
         def log_message(self, *args: Any) -> None:
             pass
@@ -339,8 +412,11 @@ def fake_restd() -> Iterator[Callable[[int, str, str], SlurmBackend]]:
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
 
-    def serve(status: int, content_type: str, body: str) -> SlurmBackend:
+    def serve(status: int, content_type: str, body: str, post: tuple[int, str] | None = None) -> SlurmBackend:
+        """Every request answered ``status`` and ``body``; a POST ``post`` (status, body) when given."""
         answer.update(status=status, type=content_type, body=body)
+        if post is not None:
+            answer["post"] = post
         return SlurmBackend(f"http://127.0.0.1:{server.server_port}", {"user": "root", "token": TOKEN}, timeout=5)
 
     yield serve
@@ -367,7 +443,7 @@ NODE = {"name": "n1", "state": "idle", "cpus": 8, "real_memory": 1000, "gres": "
     ],
 )
 def test_a_malformed_or_partial_answer_is_a_bad_response(
-    fake_restd: Callable[[int, str, str], SlurmBackend], status: int, body: str, message: str
+    fake_restd: Callable[..., SlurmBackend], status: int, body: str, message: str
 ) -> None:
     backend = fake_restd(status, "application/json", body)
     with pytest.raises(BadResponse, match=message):
@@ -376,14 +452,14 @@ def test_a_malformed_or_partial_answer_is_a_bad_response(
 
 @pytest.mark.parametrize("status", [401, 403])
 def test_slurmrestd_refusing_the_credentials_is_an_authentication_failure(
-    fake_restd: Callable[[int, str, str], SlurmBackend], status: int
+    fake_restd: Callable[..., SlurmBackend], status: int
 ) -> None:
     backend = fake_restd(status, "text/plain", "Authentication failure")
     with pytest.raises(AuthenticationFailed, match=f"refused the credentials of user 'root' \\(HTTP {status}\\)"):
         backend.inventory()
 
 
-def test_a_well_formed_answer_reads_into_node_info(fake_restd: Callable[[int, str, str], SlurmBackend]) -> None:
+def test_a_well_formed_answer_reads_into_node_info(fake_restd: Callable[..., SlurmBackend]) -> None:
     nodes = [
         {**NODE, "gres_used": "gpu:a100:3(IDX:0-2)", "alloc_cpus": 2, "alloc_memory": 300},
         {**NODE, "name": "n2", "state": "down", "state_flags": ["NOT_RESPONDING"], "reason": "dead"},
@@ -406,6 +482,99 @@ def test_a_well_formed_answer_reads_into_node_info(fake_restd: Callable[[int, st
     assert (n3.ready, n3.schedulable, n3.accelerator, n3.accelerators) == (True, False, "", 0)
 
 
+JOB = {"job_id": 7, "name": "qm-x", "nodes": "n1", "exit_code": 0, "state_reason": "None"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "state", "reason", "exit_code"),
+    [
+        ({"job_state": "OUT_OF_MEMORY", "exit_code": 0x9}, JobState.FAILED, Failure.OOM_KILLED, 137),
+        ({"job_state": "TIMEOUT", "exit_code": 0xF}, JobState.FAILED, Failure.TIME_LIMIT, 143),
+        ({"job_state": "NODE_FAIL", "state_reason": "NodeDown"}, JobState.FAILED, Failure.NODE_LOST, None),
+        ({"job_state": "PREEMPTED"}, JobState.FAILED, Failure.PREEMPTED, None),
+        ({"job_state": "FAILED", "exit_code": 2 << 8}, JobState.FAILED, Failure.EXIT_CODE, 2),
+        ({"job_state": "FAILED", "exit_code": 9}, JobState.FAILED, Failure.EXIT_CODE, 137),
+        (
+            {"job_state": "PENDING", "state_reason": "PartitionTimeLimit", "nodes": ""},
+            JobState.PENDING,
+            Failure.INVALID,
+            None,
+        ),
+        ({"job_state": "PENDING", "state_reason": "InvalidQOS", "nodes": ""}, JobState.PENDING, Failure.INVALID, None),
+        (
+            {"job_state": "PENDING", "state_reason": "ReqNodeNotAvail, UnavailableNodes:n1", "nodes": ""},
+            JobState.PENDING,
+            Failure.UNSCHEDULABLE,
+            None,
+        ),
+        ({"job_state": "PENDING", "state_reason": "Priority", "nodes": ""}, JobState.PENDING, "", None),
+        ({"job_state": "RUNNING"}, JobState.RUNNING, "", None),
+    ],
+)
+def test_status_names_why_a_job_failed_or_waits(
+    fake_restd: Callable[..., SlurmBackend],
+    fields: dict[str, Any],
+    state: JobState,
+    reason: str,
+    exit_code: int | None,
+) -> None:
+    backend = fake_restd(200, "application/json", json.dumps({"jobs": [{**JOB, **fields}], "errors": []}))
+    status = backend.status("7")
+    assert (status.state, status.reason, status.exit_code) == (state, reason, exit_code)
+    if fields.get("state_reason", "None") != "None":
+        assert f"reason {fields['state_reason']}" in status.message
+
+
+def test_an_unknown_slurm_error_at_submit_is_transient_and_a_job_refusal_is_permanent(
+    fake_restd: Callable[..., SlurmBackend],
+) -> None:
+    job = spec("n1", "true")
+    no_jobs = json.dumps({"jobs": [], "errors": []})
+    unknown = {"errors": [{"error_code": 9999, "error": "Something new went wrong"}]}
+    with pytest.raises(BackendError, match="Something new went wrong") as caught:
+        fake_restd(200, "application/json", no_jobs, post=(500, json.dumps(unknown))).submit(replace(job, nodes=()))
+    assert not permanent(caught.value)
+    account = {"errors": [{"error_code": 2045, "error": "Invalid account or account/partition combination specified"}]}
+    with pytest.raises(InvalidJob, match="Invalid account"):
+        fake_restd(200, "application/json", no_jobs, post=(500, json.dumps(account))).submit(replace(job, nodes=()))
+
+
+def test_the_batch_script_runs_an_image_only_through_a_container_runtime() -> None:
+    job = spec("n1", "python", "train.py", "--lr", "0.1", image="ghcr.io/acme/train:1.4")
+    with pytest.raises(InvalidJob, match="runs no containers \\(no container runtime is configured\\)"):
+        batch_script(job, {})
+    with pytest.raises(InvalidJob, match="'docker' is not one of pyxis, apptainer"):
+        batch_script(job, {"container_runtime": "docker"})
+
+    assert batch_script(job, {"container_runtime": "pyxis"}).splitlines()[-1] == (
+        "exec srun '--container-image=ghcr.io#acme/train:1.4' python train.py --lr 0.1"
+    )
+    assert batch_script(job, {"container_runtime": "apptainer"}).splitlines()[-1] == (
+        "exec apptainer exec docker://ghcr.io/acme/train:1.4 python train.py --lr 0.1"
+    )
+    gang = replace(job, workers=2, nodes=("n1", "n2"))
+    assert batch_script(gang, {"container_runtime": "apptainer"}).splitlines()[-1].startswith("exec srun apptainer")
+
+    scripted = replace(job, command=(), script="#!/usr/bin/env python3\nprint('hi')\n")
+    pyxis = batch_script(scripted, {"container_runtime": "pyxis"})
+    assert "print('hi')" in pyxis
+    assert pyxis.splitlines()[-1] == (
+        "exec srun --ntasks=1 --nodes=1 '--container-image=ghcr.io#acme/train:1.4' "
+        '--container-mounts="$QM_SCRIPT:$QM_SCRIPT" "$QM_SCRIPT"'
+    )
+    apptainer = batch_script(scripted, {"container_runtime": "apptainer"})
+    assert apptainer.splitlines()[-1] == 'exec apptainer exec docker://ghcr.io/acme/train:1.4 "$QM_SCRIPT"'
+    # without an image, a script is the batch script itself, on the host
+    assert batch_script(replace(scripted, image=""), {}) == "#!/usr/bin/env python3\nprint('hi')\n"
+
+    assert enroot_image("ubuntu:24.04") == "ubuntu:24.04"
+    assert enroot_image("nvcr.io/nvidia/pytorch:24.01-py3") == "nvcr.io#nvidia/pytorch:24.01-py3"
+    assert enroot_image("localhost:5000/x") == "localhost:5000#x"
+    assert enroot_image("acme/train") == "acme/train"
+    assert apptainer_image("/images/train.sif") == "/images/train.sif"
+    assert apptainer_image("oras://ghcr.io/acme/train:1") == "oras://ghcr.io/acme/train:1"
+
+
 def test_slurm_strings() -> None:
     assert gpu_gres("gpu:h100:8") == [("h100", 8)]
     assert gpu_gres("gpu:h100:2(IDX:0-1)") == [("h100", 2)]
@@ -421,3 +590,7 @@ def test_slurm_strings() -> None:
     assert job_state("NODE_FAIL") is JobState.FAILED
     assert job_state("COMPLETING") is JobState.RUNNING
     assert job_state("SOMETHING_NEW") is JobState.UNKNOWN
+    assert failure("OUT_OF_MEMORY", "OutOfMemory", 0) == Failure.OOM_KILLED
+    assert failure("FAILED", "NonZeroExitCode", 3) == Failure.EXIT_CODE
+    assert failure("COMPLETED", "None", 0) == ""
+    assert failure("PENDING", "DependencyNeverSatisfied", None) == Failure.INVALID

@@ -15,11 +15,13 @@ from clusters.backends.base import (
     BackendError,
     BadResponse,
     DryRun,
+    Failure,
+    InvalidJob,
     JobSpec,
     JobState,
     NotFound,
-    Refused,
     Unreachable,
+    permanent,
 )
 from clusters.backends.tpu import TpuBackend
 from clusters.backends.tpu.accelerators import UnknownAcceleratorType, chips
@@ -210,7 +212,7 @@ def test_a_job_queue_may_name_a_reservation(server: TpuServer) -> None:
     assert body["reservationName"] == f"{server.parent}/reservations/lab-v5p"
     node = body["tpu"]["nodeSpec"][0]["node"]
     assert (node["acceleratorType"], node["schedulingConfig"]) == ("v5p-8", {"reserved": True})
-    with pytest.raises(BackendError, match="spot job cannot use reservation"):
+    with pytest.raises(InvalidJob, match="spot job cannot use reservation"):
         backend(server, accelerator_type="v5p-8").submit(job("43", queue="lab-v5p", spot=True))
 
 
@@ -219,13 +221,13 @@ def test_submit_takes_the_clusters_accelerator_type_and_checks_the_job_fits(serv
     tpu.submit(job(queue="", workers=2))
     node = created(server)["tpu"]["nodeSpec"][0]["node"]
     assert (node["acceleratorType"], node["runtimeVersion"]) == ("v5p-16", "v2-alpha-tpuv5-custom")
-    with pytest.raises(BackendError, match="asks for 16 chips"):
+    with pytest.raises(InvalidJob, match="asks for 16 chips"):
         tpu.submit(job("43", queue="v5p-16", workers=4))
-    with pytest.raises(BackendError, match="no TPU accelerator type"):
+    with pytest.raises(InvalidJob, match="no TPU accelerator type"):  # not transient: it would loop for ever
         backend(server).submit(job("44", queue=""))
-    with pytest.raises(BackendError, match="no chip-count rule"):
+    with pytest.raises(InvalidJob, match="no chip-count rule"):
         backend(server).submit(job("45", queue="v9x-8"))
-    with pytest.raises(BackendError, match="environment variable"):
+    with pytest.raises(InvalidJob, match="environment variable"):
         backend(server).submit(job("46", env={"A;rm -rf /": "x"}))
     assert len(server.mutations()) == 1
 
@@ -238,11 +240,41 @@ def test_submit_is_idempotent_on_the_job_id(server: TpuServer) -> None:
     assert list(server.queued_resources) == ["qm-42"]
 
 
-def test_a_409_that_is_not_already_exists_is_refused(server: TpuServer) -> None:
+def test_a_409_that_is_not_already_exists_is_transient(server: TpuServer) -> None:
     aborted = {"error": {"code": 409, "message": "concurrent change", "status": "ABORTED"}}
     server.canned = (409, json.dumps(aborted).encode())
-    with pytest.raises(Refused, match="concurrent change"):
+    with pytest.raises(BackendError, match="concurrent change") as caught:
         backend(server).submit(job())
+    assert not permanent(caught.value)
+
+
+def test_an_accelerator_type_the_zone_does_not_offer_is_refused_for_good(server: TpuServer) -> None:
+    with pytest.raises(InvalidJob, match="Unknown accelerator type 'v5p-8192' in us-east5-a") as caught:
+        backend(server).submit(job(queue="v5p-8192"))
+    assert permanent(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "message", "raised"),
+    [
+        (400, "INVALID_ARGUMENT", "runtime version v2-nope is not supported", InvalidJob),
+        (400, "FAILED_PRECONDITION", "the reservation has no capacity of that type", InvalidJob),
+        (403, "PERMISSION_DENIED", "Permission 'tpu.queuedResources.create' denied on reservation", InvalidJob),
+        (404, "NOT_FOUND", "Reservation lab-v5p not found", InvalidJob),
+        (429, "RESOURCE_EXHAUSTED", "Quota 'TPUV5PPerProjectPerZone' exceeded", BackendError),
+        (500, "INTERNAL", "internal error", BackendError),
+        (503, "UNAVAILABLE", "try again", Unreachable),
+        (504, "DEADLINE_EXCEEDED", "deadline exceeded", Unreachable),
+    ],
+)
+def test_create_errors_are_permanent_or_transient(
+    server: TpuServer, code: int, status: str, message: str, raised: type[BackendError]
+) -> None:
+    server.canned = (code, json.dumps({"error": {"code": code, "message": message, "status": status}}).encode())
+    with pytest.raises(BackendError, match=message) as caught:
+        backend(server).submit(job())
+    assert type(caught.value) is raised
+    assert permanent(caught.value) is (raised is InvalidJob)
 
 
 def test_status_follows_the_queued_resource_to_active(server: TpuServer) -> None:
@@ -275,10 +307,32 @@ def test_failed_and_suspended_queued_resources(server: TpuServer) -> None:
     server.suspend("qm-2", "SERVICE")
     server.suspend("qm-3", "USER")
     failed = tpu.status("qm-1")
-    assert failed.state == JobState.FAILED
-    assert "Insufficient capacity" in failed.message
-    assert tpu.status("qm-2").state == JobState.FAILED
-    assert tpu.status("qm-3").state == JobState.CANCELLED
+    assert (failed.state, failed.reason) == (JobState.FAILED, Failure.UNSCHEDULABLE)  # RESOURCE_EXHAUSTED
+    assert failed.message == "FAILED: Insufficient capacity for v5p-8 in us-east5-a"
+    taken = tpu.status("qm-2")
+    assert (taken.state, taken.reason) == (JobState.FAILED, Failure.PREEMPTED)
+    assert "Cloud TPU took the slice back" in taken.message
+    released = tpu.status("qm-3")
+    assert (released.state, released.reason) == (JobState.CANCELLED, "")
+
+
+def test_a_queued_resource_failed_as_invalid(server: TpuServer) -> None:
+    tpu = backend(server)
+    tpu.submit(job())
+    server.fail("qm-42", "Runtime version is not compatible with the accelerator type", code=9)
+    failed = tpu.status("qm-42")
+    assert (failed.state, failed.reason) == (JobState.FAILED, Failure.INVALID)
+    assert "not compatible" in failed.message
+
+
+def test_signal_does_nothing_but_checks_the_job_exists(server: TpuServer) -> None:
+    tpu = backend(server)
+    tpu.submit(job())
+    before = len(server.mutations())
+    assert tpu.signal("qm-42", 30) is None
+    assert len(server.mutations()) == before  # Cloud TPU cannot signal a workload
+    with pytest.raises(NotFound):
+        tpu.signal("qm-404", 30)
 
 
 def test_cancel_deletes_the_queued_resource_with_force(server: TpuServer) -> None:
@@ -428,7 +482,7 @@ def test_a_slice_without_an_accelerator_type_is_a_bad_response(server: TpuServer
 
 @pytest.mark.parametrize(
     ("status", "error"),
-    [(429, Refused), (400, Refused), (500, BackendError), (503, Unreachable)],
+    [(429, BackendError), (400, InvalidJob), (500, BackendError), (503, Unreachable)],
 )
 def test_http_errors(server: TpuServer, status: int, error: type[BackendError]) -> None:
     server.canned = (status, json.dumps({"error": {"code": status, "message": "nope", "status": "X"}}).encode())

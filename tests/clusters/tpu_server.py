@@ -259,10 +259,12 @@ class TpuServer:
         return node
 
     # test hooks
-    def fail(self, qr_id: str, message: str) -> None:
+    def fail(self, qr_id: str, message: str, code: int = 8) -> None:
+        """The queued resource FAILED with a ``google.rpc.Status``: ``code`` 8 RESOURCE_EXHAUSTED (no capacity),
+        9 FAILED_PRECONDITION, 3 INVALID_ARGUMENT, ..."""
         qr = self.queued_resources[qr_id]
         qr.fixed_state = "FAILED"
-        qr.body["state"] = {"state": "FAILED", "failedData": {"error": {"code": 8, "message": message}}}
+        qr.body["state"] = {"state": "FAILED", "failedData": {"error": {"code": code, "message": message}}}
 
     def suspend(self, qr_id: str, initiator: str) -> None:
         qr = self.queued_resources[qr_id]

@@ -5,7 +5,8 @@ Configuration:
 - ``credentials["token"]``: a bearer token (a service account's); ``credentials["ca_cert"]``: the PEM CA
   bundle that signed the server's certificate (else the system roots), or ``options["insecure_skip_tls_verify"]``;
 - ``options["namespace"]`` (``default``): where Jobs go; ``options["kueue"]``: the cluster runs Kueue, so
-  Jobs are created suspended in the LocalQueue ``JobSpec.queue`` and Kueue admits them;
+  Jobs are created suspended in a LocalQueue (``JobSpec.queue``, else ``options["local_queue"]``; with
+  neither, ``submit`` refuses the job) and Kueue admits them;
 - ``options["accelerator_resource"]`` (``nvidia.com/gpu``): what a worker's accelerators are requested as;
   ``zone_label``/``block_label``/``rack_label`` and ``accelerator_resources``: see ``nodes.py``;
 - ``options["heartbeat_stale_seconds"]`` (120): how old a node's heartbeat may be. The heartbeat is its Lease
@@ -13,12 +14,18 @@ Configuration:
   ``lastHeartbeatTime``, refreshed only every five minutes while nothing changes, and five minutes more are
   allowed.
 
+``submit`` classifies refusals (docs/backends.md): a Job the API server rejects as invalid (400, 422), a
+namespace that does not exist (404) or an admission policy's denial (403 from a webhook or a
+ValidatingAdmissionPolicy) is ``InvalidJob``; 401 and an RBAC 403 are ``AuthenticationFailed``; 429, 5xx, an
+exceeded ResourceQuota and no answer are transient. ``status`` reads the Job and its pods (``jobs.job_status``).
+
 A job's ``backend_id`` is its Job's name (``jobs.job_name``), in ``options["namespace"]``. ``JobSpec.script``
 (for Slurm) and ``spot`` mean nothing here: the container runs ``command`` (else its image's entrypoint), and
 whether capacity is spot is a property of the nodes the job was placed on.
 
 The service account needs, cluster-wide: nodes get/list/patch, pods list, pods/eviction create; leases list in
-``kube-node-lease`` (optional, for prompt heartbeats); in the namespace: jobs create/get/delete.
+``kube-node-lease`` (optional, for prompt heartbeats); in the namespace: jobs create/get/delete, pods delete
+(``signal``).
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from clusters.backends.base import (
     BadResponse,
     DryRun,
     HealthSignal,
+    InvalidJob,
     Inventory,
     JobSpec,
     JobStatus,
@@ -52,7 +60,7 @@ from clusters.backends.base import (
     Unreachable,
     not_allowed,
 )
-from clusters.backends.kubernetes.jobs import JOB_ID_ANNOTATION, JOB_LABEL, job_manifest, job_name, job_state
+from clusters.backends.kubernetes.jobs import JOB_ID_ANNOTATION, JOB_LABEL, job_manifest, job_name, job_status
 from clusters.backends.kubernetes.nodes import NodeLabels, health_signals, node_info, pod_usage
 
 #: Annotation holding why Quartermaster cordoned a node.
@@ -154,6 +162,8 @@ class KubernetesBackend(Backend):
             return AuthenticationFailed(
                 f"the API server at {self.endpoint} refused the token {what} ({message})", detail=detail
             )
+        if status == 403 and "exceeded quota" in message:  # a namespace ResourceQuota: frees as jobs end
+            return BackendError(f"the API server refused {what}: {message}", detail=detail)
         if status == 403:
             return AuthenticationFailed(
                 f"the API server at {self.endpoint} forbade {what}: {message} (grant the token's service account "
@@ -242,13 +252,11 @@ class KubernetesBackend(Backend):
     def status(self, backend_id: str) -> JobStatus:
         with self._calling(f"reading job {backend_id}"):
             job = self._batch().read_namespaced_job(backend_id, self.namespace, _request_timeout=self.timeout)
-        state, message = job_state(job)
         with self._calling(f"listing the pods of job {backend_id}"):
             pods = self._core().list_namespaced_pod(
                 self.namespace, label_selector=f"{JOB_LABEL}={backend_id}", _request_timeout=self.timeout
             )
-        nodes = sorted({pod.spec.node_name for pod in pods.items or [] if pod.spec and pod.spec.node_name})
-        return JobStatus(backend_id=backend_id, state=state, message=message, nodes=tuple(nodes))
+        return job_status(backend_id, job, list(pods.items or []))
 
     def find(self, job_id: str) -> str | None:
         name = job_name(job_id)
@@ -265,6 +273,7 @@ class KubernetesBackend(Backend):
             spec,
             namespace=self.namespace,
             kueue=self._flag("kueue"),
+            local_queue=str(self.options.get("local_queue") or ""),
             accelerator_resource=str(self.options.get("accelerator_resource", "nvidia.com/gpu")),
         )
         name = str(manifest["metadata"]["name"])
@@ -278,10 +287,28 @@ class KubernetesBackend(Backend):
             try:
                 self._batch().create_namespaced_job(self.namespace, body, _request_timeout=self.timeout)
             except ApiException as e:
+                refusal = self._refusal(e, name)
+                if refusal is not None:
+                    raise refusal from e
                 if e.status != 409:  # AlreadyExists: submitted before
                     raise
                 self._check_same_job(name, spec.id)
         return name
+
+    def _refusal(self, e: ApiException, name: str) -> InvalidJob | None:
+        """``InvalidJob`` when the API server refused to create the Job for good: invalid (400, 422), no such
+        namespace (404), or denied by an admission webhook or policy (403 that is not RBAC's). None for
+        anything waiting may mend, or that is about the credentials rather than the job."""
+        status, message = e.status or 0, status_message(e)
+        if status in (400, 422):
+            return InvalidJob(f"the API server refused job {name} as invalid: {message}", detail=answer_body(e))
+        if status == 404:
+            return InvalidJob(f"cannot create job {name} in namespace {self.namespace}: {message}")
+        denied = "denied" in message or "admission" in message.lower()
+        authorization = " cannot " in message and " resource " in message  # RBAC's or an authorizer's words
+        if status == 403 and denied and not authorization and "exceeded quota" not in message:
+            return InvalidJob(f"an admission policy refused job {name}: {message}", detail=answer_body(e))
+        return None
 
     def _check_same_job(self, name: str, job_id: str) -> None:
         """After a 409: the Job of that name must be the one an earlier ``submit`` of this id created."""
@@ -306,19 +333,35 @@ class KubernetesBackend(Backend):
         return None
 
     def signal(self, backend_id: str, grace_seconds: int) -> DryRun | None:
-        """Delete the Job with the grace period: its pods get SIGTERM now and are killed when it ends."""
-        if self.dry_run:
-            with self._calling(f"reading job {backend_id}"):
-                self._batch().read_namespaced_job(backend_id, self.namespace, _request_timeout=self.timeout)
-            return DryRun("signal", backend_id, {"grace_period_seconds": grace_seconds})
-        with self._calling(f"deleting job {backend_id} with a grace period"):
-            self._batch().delete_namespaced_job(
-                backend_id,
-                self.namespace,
-                propagation_policy="Background",
-                grace_period_seconds=grace_seconds,
-                _request_timeout=self.timeout,
+        """Delete the Job's pods with ``grace_seconds`` as their grace period: the kubelet sends SIGTERM now and
+        SIGKILL when it ends. The Job stays, so ``status`` still reads how the workers ended (a worker that
+        exits 0 after checkpointing completes its index); ``cancel`` removes it. Deleting the Job itself
+        would not do: the garbage collector deletes its pods with their own default grace, not this one."""
+        with self._calling(f"reading job {backend_id}"):
+            self._batch().read_namespaced_job(backend_id, self.namespace, _request_timeout=self.timeout)
+        with self._calling(f"listing the pods of job {backend_id}"):
+            pods = self._core().list_namespaced_pod(
+                self.namespace, label_selector=f"{JOB_LABEL}={backend_id}", _request_timeout=self.timeout
             )
+        names = [
+            pod.metadata.name
+            for pod in pods.items or []
+            if pod.metadata is not None
+            and pod.metadata.name
+            and pod.metadata.deletion_timestamp is None
+            and (pod.status is None or pod.status.phase not in ("Succeeded", "Failed"))
+        ]
+        if self.dry_run:
+            return DryRun("signal", backend_id, {"grace_period_seconds": grace_seconds, "pods": names})
+        for name in names:
+            with self._calling(f"deleting pod {name} of job {backend_id} with a grace period"):
+                try:
+                    self._core().delete_namespaced_pod(
+                        name, self.namespace, grace_period_seconds=grace_seconds, _request_timeout=self.timeout
+                    )
+                except ApiException as e:
+                    if e.status != 404:  # gone already
+                        raise
         return None
 
     def cordon(self, node: str, reason: str) -> DryRun | None:

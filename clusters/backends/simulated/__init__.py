@@ -1,7 +1,8 @@
-"""The simulated backend: the embedded default, a deterministic fleet with no cluster behind it."""
+"""The simulated backend: the embedded default, a deterministic fleet with no cluster behind it, and faults
+injected on demand (``inject``, ``clear``; see ``backend.py``)."""
 
-from .backend import SimulatedBackend
+from .backend import SimulatedBackend, clear, inject
 
 BACKEND = SimulatedBackend
 
-__all__ = ["BACKEND", "SimulatedBackend"]
+__all__ = ["BACKEND", "SimulatedBackend", "clear", "inject"]

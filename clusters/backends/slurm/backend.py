@@ -11,7 +11,15 @@ naming the controller (``options["slurm_conf"]``), but no munge key.
 - ``options``: ``partition`` (used when a job names no queue), ``workdir`` (jobs' working directory,
   default ``/tmp``), ``slurm_conf`` and ``scontrol`` (for node updates), ``gpu_models`` (GRES type to
   model name, e.g. ``{"h100": "H100-SXM-80GB"}``; the GRES type itself otherwise), ``spot_qos`` (the QOS
-  of spot jobs, if the site has one).
+  of spot jobs, if the site has one), ``container_runtime`` (``pyxis`` or ``apptainer``: how a job with an
+  image runs; see ``script.py``) and ``apptainer`` (the apptainer program, default ``apptainer``).
+
+Failures (docs/backends.md). ``submit`` raises ``InvalidJob`` when Slurm refuses the job itself (no such
+partition or node, a configuration no node or partition offers, a bad feature, account or QOS) and when the
+job cannot be expressed (nothing to run, an image without a container runtime); a Slurm error it does not
+know is a plain ``BackendError``, which dispatch retries until its deadline. ``status`` names why a job
+ended (``Failure``: exit code, OOM, time limit, node failure, preemption) and why a pending one will not
+start (a pending reason Slurm will not clear by itself is ``Failure.INVALID``).
 
 Jobs are named ``qm-<JobSpec.id>``: that name is the idempotency key ``submit`` looks for. Slurm forgets a
 finished job after ``MinJobAge`` (300 s by default), so a resubmission after that starts a new job.
@@ -24,7 +32,6 @@ import binascii
 import json
 import math
 import os
-import shlex
 import subprocess
 import time
 from collections import Counter
@@ -41,7 +48,9 @@ from clusters.backends.base import (
     BackendError,
     BadResponse,
     DryRun,
+    Failure,
     HealthSignal,
+    InvalidJob,
     Inventory,
     JobSpec,
     JobState,
@@ -52,7 +61,8 @@ from clusters.backends.base import (
     Unreachable,
     not_allowed,
 )
-from clusters.backends.slurm.parse import expand_hostlist, gpu_gres, job_state
+from clusters.backends.slurm.parse import expand_hostlist, failure, gpu_gres, job_state
+from clusters.backends.slurm.script import batch_script
 from common import outbound
 
 API_VERSION = "v0.0.38"
@@ -70,6 +80,31 @@ ESLURM_USER_ID_MISSING = 2010
 ESLURM_INVALID_JOB_ID = 2017
 ESLURM_INVALID_NODE_NAME = 2018
 ESLURM_ALREADY_DONE = 2021
+#: Errors of a submission that are about the job itself: submitting it again here will not help.
+JOB_REFUSALS = {
+    2000: "ESLURM_INVALID_PARTITION_NAME",
+    2004: "ESLURM_REQUESTED_NODES_NOT_IN_PARTITION",
+    2005: "ESLURM_TOO_MANY_REQUESTED_CPUS",
+    2006: "ESLURM_INVALID_NODE_COUNT",
+    2014: "ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE",
+    2015: "ESLURM_REQUESTED_PART_CONFIG_UNAVAILABLE",
+    2018: "ESLURM_INVALID_NODE_NAME",
+    2029: "ESLURM_INVALID_FEATURE",
+    2045: "ESLURM_INVALID_ACCOUNT",
+    2051: "ESLURM_INVALID_TIME_LIMIT",
+}
+#: The same refusals in slurm_strerror's words, for errors whose number a slurmrestd version does not give.
+JOB_REFUSAL_WORDS = (
+    "Invalid partition name",
+    "Invalid account",
+    "Invalid qos",
+    "Invalid feature",
+    "Invalid node name",
+    "Invalid generic resource",
+    "Requested node configuration is not available",
+    "Requested partition configuration not available",
+    "Invalid time limit",
+)
 SLURM_COMMUNICATIONS_ERRORS = range(1000, 1100)
 SLURM_AUTH_ERRORS = range(6000, 6100)
 
@@ -79,10 +114,6 @@ SLURM_AUTH_ERRORS = range(6000, 6100)
 REJECTION_SECONDS = 2.0
 
 T = TypeVar("T")
-
-
-class InvalidJob(BackendError, ValueError):
-    """The JobSpec cannot be expressed as a Slurm job (nothing to run, node list of the wrong length, ...)."""
 
 
 class SlurmBackend(Backend):
@@ -115,18 +146,31 @@ class SlurmBackend(Backend):
         state_text = _field(raw, "job_state", str, f"job {backend_id}")
         state = job_state(state_text)
         reason = raw.get("state_reason")
+        reason = reason if isinstance(reason, str) and reason not in ("", "None") else ""
         parts = [state_text]
-        if isinstance(reason, str) and reason not in ("", "None"):
+        if reason:
             parts.append(f"reason {reason}")
         exit_code = raw.get("exit_code")
+        code: int | None = None
         if state in (JobState.SUCCEEDED, JobState.FAILED) and isinstance(exit_code, int):
-            parts.append(f"exit code {exit_code >> 8}" + (f" signal {exit_code & 0x7F}" if exit_code & 0x7F else ""))
+            # a wait status: the exit code in the high byte, the signal that killed it in the low bits
+            code, signal = exit_code >> 8, exit_code & 0x7F
+            parts.append(f"exit code {code}" + (f" signal {signal}" if signal else ""))
+            code = 128 + signal if signal else code
         nodes_text = raw.get("nodes")
         try:
             nodes = expand_hostlist(nodes_text) if isinstance(nodes_text, str) else ()
         except ValueError as exc:
             raise BadResponse(f"slurmrestd gave job {backend_id} an unreadable node list: {exc}") from exc
-        return JobStatus(backend_id=backend_id, state=state, message=", ".join(parts), nodes=nodes)
+        why = failure(state_text, reason, code)
+        return JobStatus(
+            backend_id=backend_id,
+            state=state,
+            message=", ".join(parts),
+            nodes=nodes,
+            reason=why,
+            exit_code=code if why == Failure.EXIT_CODE or (why and code) else None,
+        )
 
     def health(self) -> tuple[HealthSignal, ...]:
         """One ``ready`` signal per node: failing when Slurm has it down or not responding.
@@ -155,7 +199,7 @@ class SlurmBackend(Backend):
     # ---------------------------------------------------------------------------------------- writes
 
     def submit(self, spec: JobSpec) -> str | DryRun:
-        body = {"script": _script(spec), "job": self._job_properties(spec)}
+        body = {"script": batch_script(spec, self.options), "job": self._job_properties(spec)}
         existing = self._find_job(spec.id)
         if self.dry_run:
             detail: dict[str, Any] = dict(body)
@@ -165,7 +209,7 @@ class SlurmBackend(Backend):
         if existing is not None:
             return existing
         what = f"the nodes of job {spec.id} ({','.join(dict.fromkeys(spec.nodes))})" if spec.nodes else f"job {spec.id}"
-        data = self._call("POST", "job/submit", body, what=what)
+        data = self._call("POST", "job/submit", body, what=what, submitting=True)
         job_id = data.get("job_id")
         if not isinstance(job_id, int) or isinstance(job_id, bool):
             raise BadResponse(f"slurmrestd accepted job {spec.id} but answered no job id (job_id={job_id!r})")
@@ -337,7 +381,7 @@ class SlurmBackend(Backend):
             raise InvalidJob(f"job {spec.id} asks for a negative amount of something")
         environment = {"PATH": DEFAULT_PATH, **spec.env, "QM_JOB_ID": spec.id}
         if spec.image:
-            environment["QM_IMAGE"] = spec.image  # Slurm runs no images itself; the script may use it
+            environment["QM_IMAGE"] = spec.image
         cpus_per_task = max(1, math.ceil(spec.cpu_per_worker / 1000))
         props: dict[str, Any] = {
             "name": JOB_NAME_PREFIX + spec.id,
@@ -376,8 +420,10 @@ class SlurmBackend(Backend):
         *,
         what: str = "",
         ok_errors: frozenset[int] | set[int] = frozenset(),
+        submitting: bool = False,
     ) -> Mapping[str, Any]:
-        """One slurmrestd request; its JSON object, or the matching ``BackendError``."""
+        """One slurmrestd request; its JSON object, or the matching ``BackendError``. ``submitting``: a job
+        submission, whose refusals are ``InvalidJob`` (``_refusal``)."""
         user, token = self._credentials()
         url = f"{self._base}/{path}"
         call = f"{method} {path}"
@@ -414,10 +460,34 @@ class SlurmBackend(Backend):
             raise BadResponse(f"slurmrestd answered {call} with 'errors' that is not a list")
         numbers = [_error_number(error) for error in errors]
         if errors and not set(numbers) <= set(ok_errors):
-            raise self._error(call, what, errors, numbers, elapsed)
+            refusal = self._refusal(data, what, errors, numbers) if submitting else None
+            if refusal is not None:
+                raise refusal
+            error = self._error(call, what, errors, numbers, elapsed)
+            if submitting and type(error) is Refused:
+                # an error Slurm gave that says nothing known about the job: retried, never taken as final
+                error = BackendError(str(error).replace("Slurm refused", "Slurm failed", 1))
+            raise error
         if code >= 400 and not errors:
             raise BadResponse(f"slurmrestd answered {call} with HTTP {code} and no error", detail=response.text)
         return data
+
+    def _refusal(self, data: Mapping[str, Any], what: str, errors: list[Any], numbers: list[int]) -> InvalidJob | None:
+        """``InvalidJob`` when Slurm refused a submission for something about the job. Slurm may create the job
+        and still answer such an error (a configuration the partition does not allow "now": the job would
+        pend for ever, reason PartitionConfig): that job is cancelled, so nothing is left behind."""
+        text = "; ".join(_error_text(error) for error in errors)
+        if not set(numbers) & set(JOB_REFUSALS) and not any(
+            words.lower() in text.lower() for words in JOB_REFUSAL_WORDS
+        ):
+            return None
+        job_id = data.get("job_id")
+        if isinstance(job_id, int) and not isinstance(job_id, bool) and job_id > 0:
+            try:
+                self._call("DELETE", f"job/{job_id}", what=f"job {job_id}", ok_errors={ESLURM_ALREADY_DONE})
+            except BackendError as exc:
+                text += f" (Slurm created it anyway as job {job_id}, and cancelling that failed: {exc})"
+        return InvalidJob(f"Slurm refused {what}: {text}")
 
     def _unreachable(self, exc: requests.RequestException, call: str) -> BackendError:
         refused = not_allowed(exc, f"slurmrestd at {self.endpoint}")
@@ -496,16 +566,6 @@ class SlurmBackend(Backend):
 # ------------------------------------------------------------------------------------------- helpers
 
 
-def _script(spec: JobSpec) -> str:
-    if spec.script:
-        return spec.script if spec.script.startswith("#!") else "#!/bin/bash\n" + spec.script
-    if not spec.command:
-        raise InvalidJob(f"job {spec.id} has neither a script nor a command")
-    # several workers: srun starts the command once per task of the allocation
-    launcher = "srun " if spec.workers > 1 else ""
-    return f"#!/bin/bash\nexec {launcher}{shlex.join(spec.command)}\n"
-
-
 def _job_id(backend_id: str) -> str:
     if not backend_id.isdigit():
         raise NotFound(f"{backend_id!r} is not a Slurm job id (Slurm's ids are numbers)")
@@ -566,3 +626,6 @@ def _jwt_claims(token: str) -> Mapping[str, Any]:
     if not isinstance(claims, dict):
         raise AuthenticationFailed("the Slurm token is not a JWT (its claims are not an object)")
     return claims
+
+
+__all__ = ["InvalidJob", "SlurmBackend"]  # InvalidJob: the base contract's, importable here as before

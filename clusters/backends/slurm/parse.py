@@ -1,4 +1,4 @@
-"""Slurm's compact strings, read into plain values: GRES specs, host lists and job states.
+"""Slurm's compact strings, read into plain values: GRES specs, host lists, job states and why jobs fail.
 
 Pure functions, no I/O, so the backend's mapping from slurmrestd's answers stays small and each rule is
 tested on its own.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from clusters.backends.base import JobState
+from clusters.backends.base import Failure, JobState
 
 # One GRES entry: name[:type]:count, optionally followed by "(S:0-1)" or "(IDX:0-3)". Counts may carry a
 # K/M/G suffix in Slurm, which GPUs never use; such an entry simply does not match and is ignored.
@@ -116,3 +116,52 @@ _JOB_STATES: dict[str, JobState] = {
 def job_state(text: str) -> JobState:
     """Quartermaster's state for a Slurm job_state string; UNKNOWN for one this version does not know."""
     return _JOB_STATES.get(text.upper(), JobState.UNKNOWN)
+
+
+#: Job states that say why the job ended, as ``Failure`` codes (FAILED says it through its exit code).
+_ENDED: dict[str, Failure] = {
+    "OUT_OF_MEMORY": Failure.OOM_KILLED,
+    "TIMEOUT": Failure.TIME_LIMIT,
+    "DEADLINE": Failure.TIME_LIMIT,
+    "NODE_FAIL": Failure.NODE_LOST,
+    "BOOT_FAIL": Failure.NODE_LOST,
+    "PREEMPTED": Failure.PREEMPTED,
+}
+#: Pending reasons Slurm will not clear by itself: the job asks for what the cluster's configuration or
+#: accounts do not allow, or waits on a dependency that can no longer be met.
+NEVER_CLEARS = frozenset(
+    {
+        "BadConstraints",
+        "PartitionConfig",
+        "PartitionNodeLimit",
+        "PartitionTimeLimit",
+        "InvalidAccount",
+        "InvalidQOS",
+        "DependencyNeverSatisfied",
+    }
+)
+#: Pending reasons that say the job waits for nodes or resources it cannot have now.
+WAITS_FOR_NODES = frozenset({"Resources", "ReqNodeNotAvail", "NodeDown", "PartitionDown", "PartitionInactive"})
+
+
+def failure(state: str, reason: str, exit_code: int | None) -> str:
+    """The ``Failure`` code of a job in ``state`` with Slurm's ``reason`` (its ``state_reason``) and exit code;
+    "" when nothing is wrong (running, succeeded, waiting its turn) or Slurm says nothing more.
+
+    ``"OUT_OF_MEMORY"`` -> oom_killed; ``"FAILED"`` with exit code 3 -> exit_code; ``"PENDING"`` with
+    ``"PartitionTimeLimit"`` -> invalid; ``"PENDING"`` with ``"ReqNodeNotAvail, UnavailableNodes:n1"``
+    -> unschedulable.
+    """
+    state = state.upper()
+    if state in _ENDED:
+        return _ENDED[state]
+    if state == "FAILED":
+        return Failure.EXIT_CODE if exit_code else ""
+    if job_state(state) is JobState.PENDING:
+        # "ReqNodeNotAvail, UnavailableNodes:lab-node2": the reason is its first word
+        word = reason.split(",", 1)[0].strip()
+        if word in NEVER_CLEARS:
+            return Failure.INVALID
+        if word in WAITS_FOR_NODES:
+            return Failure.UNSCHEDULABLE
+    return ""

@@ -27,7 +27,16 @@ server or emulator accepts; the endpoint is then e.g. ``http://127.0.0.1:8470`` 
 What the TPU API lacks: it has no cordon, drain or resume (a slice belongs to whoever created it; nothing
 else lands on it), so those only check that the slice exists and leave the stopping to Quartermaster's own
 node state. It has no notion of a job finishing either: a queued resource is pending, then ACTIVE until
-deleted, so ``status`` never says succeeded; the job's end comes from the workload itself.
+deleted, so ``status`` never says succeeded; the job's end comes from the workload itself. Nor can a job be
+signalled: ``signal`` does nothing (whoever signalled stops the job when its grace ends).
+
+Failures (docs/backends.md). ``submit`` raises ``InvalidJob`` for a job that cannot become a queued resource
+(no accelerator type from its queue or the cluster, an unknown type, more chips than the slice, a spot job
+in a reservation) and when the API refuses the create as invalid (INVALID_ARGUMENT, FAILED_PRECONDITION),
+forbidden (PERMISSION_DENIED) or naming what does not exist (NOT_FOUND, e.g. the reservation); quota
+(RESOURCE_EXHAUSTED), ABORTED, UNAVAILABLE, DEADLINE_EXCEEDED and INTERNAL are transient. ``status`` gives a
+FAILED queued resource's words with ``Failure.UNSCHEDULABLE`` (no capacity) or ``Failure.INVALID``, and a
+slice Cloud TPU took back (SUSPENDED by the service) as ``Failure.PREEMPTED``.
 """
 
 from __future__ import annotations
@@ -61,7 +70,9 @@ from clusters.backends.base import (
     BackendError,
     BadResponse,
     DryRun,
+    Failure,
     HealthSignal,
+    InvalidJob,
     Inventory,
     JobSpec,
     JobState,
@@ -119,6 +130,9 @@ JOB_STATES = {
     QrState.FAILED: JobState.FAILED,
     QrState.DELETING: JobState.CANCELLED,
 }
+
+#: google.rpc.Code numbers of a failed queued resource that mean "no capacity": RESOURCE_EXHAUSTED, UNAVAILABLE.
+NO_CAPACITY_CODES = frozenset({8, 14})
 
 #: ``AcceleratorConfig.Type`` to the accelerator-type prefix, for a slice that gives only its config.
 CONFIG_PREFIXES = {"V2": "v2", "V3": "v3", "V4": "v4", "V5LITE_POD": "v5litepod", "V5P": "v5p", "V6E": "v6e"}
@@ -436,26 +450,31 @@ class TpuBackend(Backend):
         name = self._qr_name(backend_id)
         with self._calls(f"reading queued resource {_short(name)}"):
             queued = self.client.get_queued_resource(name=name, timeout=self.timeout)
-        state, message = self._job_state(queued.state)
+        state, message, reason = self._job_state(queued.state)
         nodes: tuple[str, ...] = ()
         if queued.state.state == QrState.ACTIVE:
             nodes = tuple(spec.node_id for spec in queued.tpu.node_spec if spec.node_id)
-        return JobStatus(backend_id=_short(name), state=state, message=message, nodes=nodes)
+        return JobStatus(backend_id=_short(name), state=state, message=message, nodes=nodes, reason=reason)
 
     @staticmethod
-    def _job_state(state: tpu_v2.QueuedResourceState) -> tuple[JobState, str]:
+    def _job_state(state: tpu_v2.QueuedResourceState) -> tuple[JobState, str, str]:
+        """(state, words, ``Failure`` code) of a queued resource's state."""
         value = state.state
         name = _enum_name(value)
         if value in (QrState.SUSPENDING, QrState.SUSPENDED):
             if state.state_initiator == tpu_v2.QueuedResourceState.StateInitiator.USER:
-                return JobState.CANCELLED, f"{name}: the slice was released at the user's request"
-            return JobState.FAILED, f"{name}: Cloud TPU took the slice back (spot preemption or maintenance)"
+                return JobState.CANCELLED, f"{name}: the slice was released at the user's request", ""
+            words = f"{name}: Cloud TPU took the slice back (spot preemption or maintenance)"
+            return JobState.FAILED, words, Failure.PREEMPTED
         if value == QrState.FAILED:
-            error = state.failed_data.error.message if "failed_data" in state else ""
-            return JobState.FAILED, f"{name}: {error}" if error else name
+            error = state.failed_data.error if "failed_data" in state else None
+            said = error.message if error is not None else ""
+            code = error.code if error is not None else 0
+            reason = Failure.UNSCHEDULABLE if code in NO_CAPACITY_CODES else Failure.INVALID
+            return JobState.FAILED, f"{name}: {said}" if said else name, reason
         if value not in JOB_STATES:
-            return JobState.UNKNOWN, f"unrecognised queued resource state {name}"
-        return JOB_STATES[value], name
+            return JobState.UNKNOWN, f"unrecognised queued resource state {name}", ""
+        return JOB_STATES[value], name, ""
 
     def find(self, job_id: str) -> str | None:
         qr_id = queued_resource_id(job_id)
@@ -482,6 +501,14 @@ class TpuBackend(Backend):
         except Refused as error:
             if _already_exists(error.__cause__):  # submitted before: that one is the job
                 return qr_id
+            if isinstance(error.__cause__, api_exceptions.BadRequest):  # INVALID_ARGUMENT, FAILED_PRECONDITION
+                raise InvalidJob(str(error)) from error
+            # RESOURCE_EXHAUSTED (quota), ABORTED (a concurrent change): waiting may mend them
+            raise BackendError(str(error)) from error
+        except (AuthenticationFailed, NotFound) as error:
+            if isinstance(error.__cause__, api_exceptions.Forbidden | api_exceptions.NotFound):
+                # PERMISSION_DENIED (e.g. on the reservation), NOT_FOUND (the reservation, the zone's type)
+                raise InvalidJob(str(error)) from error
             raise
         return qr_id
 
@@ -495,10 +522,10 @@ class TpuBackend(Backend):
             accelerator_type = queue
         elif queue:
             if spec.spot:
-                raise BackendError(f"job {spec.id}: a spot job cannot use reservation {queue}")
+                raise InvalidJob(f"job {spec.id}: a spot job cannot use reservation {queue}")
             reservation = queue
         if not accelerator_type:
-            raise BackendError(
+            raise InvalidJob(
                 f"job {spec.id}: no TPU accelerator type: set the job's queue (e.g. v5p-8) "
                 "or the cluster option accelerator_type"
             )
@@ -512,10 +539,10 @@ class TpuBackend(Backend):
             generation = generation_of(accelerator_type)
             slice_chips = chips(accelerator_type)
         except UnknownAcceleratorType as error:
-            raise BackendError(f"job {spec.id}: {error}") from None
+            raise InvalidJob(f"job {spec.id}: {error}") from None
         wanted = spec.workers * spec.accelerators_per_worker
         if wanted > slice_chips:
-            raise BackendError(f"job {spec.id} asks for {wanted} chips; a {accelerator_type} slice has {slice_chips}")
+            raise InvalidJob(f"job {spec.id} asks for {wanted} chips; a {accelerator_type} slice has {slice_chips}")
         # Spot, or guaranteed: from a reservation unless the cluster says it has none (on-demand).
         named_by_job = bool(spec.queue.strip()) and not _LOOKS_LIKE_TYPE.match(spec.queue.strip())
         reserved = not spec.spot and (named_by_job or _flag(self.options.get("reserved"), True))
@@ -548,7 +575,7 @@ class TpuBackend(Backend):
         as TPU VMs expect."""
         for key in spec.env:
             if not _ENV_NAME.match(key):
-                raise BackendError(f"job {spec.id}: {key!r} is not an environment variable name")
+                raise InvalidJob(f"job {spec.id}: {key!r} is not an environment variable name")
         exports = [f"export {key}={shlex.quote(value)}" for key, value in sorted(spec.env.items())]
         if spec.script:
             lines = spec.script.splitlines()
@@ -572,6 +599,17 @@ class TpuBackend(Backend):
             self.client.delete_queued_resource(
                 request=tpu_v2.DeleteQueuedResourceRequest(name=name, force=True), timeout=self.timeout
             )
+        return None
+
+    def signal(self, backend_id: str, grace_seconds: int) -> DryRun | None:
+        """Nothing: Cloud TPU cannot signal the workload on a slice (there is no API to reach its processes).
+        The queued resource is read, so signalling a job that does not exist fails as for other backends;
+        whoever signalled cancels the job when ``grace_seconds`` have passed."""
+        name = self._qr_name(backend_id)
+        with self._calls(f"reading queued resource {_short(name)}"):
+            self.client.get_queued_resource(name=name, timeout=self.timeout)
+        if self.dry_run:
+            return DryRun("signal", name, {"grace_seconds": grace_seconds, "cluster_change": "none: no way to signal"})
         return None
 
     # The TPU API has no cordon, drain or resume: a slice runs only what its owner starts on it, so there
