@@ -164,7 +164,6 @@ class Attempt(models.Model):
         PREEMPTED = "preempted", "Preempted"
         DRAIN = "drain", "Node drained"
         TIME_LIMIT = "time_limit", "Time limit reached"
-        FAILOVER = "failover", "Failed over"
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts")
     number = models.PositiveIntegerField()

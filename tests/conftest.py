@@ -71,3 +71,14 @@ def _fresh_cache() -> None:
 
     if isinstance(caches["default"], LocMemCache):
         caches["default"].clear()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Print the fault-injection matrix (``tests/scheduler/test_fault_matrix.py``) when it ran: one row per
+    backend and fault, written by the scenarios (also under xdist, whose workers write the files)."""
+    from tests.scheduler.fault_table import render
+
+    table = render()
+    if table:
+        terminalreporter.section("fault-injection matrix")
+        terminalreporter.write_line(table)

@@ -34,7 +34,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='attempt',
             name='stop_reason',
-            field=models.CharField(blank=True, choices=[('preempted', 'Preempted'), ('drain', 'Node drained'), ('time_limit', 'Time limit reached'), ('failover', 'Failed over')], max_length=20),
+            field=models.CharField(blank=True, choices=[('preempted', 'Preempted'), ('drain', 'Node drained'), ('time_limit', 'Time limit reached')], max_length=20),
         ),
         migrations.AddField(
             model_name='attempt',

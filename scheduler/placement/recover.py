@@ -82,7 +82,9 @@ def recover(organization: Organization, now: datetime | None = None) -> dict[str
         words = attempt.dispatch_error or f"cluster {attempt.cluster} {attempt.cluster.get_status_display().lower()}"
         counts["undeliverable"] += dispatch.give_up(attempt, words, now)
     stuck = undispatched.exclude(cluster__status=Cluster.Status.UNREACHABLE).exclude(job__state=S.PREEMPTING)
-    ids = list(stuck.filter(admitted_at__lt=now - REDISPATCH_AFTER).values_list("pk", flat=True)[:5000])
+    # Never tried for a while (its dispatch was lost), or tried and its backoff ran out (``unclaimed``).
+    due = Q(admitted_at__lt=now - REDISPATCH_AFTER) | Q(dispatch_tries__gt=0)
+    ids = list(stuck.filter(due).values_list("pk", flat=True)[:5000])
     for start in range(0, len(ids), 200):
         enqueue.send("scheduler.tasks.dispatch_attempts", ids[start : start + 200])
     counts["redispatched"] = len(ids)
