@@ -22,7 +22,7 @@ from clusters.backends.base import JobState, NotFound
 from clusters.models import Cluster
 from clusters.sync import backend_for
 from scheduler.models import Attempt, Job
-from scheduler.placement import follow, recover, snapshot
+from scheduler.placement import recover, snapshot
 from tests.scheduler.conftest import Fleet
 from tests.scheduler.fault_table import ARTIFACTS
 
