@@ -355,6 +355,8 @@ ROWS: list[Row] = [
     row("cluster-live", "GET", "cluster",               "in  200 200 200 200 200 404 404 404"),
     row("cluster-live-tiles", "GET", "cluster",         "in  200 200 200 200 200 404 404 404"),
     row("node-detail", "GET", "node",                   "in  200 200 200 200 200 404 404 404"),
+    row("node-cordon", "POST", "node",                  "in  p   p   p   p   p   404 404 404",
+        perm="node.drain", ok="302", body=reason),
     row("node-drain", "POST", "node",                   "in  p   p   p   p   p   404 404 404",
         perm="node.drain", ok="302", body=reason),
     row("node-resume", "POST", "drained_node",          "in  p   p   p   p   p   404 404 404",
