@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
 
+from clusters import actions as cluster_actions
 from clusters import maintenance
 from clusters.models import Cluster, Drain, MaintenanceWindow, Node
 from tenancy import actions as tenancy_actions
@@ -431,3 +433,49 @@ def test_a_node_of_another_cluster_cannot_join_a_window(world: World, api: Any, 
     assert response.status_code == 400
     assert errors(response)["fields"]["nodes"] == [f"east has no node {node(fleet['west'], 0).pk}."]
     assert unchanged() == before
+
+
+# --- The actions behind them -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("failover_after", 59), ("failover_after", 7 * 24 * 3600 + 1), ("start_timeout", True), ("start_timeout", "900")],
+)
+def test_failover_and_start_timeout_are_whole_seconds_from_a_minute_to_a_week(
+    world: World, fleet: dict[str, Cluster], field: str, value: Any
+):
+    with pytest.raises(ValidationError) as refused:
+        cluster_actions.update_cluster(world.users["adam"], fleet["east"], **{field: value})
+    assert field in refused.value.message_dict
+    fleet["east"].refresh_from_db()
+    assert (fleet["east"].failover_after, fleet["east"].start_timeout) == (900, 900)
+
+
+def test_a_new_cluster_fails_over_after_15_minutes_unless_told(world: World):
+    adam = world.users["adam"]
+    fields = {"kind": "simulated", "region": "eu", "options": {"nodes": 1}}
+    default = cluster_actions.create_cluster(adam, world.org, name="Default", **fields)
+    told = cluster_actions.create_cluster(
+        adam, world.org, name="Told", failover_after=3600, start_timeout=120, **fields
+    )
+    assert (default.failover_after, default.start_timeout) == (900, 900)
+    assert (told.failover_after, told.start_timeout) == (3600, 120)
+    entry = AuditLog.objects.filter(action="cluster.created").latest("pk")
+    assert (entry.changes["failover_after"], entry.changes["start_timeout"]) == (3600, 120)
+
+
+def test_only_admins_cancel_maintenance_and_a_cancelled_window_is_gone(world: World, fleet: dict[str, Cluster]):
+    start = timezone.now() + timedelta(hours=1)
+    window = cluster_actions.plan_maintenance(
+        world.users["adam"], fleet["east"], starts_at=start, ends_at=start + timedelta(hours=1), reason="UPS test"
+    )
+    for username in NOT_ADMINS:
+        with pytest.raises(PermissionDenied):
+            cluster_actions.cancel_maintenance(world.users[username], window)
+    assert MaintenanceWindow.objects.filter(pk=window.pk).exists()
+    cluster_actions.cancel_maintenance(world.users["adam"], window)
+    with pytest.raises(ValidationError) as refused:
+        cluster_actions.cancel_maintenance(world.users["adam"], window)
+    assert "window" in refused.value.message_dict
+    assert AuditLog.objects.filter(action="maintenance.cancelled").count() == 1
