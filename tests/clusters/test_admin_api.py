@@ -454,7 +454,7 @@ def test_failover_and_start_timeout_are_whole_seconds_from_a_minute_to_a_week(
 
 def test_a_new_cluster_fails_over_after_15_minutes_unless_told(world: World):
     adam = world.users["adam"]
-    fields = {"kind": "simulated", "region": "eu", "options": {"nodes": 1}}
+    fields: dict[str, Any] = {"kind": "simulated", "region": "eu", "options": {"nodes": 1}}
     default = cluster_actions.create_cluster(adam, world.org, name="Default", **fields)
     told = cluster_actions.create_cluster(
         adam, world.org, name="Told", failover_after=3600, start_timeout=120, **fields
