@@ -332,6 +332,13 @@ SPECTACULAR_SETTINGS = {
         "RoleEnum": "tenancy.models.Role",
         "KindEnum": "governance.models.QuotaChange.Kind",
         "BudgetAlertKindEnum": "governance.models.BudgetAlert.Kind",
+        "StateEnum": "scheduler.states.JobState",  # the jobs' (its name before nodes and drains had states too)
+        "NodeStateEnum": "clusters.models.Node.State",
+        "DrainStateEnum": "clusters.models.Drain.State",
+        "DrainKindEnum": "clusters.models.Drain.Kind",
+        "ClusterKindEnum": "clusters.models.Cluster.Kind",
+        "ClusterStatusEnum": "clusters.models.Cluster.Status",
+        "StatusEnum": "billing.models.WhatIf.Status",  # its name before clusters had a status too
     },
 }
 

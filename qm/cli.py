@@ -1,5 +1,5 @@
 """``qm``: the command-line client of the Quartermaster API (submit, list, show, follow and cancel jobs;
-admins preempt and requeue them).
+admins preempt and requeue them, and look after clusters, nodes and maintenance: ``qm/admin.py``).
 
 It talks to the REST API only (``/api/v1/``) with a personal API token, and imports nothing of Django, so
 it runs on any machine with ``requests`` and PyYAML. Where it finds the server and the token, first match
@@ -28,6 +28,8 @@ from typing import Any, TextIO
 
 import requests
 import yaml
+
+from qm import admin
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 TIMEOUT = 30.0
@@ -635,6 +637,8 @@ def build_parser() -> argparse.ArgumentParser:
     events = command("events", cmd_events, "a job's timeline")
     events.add_argument("id", type=int)
     events.add_argument("--json", action="store_true", help="the API's rows as JSON")
+
+    admin.register(command, admin.Lent(table, when, CliError))
     return parser
 
 
