@@ -127,7 +127,7 @@ def fence(job: Job, attempt_number: int) -> Attempt:
             f"This token is of attempt {attempt_number} of job #{job.pk}, which is now on attempt {job.attempt}: "
             "only the current attempt reports checkpoints."
         )
-    attempt = Attempt.objects.filter(job=job, number=attempt_number).first()
+    attempt: Attempt | None = Attempt.objects.filter(job=job, number=attempt_number).first()
     if attempt is None or attempt.outcome != Attempt.Outcome.ACTIVE or job.state not in PLACED:
         outcome = attempt.get_outcome_display().lower() if attempt else "not started"
         raise PermissionDenied(

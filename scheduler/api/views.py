@@ -222,7 +222,6 @@ class JobViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
             403: OpenApiResponse(description="Not a job token, another job's, or its attempt is no longer current."),
             429: OpenApiResponse(description="Reported too soon after the last one: see Retry-After."),
         },
-        auth=[{"jobToken": []}],
         description=(
             "Report a checkpoint, with the job's own token (`QM_JOB_TOKEN`; `qm checkpoint` inside the job). "
             "A restart resumes from the last one."

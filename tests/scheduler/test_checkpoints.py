@@ -351,7 +351,7 @@ def test_the_job_page_shows_attempts_why_they_ended_and_the_last_checkpoint(flee
     assert "s3://lab/run/step-5000" in html
     assert "step 5000" in html
     assert 'data-testid="attempt-2"' in html
-    assert f"resuming from <code>s3://lab/run/step-5000</code>" not in html  # alice may not preempt
+    assert "resuming from <code>s3://lab/run/step-5000</code>" not in html  # alice may not preempt
     admin = Client()
     admin.force_login(fleet.user("adam"))
     assert "resuming from <code>s3://lab/run/step-5000</code>" in admin.get(f"/jobs/{job.pk}/").content.decode()
