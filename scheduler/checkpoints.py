@@ -58,10 +58,10 @@ class JobToken:
 
 
 class TooSoon(Exception):
-    """A report came before ``MIN_INTERVAL`` had passed since the attempt's last one."""
+    """A report came before ``MIN_INTERVAL`` (``STOPPING_INTERVAL``) had passed since the attempt's last one."""
 
-    def __init__(self, retry_after: int) -> None:
-        super().__init__(f"Checkpoints are taken once every {int(MIN_INTERVAL.total_seconds())} s per attempt.")
+    def __init__(self, retry_after: int, interval: timedelta = MIN_INTERVAL) -> None:
+        super().__init__(f"Checkpoints are taken once every {int(interval.total_seconds())} s per attempt.")
         self.retry_after = retry_after
 
 
@@ -152,7 +152,7 @@ def report(job: Job, attempt_number: int, location: str, step: int | None, *, at
         interval = STOPPING_INTERVAL if locked.state == JobState.PREEMPTING else MIN_INTERVAL
         last = Checkpoint.objects.filter(job=locked, attempt=attempt_number).aggregate(at=Max("reported_at"))["at"]
         if last is not None and now - last < interval:
-            raise TooSoon(max(1, math.ceil((last + interval - now).total_seconds())))
+            raise TooSoon(max(1, math.ceil((last + interval - now).total_seconds())), interval)
         checkpoint = Checkpoint.objects.create(
             job=locked, attempt=attempt_number, location=location, step=step, reported_at=now
         )

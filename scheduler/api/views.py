@@ -260,5 +260,5 @@ class JobViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
                 job, token.attempt, form.validated_data["location"], form.validated_data["step"]
             )
         except checkpoints.TooSoon as error:
-            raise Throttled(wait=error.retry_after, detail=f"{error} Try again in {error.retry_after} s.") from None
+            raise Throttled(wait=error.retry_after, detail=str(error)) from None
         return Response(s.CheckpointSerializer(checkpoint).data, status=status.HTTP_201_CREATED)

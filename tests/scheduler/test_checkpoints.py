@@ -187,6 +187,8 @@ def test_a_job_being_preempted_may_checkpoint_in_its_grace_period(fleet: Fleet) 
     # Within its grace period the job saves once more, a few seconds after its last checkpoint: taken.
     saved = checkpoints.report(job, attempt.number, "s3://lab/run/final", 2, at=now + timedelta(seconds=2))
     assert checkpoints.resume_from(job) == saved.location == "s3://lab/run/final"
+    with pytest.raises(checkpoints.TooSoon, match="once every 1 s"):  # still not a flood
+        checkpoints.report(job, attempt.number, "s3://lab/run/final-2", 3, at=now + timedelta(seconds=2.5))
 
 
 def test_a_job_token_is_refused_everywhere_else(fleet: Fleet) -> None:
@@ -264,7 +266,11 @@ def test_an_attempt_reports_at_most_once_every_ten_seconds(fleet: Fleet) -> None
     response = client.post(url(job), {"location": "s3://a/2"}, format="json")
     assert response.status_code == 429
     assert 1 <= int(response["Retry-After"]) <= 10
-    assert response.json()["error"]["code"] == "throttled"
+    error = response.json()["error"]
+    assert error["code"] == "throttled"
+    assert error["message"] == (
+        f"Checkpoints are taken once every 10 s per attempt. Expected available in {response['Retry-After']} seconds."
+    )
     assert list(Checkpoint.objects.values_list("location", flat=True)) == ["s3://a/1"]
     now = timezone.now()
     with pytest.raises(checkpoints.TooSoon):
