@@ -33,10 +33,10 @@ from portal.api.authentication import ApiTokenAuthentication
 from portal.api.errors import error_body
 from portal.api.parsers import JSONParser
 from portal.api.scopes import TokenScope
-from scheduler import actions, checkpoints, submission
+from scheduler import actions, submission
 from scheduler.api import serializers as s
 from scheduler.api.authentication import JobTokenAuthentication, JobTokenOrSignedIn
-from scheduler.checkpoints import JobToken
+from scheduler.checkpoints import JobToken, TooSoon, report
 from scheduler.filters import JobFilter
 from scheduler.models import Assignment, Attempt, Checkpoint, Job, JobEvent
 from scheduler.placement import feasibility
@@ -220,6 +220,7 @@ class JobViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
             400: ERROR,
             401: ERROR,
             403: OpenApiResponse(description="Not a job token, another job's, or its attempt is no longer current."),
+            404: ERROR,
             429: OpenApiResponse(description="Reported too soon after the last one: see Retry-After."),
         },
         description=(
@@ -256,9 +257,7 @@ class JobViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
         form = s.CheckpointReportSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         try:
-            checkpoint = checkpoints.report(
-                job, token.attempt, form.validated_data["location"], form.validated_data["step"]
-            )
-        except checkpoints.TooSoon as error:
+            checkpoint = report(job, token.attempt, form.validated_data["location"], form.validated_data["step"])
+        except TooSoon as error:
             raise Throttled(wait=error.retry_after, detail=str(error)) from None
         return Response(s.CheckpointSerializer(checkpoint).data, status=status.HTTP_201_CREATED)
