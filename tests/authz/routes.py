@@ -534,6 +534,11 @@ ROWS: list[Row] = [
         writes=False),
     row("api:job-detail", "GET", "job",                 "in  200 200 404 200 200 404 404 404"),
     row("api:job-events", "GET", "job",                 "in  200 200 404 200 200 404 404 404"),
+    row("api:job-checkpoints", "GET", "job",            "in  200 200 404 200 200 404 404 404"),
+    # Reported by the job itself with its attempt's token (scheduler/checkpoints.py): no person may, whatever
+    # the role; a job the user cannot see is still a 404.
+    row("api:job-checkpoints", "POST", "job",           "in  403 403 404 403 403 404 404 404",
+        body=lambda s: {"location": "s3://matrix/run"}),
     row("api:job-cancel", "POST", "job",                "in  p   p   404 p   p   404 404 404",
         perm="job.cancel", ok="200", owner="res", body=reason),
     row("api:job-cancel", "POST", "lead_job",           "in  p   p   404 p   p   404 404 404",
