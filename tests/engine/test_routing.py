@@ -153,8 +153,10 @@ def test_a_reservation_is_not_planned_across_a_window():
     assert [a.node for a in reservation.assignments] == ["n2"]
     assert reservation.start == minute(NOW + 3000)
     # A job short enough to finish before the window is reserved on n1 as soon as it frees up.
-    d = schedule(with_window(replace(s, pending=(job("j", accelerators=8, time_limit=600),)), NOW + 1200, NOW + 7200))
+    short = replace(s, pending=(job("j", accelerators=8, time_limit=540),))
+    d = schedule(with_window(short, NOW + 1200, NOW + 7200, nodes=("n1",)))
     (reservation,) = d.reservations
+    assert [a.node for a in reservation.assignments] == ["n1"]
     assert reservation.start == minute(NOW + 600)
 
 
