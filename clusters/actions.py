@@ -340,25 +340,14 @@ def _options(actor: User, kind: str, options: Any, stored: dict[str, Any]) -> di
         nodes = options.get("nodes", 16)
         if isinstance(nodes, bool) or not isinstance(nodes, int) or not 0 <= nodes <= 100_000:
             raise ValidationError({"options": "nodes must be a whole number from 0 to 100000."})
-        runs = options.get("runs", [capabilities.CONTAINERS, capabilities.BATCH])
-        kinds = (capabilities.CONTAINERS, capabilities.BATCH)
-        if not isinstance(runs, list) or not runs or any(r not in kinds for r in runs):
-            raise ValidationError({"options": f'runs is a list of "{kinds[0]}" and/or "{kinds[1]}".'})
     elif kind == Cluster.Kind.KUBERNETES:
         namespace = options.get("namespace", "default")
         if not isinstance(namespace, str) or not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", namespace):
             raise ValidationError({"options": "namespace must be a Kubernetes namespace name."})
-    elif kind == Cluster.Kind.SLURM:
-        if not isinstance(options.get("gpu_models", {}), dict):
-            raise ValidationError({"options": 'gpu_models maps GRES types to models, e.g. {"h100": "H100-SXM-80GB"}.'})
-        runtime = options.get("container_runtime", "")
-        if runtime and runtime not in capabilities.SLURM_RUNTIMES:
-            raise ValidationError(
-                {
-                    "options": f"container_runtime must be one of {', '.join(capabilities.SLURM_RUNTIMES)} "
-                    "(or left out: the cluster then runs batch scripts only)."
-                }
-            )
+    elif kind == Cluster.Kind.SLURM and not isinstance(options.get("gpu_models", {}), dict):
+        raise ValidationError({"options": 'gpu_models maps GRES types to models, e.g. {"h100": "H100-SXM-80GB"}.'})
+    if problem := capabilities.invalid_options(kind, options):
+        raise ValidationError({"options": problem})
     return options
 
 

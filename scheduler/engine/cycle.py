@@ -68,7 +68,7 @@ from .model import (
     Snapshot,
     Tier,
 )
-from .nodes import FreeState, IntArray, NodeTable
+from .nodes import BoolArray, FreeState, IntArray, NodeTable
 from .over_quota import reclaim_over_quota
 from .placement import (
     Holds,
@@ -400,9 +400,8 @@ class Cycle:
             if capped_by is not None and verdict.reason is PendingReason.PRICE_LIMIT:  # the budget's price limit
                 self._pend(job, PendingReason.BUDGET, position=position, facts=ledger.money_facts(job, capped_by))
             elif verdict.settled:  # (``tuple.__new__`` makes the named tuple without its Python-level __new__)
-                pending.append(
-                    make(Pending, (job.id, verdict.reason, verdict.message, verdict.estimate, position, verdict.refused))
-                )
+                made = (job.id, verdict.reason, verdict.message, verdict.estimate, position, verdict.refused)
+                pending.append(make(Pending, made))
             else:
                 self._reserve_or_pend(job, verdict, position)
         self.stats["considered"] = considered
@@ -441,14 +440,7 @@ class Cycle:
         request = (job.workers * job.accel_per_worker, job.workers * job.cpu, job.workers * job.memory)
         flavors = self._flavors(job, queue)
         if not flavors:
-            ruled_out = self._ruled_out(job, queue)
-            if ruled_out:
-                facts = {"ruled_out": ruled_out}
-                refused = explain.refused_everywhere(ruled_out)
-                verdict = Verdict(PendingReason.NO_CLUSTER, None, facts, settled=True, refused=refused)
-                verdict.message = explain.message(PendingReason.NO_CLUSTER, job, facts)
-                return verdict, (0, 0, 1, Failures.price(job))
-            return Verdict(PendingReason.NO_FLAVOR, None, {}), (0, 0, 1, Failures.price(job))
+            return self._nowhere(job, queue), (0, 0, 1, Failures.price(job))
         # What the failures found so far depend on; each one raises the floor (see ``Failures``).
         floor = [0, 0, 1, INF]  # cpu, memory, time limit, price limit
         best: tuple[int, int, Placement] | None = None
@@ -517,6 +509,18 @@ class Cycle:
         verdict = Verdict(first.reason, first.flavor, first.facts, reservable=busy[0].flavor if busy else None)
         return verdict, (int(floor[0]), int(floor[1]), int(floor[2]), floor[3])
 
+    def _nowhere(self, job: Job, queue: Queue) -> Verdict:
+        """Why a job with no flavor in any allowed cluster waits: the clusters that offer its flavors are
+        ruled out (``NO_CLUSTER``, naming them), or none offers them (``NO_FLAVOR``)."""
+        ruled_out = self._ruled_out(job, queue)
+        if not ruled_out:
+            return Verdict(PendingReason.NO_FLAVOR, None, {})
+        facts = {"ruled_out": ruled_out}
+        refused = explain.refused_everywhere(ruled_out)
+        verdict = Verdict(PendingReason.NO_CLUSTER, None, facts, settled=True, refused=refused)
+        verdict.message = explain.message(PendingReason.NO_CLUSTER, job, facts)
+        return verdict
+
     def _quota_mode(self, qi: int, flavor: str, request: tuple[int, int, int]) -> Mode:
         """``QuotaTree.classify``, remembered until the next admission changes usage."""
         key = (qi, flavor, request)
@@ -559,7 +563,8 @@ class Cycle:
                 and (verdict.estimated or self.stats["estimates"] >= self.config.estimates)
             )
         )
-        self.pending.append(Pending(job.id, verdict.reason, verdict.message, verdict.estimate, position, verdict.refused))
+        made = Pending(job.id, verdict.reason, verdict.message, verdict.estimate, position, verdict.refused)
+        self.pending.append(made)
 
     # ----------------------------------------------------------------------------------------- placement
 
@@ -705,18 +710,12 @@ class Cycle:
         total_accel = job.workers * job.accel_per_worker
         options: list[Option] = []
         table = self.table
-        # Maintenance keeps a job off the nodes it would still run on when a window starts, unless the
-        # job is preemptible and starts now; reservations are never planned across a window. An idle
-        # fleet (``table.empty``) has no windows: they do not make a job impossible.
-        windows = self.maintenance if self.maintenance.by_cluster and state is not table.empty else None
-        if windows is not None and job.preemptible and t <= self.now:
-            windows = None
         for c in self._allowed_clusters(job, flavor):
             rows = self._rows(flavor, c)
             levels = table.clusters[c].levels
             if not len(rows) or lacks_level(levels, job.topology):
                 continue
-            closed = windows.closed(c, rows, t, end) if windows is not None else None
+            closed = self._closed(job, state, c, rows, t)
             if closed is not None and closed.all():
                 continue
             if state is table.free or state is table.empty:
@@ -760,6 +759,15 @@ class Cycle:
             fit = 1.0 - left / capacity if capacity else 1.0
             options.append((c, pairs, first, fit, cost, waste))
         return options
+
+    def _closed(self, job: Job, state: FreeState, cluster: int, rows: IntArray, t: float) -> BoolArray | None:
+        """Which of ``rows`` maintenance keeps ``job`` off if it starts at ``t`` (None: none). A job does not
+        start on nodes it would still run on when a window starts, unless it is preemptible and starts now
+        (the drain before the window stops it gracefully); no reservation is planned across a window. An
+        idle fleet (``table.empty``) has no windows: maintenance never makes a job impossible."""
+        if not self.maintenance.by_cluster or state is self.table.empty or (job.preemptible and t <= self.now):
+            return None
+        return self.maintenance.closed(cluster, rows, t, t + job.time_limit)
 
     def _route(self, job: Job, flavor: str, state: FreeState, options: list[Option]) -> Option:
         """Pick a cluster among those that fit: hardware fit, availability, price, locality, preference."""

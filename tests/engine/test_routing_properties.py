@@ -26,7 +26,7 @@ def _varied(snapshot: Snapshot, data: st.DataObject) -> Snapshot:
         replace(
             j,
             needs=data.draw(st.sampled_from(["", CONTAINERS, BATCH])),
-            excluded=tuple((name, "refused it: no") for name in data.draw(st.lists(st.sampled_from(names), max_size=1))),
+            excluded=tuple((n, "refused it: no") for n in data.draw(st.lists(st.sampled_from(names), max_size=1))),
         )
         for j in snapshot.pending
     )
