@@ -205,7 +205,7 @@ class Timeline:
             # after it), so a binary search could miss it: try every time in order, the windows' ends too.
             quantum, horizon = self.quantum, self.now + self.window
             after = {float(np.ceil(e / quantum) * quantum) for e in ends}
-            times = sorted({*times, self.now, *(t for t in after if self.now <= t <= horizon)})
+            times = sorted({*times, *(t for t in after if self.now < t <= horizon)})
             return next((t for t in times if room(self.state_at(flavor, t, t + duration), t)), None)
         known: dict[int, bool] = {}
 
