@@ -231,7 +231,13 @@ def test_the_cluster_page_says_what_it_runs(fleet: Fleet) -> None:
 
 def test_options_say_what_a_cluster_runs_or_are_refused(fleet: Fleet) -> None:
     adam = fleet.user("adam")
-    base = {"name": "hpc", "kind": "slurm", "endpoint": "https://slurm.example", "region": "eu", "levels": []}
+    base: dict[str, Any] = {
+        "name": "hpc",
+        "kind": "slurm",
+        "endpoint": "https://slurm.example",
+        "region": "eu",
+        "levels": [],
+    }
     with pytest.raises(ValidationError) as caught:
         cluster_actions.create_cluster(adam, fleet.org, **base, options={"container_runtime": "docker"})
     assert "container_runtime must be one of pyxis, apptainer" in caught.value.message_dict["options"][0]
