@@ -68,7 +68,7 @@ from .model import (
     Snapshot,
     Tier,
 )
-from .nodes import BoolArray, FreeState, IntArray, NodeTable
+from .nodes import FreeState, IntArray, NodeTable
 from .over_quota import reclaim_over_quota
 from .placement import (
     Holds,
@@ -710,12 +710,13 @@ class Cycle:
         total_accel = job.workers * job.accel_per_worker
         options: list[Option] = []
         table = self.table
+        windows = self._windows(job, state, t)
         for c in self._allowed_clusters(job, flavor):
             rows = self._rows(flavor, c)
             levels = table.clusters[c].levels
             if not len(rows) or lacks_level(levels, job.topology):
                 continue
-            closed = self._closed(job, state, c, rows, t)
+            closed = windows.closed(c, rows, t, end) if windows is not None else None
             if closed is not None and closed.all():
                 continue
             if state is table.free or state is table.empty:
@@ -760,14 +761,14 @@ class Cycle:
             options.append((c, pairs, first, fit, cost, waste))
         return options
 
-    def _closed(self, job: Job, state: FreeState, cluster: int, rows: IntArray, t: float) -> BoolArray | None:
-        """Which of ``rows`` maintenance keeps ``job`` off if it starts at ``t`` (None: none). A job does not
-        start on nodes it would still run on when a window starts, unless it is preemptible and starts now
-        (the drain before the window stops it gracefully); no reservation is planned across a window. An
-        idle fleet (``table.empty``) has no windows: maintenance never makes a job impossible."""
+    def _windows(self, job: Job, state: FreeState, t: float) -> Maintenance | None:
+        """The maintenance windows that may keep ``job`` off nodes if it starts at ``t`` (None: none do). A
+        job does not start on nodes it would still run on when a window starts, unless it is preemptible
+        and starts now (the drain before the window stops it gracefully); no reservation is planned across
+        a window. An idle fleet (``table.empty``) has no windows: maintenance never makes a job impossible."""
         if not self.maintenance.by_cluster or state is self.table.empty or (job.preemptible and t <= self.now):
             return None
-        return self.maintenance.closed(cluster, rows, t, t + job.time_limit)
+        return self.maintenance
 
     def _route(self, job: Job, flavor: str, state: FreeState, options: list[Option]) -> Option:
         """Pick a cluster among those that fit: hardware fit, availability, price, locality, preference."""
