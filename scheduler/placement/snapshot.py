@@ -31,9 +31,13 @@ from scheduler.states import PLACED, WAITING
 from tenancy.models import Organization
 
 CPU_FLAVOR = "cpu"  # the flavor of nodes without accelerators
-#: How long a cluster that dispatch gave up reaching (attempt reason ``undeliverable``) is kept from the job.
+#: How long a cluster that dispatch gave up reaching (attempt reason ``undeliverable``), or that did not start
+#: all of the job's workers in time (``start_timeout``), is kept from the job.
 EXCLUDE_UNDELIVERABLE = timedelta(minutes=30)
+#: The attempt reasons that keep a cluster from the job for ``EXCLUDE_UNDELIVERABLE``.
+FOR_A_WHILE = ("undeliverable", "start_timeout")
 UNREACHED = "could not be reached for it"
+NOT_STARTED = "did not start it in time"
 
 
 @dataclass(slots=True)
@@ -381,20 +385,21 @@ def maintenance(organization: Organization, now: datetime, window: int) -> tuple
 
 def _exclusions(organization: Organization, now: datetime) -> dict[int, tuple[tuple[str, str], ...]]:
     """Per waiting job, the clusters it must not go to, with why: every cluster that refused it, for good;
-    every cluster that dispatch could not reach for it, for ``EXCLUDE_UNDELIVERABLE`` after that attempt
-    ended. One query for all waiting jobs."""
+    every cluster that dispatch could not reach for it, or that did not start all its workers in time, for
+    ``EXCLUDE_UNDELIVERABLE`` after that attempt ended. One query for all waiting jobs."""
     found: dict[int, dict[str, str]] = defaultdict(dict)
     refused = Attempt.Outcome.REFUSED
-    for job_id, slug, outcome, message in (
+    for job_id, slug, outcome, reason, message in (
         Attempt.objects.filter(job__team__organization=organization, job__state__in=WAITING)
-        .filter(Q(outcome=refused) | Q(reason="undeliverable", ended_at__gt=now - EXCLUDE_UNDELIVERABLE))
+        .filter(Q(outcome=refused) | Q(reason__in=FOR_A_WHILE, ended_at__gt=now - EXCLUDE_UNDELIVERABLE))
         .order_by("job_id", "number")
-        .values_list("job_id", "cluster__slug", "outcome", "message")
+        .values_list("job_id", "cluster__slug", "outcome", "reason", "message")
     ):
         if outcome == refused:
             found[job_id][slug] = f"{m.REFUSED}: {message}" if message else m.REFUSED
         elif not found[job_id].get(slug, "").startswith(m.REFUSED):
-            found[job_id][slug] = f"{UNREACHED}: {message}" if message else UNREACHED
+            words = UNREACHED if reason == "undeliverable" else NOT_STARTED
+            found[job_id][slug] = f"{words}: {message}" if message else words
     return {job_id: tuple(sorted(why.items())) for job_id, why in found.items()}
 
 
