@@ -27,17 +27,21 @@ REASON_WORDS = {
 }
 
 
+#: Reasons whose ``Attempt.message`` is the cluster's own words, not a sentence of ours: they get their label.
+CLUSTERS_WORDS = frozenset({"refused", "invalid", "image_pull"})
+
+
 def reason_words(attempt: Attempt) -> str:
     """Why ``attempt`` ended (or is being stopped), in words: the reason, the cluster's own message and the exit
-    code, where known; empty when nothing is known."""
+    code, where known; empty when nothing is known. A message of ours already says why, so it stands alone."""
     parts: list[str] = []
-    if attempt.reason:
+    if attempt.reason and (attempt.reason in CLUSTERS_WORDS or not attempt.message):
         parts.append(REASON_WORDS.get(attempt.reason, attempt.reason.replace("_", " ")))
-    elif attempt.stop_reason:
+    elif not attempt.reason and attempt.stop_reason:
         parts.append(Attempt.Stop(attempt.stop_reason).label.lower())
     if attempt.message:
         parts.append(attempt.message)
-    if attempt.exit_code is not None:
+    if attempt.exit_code is not None and f"code {attempt.exit_code}" not in attempt.message:
         parts.append(f"exit code {attempt.exit_code}")
     text = "; ".join(parts)
     return text[:1].upper() + text[1:]

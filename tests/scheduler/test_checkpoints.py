@@ -326,7 +326,7 @@ def test_the_job_detail_lists_attempts_and_the_last_checkpoint_in_a_bounded_numb
     assert rows[0]["cluster"] == first.cluster.slug
     assert rows[0]["nodes"][0]["name"]
     assert (rows[0]["reason"], rows[0]["exit_code"]) == ("oom_killed", 137)
-    assert rows[0]["ended_because"] == "A worker ran out of memory; worker 0 was OOM-killed; exit code 137"
+    assert rows[0]["ended_because"] == "Worker 0 was OOM-killed; exit code 137"
     assert rows[3]["state"] == "Running"
     for key in ("admitted_at", "submitted_at", "started_at", "ended_at", "stop_reason", "unknown_since", "message"):
         assert key in rows[0]
@@ -353,7 +353,7 @@ def test_the_job_page_shows_attempts_why_they_ended_and_the_last_checkpoint(flee
     response = page.get(f"/jobs/{job.pk}/")
     assert response.status_code == 200
     html = response.content.decode()
-    assert "The program exited with an error; train.py crashed; exit code 3" in html
+    assert "Train.py crashed; exit code 3" in html
     assert "s3://lab/run/step-5000" in html
     assert "step 5000" in html
     assert 'data-testid="attempt-2"' in html
