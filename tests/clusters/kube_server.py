@@ -153,7 +153,7 @@ class KubeServer:
         self.deleted_jobs: list[dict[str, Any]] = []
         #: (method, path) -> (status, content type, raw body): answer this instead, for malformed replies.
         self.canned: dict[tuple[str, str], tuple[int, str, bytes]] = {}
-        #: (method, path) -> [error, answers left or None]: refuse or fail those requests for a while (``fail``).
+        #: (method, path) -> [error, answers left or None]: refuse or fail those requests for a while (``fail_requests``).
         self.failing: dict[tuple[str, str], list[Any]] = {}
         self.resource_version = 1000
         if seed:
@@ -192,7 +192,7 @@ class KubeServer:
         host, port = self._httpd.server_address[:2]
         return f"{'https' if self.tls else 'http'}://{host!s}:{port}"
 
-    def fail(self, method: str, path: str, error: ApiError, times: int | None = None) -> None:
+    def fail_requests(self, method: str, path: str, error: ApiError, times: int | None = None) -> None:
         """Answer ``method path`` with ``error`` the next ``times`` times, or every time until ``heal``."""
         with self.lock:
             self.failing[(method, path)] = [error, times]

@@ -15,16 +15,18 @@ it against what the scenario expected.
 from __future__ import annotations
 
 import json
+import socket
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
 from clusters import sync
+from clusters.backends import simulated
 from clusters.backends.base import BackendError, JobState, NotFound
 from clusters.models import Cluster
 from clusters.sync import backend_for
 from scheduler.models import Attempt, Job
-from scheduler.placement import follow, recover, snapshot
+from scheduler.placement import feasibility, follow, recover, snapshot
 from tests.scheduler.conftest import Fleet
 from tests.scheduler.fault_table import ARTIFACTS
 
@@ -79,6 +81,31 @@ class Scenario:
     def sync(self, cluster: Cluster, times: int = 1) -> None:
         for _ in range(times):
             sync.sync_cluster(cluster.pk)
+
+    def added(self, cluster: Cluster, preference: int) -> Cluster:
+        """A cluster the scenario added to the fleet, with its placement preference (0-100)."""
+        Cluster.objects.filter(pk=cluster.pk).update(preference=preference)
+        feasibility.forget(self.fleet.org)  # what the fleet can hold changed
+        cluster.refresh_from_db()
+        return cluster
+
+    def cut_off(self, cluster: Cluster) -> str:
+        """Point ``cluster`` at a closed port, so every call to it fails unreachable; returns its endpoint."""
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            closed = s.getsockname()[1]
+        endpoint = cluster.endpoint
+        Cluster.objects.filter(pk=cluster.pk).update(endpoint=f"http://127.0.0.1:{closed}")
+        return endpoint
+
+    def reconnect(self, cluster: Cluster, endpoint: str) -> None:
+        Cluster.objects.filter(pk=cluster.pk).update(endpoint=endpoint)
+
+    def refuse_on_simulated(self, message: str) -> None:
+        """Every simulated cluster of the fleet refuses what is submitted to it, in ``message``'s words."""
+        for cluster in Cluster.objects.filter(organization=self.fleet.org, kind=Cluster.Kind.SIMULATED):
+            state_file = cluster.options["state_file"]
+            simulated.inject(cluster.endpoint, "submit_refused", state_file=state_file, message=message)
 
     def later(self, seconds: float) -> datetime:
         return self.fleet.later(seconds)

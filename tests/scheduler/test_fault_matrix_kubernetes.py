@@ -11,7 +11,6 @@ cluster ``k8s`` (two 8-GPU nodes) is preferred; the fleet's simulated ``west`` i
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -21,7 +20,6 @@ import pytest
 from django.utils import timezone
 
 from clusters import actions as cluster_actions
-from clusters.backends import simulated
 from clusters.backends.kubernetes.jobs import KUEUE_QUEUE_LABEL
 from clusters.models import Cluster
 from scheduler.models import Attempt, Job
@@ -76,9 +74,7 @@ class KubeScenario(Scenario):
         Cluster.objects.filter(slug="east").update(status=Cluster.Status.DISABLED)
         Cluster.objects.filter(slug="west").update(preference=0)
         self.west = Cluster.objects.get(slug="west")
-        self.k8s = kubernetes_cluster(fleet.org, "k8s", kube.url, TOKEN, **options)
-        Cluster.objects.filter(pk=self.k8s.pk).update(preference=100)
-        self.k8s.refresh_from_db()
+        self.k8s = self.added(kubernetes_cluster(fleet.org, "k8s", kube.url, TOKEN, **options), preference=100)
         #: How the kubelet starts pods; ``admit`` is whether Kueue admits suspended Jobs.
         self.kubelet: Kubelet = running
         self.admit = True
@@ -163,22 +159,6 @@ class KubeScenario(Scenario):
         self.fleet.run_for(HOUR + 1)
         self.follow(self.later(HOUR + 1))
 
-    def partitioned(self) -> str:
-        """Point ``k8s`` at a closed port (its API server unreachable); returns the real endpoint."""
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            closed = s.getsockname()[1]
-        endpoint = self.k8s.endpoint
-        Cluster.objects.filter(pk=self.k8s.pk).update(endpoint=f"http://127.0.0.1:{closed}")
-        return endpoint
-
-    def heal(self, endpoint: str) -> None:
-        Cluster.objects.filter(pk=self.k8s.pk).update(endpoint=endpoint)
-
-    def refuse_everywhere_else(self, message: str) -> None:
-        for cluster in Cluster.objects.filter(kind=Cluster.Kind.SIMULATED):
-            simulated.inject(cluster.endpoint, "submit_refused", state_file=cluster.options["state_file"], message=message)
-
     def graces(self) -> list[int]:
         """The grace periods pods were deleted with (the kubelet's SIGTERM, then SIGKILL at the end)."""
         graces = []
@@ -208,7 +188,7 @@ def invalid(message: str) -> ApiError:
 
 
 def refused_at_submit(s: KubeScenario) -> Row:
-    s.kube.fail("POST", JOBS, invalid('Job.batch "x" is invalid: spec.template.spec.priorityClassName: Not found'))
+    s.kube.fail_requests("POST", JOBS, invalid('Job.batch "x" is invalid: spec.template.spec.priorityClassName: Not found'))
     job = s.submit()
     s.cycle()  # k8s refuses: placed elsewhere
     s.place_again(job)
@@ -220,8 +200,8 @@ def refused_at_submit(s: KubeScenario) -> Row:
 
 
 def refused_everywhere(s: KubeScenario) -> Row:
-    s.kube.fail("POST", JOBS, invalid("spec.template.spec.priorityClassName: Not found"))
-    s.refuse_everywhere_else("account lab-x is not allowed here")
+    s.kube.fail_requests("POST", JOBS, invalid("spec.template.spec.priorityClassName: Not found"))
+    s.refuse_on_simulated("account lab-x is not allowed here")
     job = s.submit()
     s.cycle()
     s.place_again(job)
@@ -233,7 +213,7 @@ def refused_everywhere(s: KubeScenario) -> Row:
 
 
 def transient_error(s: KubeScenario) -> Row:
-    s.kube.fail("POST", JOBS, ApiError(503, "ServiceUnavailable", "etcdserver: leader changed"), times=2)
+    s.kube.fail_requests("POST", JOBS, ApiError(503, "ServiceUnavailable", "etcdserver: leader changed"), times=2)
     job = s.submit()
     s.cycle()
     assert Attempt.objects.get(job=job).dispatch_tries == 1
@@ -250,7 +230,7 @@ def transient_error(s: KubeScenario) -> Row:
 def partition(seconds: int, failed_syncs: int) -> Callable[[KubeScenario], Row]:
     def run(s: KubeScenario) -> Row:
         job = s.start()
-        endpoint = s.partitioned()
+        endpoint = s.cut_off(s.k8s)
         s.sync(s.k8s, failed_syncs)
         s.follow(s.later(seconds))
         s.recover(s.later(seconds))
@@ -258,7 +238,7 @@ def partition(seconds: int, failed_syncs: int) -> Callable[[KubeScenario], Row]:
         if moved:
             s.cycle(s.later(seconds))  # restarted on west
             s.follow(s.later(seconds))
-        s.heal(endpoint)
+        s.reconnect(s.k8s, endpoint)
         s.sync(s.k8s)
         s.follow(s.later(seconds))  # k8s answers: the old copy is stopped (its replacement runs) or kept
         if moved:
@@ -383,7 +363,7 @@ def kueue_without_local_queue(s: KubeScenario) -> Row:
 
 
 def kueue_without_local_queue_alone(s: KubeScenario) -> Row:
-    s.refuse_everywhere_else("account lab-x is not allowed here")
+    s.refuse_on_simulated("account lab-x is not allowed here")
     job = s.submit()
     s.cycle()
     s.place_again(job)
