@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+import pytest
+
 from clusters import sync
 from clusters.backends import simulated
 from clusters.backends.base import BackendError, JobState, NotFound
@@ -133,8 +135,9 @@ class Scenario:
         return Attempt.objects.get(job=job, cluster=cluster, outcome=Attempt.Outcome.ACTIVE)
 
     def finished_there(self, attempt: Attempt) -> bool:
-        """Whether this attempt's copy ran to its end on its cluster (the cluster says it succeeded)."""
-        if not attempt.backend_id:
+        """Whether this attempt's copy ran to its end on its cluster: the cluster says it succeeded, and it was
+        not a copy Quartermaster stopped (one that checkpoints on SIGTERM may exit 0 when interrupted)."""
+        if not attempt.backend_id or attempt.stop_reason:
             return False
         try:
             return backend_for(attempt.cluster).status(attempt.backend_id).state == JobState.SUCCEEDED
@@ -171,6 +174,14 @@ def record(row: Row, key: str) -> None:
     assert row.retries == expected["retries"], row
     assert row.released, row
     assert row.copies_to_end == expected["copies"], row
+
+
+def skipped(backend: str, key: str, fault: str, reason: str) -> None:
+    """A fault that cannot happen on ``backend``: its row says why, and the test is skipped with that reason."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    row = Row(backend=backend, fault=fault, end_state="skipped", note=reason)
+    (ARTIFACTS / f"{backend}-{key}.json").write_text(json.dumps(asdict(row)))
+    pytest.skip(f"{fault} on {backend}: {reason}")
 
 
 def timeline_has(job: Job, *reasons: str) -> bool:
