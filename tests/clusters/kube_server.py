@@ -153,7 +153,7 @@ class KubeServer:
         self.deleted_jobs: list[dict[str, Any]] = []
         #: (method, path) -> (status, content type, raw body): answer this instead, for malformed replies.
         self.canned: dict[tuple[str, str], tuple[int, str, bytes]] = {}
-        #: (method, path) -> [error, answers left or None]: refuse or fail those requests for a while (``fail_requests``).
+        #: (method, path) -> [error, answers left or None]: requests refused or failed for a while (``fail_requests``).
         self.failing: dict[tuple[str, str], list[Any]] = {}
         self.resource_version = 1000
         if seed:

@@ -157,7 +157,7 @@ class TpuServer:
     queued_resources: dict[str, QueuedResource] = field(default_factory=dict)
     operations: dict[str, dict[str, Any]] = field(default_factory=dict)
     requests: list[Recorded] = field(default_factory=list)
-    #: (method, collection) -> [error, answers left or None]: refuse or fail those requests for a while (``fail_requests``).
+    #: (method, collection) -> [error, answers left or None]: requests refused or failed (``fail_requests``).
     failing: dict[tuple[str, str], list[Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -157,7 +157,8 @@ class Scenario:
             attempts="; ".join(f"{a.number}@{a.cluster.slug}: {a.outcome} {a.reason}".strip() for a in attempts),
             retries=job.retries,
             # Quota and budget are held by the current attempt only, and by none once the job has ended.
-            released=len(held) == len(active) <= 1 and all(w.cluster == a.cluster.slug for w, a in zip(held, active)),
+            released=len(held) == len(active) <= 1
+            and all(w.cluster == a.cluster.slug for w, a in zip(held, active, strict=True)),
             copies_to_end=sum(self.finished_there(a) for a in attempts),
             note=note,
             expected=expected,

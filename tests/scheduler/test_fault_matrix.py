@@ -1,7 +1,8 @@
-"""The fault-injection matrix: every fault, driven through the real dispatch, follow and recover code against
-a cluster that injects it, with the job's end state, its timeline, the retries it spent, that quota and
-budget were released, and that exactly one copy ran to the end.
+"""The fault-injection matrix on the simulated backend: every fault, driven through the real dispatch, follow
+and recover code against a cluster that injects it, with the job's end state, its timeline, the retries it
+spent, that quota and budget were released, and that exactly one copy ran to the end.
 
+The harness (``fault_harness.py``) is shared with the other backends' files (``test_fault_matrix_*.py``).
 Each scenario writes its row to ``test-artifacts/fault-matrix/``; the session's summary prints the table
 (``conftest.pytest_terminal_summary``), which is the matrix recorded in the issue's notes.
 """
@@ -100,8 +101,7 @@ def partition(seconds: int, failed_syncs: int) -> Callable[[Scenario], Row]:
         s.sync(s.east)
         s.follow(s.fleet.later(seconds))  # east answers: the old copy is stopped (its replacement runs)
         s.finish(job)
-        state = {"state": "succeeded", "retries": 0, "copies": 1}
-        return s.row(f"cluster unreachable {_span(seconds)}", job, **state)
+        return s.row(f"cluster unreachable {_span(seconds)}", job, state="succeeded", retries=0, copies=1)
 
     return run
 

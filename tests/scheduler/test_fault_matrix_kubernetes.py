@@ -34,7 +34,6 @@ pytestmark = pytest.mark.django_db
 NS = "research"
 JOBS = f"/apis/batch/v1/namespaces/{NS}/jobs"
 H100 = {
-    "nvidia.com/gpu.product": "H100-SXM-80GB",  # the simulated clusters' type: one price, one queue
     "nvidia.com/gpu.count": "8",
     "nvidia.com/gpu.memory": "81559",
     "topology.kubernetes.io/zone": "eu-west-1a",
@@ -47,20 +46,62 @@ def running(_index: int) -> dict[str, Any]:
     return {"phase": "Running"}
 
 
+def add_gpu_nodes(
+    server: KubeServer, product: str = "H100-SXM-80GB", names: tuple[str, ...] = ("gpu-1", "gpu-2")
+) -> None:
+    """Ready 8-GPU nodes, their GPUs labelled ``product`` by feature discovery (by default the simulated
+    clusters' type: one price, one queue, so that the cluster's preference decides where work goes)."""
+    now = datetime.now(UTC)
+    for name in names:
+        labels = {**H100, "nvidia.com/gpu.product": product, "topology.kubernetes.io/rack": f"r-{name}"}
+        add_node(
+            server,
+            name,
+            labels,
+            capacity={"cpu": "192", "memory": "2Ti", "nvidia.com/gpu": "8", "pods": "110"},
+            allocatable={"cpu": "190", "memory": "2000Gi", "nvidia.com/gpu": "8", "pods": "110"},
+            heartbeat=now,
+        )
+
+
 @pytest.fixture
 def kube() -> Iterator[KubeServer]:
     with KubeServer(seed=False) as server:
-        now = datetime.now(UTC)
-        for name in ("gpu-1", "gpu-2"):
-            add_node(
-                server,
-                name,
-                {**H100, "topology.kubernetes.io/rack": f"r-{name}"},
-                capacity={"cpu": "192", "memory": "2Ti", "nvidia.com/gpu": "8", "pods": "110"},
-                allocatable={"cpu": "190", "memory": "2000Gi", "nvidia.com/gpu": "8", "pods": "110"},
-                heartbeat=now,
-            )
+        add_gpu_nodes(server)
         yield server
+
+
+def play(kube: KubeServer, kubelet: Kubelet = running, *, admit: bool = True) -> None:
+    """Kueue admits what waits suspended (when ``admit``); the kubelet starts the pods of Jobs that have none,
+    on the nodes each Job is pinned to, with the status ``kubelet`` gives each worker."""
+    with kube.lock:
+        for (_ns, name), job in sorted(kube.jobs.items()):
+            spec = job["spec"]
+            if spec.get("suspend"):
+                if not admit:
+                    continue
+                spec["suspend"] = False
+            if _pods(kube, name) or job["status"].get("conditions"):
+                continue
+            nodes = _pinned(job)
+            for index in range(int(spec.get("parallelism") or 1)):
+                status = kubelet(index)
+                placed = status.get("conditions", [{}])[0].get("reason") != "Unschedulable"
+                kube.add_job_pod(NS, name, index, nodes[index] if placed else "", status=status)
+
+
+def _pods(kube: KubeServer, name: str) -> list[dict[str, Any]]:
+    return [p for _, p in sorted(kube.pods.items()) if p["metadata"]["name"].startswith(f"{name}-")]
+
+
+def _pinned(job: dict[str, Any]) -> list[str]:
+    """The nodes a Job is pinned to, one per worker (as the scheduler would bind them)."""
+    pod = job["spec"]["template"]["spec"]
+    selector = pod.get("nodeSelector", {}).get("kubernetes.io/hostname")
+    if selector:
+        return [selector] * 8
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    return list(terms[0]["matchExpressions"][0]["values"]) * 8
 
 
 class KubeScenario(Scenario):
@@ -85,33 +126,10 @@ class KubeScenario(Scenario):
         return self.kube.jobs[(NS, name)]
 
     def pods(self, name: str) -> list[dict[str, Any]]:
-        return [p for (ns, _), p in sorted(self.kube.pods.items()) if p["metadata"]["name"].startswith(f"{name}-")]
+        return _pods(self.kube, name)
 
     def play(self) -> None:
-        """Kueue admits what waits suspended; the kubelet starts the pods of Jobs that have none."""
-        with self.kube.lock:
-            for (_ns, name), job in sorted(self.kube.jobs.items()):
-                spec = job["spec"]
-                if spec.get("suspend"):
-                    if not self.admit:
-                        continue
-                    spec["suspend"] = False
-                if self.pods(name) or job["status"].get("conditions"):
-                    continue
-                nodes = self._nodes_of(job)
-                for index in range(int(spec.get("parallelism") or 1)):
-                    status = self.kubelet(index)
-                    node = "" if status.get("conditions", [{}])[0].get("reason") == "Unschedulable" else nodes[index]
-                    self.kube.add_job_pod(NS, name, index, node, status=status)
-
-    def _nodes_of(self, job: dict[str, Any]) -> list[str]:
-        """The nodes a Job is pinned to, one per worker (as the scheduler would bind them)."""
-        pod = job["spec"]["template"]["spec"]
-        selector = pod.get("nodeSelector", {}).get("kubernetes.io/hostname")
-        if selector:
-            return [selector] * 8
-        terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-        return list(terms[0]["matchExpressions"][0]["values"]) * 8
+        play(self.kube, self.kubelet, admit=self.admit)
 
     def complete(self) -> None:
         """Every running worker exits 0 and the Job controller marks the Job Complete."""
@@ -174,7 +192,8 @@ class KubeScenario(Scenario):
         deadline = Attempt.objects.get(job=job, outcome=Attempt.Outcome.ACTIVE).stop_deadline
         assert deadline is not None
         left = (deadline - timezone.now()).total_seconds()
-        assert self.graces() and all(left - 5 <= g <= left for g in self.graces()), (left, self.graces())
+        assert self.graces(), self.kube.requests[-5:]
+        assert all(left - 5 <= g <= left for g in self.graces()), (left, self.graces())
 
     def created(self) -> list[dict[str, Any]]:
         """The Jobs the API server was asked to create (the recorded request bodies)."""
@@ -189,7 +208,9 @@ def invalid(message: str) -> ApiError:
 
 
 def refused_at_submit(s: KubeScenario) -> Row:
-    s.kube.fail_requests("POST", JOBS, invalid('Job.batch "x" is invalid: spec.template.spec.priorityClassName: Not found'))
+    s.kube.fail_requests(
+        "POST", JOBS, invalid('Job.batch "x" is invalid: spec.template.spec.priorityClassName: Not found')
+    )
     job = s.submit()
     s.cycle()  # k8s refuses: placed elsewhere
     s.place_again(job)
@@ -285,7 +306,9 @@ def oom(s: KubeScenario) -> Row:
 
 
 def partial_gang(s: KubeScenario) -> Row:
-    s.kubelet = lambda i: running(i) if i == 0 else unschedulable("0/2 nodes are available: 2 Insufficient nvidia.com/gpu.")
+    s.kubelet = lambda i: (
+        running(i) if i == 0 else unschedulable("0/2 nodes are available: 2 Insufficient nvidia.com/gpu.")
+    )
     job = s.submit(workers=2)
     s.cycle()
     s.play()

@@ -116,7 +116,9 @@ def refused_at_submit(s: TpuScenario) -> Row:
 
 
 def refused_everywhere(s: TpuScenario) -> Row:
-    s.server.fail_requests("POST", QUEUED, ApiError(403, "Permission 'tpu.queuedResources.create' denied on reservation"))
+    s.server.fail_requests(
+        "POST", QUEUED, ApiError(403, "Permission 'tpu.queuedResources.create' denied on reservation")
+    )
     s.refuse_on_simulated("account lab-x is not allowed here")
     job = s.submit()
     s.cycle()
@@ -202,7 +204,8 @@ def node_lost(s: TpuScenario) -> Row:
     assert job.attempts.get(number=1).reason == "preempted_by_cluster", events(job)
     s.place_again(job)
     s.finish()
-    note = f"a lost host shows as the slice SUSPENDED by the service: preempted by the cluster, no retry spent. {ENDS_RUNNING}"
+    note = "a lost host shows as the slice SUSPENDED by the service: preempted by the cluster, no retry spent"
+    note = f"{note}. {ENDS_RUNNING}"
     return s.row("node lost mid-run", job, note=note, state="running", retries=0, copies=1)
 
 
@@ -232,7 +235,9 @@ def partial_gang(s: TpuScenario) -> Row:
     s.server.progression = ("ACCEPTED", "ACTIVE")
     s.place_again(job)
     s.finish()
-    note = f"a slice starts whole: one waiting for capacity past the start timeout is deleted and requeued. {ENDS_RUNNING}"
+    note = (
+        f"a slice starts whole: one waiting for capacity past the start timeout is deleted and requeued. {ENDS_RUNNING}"
+    )
     return s.row("partial gang", job, note=note, state="running", retries=0, copies=1)
 
 
