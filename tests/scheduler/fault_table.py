@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "fault-matrix"
-COLUMNS = ("backend", "fault", "end_state", "retries", "released", "copies_to_end", "timeline", "note")
+COLUMNS = ("backend", "fault", "end_state", "retries", "released", "copies_to_end", "timeline", "attempts", "note")
 
 
 def render(directory: Path = ARTIFACTS) -> str:

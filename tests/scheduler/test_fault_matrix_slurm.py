@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from clusters import actions as cluster_actions
+from clusters.backends.base import JobState
 from clusters.models import Cluster, Node
 from clusters.sync import backend_for
 from scheduler.models import Attempt, Job
@@ -29,6 +30,8 @@ from tests.scheduler.conftest import Fleet
 from tests.scheduler.fault_harness import HOUR, Row, Scenario, events, record, skipped
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slurm]
+
+MATRIX_NODE = "lab-node1"
 
 
 class SlurmScenario(Scenario):
@@ -46,6 +49,9 @@ class SlurmScenario(Scenario):
         options = {**lab.options, "gpu_models": {"h100": "H100-SXM-80GB"}, **options}
         cluster = slurm_cluster(fleet.org, "slurm", lab.endpoint, lab.token, **options)
         self.slurm = self.added(cluster, preference=100)
+        # Other tests share the lab and assert what runs on lab-node2..4 (test_slurm_backend): the matrix
+        # keeps to lab-node1, the others cordoned on Quartermaster's side only.
+        Node.objects.filter(cluster=self.slurm).exclude(name=MATRIX_NODE).update(state=Node.State.CORDONED)
         self.gate = Path(lab.options["workdir"]) / f"qm-matrix-gate-{time.time_ns()}"
         self.taken_out: list[str] = []
 
@@ -86,11 +92,17 @@ class SlurmScenario(Scenario):
     def node_of(self, job: Job) -> Node:
         return job.attempts.get(outcome=Attempt.Outcome.ACTIVE).assignments.get().node
 
+    def drained_there(self, name: str) -> bool:
+        """Whether Slurm itself has the node in its DRAIN state (no new jobs)."""
+        info = next(n for n in backend_for(self.slurm).inventory().nodes if n.name == name)
+        return "DRAIN" in info.labels.get("state_flags", "").upper() or "drain" in info.labels["state"]
+
     def put_back(self) -> None:
-        """Resume the lab nodes the scenario cordoned or drained, and stop what it left running there."""
+        """Resume the lab nodes the scenario cordoned or drained (at once: other tests share them), and let
+        what it left running there end."""
         backend = backend_for(Cluster.objects.get(pk=self.slurm.pk))
-        for name in self.taken_out:
-            backend.resume(name)
+        while self.taken_out:
+            backend.resume(self.taken_out.pop())
         self.gate.touch()
 
 
@@ -148,6 +160,9 @@ def partition(seconds: int, failed_syncs: int) -> Callable[[SlurmScenario], Row]
         s.reconnect(s.slurm, endpoint)
         s.sync(s.slurm)
         s.follow(s.later(seconds))  # slurm answers: the old copy is cancelled (its replacement runs) or kept
+        if moved:
+            old = job.attempts.get(number=1)
+            assert backend_for(s.slurm).status(old.backend_id).state == JobState.CANCELLED, events(job)
         s.finish(job)
         return s.row(f"cluster unreachable {_span(seconds)}", job, state="succeeded", retries=0, copies=1)
 
@@ -176,7 +191,11 @@ def cordon(s: SlurmScenario) -> Row:
     with s.capture(execute=True):
         cluster_actions.cordon_node(s.fleet.user("adam"), node, "fan noise")
     s.taken_out.append(node.name)
+    assert s.drained_there(node.name)
     s.recover()
+    s.follow()
+    assert Job.objects.get(pk=job.pk).state == Job.State.RUNNING, events(job)
+    s.put_back()  # the lab's node resumed; the job finishes
     s.finish(job)
     return s.row("cordon", job, note="scontrol State=DRAIN: the job runs on", state="succeeded", retries=0, copies=1)
 
@@ -187,11 +206,14 @@ def drain(s: SlurmScenario) -> Row:
     with s.capture(execute=True):
         cluster_actions.drain_node(s.fleet.user("adam"), node, "PSU swap", grace_seconds=120)
     s.taken_out.append(node.name)
+    assert s.drained_there(node.name)
     s.recover()  # signalled: it catches SIGTERM, checkpoints and exits 0
     s.until(job, lambda j: j.state not in (Job.State.RUNNING, Job.State.PREEMPTING))
+    s.put_back()
+    s.gate.unlink()  # the next copy runs until the gate opens again
     s.place_again(job)
     s.finish(job)
-    note = "the script checkpoints on SIGTERM and exits 0; requeued"
+    note = "the script checkpoints on SIGTERM and exits 0: requeued all the same (ran on west: lab-node1 drained)"
     return s.row("graceful drain", job, note=note, state="succeeded", retries=0, copies=1)
 
 
