@@ -92,6 +92,15 @@ class SlurmScenario(Scenario):
     def node_of(self, job: Job) -> Node:
         return job.attempts.get(outcome=Attempt.Outcome.ACTIVE).assignments.get().node
 
+    def ends_there(self, backend_id: str, seconds: float = 10) -> JobState:
+        """How Slurm ended the job, waiting for it to end."""
+        deadline = time.monotonic() + seconds
+        while (state := backend_for(self.slurm).status(backend_id).state) in (JobState.RUNNING, JobState.PENDING):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        return state
+
     def drained_there(self, name: str) -> bool:
         """Whether Slurm itself has the node in its DRAIN state (no new jobs)."""
         info = next(n for n in backend_for(self.slurm).inventory().nodes if n.name == name)
@@ -160,9 +169,9 @@ def partition(seconds: int, failed_syncs: int) -> Callable[[SlurmScenario], Row]
         s.reconnect(s.slurm, endpoint)
         s.sync(s.slurm)
         s.follow(s.later(seconds))  # slurm answers: the old copy is cancelled (its replacement runs) or kept
-        if moved:
+        if moved:  # scancel'd: Slurm ends it within moments
             old = job.attempts.get(number=1)
-            assert backend_for(s.slurm).status(old.backend_id).state == JobState.CANCELLED, events(job)
+            assert s.ends_there(old.backend_id) == JobState.CANCELLED, events(job)
         s.finish(job)
         return s.row(f"cluster unreachable {_span(seconds)}", job, state="succeeded", retries=0, copies=1)
 
