@@ -1,6 +1,7 @@
-"""Admins' actions on clusters and nodes: register and edit clusters, sync one now, drain and resume
-nodes, plan maintenance, issue and revoke probe tokens. One transaction each, authorized, audited; a
-cluster itself is told afterwards, by a task (``clusters.tasks.apply_drain``), once the change is committed.
+"""Admins' actions on clusters and nodes: register and edit clusters, sync one now, cordon, drain and
+resume nodes, plan and cancel maintenance, issue and revoke probe tokens. One transaction each, authorized,
+audited; a cluster itself is told afterwards, by a task (``clusters.tasks.apply_drain``), once the change is
+committed.
 
 Each action raises ``ValidationError`` naming the field for bad input and ``PermissionDenied`` when the
 actor may see the node but not change it; both leave the database as it was. ``actor=None`` is the
@@ -220,6 +221,45 @@ def plan_maintenance(
     return window
 
 
+def cancel_maintenance(actor: User, window: MaintenanceWindow, *, http: HttpRequest | None = None) -> list[Node]:
+    """Cancel a maintenance window that has not ended (or end one in progress now): the nodes drained for it
+    are resumed, and the window is deleted. A node also taken out for another reason (an admin's cordon, the
+    health policy) stays out; the audit log names it. Returns the nodes resumed."""
+    policy.require(actor, "maintenance.plan", window.cluster, f"You may not cancel maintenance on {window.cluster}.")
+    resumed: list[Node] = []
+    with transaction.atomic():
+        locked = MaintenanceWindow.objects.select_for_update().filter(pk=window.pk).first()
+        if locked is None:
+            raise ValidationError({"window": "This maintenance window is already cancelled."})
+        if locked.ends_at <= timezone.now():
+            raise ValidationError({"ends_at": f"The window ended at {locked.ends_at:%Y-%m-%d %H:%M} UTC."})
+        drains = Drain.objects.filter(window=locked, state__in=OPEN_DRAINS).select_related("node")
+        kept: list[str] = []
+        for node in sorted({drain.node for drain in drains}, key=lambda n: n.pk):  # locks in pk order
+            others = Drain.objects.filter(node=node, state__in=OPEN_DRAINS).exclude(window=locked)
+            if others.exists():
+                kept.append(node.name)
+                continue
+            resume_node(actor, node, f"maintenance from {locked.starts_at:%Y-%m-%d %H:%M} UTC cancelled", http=http)
+            resumed.append(node)
+        audit.record(
+            "maintenance.cancelled",
+            actor=actor,
+            target=locked,
+            organization=window.cluster.organization,
+            changes={
+                "starts_at": locked.starts_at.isoformat(),
+                "ends_at": locked.ends_at.isoformat(),
+                "resumed": [n.name for n in resumed],
+                "kept_out": kept,
+            },
+            reason=locked.reason,
+            request=http,
+        )
+        locked.delete()
+    return resumed
+
+
 # --- Clusters: register, edit, sync now, probe tokens ------------------------------------------------------
 
 #: ``update_cluster(..., credentials=CLEAR)`` removes the stored credentials.
@@ -244,7 +284,19 @@ MAX_LEVELS = 8
 LIMITS = {"name": 120, "slug": 60, "endpoint": 500, "region": 60}
 #: How much the scheduler prefers a cluster: from (avoid) to (prefer).
 PREFERENCE = (0, 100)
-EDITABLE = ("name", "slug", "endpoint", "region", "levels", "options", "preference")
+#: How long ``failover_after`` and ``start_timeout`` may be, in seconds: a minute to a week (the model's validators).
+TIMEOUT_SECONDS = (60, 7 * 24 * 3600)
+EDITABLE = (
+    "name",
+    "slug",
+    "endpoint",
+    "region",
+    "levels",
+    "options",
+    "preference",
+    "failover_after",
+    "start_timeout",
+)
 #: Changes that make the next sync worth trying now rather than after the backoff.
 RECONNECTING = frozenset({"endpoint", "options", "credentials"})
 
@@ -306,6 +358,15 @@ def _preference(given: Any) -> int:
     low, high = PREFERENCE
     if isinstance(given, bool) or not isinstance(given, int) or not low <= given <= high:
         raise ValidationError({"preference": "A whole number from 0 (avoid) to 100 (prefer)."})
+    return int(given)
+
+
+def _seconds(fields: dict[str, Any], name: str) -> int:
+    """``failover_after`` or ``start_timeout``: whole seconds within ``TIMEOUT_SECONDS`` (15 minutes if not given)."""
+    given = fields.get(name, 15 * 60)
+    low, high = TIMEOUT_SECONDS
+    if isinstance(given, bool) or not isinstance(given, int) or not low <= given <= high:
+        raise ValidationError({name: f"Whole seconds from {low} (a minute) to {high} (a week)."})
     return int(given)
 
 
@@ -400,7 +461,8 @@ def create_cluster(
     **fields: Any,
 ) -> Cluster:
     """Register a cluster of ``organization``. ``fields``: name, slug, kind, endpoint, region, levels,
-    options, preference. Credentials are encrypted at once; the audit log says only whether there are any."""
+    options, preference, failover_after and start_timeout (seconds). Credentials are encrypted at once; the
+    audit log says only whether there are any."""
     unknown = set(fields) - {"kind", *EDITABLE}
     if unknown:
         raise TypeError(f"create_cluster() got unexpected fields {', '.join(sorted(unknown))}")
@@ -447,6 +509,8 @@ def _validated(actor: User, kind: str, fields: dict[str, Any], stored_options: d
         "levels": _levels(fields.get("levels")),
         "options": _options(actor, kind, fields.get("options"), stored_options),
         "preference": _preference(fields.get("preference", 50)),
+        "failover_after": _seconds(fields, "failover_after"),
+        "start_timeout": _seconds(fields, "start_timeout"),
     }
 
 

@@ -38,7 +38,7 @@ def apply_windows(now: datetime | None = None) -> Applied:
         for node in chosen:
             if node.state in (Node.State.DRAINING, Node.State.DRAINED):
                 continue
-            reason = f"maintenance from {window.starts_at:%Y-%m-%d %H:%M} UTC: {window.reason}"
+            reason = f"maintenance from {window.starts_at:%Y-%m-%d %H:%M} UTC: {window.reason}"[: actions.MAX_REASON]
             actions.drain_node(None, node, reason, window=window)
             drained += 1
     over = (

@@ -535,7 +535,9 @@ def set_parent(
 
 # ------------------------------------------------------------------------------------------ priority tiers
 
-TIER_FIELDS = ("value", "preemptible", "grace_seconds", "is_default", "teams")
+TIER_FIELDS = ("value", "preemptible", "grace_seconds", "failover_after", "is_default", "teams")
+#: The range of a tier's failover delay, in seconds (a minute to a week), as ``Cluster.failover_after``.
+FAILOVER_RANGE = (60, 7 * 24 * 3600)
 MAX_TIER_VALUE = 1_000_000
 
 
@@ -547,14 +549,17 @@ def set_tier(
     value: Any,
     preemptible: Any = True,
     grace_seconds: Any = 300,
+    failover_after: Any = None,
     teams: Any = (),
     is_default: Any = False,
     reason: str,
     http: HttpRequest | None = None,
 ) -> QuotaChange | None:
     """Create the priority tier ``name`` of ``organization``, or change it (admins). ``teams``: the teams that
-    may use it (none: every team). A new default tier takes over from the old one. Jobs already submitted
-    keep their tier; the change orders them from the next placement cycle. Returns None if nothing changed."""
+    may use it (none: every team). ``failover_after``: seconds its jobs on a silent cluster wait before they
+    are restarted elsewhere (None: each cluster's own delay). A new default tier takes over from the old one.
+    Jobs already submitted keep their tier; the change orders them from the next placement cycle. Returns
+    None if nothing changed."""
     policy.require(actor, "tier.set", organization)
     errors: dict[str, str] = {}
     reason = check_reason(reason, errors)
@@ -568,6 +573,15 @@ def set_tier(
         if number is None or not low <= number <= high:
             errors[field] = f"A whole number from {low} to {high}."
         new[field] = number
+    new["failover_after"] = None
+    if failover_after is not None and failover_after != "":
+        number = _whole(failover_after) if not isinstance(failover_after, bool) else None
+        low, high = FAILOVER_RANGE
+        if number is None or not low <= number <= high:
+            errors["failover_after"] = (
+                f"A whole number of seconds from {low} to {high}, or null for each cluster's own."
+            )
+        new["failover_after"] = number
     for field, flag in (("preemptible", preemptible), ("is_default", is_default)):
         if not isinstance(flag, bool):
             errors[field] = "true or false."
@@ -588,7 +602,7 @@ def set_tier(
             PriorityTier.objects.filter(organization=organization, is_default=True).exclude(name=name).update(
                 is_default=False
             )
-        fields = {k: new[k] for k in ("value", "preemptible", "grace_seconds", "is_default")}
+        fields = {k: new[k] for k in ("value", "preemptible", "grace_seconds", "failover_after", "is_default")}
         if tier is None:
             tier = PriorityTier.objects.create(organization=organization, name=name, **fields)
         else:
@@ -627,6 +641,7 @@ def _tier_values(tier: PriorityTier) -> dict[str, Any]:
         "value": tier.value,
         "preemptible": tier.preemptible,
         "grace_seconds": tier.grace_seconds,
+        "failover_after": tier.failover_after,
         "is_default": tier.is_default,
         "teams": sorted(tier.teams.values_list("slug", flat=True)),
     }

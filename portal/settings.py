@@ -62,6 +62,13 @@ PROBE_MIN_INTERVAL_SECONDS = env_int("PROBE_MIN_INTERVAL_SECONDS", 10, minimum=1
 PLACEMENT_LOCK_SECONDS = env_int("PLACEMENT_LOCK_SECONDS", 30, minimum=1)
 #: Admissions per placement cycle; a larger burst is admitted over back-to-back cycles of this size.
 PLACEMENT_MAX_ADMISSIONS = env_int("PLACEMENT_MAX_ADMISSIONS", 2000, minimum=1)
+#: The address jobs reach this server's API at, handed to each attempt as ``QM_API_URL`` for ``qm checkpoint``
+#: (docs/jobs.md): one the clusters' nodes can reach, not necessarily the one people browse. Outside production
+#: it defaults to the demo's web server (http://127.0.0.1:8000); in production there is no default, and jobs
+#: cannot report checkpoints until it is set (https only there).
+PUBLIC_URL = (
+    env_url("QM_PUBLIC_URL", https_only=PRODUCTION) or ("" if PRODUCTION else "http://127.0.0.1:8000")
+).rstrip("/")
 
 DEBUG = env_bool("DEBUG", False)
 if PRODUCTION and DEBUG:
@@ -332,6 +339,13 @@ SPECTACULAR_SETTINGS = {
         "RoleEnum": "tenancy.models.Role",
         "KindEnum": "governance.models.QuotaChange.Kind",
         "BudgetAlertKindEnum": "governance.models.BudgetAlert.Kind",
+        "StateEnum": "scheduler.states.JobState",  # the jobs' (its name before nodes and drains had states too)
+        "NodeStateEnum": "clusters.models.Node.State",
+        "DrainStateEnum": "clusters.models.Drain.State",
+        "DrainKindEnum": "clusters.models.Drain.Kind",
+        "ClusterKindEnum": "clusters.models.Cluster.Kind",
+        "ClusterStatusEnum": "clusters.models.Cluster.Status",
+        "StatusEnum": "billing.models.WhatIf.Status",  # its name before clusters had a status too
     },
 }
 

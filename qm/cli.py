@@ -1,12 +1,14 @@
 """``qm``: the command-line client of the Quartermaster API (submit, list, show, follow and cancel jobs;
-admins preempt and requeue them).
+admins preempt and requeue them, and look after clusters, nodes and maintenance: ``qm/admin.py``; inside a
+job, report its checkpoints).
 
 It talks to the REST API only (``/api/v1/``) with a personal API token, and imports nothing of Django, so
 it runs on any machine with ``requests`` and PyYAML. Where it finds the server and the token, first match
 wins: ``--url`` / ``--token``, then ``QM_URL`` / ``QM_TOKEN``, then the file ``qm login`` writes
 (``$XDG_CONFIG_HOME/quartermaster/config.yaml``, mode 0600; its token is sent only to the URL it was issued
 by). Exit status: 0 done, 1 refused or failed (and ``follow`` of a job that did not succeed), 2 bad input.
-The token is never printed.
+The token is never printed. ``qm checkpoint`` is the exception to all of this: it runs inside a job and
+reads what Quartermaster started the job with (``QM_API_URL``, ``QM_JOB_TOKEN``, ``QM_JOB_ID``) instead.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from typing import Any, TextIO
 
 import requests
 import yaml
+
+from qm import admin
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 TIMEOUT = 30.0
@@ -100,8 +104,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
 class Client:
     """The API at ``url`` with a bearer token; an error answer becomes a ``CliError`` with its fields."""
 
-    def __init__(self, url: str, token: str | None) -> None:
-        self.url, self.token = url, token
+    def __init__(self, url: str, token: str | None, *, refused_hint: str = "run `qm login`, or check QM_TOKEN") -> None:
+        self.url, self.token, self.refused_hint = url, token, refused_hint
         self.session = requests.Session()
 
     def call(
@@ -145,7 +149,7 @@ class Client:
         if status == 404 and path.startswith("jobs/"):
             message = f"No job {path.split('/')[1]}, or not one you may see."
         elif status == 401:
-            message = f"{message} The server refused the token: run `qm login`, or check QM_TOKEN."
+            message = f"{message} The server refused the token: {self.refused_hint}."
         return CliError(message, error.get("fields") or {}, BAD_INPUT if status == 400 else FAILED)
 
     def get(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
@@ -371,10 +375,11 @@ def note(job: Mapping[str, Any]) -> str:
     return ""
 
 
-def table(rows: Sequence[Sequence[str]], out: TextIO) -> None:
+def table(rows: Sequence[Sequence[str]], out: TextIO, indent: str = "") -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip(), file=out)
+        line = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        print(indent + line.rstrip(), file=out)
 
 
 def event_line(event: Mapping[str, Any]) -> str:
@@ -420,17 +425,36 @@ def describe(job: Mapping[str, Any], out: TextIO) -> None:
         lines.append(("finished", when(job["finished_at"])))
     if job["message"]:
         lines.append(("message", job["message"]))
-    for attempt in job["attempts"]:
-        span = f"{when(attempt['admitted_at'])} to {when(attempt['ended_at'])}"
-        lines.append(
-            (
-                f"attempt {attempt['number']}",
-                f"{attempt['outcome']} on {attempt['cluster']}, {span}, cost {attempt['cost']}",
-            )
-        )
+    checkpoint = job.get("last_checkpoint")
+    if checkpoint:
+        step = f", step {checkpoint['step']}" if checkpoint["step"] is not None else ""
+        at = f"{when(checkpoint['reported_at'])}, attempt {checkpoint['attempt']}"
+        lines.append(("checkpoint", f"{checkpoint['location']}{step} ({at})"))
     print(f"Job {job['id']}: {job['name']}", file=out)
     for label, value in lines:
         print(f"  {label:<12} {value}", file=out)
+    if job["attempts"]:
+        print("Attempts:", file=out)
+        table([ATTEMPT_COLUMNS, *(attempt_row(a) for a in job["attempts"])], out, indent="  ")
+
+
+ATTEMPT_COLUMNS = ("#", "CLUSTER", "NODES", "STATE", "STARTED", "ENDED", "CKPTS", "COST", "WHY IT ENDED")
+
+
+def attempt_row(attempt: Mapping[str, Any]) -> tuple[str, ...]:
+    """One attempt as ``qm show`` lists it: where, what became of it and why."""
+    nodes = ",".join(node["name"] for node in attempt["nodes"]) or "-"
+    return (
+        str(attempt["number"]),
+        attempt["cluster"],
+        nodes,
+        attempt["state"],
+        when(attempt["started_at"]),
+        when(attempt["ended_at"]),
+        str(attempt["checkpoints"]),
+        str(attempt["cost"]),
+        attempt["ended_because"] or "-",
+    )
 
 
 # ---------------------------------------------------------------------------------------- commands
@@ -566,6 +590,38 @@ def cmd_follow(args: argparse.Namespace, settings: Settings, client: Client) -> 
     return follow(client, args.id, args.interval, settings.out, args.sleep)
 
 
+#: What ``qm checkpoint`` says when it is not run inside a job.
+NOT_IN_A_JOB = "qm checkpoint runs inside a job started by Quartermaster ({name} is not set)."
+
+
+def job_environment() -> tuple[str, str, int]:
+    """The server, the job token and the job's id a job was started with (docs/jobs.md)."""
+    values = {name: os.environ.get(name, "").strip() for name in ("QM_JOB_TOKEN", "QM_API_URL", "QM_JOB_ID")}
+    for name, value in values.items():
+        if not value:
+            raise CliError(NOT_IN_A_JOB.format(name=name))
+    # QM_JOB_ID is the attempt's key on its cluster, "<job id>-<attempt number>" (a bare job id is taken too).
+    match = re.fullmatch(r"([0-9]+)(?:-[0-9]+)?", values["QM_JOB_ID"])
+    if not match:
+        raise CliError(f"QM_JOB_ID={values['QM_JOB_ID']!r} is not a job's id.")
+    url = values["QM_API_URL"].rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise CliError(f"QM_API_URL must start with http:// or https://, not {url!r}.")
+    return url, values["QM_JOB_TOKEN"], int(match.group(1))
+
+
+def cmd_checkpoint(args: argparse.Namespace, settings: Settings, client: Client) -> int:
+    """Report a checkpoint of the job this runs in, with the job's own token (not a person's)."""
+    url, token, job_id = job_environment()
+    job_client = Client(url, token, refused_hint="check QM_JOB_TOKEN (a job token is valid in its own attempt only)")
+    body = {"location": args.location, "step": args.step}
+    _, checkpoint = job_client.call("POST", f"jobs/{job_id}/checkpoints/", body=body)
+    step = f" at step {checkpoint['step']}" if checkpoint["step"] is not None else ""
+    where = f"job {job_id}, attempt {checkpoint['attempt']}"
+    print(f"Checkpoint {checkpoint['location']}{step} reported ({where}).", file=settings.out)
+    return OK
+
+
 # ------------------------------------------------------------------------------------------- parser
 
 
@@ -635,6 +691,13 @@ def build_parser() -> argparse.ArgumentParser:
     events = command("events", cmd_events, "a job's timeline")
     events.add_argument("id", type=int)
     events.add_argument("--json", action="store_true", help="the API's rows as JSON")
+
+    checkpoint = command(
+        "checkpoint", cmd_checkpoint, "inside a job: report a checkpoint (a restart resumes from the last one)"
+    )
+    checkpoint.add_argument("--location", required=True, help="where the checkpoint is, e.g. s3://bucket/run/step-1000")
+    checkpoint.add_argument("--step", type=int, help="how far it got: a step, an epoch")
+    admin.register(command, admin.Lent(table, when, CliError))
     return parser
 
 

@@ -24,7 +24,7 @@ from clusters.secrets import CredentialsError
 from common import enqueue
 from common.validation import check_max_length, message_of
 from governance.models import PriorityTier, Queue
-from scheduler import lifecycle, submission
+from scheduler import checkpoints, lifecycle, submission
 from scheduler.models import Attempt, Job
 from scheduler.placement import feasibility
 from scheduler.states import PLACED, WAITING
@@ -403,7 +403,8 @@ def requeue_job(actor: User, job: Job, reason: str, *, http: HttpRequest | None 
         if locked.state != S.FAILED:
             state = locked.get_state_display().lower()
             raise ValidationError({"state": f"Job #{job.pk} is {state}; only a failed job can be requeued."})
-        resume = f" It resumes from {locked.checkpoint_location}." if locked.checkpoint_location else ""
+        where = checkpoints.resume_from(locked)
+        resume = f" It resumes from {where}." if where else ""
         message = f"Requeued by {actor.get_username()}: {_sentence(reason)} One more try.{resume}"
         lifecycle.move(
             locked,

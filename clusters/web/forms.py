@@ -10,7 +10,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
-from clusters.actions import CLEAR, LIMITS, MAX_REASON, PREFERENCE, SECRET_OPTION
+from clusters.actions import CLEAR, LIMITS, MAX_GRACE, MAX_REASON, PREFERENCE, SECRET_OPTION, TIMEOUT_SECONDS
 from clusters.models import Cluster
 from common import params
 from tenancy.models import Organization
@@ -24,6 +24,46 @@ class ReasonForm(forms.Form):
         max_length=MAX_REASON,
         widget=forms.Textarea(attrs={"rows": 2}),
         help_text="Shown in the audit log and to the people whose jobs this moves.",
+    )
+
+
+#: A duration as people type it: seconds, or a number with a unit (``90s``, ``10m``, ``2h``, ``1d``).
+DURATION = re.compile(r"\s*([0-9]{1,9})\s*([smhd]?)\s*", re.IGNORECASE)
+UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class DurationField(forms.Field):
+    """Whole seconds, typed as seconds or with a unit (``600``, ``10m``, ``2h``) within ``low``..``high``."""
+
+    widget = forms.TextInput
+
+    def __init__(self, *, low: int, high: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.low, self.high = low, high
+
+    def to_python(self, value: Any) -> int | None:
+        text = str(value).strip() if value is not None else ""
+        if not text:
+            return None
+        match = DURATION.fullmatch(text)
+        if match is None:
+            raise ValidationError("Give seconds, or a number with a unit: 90s, 10m, 2h, 1d.", code="invalid")
+        seconds = int(match.group(1)) * UNIT_SECONDS[match.group(2).lower()]
+        if not self.low <= seconds <= self.high:
+            raise ValidationError(f"From {self.low} to {self.high} seconds.", code="out_of_range")
+        return seconds
+
+
+class DrainForm(ReasonForm):
+    """Drain a node: the reason, and how long its running jobs get to checkpoint (else each job's tier grace)."""
+
+    grace_seconds = DurationField(
+        low=0,
+        high=MAX_GRACE,
+        required=False,
+        label="Grace (optional)",
+        help_text="How long running jobs get to checkpoint before they move: seconds or e.g. 10m. "
+        "Empty: each job's tier grace.",
     )
 
 
@@ -89,6 +129,24 @@ class ClusterForm(forms.Form):
         initial=50,
         help_text="0-100: how much the scheduler prefers this cluster.",
     )
+    failover_after = DurationField(
+        low=TIMEOUT_SECONDS[0],
+        high=TIMEOUT_SECONDS[1],
+        required=False,
+        initial="15m",
+        label="Fail over after",
+        help_text="How long the cluster may stay silent before its running jobs restart elsewhere: "
+        "seconds or e.g. 15m, 2h (a minute to a week).",
+    )
+    start_timeout = DurationField(
+        low=TIMEOUT_SECONDS[0],
+        high=TIMEOUT_SECONDS[1],
+        required=False,
+        initial="15m",
+        label="Start timeout",
+        help_text="How long a job may take to have every worker running before it is requeued whole: "
+        "seconds or e.g. 15m (a minute to a week).",
+    )
     slurm_user = forms.CharField(
         label="Slurm user", required=False, max_length=200, widget=SecretInput(attrs={"type": "text"})
     )
@@ -142,6 +200,8 @@ class ClusterForm(forms.Form):
                 "levels": ", ".join(cluster.levels or []),
                 "options": json.dumps(_shown(cluster.options), indent=1, sort_keys=True),
                 "preference": cluster.preference,
+                "failover_after": cluster.failover_after,
+                "start_timeout": cluster.start_timeout,
             }
         super().__init__(*args, **kwargs)
         self.cluster = cluster
@@ -160,7 +220,19 @@ class ClusterForm(forms.Form):
 
     def setting_fields(self) -> list[forms.BoundField]:
         """The cluster's settings (not its credentials), for the template."""
-        names = ("organization", "name", "slug", "kind", "endpoint", "region", "levels", "options", "preference")
+        names = (
+            "organization",
+            "name",
+            "slug",
+            "kind",
+            "endpoint",
+            "region",
+            "levels",
+            "options",
+            "preference",
+            "failover_after",
+            "start_timeout",
+        )
         return [self[name] for name in names if name in self.fields]
 
     def credential_groups(self) -> list[tuple[str, list[forms.BoundField]]]:
@@ -205,6 +277,9 @@ class ClusterForm(forms.Form):
         """The cluster's fields for ``create_cluster`` / ``update_cluster``."""
         names = ("name", "slug", "endpoint", "region", "levels", "options", "preference")
         values = {name: self.cleaned_data[name] for name in names}
+        for name in ("failover_after", "start_timeout"):  # empty: as it was (15 minutes for a new cluster)
+            if self.cleaned_data.get(name) is not None:
+                values[name] = self.cleaned_data[name]
         if "kind" in self.fields:
             values["kind"] = self.cleaned_data["kind"]
         return values

@@ -16,6 +16,7 @@ urlpatterns = [
     path("<int:pk>/live/", views.cluster_live, name="cluster-live"),
     path("<int:pk>/live/tiles/", views.cluster_live_tiles, name="cluster-live-tiles"),
     path("nodes/<int:pk>/", views.node_detail, name="node-detail"),
+    path("nodes/<int:pk>/cordon/", views.node_cordon, name="node-cordon"),
     path("nodes/<int:pk>/drain/", views.node_drain, name="node-drain"),
     path("nodes/<int:pk>/resume/", views.node_resume, name="node-resume"),
 ]

@@ -1,6 +1,6 @@
 """Cluster pages for the admins and on-call: the clusters, one cluster (with its admins' forms: edit, sync
-now, plan maintenance, probe tokens), registering a cluster, its live view, one node with its drain and
-resume forms. Thin: every lookup through ``for_user`` (another organization's cluster is a 404),
+now, plan maintenance, probe tokens), registering a cluster, its live view, one node with its cordon, drain
+and resume forms. Thin: every lookup through ``for_user`` (another organization's cluster is a 404),
 every change through ``clusters.actions``; an invalid form is answered with 400 and its errors beside
 their fields, a user who may see but not change a node gets 403."""
 
@@ -30,7 +30,7 @@ from clusters import actions
 from clusters.live import ALLOCATION_STEPS, MARKED_STATES, UNHEALTHY, live_view
 from clusters.models import AcceleratorType, Cluster, Drain, HealthCheckResult, MaintenanceWindow, Node, ProbeToken
 from clusters.web.filters import NodeFilter
-from clusters.web.forms import ClusterForm, MaintenanceForm, ProbeTokenForm, ReasonForm
+from clusters.web.forms import ClusterForm, DrainForm, MaintenanceForm, ProbeTokenForm, ReasonForm
 from common.types import AuthenticatedHttpRequest
 from tenancy import policy
 from tenancy.models import Organization
@@ -363,10 +363,12 @@ def _render_node(request: AuthenticatedHttpRequest, node: Node, status: int = 20
         "drains": Drain.objects.for_user(request.user, Action.VIEW).filter(node=node).select_related("requested_by"),
         "can_change": policy.can(request.user, "node.drain", node),
         # A form with errors is shown whatever the state, so its errors are seen.
+        "may_cordon": "cordon_form" in forms or node.state == Node.State.SCHEDULABLE,
         "may_drain": "drain_form" in forms or node.state not in (Node.State.DRAINING, Node.State.DRAINED),
         "may_resume": "resume_form" in forms
         or node.state in (Node.State.CORDONED, Node.State.DRAINING, Node.State.DRAINED),
-        "drain_form": forms.get("drain_form") or ReasonForm(auto_id="drain_%s"),
+        "cordon_form": forms.get("cordon_form") or ReasonForm(auto_id="cordon_%s"),
+        "drain_form": forms.get("drain_form") or DrainForm(auto_id="drain_%s"),
         "resume_form": forms.get("resume_form") or ReasonForm(auto_id="resume_%s"),
     }
     return render(request, "clusters/node_detail.html", context, status=status)
@@ -382,19 +384,20 @@ def _change_node(
     request: AuthenticatedHttpRequest,
     pk: int,
     form_name: str,
-    act: Callable[[Node, str], object],
+    act: Callable[[Node, dict[str, Any]], object],
     done: Callable[[Node], str],
+    form_class: type[ReasonForm] = ReasonForm,
 ) -> HttpResponse:
-    """A drain or resume form posted: authorized before the form is read, the action called with the
-    reason, the node page again with the form's errors (400) when it refuses."""
+    """A cordon, drain or resume form posted: authorized before the form is read, the action called with the
+    form's values, the node page again with the form's errors (400) when it refuses."""
     node = _visible_node(request, pk)
     # Asked before the form is read, so a user who may not change the node gets 403 whatever they sent.
-    refused = f"Only admins of {node.cluster.organization} drain and resume its nodes."
+    refused = f"Only admins of {node.cluster.organization} cordon, drain and resume its nodes."
     policy.require(request.user, "node.drain", node, refused)
-    form = ReasonForm(request.POST, auto_id=f"{form_name}_%s")
+    form = form_class(request.POST, auto_id=f"{form_name}_%s")
     if form.is_valid():
         try:
-            act(node, form.cleaned_data["reason"])
+            act(node, form.cleaned_data)
         except ValidationError as exc:
             apply_errors(form, exc)
         else:
@@ -403,19 +406,33 @@ def _change_node(
     return _render_node(request, node, HTTPStatus.BAD_REQUEST, **{f"{form_name}_form": form})
 
 
+def _now(node: Node) -> str:
+    return f"{node.name} is {node.get_state_display().lower()}."
+
+
+@login_required
+@require_POST
+def node_cordon(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    def cordon(node: Node, values: dict[str, Any]) -> object:
+        return actions.cordon_node(request.user, node, values["reason"], http=request)  # refreshes ``node``
+
+    return _change_node(request, pk, "cordon", cordon, _now)
+
+
 @login_required
 @require_POST
 def node_drain(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
-    def drain(node: Node, reason: str) -> object:
-        return actions.drain_node(request.user, node, reason, http=request)  # refreshes ``node``
+    def drain(node: Node, values: dict[str, Any]) -> object:
+        grace = values["grace_seconds"]
+        return actions.drain_node(request.user, node, values["reason"], grace_seconds=grace, http=request)
 
-    return _change_node(request, pk, "drain", drain, lambda n: f"{n.name} is {n.get_state_display().lower()}.")
+    return _change_node(request, pk, "drain", drain, _now, DrainForm)
 
 
 @login_required
 @require_POST
 def node_resume(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
-    def resume(node: Node, reason: str) -> object:
-        return actions.resume_node(request.user, node, reason, http=request)
+    def resume(node: Node, values: dict[str, Any]) -> object:
+        return actions.resume_node(request.user, node, values["reason"], http=request)
 
     return _change_node(request, pk, "resume", resume, lambda n: f"{n.name} is back in service.")

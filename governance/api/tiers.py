@@ -31,7 +31,17 @@ class TierSerializer(serializers.ModelSerializer[PriorityTier]):
 
     class Meta:
         model = PriorityTier
-        fields = ["id", "organization", "name", "value", "preemptible", "grace_seconds", "is_default", "teams"]
+        fields = [
+            "id",
+            "organization",
+            "name",
+            "value",
+            "preemptible",
+            "grace_seconds",
+            "failover_after",
+            "is_default",
+            "teams",
+        ]
         read_only_fields = fields
 
 
@@ -41,6 +51,12 @@ class TierWriteSerializer(StrictSerializer):
     value = serializers.IntegerField(help_text="Higher goes first and may preempt lower.")
     preemptible = serializers.BooleanField(default=True)
     grace_seconds = serializers.IntegerField(default=300, help_text="Time a victim gets to checkpoint.")
+    failover_after = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Seconds its jobs on a silent cluster wait before they restart elsewhere; null: the cluster's.",
+    )
     is_default = serializers.BooleanField(default=False)
     teams = serializers.ListField(child=serializers.CharField(), default=list, help_text="Team slugs; none: all.")
     reason = serializers.CharField(required=False, allow_blank=True, default="", help_text="Kept in the history.")

@@ -1,6 +1,7 @@
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
+from clusters.api.fleet import ClusterViewSet, MaintenanceWindowViewSet, NodeViewSet
 from clusters.api.views import ProbeReportView
 from governance.api.budgets import BudgetAlertViewSet, BudgetViewSet, MemberLimitViewSet
 from governance.api.quotas import QueueViewSet, QuotaChangeViewSet
@@ -22,6 +23,9 @@ router.register("quota-changes", QuotaChangeViewSet, basename="quotachange")
 router.register("tiers", TierViewSet, basename="tier")
 router.register("budgets", BudgetViewSet, basename="budget")
 router.register("budget-alerts", BudgetAlertViewSet, basename="budgetalert")
+router.register("clusters", ClusterViewSet, basename="cluster")
+router.register("nodes", NodeViewSet, basename="node")
+router.register("maintenance-windows", MaintenanceWindowViewSet, basename="maintenancewindow")
 router.register(r"teams/(?P<team_id>\d+)/member-limits", MemberLimitViewSet, basename="memberlimit")
 
 urlpatterns = [

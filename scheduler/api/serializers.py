@@ -29,7 +29,8 @@ from common.validation import check_max_length, message_of, unknown_fields
 from governance.models import PriorityTier
 from scheduler import actions, costs, submission
 from scheduler.actions import teams_for_submission, tiers_for
-from scheduler.models import Attempt, Job, JobEvent
+from scheduler.attempts import checkpoint_counts, reason_words, state_words
+from scheduler.models import Attempt, Checkpoint, Job, JobEvent
 from scheduler.states import PLACED
 from scheduler.submission import DURATION_HELP, FIELDS, JobRequest, Unit, parse_duration
 from tenancy.models import Project, Team
@@ -379,9 +380,17 @@ class NodeShareSerializer(serializers.Serializer[Any]):
 
 
 class AttemptSerializer(serializers.ModelSerializer[Attempt]):
+    """One attempt, for the job's detail. ``checkpoints`` is counted from the context's
+    ``checkpoint_counts`` (the job's kept checkpoints by attempt), read once for all its attempts."""
+
     cluster: serializers.SlugRelatedField[Cluster] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     cost = serializers.SerializerMethodField()
     nodes = serializers.SerializerMethodField()
+    state = serializers.SerializerMethodField(help_text="Where it stands or how it ended, in words.")
+    ended_because = serializers.SerializerMethodField(
+        help_text="Why it ended or is being stopped, in words: the reason, the cluster's message, the exit code."
+    )
+    checkpoints = serializers.SerializerMethodField(help_text="Checkpoints it reported (of those the job keeps).")
 
     class Meta:
         model = Attempt
@@ -392,12 +401,21 @@ class AttemptSerializer(serializers.ModelSerializer[Attempt]):
             "cost_per_hour",
             "cost",
             "admitted_at",
+            "submitted_at",
             "started_at",
             "ended_at",
             "outcome",
+            "state",
+            "reason",
+            "message",
+            "exit_code",
+            "ended_because",
+            "stop_reason",
+            "unknown_since",
             "borrowing",
             "backfilled",
             "nodes",
+            "checkpoints",
         ]
         read_only_fields = fields
 
@@ -411,6 +429,44 @@ class AttemptSerializer(serializers.ModelSerializer[Attempt]):
             {"name": a.node.name, "workers": a.workers, "accelerators": a.accelerators}
             for a in attempt.assignments.all()
         ]
+
+    def get_state(self, attempt: Attempt) -> str:
+        return state_words(attempt)
+
+    def get_ended_because(self, attempt: Attempt) -> str:
+        return reason_words(attempt)
+
+    def get_checkpoints(self, attempt: Attempt) -> int:
+        counts = self.context.get("checkpoint_counts")
+        if counts is None:
+            return Checkpoint.objects.filter(job_id=attempt.job_id, attempt=attempt.number).count()
+        return int(counts[attempt.number])
+
+
+class CheckpointSerializer(serializers.ModelSerializer[Checkpoint]):
+    class Meta:
+        model = Checkpoint
+        fields = ["attempt", "location", "step", "reported_at"]
+        read_only_fields = fields
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON number that is whole, and only that: DRF's IntegerField would take "12" and True."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int | float) or data != int(data):
+            self.fail("invalid")
+        return int(super().to_internal_value(data))
+
+
+class CheckpointReportSerializer(StrictSerializer):
+    """What a job reports: where its checkpoint is and, optionally, how far it got. The rest of the checks
+    (a location on one line, at most 500 characters; a step not below 0) are ``checkpoints.report``'s."""
+
+    location = StrictCharField(allow_blank=True, trim_whitespace=False, help_text="Where the checkpoint is.")
+    step = StrictIntegerField(
+        required=False, allow_null=True, default=None, help_text="How far it got: a step, an epoch, a count."
+    )
 
 
 def _current(job: Job) -> Attempt | None:
@@ -494,7 +550,8 @@ class JobSerializer(JobListSerializer):
     cpu = serializers.SerializerMethodField(help_text="Cores per worker.")
     memory_gib = serializers.SerializerMethodField(help_text="GiB per worker.")
     placement = serializers.SerializerMethodField()
-    attempts = AttemptSerializer(many=True, read_only=True)
+    attempts = serializers.SerializerMethodField()
+    last_checkpoint = serializers.SerializerMethodField(help_text="The latest checkpoint it reported, if any.")
     secret_env_names = serializers.ListField(
         child=serializers.CharField(),
         read_only=True,
@@ -528,6 +585,7 @@ class JobSerializer(JobListSerializer):
             "cloned_from",
             "placement",
             "attempts",
+            "last_checkpoint",
         ]
         read_only_fields = fields
 
@@ -541,6 +599,17 @@ class JobSerializer(JobListSerializer):
     def get_placement(self, job: Job) -> dict[str, Any] | None:
         current = _current(job)
         return PlacementSerializer(current).data if current else None
+
+    @extend_schema_field(AttemptSerializer(many=True))
+    def get_attempts(self, job: Job) -> list[dict[str, Any]]:
+        context = {**self.context, "checkpoint_counts": checkpoint_counts(job.checkpoints.all())}
+        return list(AttemptSerializer(job.attempts.all(), many=True, context=context).data)
+
+    @extend_schema_field(CheckpointSerializer(allow_null=True))
+    def get_last_checkpoint(self, job: Job) -> dict[str, Any] | None:
+        # The job's checkpoints, newest first: prefetched so by the view (and at most ``checkpoints.KEEP``).
+        latest = max(job.checkpoints.all(), key=lambda c: (c.reported_at, c.pk), default=None)
+        return dict(CheckpointSerializer(latest).data) if latest else None
 
 
 class JobEventSerializer(serializers.ModelSerializer[JobEvent]):

@@ -6,6 +6,9 @@ every verb), a submission goes through ``actions.submit_job`` (the one path, sha
 the ``qm`` CLI), a cancellation through ``actions.cancel_job``, a preemption or requeue through
 ``actions.preempt_job`` / ``actions.requeue_job``; a job in the wrong state for the change is a 409. The
 serializers convert between the units people use and the engine's.
+
+Checkpoints are reported by the job itself, with its attempt's token (``scheduler.checkpoints``): the one
+endpoint that takes a job token, and one no person's token may report to (docs/jobs.md says why).
 """
 
 from __future__ import annotations
@@ -18,19 +21,24 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Prefetch, QuerySet
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, PermissionDenied, Throttled
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import Serializer
 
 from common import params
+from portal.api.authentication import ApiTokenAuthentication
 from portal.api.errors import error_body
 from portal.api.parsers import JSONParser
+from portal.api.scopes import TokenScope
 from scheduler import actions, submission
 from scheduler.api import serializers as s
+from scheduler.api.authentication import JobTokenAuthentication, JobTokenOrSignedIn
+from scheduler.checkpoints import JobToken, TooSoon, report
 from scheduler.filters import JobFilter
-from scheduler.models import Assignment, Attempt, Job, JobEvent
+from scheduler.models import Assignment, Attempt, Checkpoint, Job, JobEvent
 from scheduler.placement import feasibility
 from tenancy.api.views import TenantViewSet
 
@@ -66,6 +74,9 @@ class JobViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
         queryset = queryset.prefetch_related(Prefetch("attempts", queryset=attempts.order_by("number")))
         if self.action == "retrieve":
             queryset = queryset.prefetch_related("clusters")
+        if self.action not in ("list", "events", "checkpoints"):
+            # What the detail shows of checkpoints (the last, a count per attempt): the kept ones, in one query.
+            queryset = queryset.prefetch_related("checkpoints")
         return queryset
 
     def filter_queryset(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
@@ -79,6 +90,8 @@ class JobViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
             return s.JobSubmissionSerializer
         if self.action == "events":
             return s.JobEventSerializer
+        if self.action == "checkpoints":
+            return s.CheckpointSerializer
         return s.JobSerializer
 
     def _job_request(self, request: Request) -> submission.JobRequest:
@@ -192,3 +205,59 @@ class JobViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
             body = error_body(409, "conflict", " ".join(messages), {"state": messages})
             return Response(body, status=status.HTTP_409_CONFLICT)
         return Response(self._read(job))
+
+    @extend_schema(
+        methods=["GET"],
+        filters=False,
+        responses={200: s.CheckpointSerializer(many=True), 403: ERROR, 404: ERROR},
+        description="The checkpoints the job reported (the last 50 kept), newest first.",
+    )
+    @extend_schema(
+        methods=["POST"],
+        request=s.CheckpointReportSerializer,
+        responses={
+            201: s.CheckpointSerializer,
+            400: ERROR,
+            401: ERROR,
+            403: OpenApiResponse(description="Not a job token, another job's, or its attempt is no longer current."),
+            404: ERROR,
+            429: OpenApiResponse(description="Reported too soon after the last one: see Retry-After."),
+        },
+        description=(
+            "Report a checkpoint, with the job's own token (`QM_JOB_TOKEN`; `qm checkpoint` inside the job). "
+            "A restart resumes from the last one."
+        ),
+    )
+    @action(
+        detail=True,
+        methods=["get", "post"],
+        authentication_classes=[JobTokenAuthentication, ApiTokenAuthentication, SessionAuthentication],
+        permission_classes=[JobTokenOrSignedIn, TokenScope],
+    )
+    def checkpoints(self, request: Request, pk: str | None = None) -> Response:
+        token = request.auth if isinstance(request.auth, JobToken) else None
+        if request.method == "GET":
+            if token is not None:
+                raise PermissionDenied("A job token only reports its job's checkpoints; it reads nothing.")
+            job = self.get_object()
+            page = self.paginate_queryset(Checkpoint.objects.filter(job=job).order_by("-reported_at", "-pk"))
+            assert page is not None
+            return self.get_paginated_response(s.CheckpointSerializer(page, many=True).data)
+        if token is None:
+            self.get_object()  # a job the user may not see is a 404, as for every verb
+            raise PermissionDenied(
+                "Checkpoints are reported by the job itself, with the token of its attempt (QM_JOB_TOKEN): "
+                "run `qm checkpoint` inside the job."
+            )
+        if str(token.job_id) != pk:
+            raise PermissionDenied(f"This job token is for job #{token.job_id}, not #{pk}.")
+        job = Job.objects.filter(pk=token.job_id).first()
+        if job is None:
+            raise NotFound()
+        form = s.CheckpointReportSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        try:
+            checkpoint = report(job, token.attempt, form.validated_data["location"], form.validated_data["step"])
+        except TooSoon as error:
+            raise Throttled(wait=error.retry_after, detail=str(error)) from None
+        return Response(s.CheckpointSerializer(checkpoint).data, status=status.HTTP_201_CREATED)

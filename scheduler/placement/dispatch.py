@@ -30,7 +30,7 @@ from django.utils import timezone
 from clusters.backends.base import Backend, BackendError, DryRun, JobSpec, NotFound, permanent
 from clusters.secrets import CredentialsError
 from clusters.sync import backend_for
-from scheduler import lifecycle
+from scheduler import checkpoints, lifecycle
 from scheduler.models import Attempt, Job
 from scheduler.placement import outcomes
 
@@ -80,6 +80,7 @@ def spec_for(attempt: Attempt) -> JobSpec:
             **job.secret_env(),  # decrypted here only, for the cluster (a key that changed: refused below)
             "QM_ATTEMPT": str(attempt.number),
             "QM_CHECKPOINT_DIR": job.checkpoint_location,
+            **checkpoints.env_for(attempt),  # its token, the API's address, where to resume from
         },
         spot=False,
     )

@@ -35,7 +35,7 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from scheduler import lifecycle
+from scheduler import checkpoints, lifecycle
 from scheduler.models import Attempt, Job
 from scheduler.states import PLACED
 
@@ -159,7 +159,8 @@ def stopped(attempt: Attempt, now: datetime, *, killed: bool) -> bool:
 
 
 def resume_note(job: Job) -> str:
-    return f" It resumes from {job.checkpoint_location}." if job.checkpoint_location else ""
+    where = checkpoints.resume_from(job)
+    return f" It resumes from {where}." if where else ""
 
 
 def _retry(job: Job, now: datetime) -> None:

@@ -17,14 +17,14 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, cast
 
-from django.db.models import Q
+from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 
 from clusters.models import Cluster, Node
 from governance import budgets
 from governance.models import Cohort, MemberLimit, PriorityTier, Queue, Quota
 from scheduler.engine import model as m
-from scheduler.models import Assignment, Attempt, Job, LoopState
+from scheduler.models import Assignment, Attempt, Checkpoint, Job, LoopState
 from scheduler.placement.prices import prices as price_book
 from scheduler.states import PLACED, WAITING
 from tenancy.models import Organization
@@ -295,8 +295,12 @@ def _running(
             )
         )
     running = []
+    # The last checkpoint of each attempt, in the same query: what a preemption would lose runs from there.
+    checkpoints = Checkpoint.objects.filter(job=OuterRef("job_id"), attempt=OuterRef("number"))
+    last_checkpoint = Subquery(checkpoints.order_by("-reported_at").values("reported_at")[:1])
     for a in (
         Attempt.objects.filter(job__team__organization=organization, job__state__in=PLACED, outcome="active")
+        .annotate(last_checkpoint_at=last_checkpoint)
         .values(
             "pk",
             "job_id",
@@ -313,6 +317,7 @@ def _running(
             "job__preemptible",
             "job__team_id",
             "job__submitted_by_id",
+            "last_checkpoint_at",
         )
         .order_by("job_id")
     ):
@@ -333,6 +338,7 @@ def _running(
                 preemptible=a["job__preemptible"] and preemptible_tier.get(a["job__tier__name"], True),
                 evicting=a["job__state"] == Job.State.PREEMPTING,
                 owner=owner(a["job__team_id"], a["job__submitted_by_id"]),
+                last_checkpoint_at=_ts(a["last_checkpoint_at"]) if a["last_checkpoint_at"] else None,
             )
         )
     return tuple(running)

@@ -33,7 +33,8 @@ from django.views.decorators.http import require_GET, require_POST
 from common.types import AuthenticatedHttpRequest
 from governance.models import PriorityTier, Queue
 from scheduler import actions, costs, lifecycle
-from scheduler.models import Assignment, Attempt, Job
+from scheduler.attempts import checkpoint_counts, reason_words, state_words
+from scheduler.models import Assignment, Attempt, Checkpoint, Job
 from scheduler.placement import feasibility
 from scheduler.queues import REASON_LABELS, describe_resources, queue_context
 from scheduler.states import PLACED, WAITING
@@ -141,11 +142,24 @@ def job_rows(request: AuthenticatedHttpRequest) -> HttpResponse:
 # --- one job ----------------------------------------------------------------------------------------------
 
 
+#: Checkpoints listed on the job page, newest first (the job keeps more; the API lists them all).
+CHECKPOINTS_SHOWN = 10
+
+
 @dataclass
 class AttemptRow:
     attempt: Attempt
     cost: Decimal
     assignments: list[Assignment]
+    checkpoints: int = 0
+
+    @property
+    def state(self) -> str:
+        return state_words(self.attempt)
+
+    @property
+    def ended_because(self) -> str:
+        return reason_words(self.attempt)
 
 
 def _state_context(request: AuthenticatedHttpRequest, job: Job) -> dict[str, Any]:
@@ -155,7 +169,9 @@ def _state_context(request: AuthenticatedHttpRequest, job: Job) -> dict[str, Any
             Prefetch("assignments", queryset=Assignment.objects.select_related("node").order_by("pk"))
         )
     )
-    rows = [AttemptRow(a, costs.attempt_cost(a, now), list(a.assignments.all())) for a in attempts]
+    kept: list[Checkpoint] = list(job.checkpoints.order_by("-reported_at", "-pk"))
+    counts = checkpoint_counts(kept)
+    rows = [AttemptRow(a, costs.attempt_cost(a, now), list(a.assignments.all()), counts[a.number]) for a in attempts]
     current = next((row for row in rows if row.attempt.number == job.attempt), None)
     return {
         "job": job,
@@ -168,6 +184,10 @@ def _state_context(request: AuthenticatedHttpRequest, job: Job) -> dict[str, Any
         "cost_so_far": costs.cost_so_far(job, now, attempts),
         "events": lifecycle.timeline(job),
         "resources": describe_resources(job),
+        "last_checkpoint": kept[0] if kept else None,
+        "resume_from": kept[0].location if kept else job.checkpoint_location,
+        "checkpoints": kept[:CHECKPOINTS_SHOWN],
+        "more_checkpoints": max(0, len(kept) - CHECKPOINTS_SHOWN),
     }
 
 

@@ -120,3 +120,20 @@ def test_only_admins_plan_maintenance(world: World, cluster: Cluster) -> None:
             ends_at=timezone.now() + timedelta(hours=2),
             reason="r",
         )
+
+
+def test_a_window_with_the_longest_reason_still_drains(world: World, cluster: Cluster) -> None:
+    start = timezone.now() + timedelta(minutes=30)
+    node = Node.objects.get(cluster=cluster, name="a100-00001")
+    actions.plan_maintenance(
+        world.users["adam"],
+        cluster,
+        starts_at=start,
+        ends_at=start + timedelta(hours=1),
+        reason="x" * actions.MAX_REASON,
+        nodes=[node],
+    )
+    assert maintenance.apply_windows() == maintenance.Applied(1, 0)
+    drain = Drain.objects.get(node=node)
+    assert len(drain.reason) == actions.MAX_REASON
+    assert drain.reason.startswith("maintenance from ")

@@ -7,6 +7,7 @@ changed; the list and live pages keep to a query budget however many clusters an
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -410,3 +411,129 @@ def test_draining_twice_is_400_with_the_reason_and_changes_nothing(world: World,
     resumed = adam.post(f"/clusters/nodes/{h100('h100-00006').pk}/resume/", {"reason": "nothing to resume"})
     assert resumed.status_code == 400
     assert "not drained" in resumed.content.decode()
+
+
+# --- Cordon, and a drain's grace --------------------------------------------------------------------------
+
+
+def test_the_node_page_tells_cordon_from_drain(world: World, fleet: dict[str, Cluster]):
+    body = signed_in(world, "adam").get(f"/clusters/nodes/{h100().pk}/").content.decode()
+    assert 'data-testid="cordon-form"' in body
+    assert "Cordon</strong>: no new work; running jobs finish." in body
+    assert "Drain</strong>: running jobs are signalled, get their grace to checkpoint, then move elsewhere." in body
+    assert 'id="drain_grace_seconds"' in body
+    assert (
+        'data-testid="cordon-form"'
+        not in signed_in(world, "alice").get(f"/clusters/nodes/{h100().pk}/").content.decode()
+    )
+
+
+def test_admin_cordons_a_node_then_drains_it_with_a_grace(world: World, fleet: dict[str, Cluster]):
+    node = h100()
+    adam = signed_in(world, "adam")
+    response = adam.post(f"/clusters/nodes/{node.pk}/cordon/", {"reason": "  flaky NVLink  "})
+    assert response.status_code == 302
+    node.refresh_from_db()
+    assert node.state == Node.State.CORDONED
+    cordon = Drain.objects.get(node=node)
+    assert (cordon.kind, cordon.state, cordon.reason) == ("cordon", "cordoned", "flaky NVLink")
+    assert AuditLog.objects.get(action="node.cordoned").reason == "flaky NVLink"
+    page = adam.get(f"/clusters/nodes/{node.pk}/").content.decode()
+    assert 'data-testid="cordon-form"' not in page  # already cordoned
+    assert 'data-testid="drain-form"' in page  # a cordoned node may be drained
+    assert 'data-testid="resume-form"' in page
+
+    response = adam.post(f"/clusters/nodes/{node.pk}/drain/", {"reason": "swap the board", "grace_seconds": "10m"})
+    assert response.status_code == 302
+    drain = Drain.objects.get(node=node, kind="drain")
+    assert drain.grace_seconds == 600
+    assert AuditLog.objects.get(action="node.drained").changes["grace_seconds"] == 600
+    assert "grace 600 s" in adam.get(f"/clusters/nodes/{node.pk}/").content.decode()
+
+
+def test_a_drain_without_grace_leaves_it_to_each_jobs_tier(world: World, fleet: dict[str, Cluster]):
+    node = h100()
+    assert signed_in(world, "adam").post(f"/clusters/nodes/{node.pk}/drain/", {"reason": "reboot"}).status_code == 302
+    assert Drain.objects.get(node=node).grace_seconds is None
+
+
+@pytest.mark.parametrize("grace", ["soon", "-5", "2d", "10 minutes", "1.5h"])
+def test_a_bad_grace_is_400_naming_the_field_and_changes_nothing(world: World, fleet: dict[str, Cluster], grace: str):
+    node = h100()
+    adam = signed_in(world, "adam")
+    before = unchanged(node)
+    response = adam.post(f"/clusters/nodes/{node.pk}/drain/", {"reason": "ok", "grace_seconds": grace})
+    assert response.status_code == 400
+    assert "grace_seconds" in response.context["drain_form"].errors
+    assert unchanged(node) == before
+
+
+@pytest.mark.parametrize("username", ["alice", "lena", "fiona"])
+def test_who_may_not_change_gets_403_on_cordon_too(world: World, fleet: dict[str, Cluster], username: str):
+    node = h100()
+    client = signed_in(world, username)
+    before = unchanged(node)
+    assert client.post(f"/clusters/nodes/{node.pk}/cordon/", {"reason": "mine"}).status_code == 403
+    assert unchanged(node) == before
+
+
+def test_cordoning_twice_is_400_and_changes_nothing(world: World, fleet: dict[str, Cluster]):
+    node = h100()
+    adam = signed_in(world, "adam")
+    adam.post(f"/clusters/nodes/{node.pk}/cordon/", {"reason": "first"})
+    before = unchanged(node)
+    response = adam.post(f"/clusters/nodes/{node.pk}/cordon/", {"reason": "second"})
+    assert response.status_code == 400
+    assert "h100-00005 is already cordoned." in response.content.decode()
+    assert unchanged(node) == before
+
+
+# --- The cluster form: failover and start timeout ----------------------------------------------------------
+
+
+def _edit_form(cluster: Cluster, **changes: str) -> dict[str, str]:
+    return {
+        "name": cluster.name,
+        "slug": cluster.slug,
+        "endpoint": cluster.endpoint,
+        "region": cluster.region,
+        "levels": ", ".join(cluster.levels),
+        "options": json.dumps(cluster.options),
+        "preference": str(cluster.preference),
+        **changes,
+    }
+
+
+def test_the_cluster_form_shows_and_edits_failover_and_start_timeout(world: World, fleet: dict[str, Cluster]):
+    cluster = fleet["onprem-h100"]
+    adam = signed_in(world, "adam")
+    form = adam.get(f"/clusters/{cluster.pk}/edit/").content.decode()
+    assert 'name="failover_after" value="900"' in form
+    assert 'name="start_timeout" value="900"' in form
+    response = adam.post(
+        f"/clusters/{cluster.pk}/edit/", _edit_form(cluster, failover_after="30m", start_timeout="600")
+    )
+    assert response.status_code == 302, response.context["form"].errors
+    cluster.refresh_from_db()
+    assert (cluster.failover_after, cluster.start_timeout) == (1800, 600)
+    entry = AuditLog.objects.filter(action="cluster.updated").latest("pk")
+    assert entry.changes["failover_after"] == [900, 1800]
+    assert entry.changes["start_timeout"] == [900, 600]
+    page = adam.get(f"/clusters/{cluster.pk}/").content.decode()
+    assert "1800 s of silence" in page
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("failover_after", "59"), ("failover_after", "8d"), ("start_timeout", "soon")]
+)
+def test_a_bad_timeout_is_400_naming_the_field_and_changes_nothing(
+    world: World, fleet: dict[str, Cluster], field: str, value: str
+):
+    cluster = fleet["onprem-h100"]
+    adam = signed_in(world, "adam")
+    audited = AuditLog.objects.count()
+    response = adam.post(f"/clusters/{cluster.pk}/edit/", _edit_form(cluster, **{field: value}))
+    assert response.status_code == 400
+    assert field in response.context["form"].errors
+    cluster.refresh_from_db()
+    assert (cluster.failover_after, cluster.start_timeout, AuditLog.objects.count()) == (900, 900, audited)

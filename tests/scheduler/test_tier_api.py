@@ -83,3 +83,20 @@ def test_bad_input_names_each_field_and_writes_nothing(world: World) -> None:
     assert response.status_code == 400
     assert "No team nobody" in response.json()["error"]["fields"]["teams"][0]
     assert written() == before
+
+
+def test_a_tier_sets_its_own_failover_delay_or_takes_each_clusters(world: World) -> None:
+    adam = api_client(world.users["adam"])
+    body = {"name": "long-runs", "value": 10, "failover_after": 3600, "reason": "multi-day training"}
+    answer = adam.post("/api/v1/tiers/", body, format="json")
+    assert answer.status_code == 201, answer.json()
+    assert answer.json()["failover_after"] == 3600
+    assert PriorityTier.objects.get(name="long-runs").failover_after == 3600
+    before = written()
+    refused = adam.post("/api/v1/tiers/", {**body, "failover_after": 5}, format="json")
+    assert refused.status_code == 400
+    assert "failover_after" in refused.json()["error"]["fields"]
+    assert written() == before
+    cleared = adam.post("/api/v1/tiers/", {**body, "failover_after": None}, format="json")
+    assert cleared.status_code == 200, cleared.json()
+    assert PriorityTier.objects.get(name="long-runs").failover_after is None
