@@ -22,6 +22,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
+from clusters import capabilities
 from clusters.models import Cluster, Drain, MaintenanceWindow, Node, ProbeToken
 from clusters.secrets import CredentialsError
 from common import enqueue, outbound, params
@@ -406,6 +407,8 @@ def _options(actor: User, kind: str, options: Any, stored: dict[str, Any]) -> di
             raise ValidationError({"options": "namespace must be a Kubernetes namespace name."})
     elif kind == Cluster.Kind.SLURM and not isinstance(options.get("gpu_models", {}), dict):
         raise ValidationError({"options": 'gpu_models maps GRES types to models, e.g. {"h100": "H100-SXM-80GB"}.'})
+    if problem := capabilities.invalid_options(kind, options):
+        raise ValidationError({"options": problem})
     return options
 
 

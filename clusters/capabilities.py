@@ -6,7 +6,7 @@ host as it is). Clusters run:
 | kind | containers | batch scripts | notes |
 |---|---|---|---|
 | Kubernetes | yes | no | every pod runs an image |
-| Slurm | with ``container_runtime`` (``pyxis`` or ``apptainer``) | yes | without a runtime Slurm would run a container job's command on the bare host |
+| Slurm | with ``container_runtime`` (``pyxis`` or ``apptainer``) | yes | without one, never containers |
 | Google Cloud TPU | yes (Docker on the TPU VM) | yes (the startup script) | TPU VMs |
 | simulated | as ``options["runs"]`` says (default both) | | |
 
@@ -72,6 +72,23 @@ def of(kind: str, options: Mapping[str, Any] | None) -> Capabilities:
         chosen = frozenset(str(r) for r in runs) & {CONTAINERS, BATCH}
         return Capabilities(chosen, "simulated" if CONTAINERS in chosen else "")
     return Capabilities(frozenset({CONTAINERS, BATCH}), "simulated")
+
+
+def invalid_options(kind: str, options: Mapping[str, Any]) -> str:
+    """What is wrong with the options that say what a cluster runs, in words ("" when nothing): a Slurm
+    cluster's ``container_runtime``, a simulated cluster's ``runs``."""
+    if kind == "slurm":
+        runtime = options.get("container_runtime", "")
+        if runtime and runtime not in SLURM_RUNTIMES:
+            return (
+                f"container_runtime must be one of {', '.join(SLURM_RUNTIMES)} "
+                "(or left out: the cluster then runs batch scripts only)."
+            )
+    if kind == "simulated" and "runs" in options:
+        runs = options["runs"]
+        if not isinstance(runs, list) or not runs or any(r not in (CONTAINERS, BATCH) for r in runs):
+            return f'runs is a list of "{CONTAINERS}" and/or "{BATCH}".'
+    return ""
 
 
 def need(image: str) -> str:

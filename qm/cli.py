@@ -402,6 +402,8 @@ def describe(job: Mapping[str, Any], out: TextIO) -> None:
         ("asks for", asks),
         ("runs", runs),
     ]
+    if job.get("data_locality"):
+        lines.append(("data near", job["data_locality"]))
     if job["topology_level"]:
         lines.append(("topology", f"one {job['topology_level']} ({job['topology_mode']})"))
     if job["state"] in WAITING:

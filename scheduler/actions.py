@@ -137,6 +137,10 @@ def _fleet_errors(request: JobRequest) -> dict[str, str]:
     regions = set(clusters.values_list("region", flat=True)) if request.regions else set()
     if bad := [r for r in request.regions if r not in regions]:
         errors["regions"] = f"Unknown region(s): {', '.join(bad)}. Known: {', '.join(sorted(regions)) or 'none'}."
+    if near := request.data_locality.strip():
+        places = {*clusters.values_list("slug", flat=True), *clusters.values_list("region", flat=True)}
+        if near not in places:
+            errors["data_locality"] = f"{near!r} is neither a cluster nor a region of {org}."
     if request.topology_level:
         levels = {level for row in clusters.values_list("levels", flat=True) for level in row}
         if request.topology_level not in levels:
@@ -212,6 +216,7 @@ def submit_job(actor: User, request: JobRequest, *, http: HttpRequest | None = N
                 tier=tier,
                 preemptible=request.preemptible and tier.preemptible,
                 checkpoint_location=request.checkpoint_location.strip(),
+                data_locality=request.data_locality.strip(),
                 regions=list(request.regions),
                 max_price_per_hour=request.max_price_per_hour,
                 image=request.image.strip(),
@@ -318,6 +323,7 @@ def clone_request(job: Job) -> dict[str, Any]:
         "tier": job.tier_id,
         "preemptible": job.preemptible,
         "checkpoint_location": job.checkpoint_location,
+        "data_locality": job.data_locality,
         "clusters": list(job.clusters.values_list("pk", flat=True)),
         "regions": list(job.regions),
         "max_price_per_hour": job.max_price_per_hour,

@@ -36,6 +36,8 @@ REASON_LABELS: dict[str, str] = {
     PendingReason.NO_FLAVOR: "no such accelerator offered",
     PendingReason.UNKNOWN_QUEUE: "unknown queue",
     PendingReason.UNKNOWN_TIER: "unknown tier",
+    PendingReason.NO_CLUSTER: "no cluster can run it",
+    PendingReason.MAINTENANCE: "would run into maintenance",
 }
 
 

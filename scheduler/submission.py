@@ -55,6 +55,8 @@ class JobRequest:
     topology_mode: str = Job.TopologyMode.REQUIRED
     preemptible: bool = True
     checkpoint_location: str = ""
+    #: Where its data lives: a cluster slug or a region of the organization; "": anywhere.
+    data_locality: str = ""
     clusters: Sequence[Cluster] = ()
     regions: Sequence[str] = ()
     max_price_per_hour: Decimal | None = None
@@ -123,6 +125,10 @@ FIELDS: dict[str, Field] = {
     ),
     "checkpoint_location": Field(
         max_length=500, help="Where it saves checkpoints, e.g. s3://bucket/run. It resumes from there."
+    ),
+    "data_locality": Field(
+        max_length=120,
+        help="Where its data lives: a cluster or a region. It is placed there when it can be, else elsewhere.",
     ),
     "image": Field(max_length=500, help="A container image (and a command), or a batch script."),
     "command": Field(max_length=10_000, help="As in a shell: python train.py --lr 3e-4"),
@@ -280,6 +286,7 @@ CHECKS: tuple[tuple[str, Callable[[JobRequest], None]], ...] = (
     ("time_limit", lambda r: check_bounds("time_limit", r.time_limit)),
     ("topology_mode", lambda r: check_topology_mode(r.topology_mode)),
     ("max_price_per_hour", lambda r: check_price(r.max_price_per_hour)),
+    ("data_locality", lambda r: check_max_length(r.data_locality, limit("data_locality"))),
     ("image", check_program),
     ("command", lambda r: check_command(r.command)),
     ("env", lambda r: check_env(r.env)),

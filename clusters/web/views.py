@@ -26,7 +26,7 @@ from django.utils.cache import patch_cache_control
 from django.views.decorators.gzip import gzip_page
 from django.views.decorators.http import require_GET, require_POST
 
-from clusters import actions
+from clusters import actions, capabilities
 from clusters.live import ALLOCATION_STEPS, MARKED_STATES, UNHEALTHY, live_view
 from clusters.models import AcceleratorType, Cluster, Drain, HealthCheckResult, MaintenanceWindow, Node, ProbeToken
 from clusters.web.filters import NodeFilter
@@ -144,6 +144,7 @@ def _render_cluster(
     context = {
         "cluster": cluster,
         "options": _shown_options(cluster.options),
+        "runs": capabilities.of(cluster.kind, cluster.options).describe(),
         "accelerator_types": accelerator_types,
         "filter": filterset,
         "page": page,

@@ -151,6 +151,7 @@ class JobSubmissionSerializer(StrictSerializer):
     tier = StrictCharField(max_length=40, required=False, allow_null=True, help_text="A priority tier's name.")
     preemptible = serializers.BooleanField(required=False)
     checkpoint_location = text("checkpoint_location", required=False, allow_blank=True)
+    data_locality = text("data_locality", required=False, allow_blank=True)
     clusters = _strings(help_text="Cluster slugs the job may run on; empty: any.")
     regions = _strings(help_text="Regions the job may run in; empty: any.")
     max_price_per_hour = serializers.DecimalField(
@@ -336,6 +337,7 @@ AS_GIVEN = (
     "tier",
     "preemptible",
     "checkpoint_location",
+    "data_locality",
     "clusters",
     "regions",
     "max_price_per_hour",
@@ -568,6 +570,7 @@ class JobSerializer(JobListSerializer):
             "time_limit",
             "preemptible",
             "checkpoint_location",
+            "data_locality",
             "clusters",
             "regions",
             "max_price_per_hour",

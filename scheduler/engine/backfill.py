@@ -117,6 +117,7 @@ class Timeline:
         window: int,
         quantum: int,
         running: RunningWork,
+        maintenance_ends: dict[int, list[float]] | None = None,
     ) -> None:
         self.table = table
         self._running = running  # its releases are read per flavor on first use
@@ -128,6 +129,8 @@ class Timeline:
         self._releases: dict[int, _Releases] = defaultdict(_Releases)
         self._width = table.free.accel.shape[1]
         self._ended: dict[tuple[int, float], tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        #: Per flavor, when maintenance windows on its nodes end (``maintenance.py``).
+        self._maintenance_ends = maintenance_ends or {}
 
     def release(self, assignments: Sequence[Assignment], end: float) -> None:
         """Record that ``assignments`` give their resources back at ``end``."""
@@ -196,6 +199,14 @@ class Timeline:
         probes = 32
         if len(times) > probes:
             times = [times[round(i * (len(times) - 1) / (probes - 1))] for i in range(probes)]
+        ends = self._maintenance_ends.get(flavor)
+        if ends:
+            # Maintenance makes room come and go (a job may fit before a window, not across it, and again
+            # after it), so a binary search could miss it: try every time in order, the windows' ends too.
+            quantum, horizon = self.quantum, self.now + self.window
+            after = {float(np.ceil(e / quantum) * quantum) for e in ends}
+            times = sorted({*times, *(t for t in after if self.now < t <= horizon)})
+            return next((t for t in times if room(self.state_at(flavor, t, t + duration), t)), None)
         known: dict[int, bool] = {}
 
         def fits(i: int) -> bool:

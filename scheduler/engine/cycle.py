@@ -49,9 +49,11 @@ from . import explain
 from .backfill import Timeline
 from .budgets import Ledger
 from .fgd import Fragmentation, Shape, workload_mix
+from .maintenance import Maintenance
 from .model import (
     CPU,
     MEMORY,
+    REFUSED,
     RESOURCES,
     WHOLE,
     Admission,
@@ -83,7 +85,7 @@ from .quota import Mode, QuotaTree
 from .running import RunningWork
 
 #: Reasons that mean "not now" for lack of nodes (as opposed to quota, or "never").
-CAPACITY_REASONS = (PendingReason.CAPACITY, PendingReason.BACKFILL_BLOCKED)
+CAPACITY_REASONS = (PendingReason.CAPACITY, PendingReason.BACKFILL_BLOCKED, PendingReason.MAINTENANCE)
 INF = float("inf")
 #: The least a job must ask for to fail like one that failed: (CPU, memory, time limit, price limit).
 Floor = tuple[int, int, int, float]
@@ -116,6 +118,7 @@ class Verdict:
     estimate: float | None = None
     estimated: bool = False
     settled: bool = False  # nothing left to do for jobs with this verdict but pend them (``run``)
+    refused: bool = False  # ``Pending.refused``
 
 
 class Failures(Generic[T]):
@@ -215,7 +218,15 @@ class Cycle:
                 if w.owner in self.member_limits:
                     self.member_used[w.owner] += used[0]
         self.ledger = Ledger(snapshot.budgets, self.now)
-        self.timeline = Timeline(self.table, self.now, self.config.backfill_window, self.config.time_quantum, self.work)
+        self.maintenance = Maintenance(self.table, snapshot.maintenance, self.now)
+        self.timeline = Timeline(
+            self.table,
+            self.now,
+            self.config.backfill_window,
+            self.config.time_quantum,
+            self.work,
+            self.maintenance.ends,
+        )
         self.preemptor = Preemptor(self)
         self.fragmentation = (
             Fragmentation(
@@ -230,8 +241,8 @@ class Cycle:
             else None
         )
         self._usable_rows: dict[tuple[str, int], IntArray] = {}
-        self._allowed: dict[tuple[str, tuple[str, ...], tuple[str, ...]], list[int]] = {}
-        self._queue_flavors: dict[tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]], list[str]] = {}
+        self._allowed: dict[tuple[object, ...], list[int]] = {}
+        self._queue_flavors: dict[tuple[object, ...], list[str]] = {}
         self._capacity: dict[tuple[int, int], int] = {}
         self._largest_free: dict[tuple[int, int, int], tuple[int, ...]] = {}
         self._failed: Failures[Verdict] = Failures()
@@ -362,6 +373,9 @@ class Cycle:
                 job.clusters,
                 job.regions,
                 job.topology,
+                job.needs,
+                job.excluded,
+                job.preemptible,
             )
             known = failed.known.get(key)
             if not known:
@@ -386,7 +400,8 @@ class Cycle:
             if capped_by is not None and verdict.reason is PendingReason.PRICE_LIMIT:  # the budget's price limit
                 self._pend(job, PendingReason.BUDGET, position=position, facts=ledger.money_facts(job, capped_by))
             elif verdict.settled:  # (``tuple.__new__`` makes the named tuple without its Python-level __new__)
-                pending.append(make(Pending, (job.id, verdict.reason, verdict.message, verdict.estimate, position)))
+                made = (job.id, verdict.reason, verdict.message, verdict.estimate, position, verdict.refused)
+                pending.append(make(Pending, made))
             else:
                 self._reserve_or_pend(job, verdict, position)
         self.stats["considered"] = considered
@@ -425,7 +440,7 @@ class Cycle:
         request = (job.workers * job.accel_per_worker, job.workers * job.cpu, job.workers * job.memory)
         flavors = self._flavors(job, queue)
         if not flavors:
-            return Verdict(PendingReason.NO_FLAVOR, None, {}), (0, 0, 1, Failures.price(job))
+            return self._nowhere(job, queue), (0, 0, 1, Failures.price(job))
         # What the failures found so far depend on; each one raises the floor (see ``Failures``).
         floor = [0, 0, 1, INF]  # cpu, memory, time limit, price limit
         best: tuple[int, int, Placement] | None = None
@@ -450,6 +465,9 @@ class Cycle:
                     job.clusters,
                     job.regions,
                     job.topology,
+                    job.needs,
+                    job.excluded,
+                    job.preemptible,
                 )
                 known = self._no_room.get(room_key, job)
                 if known is None:
@@ -491,6 +509,18 @@ class Cycle:
         verdict = Verdict(first.reason, first.flavor, first.facts, reservable=busy[0].flavor if busy else None)
         return verdict, (int(floor[0]), int(floor[1]), int(floor[2]), floor[3])
 
+    def _nowhere(self, job: Job, queue: Queue) -> Verdict:
+        """Why a job with no flavor in any allowed cluster waits: the clusters that offer its flavors are
+        ruled out (``NO_CLUSTER``, naming them), or none offers them (``NO_FLAVOR``)."""
+        ruled_out = self._ruled_out(job, queue)
+        if not ruled_out:
+            return Verdict(PendingReason.NO_FLAVOR, None, {})
+        facts = {"ruled_out": ruled_out}
+        refused = explain.refused_everywhere(ruled_out)
+        verdict = Verdict(PendingReason.NO_CLUSTER, None, facts, settled=True, refused=refused)
+        verdict.message = explain.message(PendingReason.NO_CLUSTER, job, facts)
+        return verdict
+
     def _quota_mode(self, qi: int, flavor: str, request: tuple[int, int, int]) -> Mode:
         """``QuotaTree.classify``, remembered until the next admission changes usage."""
         key = (qi, flavor, request)
@@ -511,7 +541,10 @@ class Cycle:
                 reserved = self._reserve(job, flavor)
                 if reserved is not None:
                     facts = {"start": reserved.start, "where": f"{flavor} in {reserved.cluster}"}
-                    self._pend(job, PendingReason.RESERVED, position=position, estimate=reserved.start, facts=facts)
+                    reason = PendingReason.RESERVED
+                    if verdict.reason is PendingReason.MAINTENANCE:  # say why it waits, and until when
+                        reason, facts = verdict.reason, {**verdict.facts, "reserved": reserved.start}
+                    self._pend(job, reason, position=position, estimate=reserved.start, facts=facts)
                     return
             elif not verdict.estimated and self.stats["estimates"] < self.config.estimates:
                 # One estimate per verdict: identical jobs behind it cannot start earlier.
@@ -530,13 +563,14 @@ class Cycle:
                 and (verdict.estimated or self.stats["estimates"] >= self.config.estimates)
             )
         )
-        self.pending.append(Pending(job.id, verdict.reason, verdict.message, verdict.estimate, position))
+        made = Pending(job.id, verdict.reason, verdict.message, verdict.estimate, position, verdict.refused)
+        self.pending.append(made)
 
     # ----------------------------------------------------------------------------------------- placement
 
     def _flavors(self, job: Job, queue: Queue) -> list[str]:
         """The queue's flavors, in its fallback order, that the job accepts and may run on somewhere."""
-        key = (queue.name, job.flavors, job.clusters, job.regions)
+        key = (queue.name, job.flavors, job.clusters, job.regions, job.needs, job.excluded)
         flavors = self._queue_flavors.get(key)
         if flavors is None:
             flavors = self._queue_flavors[key] = [
@@ -545,17 +579,47 @@ class Cycle:
         return flavors
 
     def _allowed_clusters(self, job: Job, flavor: str) -> list[int]:
-        key = (flavor, job.clusters, job.regions)
+        """The clusters with nodes of ``flavor`` that the job allows, that can run its program and that it is
+        not excluded from. Every placement, estimate and victim search chooses among these."""
+        key = (flavor, job.clusters, job.regions, job.needs, job.excluded)
         allowed = self._allowed.get(key)
         if allowed is None:
+            excluded = {name for name, _ in job.excluded}
             allowed = [
                 c
-                for c in self.table.clusters_of(flavor)
-                if (not job.clusters or self.table.clusters[c].name in job.clusters)
-                and (not job.regions or self.table.clusters[c].region in job.regions)
+                for c in self._wanted_clusters(job, flavor)
+                if not self.table.clusters[c].refuses(job.needs) and self.table.clusters[c].name not in excluded
             ]
             self._allowed[key] = allowed
         return allowed
+
+    def _wanted_clusters(self, job: Job, flavor: str) -> list[int]:
+        """The clusters with nodes of ``flavor`` in the job's clusters and regions, whatever they run."""
+        return [
+            c
+            for c in self.table.clusters_of(flavor)
+            if (not job.clusters or self.table.clusters[c].name in job.clusters)
+            and (not job.regions or self.table.clusters[c].region in job.regions)
+        ]
+
+    def _ruled_out(self, job: Job, queue: Queue) -> list[explain.RuledOut]:
+        """Each cluster that offers one of the job's flavors in its clusters and regions but cannot run its
+        program or is excluded from it, by name; empty when there is no such cluster."""
+        excluded = dict(job.excluded)
+        ruled_out: dict[str, explain.RuledOut] = {}
+        for flavor in queue.flavors:
+            if job.flavors and flavor not in job.flavors:
+                continue
+            for c in self._wanted_clusters(job, flavor):
+                cluster = self.table.clusters[c]
+                why = excluded.get(cluster.name, "")
+                if why.startswith(REFUSED):  # the cluster's own words explain best
+                    ruled_out[cluster.name] = (cluster.name, why, True)
+                elif cluster.refuses(job.needs):
+                    ruled_out[cluster.name] = (cluster.name, cluster.refuses(job.needs), True)
+                elif why:
+                    ruled_out[cluster.name] = (cluster.name, why, False)
+        return [ruled_out[name] for name in sorted(ruled_out)]
 
     def _may_fit(self, state: FreeState, shape: Shape, workers: int, flavor: str, cluster: int) -> bool:
         """A quick test from each (flavor, cluster)'s largest free node and total free accelerators, in
@@ -646,18 +710,24 @@ class Cycle:
         total_accel = job.workers * job.accel_per_worker
         options: list[Option] = []
         table = self.table
+        windows = self._windows(job, state, t)
         for c in self._allowed_clusters(job, flavor):
             rows = self._rows(flavor, c)
             levels = table.clusters[c].levels
             if not len(rows) or lacks_level(levels, job.topology):
                 continue
+            closed = windows.closed(c, rows, t, end) if windows is not None else None
+            if closed is not None and closed.all():
+                continue
             if state is table.free or state is table.empty:
                 if not self._may_fit(state, shape, job.workers, flavor, c):
                     continue
                 bare = not shape.cpu and not shape.memory and holds is None and job.max_price_per_hour is None
-                if any_one and job.workers == 1 and bare:
+                if any_one and job.workers == 1 and bare and closed is None:
                     return [(c, [], -1, 0.0, 0.0, None)]  # exact for this job (see ``_may_fit``)
             fits = worker_fits(state, rows, shape)
+            if closed is not None:
+                fits = np.where(closed, 0, fits)
             if holds is not None:
                 fits = held_fits(holds, rows, shape, end, fits)
             if job.max_price_per_hour is not None and total_accel:
@@ -690,6 +760,15 @@ class Cycle:
             fit = 1.0 - left / capacity if capacity else 1.0
             options.append((c, pairs, first, fit, cost, waste))
         return options
+
+    def _windows(self, job: Job, state: FreeState, t: float) -> Maintenance | None:
+        """The maintenance windows that may keep ``job`` off nodes if it starts at ``t`` (None: none do). A
+        job does not start on nodes it would still run on when a window starts, unless it is preemptible
+        and starts now (the drain before the window stops it gracefully); no reservation is planned across
+        a window. An idle fleet (``table.empty``) has no windows: maintenance never makes a job impossible."""
+        if not self.maintenance.by_cluster or state is self.table.empty or (job.preemptible and t <= self.now):
+            return None
+        return self.maintenance
 
     def _route(self, job: Job, flavor: str, state: FreeState, options: list[Option]) -> Option:
         """Pick a cluster among those that fit: hardware fit, availability, price, locality, preference."""
@@ -810,6 +889,13 @@ class Cycle:
         never), and the least a job of its kind must ask for to fail the same way (``Failures``)."""
         facts: dict[str, object] = {"flavors": flavor}
         free = self.table.free
+        if self.maintenance.by_cluster and not job.preemptible:
+            window = self.maintenance.first(self._allowed_clusters(job, flavor), self.now, self.now + job.time_limit)
+            if window is not None and self.fits(
+                replace(job, preemptible=True), flavor, free, self.now, self.timeline.holds
+            ):
+                facts.update(cluster=window.cluster, start=window.start)
+                return Verdict(PendingReason.MAINTENANCE, flavor, facts), Failures.floor(job)
         if self.timeline.held and self.fits(job, flavor, free, self.now):
             return Verdict(PendingReason.BACKFILL_BLOCKED, flavor, facts), Failures.floor(job)
         # Not the reservations' doing, so the time limit does not matter; if the accelerators alone do not
@@ -831,7 +917,17 @@ class Cycle:
 
     def _ever_fits(self, bare: Job, flavor: str) -> bool:
         """Whether the job's accelerators fit the allowed part of the fleet with every node idle."""
-        key = (flavor, bare.workers, bare.accelerators, bare.accel_milli, bare.clusters, bare.regions, bare.topology)
+        key = (
+            flavor,
+            bare.workers,
+            bare.accelerators,
+            bare.accel_milli,
+            bare.clusters,
+            bare.regions,
+            bare.topology,
+            bare.needs,
+            bare.excluded,
+        )
         if key not in self._ever:
             empty = self.table.empty
             self._ever[key] = self.fits(bare, flavor, empty, self.now)
@@ -839,7 +935,7 @@ class Cycle:
 
     def _largest_node(self, job: Job, flavor: str) -> tuple[int, int]:
         """The most CPU and memory any allowed node of the flavor has."""
-        key = (flavor, job.clusters, job.regions)
+        key = (flavor, job.clusters, job.regions, job.needs, job.excluded)
         if key not in self._largest:
             rows = [self._rows(flavor, c) for c in self._allowed_clusters(job, flavor)]
             every = np.concatenate(rows) if rows else np.zeros(0, np.int64)

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import cast
 
 from .fgd import Shape
-from .model import WHOLE, Job, PendingReason
+from .model import BATCH, CONTAINERS, REFUSED, WHOLE, Job, PendingReason
+
+#: How many ruled-out clusters a pending message names before "and N more".
+NAMED = 4
 
 
 def shape_words(job: Job) -> str:
@@ -91,6 +95,18 @@ def message(reason: PendingReason, job: Job, facts: Mapping[str, object]) -> str
             )
         case PendingReason.BUDGET:
             return _budget_words(shape, facts)
+        case PendingReason.NO_CLUSTER:
+            return _no_cluster_words(job, facts)
+        case PendingReason.MAINTENANCE:
+            then = (
+                f" Capacity is reserved for it from about {when(float(str(facts['reserved'])))}."
+                if facts.get("reserved") is not None
+                else ""
+            )
+            return (
+                f"It would run into maintenance on {facts.get('cluster')} at {when(float(str(facts.get('start'))))} "
+                f"within its time limit, and it is not preemptible; a shorter time limit could let it start now.{then}"
+            )
     raise AssertionError(reason)  # pragma: no cover - every reason is handled above
 
 
@@ -108,3 +124,28 @@ def _budget_words(shape: str, facts: Mapping[str, object]) -> str:
         f"Budget {label} has {left:,.4g} accelerator-hours left this month, and {shape} for up to {hours} hours "
         f"may use {float(str(facts.get('needed', 0))):,.4g}. {then}"
     )
+
+
+#: A cluster ruled out for a job: (name, why in words, whether for good).
+RuledOut = tuple[str, str, bool]
+
+
+def refused_everywhere(ruled_out: Sequence[RuledOut]) -> bool:
+    """Whether a job that no cluster can take (``NO_CLUSTER``, ruled out of these clusters) should fail: at
+    least one cluster refused it, and every other one is ruled out for good too (refused it, or cannot run
+    its program); none is out only for a while (could not be reached), after which the job may go there.
+    The cycle puts the answer in ``Pending.refused`` for the placement loop."""
+    return any(why.startswith(REFUSED) for _, why, _ in ruled_out) and all(good for _, _, good in ruled_out)
+
+
+def _no_cluster_words(job: Job, facts: Mapping[str, object]) -> str:
+    ruled_out = cast("Sequence[RuledOut]", facts.get("ruled_out") or ())
+    named = "; ".join(f"{name} {why}" for name, why, _ in ruled_out[:NAMED])
+    if len(ruled_out) > NAMED:
+        named += f"; and {len(ruled_out) - NAMED} more"
+    capability_only = all(good and not why.startswith(REFUSED) for _, why, good in ruled_out)
+    if capability_only and job.needs == BATCH:
+        return f"No cluster here runs batch scripts without a container image: {named}."
+    if capability_only and job.needs == CONTAINERS:
+        return f"No cluster here runs container images: {named}."
+    return f"No cluster can run it: {named}."

@@ -23,6 +23,16 @@ RESOURCES = ("accelerator", "cpu", "memory")
 ACCEL, CPU, MEMORY = range(3)
 WHOLE = 1000  # milli-accelerators in one accelerator
 
+#: What a job's program needs of a cluster (``Job.needs``) and what a cluster runs (``Cluster.runs``): the
+#: same words as ``clusters/capabilities.py``, which derives them from a cluster's kind and options.
+CONTAINERS = "containers"
+BATCH = "batch_scripts"
+TPU_VMS = "tpu_vms"
+EVERYTHING = frozenset({CONTAINERS, BATCH, TPU_VMS})
+#: How an exclusion's reason begins when the cluster refused the job for good (``Job.excluded``); any other
+#: exclusion is for a while only (the cluster could not be reached).
+REFUSED = "refused it"
+
 
 class TopologyMode(StrEnum):
     REQUIRED = "required"  # all workers in one domain of the level, or do not start
@@ -70,6 +80,15 @@ class Cluster:
     levels: tuple[str, ...] = ()
     #: Admin preference for this cluster, 0-100 (e.g. prefer on-prem capacity that is already paid for).
     preference: int = 50
+    #: What its jobs' programs may be (``CONTAINERS``, ``BATCH``, ``TPU_VMS``); a job needing anything else
+    #: is never routed here.
+    runs: frozenset[str] = EVERYTHING
+
+    def refuses(self, needs: str) -> str:
+        """Why a job needing ``needs`` cannot run here, in words ("" when it can)."""
+        if not needs or needs in self.runs:
+            return ""
+        return "runs no containers" if needs == CONTAINERS else "needs a container image"
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +178,11 @@ class Job:
     #: Data-locality hint: a cluster or region name where the job's data lives.
     locality: str | None = None
     preemptible: bool = True
+    #: What its program needs of a cluster (``CONTAINERS`` when it names an image, else ``BATCH``); "": anything.
+    needs: str = ""
+    #: Clusters it must not be routed to, with why: ("slurm-b", "refused it: invalid partition"). A reason
+    #: beginning with ``REFUSED`` is for good; others last a while (the snapshot drops them when they expire).
+    excluded: tuple[tuple[str, str], ...] = ()
     #: Who submitted it, for per-member limits (``Snapshot.member_limits``); empty: no limit applies.
     owner: str = ""
     #: The hard budgets it is charged to (names in ``Snapshot.budgets``: its team's, its project's).
@@ -290,6 +314,19 @@ class Config:
 
 
 @dataclass(frozen=True, slots=True)
+class Maintenance:
+    """Planned maintenance: ``nodes`` of ``cluster`` (engine node names; empty: all its nodes) are out of
+    service from ``start`` to ``end``. A job that would still run at ``start`` does not start on them unless
+    it is preemptible (the drain before the window stops it gracefully), and no reservation is planned on
+    them across the window."""
+
+    cluster: str
+    nodes: tuple[str, ...]
+    start: float
+    end: float
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     now: float
     clusters: tuple[Cluster, ...]
@@ -304,6 +341,8 @@ class Snapshot:
     member_limits: Mapping[str, int] = field(default_factory=dict)
     #: Hard budgets by name (``Job.budgets``), with what is left of each after the work already running.
     budgets: Mapping[str, Budget] = field(default_factory=dict)
+    #: Maintenance windows that have not ended and start within the backfill window.
+    maintenance: tuple[Maintenance, ...] = ()
 
 
 # ----------------------------------------------------------------------------------------------- decisions
@@ -327,6 +366,12 @@ class PendingReason(StrEnum):
     NOT_CONSIDERED = "not_considered"  # the cycle's work limit was reached before this job
     MEMBER_LIMIT = "member_limit"  # its submitter's running jobs already hold the team lead's per-member limit
     BUDGET = "budget"  # it could use more accelerator-hours or money than a hard budget has left this month
+    #: Every cluster that offers its accelerators is ruled out: it cannot run the job's program, or the
+    #: job is excluded from it (``Job.excluded``). ``Pending.refused`` says whether that is for good.
+    NO_CLUSTER = "no_cluster"
+    #: It would still be running when maintenance starts on the nodes that could take it, and it is not
+    #: preemptible.
+    MAINTENANCE = "maintenance"
 
 
 class PreemptionReason(StrEnum):
@@ -384,6 +429,10 @@ class Pending(NamedTuple):
     #: Position among this cycle's valid jobs in the order considered (0 = first), for "N jobs ahead of you";
     #: None for jobs refused before ordering (unknown queue or tier).
     position: int | None = None
+    #: True when the job can never start as things stand and the placement loop should fail it: the reason
+    #: is ``NO_CLUSTER``, at least one cluster refused it, and every other cluster is ruled out for good
+    #: too (it cannot run the program), none only for a while (``refused_everywhere``).
+    refused: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -121,7 +121,16 @@ class Preemptor:
     def _candidates(self, job: Job, tier: Tier, queue: Queue, qi: int, flavor: str) -> list[Running]:
         """Workloads the policy lets ``job`` preempt, cheapest first (cached for identical preemptors)."""
         newer_matters = queue.within_queue is WithinQueue.LOWER_OR_NEWER_EQUAL_PRIORITY
-        key = (qi, tier.priority, flavor, job.clusters, job.regions, job.submitted_at if newer_matters else None)
+        key = (
+            qi,
+            tier.priority,
+            flavor,
+            job.clusters,
+            job.regions,
+            job.needs,
+            job.excluded,
+            job.submitted_at if newer_matters else None,
+        )
         cached = self._candidate_lists.get(key)
         if cached is None:
             cached = self._candidate_lists[key] = self._find_candidates(job, tier, queue, qi, flavor).tolist()

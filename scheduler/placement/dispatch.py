@@ -114,7 +114,7 @@ def dispatch(attempt_id: int, now: datetime | None = None) -> str:
     except (BackendError, CredentialsError) as error:
         if permanent(error):
             message = f"Cluster {attempt.cluster} refused the job: {error}"
-            outcomes.end(attempt, "refused", message, now)
+            outcomes.end(attempt, "refused", message, now, said=str(error) or type(error).__name__)
             return "refused"
         return _transient(attempt, error, now)
     if isinstance(backend_id, DryRun):  # a dry-run cluster: nothing was started

@@ -45,6 +45,7 @@ NEVER = {
     R.TOPOLOGY: "topology_level",
     R.PRICE_LIMIT: "max_price_per_hour",
     R.QUOTA_EXCEEDS_LIMIT: "accelerators",
+    R.NO_CLUSTER: "image",  # a new job is excluded from nowhere: no cluster runs its kind of program
 }
 
 
@@ -131,6 +132,8 @@ def _job(queue: Queue, tier: PriorityTier, request: JobRequest, submitted_at: fl
             "time_limit": request.time_limit,
             "max_price_per_hour": request.max_price_per_hour,
             "preemptible": request.preemptible and tier.preemptible,
+            "image": request.image,
+            "data_locality": request.data_locality,
         }
     )
 

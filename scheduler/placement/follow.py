@@ -181,8 +181,9 @@ def _refused_late(attempt: Attempt, status: JobStatus, now: datetime) -> bool:
     rejects): cancel it there and place it elsewhere."""
     reason = FAILURES[Failure(status.reason)]
     what = "cannot pull its image" if reason == "image_pull" else "will not start it"
-    message = f"Cluster {attempt.cluster} {what}: {status.message or status.reason}"
-    return outcomes.end(attempt, reason, message, now, cleanup_pending=True)
+    said = status.message or status.reason
+    message = f"Cluster {attempt.cluster} {what}: {said}"
+    return outcomes.end(attempt, reason, message, now, cleanup_pending=True, said=said)
 
 
 def _deadlines(attempt: Attempt, status: JobStatus, backend: Backend, now: datetime, report: FollowReport) -> None:

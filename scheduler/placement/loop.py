@@ -54,6 +54,8 @@ class CycleReport:
     running: int = 0
     #: Decisions dropped because the job changed between the snapshot and the apply (cancelled, ...).
     skipped: int = 0
+    #: Waiting jobs failed because every cluster that could run them refused them for good.
+    failed: int = 0
     #: True when another cycle applied first: nothing of this one was written.
     stale: bool = False
     #: True when the cycle stopped at its admission limit with jobs it did not examine: run the next one now.
@@ -126,6 +128,7 @@ def run_cycle(
 
     started = time.perf_counter()
     write_pending(index, decisions.pending)
+    report.failed = fail_refused(index, decisions.pending, now)
     report.seconds["pending"] = time.perf_counter() - started
     report.pending = len(decisions.pending)
     report.more = any(p.reason is m.PendingReason.NOT_CONSIDERED for p in decisions.pending)
@@ -337,6 +340,21 @@ def write_pending(index: Index, pending: tuple[m.Pending, ...]) -> int:
         with transaction.atomic():
             Job.objects.bulk_update(jobs, fields, batch_size=500)
     return len(rows)
+
+
+def fail_refused(index: Index, pending: tuple[m.Pending, ...], now: datetime) -> int:
+    """Fail the waiting jobs that every cluster able to run them refused for good (``Pending.refused``), with
+    the clusters' words: waiting would not change the answer. Only jobs still as the snapshot saw them."""
+    failed = 0
+    for p in pending:
+        seen = index.waiting.get(int(p.job))
+        if not p.refused or seen is None:
+            continue
+        job = Job.objects.filter(pk=int(p.job), state=seen[0], attempt=seen[1]).first()
+        if job is not None:
+            message = f"{p.message} Nothing else can run it."
+            failed += lifecycle.move(job, S.FAILED, "refused", message, at=now, message=message, finished_at=now)
+    return failed
 
 
 def _same_minute(a: datetime | None, b: datetime | None) -> bool:

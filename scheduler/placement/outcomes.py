@@ -86,9 +86,11 @@ def end(
     *,
     cleanup_pending: bool = False,
     exit_code: int | None = None,
+    said: str | None = None,
 ) -> bool:
     """End ``attempt`` for ``reason`` (a code of ``RULES``) and move its job as the table says, in one
-    transaction with the job row locked. False if the job had moved on already (nothing written)."""
+    transaction with the job row locked; ``message`` goes to the job's timeline, ``said`` (the cluster's own
+    words, when it gave some) to the attempt, else ``message``. False if the job had moved on already."""
     rule = RULES[reason]
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=attempt.job_id)
@@ -100,7 +102,7 @@ def end(
             cleanup_pending=cleanup_pending,
             dispatch_claimed_until=None,
             reason=reason,
-            message=message[:4000],
+            message=(message if said is None else said)[:4000],
             exit_code=exit_code,
         )
         if not ended:

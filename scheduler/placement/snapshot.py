@@ -13,14 +13,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, cast
 
 from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 
-from clusters.models import Cluster, Node
+from clusters import capabilities
+from clusters.models import Cluster, MaintenanceWindow, Node
 from governance import budgets
 from governance.models import Cohort, MemberLimit, PriorityTier, Queue, Quota
 from scheduler.engine import model as m
@@ -30,6 +31,13 @@ from scheduler.states import PLACED, WAITING
 from tenancy.models import Organization
 
 CPU_FLAVOR = "cpu"  # the flavor of nodes without accelerators
+#: How long a cluster that dispatch gave up reaching (attempt reason ``undeliverable``), or that did not start
+#: all of the job's workers in time (``start_timeout``), is kept from the job.
+EXCLUDE_UNDELIVERABLE = timedelta(minutes=30)
+#: The attempt reasons that keep a cluster from the job for ``EXCLUDE_UNDELIVERABLE``.
+FOR_A_WHILE = ("undeliverable", "start_timeout")
+UNREACHED = "could not be reached for it"
+NOT_STARTED = "did not start it in time"
 
 
 @dataclass(slots=True)
@@ -92,6 +100,7 @@ def build(
     running = _running(organization, tiers, index, placed)
     hard_budgets = budgets.snapshot_budgets(organization.pk, now)
     pending = _pending(organization, now, index, hard_budgets)
+    config = config or m.Config()
     limits = MemberLimit.objects.filter(team__organization=organization).values_list("team", "user", "accelerators")
     member_limits = {owner(team, user): int(amount * 1000) for team, user, amount in limits}
     snapshot = m.Snapshot(
@@ -103,9 +112,10 @@ def build(
         queues=queues,
         running=running,
         pending=pending,
-        config=config or m.Config(),
+        config=config,
         member_limits=member_limits,
         budgets=hard_budgets,
+        maintenance=maintenance(organization, now, config.backfill_window),
     )
     return snapshot, index
 
@@ -206,7 +216,16 @@ def fleet(
             )
         )
     every_flavor = tuple(sorted(flavors_seen, key=lambda f: (f == CPU_FLAVOR, flavors_seen[f], f)))
-    engine_clusters = tuple(m.Cluster(c["slug"], c["region"], tuple(c["levels"]), c["preference"]) for c in clusters)
+    engine_clusters = tuple(
+        m.Cluster(
+            c["slug"],
+            c["region"],
+            tuple(c["levels"]),
+            c["preference"],
+            capabilities.of(c["kind"], c["options"]).runs,
+        )
+        for c in clusters
+    )
     return engine_clusters, tuple(nodes), every_flavor
 
 
@@ -344,6 +363,61 @@ def _running(
     return tuple(running)
 
 
+def maintenance(organization: Organization, now: datetime, window: int) -> tuple[m.Maintenance, ...]:
+    """The maintenance windows of the organization's clusters that have not ended and start within
+    ``window`` seconds of ``now``, with their nodes as engine names (none: the whole cluster)."""
+    rows = list(
+        MaintenanceWindow.objects.filter(
+            cluster__organization=organization, ends_at__gt=now, starts_at__lte=now + timedelta(seconds=window)
+        ).values_list("pk", "cluster__slug", "starts_at", "ends_at")
+    )
+    if not rows:
+        return ()
+    nodes: dict[int, list[str]] = defaultdict(list)
+    for pk, slug, name in MaintenanceWindow.nodes.through.objects.filter(
+        maintenancewindow_id__in=[row[0] for row in rows]
+    ).values_list("maintenancewindow_id", "node__cluster__slug", "node__name"):
+        nodes[pk].append(f"{slug}/{name}")
+    return tuple(
+        m.Maintenance(slug, tuple(sorted(nodes.get(pk, ()))), _ts(start), _ts(end)) for pk, slug, start, end in rows
+    )
+
+
+def _exclusions(organization: Organization, now: datetime) -> dict[int, tuple[tuple[str, str], ...]]:
+    """Per waiting job, the clusters it must not go to, with why: every cluster that refused it, for good;
+    every cluster that dispatch could not reach for it, or that did not start all its workers in time, for
+    ``EXCLUDE_UNDELIVERABLE`` after that attempt ended. One query for all waiting jobs."""
+    found: dict[int, dict[str, str]] = defaultdict(dict)
+    refused = Attempt.Outcome.REFUSED
+    for job_id, slug, outcome, reason, message in (
+        Attempt.objects.filter(job__team__organization=organization, job__state__in=WAITING)
+        .filter(Q(outcome=refused) | Q(reason__in=FOR_A_WHILE, ended_at__gt=now - EXCLUDE_UNDELIVERABLE))
+        .order_by("job_id", "number")
+        .values_list("job_id", "cluster__slug", "outcome", "reason", "message")
+    ):
+        if outcome == refused:
+            found[job_id][slug] = f"{m.REFUSED}: {message}" if message else m.REFUSED
+        elif not found[job_id].get(slug, "").startswith(m.REFUSED):
+            words = UNREACHED if reason == "undeliverable" else NOT_STARTED
+            found[job_id][slug] = f"{words}: {message}" if message else words
+    return {job_id: tuple(sorted(why.items())) for job_id, why in found.items()}
+
+
+def _checkpoint_clusters(organization: Organization) -> dict[int, str]:
+    """Per waiting job that has reported a checkpoint, the cluster of the latest attempt that wrote one."""
+    cluster = Attempt.objects.filter(job=OuterRef("job"), number=OuterRef("attempt")).values("cluster__slug")[:1]
+    found: dict[int, str] = {}
+    for job_id, slug in (
+        Checkpoint.objects.filter(job__team__organization=organization, job__state__in=WAITING)
+        .annotate(slug=Subquery(cluster))
+        .order_by("job_id", "-attempt", "-reported_at")
+        .values_list("job_id", "slug")
+    ):
+        if slug and job_id not in found:
+            found[job_id] = slug
+    return found
+
+
 def _pending(
     organization: Organization, now: datetime, index: Index, hard_budgets: dict[str, m.Budget]
 ) -> tuple[m.Job, ...]:
@@ -352,6 +426,8 @@ def _pending(
         job__team__organization=organization, job__state__in=WAITING
     ).values_list("job_id", "cluster__slug"):
         allowed_clusters[job_id].append(slug)
+    excluded = _exclusions(organization, now)
+    checkpointed = _checkpoint_clusters(organization)
     pending = []
     for j in (
         Job.objects.filter(team__organization=organization, state__in=WAITING)
@@ -375,6 +451,9 @@ def _pending(
             "time_limit",
             "max_price_per_hour",
             "preemptible",
+            "tier__preemptible",
+            "image",
+            "data_locality",
             "pending_reason",
             "pending_message",
             "queue_position",
@@ -391,6 +470,9 @@ def _pending(
             (j["pending_reason"], j["pending_message"], j["queue_position"], j["estimated_start"]),
         )
         j["clusters"] = allowed_clusters.get(j["pk"], ())
+        j["excluded"] = excluded.get(j["pk"], ())
+        j["preemptible"] = j["preemptible"] and j["tier__preemptible"]
+        j["locality"] = j["data_locality"] or checkpointed.get(j["pk"], "")
         if hard_budgets:
             j["budgets"] = budgets.charged_to(hard_budgets, j["team_id"], j["project_id"])
         pending.append(engine_job(j))
@@ -418,6 +500,9 @@ def engine_job(j: dict[str, Any]) -> m.Job:
         time_limit=j["time_limit"],
         max_price_per_hour=float(price) if price is not None else None,
         preemptible=j["preemptible"],
+        needs=capabilities.need(j["image"]) if "image" in j else "",
+        excluded=j.get("excluded", ()),
+        locality=j.get("locality") or j.get("data_locality") or None,
         owner=owner(j["team_id"], j["submitted_by_id"]) if "team_id" in j else "",
         budgets=j.get("budgets", ()),
     )

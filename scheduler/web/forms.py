@@ -129,6 +129,7 @@ class JobForm(ChoicesForm):
     time_limit_minutes = forms.IntegerField(min_value=0, max_value=59, initial=0, label="minutes")
     max_retries = whole("max_retries", label="Retries", help_text="After a node or cluster failure.")
     checkpoint_location = text("checkpoint_location", help_text=FIELDS["checkpoint_location"].help)
+    data_locality = text("data_locality", label="Data near", help_text=FIELDS["data_locality"].help)
 
     image = text("image", label="Container image")
     command = forms.CharField(
@@ -287,6 +288,7 @@ class JobForm(ChoicesForm):
         "time_limit": 3600,
         "max_retries": 3,
         "checkpoint_location": "",
+        "data_locality": "",
         "image": "",
         "command": [],
         "script": "",
@@ -328,6 +330,7 @@ class JobForm(ChoicesForm):
             topology_mode=data["topology_mode"],
             preemptible=data["preemptible"],
             checkpoint_location=data["checkpoint_location"],
+            data_locality=data["data_locality"],
             clusters=[self.cluster_rows[pk] for pk in data["clusters"]],
             regions=list(data["regions"]),
             max_price_per_hour=data["max_price_per_hour"],
