@@ -78,10 +78,12 @@ class SlurmScenario(Scenario):
             assert time.monotonic() < deadline, events(job)
             time.sleep(0.3)
 
-    def place_again(self, job: Job) -> None:
+    def place_again(self, job: Job, *, wait: bool = True) -> None:
+        """Place a requeued job and (``wait``) follow it until it runs or ends."""
         job.refresh_from_db()
         self.cycle(job.not_before)
-        self.until(job, lambda j: j.state == Job.State.RUNNING or j.state in FINAL, at=job.not_before)
+        if wait:
+            self.until(job, lambda j: j.state == Job.State.RUNNING or j.state in FINAL, at=job.not_before)
 
     def finish(self, job: Job) -> None:
         """Open the gate (Slurm's copies end) and let the simulated clusters' hour pass."""
@@ -133,7 +135,7 @@ def refused_everywhere(s: SlurmScenario) -> Row:
     s.refuse_on_simulated("account lab-x is not allowed here")
     job = s.submit()
     s.cycle()
-    s.place_again(job)
+    s.place_again(job, wait=False)  # west refuses too
     s.cycle()
     job.refresh_from_db()
     assert job.state == Job.State.FAILED, events(job)
