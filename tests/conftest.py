@@ -73,6 +73,16 @@ def _fresh_cache() -> None:
         caches["default"].clear()
 
 
+def pytest_sessionstart(session: Any) -> None:
+    """Forget the fault-matrix rows of an earlier run (in the controller only, before any worker writes)."""
+    if not hasattr(session.config, "workerinput"):
+        import shutil
+
+        from tests.scheduler.fault_table import ARTIFACTS
+
+        shutil.rmtree(ARTIFACTS, ignore_errors=True)
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Print the fault-injection matrix (``tests/scheduler/test_fault_matrix.py``) when it ran: one row per
     backend and fault, written by the scenarios (also under xdist, whose workers write the files)."""
