@@ -137,10 +137,12 @@ def report_state(attempt: Attempt, status: JobStatus, now: datetime, report: Fol
                     report.started += 1
     elif status.state == JobState.PENDING and status.reason in NEVER_STARTS:
         report.ended += _refused_late(attempt, status, now)
+    elif status.state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED) and attempt.stop_deadline:
+        # It exited on our signal. Exit 0 too: a job that checkpoints on SIGTERM and exits cleanly (Slurm's
+        # COMPLETED, a Kubernetes index completed) was interrupted, not finished.
+        report.ended += outcomes.stopped(attempt, now, killed=False)
     elif status.state == JobState.SUCCEEDED:
         report.ended += outcomes.end(attempt, "succeeded", words or "Finished successfully.", now)
-    elif status.state in (JobState.FAILED, JobState.CANCELLED) and attempt.stop_deadline:
-        report.ended += outcomes.stopped(attempt, now, killed=False)  # it exited on our signal
     elif status.state == JobState.FAILED:
         reason = FAILURES.get(Failure(status.reason), "job_failed") if status.reason in Failure else "job_failed"
         report.ended += outcomes.end(

@@ -37,3 +37,64 @@ def simulated_cluster(
         result = sync.sync_cluster(cluster.pk)
         assert result.ok, result.error
     return cluster
+
+
+def kubernetes_cluster(
+    org: Organization,
+    slug: str,
+    url: str,
+    token: str,
+    *,
+    synced: bool = True,
+    **options: Any,
+) -> Cluster:
+    """A Kubernetes cluster whose API server is ``url`` (the fake in ``kube_server.py``), namespace
+    ``research`` unless ``options`` say otherwise."""
+    cluster = Cluster.objects.create(
+        organization=org,
+        name=slug,
+        slug=slug,
+        kind=Cluster.Kind.KUBERNETES,
+        endpoint=url,
+        region="eu",
+        options={"namespace": "research", **options},
+    )
+    cluster.set_credentials({"token": token})
+    cluster.save()
+    if synced:
+        result = sync.sync_cluster(cluster.pk)
+        assert result.ok, result.error
+    return cluster
+
+
+def tpu_cluster(org: Organization, slug: str, url: str, *, synced: bool = True, **options: Any) -> Cluster:
+    """A Cloud TPU cluster whose API is ``url`` (the fake in ``tpu_server.py``, anonymous); ``options`` need
+    ``project`` and ``zone``."""
+    cluster = Cluster.objects.create(
+        organization=org, name=slug, slug=slug, kind=Cluster.Kind.TPU, endpoint=url, region="eu", options=options
+    )
+    if synced:
+        result = sync.sync_cluster(cluster.pk)
+        assert result.ok, result.error
+    return cluster
+
+
+def slurm_cluster(
+    org: Organization, slug: str, endpoint: str, token: str, *, synced: bool = True, **options: Any
+) -> Cluster:
+    """A Slurm cluster through slurmrestd at ``endpoint`` (the lab in ``slurm_lab.py``) as root."""
+    cluster = Cluster.objects.create(
+        organization=org,
+        name=slug,
+        slug=slug,
+        kind=Cluster.Kind.SLURM,
+        endpoint=endpoint,
+        region="eu",
+        options=options,
+    )
+    cluster.set_credentials({"user": "root", "token": token})
+    cluster.save()
+    if synced:
+        result = sync.sync_cluster(cluster.pk)
+        assert result.ok, result.error
+    return cluster

@@ -153,6 +153,8 @@ class KubeServer:
         self.deleted_jobs: list[dict[str, Any]] = []
         #: (method, path) -> (status, content type, raw body): answer this instead, for malformed replies.
         self.canned: dict[tuple[str, str], tuple[int, str, bytes]] = {}
+        #: (method, path) -> [error, answers left or None]: requests refused or failed for a while (``fail_requests``).
+        self.failing: dict[tuple[str, str], list[Any]] = {}
         self.resource_version = 1000
         if seed:
             seed_fleet(self, now or datetime.now(UTC))
@@ -189,6 +191,29 @@ class KubeServer:
         assert self._httpd is not None, "start the server first"
         host, port = self._httpd.server_address[:2]
         return f"{'https' if self.tls else 'http'}://{host!s}:{port}"
+
+    def fail_requests(self, method: str, path: str, error: ApiError, times: int | None = None) -> None:
+        """Answer ``method path`` with ``error`` the next ``times`` times, or every time until ``heal``."""
+        with self.lock:
+            self.failing[(method, path)] = [error, times]
+
+    def heal(self) -> None:
+        """Answer everything normally again."""
+        with self.lock:
+            self.failing.clear()
+
+    def _failure(self, method: str, path: str) -> ApiError | None:
+        entry = self.failing.get((method, path))
+        if entry is None:
+            return None
+        error: ApiError = entry[0]
+        left: int | None = entry[1]
+        if left is not None:
+            if left <= 1:
+                del self.failing[(method, path)]
+            else:
+                entry[1] = left - 1
+        return error
 
     def mutations(self) -> list[tuple[str, str, str, Any]]:
         return [r for r in self.requests if r[0] != "GET"]
@@ -500,6 +525,10 @@ class _Handler(BaseHTTPRequestHandler):
         with self.kube.lock:
             self.kube.requests.append((method, self.path, content_type, body))
             canned = self.kube.canned.get((method, url.path))
+            failure = self.kube._failure(method, url.path)
+        if failure is not None:
+            self._reply(failure.code, json.dumps(failure.status()).encode(), "application/json")
+            return
         if canned is not None:
             self._reply(canned[0], canned[2], canned[1])
             return

@@ -82,7 +82,9 @@ STATUS_NAMES = {
     403: "PERMISSION_DENIED",
     404: "NOT_FOUND",
     409: "ALREADY_EXISTS",
+    429: "RESOURCE_EXHAUSTED",
     500: "INTERNAL",
+    503: "UNAVAILABLE",
 }
 
 # RFC 1035 label: what the API accepts as a queued resource id.
@@ -155,6 +157,8 @@ class TpuServer:
     queued_resources: dict[str, QueuedResource] = field(default_factory=dict)
     operations: dict[str, dict[str, Any]] = field(default_factory=dict)
     requests: list[Recorded] = field(default_factory=list)
+    #: (method, collection) -> [error, answers left or None]: requests refused or failed (``fail_requests``).
+    failing: dict[tuple[str, str], list[Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -270,6 +274,31 @@ class TpuServer:
         qr = self.queued_resources[qr_id]
         qr.fixed_state = "SUSPENDED"
         qr.body["state"] = {"state": "SUSPENDED", "suspendedData": {}, "stateInitiator": initiator}
+
+    def fail_requests(self, method: str, collection: str, error: ApiError, times: int | None = None) -> None:
+        """Answer ``method`` on ``collection`` (``queuedResources``, ``nodes`` ...) with ``error`` the next
+        ``times`` times, or every time until ``heal``."""
+        with self._lock:
+            self.failing[(method, collection)] = [error, times]
+
+    def heal(self) -> None:
+        with self._lock:
+            self.failing.clear()
+
+    def _failure(self, method: str, path: str) -> ApiError | None:
+        match = PATH.match(path)
+        key = (method, match.group("collection") if match else "")
+        entry = self.failing.get(key)
+        if entry is None:
+            return None
+        error: ApiError = entry[0]
+        left: int | None = entry[1]
+        if left is not None:
+            if left <= 1:
+                del self.failing[key]
+            else:
+                entry[1] = left - 1
+        return error
 
     def mutations(self) -> list[Recorded]:
         return [r for r in self.requests if r.method != "GET"]
@@ -522,6 +551,9 @@ class _Handler(BaseHTTPRequestHandler):
                     )
                 if isinstance(body, str):
                     raise ApiError(400, "Invalid JSON payload received.")
+                failure = server._failure(method, url.path)
+                if failure is not None:
+                    raise failure
                 status, payload = server.handle(method, url.path, query, body)
             except ApiError as error:
                 status = error.code

@@ -1,4 +1,5 @@
-"""The fault-injection matrix as a table, from the rows its scenarios wrote (``test_fault_matrix.py``)."""
+"""The fault-injection matrix as a table, from the rows its scenarios wrote (``test_fault_matrix*.py``, one file
+per backend, through ``fault_harness.py``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 from pathlib import Path
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "fault-matrix"
-COLUMNS = ("backend", "fault", "end_state", "retries", "released", "copies_to_end", "timeline")
+COLUMNS = ("backend", "fault", "end_state", "retries", "released", "copies_to_end", "timeline", "attempts", "note")
 
 
 def render(directory: Path = ARTIFACTS) -> str:
@@ -16,6 +17,6 @@ def render(directory: Path = ARTIFACTS) -> str:
         return ""
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for row in rows:
-        cells = [str(row[c]).replace("|", "/") for c in COLUMNS]
+        cells = [str(row.get(c, "")).replace("|", "/") for c in COLUMNS]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -1,55 +1,37 @@
-"""The fault-injection matrix: every fault, driven through the real dispatch, follow and recover code against
-a cluster that injects it, with the job's end state, its timeline, the retries it spent, that quota and
-budget were released, and that exactly one copy ran to the end.
+"""The fault-injection matrix on the simulated backend: every fault, driven through the real dispatch, follow
+and recover code against a cluster that injects it, with the job's end state, its timeline, the retries it
+spent, that quota and budget were released, and that exactly one copy ran to the end.
 
+The harness (``fault_harness.py``) is shared with the other backends' files (``test_fault_matrix_*.py``).
 Each scenario writes its row to ``test-artifacts/fault-matrix/``; the session's summary prints the table
 (``conftest.pytest_terminal_summary``), which is the matrix recorded in the issue's notes.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pytest
 
 from clusters import actions as cluster_actions
-from clusters import sync
 from clusters.backends import simulated
-from clusters.backends.base import JobState, NotFound
 from clusters.models import Cluster
-from clusters.sync import backend_for
 from scheduler.models import Attempt, Job
-from scheduler.placement import recover, snapshot
 from tests.scheduler.conftest import Fleet
-from tests.scheduler.fault_table import ARTIFACTS
+from tests.scheduler.fault_harness import HOUR, Row, record
+from tests.scheduler.fault_harness import Scenario as BaseScenario
 
 pytestmark = pytest.mark.django_db
 
-HOUR = 3600
 
-
-@dataclass
-class Row:
-    backend: str
-    fault: str
-    end_state: str = ""
-    timeline: str = ""
-    attempts: str = ""
-    retries: int = 0
-    released: bool = False
-    copies_to_end: int = 0
-    expected: dict[str, Any] = field(default_factory=dict)
-
-
-class Scenario:
+class Scenario(BaseScenario):
     """One fault on the ``fleet``'s two simulated clusters: east (4 nodes, preferred) and west (2 nodes)."""
 
+    backend = "simulated"
+
     def __init__(self, fleet: Fleet, capture: Any) -> None:
-        self.fleet = fleet
-        self.capture = capture
+        super().__init__(fleet, capture)
         Cluster.objects.filter(slug="east").update(preference=100)
         Cluster.objects.filter(slug="west").update(preference=0)
         self.east = Cluster.objects.get(slug="east")
@@ -61,72 +43,10 @@ class Scenario:
     def clear(self, cluster: Cluster, fault: str = "") -> None:
         simulated.clear(cluster.endpoint, fault, state_file=cluster.options["state_file"])
 
-    def submit(self, **fields: Any) -> Job:
-        return self.fleet.submit(**{"accelerators": 8, "time_limit": 2 * HOUR, **fields})
-
-    def cycle(self, at: Any = None) -> None:
-        with self.capture(execute=True):
-            self.fleet.cycle(at)
-
-    def follow(self, at: Any = None) -> None:
-        with self.capture(execute=True):
-            self.fleet.follow(at)
-
-    def recover(self, at: Any = None) -> dict[str, int]:
-        with self.capture(execute=True):
-            return recover.recover(self.fleet.org, at)
-
-    def sync(self, cluster: Cluster, times: int = 1) -> None:
-        for _ in range(times):
-            sync.sync_cluster(cluster.pk)
-
-    def start(self, **fields: Any) -> Job:
-        """Submit, place, dispatch and see it running."""
-        job = self.submit(**fields)
-        self.cycle()
-        self.follow()
-        assert Job.objects.get(pk=job.pk).state == Job.State.RUNNING
-        return job
-
-    def place_again(self, job: Job) -> None:
-        """Place a requeued job (after its backoff, if any) and see it running."""
-        job.refresh_from_db()
-        self.cycle(job.not_before)
-        self.follow(job.not_before)
-
     def finish(self, job: Job) -> None:
         """Let the clusters' jobs run to their end (an hour) and follow them."""
         self.fleet.run_for(HOUR + 1)
         self.follow(self.fleet.later(HOUR + 1))
-
-    def row(self, fault: str, job: Job, **expected: Any) -> Row:
-        job.refresh_from_db()
-        attempts = list(job.attempts.select_related("cluster").order_by("number"))
-        held = [w for w in snapshot.build(self.fleet.org)[0].running if w.id == str(job.pk)]
-        active = [a for a in attempts if a.outcome == Attempt.Outcome.ACTIVE]
-        copies = sum(_finished_there(a) for a in attempts)
-        return Row(
-            backend="simulated",
-            fault=fault,
-            end_state=job.state,
-            timeline=" → ".join(job.events.order_by("pk").values_list("reason", flat=True)),
-            attempts="; ".join(f"{a.number}@{a.cluster.slug}: {a.outcome} {a.reason}".strip() for a in attempts),
-            retries=job.retries,
-            # Quota and budget are held by the current attempt only, and by none once the job has ended.
-            released=len(held) == len(active) <= 1
-            and all(w.cluster == a.cluster.slug for w, a in zip(held, active, strict=True)),
-            copies_to_end=copies,
-            expected=expected,
-        )
-
-
-def _finished_there(attempt: Attempt) -> bool:
-    if not attempt.backend_id:
-        return False
-    try:
-        return backend_for(attempt.cluster).status(attempt.backend_id).state == JobState.SUCCEEDED
-    except NotFound:
-        return False
 
 
 # ------------------------------------------------------------------------------------------------ faults
@@ -181,8 +101,7 @@ def partition(seconds: int, failed_syncs: int) -> Callable[[Scenario], Row]:
         s.sync(s.east)
         s.follow(s.fleet.later(seconds))  # east answers: the old copy is stopped (its replacement runs)
         s.finish(job)
-        state = {"state": "succeeded", "retries": 0, "copies": 1}
-        return s.row(f"cluster unreachable {_span(seconds)}", job, **state)
+        return s.row(f"cluster unreachable {_span(seconds)}", job, state="succeeded", retries=0, copies=1)
 
     return run
 
@@ -274,11 +193,4 @@ FAULTS: dict[str, Callable[[Scenario], Row]] = {
 
 @pytest.mark.parametrize("fault", FAULTS)
 def test_fault_matrix_simulated(fleet: Fleet, django_capture_on_commit_callbacks: Any, fault: str) -> None:
-    row = FAULTS[fault](Scenario(fleet, django_capture_on_commit_callbacks))
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    (ARTIFACTS / f"{row.backend}-{fault}.json").write_text(json.dumps(asdict(row)))
-    expected = row.expected
-    assert row.end_state == expected["state"], row
-    assert row.retries == expected["retries"], row
-    assert row.released, row
-    assert row.copies_to_end == expected["copies"], row
+    record(FAULTS[fault](Scenario(fleet, django_capture_on_commit_callbacks)), fault)

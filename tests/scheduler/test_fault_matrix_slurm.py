@@ -1,0 +1,271 @@
+"""The fault-injection matrix on Slurm: every fault driven through the real loop (submit, cycle, dispatch,
+follow, recover, sync) against the real Slurm 22.05 lab (``tests/clusters/slurm_lab.py``).
+
+The cluster ``slurm`` (the lab's four 8-GPU nodes) is preferred; the fleet's simulated ``west`` runs what
+Slurm will not (``east`` is taken out of the way). Jobs are batch scripts (no image) that wait for a gate
+file in the lab's work directory: the scenario opens the gate when the job is to finish, so real jobs run
+exactly as long as the scenario wants. A partition is the cluster's endpoint pointed at a closed port for
+its duration; a refusal is Slurm's own (an invalid partition). Cordon and drain are scontrol's DRAIN on a
+lab node, resumed at the end.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clusters import actions as cluster_actions
+from clusters.backends.base import JobState
+from clusters.models import Cluster, Node
+from clusters.sync import backend_for
+from scheduler.models import Attempt, Job
+from scheduler.states import FINAL
+from tests.clusters.factories import slurm_cluster
+from tests.clusters.slurm_lab import SlurmLab
+from tests.scheduler.conftest import Fleet
+from tests.scheduler.fault_harness import HOUR, Row, Scenario, events, record, skipped
+
+pytestmark = [pytest.mark.django_db, pytest.mark.slurm]
+
+MATRIX_NODE = "lab-node1"
+
+
+class SlurmScenario(Scenario):
+    """The ``slurm`` cluster on the lab, preferred; ``west`` (simulated) beside it."""
+
+    backend = "slurm"
+
+    def __init__(self, fleet: Fleet, capture: Any, lab: SlurmLab, **options: Any) -> None:
+        super().__init__(fleet, capture)
+        self.lab = lab
+        Cluster.objects.filter(slug="east").update(status=Cluster.Status.DISABLED)
+        Cluster.objects.filter(slug="west").update(preference=0)
+        self.west = Cluster.objects.get(slug="west")
+        # The lab's GPUs as the simulated clusters' type (one price, one queue): the preference decides.
+        options = {**lab.options, "gpu_models": {"h100": "H100-SXM-80GB"}, **options}
+        cluster = slurm_cluster(fleet.org, "slurm", lab.endpoint, lab.token, **options)
+        self.slurm = self.added(cluster, preference=100)
+        # Other tests share the lab and assert what runs on lab-node2..4 (test_slurm_backend): the matrix
+        # keeps to lab-node1, the others cordoned on Quartermaster's side only.
+        Node.objects.filter(cluster=self.slurm).exclude(name=MATRIX_NODE).update(state=Node.State.CORDONED)
+        self.gate = Path(lab.options["workdir"]) / f"qm-matrix-gate-{time.time_ns()}"
+        self.taken_out: list[str] = []
+
+    def submit(self, **fields: Any) -> Job:
+        # A batch script that runs until the gate opens; SIGTERM: it checkpoints and exits.
+        script = f"trap 'echo checkpointed; exit 0' TERM\nwhile [ ! -e {self.gate} ]; do sleep 0.2 & wait $!; done\n"
+        return super().submit(**{"accelerators": 1, "image": "", "command": [], "script": script, **fields})
+
+    def start(self, **fields: Any) -> Job:
+        job = self.submit(**fields)
+        self.cycle()
+        self.until(job, lambda j: j.state == Job.State.RUNNING)
+        time.sleep(0.5)  # let bash install its trap
+        return job
+
+    def until(self, job: Job, done: Callable[[Job], bool], seconds: float = 20, at: Any = None) -> None:
+        """Follow the clusters until ``done(job)`` (Slurm's jobs move in real time)."""
+        deadline = time.monotonic() + seconds
+        while True:
+            self.follow(at)
+            job.refresh_from_db()
+            if done(job):
+                return
+            assert time.monotonic() < deadline, events(job)
+            time.sleep(0.3)
+
+    def place_again(self, job: Job, *, wait: bool = True) -> None:
+        """Place a requeued job and (``wait``) follow it until it runs or ends."""
+        job.refresh_from_db()
+        self.cycle(job.not_before)
+        if wait:
+            self.until(job, lambda j: j.state == Job.State.RUNNING or j.state in FINAL, at=job.not_before)
+
+    def finish(self, job: Job) -> None:
+        """Open the gate (Slurm's copies end) and let the simulated clusters' hour pass."""
+        self.gate.touch()
+        self.fleet.run_for(HOUR + 1)
+        self.until(job, lambda j: j.state in FINAL, at=self.later(HOUR + 1))
+
+    def node_of(self, job: Job) -> Node:
+        return job.attempts.get(outcome=Attempt.Outcome.ACTIVE).assignments.get().node
+
+    def ends_there(self, backend_id: str, seconds: float = 10) -> JobState:
+        """How Slurm ended the job, waiting for it to end."""
+        deadline = time.monotonic() + seconds
+        while (state := backend_for(self.slurm).status(backend_id).state) in (JobState.RUNNING, JobState.PENDING):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        return state
+
+    def drained_there(self, name: str) -> bool:
+        """Whether Slurm itself has the node in its DRAIN state (no new jobs)."""
+        info = next(n for n in backend_for(self.slurm).inventory().nodes if n.name == name)
+        return "DRAIN" in info.labels.get("state_flags", "").upper() or "drain" in info.labels["state"]
+
+    def put_back(self) -> None:
+        """Resume the lab nodes the scenario cordoned or drained (at once: other tests share them), and let
+        what it left running there end."""
+        backend = backend_for(Cluster.objects.get(pk=self.slurm.pk))
+        while self.taken_out:
+            backend.resume(self.taken_out.pop())
+        self.gate.touch()
+
+
+# ------------------------------------------------------------------------------------------------ faults
+
+
+def refused_at_submit(s: SlurmScenario) -> Row:
+    job = s.submit()
+    s.cycle()  # Slurm refuses the partition: placed elsewhere
+    s.place_again(job)
+    first = job.attempts.get(number=1)
+    assert (first.cluster, first.outcome) == (s.slurm, Attempt.Outcome.REFUSED), events(job)
+    assert "Invalid partition" in first.message
+    s.finish(job)
+    return s.row("refusal at submit (one cluster)", job, state="succeeded", retries=0, copies=1)
+
+
+def refused_everywhere(s: SlurmScenario) -> Row:
+    s.refuse_on_simulated("account lab-x is not allowed here")
+    job = s.submit()
+    s.cycle()
+    s.place_again(job, wait=False)  # west refuses too
+    s.cycle()
+    job.refresh_from_db()
+    assert job.state == Job.State.FAILED, events(job)
+    assert "Invalid partition" in job.message or "not allowed here" in job.message, job.message
+    return s.row("refusal at submit (every cluster)", job, state="failed", retries=0, copies=0)
+
+
+def transient_error(s: SlurmScenario) -> Row:
+    endpoint = s.cut_off(s.slurm)  # slurmrestd does not answer for the first two tries
+    job = s.submit()
+    s.cycle()
+    s.cycle(s.later(15))
+    assert Attempt.objects.get(job=job).dispatch_tries == 2
+    s.reconnect(s.slurm, endpoint)
+    s.cycle(s.later(40))  # after 20 s more: taken
+    s.until(job, lambda j: j.state == Job.State.RUNNING, at=s.later(40))
+    assert Attempt.objects.get(job=job).cluster == s.slurm
+    s.finish(job)
+    return s.row("transient error at submit", job, state="succeeded", retries=0, copies=1)
+
+
+def partition(seconds: int, failed_syncs: int) -> Callable[[SlurmScenario], Row]:
+    def run(s: SlurmScenario) -> Row:
+        job = s.start()
+        endpoint = s.cut_off(s.slurm)
+        s.sync(s.slurm, failed_syncs)
+        s.follow(s.later(seconds))
+        s.recover(s.later(seconds))
+        moved = seconds > s.slurm.failover_after
+        if moved:
+            s.cycle(s.later(seconds))  # restarted on west
+            s.follow(s.later(seconds))
+        s.reconnect(s.slurm, endpoint)
+        s.sync(s.slurm)
+        s.follow(s.later(seconds))  # slurm answers: the old copy is cancelled (its replacement runs) or kept
+        if moved:  # scancel'd: Slurm ends it within moments
+            old = job.attempts.get(number=1)
+            assert s.ends_there(old.backend_id) == JobState.CANCELLED, events(job)
+        s.finish(job)
+        return s.row(f"cluster unreachable {_span(seconds)}", job, state="succeeded", retries=0, copies=1)
+
+    return run
+
+
+def bad_script(s: SlurmScenario) -> Row:
+    job = s.submit(script="echo 'no such file: data/train.bin' >&2\nexit 3\n", max_retries=0)
+    s.cycle()
+    s.until(job, lambda j: j.state in FINAL)
+    assert "exited with code 3" in job.message, events(job)
+    note = "the script exits 3 on the lab: failed with its exit code (no retries left)"
+    return s.row("bad script (exit code)", job, note=note, state="failed", retries=0, copies=0)
+
+
+def time_limit(s: SlurmScenario) -> Row:
+    job = s.start(time_limit=600)
+    s.follow(s.later(601))  # signalled (scancel --signal=TERM), its tier's grace
+    s.until(job, lambda j: j.state in FINAL, at=s.later(611))  # it caught SIGTERM, checkpointed and exited
+    return s.row("time limit reached", job, state="failed", retries=0, copies=0)
+
+
+def cordon(s: SlurmScenario) -> Row:
+    job = s.start()
+    node = s.node_of(job)
+    with s.capture(execute=True):
+        cluster_actions.cordon_node(s.fleet.user("adam"), node, "fan noise")
+    s.taken_out.append(node.name)
+    assert s.drained_there(node.name)
+    s.recover()
+    s.follow()
+    assert Job.objects.get(pk=job.pk).state == Job.State.RUNNING, events(job)
+    s.put_back()  # the lab's node resumed; the job finishes
+    s.finish(job)
+    return s.row("cordon", job, note="scontrol State=DRAIN: the job runs on", state="succeeded", retries=0, copies=1)
+
+
+def drain(s: SlurmScenario) -> Row:
+    job = s.start()
+    node = s.node_of(job)
+    with s.capture(execute=True):
+        cluster_actions.drain_node(s.fleet.user("adam"), node, "PSU swap", grace_seconds=120)
+    s.taken_out.append(node.name)
+    assert s.drained_there(node.name)
+    s.recover()  # signalled: it catches SIGTERM, checkpoints and exits 0
+    s.until(job, lambda j: j.state not in (Job.State.RUNNING, Job.State.PREEMPTING))
+    s.put_back()
+    s.gate.unlink()  # the next copy runs until the gate opens again
+    s.place_again(job)
+    s.finish(job)
+    note = "the script checkpoints on SIGTERM and exits 0: requeued all the same (ran on west: lab-node1 drained)"
+    return s.row("graceful drain", job, note=note, state="succeeded", retries=0, copies=1)
+
+
+def _span(seconds: int) -> str:
+    return f"{seconds // 60} min" if seconds >= 120 else f"{seconds} s"
+
+
+FAULTS: dict[str, tuple[Callable[[SlurmScenario], Row], dict[str, Any]]] = {
+    "refused": (refused_at_submit, {"partition": "no-such-partition"}),
+    "refused_everywhere": (refused_everywhere, {"partition": "no-such-partition"}),
+    "transient": (transient_error, {}),
+    "unreachable_30s": (partition(30, 1), {}),
+    "unreachable_2min": (partition(120, 3), {}),
+    "unreachable_15min": (partition(15 * 60 + 1, 3), {}),
+    "bad_script": (bad_script, {}),
+    "time_limit": (time_limit, {}),
+    "cordon": (cordon, {}),
+    "drain": (drain, {}),
+}
+NOT_HERE = {
+    "partial_gang": ("partial gang", "Slurm starts an allocation whole: no job runs in part"),
+    "node_lost": (
+        "node lost mid-run",
+        "downing a node of the lab, which other sessions' tests share, is left to test_slurm_backend",
+    ),
+}
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_fault_matrix_slurm(
+    fleet: Fleet, django_capture_on_commit_callbacks: Any, slurm_lab: SlurmLab, fault: str
+) -> None:
+    scenario, options = FAULTS[fault]
+    s = SlurmScenario(fleet, django_capture_on_commit_callbacks, slurm_lab, **options)
+    try:
+        record(scenario(s), fault)
+    finally:
+        s.put_back()
+
+
+@pytest.mark.parametrize("fault", NOT_HERE)
+def test_fault_matrix_slurm_not_here(fault: str) -> None:
+    name, reason = NOT_HERE[fault]
+    skipped("slurm", fault, name, reason)
