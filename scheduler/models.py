@@ -25,6 +25,13 @@ from tenancy.models import Organization, Project, Team
 from tenancy.scoping import ALL_ROLES, Action, Role, TenancyRules, TenantManager
 
 
+class JobChildTenancy(TenancyRules):
+    """Rows that belong to a job (its attempts, checkpoints and events) are scoped by the job's team."""
+
+    team_field = "job__team"
+    org_field = "job__team__organization"
+
+
 class Job(models.Model):
     """A researcher's job: what it asks for, where it stands, and where it runs (its current attempt)."""
 
@@ -203,9 +210,7 @@ class Attempt(models.Model):
 
     objects = TenantManager()
 
-    class Tenancy(TenancyRules):
-        team_field = "job__team"
-        org_field = "job__team__organization"
+    Tenancy = JobChildTenancy
 
     class Meta:
         ordering = ["job", "number"]
@@ -256,9 +261,7 @@ class Checkpoint(models.Model):
 
     objects = TenantManager()
 
-    class Tenancy(TenancyRules):
-        team_field = "job__team"
-        org_field = "job__team__organization"
+    Tenancy = JobChildTenancy
 
     class Meta:
         ordering = ["-reported_at", "-pk"]
@@ -284,9 +287,7 @@ class JobEvent(models.Model):
 
     objects = TenantManager()
 
-    class Tenancy(TenancyRules):
-        team_field = "job__team"
-        org_field = "job__team__organization"
+    Tenancy = JobChildTenancy
 
     class Meta:
         ordering = ["created_at", "pk"]
