@@ -171,3 +171,21 @@ def test_the_probe_script_reports_from_a_machine_without_gpus(world: World, tmp_
     assert answer["healthy"] is False  # no NVML here: the probe says so, and the node fails its checks
     assert {f["check"] for f in answer["failing"]} == {"nvml", "gpu_count"}
     assert Node.objects.get(cluster=cluster, name="h100-00003").probe_reported_at is not None
+
+
+def test_a_report_a_real_h200_posted_is_accepted_and_judged_healthy(world: World, tmp_path: Path) -> None:
+    """The body the probe posted from a real H200 (``tests/clusters/data/probe-h200.json``), to a one-GPU node."""
+    recorded = json.loads((ROOT / "tests/clusters/data/probe-h200.json").read_text())["report"]
+    cluster = make_cluster(world, "h200", tmp_path)
+    node = Node.objects.filter(cluster=cluster).first()
+    assert node is not None
+    Node.objects.filter(pk=node.pk).update(accelerators=1)
+    _, raw = actions.issue_probe_token(world.users["adam"], cluster, "h200 host")
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    now = timezone.now().isoformat()
+    answer = api.post("/api/v1/probe/health/", {**recorded, "node": node.name, "observed_at": now}, format="json")
+    assert answer.status_code == 202, answer.content
+    assert answer.json()["failing"] == []
+    node.refresh_from_db()
+    assert node.probe_reported_at is not None
