@@ -112,6 +112,17 @@ class Scenario:
     def later(self, seconds: float) -> datetime:
         return self.fleet.later(seconds)
 
+    def refused_by_every_cluster(self, fault: str, words: tuple[str, ...], note: str = "") -> Row:
+        """Submit a job that every cluster refuses (the faults are set): it fails with one cluster's words."""
+        job = self.submit()
+        self.cycle()
+        self.place_again(job)
+        self.cycle()
+        job.refresh_from_db()
+        assert job.state == Job.State.FAILED, events(job)
+        assert any(w in job.message for w in words), job.message
+        return self.row(fault, job, note=note, state="failed", retries=0, copies=0)
+
     def start(self, **fields: Any) -> Job:
         """Submit, place, dispatch and see it running."""
         job = self.submit(**fields)

@@ -224,14 +224,7 @@ def refused_at_submit(s: KubeScenario) -> Row:
 def refused_everywhere(s: KubeScenario) -> Row:
     s.kube.fail_requests("POST", JOBS, invalid("spec.template.spec.priorityClassName: Not found"))
     s.refuse_on_simulated("account lab-x is not allowed here")
-    job = s.submit()
-    s.cycle()
-    s.place_again(job)
-    s.cycle()
-    job.refresh_from_db()
-    assert job.state == Job.State.FAILED, events(job)
-    assert "priorityClassName" in job.message or "not allowed here" in job.message, job.message
-    return s.row("refusal at submit (every cluster)", job, state="failed", retries=0, copies=0)
+    return s.refused_by_every_cluster("refusal at submit (every cluster)", ("priorityClassName", "not allowed here"))
 
 
 def transient_error(s: KubeScenario) -> Row:
@@ -389,15 +382,9 @@ def kueue_without_local_queue(s: KubeScenario) -> Row:
 
 def kueue_without_local_queue_alone(s: KubeScenario) -> Row:
     s.refuse_on_simulated("account lab-x is not allowed here")
-    job = s.submit()
-    s.cycle()
-    s.place_again(job)
-    s.cycle()
-    job.refresh_from_db()
-    assert job.state == Job.State.FAILED, events(job)
-    assert "local_queue" in job.message or "not allowed here" in job.message, job.message
     note = "every other cluster refuses too: failed with the clusters' words"
-    return s.row("Kueue without local_queue (no other cluster)", job, note=note, state="failed", retries=0, copies=0)
+    fault = "Kueue without local_queue (no other cluster)"
+    return s.refused_by_every_cluster(fault, ("local_queue", "not allowed here"), note)
 
 
 def _span(seconds: int) -> str:

@@ -120,14 +120,9 @@ def refused_everywhere(s: TpuScenario) -> Row:
         "POST", QUEUED, ApiError(403, "Permission 'tpu.queuedResources.create' denied on reservation")
     )
     s.refuse_on_simulated("account lab-x is not allowed here")
-    job = s.submit()
-    s.cycle()
-    s.place_again(job)
-    s.cycle()
-    job.refresh_from_db()
-    assert job.state == Job.State.FAILED, events(job)
-    assert "denied on reservation" in job.message or "not allowed here" in job.message, job.message
-    return s.row("refusal at submit (every cluster)", job, state="failed", retries=0, copies=0)
+    return s.refused_by_every_cluster(
+        "refusal at submit (every cluster)", ("denied on reservation", "not allowed here")
+    )
 
 
 def no_accelerator_type(s: TpuScenario) -> Row:
@@ -145,15 +140,9 @@ def no_accelerator_type(s: TpuScenario) -> Row:
 
 def no_accelerator_type_alone(s: TpuScenario) -> Row:
     s.refuse_on_simulated("account lab-x is not allowed here")
-    job = s.submit()
-    s.cycle()
-    s.place_again(job)
-    s.cycle()
-    job.refresh_from_db()
-    assert job.state == Job.State.FAILED, events(job)
-    assert "accelerator_type" in job.message or "not allowed here" in job.message, job.message
     note = "every other cluster refuses too: failed with the clusters' words"
-    return s.row("no accelerator_type (no other cluster)", job, note=note, state="failed", retries=0, copies=0)
+    fault = "no accelerator_type (no other cluster)"
+    return s.refused_by_every_cluster(fault, ("accelerator_type", "not allowed here"), note)
 
 
 def transient_error(s: TpuScenario) -> Row:
