@@ -185,7 +185,9 @@ def _admit(
     placements: list[tuple[Attempt, m.Admission]] = []
     by_state: dict[str, list[int]] = {}
     renumbered: dict[int, int] = {}
-    above = _numbers_above_current([int(a.job) for a in admissions])
+    # Only a job that ran before may have a withdrawn attempt numbered above its current one (a first try has none).
+    again = [pk for pk in (int(a.job) for a in admissions) if index.waiting.get(pk, ("",))[0] == S.REQUEUED]
+    above = _numbers_above_current(again)
     for admission in admissions:
         pk = int(admission.job)
         seen = index.waiting.get(pk)
