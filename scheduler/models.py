@@ -41,6 +41,10 @@ class Job(models.Model):
         REQUIRED = "required", "Required"
         PREFERRED = "preferred", "Preferred"
 
+    class Kind(models.TextChoices):
+        JOB = "job", "Job"  # a container (``image``/``command``) or a batch ``script``, ``workers`` alike
+        RAY = "ray", "Ray job"  # a Ray cluster (a head and ``workers`` workers) that runs ``entrypoint``
+
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")
     project = models.ForeignKey(Project, on_delete=models.PROTECT, null=True, blank=True, related_name="jobs")
     queue = models.ForeignKey(Queue, on_delete=models.PROTECT, related_name="jobs")
@@ -49,6 +53,8 @@ class Job(models.Model):
     #: A client-chosen key: submitting twice with the same key returns the first job (safe retries).
     idempotency_key = models.CharField(max_length=80, blank=True)
     cloned_from = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+
+    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.JOB)
 
     # --- what it asks for (per worker) ---------------------------------------------------------------
     #: Accepted accelerator type names, any of them; empty: any type (or none when accelerators is 0).
@@ -80,6 +86,17 @@ class Job(models.Model):
     secret_env_names = models.JSONField(default=list, blank=True, editable=False)
     #: How many times a failed attempt is retried (a node or cluster failure) before the job fails.
     max_retries = models.PositiveIntegerField(default=3, validators=[MaxValueValidator(20)])
+
+    # --- TPU slices: ``workers`` slices (more than one: multislice) of exactly this type and shape ----------
+    tpu_type = models.CharField(max_length=40, blank=True, help_text="A Cloud TPU slice type, e.g. v5p-32.")
+    tpu_topology = models.CharField(max_length=20, blank=True, help_text="The slice's shape, e.g. 2x2x4.")
+
+    # --- Ray jobs (kind "ray"): the head's shape (the workers' is the fields above) and what it runs ----------
+    entrypoint = models.TextField(blank=True, help_text="The shell command the Ray job runs, e.g. python train.py.")
+    runtime_env = models.JSONField(default=dict, blank=True, help_text="Ray's runtime environment (pip, env_vars).")
+    head_cpu = models.PositiveIntegerField(default=1000, help_text="Millicores of the Ray head.")
+    head_memory = models.PositiveBigIntegerField(default=4096, help_text="MiB of the Ray head.")
+    head_accelerators = models.PositiveIntegerField(default=0, help_text="Accelerators of the Ray head.")
 
     # --- where it stands -------------------------------------------------------------------------------
     state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING)
@@ -207,6 +224,12 @@ class Attempt(models.Model):
     reason = models.CharField(max_length=40, blank=True)
     message = models.TextField(blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
+    #: What the workload itself reported through its job token (``POST .../report/``): its exit code and when.
+    #: A backend that cannot tell a job's end (a TPU queued resource) learns it this way.
+    reported_exit_code = models.IntegerField(null=True, blank=True)
+    reported_at = models.DateTimeField(null=True, blank=True)
+    #: Where to watch it, as the cluster says (a Ray dashboard); empty when it gives none.
+    dashboard_url = models.URLField(max_length=500, blank=True)
 
     objects = TenantManager()
 

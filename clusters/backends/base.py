@@ -168,6 +168,21 @@ class JobSpec:
     #: Where the job is queued on the cluster: a Slurm partition, a Kueue LocalQueue, a TPU reservation.
     queue: str = ""
     spot: bool = False
+    #: Who runs it, as slugs, for a cluster that maps them (Slurm accounts and QOS, Kueue LocalQueues).
+    team: str = ""
+    project: str = ""
+    tier: str = ""
+    team_queue: str = ""  # the name of the Quartermaster queue it was submitted to
+    #: ``"job"`` or ``"ray"`` (a Ray cluster of a head and ``workers`` workers that runs ``entrypoint``).
+    kind: str = "job"
+    entrypoint: str = ""
+    runtime_env: Mapping[str, Any] = field(default_factory=dict)
+    #: The Ray head: (accelerators, millicores, MiB) and its node ("" where the backend chooses).
+    head: tuple[int, int, int] = (0, 0, 0)
+    head_node: str = ""
+    #: TPU: every worker is one whole slice of this type and shape (``workers`` > 1: multislice).
+    tpu_type: str = ""
+    tpu_topology: str = ""
 
 
 class JobState(StrEnum):
@@ -206,6 +221,8 @@ class JobStatus:
     #: Workers running now, where the cluster says (a gang that started in part has fewer than all of them);
     #: None: the cluster does not count workers (a job RUNNING is then taken as wholly running).
     workers_running: int | None = None
+    #: Where to watch it (a Ray dashboard), where the cluster says.
+    dashboard_url: str = ""
 
 
 @dataclass(frozen=True, slots=True)

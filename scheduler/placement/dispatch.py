@@ -83,6 +83,16 @@ def spec_for(attempt: Attempt) -> JobSpec:
             **checkpoints.env_for(attempt),  # its token, the API's address, where to resume from
         },
         spot=False,
+        team=job.team.slug,
+        project=job.project.slug if job.project else "",
+        tier=job.tier.name,
+        team_queue=job.queue.name,
+        kind=job.kind,
+        entrypoint=job.entrypoint,
+        runtime_env=job.runtime_env,
+        head=(job.head_accelerators, job.head_cpu, job.head_memory) if job.kind == job.Kind.RAY else (0, 0, 0),
+        tpu_type=job.tpu_type,
+        tpu_topology=job.tpu_topology,
     )
 
 
