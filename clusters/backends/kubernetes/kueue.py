@@ -12,7 +12,10 @@ starts and on which nodes (its ClusterQueue's quota, flavors and topology-aware 
 - ``QuotaReserved`` and ``Admitted`` True, ``status.admission`` set: admitted (Kueue unsuspends the job);
 - ``Evicted`` True with a reason (``Preempted``, ``PodsReadyTimeout``, ``AdmissionCheck``,
   ``ClusterQueueStopped``, ``LocalQueueStopped``, ``NodeFailures``, ``Deactivated``; ``InactiveWorkload``
-  in Kueue before 0.10): Kueue suspended the job again and would requeue it itself;
+  in Kueue before 0.10): Kueue suspended the job again and would requeue it itself. Quartermaster reads that
+  as *pending again, preempted* (``Failure.PREEMPTED``): the placement loop takes the job back, deletes it
+  there and places it anew (no retry spent), so Kueue and Quartermaster never both requeue it. A deactivated
+  Workload (``spec.active`` false: an admin, or Kueue's requeuing limit) will not run again: *cancelled*;
 - ``Finished`` True: the job ended (its own status says how).
 """
 
@@ -81,7 +84,7 @@ def verdict(workload: Mapping[str, Any] | None, queue: str) -> Verdict:
         words = f"Kueue evicted it ({why}): {evicted.get('message') or 'no reason given'}"
         if why in DEACTIVATED:
             return Verdict(JobState.CANCELLED, words)
-        return Verdict(JobState.FAILED, words, Failure.PREEMPTED)
+        return Verdict(JobState.PENDING, words, Failure.PREEMPTED)
     if true("Admitted") or (true("QuotaReserved") and status.get("admission")):
         cluster_queue = (status.get("admission") or {}).get("clusterQueue", "")
         return Verdict(JobState.RUNNING, f"Kueue: admitted in ClusterQueue {cluster_queue}", admitted=True)
