@@ -137,9 +137,9 @@ def workload_of(kube: KubeServer, uid: str) -> dict[str, Any] | None:
 def kueue_step(kube: KubeServer) -> None:
     """One pass of Kueue's controllers (module docstring, steps 1-4)."""
     with kube.lock:
-        for owner in _queued_owners(kube):
-            if workload_of(kube, owner["metadata"]["uid"]) is None:
-                _create_workload(kube, owner)
+        for queued in _queued_owners(kube):
+            if workload_of(kube, queued["metadata"]["uid"]) is None:
+                _create_workload(kube, queued)
         for workload in workloads(kube):
             owner = _owner(kube, workload)
             if owner is None:

@@ -169,9 +169,9 @@ def test_a_job_kueue_cannot_admit_is_pending_with_kueues_words(kueue_cluster):
         }
     kube_crds.kueue_step(kueue_cluster)
     assert cluster.status(first).state is JobState.SUCCEEDED
-    assert kube_crds.workload_of(kueue_cluster, uid_of(kueue_cluster, first))["status"]["conditions"][-1]["type"] == (
-        "Finished"
-    )
+    finished = kube_crds.workload_of(kueue_cluster, uid_of(kueue_cluster, first))
+    assert finished is not None
+    assert finished["status"]["conditions"][-1]["type"] == "Finished"
     kube_crds.kueue_step(kueue_cluster)
     assert kueue_cluster.jobs[(NS, second)]["spec"]["suspend"] is False
     assert cluster.status(second).message == "no pods yet"
