@@ -130,9 +130,6 @@ def report_state(attempt: Attempt, status: JobStatus, now: datetime, report: Fol
     job = attempt.job
     where = f"cluster {attempt.cluster}"
     words = status.message or ""
-    if status.dashboard_url and status.dashboard_url != attempt.dashboard_url:  # where to watch it (Ray)
-        Attempt.objects.filter(pk=attempt.pk).update(dashboard_url=status.dashboard_url[:500])
-        attempt.dashboard_url = status.dashboard_url
     if status.state == JobState.RUNNING:
         if _wholly_running(job, status) and job.state in (S.ADMITTED, S.PLACING) and job.attempt == attempt.number:
             with transaction.atomic():
