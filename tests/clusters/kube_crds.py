@@ -26,7 +26,8 @@ Kueue's controller step (``kueue_step``), after kubernetes-sigs/kueue (``pkg/con
    deployment) gets ``Finished`` True and frees its quota.
 ``kueue_evict`` is Kueue evicting an admitted Workload: ``Evicted`` True with the reason and message (and
 ``Preempted`` True for a preemption), quota released (``QuotaReserved`` and ``Admitted`` False, no
-admission), the Job suspended again with its pods deleted and the injected node selector taken back.
+admission), the Job suspended again with its pods deleted and the injected node selector taken back; a
+``Deactivated`` Workload also gets ``spec.active`` false, and Kueue does not admit it again.
 
 KubeRay's RayJob lifecycle (ray-project/kuberay ``ray-operator/controllers/ray/rayjob_controller.go``,
 ``apis/ray/v1/rayjob_types.go``): ``ray_start`` moves a new RayJob to ``Initializing`` (or, while
@@ -148,7 +149,7 @@ def kueue_step(kube: KubeServer) -> None:
                 succeeded = _finished(owner) == "Succeeded"
                 words = "Job finished successfully" if succeeded else "Job failed"
                 _set(workload, "Finished", "True", _finished(owner), words)  # its quota is free again
-            elif not _finished(owner) and not workload["status"].get("admission") and not _true(workload, "Finished"):
+            elif _waiting(workload) and not _finished(owner):
                 _try_admit(kube, workload, owner)
 
 
@@ -164,9 +165,17 @@ def kueue_evict(kube: KubeServer, uid: str, reason: str, message: str) -> None:
         _set(workload, "Admitted", "False", "NoReservation", "The workload has no reservation")
         _set(workload, "Requeued", "True" if reason == "Preempted" else "False", reason, message)
         workload["status"].pop("admission", None)
+        if reason in ("Deactivated", "InactiveWorkload"):  # spec.active false: Kueue will not admit it again
+            workload["spec"]["active"] = False
         owner = _owner(kube, workload)
         if owner is not None:
             _suspend(kube, owner)
+
+
+def _waiting(workload: dict[str, Any]) -> bool:
+    """Active, not admitted, not finished: Kueue considers it for admission."""
+    active = workload["spec"].get("active", True)
+    return bool(active) and not workload["status"].get("admission") and not _true(workload, "Finished")
 
 
 def _queued_owners(kube: KubeServer) -> list[dict[str, Any]]:

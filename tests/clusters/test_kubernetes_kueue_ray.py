@@ -227,6 +227,8 @@ def test_an_eviction_is_read_back_with_kueues_reason_and_words(kueue_cluster, re
     assert (status.state, status.reason) == (state, failure)
     assert status.message == f"Kueue evicted it ({reason}): {message}"
     assert status.exit_code is None
+    kube_crds.kueue_step(kueue_cluster)  # Kueue requeued it itself, unless deactivated
+    assert job["spec"]["suspend"] is (state is JobState.CANCELLED)
 
 
 def test_without_kueues_resources_the_jobs_own_words_stand(kueue_cluster):
