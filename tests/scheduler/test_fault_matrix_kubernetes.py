@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from django.test import Client
 from django.utils import timezone
 
 from clusters import actions as cluster_actions
@@ -410,6 +411,10 @@ def kueue_pending(s: KubeScenario) -> Row:
         "Kueue: couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in flavor h100, "
         "previously considered podsets requests (0) + current podset request (8) > maximum capacity (4)"
     ), job.pending_message
+    owner = Client()
+    owner.force_login(job.submitted_by)
+    page = owner.get(f"/jobs/{job.pk}/").content.decode()  # the job's page says why it has not started
+    assert "Kueue: couldn&#x27;t assign flavors to pod set main: insufficient quota for nvidia.com/gpu" in page
     s.follow(s.later(s.k8s.start_timeout + 1))  # not started in time: taken back, deleted there, requeued whole
     assert not s.kube.jobs
     assert not kube_crds.workloads(s.kube)
