@@ -3,7 +3,9 @@
 Per active attempt, every follow round (``follow``):
 - what the cluster says is read back and named in the timeline (``report``): started, succeeded, failed
   with its exit code, killed for memory, an image it cannot pull (the cluster refused it: placed elsewhere),
-  stopped by the cluster;
+  stopped by the cluster; while it waits there, the cluster's words are its pending message (Kueue's reason);
+- a job the cluster preempted and holds to run again later (Kueue's eviction) is deleted there and requeued
+  here, so that two schedulers never both requeue it;
 - a job is *running* only when every worker runs: a gang that started in part stays *placing*;
 - **start timeout**: a job not wholly running ``Cluster.start_timeout`` after it was submitted is cancelled
   there and requeued whole (Kueue's waitForPodsReady), so a partial gang never holds its nodes for nothing;
@@ -131,12 +133,22 @@ def report_state(attempt: Attempt, status: JobStatus, now: datetime, report: Fol
     if status.state == JobState.RUNNING:
         if _wholly_running(job, status) and job.state in (S.ADMITTED, S.PLACING) and job.attempt == attempt.number:
             with transaction.atomic():
-                if lifecycle.move(job, S.RUNNING, "started", "Running.", at=now, started_at=job.started_at or now):
+                started = job.started_at or now
+                if lifecycle.move(
+                    job, S.RUNNING, "started", "Running.", at=now, started_at=started, pending_message=""
+                ):
                     Attempt.objects.filter(pk=attempt.pk).update(started_at=now)
                     attempt.started_at = now
                     report.started += 1
     elif status.state == JobState.PENDING and status.reason in NEVER_STARTS:
         report.ended += _refused_late(attempt, status, now)
+    elif status.state == JobState.PENDING and status.reason == Failure.PREEMPTED:
+        # The cluster took it back and holds it to run again later (Kueue requeues what it evicts): it is deleted
+        # there and requeued here, so that only Quartermaster decides where it runs next.
+        message = f"Preempted by {where}: {words}."
+        report.ended += outcomes.end(attempt, "preempted_by_cluster", message, now, cleanup_pending=True, said=words)
+    elif status.state == JobState.PENDING:
+        _note_pending(attempt, words)
     elif status.state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED) and attempt.stop_deadline:
         # It exited on our signal. Exit 0 too: a job that checkpoints on SIGTERM and exits cleanly (Slurm's
         # COMPLETED, a Kubernetes index completed) was interrupted, not finished.
@@ -155,6 +167,14 @@ def report_state(attempt: Attempt, status: JobStatus, now: datetime, report: Fol
             report.lost += outcomes.end(
                 attempt, "stopped_by_cluster", f"The cluster stopped it: {words or 'cancelled there'}.", now
             )
+
+
+def _note_pending(attempt: Attempt, words: str) -> None:
+    """Why the cluster has not started it yet, in the cluster's words (Kueue's reason, the scheduler's), as the
+    job's pending message while it is being placed there."""
+    if words:
+        placing = Job.objects.filter(pk=attempt.job_id, attempt=attempt.number, state__in=[S.ADMITTED, S.PLACING])
+        placing.exclude(pending_message=words).update(pending_message=words)
 
 
 def _wholly_running(job: Job, status: JobStatus) -> bool:

@@ -25,12 +25,13 @@ from demo.fleet import seed_demo_fleet, sync_demo_fleet
 from scheduler.models import Attempt, Job
 from scheduler.placement import dispatch, snapshot
 from scheduler.states import FINAL
+from tests.clusters import kube_crds
 from tests.clusters.factories import kubernetes_cluster, tpu_cluster
 from tests.clusters.kube_server import TOKEN, KubeServer
 from tests.clusters.tpu_server import TpuServer
 from tests.scheduler.conftest import Fleet
 from tests.scheduler.fault_harness import Scenario
-from tests.scheduler.test_fault_matrix_kubernetes import add_gpu_nodes, play
+from tests.scheduler.test_fault_matrix_kubernetes import GPU, add_gpu_nodes, play
 
 pytestmark = pytest.mark.django_db
 
@@ -52,6 +53,9 @@ def test_no_job_is_stranded_on_a_mixed_fleet(
     s = Scenario(fleet, django_capture_on_commit_callbacks)
     with KubeServer(seed=False) as kube, TpuServer(page_size=50) as tpu:
         add_gpu_nodes(kube, K8S_ONLY)
+        kube_crds.add_flavor(kube, "h100")  # Kueue's side of k8s-kueue: its LocalQueue, with room for all
+        kube_crds.add_cluster_queue(kube, "cq-research", {"h100": {"cpu": "1000", "memory": "8Ti", GPU: "64"}})
+        kube_crds.add_local_queue(kube, "research", "lq-research", "cq-research")
         queue: dict[str, Any] = {"kueue": True, "local_queue": "lq-research"}
         k8s = s.added(kubernetes_cluster(fleet.org, "k8s-kueue", kube.url, TOKEN, **queue), preference=90)
         no_queue = s.added(kubernetes_cluster(fleet.org, "k8s-no-queue", kube.url, TOKEN, kueue=True), 95)
