@@ -24,6 +24,11 @@ command -v debootstrap >/dev/null || {
 
 started=$(date +%s.%N)
 mkdir -p "$ROOTFS_CACHE"
+# One build at a time; a second caller waits for it and then finds the root built.
+exec 9> "$ROOTFS_CACHE/.slurm-rootfs.lock"
+flock 9
+if [ -f "$ROOT/.qm-rootfs-done" ]; then echo "$ROOT"; exit 0; fi
+rm -rf "$ROOT"  # a build that stopped half-way
 build=$ROOT.building.$$
 rm -rf "$build"
 trap 'rm -rf "$build"' EXIT

@@ -29,6 +29,7 @@ from clusters.backends.base import (
     DryRun,
     Failure,
     InvalidJob,
+    Inventory,
     JobSpec,
     JobState,
     JobStatus,
@@ -44,6 +45,7 @@ from clusters.backends.slurm.backend import InvalidJob as SlurmInvalidJob
 from clusters.backends.slurm.backend import invalid_options
 from clusters.backends.slurm.parse import expand_hostlist, failure, gpu_gres, job_state, topology
 from clusters.backends.slurm.script import apptainer_image, batch_script, enroot_image
+from clusters.sync import reported_levels
 from tests.clusters.slurm_lab import NODES, SlurmLab, mint_token
 
 slurm = pytest.mark.slurm
@@ -127,7 +129,7 @@ def test_the_backend_speaks_the_newest_api_the_lab_serves_and_reads_its_topology
 def test_a_job_is_charged_to_its_teams_account_with_its_tiers_qos(slurm_lab: SlurmLab) -> None:
     """Slurm without slurmdbd (the labs) takes any account and keeps it; it keeps no QOS (there is no
     accounting to look one up in), so the QOS is checked in what the backend sends."""
-    options = {
+    options: dict[str, Any] = {
         "accounts": {"physics": "phys", "physics/lhc": "phys-lhc"},
         "default_account": "general",
         "qos": {"standard": "normal", "urgent": "high"},
@@ -938,3 +940,12 @@ def test_slurm_options_are_checked() -> None:
     assert "default_account is a name" in invalid_options({"default_account": 5})
     assert "api_version must be one of" in invalid_options({"api_version": "v0.0.39"})
     assert "topology must be auto, scontrol or none" in invalid_options({"topology": "yaml"})
+
+
+def test_the_sync_names_the_levels_the_nodes_report_widest_first() -> None:
+    def info(name: str, **topology: str) -> NodeInfo:
+        return NodeInfo(name, "", 0, 0, 1000, 1000, 1024, 1024, topology=topology)
+
+    nodes = (info("n0"), info("n1", spine="s1", leaf="l1"), info("n2", leaf="l2"), info("n3", block="b1"))
+    assert reported_levels(Inventory(nodes)) == ["spine", "leaf", "block"]
+    assert reported_levels(Inventory((info("n0"),))) == []
