@@ -11,12 +11,14 @@ from __future__ import annotations
 import fcntl
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
 from tests.clusters.slurm_lab import (
     LABS,
     VERSIONS,
+    LabSpec,
     SlurmLab,
     healthy,
     lab_token,
@@ -31,7 +33,21 @@ from tests.clusters.slurm_lab import (
 def slurm_lab(request: pytest.FixtureRequest) -> Iterator[SlurmLab]:
     """Each Slurm lab in turn (22.05, then 24.11): every test that uses it runs once per lab, and pytest
     keeps a lab for all of its tests before it moves to the next, so each starts once per session."""
-    spec = LABS[request.param]
+    with lab_session(LABS[request.param]) as lab:
+        yield lab
+
+
+@pytest.fixture(scope="session")
+def slurm_lab_2205() -> Iterator[SlurmLab]:
+    """The Slurm 22.05 lab alone, for tests that need the host's programs in their jobs (the 24.11 lab's
+    jobs run inside its minimal root filesystem: bash and coreutils, no Python)."""
+    with lab_session(LABS["22.05"]) as lab:
+        yield lab
+
+
+@contextmanager
+def lab_session(spec: LabSpec) -> Iterator[SlurmLab]:
+    """The lab of ``spec``, healthy, for as long as the block lasts; started here if need be."""
     problem = missing_prerequisite(spec)
     if problem:
         unavailable(f"Slurm {spec.version}: {problem}")

@@ -74,6 +74,9 @@ LABS = {
         ("block",),
     ),
 }
+#: The 22.05 lab's directory and slurmrestd, as before there were two labs.
+LAB = LABS["22.05"].lab
+ENDPOINT = LABS["22.05"].endpoint
 #: The labs the Slurm tests run on (all of them unless ``QM_SLURM_VERSIONS`` names some, comma-separated).
 VERSIONS = tuple(v for v in _env("QM_SLURM_VERSIONS", ",".join(LABS)).split(",") if v in LABS)
 

@@ -115,8 +115,18 @@ class SlurmScenario(Scenario):
         """Resume the lab nodes the scenario cordoned or drained (at once: other tests share them), and let
         what it left running there end."""
         backend = backend_for(Cluster.objects.get(pk=self.slurm.pk))
+        resumed = set()
         while self.taken_out:
-            backend.resume(self.taken_out.pop())
+            resumed.add(name := self.taken_out.pop())
+            backend.resume(name)
+        # Just after a resume Slurm shows the node not responding (idle*) until slurmctld pings it: wait,
+        # or the next scenario's sync would find it down and place its job elsewhere.
+        deadline = time.monotonic() + 10
+        while resumed and time.monotonic() < deadline:
+            nodes = [n for n in backend.inventory().nodes if n.name in resumed]
+            if all(n.ready and n.schedulable for n in nodes):
+                break
+            time.sleep(0.2)
         self.gate.touch()
 
 
