@@ -126,6 +126,23 @@ def test_the_backend_speaks_the_newest_api_the_lab_serves_and_reads_its_topology
 
 
 @slurm
+def test_every_data_parser_of_the_lab_runs_a_job_to_its_exit_code(slurm_lab: SlurmLab) -> None:
+    """24.11 serves v0.0.40, v0.0.41 and v0.0.42: each, pinned, reads the nodes and runs a job to its end."""
+    for version in ("v0.0.40", "v0.0.41", "v0.0.42") if slurm_lab.version == "24.11" else ("v0.0.38",):
+        backend = slurm_lab.backend(api_version=version)
+        assert {n.name for n in backend.inventory().nodes} == set(NODES)
+        job = backend.submit(spec("lab-node1", "bash", "-c", "exit 5", gpus=1))
+        assert isinstance(job, str)
+        status = wait_for(backend, job, JobState.FAILED, JobState.SUCCEEDED)
+        assert (status.state, status.reason, status.exit_code, status.nodes) == (
+            JobState.FAILED,
+            Failure.EXIT_CODE,
+            5,
+            ("lab-node1",),
+        ), version
+
+
+@slurm
 def test_a_job_is_charged_to_its_teams_account_with_its_tiers_qos(slurm_lab: SlurmLab) -> None:
     """Slurm without slurmdbd (the labs) takes any account and keeps it; it keeps no QOS (there is no
     accounting to look one up in), so the QOS is checked in what the backend sends."""

@@ -8,7 +8,8 @@ this module turns the newer parsers' answers into them and its job descriptions 
 
 What changed from ``v0.0.38`` to ``v0.0.40`` and stayed the same up to ``v0.0.44`` (SchedMD/slurm,
 ``src/plugins/data_parser/v0.0.4x/parsers.c``, the ``NODE``, ``JOB_INFO``, ``JOB_DESC_MSG``,
-``JOB_SUBMIT_REQ``, ``PROCESS_EXIT_CODE_VERBOSE`` and ``UPDATE_NODE_MSG`` parsers of 24.11, 25.05 and 25.11):
+``JOB_SUBMIT_REQ``, ``PROCESS_EXIT_CODE_VERBOSE``, ``KILL_JOBS_RESP_JOB`` and ``UPDATE_NODE_MSG`` parsers of
+24.11, 25.05 and 25.11; ``segment_size`` is the one field of those that ``v0.0.40`` and ``v0.0.41`` lack):
 
 - a node's ``state`` is a list of its base state and flags (``["IDLE", "DRAIN"]``), not a word and a
   separate ``state_flags``;
