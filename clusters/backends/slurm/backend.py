@@ -325,12 +325,18 @@ class SlurmBackend(Backend):
             document = response.json()
         except ValueError:
             document = None
-        if response.status_code != 200 or not isinstance(document, dict):
+        if not isinstance(document, dict):
+            what = "a body that is not JSON" if document is None else f"{type(document).__name__}, not a JSON object"
             raise BadResponse(
-                f"slurmrestd at {self.endpoint} did not describe its API (GET /openapi/v3 answered HTTP "
-                f"{response.status_code}{'' if isinstance(document, dict) else ', not a JSON object'}): "
-                "is it slurmrestd?",
-                detail=response.text[:2000],
+                f"slurmrestd answered GET /openapi/v3 (what it serves) with HTTP {response.status_code} and {what} "
+                f"(is {self.endpoint} slurmrestd?)",
+                detail=response.text,
+            )
+        if response.status_code != 200:
+            raise BadResponse(
+                f"slurmrestd answered GET /openapi/v3 (what it serves) with HTTP {response.status_code} (is "
+                f"{self.endpoint} slurmrestd?)",
+                detail=response.text,
             )
         served = versions.offered(document)
         chosen = versions.choose(served)
