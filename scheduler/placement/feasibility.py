@@ -134,6 +134,8 @@ def _job(queue: Queue, tier: PriorityTier, request: JobRequest, submitted_at: fl
             "preemptible": request.preemptible and tier.preemptible,
             "image": request.image,
             "data_locality": request.data_locality,
+            "tpu_type": request.tpu_type,
+            "tpu_topology": request.tpu_topology,
         }
     )
 
