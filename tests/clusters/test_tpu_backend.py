@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import threading
 from collections.abc import Iterator
-from typing import Any
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any, ClassVar
 
 import pytest
 
@@ -622,3 +626,55 @@ def test_http_errors(server: TpuServer, status: int, error: type[BackendError]) 
     server.fail_requests("POST", "queuedResources", ApiError(status, "nope", "X"))
     with pytest.raises(error, match=f"HTTP {status}"):
         backend(server).submit(job())
+
+
+# the startup script, run for real
+class _Reports(BaseHTTPRequestHandler):
+    seen: ClassVar[list[tuple[str, str, Any]]] = []
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.seen.append((self.path, self.headers["Authorization"], body))
+        self.send_response(201)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+@pytest.mark.parametrize(
+    ("program", "slice_index", "code", "reported"),
+    [
+        ({"command": ("sh", "-c", "exit 3")}, 0, 3, True),
+        ({"command": ("true",)}, 0, 0, True),
+        ({"script": "#!/bin/sh\necho step > /dev/null\nexit 7\n"}, 0, 7, True),
+        ({"script": '[ "$WANDB_MODE" = offline ] || exit 9\n'}, 0, 0, True),  # no shebang: bash, with the env
+        ({"command": ("true",)}, 1, 0, False),  # other slices report only a failure
+        ({"command": ("sh", "-c", "exit 2")}, 1, 2, True),
+    ],
+)
+def test_the_startup_script_runs_the_program_and_reports_its_exit_code(
+    tmp_path: Any, program: dict[str, Any], slice_index: int, code: int, reported: bool
+) -> None:
+    """The script as a TPU VM would run it (bash, off Google's network: the worker number is taken as 0),
+    reporting to a local stand-in for the report endpoint."""
+    _Reports.seen = []
+    httpd = HTTPServer(("127.0.0.1", 0), _Reports)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        env = {
+            "WANDB_MODE": "offline",
+            "QM_JOB_TOKEN": "qmj_42.1.mac",
+            "QM_API_URL": f"http://127.0.0.1:{httpd.server_address[1]}/",
+            "QM_JOB_ID": "42-1",
+        }
+        spec = job("42-1", env=env, **{"command": (), **program})
+        script = tmp_path / "startup.sh"
+        script.write_text(TpuBackend._startup_script(spec, slice_index, 2))
+        done = subprocess.run(["bash", str(script)], capture_output=True, timeout=60, env={"PATH": os.environ["PATH"]})
+    finally:
+        httpd.shutdown()
+    assert done.returncode == code, done.stderr
+    expected = [("/api/v1/jobs/42/report/", "Bearer qmj_42.1.mac", {"exit_code": code})]
+    assert _Reports.seen == (expected if reported else [])

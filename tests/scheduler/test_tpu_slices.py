@@ -11,6 +11,9 @@ from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.test import Client
+from django.urls import reverse
+from rest_framework.test import APIClient
 
 from clusters.models import Cluster
 from scheduler import checkpoints
@@ -145,8 +148,6 @@ def test_a_bad_tpu_request_is_refused_naming_the_field(
 
 
 def test_the_api_refuses_an_unknown_tpu_type_with_a_400_naming_it(s: Scenario) -> None:
-    from rest_framework.test import APIClient
-
     client = APIClient()
     client.force_authenticate(s.fleet.user("alice"))
     body = {"name": "t", "time_limit": "1h", "image": "ghcr.io/lab/jax:1", "tpu_type": "v9x-8"}
@@ -161,3 +162,13 @@ def test_the_api_refuses_an_unknown_tpu_type_with_a_400_naming_it(s: Scenario) -
         4,
         ["v5p"],
     )
+
+
+def test_the_job_page_says_which_slices_it_asked_for(s: Scenario) -> None:
+    job = submit(s, tpu_type="v5p-32", tpu_topology="2x2x4", workers=2)
+    client = Client()
+    client.force_login(s.fleet.user("alice"))
+    page = client.get(reverse("job-detail", args=[job.pk]))
+    assert page.status_code == 200
+    assert "2 × v5p-32 (2x2x4)" in page.content.decode()
+    assert "multislice" in page.content.decode()
