@@ -170,5 +170,5 @@ def test_the_job_page_says_which_slices_it_asked_for(s: Scenario) -> None:
     client.force_login(s.fleet.user("alice"))
     page = client.get(reverse("job-detail", args=[job.pk]))
     assert page.status_code == 200
-    assert "2 × v5p-32 (2x2x4)" in page.content.decode()
+    assert "2 slices of v5p-32 (2x2x4)" in page.content.decode()
     assert "multislice" in page.content.decode()
