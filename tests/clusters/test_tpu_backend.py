@@ -144,11 +144,11 @@ def test_inventory_maps_slices_to_nodes(server: TpuServer) -> None:
         "qm-v5p-8-2",
     ]
 
-    existing = nodes["train-a"]
-    assert (existing.accelerator, existing.accelerators, existing.accelerators_allocatable) == ("v5p", 8, 8)
+    existing = nodes["train-a"]  # a slice Quartermaster did not make: its owner's, never used
+    assert (existing.accelerator, existing.accelerators, existing.accelerators_allocatable) == ("v5p", 8, 0)
     assert (existing.cpu, existing.memory) == (2 * 208_000, 2 * 458_752)  # two hosts
     assert existing.ready
-    assert not existing.schedulable  # a slice Quartermaster did not make: its owner's, never used
+    assert not existing.schedulable
     assert existing.topology == {"zone": server.zone, "slice": "train-a"}
     assert existing.labels["team"] == "vision"
     assert existing.labels["tpu/accelerator-type"] == "v5p-16"

@@ -117,16 +117,15 @@ def test_a_reported_failure_fails_the_attempt_and_deletes_its_slices(s: Scenario
 
 
 def test_another_teams_slice_is_never_used(s: Scenario, tpu: TpuServer) -> None:
-    """``train-a`` is an idle v5p-16 slice that team vision made: a v5p-16 job (of vision's, even) waits rather
-    than run there, and nothing is provisioned (no slot of that shape)."""
-    job = submit(s, tpu_type="v5p-16")
-    s.cycle()
-    job.refresh_from_db()
-    assert job.state == Job.State.PENDING, events(job)
-    assert not job.attempts.exists()
-    assert tpu.mutations() == []
+    """``train-a`` is an idle v5p-16 slice that team vision made: Quartermaster offers nothing of it, so a v5p-16
+    job (of vision's, even) is refused at submission (no slot of that shape), and nothing is provisioned."""
     node = Cluster.objects.get(slug="tpu").nodes.get(name="train-a")
-    assert node.state != node.State.SCHEDULABLE
+    assert (node.state, node.accelerators_allocatable) == (node.State.CORDONED, 0)
+    with pytest.raises(ValidationError) as refused:
+        submit(s, tpu_type="v5p-16")
+    assert "tpu_type" in refused.value.message_dict, refused.value.message_dict
+    assert not Job.objects.exists()
+    assert tpu.mutations() == []
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,8 @@ the engine (which keeps a job of a shape to nodes of that shape, ``scheduler/eng
 ``NodeTable.shaped``) chooses the slots, and the backend provisions exactly what it chose.
 
 Existing slices that Quartermaster did not make (no ``quartermaster-job`` label, not a slot) are reported for
-the fleet's view and health, **unschedulable**: they belong to whoever made them. The label
+the fleet's view and health, **unschedulable** and with no allocatable chips: they belong to whoever made
+them (so a job asking for a shape only such slices have is refused at submission, as never fitting). The label
 ``quartermaster-team`` names the team that may use one, but running a job on an existing idle slice (it
 would need SSH to its hosts, which the TPU API does not give) is not done: such a slice is never used, by
 its team or any other. Quartermaster's own slices carry ``quartermaster-job`` (the job id) and
@@ -515,10 +516,11 @@ class TpuBackend(Backend):
             labels["tpu/queued-resource"] = _short(node.queued_resource)
         if "accelerator_config" in node and node.accelerator_config.topology:
             labels["tpu/topology"] = node.accelerator_config.topology
-        # A slice is whole: usable entirely or not at all, and held entirely by the job that asked for it.
-        usable = node.state not in BROKEN
+        # A slice is whole: usable entirely or not at all, and held entirely by the job that asked for it. One
+        # Quartermaster did not make has nothing to offer it, ever (not a cordon that may be lifted).
         held = JOB_LABEL in node.labels
         ours = held or name in self.slot_names
+        usable = ours and node.state not in BROKEN
         labels["tpu/provisioned"] = "true"
         if not ours:
             labels["tpu/owner"] = "not Quartermaster: never scheduled"
