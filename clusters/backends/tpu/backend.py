@@ -432,13 +432,10 @@ class TpuBackend(Backend):
         reported = [self._node_info(node) for node in nodes]
         existing = {info.name for info in reported}
         free = [self._slot_info(slot) for slot in self.slots if slot.name not in existing]
-        for slot in self.slots:
-            model = generation_of(slot.accelerator_type).model
+        for slot in self.slots:  # what may be provisioned counts, whether or not the zone lists it
+            generation = generation_of(slot.accelerator_type)
             accelerators.setdefault(
-                model,
-                AcceleratorInfo(
-                    model, GENERATIONS[split_type(slot.accelerator_type)[0]].hbm_gib, f"tpu-{model}", "ici"
-                ),
+                generation.model, AcceleratorInfo(generation.model, generation.hbm_gib, generation.generation, "ici")
             )
         return Inventory(nodes=tuple(reported + free), accelerators=tuple(accelerators.values()))
 
