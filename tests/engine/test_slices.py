@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from scheduler.engine import schedule
 from scheduler.engine.model import Cluster, PendingReason
 
@@ -77,3 +80,38 @@ def test_a_busy_slice_is_waited_for_and_a_running_job_can_be_preempted_from_it()
     asks = (job("j", tier="urgent", accelerators=16, shape="v5p-32"),)
     d = schedule(snapshot(fleet, (tpu_queue(),), asks, (holder,), clusters=TPU))  # type: ignore[arg-type]
     assert [p.workload for p in d.preemptions] == ["holder"]
+
+
+SHAPES = ("v5p-8/2x2x1", "v5p-32/2x2x4", "v5p-32/4x2x2", "v5p-32", "")
+CHIPS = {"v5p-8": 4, "v5p-32": 16, "": 4}
+
+
+@settings(deadline=None, max_examples=60)
+@given(
+    st.lists(st.sampled_from(SHAPES), min_size=1, max_size=8),
+    st.lists(st.tuples(st.sampled_from((*SHAPES, "v5p-8")), st.integers(1, 3)), min_size=1, max_size=8),
+)
+def test_every_admission_keeps_to_its_shape_and_takes_whole_slices(
+    node_shapes: list[str], asks: list[tuple[str, int]]
+) -> None:
+    fleet = tuple(slice_(f"n{i}", shape, CHIPS[shape.partition("/")[0]]) for i, shape in enumerate(node_shapes))
+    jobs = tuple(
+        job(f"j{i}", at=i, workers=workers, accelerators=CHIPS[shape.partition("/")[0]], shape=shape)
+        for i, (shape, workers) in enumerate(asks)
+    )
+    d = schedule(snapshot(fleet, (tpu_queue(),), jobs, clusters=TPU))  # type: ignore[arg-type]
+    shape_of = {f"n{i}": shape for i, shape in enumerate(node_shapes)}
+    wanted = {j.id: j.shape for j in jobs}
+    held: set[str] = set()
+    for admission in d.admissions:
+        ask = wanted[admission.job]
+        for a in admission.assignments:
+            node_shape = shape_of[a.node]
+            if not ask:
+                assert node_shape == ""
+                continue
+            assert node_shape == ask or ("/" not in ask and node_shape.startswith(ask + "/")), (ask, node_shape)
+            assert a.workers == 1
+            assert len(a.accels) == CHIPS[ask.partition("/")[0]]  # the whole slice
+            assert a.node not in held  # one job a slice
+            held.add(a.node)
