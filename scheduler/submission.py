@@ -329,7 +329,8 @@ def limit(name: str) -> int:
 #: The checks of one field each: (field, check of the request). Later checks of a field win over earlier.
 CHECKS: tuple[tuple[str, Callable[[JobRequest], None]], ...] = (
     ("name", lambda r: check_name(r.name)),
-    ("accelerators", lambda r: check_bounds("accelerators", r.accelerators)),
+    # A TPU job's accelerators are its slice's chips (``JobRequest.__post_init__``), which may pass the cap.
+    ("accelerators", lambda r: None if r.tpu_type else check_bounds("accelerators", r.accelerators)),
     ("accelerator_milli", check_share),
     ("accelerator_types", check_types),
     ("workers", lambda r: check_bounds("workers", r.workers)),

@@ -16,8 +16,10 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from clusters.models import Cluster
+from clusters.sync import sync_cluster
 from scheduler import checkpoints
 from scheduler.models import Attempt, Job
+from scheduler.placement import feasibility
 from tests.clusters.factories import tpu_cluster
 from tests.clusters.tpu_server import TpuServer
 from tests.scheduler.conftest import Fleet
@@ -126,6 +128,24 @@ def test_another_teams_slice_is_never_used(s: Scenario, tpu: TpuServer) -> None:
     assert "tpu_type" in refused.value.message_dict, refused.value.message_dict
     assert not Job.objects.exists()
     assert tpu.mutations() == []
+
+
+def test_a_big_slice_asks_for_all_its_chips(s: Scenario) -> None:
+    """A v5p-256 is 128 chips, past the cap on accelerators per worker (64), which counts GPUs in a host: a
+    TPU job asks for its slices' chips whatever their number (here, on a cluster without such slices, it is
+    refused as never fitting, naming the type)."""
+    with pytest.raises(ValidationError) as refused:
+        submit(s, tpu_type="v5p-256")
+    assert list(refused.value.message_dict) == ["tpu_type"], refused.value.message_dict
+    Cluster.objects.filter(slug="tpu").update(
+        options={**Cluster.objects.get(slug="tpu").options, "slices": {"v5p-256": 1}}
+    )
+    sync_cluster(Cluster.objects.get(slug="tpu").pk)
+    feasibility.forget(s.fleet.org)
+    job = submit(s, tpu_type="v5p-256")
+    assert (job.accelerators, job.accelerator_types) == (128, ["v5p"])
+    s.cycle()
+    assert job.attempts.get().assignments.get().node.name == "qm-v5p-256-1"
 
 
 @pytest.mark.parametrize(
