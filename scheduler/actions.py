@@ -224,6 +224,8 @@ def submit_job(actor: User, request: JobRequest, *, http: HttpRequest | None = N
                 script=request.script,
                 env=dict(request.env),
                 max_retries=request.max_retries,
+                tpu_type=request.tpu_type,
+                tpu_topology=request.tpu_topology,
                 state=S.PENDING,
                 state_changed_at=now,
                 submitted_at=now,
@@ -332,6 +334,8 @@ def clone_request(job: Job) -> dict[str, Any]:
         "script": job.script,
         "env": dict(job.env),
         "max_retries": job.max_retries,
+        "tpu_type": job.tpu_type,
+        "tpu_topology": job.tpu_topology,
     }
 
 

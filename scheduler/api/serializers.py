@@ -183,6 +183,8 @@ class JobSubmissionSerializer(StrictSerializer):
     )
     max_retries = serializers.IntegerField(required=False, help_text=FIELDS["max_retries"].help)
     idempotency_key = text("idempotency_key", required=False, allow_blank=True)
+    tpu_type = text("tpu_type", required=False, allow_blank=True)
+    tpu_topology = text("tpu_topology", required=False, allow_blank=True)
 
     #: Stand-ins for required fields that failed their checks, so that the rest can still be judged.
     STAND_INS: ClassVar[dict[str, Any]] = {"name": "stand-in", "time_limit": 3600}
@@ -348,6 +350,8 @@ AS_GIVEN = (
     "secret_env",
     "secret_env_from",
     "max_retries",
+    "tpu_type",
+    "tpu_topology",
 )
 #: Fields in people's units: the API's name and the unit it converts from.
 PEOPLE_UNITS = {"accelerator_fraction": submission.FRACTION, "cpu": submission.CORES, "memory_gib": submission.GIB}
@@ -471,6 +475,22 @@ class CheckpointReportSerializer(StrictSerializer):
     )
 
 
+class ExitReportSerializer(StrictSerializer):
+    """What a job reports when its program ends: the exit code (``checkpoints.report_exit`` checks its range)."""
+
+    exit_code = StrictIntegerField(help_text="The program's exit code, 0 to 255 (128 + n: killed by signal n).")
+
+
+class ExitReportedSerializer(serializers.ModelSerializer[Attempt]):
+    attempt = serializers.IntegerField(source="number")
+    exit_code = serializers.IntegerField(source="reported_exit_code")
+
+    class Meta:
+        model = Attempt
+        fields = ["attempt", "exit_code", "reported_at"]
+        read_only_fields = fields
+
+
 def _current(job: Job) -> Attempt | None:
     """The attempt holding capacity now (from the prefetched attempts), if the job is placed."""
     if job.state not in PLACED:
@@ -580,6 +600,8 @@ class JobSerializer(JobListSerializer):
             "env",
             "secret_env_names",
             "max_retries",
+            "tpu_type",
+            "tpu_topology",
             "retries",
             "attempt",
             "not_before",

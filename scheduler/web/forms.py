@@ -101,6 +101,8 @@ class JobForm(ChoicesForm):
         coerce=int, choices=SHARES, initial=1000, label="Share", help_text="A fraction needs 1 accelerator per worker."
     )
     workers = whole("workers", help_text="A gang: all start together.")
+    tpu_type = text("tpu_type", label="TPU slice type", help_text=FIELDS["tpu_type"].help)
+    tpu_topology = text("tpu_topology", label="TPU topology", help_text=FIELDS["tpu_topology"].help)
     cpu_cores = amount(submission.CORES, initial=4, label="CPU cores per worker")
     memory_gib = amount(submission.GIB, initial=16, label="Memory per worker (GiB)")
 
@@ -297,6 +299,8 @@ class JobForm(ChoicesForm):
         "secret_env_from": None,
         "keep_secret_env": False,
         "idempotency_key": "",
+        "tpu_type": "",
+        "tpu_topology": "",
     }
 
     def job_request(self, *, placeholders: bool = False) -> tuple[JobRequest, list[str]]:
@@ -342,6 +346,8 @@ class JobForm(ChoicesForm):
             secret_env_from=self.cloned if data["keep_secret_env"] else None,
             max_retries=data["max_retries"],
             idempotency_key=data["idempotency_key"],
+            tpu_type=data["tpu_type"],
+            tpu_topology=data["tpu_topology"],
         )
         if data.get("project") and project is None:
             self.add_error("project", "Choose a project of the team.")
