@@ -224,6 +224,7 @@ def submit_job(actor: User, request: JobRequest, *, http: HttpRequest | None = N
                 script=request.script,
                 env=dict(request.env),
                 max_retries=request.max_retries,
+                **submission.ray_fields(request),
                 state=S.PENDING,
                 state_changed_at=now,
                 submitted_at=now,
@@ -332,6 +333,7 @@ def clone_request(job: Job) -> dict[str, Any]:
         "script": job.script,
         "env": dict(job.env),
         "max_retries": job.max_retries,
+        **submission.ray_clone(job),
     }
 
 

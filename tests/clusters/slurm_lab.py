@@ -25,7 +25,7 @@ from clusters.backends.slurm import SlurmBackend
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "deploy" / "slurm-lab"
 LAB = Path(os.environ.get("QM_SLURM_LAB", "/tmp/slurm-lab"))  # noqa: S108 (the lab scripts' default)
-ENDPOINT = "http://127.0.0.1:17080"
+ENDPOINT = os.environ.get("QM_SLURM_LAB_ENDPOINT", "http://127.0.0.1:17080")  # another lab: its RESTD_PORT
 NODES = ("lab-node1", "lab-node2", "lab-node3", "lab-node4")
 STARTED_BY_TESTS = LAB / ".qm-started-by-tests"
 

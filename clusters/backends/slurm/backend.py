@@ -61,6 +61,7 @@ from clusters.backends.base import (
     Unreachable,
     not_allowed,
 )
+from clusters.backends.slurm import ray
 from clusters.backends.slurm.parse import expand_hostlist, failure, gpu_gres, job_state
 from clusters.backends.slurm.script import batch_script
 from common import outbound
@@ -170,6 +171,7 @@ class SlurmBackend(Backend):
             nodes=nodes,
             reason=why,
             exit_code=code if why == Failure.EXIT_CODE or (why and code) else None,
+            dashboard_url=ray.dashboard_url(self.options, raw, nodes) if state is JobState.RUNNING else "",
         )
 
     def health(self) -> tuple[HealthSignal, ...]:
@@ -199,7 +201,7 @@ class SlurmBackend(Backend):
     # ---------------------------------------------------------------------------------------- writes
 
     def submit(self, spec: JobSpec) -> str | DryRun:
-        body = {"script": batch_script(spec, self.options), "job": self._job_properties(spec)}
+        body = {"script": batch_script(spec, self.options), **ray.description(spec, self._job_properties(spec))}
         existing = self._find_job(spec.id)
         if self.dry_run:
             detail: dict[str, Any] = dict(body)
