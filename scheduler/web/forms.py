@@ -163,6 +163,7 @@ class JobForm(ChoicesForm):
     kind = forms.ChoiceField(
         choices=Job.Kind.choices,
         initial=Job.Kind.JOB,
+        required=False,
         label="Kind",
         widget=forms.RadioSelect(attrs={"class": "checks"}),
         help_text="A Ray job starts a Ray cluster (a head and the workers) and runs its entrypoint on it.",
@@ -175,9 +176,9 @@ class JobForm(ChoicesForm):
         widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "placeholder": '{"pip": ["numpy"]}'}),
         help_text=FIELDS["runtime_env"].help,
     )
-    head_cpu_cores = amount(submission.HEAD_CORES, initial=1, label="Head CPU cores")
-    head_memory_gib = amount(submission.HEAD_GIB, initial=4, label="Head memory (GiB)")
-    head_accelerators = whole("head_accelerators", label="Head accelerators")
+    head_cpu_cores = amount(submission.HEAD_CORES, initial=1, required=False, label="Head CPU cores")
+    head_memory_gib = amount(submission.HEAD_GIB, initial=4, required=False, label="Head memory (GiB)")
+    head_accelerators = whole("head_accelerators", required=False, label="Head accelerators")
 
     #: The job this form clones (its secret values are kept if its submitter ticks ``keep_secret_env``).
     secret_env_from = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput())
@@ -351,6 +352,7 @@ class JobForm(ChoicesForm):
             name = "preview"
             missing.append("a name")
         ray = data["kind"] == Job.Kind.RAY
+        head_cpu, head_memory = data["head_cpu_cores"], data["head_memory_gib"]
         entrypoint = data["entrypoint"] if ray else ""
         if placeholders and ray and not entrypoint.strip():
             entrypoint = "preview"
@@ -387,12 +389,14 @@ class JobForm(ChoicesForm):
             secret_env_from=self.cloned if data["keep_secret_env"] else None,
             max_retries=data["max_retries"],
             idempotency_key=data["idempotency_key"],
-            kind=data["kind"],
+            kind=data["kind"] or Job.Kind.JOB,
             entrypoint=entrypoint,
             runtime_env=data["runtime_env"] if ray else {},
-            head_cpu=submission.HEAD_CORES.to_engine(data["head_cpu_cores"]),
-            head_memory=submission.HEAD_GIB.to_engine(data["head_memory_gib"]),
-            head_accelerators=data["head_accelerators"],
+            head_cpu=FIELDS["head_cpu"].default if head_cpu is None else submission.HEAD_CORES.to_engine(head_cpu),
+            head_memory=FIELDS["head_memory"].default
+            if head_memory is None
+            else submission.HEAD_GIB.to_engine(head_memory),
+            head_accelerators=data["head_accelerators"] or 0,
         )
         if data.get("project") and project is None:
             self.add_error("project", "Choose a project of the team.")

@@ -30,7 +30,7 @@ ray.init()
 @ray.remote(num_cpus=1, scheduling_strategy="SPREAD")
 def where():
     time.sleep(0.5)
-    return ray.get_runtime_context().get_node_id(), os.environ.get("QM_GREETING")
+    return ray.get_runtime_context().get_node_id(), os.environ.get("GREETING")
 answers = ray.get([where.remote() for _ in range(8)])
 alive = [n for n in ray.nodes() if n["Alive"]]
 print("qm-ray-nodes", len(alive), "used", len({node for node, _ in answers}), "greeting", answers[0][1], flush=True)
@@ -50,7 +50,7 @@ def ray_spec(job_id: str, *, nodes: tuple[str, ...] = (), head_node: str = "", *
         "time_limit": 600,
         "kind": "ray",
         "entrypoint": "python main.py 0",
-        "runtime_env": {"env_vars": {"QM_GREETING": "hello"}},
+        "runtime_env": {"env_vars": {"GREETING": "hello"}},
         "head": (0, 1000, 2048),
         "head_node": head_node,
     }
@@ -101,7 +101,7 @@ def test_the_script_starts_the_head_then_the_workers_then_submits_the_entrypoint
     assert text.index("srun --het-group=1") < text.index("ray job submit") < text.index('exit "${QM_EXIT:-1}"')
     assert "python main.py 'a b'" in text  # in a quoted here-document: run as typed
     assert "--num-cpus=2 --num-gpus=1" in text  # the head's node: 1 core of head and one 2-core worker
-    assert '"QM_GREETING": "hello"' in text
+    assert '"GREETING": "hello"' in text
     alone = batch_script(ray_spec("7-5", nodes=("lab-node1",), head_node="lab-node1"), {})
     assert "srun" not in alone
     assert "qm_ray_wait 1 ||" in alone
