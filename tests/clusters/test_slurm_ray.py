@@ -186,3 +186,18 @@ def test_a_ray_job_runs_remote_tasks_on_its_workers_and_ends_with_the_entrypoint
         took = [line for line in output.splitlines() if line.startswith("qm: Ray is up")]
         print(f"Ray job {job} (exit {code}): {took[0] if took else '?'}; {time.monotonic() - started:.1f} s in all")
     assert running.dashboard_url.startswith("http://127.0.0.1:"), running
+
+
+@pytest.mark.slurm
+def test_a_ray_that_cannot_start_fails_the_job_and_says_why(slurm_lab: SlurmLab, tmp_path: Path) -> None:
+    """The cluster's ray_setup leaves no Ray on PATH: the head does not start, the job fails (exit 1) with
+    Ray's own words in its output, and nothing of it is left running."""
+    backend = slurm_lab.backend(workdir=str(tmp_path), ray_setup=f"export PATH={tmp_path}/no-ray:/usr/bin:/bin")
+    spec = ray_spec(f"ray-none-{time.time_ns()}", nodes=("lab-node4",), head_node="lab-node4")
+    job = backend.submit(spec)
+    assert isinstance(job, str)
+    status = wait_until(backend, job, ended, seconds=60)
+    output = (tmp_path / f"slurm-{job}.out").read_text()
+    assert (status.state, status.exit_code) == (JobState.FAILED, 1), output
+    assert "qm: the Ray head did not start" in output
+    assert "ray: command not found" in output or "python: command not found" in output, output
