@@ -343,7 +343,7 @@ def _runtime_env_value_ok(key: str, value: Any) -> bool:
     return (
         isinstance(value, dict)
         and set(value) <= {"setup_timeout_seconds", "eager_install"}
-        and all(isinstance(v, bool if k == "eager_install" else int) for k, v in value.items())
+        and all(isinstance(v, bool) == (k == "eager_install") and isinstance(v, int) for k, v in value.items())
     )
 
 

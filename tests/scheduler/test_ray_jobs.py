@@ -76,6 +76,8 @@ def test_a_ray_job_is_taken_in_peoples_units_and_read_back(fleet: Fleet, api: An
         ({"runtime_env": {"env_vars": {"SEED": 7}}}, "runtime_env", "runtime_env.env_vars must be"),
         ({"runtime_env": {"env_vars": {"QM_JOB_TOKEN": "x"}}}, "runtime_env", "QM_ names are reserved"),
         ({"runtime_env": {"config": {"setup_timeout_seconds": "soon"}}}, "runtime_env", "runtime_env.config"),
+        ({"runtime_env": {"config": {"setup_timeout_seconds": True}}}, "runtime_env", "runtime_env.config"),
+        ({"runtime_env": {"pip": {"packages": ["x"], "index": "y"}}}, "runtime_env", "runtime_env.pip"),
         ({"kind": "spark"}, "kind", ""),
         ({"command": ["python", "x.py"]}, "command", "leave the command empty"),
         ({"script": "#!/bin/bash\necho hi"}, "image", "not a batch script"),
