@@ -23,6 +23,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from clusters import capabilities
+from clusters.backends.slurm import backend as slurm_options
 from clusters.models import Cluster, Drain, MaintenanceWindow, Node, ProbeToken
 from clusters.secrets import CredentialsError
 from common import enqueue, outbound, params
@@ -405,8 +406,8 @@ def _options(actor: User, kind: str, options: Any, stored: dict[str, Any]) -> di
         namespace = options.get("namespace", "default")
         if not isinstance(namespace, str) or not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", namespace):
             raise ValidationError({"options": "namespace must be a Kubernetes namespace name."})
-    elif kind == Cluster.Kind.SLURM and not isinstance(options.get("gpu_models", {}), dict):
-        raise ValidationError({"options": 'gpu_models maps GRES types to models, e.g. {"h100": "H100-SXM-80GB"}.'})
+    elif kind == Cluster.Kind.SLURM and (problem := slurm_options.invalid_options(options)):
+        raise ValidationError({"options": problem})
     if problem := capabilities.invalid_options(kind, options):
         raise ValidationError({"options": problem})
     return options

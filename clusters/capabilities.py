@@ -16,6 +16,7 @@ no cluster can run, and a waiting job's reason names the clusters ruled out and 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -76,7 +77,9 @@ def of(kind: str, options: Mapping[str, Any] | None) -> Capabilities:
 
 def invalid_options(kind: str, options: Mapping[str, Any]) -> str:
     """What is wrong with the options that say what a cluster runs, in words ("" when nothing): a Slurm
-    cluster's ``container_runtime``, a simulated cluster's ``runs``."""
+    cluster's ``container_runtime``, a simulated cluster's ``runs``, a Kubernetes cluster's Kueue mode."""
+    if kind == "kubernetes":
+        return invalid_kueue_options(options)
     if kind == "slurm":
         runtime = options.get("container_runtime", "")
         if runtime and runtime not in SLURM_RUNTIMES:
@@ -88,6 +91,36 @@ def invalid_options(kind: str, options: Mapping[str, Any]) -> str:
         runs = options["runs"]
         if not isinstance(runs, list) or not runs or any(r not in (CONTAINERS, BATCH) for r in runs):
             return f'runs is a list of "{CONTAINERS}" and/or "{BATCH}".'
+    return ""
+
+
+#: A Kubernetes name (a LocalQueue's): a DNS subdomain.
+KUBE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+FLAG_WORDS = ("true", "false", "yes", "no", "1", "0", "")
+
+
+def invalid_kueue_options(options: Mapping[str, Any]) -> str:
+    """What is wrong with a Kubernetes cluster's Kueue options (docs/kueue.md), "" when nothing: ``kueue`` is a
+    yes/no, and in Kueue mode jobs need a LocalQueue: ``local_queues`` (Quartermaster queue name -> LocalQueue)
+    or ``local_queue`` (for every queue ``local_queues`` leaves out), or both."""
+    flag = options.get("kueue", False)
+    if not isinstance(flag, bool) and not (isinstance(flag, str) and flag.strip().lower() in FLAG_WORDS):
+        return "kueue is true or false."
+    kueue = flag if isinstance(flag, bool) else flag.strip().lower() in ("true", "yes", "1")
+    mapped = options.get("local_queues", {})
+    if not isinstance(mapped, dict) or not all(
+        isinstance(queue, str) and isinstance(local, str) and KUBE_NAME.fullmatch(local)
+        for queue, local in mapped.items()
+    ):
+        return 'local_queues maps Quartermaster queue names to Kueue LocalQueue names, e.g. {"nlp": "lq-nlp"}.'
+    single = options.get("local_queue", "")
+    if not isinstance(single, str) or (single and not KUBE_NAME.fullmatch(single)):
+        return "local_queue is the name of a Kueue LocalQueue in the cluster's namespace."
+    if kueue and not mapped and not single:
+        return (
+            "In Kueue mode jobs go to a LocalQueue: set local_queues (a LocalQueue for each Quartermaster queue, "
+            'e.g. {"nlp": "lq-nlp"}) or local_queue (one for every queue), or both.'
+        )
     return ""
 
 

@@ -91,7 +91,11 @@ def sync_cluster(cluster_id: int) -> SyncResult:
     try:
         with transaction.atomic():
             counts = _apply(cluster, inventory)
+            # A cluster that reports its topology (Slurm's tree or block plugin) names its levels, so the
+            # admin need not type them; levels an admin set are kept.
+            levels = {} if cluster.levels else {"levels": reported_levels(inventory)}
             Cluster.objects.filter(pk=cluster.pk).update(
+                **levels,
                 status=Cluster.Status.HEALTHY,
                 last_sync_at=timezone.now(),
                 last_error="",
@@ -260,9 +264,17 @@ def _update(cluster: Cluster, changed: list[Node]) -> None:
         )
 
 
+def reported_levels(inventory: Inventory) -> list[str]:
+    """The topology levels the nodes report, widest first (the order of ``NodeInfo.topology``)."""
+    levels: list[str] = []
+    for node in sorted(inventory.nodes, key=lambda n: -len(n.topology)):
+        levels.extend(level for level in node.topology if level not in levels)
+    return levels
+
+
 def _domains(cluster: Cluster, inventory: Inventory) -> None:
     """Topology domains from the nodes' labels at the cluster's levels, each under its parent."""
-    levels = list(cluster.levels) or sorted({level for n in inventory.nodes for level in n.topology})
+    levels = list(cluster.levels) or reported_levels(inventory)
     wanted: dict[tuple[str, str], tuple[str, str] | None] = {}
     for node in inventory.nodes:
         parent: tuple[str, str] | None = None

@@ -225,6 +225,8 @@ def submit_job(actor: User, request: JobRequest, *, http: HttpRequest | None = N
                 env=dict(request.env),
                 max_retries=request.max_retries,
                 **submission.ray_fields(request),
+                tpu_type=request.tpu_type,
+                tpu_topology=request.tpu_topology,
                 state=S.PENDING,
                 state_changed_at=now,
                 submitted_at=now,
@@ -334,6 +336,8 @@ def clone_request(job: Job) -> dict[str, Any]:
         "env": dict(job.env),
         "max_retries": job.max_retries,
         **submission.ray_clone(job),
+        "tpu_type": job.tpu_type,
+        "tpu_topology": job.tpu_topology,
     }
 
 

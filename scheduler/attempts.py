@@ -24,11 +24,12 @@ REASON_WORDS = {
     "failover": "its cluster stopped answering; it was restarted elsewhere",
     "withdrawn": "withdrawn: an earlier copy was reattached",
     "start_timeout": "it did not start in time",
+    "no_capacity": "the cluster had no capacity for it",
 }
 
 
 #: Reasons whose ``Attempt.message`` is the cluster's own words, not a sentence of ours: they get their label.
-CLUSTERS_WORDS = frozenset({"refused", "invalid", "image_pull"})
+CLUSTERS_WORDS = frozenset({"refused", "invalid", "image_pull", "no_capacity"})
 
 
 def reason_words(attempt: Attempt) -> str:

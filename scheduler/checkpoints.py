@@ -1,20 +1,23 @@
-"""Checkpoints a running job reports, and the job token it reports them with (docs/jobs.md).
+"""Checkpoints and the exit code a running job reports, and the job token it reports them with (docs/jobs.md).
 
-Each attempt is handed a token in its environment (``QM_JOB_TOKEN``, with ``env_for``) that authorizes one
-thing: reporting checkpoints of that job's attempt (``POST /api/v1/jobs/{id}/checkpoints/``, or
-``qm checkpoint`` inside the job). The token is stateless: ``qmj_<job>.<attempt>.<mac>``, the MAC an
-HMAC-SHA256 of ``job:attempt`` under a key derived from ``SECRET_KEY`` for this purpose alone, so nothing is
-stored and nothing can be forged without the key. It never expires by itself; it is *fenced* instead: a
-report is taken only from the job's current attempt while that attempt is active (placed, running, or
-stopping within its grace period, when checkpointing matters most). A token of an earlier attempt, or of an
-attempt that has ended, is refused — a copy left running on a cluster that was cut off cannot move the
-point a restart resumes from.
+Each attempt is handed a token in its environment (``QM_JOB_TOKEN``, with ``env_for``) that authorizes two
+things: reporting checkpoints of that job's attempt (``POST /api/v1/jobs/{id}/checkpoints/``, or
+``qm checkpoint`` inside the job), and reporting how its program ended (``POST /api/v1/jobs/{id}/report/``,
+``report_exit``: once per attempt), which is how Quartermaster learns that a job ended on a cluster that
+cannot tell (a Cloud TPU queued resource stays ACTIVE after its program exits; ``placement/follow.py``).
 
-A report is one row (``Checkpoint``); the job keeps its last ``KEEP`` of them. An attempt may report once
-every ``MIN_INTERVAL`` (``STOPPING_INTERVAL`` while it is being stopped, so that a job checkpointing in its
-grace period is never turned away), so a job looping on ``qm checkpoint`` cannot flood the table.
-A restart resumes from the last checkpoint's location (``resume_from``, ``QM_RESUME_FROM``); the job's own
-``checkpoint_location`` stays what was asked for — the directory it saves into (``QM_CHECKPOINT_DIR``).
+The token is stateless: ``qmj_<job>.<attempt>.<mac>``, the MAC an HMAC-SHA256 of ``job:attempt`` under a key derived
+from ``SECRET_KEY`` for this purpose alone, so nothing is stored and nothing can be forged without the key. It never
+expires by itself; it is *fenced* instead: a report is taken only from the job's current attempt while that attempt
+is active (placed, running, or stopping within its grace period, when checkpointing matters most). A token of an
+earlier attempt, or of an attempt that has ended, is refused — a copy left running on a cluster that was cut off
+cannot move the point a restart resumes from.
+
+A report is one row (``Checkpoint``); the job keeps its last ``KEEP`` of them. An attempt may report once every
+``MIN_INTERVAL`` (``STOPPING_INTERVAL`` while it is being stopped, so that a job checkpointing in its grace period
+is never turned away), so a job looping on ``qm checkpoint`` cannot flood the table. A restart resumes from the last
+checkpoint's location (``resume_from``, ``QM_RESUME_FROM``); the job's own ``checkpoint_location`` stays what was
+asked for — the directory it saves into (``QM_CHECKPOINT_DIR``).
 """
 
 from __future__ import annotations
@@ -55,6 +58,14 @@ class JobToken:
 
     job_id: int
     attempt: int
+
+
+#: The exit codes a report may give: a process's (128 + n for a signal n).
+EXIT_CODES = (0, 255)
+
+
+class AlreadyReported(Exception):
+    """The attempt reported its exit code before: the first report stands."""
 
 
 class TooSoon(Exception):
@@ -119,20 +130,44 @@ def check_report(location: str, step: int | None) -> dict[str, str]:
     return errors
 
 
-def fence(job: Job, attempt_number: int) -> Attempt:
+def fence(job: Job, attempt_number: int, what: str = "checkpoints") -> Attempt:
     """The attempt a report of ``attempt_number`` comes from, if it may report now; else ``PermissionDenied``
-    saying why. ``job`` is read (and locked) by the caller."""
+    saying why (``what`` it may not report). ``job`` is read (and locked) by the caller."""
     if attempt_number != job.attempt:
         raise PermissionDenied(
             f"This token is of attempt {attempt_number} of job #{job.pk}, which is now on attempt {job.attempt}: "
-            "only the current attempt reports checkpoints."
+            f"only the current attempt reports {what}."
         )
     attempt: Attempt | None = Attempt.objects.filter(job=job, number=attempt_number).first()
     if attempt is None or attempt.outcome != Attempt.Outcome.ACTIVE or job.state not in PLACED:
         outcome = attempt.get_outcome_display().lower() if attempt else "not started"
         raise PermissionDenied(
-            f"Attempt {attempt_number} of job #{job.pk} has ended ({outcome}): it reports no more checkpoints."
+            f"Attempt {attempt_number} of job #{job.pk} has ended ({outcome}): it reports no more {what}."
         )
+    return attempt
+
+
+def report_exit(job: Job, attempt_number: int, exit_code: int, *, at: datetime | None = None) -> Attempt:
+    """Record how attempt ``attempt_number`` of ``job`` ended: its program's ``exit_code`` (0 to 255). Refused
+    with a ``ValidationError`` naming ``exit_code``, with ``PermissionDenied`` when the attempt may not report
+    (``fence``: an earlier attempt's token, an attempt that ended), and with ``AlreadyReported`` when it
+    reported before (the first report stands: the TPU startup script reports from several hosts at most once
+    each, and a failure reported first is not undone by a later success). The attempt is ended by the
+    placement loop's next follow round (``placement/follow.py``), not here."""
+    low, high = EXIT_CODES
+    if isinstance(exit_code, bool) or not isinstance(exit_code, int) or not low <= exit_code <= high:
+        raise ValidationError({"exit_code": f"An exit code is a whole number from {low} to {high}."})
+    now = at or timezone.now()
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        attempt = fence(locked, attempt_number, "its exit code")
+        if attempt.reported_at is not None:
+            raise AlreadyReported(
+                f"Attempt {attempt_number} of job #{job.pk} reported exit code {attempt.reported_exit_code} "
+                "already; the first report stands."
+            )
+        Attempt.objects.filter(pk=attempt.pk).update(reported_exit_code=exit_code, reported_at=now)
+        attempt.reported_exit_code, attempt.reported_at = exit_code, now
     return attempt
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
+from clusters.backends.tpu.accelerators import UnknownAcceleratorType, check_shape, chips_in_topology, generation_of
 from clusters.models import Cluster
 from common.validation import check_max_length
 from governance.models import PriorityTier
@@ -78,6 +79,21 @@ class JobRequest:
     head_accelerators: int = 0
     head_cpu: int = 1000
     head_memory: int = 4096
+    #: A Cloud TPU slice type (``v5p-32``) and, optionally, its topology (``2x2x4``): each worker is then one
+    #: whole slice of that shape (``workers`` > 1: multislice). A valid type sets ``accelerator_types`` to its
+    #: generation and ``accelerators`` to a slice's chips (``__post_init__``), so quotas count chips.
+    tpu_type: str = ""
+    tpu_topology: str = ""
+
+    def __post_init__(self) -> None:
+        self.tpu_type, self.tpu_topology = self.tpu_type.strip(), self.tpu_topology.strip()
+        if self.tpu_type:
+            try:
+                chips = check_shape(self.tpu_type, self.tpu_topology)
+                model = generation_of(self.tpu_type).model
+            except UnknownAcceleratorType:
+                return  # ``check_tpu`` names what is wrong
+            self.accelerator_types, self.accelerators, self.accelerator_milli = [model], chips, 1000
 
 
 # --- the fields ----------------------------------------------------------------------------------------
@@ -166,6 +182,11 @@ FIELDS: dict[str, Field] = {
     ),
     "head_cpu": Field(1, default=1000, help="Cores of the Ray head.", out_of_range="Give the head some CPU."),
     "head_memory": Field(1, default=4096, help="GiB of the Ray head.", out_of_range="Give the head some memory."),
+    "tpu_type": Field(
+        max_length=40,
+        help="A Cloud TPU slice type, e.g. v5p-32: each worker is one whole slice (several workers: multislice).",
+    ),
+    "tpu_topology": Field(max_length=20, help="The slice's shape, e.g. 2x2x4 (its chips must be the type's)."),
 }
 
 #: The API's (and job files') names of the fields given in other units than the engine's.
@@ -301,6 +322,37 @@ def check_env(env: Mapping[str, Any]) -> None:
             raise ValidationError(f"The value of {key} must be a string.", code="env_value")
 
 
+def check_tpu_type(request: JobRequest) -> None:
+    """A TPU type of a generation we know (``clusters/backends/tpu/accelerators.py``)."""
+    if request.tpu_type:
+        check_max_length(request.tpu_type, limit("tpu_type"))
+        try:
+            generation_of(request.tpu_type)
+        except UnknownAcceleratorType as error:
+            message = f"{error}. Give a Cloud TPU type such as v5p-32 or v5litepod-8."
+            raise ValidationError(message, code="tpu_type") from None
+
+
+def check_tpu_topology(request: JobRequest) -> None:
+    """A topology only with a type, like ``2x2x4``, of as many chips as the type's slice."""
+    if not request.tpu_topology:
+        return
+    check_max_length(request.tpu_topology, limit("tpu_topology"))
+    if not request.tpu_type:
+        raise ValidationError("A TPU topology needs a TPU type (tpu_type) too.", code="tpu_topology")
+    try:
+        chips_in_topology(request.tpu_topology)
+        generation_of(request.tpu_type)
+    except UnknownAcceleratorType as error:
+        if "topology" in str(error):
+            raise ValidationError(f"{error}.", code="tpu_topology") from None
+        return  # the type is wrong: ``check_tpu_type`` says so
+    try:
+        check_shape(request.tpu_type, request.tpu_topology)
+    except UnknownAcceleratorType as error:
+        raise ValidationError(f"{error}.", code="tpu_topology") from None
+
+
 def limit(name: str) -> int:
     """The length limit of text field ``name``."""
     most = FIELDS[name].max_length
@@ -420,7 +472,8 @@ def ray_clone(job: Job) -> dict[str, Any]:
 #: The checks of one field each: (field, check of the request). Later checks of a field win over earlier.
 CHECKS: tuple[tuple[str, Callable[[JobRequest], None]], ...] = (
     ("name", lambda r: check_name(r.name)),
-    ("accelerators", lambda r: check_bounds("accelerators", r.accelerators)),
+    # A TPU job's accelerators are its slice's chips (``JobRequest.__post_init__``), which may pass the cap.
+    ("accelerators", lambda r: None if r.tpu_type else check_bounds("accelerators", r.accelerators)),
     ("accelerator_milli", check_share),
     ("accelerator_types", check_types),
     ("workers", lambda r: check_bounds("workers", r.workers)),
@@ -442,6 +495,8 @@ CHECKS: tuple[tuple[str, Callable[[JobRequest], None]], ...] = (
     ("head_accelerators", lambda r: check_bounds("head_accelerators", r.head_accelerators)),
     ("head_cpu", lambda r: check_bounds("head_cpu", r.head_cpu)),
     ("head_memory", lambda r: check_bounds("head_memory", r.head_memory)),
+    ("tpu_type", check_tpu_type),
+    ("tpu_topology", check_tpu_topology),
 )
 
 

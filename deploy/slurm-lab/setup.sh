@@ -1,19 +1,34 @@
 #!/bin/bash
-# Write a self-contained single-machine Slurm 22.05 lab under $LAB: slurm.conf, gres.conf, a munge key, a JWT
-# key and fake GPU device nodes. NNODES nodes (default 4), each with 32 CPUs, 250 GiB and 8 fake H100s.
-# Touches nothing outside $LAB (not /etc/slurm, not /etc/munge). Safe to run again; keys are kept.
+# Write a self-contained single-machine Slurm lab under $LAB: slurm.conf, gres.conf, topology.conf, a munge
+# key, a JWT key and fake GPU device nodes. NNODES nodes (default 4), each with 32 CPUs, 250 GiB and 8 fake
+# H100s. Touches nothing outside $LAB (not /etc/slurm, not /etc/munge). Safe to run again; keys are kept.
+#
+# VERSION=22.05 (default): the host's Slurm (Debian 12 packages), topology/tree (two leaf switches under a
+#   spine), LAB=/tmp/slurm-lab, ports 17000-17004, slurmrestd 17080.
+# VERSION=24.11: Slurm 24.11 from Debian 13 in a root filesystem of its own (rootfs.sh builds it once and
+#   caches it), topology/block (two blocks of two nodes), LAB=/tmp/slurm-lab-24.11, ports 17100-17104,
+#   slurmrestd 17180. Both labs run at once.
 set -euo pipefail
-LAB=${LAB:-/tmp/slurm-lab}
+VERSION=${VERSION:-22.05}
+HERE=$(cd "$(dirname "$0")" && pwd)
+case $VERSION in
+  22.05) LAB=${LAB:-/tmp/slurm-lab}; BASEPORT=${BASEPORT:-17000}; ROOT="" ;;
+  24.11) LAB=${LAB:-/tmp/slurm-lab-24.11}; BASEPORT=${BASEPORT:-17100} ;;
+  *) echo "setup.sh: VERSION must be 22.05 or 24.11, not $VERSION" >&2; exit 1 ;;
+esac
 NNODES=${NNODES:-4}
-BASEPORT=${BASEPORT:-17000}   # slurmctld listens on BASEPORT, slurmd of node i on BASEPORT+i
+# slurmctld listens on BASEPORT, slurmd of node i on BASEPORT+i
 
 if [ "$(id -u)" != 0 ]; then echo "setup.sh: run as root (mknod, munged and slurmd need it)" >&2; exit 1; fi
+if [ "$VERSION" = 24.11 ]; then
+  ROOT=$("$HERE/rootfs.sh")   # built once (about a minute), then cached
+fi
 for bin in /usr/sbin/slurmctld /usr/sbin/slurmd /usr/sbin/slurmrestd /usr/sbin/munged /usr/bin/sinfo; do
-  [ -x $bin ] || { echo "setup.sh: $bin missing: apt-get install -y --no-install-recommends" \
+  [ -x "$ROOT$bin" ] || { echo "setup.sh: $ROOT$bin missing: apt-get install -y --no-install-recommends" \
     "slurmctld slurmd slurm-client slurmrestd munge slurm-wlm-jwt-plugin" >&2; exit 1; }
 done
 
-mkdir -p $LAB/etc $LAB/state $LAB/log $LAB/run $LAB/munge $LAB/dev $LAB/jobs
+mkdir -p $LAB/etc $LAB/state $LAB/log $LAB/run $LAB/munge $LAB/dev $LAB/jobs $LAB/bin
 chmod 755 $LAB/munge          # slurmrestd (user slurm) and other non-root clients must reach the munge socket
 chmod 1777 $LAB/jobs          # job output of any user
 for i in $(seq 1 $NNODES); do mkdir -p $LAB/spool/lab-node$i; done
@@ -67,6 +82,7 @@ MpiDefault=none
 MailProg=/bin/true
 CommunicationParameters=NoInAddrAny
 GresTypes=gpu
+TopologyPlugin=topology/$([ "$VERSION" = 22.05 ] && echo tree || echo block)
 # fast turnaround for tests
 SchedulerParameters=sched_interval=1,bf_interval=1
 MinJobAge=300
@@ -84,4 +100,37 @@ cat > $LAB/etc/gres.conf <<CONF
 AutoDetect=off
 NodeName=lab-node[1-$NNODES] Name=gpu Type=h100 File=$LAB/dev/nvidia[0-7]
 CONF
-echo "lab written to $LAB ($NNODES nodes, slurmctld port $BASEPORT)"
+
+# The cluster's network topology, which the backend reads back with `scontrol show topology`: nodes 1-2 and
+# 3-4 share a leaf switch (22.05, tree) or a block (24.11, block).
+half=$(( (NNODES + 1) / 2 ))
+if [ "$VERSION" = 22.05 ]; then
+  cat > $LAB/etc/topology.conf <<CONF
+SwitchName=leaf1 Nodes=lab-node[1-$half]
+SwitchName=leaf2 Nodes=lab-node[$((half + 1))-$NNODES]
+SwitchName=spine1 Switches=leaf[1-2]
+CONF
+else
+  cat > $LAB/etc/topology.conf <<CONF
+BlockName=block1 Nodes=lab-node[1-$half]
+BlockName=block2 Nodes=lab-node[$((half + 1))-$NNODES]
+BlockSizes=$half,$NNODES
+CONF
+fi
+
+# What start.sh and stop.sh need to know, and the Slurm commands of this lab's version: $LAB/bin/sinfo and
+# the others run the root filesystem's programs for 24.11 (a 22.05 client cannot talk to a 24.11 controller).
+cat > $LAB/etc/lab.env <<ENV
+VERSION=$VERSION
+ROOT=$ROOT
+BASEPORT=$BASEPORT
+ENV
+for cmd in sinfo squeue scontrol sbatch scancel srun; do
+  if [ -n "$ROOT" ]; then
+    printf '#!/bin/bash\nSLURM_CONF=%s exec %s %s /usr/bin/%s "$@"\n' "$LAB/etc/slurm.conf" "$HERE/in-root" "$ROOT" $cmd
+  else
+    printf '#!/bin/bash\nSLURM_CONF=%s exec /usr/bin/%s "$@"\n' "$LAB/etc/slurm.conf" $cmd
+  fi > $LAB/bin/$cmd
+  chmod +x $LAB/bin/$cmd
+done
+echo "Slurm $VERSION lab written to $LAB ($NNODES nodes, slurmctld port $BASEPORT${ROOT:+, root $ROOT})"

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Stop what start.sh started, by PID file only (never by process name): SIGTERM, then SIGKILL after 10 s.
 # slurmrestd first, then the slurmds, the controller, and munged last (the others authenticate through it).
-LAB=${LAB:-/tmp/slurm-lab}
+# VERSION=24.11 (or its LAB) stops that lab; its daemons' mount namespaces go with them.
+if [ "${VERSION:-22.05}" = 24.11 ]; then LAB=${LAB:-/tmp/slurm-lab-24.11}; else LAB=${LAB:-/tmp/slurm-lab}; fi
 
 # A stopped daemon may linger as a zombie until PID 1 reaps it; kill -0 succeeds on those, so read the state.
 alive() { [ -e /proc/$1 ] && [ "$(awk '{print $3}' /proc/$1/stat 2>/dev/null)" != Z ]; }

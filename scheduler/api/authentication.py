@@ -1,7 +1,8 @@
-"""Job tokens (``Authorization: Bearer qmj_…``) on the one endpoint they are for: reporting a checkpoint.
+"""Job tokens (``Authorization: Bearer qmj_…``) on the two endpoints they are for: reporting a checkpoint, and
+reporting the exit code.
 
-``JobTokenAuthentication`` is not among the API's default authentication classes: only the checkpoints
-endpoint lists it, so everywhere else a job token is an unknown API token (401). Here it authenticates no
+``JobTokenAuthentication`` is not among the API's default authentication classes: only the checkpoints and
+report endpoints list it, so everywhere else a job token is an unknown API token (401). Here it authenticates no
 user: ``request.user`` stays anonymous and ``request.auth`` is the ``JobToken`` (which job, which attempt),
 and ``JobTokenOrSignedIn`` lets either that or a signed-in user through to the view, which decides the rest.
 """
@@ -52,5 +53,6 @@ class JobTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped
         return {
             "type": "http",
             "scheme": "bearer",
-            "description": "A job's own token (qmj_…, QM_JOB_TOKEN in its environment): reports its checkpoints.",
+            "description": "A job's own token (qmj_…, QM_JOB_TOKEN in its environment): reports its checkpoints "
+            "and its exit code.",
         }

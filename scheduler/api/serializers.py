@@ -190,6 +190,8 @@ class JobSubmissionSerializer(StrictSerializer):
     head_cpu = amount(submission.HEAD_CORES, required=False, help_text=FIELDS["head_cpu"].help)
     head_memory_gib = amount(submission.HEAD_GIB, required=False, help_text=FIELDS["head_memory"].help)
     head_accelerators = serializers.IntegerField(required=False, help_text=FIELDS["head_accelerators"].help)
+    tpu_type = text("tpu_type", required=False, allow_blank=True)
+    tpu_topology = text("tpu_topology", required=False, allow_blank=True)
 
     #: Stand-ins for required fields that failed their checks, so that the rest can still be judged.
     STAND_INS: ClassVar[dict[str, Any]] = {"name": "stand-in", "time_limit": 3600}
@@ -368,6 +370,8 @@ AS_GIVEN = (
     "entrypoint",
     "runtime_env",
     "head_accelerators",
+    "tpu_type",
+    "tpu_topology",
 )
 #: Fields in people's units: the API's name and the unit it converts from.
 PEOPLE_UNITS = {
@@ -498,6 +502,22 @@ class CheckpointReportSerializer(StrictSerializer):
     )
 
 
+class ExitReportSerializer(StrictSerializer):
+    """What a job reports when its program ends: the exit code (``checkpoints.report_exit`` checks its range)."""
+
+    exit_code = StrictIntegerField(help_text="The program's exit code, 0 to 255 (128 + n: killed by signal n).")
+
+
+class ExitReportedSerializer(serializers.ModelSerializer[Attempt]):
+    attempt = serializers.IntegerField(source="number")
+    exit_code = serializers.IntegerField(source="reported_exit_code")
+
+    class Meta:
+        model = Attempt
+        fields = ["attempt", "exit_code", "reported_at"]
+        read_only_fields = fields
+
+
 def _current(job: Job) -> Attempt | None:
     """The attempt holding capacity now (from the prefetched attempts), if the job is placed."""
     if job.state not in PLACED:
@@ -615,6 +635,8 @@ class JobSerializer(JobListSerializer):
             "head_memory_gib",
             "head_accelerators",
             "max_retries",
+            "tpu_type",
+            "tpu_topology",
             "retries",
             "attempt",
             "not_before",

@@ -7,8 +7,9 @@ the ``qm`` CLI), a cancellation through ``actions.cancel_job``, a preemption or 
 ``actions.preempt_job`` / ``actions.requeue_job``; a job in the wrong state for the change is a 409. The
 serializers convert between the units people use and the engine's.
 
-Checkpoints are reported by the job itself, with its attempt's token (``scheduler.checkpoints``): the one
-endpoint that takes a job token, and one no person's token may report to (docs/jobs.md says why).
+Checkpoints and the exit code are reported by the job itself, with its attempt's token
+(``scheduler.checkpoints``): the two endpoints that take a job token, and ones no person's token may report
+to (docs/jobs.md says why).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from portal.api.scopes import TokenScope
 from scheduler import actions, submission
 from scheduler.api import serializers as s
 from scheduler.api.authentication import JobTokenAuthentication, JobTokenOrSignedIn
-from scheduler.checkpoints import JobToken, TooSoon, report
+from scheduler.checkpoints import AlreadyReported, JobToken, TooSoon, report, report_exit
 from scheduler.filters import JobFilter
 from scheduler.models import Assignment, Attempt, Checkpoint, Job, JobEvent
 from scheduler.placement import feasibility
@@ -261,3 +262,46 @@ class JobViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
         except TooSoon as error:
             raise Throttled(wait=error.retry_after, detail=str(error)) from None
         return Response(s.CheckpointSerializer(checkpoint).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        request=s.ExitReportSerializer,
+        responses={
+            201: s.ExitReportedSerializer,
+            400: ERROR,
+            401: ERROR,
+            403: OpenApiResponse(description="Not a job token, another job's, or its attempt is no longer current."),
+            404: ERROR,
+            409: OpenApiResponse(description="The attempt reported its exit code already: the first report stands."),
+        },
+        description=(
+            "Report how the job's program ended, with the job's own token (`QM_JOB_TOKEN`), once per attempt: "
+            "0 succeeds the job, anything else fails it (then its retries). For clusters that cannot tell "
+            "(Cloud TPU: the startup script reports)."
+        ),
+    )
+    @action(
+        detail=True,
+        methods=["post"],
+        authentication_classes=[JobTokenAuthentication, ApiTokenAuthentication, SessionAuthentication],
+        permission_classes=[JobTokenOrSignedIn, TokenScope],
+    )
+    def report(self, request: Request, pk: str | None = None) -> Response:
+        token = request.auth if isinstance(request.auth, JobToken) else None
+        if token is None:
+            self.get_object()  # a job the user may not see is a 404, as for every verb
+            raise PermissionDenied(
+                "A job's exit code is reported by the job itself, with the token of its attempt (QM_JOB_TOKEN)."
+            )
+        if str(token.job_id) != pk:
+            raise PermissionDenied(f"This job token is for job #{token.job_id}, not #{pk}.")
+        job = Job.objects.filter(pk=token.job_id).first()
+        if job is None:
+            raise NotFound()
+        form = s.ExitReportSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        try:
+            attempt = report_exit(job, token.attempt, form.validated_data["exit_code"])
+        except AlreadyReported as error:
+            body = error_body(409, "conflict", str(error), {})
+            return Response(body, status=status.HTTP_409_CONFLICT)
+        return Response(s.ExitReportedSerializer(attempt).data, status=status.HTTP_201_CREATED)

@@ -242,11 +242,11 @@ class Cycle:
             if self.config.fgd
             else None
         )
-        self._usable_rows: dict[tuple[str, int], IntArray] = {}
+        self._usable_rows: dict[tuple[str, int, str], IntArray] = {}
         self._allowed: dict[tuple[object, ...], list[int]] = {}
         self._queue_flavors: dict[tuple[object, ...], list[str]] = {}
-        self._capacity: dict[tuple[int, int], int] = {}
-        self._largest_free: dict[tuple[int, int, int], tuple[int, ...]] = {}
+        self._capacity: dict[tuple[int, int, str], int] = {}
+        self._largest_free: dict[tuple[int, int, int, str], tuple[int, ...]] = {}
         self._failed: Failures[Verdict] = Failures()
         self._no_room: Failures[tuple[Verdict, Floor]] = Failures()
         self._share: dict[int, float] = {}
@@ -379,6 +379,7 @@ class Cycle:
                 job.needs,
                 job.excluded,
                 job.preemptible,
+                job.shape,
             )
             known = failed.known.get(key)
             if not known:
@@ -472,6 +473,7 @@ class Cycle:
                     job.needs,
                     job.excluded,
                     job.preemptible,
+                    job.shape,
                 )
                 known = self._no_room.get(room_key, job)
                 if known is None:
@@ -625,18 +627,20 @@ class Cycle:
                     ruled_out[cluster.name] = (cluster.name, why, False)
         return [ruled_out[name] for name in sorted(ruled_out)]
 
-    def _may_fit(self, state: FreeState, shape: Shape, workers: int, flavor: str, cluster: int) -> bool:
+    def _may_fit(
+        self, state: FreeState, shape: Shape, workers: int, flavor: str, cluster: int, slice_shape: str = ""
+    ) -> bool:
         """A quick test from each (flavor, cluster)'s largest free node and total free accelerators, in
         the free state now or with every node idle: False means no placement exists there; True means
         look. Most jobs that fail now fail here, for a fraction of the cost of looking; and for one
         worker that asks only for accelerators, True is the answer."""
         f = self.table.flavor_index[flavor]
         version = int(self.table.group_version[f, cluster]) if state is self.table.free else -1
-        known = self._largest_free.get((id(state), f, cluster))
+        known = self._largest_free.get((id(state), f, cluster, slice_shape))
         if known is None or known[0] != version:
-            rows = self._rows(flavor, cluster)
+            rows = self._rows(flavor, cluster, slice_shape)
             whole = state.whole[rows]
-            known = self._largest_free[(id(state), f, cluster)] = (
+            known = self._largest_free[(id(state), f, cluster, slice_shape)] = (
                 version,
                 int(whole.max()),
                 int(state.accel[rows].max()),
@@ -651,13 +655,17 @@ class Cycle:
             return shape.accelerators <= whole_max and workers * shape.accelerators <= whole_total
         return shape.accelerators == 0 or shape.milli <= share_max
 
-    def _rows(self, flavor: str, cluster: int) -> IntArray:
-        rows = self._usable_rows.get((flavor, cluster))
+    def _rows(self, flavor: str, cluster: int, shape: str = "") -> IntArray:
+        """The candidate nodes of ``flavor`` in ``cluster`` for a job of slice ``shape`` (``Job.shape``): the
+        usable ones, of that shape (``NodeTable.shaped``). Every placement, estimate and victim search
+        chooses among these, so this is the one place where slices are kept to the jobs that ask for them."""
+        key = (flavor, cluster, shape)
+        rows = self._usable_rows.get(key)
         if rows is None:
             all_rows = self.table.rows(flavor, cluster)
             assert all_rows is not None
-            rows = all_rows[self.table.usable[all_rows]]
-            self._usable_rows[(flavor, cluster)] = rows
+            rows = self.table.shaped(all_rows[self.table.usable[all_rows]], shape)
+            self._usable_rows[key] = rows
         return rows
 
     def place(
@@ -720,7 +728,7 @@ class Cycle:
         table = self.table
         windows = self._windows(job, state, t)
         for c in self._allowed_clusters(job, flavor):
-            rows = self._rows(flavor, c)
+            rows = self._rows(flavor, c, job.shape)
             levels = table.clusters[c].levels
             if not len(rows) or lacks_level(levels, job.topology):
                 continue
@@ -728,7 +736,7 @@ class Cycle:
             if closed is not None and closed.all():
                 continue
             if state is table.free or state is table.empty:
-                if not self._may_fit(state, shape, job.workers, flavor, c):
+                if not self._may_fit(state, shape, job.workers, flavor, c, job.shape):
                     continue
                 bare = not (shape.cpu or shape.memory or holds or job.has_head) and job.max_price_per_hour is None
                 if any_one and job.workers == 1 and bare and closed is None:
@@ -851,8 +859,8 @@ class Cycle:
             if waste is not None and most > least:
                 fit = (most - waste) / (most - least)
             cluster = self.table.clusters[c]
-            capacity = self._group_capacity(flavor, c)
-            available = float(state.accel[self._rows(flavor, c)].sum()) / capacity if capacity else 0.0
+            capacity = self._group_capacity(flavor, c, job.shape)
+            available = float(state.accel[self._rows(flavor, c, job.shape)].sum()) / capacity if capacity else 0.0
             cheap = 1.0 - (cost - low) / (high - low) if high > low else 1.0
             local = 1.0 if job.locality in (cluster.name, cluster.region) else 0.0
             score = (
@@ -867,10 +875,10 @@ class Cycle:
         assert best is not None
         return best[2]
 
-    def _group_capacity(self, flavor: str, cluster: int) -> int:
-        key = (self.table.flavor_index[flavor], cluster)
+    def _group_capacity(self, flavor: str, cluster: int, shape: str = "") -> int:
+        key = (self.table.flavor_index[flavor], cluster, shape)
         if key not in self._capacity:
-            self._capacity[key] = int(self.table.accel_count[self._rows(flavor, cluster)].sum()) * WHOLE
+            self._capacity[key] = int(self.table.accel_count[self._rows(flavor, cluster, shape)].sum()) * WHOLE
         return self._capacity[key]
 
     # ------------------------------------------------------------------------------------------ outcomes
@@ -993,6 +1001,7 @@ class Cycle:
             bare.topology,
             bare.needs,
             bare.excluded,
+            bare.shape,
         )
         if key not in self._ever:
             empty = self.table.empty
@@ -1001,9 +1010,9 @@ class Cycle:
 
     def _largest_node(self, job: Job, flavor: str) -> tuple[int, int]:
         """The most CPU and memory any allowed node of the flavor has."""
-        key = (flavor, job.clusters, job.regions, job.needs, job.excluded)
+        key = (flavor, job.clusters, job.regions, job.needs, job.excluded, job.shape)
         if key not in self._largest:
-            rows = [self._rows(flavor, c) for c in self._allowed_clusters(job, flavor)]
+            rows = [self._rows(flavor, c, job.shape) for c in self._allowed_clusters(job, flavor)]
             every = np.concatenate(rows) if rows else np.zeros(0, np.int64)
             empty = self.table.empty
             self._largest[key] = (int(empty.cpu[every].max()), int(empty.memory[every].max())) if len(every) else (0, 0)

@@ -108,6 +108,10 @@ class Node:
     #: False while cordoned, draining or drained.
     schedulable: bool = True
     price_per_accel_hour: float = 0.0
+    #: A TPU slice (or the capacity to provision one): ``"<type>/<topology>"`` (``"v5p-32/2x2x4"``), or the
+    #: type alone where the topology is not known. Such a node is the unit: it runs one job that asks for
+    #: its shape (``Job.shape``), whole. "" for every other node.
+    shape: str = ""
 
     @property
     def accel_count(self) -> int:
@@ -191,6 +195,9 @@ class Job:
     #: MiB); (0, 0, 0): no head. It goes on a node of the workers' cluster, on a worker's node where it fits
     #: there (docs/scheduling.md §Ray heads); quotas and budgets count it.
     head: tuple[int, int, int] = (0, 0, 0)
+    #: A TPU slice shape (``"v5p-32"``, or ``"v5p-32/2x2x4"`` for that topology only): each worker takes one
+    #: whole node of that shape (``Node.shape``), and no other node. "": any node without a shape.
+    shape: str = ""
 
     def __post_init__(self) -> None:
         if self.workers < 1:

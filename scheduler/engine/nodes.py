@@ -71,6 +71,8 @@ class NodeTable:
         self.flavor = np.fromiter((self.flavor_index[n.flavor] for n in ordered), np.int64, count)
         self.usable = np.fromiter((n.healthy and n.schedulable for n in ordered), np.bool_, count)
         self.price = np.fromiter((n.price_per_accel_hour for n in ordered), np.float64, count)
+        #: Each node's slice shape ("" for nodes that are not TPU slices), for ``shaped``.
+        self.shape = np.array([n.shape for n in ordered], dtype=np.str_) if count else np.zeros(0, np.str_)
         padding = (0,) * width
         accel = np.array([(n.accel_free + padding)[:width] for n in ordered], np.int64).reshape(count, width)
         self.free = FreeState(
@@ -115,6 +117,20 @@ class NodeTable:
     def rows(self, flavor: str, cluster: int) -> IntArray | None:
         f = self.flavor_index.get(flavor)
         return None if f is None else self.groups.get((f, cluster))
+
+    def shaped(self, rows: IntArray, shape: str) -> IntArray:
+        """Those of ``rows`` a job asking for slice ``shape`` may use: nodes of exactly that shape, or of that
+        type with any topology when ``shape`` names no topology (``"v5p-32"`` takes ``"v5p-32/2x2x4"``);
+        for a job with no shape, the nodes without one. A slice is the unit: it runs only jobs asking for it."""
+        shapes = self.shape[rows]
+        if not shape:
+            keep = shapes == ""
+        elif "/" in shape:
+            keep = shapes == shape
+        else:
+            keep = (shapes == shape) | np.char.startswith(shapes, shape + "/")
+        kept: IntArray = rows[keep]
+        return kept
 
     def rows_of_flavor(self, flavor: int) -> IntArray:
         """Every node row of a flavor, in every cluster."""

@@ -138,6 +138,8 @@ def _job(queue: Queue, tier: PriorityTier, request: JobRequest, submitted_at: fl
             "head_accelerators": request.head_accelerators,
             "head_cpu": request.head_cpu,
             "head_memory": request.head_memory,
+            "tpu_type": request.tpu_type,
+            "tpu_topology": request.tpu_topology,
         }
     )
 
@@ -158,7 +160,10 @@ def check(organization: Organization, queue: Queue, tier: PriorityTier, request:
     if not decisions.admissions:
         pending = decisions.pending[0]
         if pending.reason in NEVER:
-            refusal = Refusal(NEVER[pending.reason], str(pending.reason), pending.message)
+            field = NEVER[pending.reason]
+            if request.tpu_type and field == "accelerators":  # a TPU job asks for slices, not accelerators
+                field = "tpu_type"
+            refusal = Refusal(field, str(pending.reason), pending.message)
     with _lock:
         _verdicts[key] = refusal
     return refusal

@@ -3,8 +3,14 @@
 Per active attempt, every follow round (``follow``):
 - what the cluster says is read back and named in the timeline (``report``): started, succeeded, failed
   with its exit code, killed for memory, an image it cannot pull (the cluster refused it: placed elsewhere),
-  stopped by the cluster;
+  stopped by the cluster; while it waits there, the cluster's words are its pending message (Kueue's reason);
+- a job the cluster preempted and holds to run again later (Kueue's eviction) is deleted there and requeued
+  here, so that two schedulers never both requeue it;
 - a job is *running* only when every worker runs: a gang that started in part stays *placing*;
+- **reported end**: where the cluster cannot tell that the program ended (a Cloud TPU queued resource stays
+  ACTIVE), the exit code the workload reported through its job token (``checkpoints.report_exit``) ends the
+  attempt: 0 succeeded, anything else failed with ``exit_code`` (then the retry policy); what it ran on is
+  then cancelled there (``cleanup_pending``: the queued resource and its slices are deleted);
 - **start timeout**: a job not wholly running ``Cluster.start_timeout`` after it was submitted is cancelled
   there and requeued whole (Kueue's waitForPodsReady), so a partial gang never holds its nodes for nothing;
 - **time limit**: at its time limit a running job is signalled, gets its tier's grace, then is stopped; the
@@ -55,6 +61,11 @@ FAILURES = {
 }
 #: Failures that show while the job is still pending there, and will not mend.
 NEVER_STARTS = frozenset({Failure.IMAGE_PULL, Failure.INVALID})
+#: Cluster kinds where a job that failed keeps what it ran on until it is deleted: a Cloud TPU queued resource
+#: stays (FAILED, SUSPENDED, or ACTIVE over a broken slice) and holds its slots. Its failed attempts are
+#: cancelled there afterwards (``cleanup_pending``), which deletes it; elsewhere a failed job holds nothing
+#: and is left for its logs.
+LEAVES_BEHIND = frozenset({Cluster.Kind.TPU})
 
 
 @dataclass
@@ -124,20 +135,42 @@ def _follow_one(attempt: Attempt, backend: Backend, now: datetime, report: Follo
         report.errors += 1
 
 
+#: What a cluster says of a job that does not tell whether its program ended: the job's own report decides.
+UNDECIDED = frozenset({JobState.PENDING, JobState.RUNNING, JobState.UNKNOWN})
+
+
 def report_state(attempt: Attempt, status: JobStatus, now: datetime, report: FollowReport) -> None:
-    """Move the attempt's job by what the cluster says of it."""
+    """Move the attempt's job by what the cluster says of it (or, where it cannot tell, by what the job
+    reported)."""
     job = attempt.job
     where = f"cluster {attempt.cluster}"
     words = status.message or ""
-    if status.state == JobState.RUNNING:
+    if attempt.reported_at is not None and status.state in UNDECIDED and not attempt.stop_deadline:
+        report.ended += _reported_end(attempt, where, now)
+    elif status.state == JobState.RUNNING:
         if _wholly_running(job, status) and job.state in (S.ADMITTED, S.PLACING) and job.attempt == attempt.number:
             with transaction.atomic():
-                if lifecycle.move(job, S.RUNNING, "started", "Running.", at=now, started_at=job.started_at or now):
+                started = job.started_at or now
+                if lifecycle.move(
+                    job, S.RUNNING, "started", "Running.", at=now, started_at=started, pending_message=""
+                ):
                     Attempt.objects.filter(pk=attempt.pk).update(started_at=now)
                     attempt.started_at = now
                     report.started += 1
     elif status.state == JobState.PENDING and status.reason in NEVER_STARTS:
         report.ended += _refused_late(attempt, status, now)
+    elif status.state == JobState.PENDING and status.reason == Failure.PREEMPTED:
+        # The cluster took it back and holds it to run again later (Kueue requeues what it evicts): it is deleted
+        # there and requeued here, so that only Quartermaster decides where it runs next.
+        message = f"Preempted by {where}: {words}."
+        report.ended += outcomes.end(attempt, "preempted_by_cluster", message, now, cleanup_pending=True, said=words)
+    elif status.state == JobState.PENDING:
+        _note_pending(attempt, words)
+    elif status.state == JobState.FAILED and status.reason == Failure.UNSCHEDULABLE and not attempt.stop_deadline:
+        # It never started: the cluster gave up finding capacity (a queued resource FAILED, RESOURCE_EXHAUSTED).
+        # Not the job's fault: placed elsewhere, that cluster avoided for a while, no retry spent.
+        message = f"Cluster {attempt.cluster} has no capacity for it: {words or 'no reason given'}."
+        report.ended += outcomes.end(attempt, "no_capacity", message, now, cleanup_pending=True, said=words or None)
     elif status.state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED) and attempt.stop_deadline:
         # It exited on our signal. Exit 0 too: a job that checkpoints on SIGTERM and exits cleanly (Slurm's
         # COMPLETED, a Kubernetes index completed) was interrupted, not finished.
@@ -146,9 +179,9 @@ def report_state(attempt: Attempt, status: JobStatus, now: datetime, report: Fol
         report.ended += outcomes.end(attempt, "succeeded", words or "Finished successfully.", now)
     elif status.state == JobState.FAILED:
         reason = FAILURES.get(Failure(status.reason), "job_failed") if status.reason in Failure else "job_failed"
-        report.ended += outcomes.end(
-            attempt, reason, _failed_words(reason, status, where), now, exit_code=status.exit_code
-        )
+        words = _failed_words(reason, status, where)
+        left = attempt.cluster.kind in LEAVES_BEHIND
+        report.ended += outcomes.end(attempt, reason, words, now, exit_code=status.exit_code, cleanup_pending=left)
     elif status.state == JobState.CANCELLED:
         if status.reason == Failure.PREEMPTED:
             report.ended += outcomes.end(attempt, "preempted_by_cluster", f"Preempted by {where}: {words}.", now)
@@ -165,6 +198,24 @@ def note_dashboard(attempt: Attempt, status: JobStatus) -> None:
     if url and url != attempt.dashboard_url and url.startswith(("http://", "https://")):
         Attempt.objects.filter(pk=attempt.pk).update(dashboard_url=url)
         attempt.dashboard_url = url
+
+
+def _note_pending(attempt: Attempt, words: str) -> None:
+    """Why the cluster has not started it yet, in the cluster's words (Kueue's reason, the scheduler's), as the
+    job's pending message while it is being placed there."""
+    if words:
+        placing = Job.objects.filter(pk=attempt.job_id, attempt=attempt.number, state__in=[S.ADMITTED, S.PLACING])
+        placing.exclude(pending_message=words).update(pending_message=words)
+
+
+def _reported_end(attempt: Attempt, where: str, now: datetime) -> bool:
+    """End the attempt by the exit code its workload reported; what it ran on is cancelled there after."""
+    code = attempt.reported_exit_code
+    if code == 0:
+        message = f"It reported exit code 0: finished on {where}."
+        return outcomes.end(attempt, "succeeded", message, now, cleanup_pending=True, exit_code=0)
+    message = f"It exited with code {code} on {where} (reported by the job)."
+    return outcomes.end(attempt, "exit_code", message, now, cleanup_pending=True, exit_code=code)
 
 
 def _wholly_running(job: Job, status: JobStatus) -> bool:

@@ -15,9 +15,10 @@ event). The code decides the attempt's outcome and what happens to the job (``RU
   the job is requeued and resumes from its checkpoint. No retry is spent.
 - ``refused``, ``image_pull``, ``invalid``: the cluster refused the job for good. Attempt *refused*; the job
   is requeued and the engine no longer routes it there (it fails when no cluster is left). No retry.
-- ``undeliverable``, ``start_timeout``: its cluster did not take it before the dispatch deadline, or not
-  every worker was running within the cluster's start timeout (requeued whole). Attempt *lost*; the job
-  is requeued and the engine avoids that cluster for a while. No retry.
+- ``undeliverable``, ``start_timeout``, ``no_capacity``: its cluster did not take it before the dispatch
+  deadline, not every worker was running within the cluster's start timeout (requeued whole), or the cluster
+  gave up finding capacity for it (a Cloud TPU queued resource FAILED for want of capacity). Attempt *lost*;
+  the job is requeued and the engine avoids that cluster for a while. No retry.
 - ``failover``: its cluster was silent past the failover delay. Attempt *lost*; the job is requeued and
   restarts elsewhere from its checkpoint. No retry.
 - ``withdrawn``: the old copy of a failed-over job still ran when its cluster answered again, so this newer
@@ -70,6 +71,7 @@ RULES: dict[str, Rule] = {
     "image_pull": Rule(O.REFUSED, "requeue"),
     "invalid": Rule(O.REFUSED, "requeue"),
     "undeliverable": Rule(O.LOST, "requeue"),
+    "no_capacity": Rule(O.LOST, "requeue"),
     "failover": Rule(O.LOST, "requeue"),
 }
 

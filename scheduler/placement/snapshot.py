@@ -21,6 +21,7 @@ from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 
 from clusters import capabilities
+from clusters.backends.tpu.accelerators import shape_of
 from clusters.models import Cluster, MaintenanceWindow, Node
 from governance import budgets
 from governance.models import Cohort, MemberLimit, PriorityTier, Queue, Quota
@@ -35,9 +36,10 @@ CPU_FLAVOR = "cpu"  # the flavor of nodes without accelerators
 #: all of the job's workers in time (``start_timeout``), is kept from the job.
 EXCLUDE_UNDELIVERABLE = timedelta(minutes=30)
 #: The attempt reasons that keep a cluster from the job for ``EXCLUDE_UNDELIVERABLE``.
-FOR_A_WHILE = ("undeliverable", "start_timeout")
+FOR_A_WHILE = ("undeliverable", "start_timeout", "no_capacity")
 UNREACHED = "could not be reached for it"
 NOT_STARTED = "did not start it in time"
+NO_CAPACITY = "had no capacity for it"
 
 
 @dataclass(slots=True)
@@ -213,6 +215,7 @@ def fleet(
                 schedulable=idle
                 or (n["state"] == Node.State.SCHEDULABLE and cluster["status"] != Cluster.Status.UNREACHABLE),
                 price_per_accel_hour=price,
+                shape=slice_shape(n["labels"] or {}),
             )
         )
     every_flavor = tuple(sorted(flavors_seen, key=lambda f: (f == CPU_FLAVOR, flavors_seen[f], f)))
@@ -227,6 +230,12 @@ def fleet(
         for c in clusters
     )
     return engine_clusters, tuple(nodes), every_flavor
+
+
+def slice_shape(labels: dict[str, Any]) -> str:
+    """A TPU slice's shape from the labels the TPU backend reports (``v5p-32/2x2x4``); "" for other nodes."""
+    accelerator_type = str(labels.get("tpu/accelerator-type") or "")
+    return shape_of(accelerator_type, str(labels.get("tpu/topology") or "")) if accelerator_type else ""
 
 
 def governance(
@@ -398,7 +407,7 @@ def _exclusions(organization: Organization, now: datetime) -> dict[int, tuple[tu
         if outcome == refused:
             found[job_id][slug] = f"{m.REFUSED}: {message}" if message else m.REFUSED
         elif not found[job_id].get(slug, "").startswith(m.REFUSED):
-            words = UNREACHED if reason == "undeliverable" else NOT_STARTED
+            words = {"undeliverable": UNREACHED, "no_capacity": NO_CAPACITY}.get(reason, NOT_STARTED)
             found[job_id][slug] = f"{words}: {message}" if message else words
     return {job_id: tuple(sorted(why.items())) for job_id, why in found.items()}
 
@@ -462,6 +471,8 @@ def _pending(
             "project_id",
             "submitted_by_id",
             *HEAD_FIELDS,
+            "tpu_type",
+            "tpu_topology",
         )
         .order_by("submitted_at", "pk")
     ):
@@ -484,6 +495,9 @@ def engine_job(j: dict[str, Any]) -> m.Job:
     """The engine's view of a job from its field values (a ``values()`` row, or a request being checked)."""
     level = j["topology_level"]
     price = j["max_price_per_hour"]
+    tpu_type = j.get("tpu_type") or ""
+    # A TPU slice comes whole, its hosts' CPU and memory with it: the job asks for the slice's chips only.
+    cpu, memory = (0, 0) if tpu_type else (j["cpu"], j["memory"])
     return m.Job(
         id=str(j.get("pk") or "new"),
         queue=j["queue__name"],
@@ -492,8 +506,8 @@ def engine_job(j: dict[str, Any]) -> m.Job:
         workers=j["workers"],
         accelerators=j["accelerators"],
         accel_milli=j["accelerator_milli"],
-        cpu=j["cpu"],
-        memory=j["memory"],
+        cpu=cpu,
+        memory=memory,
         flavors=tuple(j["accelerator_types"]),
         clusters=tuple(sorted(j["clusters"])),
         regions=tuple(j["regions"]),
@@ -507,6 +521,7 @@ def engine_job(j: dict[str, Any]) -> m.Job:
         owner=owner(j["team_id"], j["submitted_by_id"]) if "team_id" in j else "",
         budgets=j.get("budgets", ()),
         head=head_of(j),
+        shape=shape_of(tpu_type, j.get("tpu_topology") or "") if tpu_type else "",
     )
 
 

@@ -102,6 +102,8 @@ class JobForm(ChoicesForm):
         coerce=int, choices=SHARES, initial=1000, label="Share", help_text="A fraction needs 1 accelerator per worker."
     )
     workers = whole("workers", help_text="A gang: all start together.")
+    tpu_type = text("tpu_type", label="TPU slice type", help_text=FIELDS["tpu_type"].help)
+    tpu_topology = text("tpu_topology", label="TPU topology", help_text=FIELDS["tpu_topology"].help)
     cpu_cores = amount(submission.CORES, initial=4, label="CPU cores per worker")
     memory_gib = amount(submission.GIB, initial=16, label="Memory per worker (GiB)")
 
@@ -338,6 +340,8 @@ class JobForm(ChoicesForm):
         "head_cpu_cores": Decimal(1),
         "head_memory_gib": Decimal(4),
         "head_accelerators": 0,
+        "tpu_type": "",
+        "tpu_topology": "",
     }
 
     def job_request(self, *, placeholders: bool = False) -> tuple[JobRequest, list[str]]:
@@ -397,6 +401,8 @@ class JobForm(ChoicesForm):
             if head_memory is None
             else submission.HEAD_GIB.to_engine(head_memory),
             head_accelerators=data["head_accelerators"] or 0,
+            tpu_type=data["tpu_type"],
+            tpu_topology=data["tpu_topology"],
         )
         if data.get("project") and project is None:
             self.add_error("project", "Choose a project of the team.")

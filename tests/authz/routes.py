@@ -539,6 +539,8 @@ ROWS: list[Row] = [
     # the role; a job the user cannot see is still a 404.
     row("api:job-checkpoints", "POST", "job",           "in  403 403 404 403 403 404 404 404",
         body=lambda s: {"location": "s3://matrix/run"}),
+    row("api:job-report", "POST", "job",                "in  403 403 404 403 403 404 404 404",
+        body=lambda s: {"exit_code": 0}),
     row("api:job-cancel", "POST", "job",                "in  p   p   404 p   p   404 404 404",
         perm="job.cancel", ok="200", owner="res", body=reason),
     row("api:job-cancel", "POST", "lead_job",           "in  p   p   404 p   p   404 404 404",

@@ -1,4 +1,4 @@
-"""Fixtures of the cluster tests: the Slurm lab, started once however many xdist workers ask.
+"""Fixtures of the cluster tests: the Slurm labs, each started once however many xdist workers ask.
 
 Workers serialize on an exclusive ``flock`` of ``$LAB/.qm-start.lock``: the first finds no healthy lab and
 starts one, the others find it healthy and reuse it. While a session uses the lab it holds a shared lock
@@ -11,13 +11,14 @@ from __future__ import annotations
 import fcntl
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
 from tests.clusters.slurm_lab import (
-    ENDPOINT,
-    LAB,
-    STARTED_BY_TESTS,
+    LABS,
+    VERSIONS,
+    LabSpec,
     SlurmLab,
     healthy,
     lab_token,
@@ -28,32 +29,50 @@ from tests.clusters.slurm_lab import (
 )
 
 
+@pytest.fixture(scope="session", params=VERSIONS)
+def slurm_lab(request: pytest.FixtureRequest) -> Iterator[SlurmLab]:
+    """Each Slurm lab in turn (22.05, then 24.11): every test that uses it runs once per lab, and pytest
+    keeps a lab for all of its tests before it moves to the next, so each starts once per session."""
+    with lab_session(LABS[request.param]) as lab:
+        yield lab
+
+
 @pytest.fixture(scope="session")
-def slurm_lab() -> Iterator[SlurmLab]:
-    problem = missing_prerequisite()
+def slurm_lab_2205() -> Iterator[SlurmLab]:
+    """The Slurm 22.05 lab alone, for tests that need the host's programs in their jobs (the 24.11 lab's
+    jobs run inside its minimal root filesystem: bash and coreutils, no Python)."""
+    with lab_session(LABS["22.05"]) as lab:
+        yield lab
+
+
+@contextmanager
+def lab_session(spec: LabSpec) -> Iterator[SlurmLab]:
+    """The lab of ``spec``, healthy, for as long as the block lasts; started here if need be."""
+    problem = missing_prerequisite(spec)
     if problem:
-        unavailable(problem)
-    LAB.mkdir(parents=True, exist_ok=True)
-    with open(LAB / ".qm-start.lock", "a") as start_lock, open(LAB / ".qm-users.lock", "a") as users:
+        unavailable(f"Slurm {spec.version}: {problem}")
+    lab = spec.lab
+    lab.mkdir(parents=True, exist_ok=True)
+    with open(lab / ".qm-start.lock", "a") as start_lock, open(lab / ".qm-users.lock", "a") as users:
         fcntl.flock(start_lock, fcntl.LOCK_EX)
         try:
-            if not healthy():
-                with open(LAB / "qm-fixture.log", "a") as log:
+            if not healthy(spec):
+                with open(lab / "qm-fixture.log", "a") as log:
                     attempt = log.tell()
                     try:
-                        seconds = start(log)
+                        seconds = start(spec, log)
                     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-                        run_script("stop.sh", log)  # leave no half-started lab behind
+                        run_script(spec, "stop.sh", log)  # leave no half-started lab behind
                         log.flush()
-                        with open(LAB / "qm-fixture.log") as written:
+                        with open(lab / "qm-fixture.log") as written:
                             written.seek(attempt)
                             output = written.read()[-1000:]
-                        unavailable(f"{exc}; its output ({LAB / 'qm-fixture.log'}):\n{output}")
-                    log.write(f"--- lab ready in {seconds:.2f} s\n")
+                        unavailable(f"Slurm {spec.version}: {exc}; its output ({lab / 'qm-fixture.log'}):\n{output}")
+                    log.write(f"--- Slurm {spec.version} lab ready in {seconds:.2f} s\n")
             fcntl.flock(users, fcntl.LOCK_SH)  # taken while starts are serialized: no stop can slip in
         finally:
             fcntl.flock(start_lock, fcntl.LOCK_UN)
-        yield SlurmLab(LAB, ENDPOINT, lab_token())
+        yield SlurmLab(spec, lab_token(spec))
         fcntl.flock(start_lock, fcntl.LOCK_EX)
         try:
             fcntl.flock(users, fcntl.LOCK_UN)
@@ -61,10 +80,10 @@ def slurm_lab() -> Iterator[SlurmLab]:
                 fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 return  # another session still uses the lab; the last one out stops it
-            if STARTED_BY_TESTS.exists():
-                STARTED_BY_TESTS.unlink()
-                with open(LAB / "qm-fixture.log", "a") as log:
-                    run_script("stop.sh", log)
+            if spec.started_by_tests.exists():
+                spec.started_by_tests.unlink()
+                with open(lab / "qm-fixture.log", "a") as log:
+                    run_script(spec, "stop.sh", log)
         finally:
             fcntl.flock(users, fcntl.LOCK_UN)
             fcntl.flock(start_lock, fcntl.LOCK_UN)

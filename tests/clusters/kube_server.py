@@ -21,7 +21,13 @@ error bodies (``kind: Status, apiVersion: v1, status: Failure, reason, code, mes
   it is ``Orphan``, removes the Job's pods (what the garbage collector would do);
 - ``GET /apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases``: the kubelets' heartbeats (403 when
   ``forbid_leases``);
-- bearer tokens: a wrong or missing one is 401; a read-only one is 403 on anything but GET.
+- bearer tokens: a wrong or missing one is 401; a read-only one is 403 on anything but GET;
+- the custom resources of Kueue (``kueue.x-k8s.io/v1beta1``: ResourceFlavor, ClusterQueue, LocalQueue,
+  Workload) and KubeRay (``ray.io/v1``: RayJob) under their CRD paths: list (``labelSelector``), create (201,
+  409 AlreadyExists, 422 for what the CRD's schema refuses), get, delete (404 NotFound; the garbage collector
+  deletes what the object owns); and the steps their controllers take, in ``kube_crds.py``. With
+  ``kueue_installed`` or ``kuberay_installed`` False their paths are unknown to the server (404, as on a
+  cluster without the CRDs).
 
 No controllers run: tests move Jobs along by editing ``server.jobs`` under ``server.lock``, and give pods the
 statuses a kubelet and scheduler would write with ``add_job_pod(..., status=...)`` and the helpers
@@ -43,6 +49,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from tests.clusters import kube_crds
 from tests.clusters.kube_fleet import seed_fleet, timestamp
 
 TOKEN = "s3cret-token"
@@ -151,11 +158,18 @@ class KubeServer:
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.requests: list[tuple[str, str, str, Any]] = []
         self.deleted_jobs: list[dict[str, Any]] = []
+        self.deleted_custom: list[dict[str, Any]] = []
         #: (method, path) -> (status, content type, raw body): answer this instead, for malformed replies.
         self.canned: dict[tuple[str, str], tuple[int, str, bytes]] = {}
         #: (method, path) -> [error, answers left or None]: requests refused or failed for a while (``fail_requests``).
         self.failing: dict[tuple[str, str], list[Any]] = {}
         self.resource_version = 1000
+        #: Custom resources by plural (``kube_crds.RESOURCES``), each by (namespace or "", name).
+        self.custom: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
+        #: A Job's or RayJob's spec before Kueue admitted it (by uid), put back when Kueue evicts it.
+        self.kueue_originals: dict[str, dict[str, Any]] = {}
+        self.kueue_installed = True
+        self.kuberay_installed = True
         if seed:
             seed_fleet(self, now or datetime.now(UTC))
         self._httpd: ThreadingHTTPServer | None = None
@@ -397,9 +411,94 @@ class KubeServer:
             for key, pod in list(self.pods.items()):
                 if any(o.get("uid") == uid for o in pod["metadata"].get("ownerReferences", [])):
                     del self.pods[key]
+        kube_crds.garbage_collect(self, uid)  # its Workload goes whatever the policy: Kueue's own finalizer
         job["metadata"]["deletedWith"] = policy  # not a real field: lets tests see the policy
         self.deleted_jobs.append(job)
         return 200, success(200, {"name": name, "group": "batch", "kind": "jobs", "uid": uid})
+
+    # custom resources (Kueue, KubeRay)
+
+    def _custom_store(self, group: str, plural: str) -> tuple[str, bool, dict[tuple[str, str], dict[str, Any]]]:
+        known = kube_crds.RESOURCES.get((group, plural))
+        installed = self.kueue_installed if group == kube_crds.KUEUE else self.kuberay_installed
+        if known is None or not installed:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        kind, namespaced = known
+        return kind, namespaced, self.custom.setdefault(plural, {})
+
+    def list_custom(
+        self, group: str, plural: str, query: dict[str, str], namespace: str = "", **_: Any
+    ) -> tuple[int, Any]:
+        kind, _namespaced, store = self._custom_store(group, plural)
+        labels = parse_selector(query.get("labelSelector", ""))
+        items = [
+            obj
+            for (ns, _name), obj in sorted(store.items())
+            if (not namespace or ns == namespace) and matches(obj["metadata"].get("labels") or {}, labels)
+        ]
+        page = self._page(f"{kind}List", items, query)
+        page["apiVersion"] = kube_crds.VERSIONS[group]
+        return 200, page
+
+    def create_custom(self, group: str, plural: str, body: Any, namespace: str = "", **_: Any) -> tuple[int, Any]:
+        kind, _namespaced, store = self._custom_store(group, plural)
+        version = kube_crds.VERSIONS[group]
+        if not isinstance(body, dict) or body.get("kind") != kind or body.get("apiVersion") != version:
+            raise ApiError(400, "BadRequest", f"the body must be a {version} {kind}")
+        meta = body.setdefault("metadata", {})
+        name = meta.get("name", "")
+        if meta.get("namespace", namespace) != namespace:
+            raise ApiError(
+                400,
+                "BadRequest",
+                "the namespace of the provided object does not match the namespace sent on the request",
+            )
+        problem = kube_crds.validate(kind, body, name)
+        if not name or not DNS_LABEL.match(name) or problem:
+            why = problem or f'metadata.name: Invalid value: "{name}": a lowercase RFC 1123 label'
+            raise ApiError(
+                422,
+                "Invalid",
+                f'{kind}.{group} "{name}" is invalid: {why}',
+                {"name": name, "group": group, "kind": kind},
+            )
+        if (namespace, name) in store:
+            raise ApiError(
+                409,
+                "AlreadyExists",
+                f'{plural}.{group} "{name}" already exists',
+                {"name": name, "group": group, "kind": plural},
+            )
+        meta.update(uid=str(uuid.uuid4()), creationTimestamp=timestamp(datetime.now(UTC)), generation=1)
+        if namespace:
+            meta["namespace"] = namespace
+        body.setdefault("status", {})
+        self._bump(body)
+        store[(namespace, name)] = body
+        return 201, body
+
+    def get_custom(self, group: str, plural: str, name: str, namespace: str = "", **_: Any) -> tuple[int, Any]:
+        _kind, _namespaced, store = self._custom_store(group, plural)
+        if (namespace, name) not in store:
+            raise not_found(plural, name, group)
+        return 200, store[(namespace, name)]
+
+    def delete_custom(
+        self, group: str, plural: str, name: str, query: dict[str, str], body: Any, namespace: str = "", **_: Any
+    ) -> tuple[int, Any]:
+        _kind, _namespaced, store = self._custom_store(group, plural)
+        if (namespace, name) not in store:
+            raise not_found(plural, name, group)
+        obj = store.pop((namespace, name))
+        uid = obj["metadata"]["uid"]
+        policy = query.get("propagationPolicy") or (body or {}).get("propagationPolicy") or "Background"
+        if policy != "Orphan":
+            kube_crds.garbage_collect(self, uid)
+            if obj["kind"] == "RayJob":
+                kube_crds._delete_ray_cluster(self, obj)
+        obj["metadata"]["deletedWith"] = policy  # not a real field: lets tests see the policy
+        self.deleted_custom.append(obj)
+        return 200, success(200, {"name": name, "group": group, "kind": plural, "uid": uid})
 
     def delete_pod(self, namespace: str, name: str, query: dict[str, str], body: Any, **_: Any) -> tuple[int, Any]:
         pod = self.pods.get((namespace, name))
@@ -477,6 +576,9 @@ def _as_selector(match_labels: dict[str, str]) -> str:
 CORE = "/api/v1"
 BATCH = "/apis/batch/v1/namespaces/(?P<namespace>[^/]+)/jobs"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/(?P<namespace>[^/]+)/leases"
+GROUPS = "(?P<group>kueue\\.x-k8s\\.io|ray\\.io)/(?:v1beta1|v1)"
+CUSTOM = f"/apis/{GROUPS}/namespaces/(?P<namespace>[^/]+)/(?P<plural>[a-z]+)"
+CLUSTER_CUSTOM = f"/apis/{GROUPS}/(?P<plural>resourceflavors|clusterqueues)"
 ROUTES: list[tuple[re.Pattern[str], dict[str, Callable[..., tuple[int, Any]]]]] = [
     (re.compile(f"{CORE}/nodes"), {"GET": KubeServer.list_nodes}),
     (re.compile(f"{CORE}/nodes/(?P<name>[^/]+)"), {"GET": KubeServer.get_node, "PATCH": KubeServer.patch_node}),
@@ -490,6 +592,10 @@ ROUTES: list[tuple[re.Pattern[str], dict[str, Callable[..., tuple[int, Any]]]]] 
         {"GET": KubeServer.list_leases},
     ),
     (re.compile(f"{BATCH}/(?P<name>[^/]+)"), {"GET": KubeServer.get_job, "DELETE": KubeServer.delete_job}),
+    (re.compile(CUSTOM), {"GET": KubeServer.list_custom, "POST": KubeServer.create_custom}),
+    (re.compile(f"{CUSTOM}/(?P<name>[^/]+)"), {"GET": KubeServer.get_custom, "DELETE": KubeServer.delete_custom}),
+    (re.compile(CLUSTER_CUSTOM), {"GET": KubeServer.list_custom, "POST": KubeServer.create_custom}),
+    (re.compile(f"{CLUSTER_CUSTOM}/(?P<name>[^/]+)"), {"GET": KubeServer.get_custom}),
 ]
 
 

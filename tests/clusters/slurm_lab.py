@@ -1,7 +1,11 @@
-"""The Slurm lab (``deploy/slurm-lab/``) for tests: its handle, a JWT minter, and starting it with the scripts.
+"""The Slurm labs (``deploy/slurm-lab/``) for tests: their handles, a JWT minter, and starting them.
 
-Without the lab (not root, Slurm not installed, the start failed) the tests skip, except in CI
-(``CI=true``) where they fail. The ``slurm_lab`` fixture in ``conftest.py`` decides when to start and stop.
+Two real Slurms: 22.05 (Debian 12's packages, on the host) and 24.11 (Debian 13's, in a root filesystem
+of its own that ``rootfs.sh`` builds once and caches). Without a lab (not root, Slurm or debootstrap not
+installed, the start failed) its tests skip, except in CI (``CI=true``) where they fail. The
+``slurm_lab`` fixture in ``conftest.py`` runs every Slurm test on each lab, and decides when to start and
+stop them. ``QM_SLURM_VERSIONS=24.11`` keeps a local run to one lab; ``QM_SLURM_LAB``/``QM_SLURM_BASEPORT``
+(22.05) and ``QM_SLURM_LAB_2411``/``QM_SLURM_BASEPORT_2411`` move a lab away from another session's.
 """
 
 from __future__ import annotations
@@ -24,10 +28,57 @@ import requests
 from clusters.backends.slurm import SlurmBackend
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "deploy" / "slurm-lab"
-LAB = Path(os.environ.get("QM_SLURM_LAB", "/tmp/slurm-lab"))  # noqa: S108 (the lab scripts' default)
-ENDPOINT = os.environ.get("QM_SLURM_LAB_ENDPOINT", "http://127.0.0.1:17080")  # another lab: its RESTD_PORT
 NODES = ("lab-node1", "lab-node2", "lab-node3", "lab-node4")
-STARTED_BY_TESTS = LAB / ".qm-started-by-tests"
+
+
+@dataclass(frozen=True)
+class LabSpec:
+    """Where one lab lives: its version, directory and ports (slurmrestd on ``baseport + 80``)."""
+
+    version: str
+    lab: Path
+    baseport: int
+    api: str  # the newest data parser its slurmrestd serves
+    levels: tuple[str, ...]  # the topology levels setup.sh gives it, widest first
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.baseport + 80}"
+
+    @property
+    def started_by_tests(self) -> Path:
+        return self.lab / ".qm-started-by-tests"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"VERSION": self.version, "LAB": str(self.lab), "BASEPORT": str(self.baseport)}
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(name) or default
+
+
+LABS = {
+    "22.05": LabSpec(
+        "22.05",
+        Path(_env("QM_SLURM_LAB", "/tmp/slurm-lab")),  # noqa: S108 (the lab scripts' default)
+        int(_env("QM_SLURM_BASEPORT", "17000")),
+        "v0.0.38",
+        ("spine", "leaf"),
+    ),
+    "24.11": LabSpec(
+        "24.11",
+        Path(_env("QM_SLURM_LAB_2411", "/tmp/slurm-lab-24.11")),  # noqa: S108 (the lab scripts' default)
+        int(_env("QM_SLURM_BASEPORT_2411", "17100")),
+        "v0.0.42",
+        ("block",),
+    ),
+}
+#: The 22.05 lab's directory and slurmrestd, as before there were two labs.
+LAB = LABS["22.05"].lab
+ENDPOINT = LABS["22.05"].endpoint
+#: The labs the Slurm tests run on (all of them unless ``QM_SLURM_VERSIONS`` names some, comma-separated).
+VERSIONS = tuple(v for v in _env("QM_SLURM_VERSIONS", ",".join(LABS)).split(",") if v in LABS)
 
 
 def mint_token(key: bytes, user: str = "root", lifespan: int = 3600) -> str:
@@ -45,13 +96,36 @@ def mint_token(key: bytes, user: str = "root", lifespan: int = 3600) -> str:
 
 @dataclass(frozen=True)
 class SlurmLab:
-    lab: Path
-    endpoint: str
+    spec: LabSpec
     token: str
 
     @property
+    def lab(self) -> Path:
+        return self.spec.lab
+
+    @property
+    def endpoint(self) -> str:
+        return self.spec.endpoint
+
+    @property
+    def version(self) -> str:
+        return self.spec.version
+
+    @property
     def options(self) -> dict[str, Any]:
-        return {"slurm_conf": str(self.lab / "etc" / "slurm.conf"), "workdir": str(self.lab / "jobs")}
+        # the lab's own scontrol: 24.11's runs inside its root filesystem (a 22.05 client cannot talk to it)
+        return {
+            "slurm_conf": str(self.lab / "etc" / "slurm.conf"),
+            "scontrol": str(self.lab / "bin" / "scontrol"),
+            "workdir": str(self.lab / "jobs"),
+        }
+
+    def command(self, program: str, *args: str) -> str:
+        """Run one of the lab's Slurm commands (``$LAB/bin``) and return its output; read-only uses."""
+        done = subprocess.run(
+            [str(self.lab / "bin" / program), *args], capture_output=True, text=True, timeout=15, check=True
+        )
+        return done.stdout
 
     def backend(self, *, dry_run: bool = False, token: str | None = None, **options: Any) -> SlurmBackend:
         credentials = {"user": "root", "token": self.token if token is None else token}
@@ -60,7 +134,7 @@ class SlurmLab:
     def job_names(self) -> set[str]:
         """Every job name slurmctld knows, read directly (not through the backend under test)."""
         headers = {"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": self.token}
-        answer = requests.get(f"{self.endpoint}/slurm/v0.0.38/jobs", headers=headers, timeout=10).json()
+        answer = requests.get(f"{self.endpoint}/slurm/{self.spec.api}/jobs", headers=headers, timeout=10).json()
         return {job["name"] for job in answer["jobs"]}
 
 
@@ -70,52 +144,62 @@ def unavailable(reason: str) -> None:
     pytest.skip(f"Slurm lab not available: {reason}")
 
 
-def missing_prerequisite() -> str:
+def missing_prerequisite(spec: LabSpec) -> str:
     if os.geteuid() != 0:
         return "it needs root (munged, slurmd and mknod); run the tests as root or start the lab by hand"
-    missing = [b for b in ("slurmctld", "slurmd", "slurmrestd", "munged") if not Path("/usr/sbin", b).exists()]
-    missing += [b for b in ("sinfo", "scontrol", "curl") if shutil.which(b) is None]
+    missing = [b for b in ("curl",) if shutil.which(b) is None]
+    if spec.version == "22.05":
+        missing += [b for b in ("slurmctld", "slurmd", "slurmrestd", "munged") if not Path("/usr/sbin", b).exists()]
+        missing += [b for b in ("sinfo", "scontrol") if shutil.which(b) is None]
+        packages = "slurmctld slurmd slurm-client slurmrestd munge slurm-wlm-jwt-plugin"
+    else:
+        cached = Path(_env("ROOTFS_CACHE", "/var/cache/quartermaster")).glob("slurm-rootfs-*/.qm-rootfs-done")
+        if shutil.which("debootstrap") is None and not any(cached):
+            missing.append("debootstrap")  # rootfs.sh builds the 24.11 root filesystem with it
+        missing += [b for b in ("unshare", "chroot") if shutil.which(b) is None]
+        packages = "debootstrap"
     if missing:
-        return (
-            f"{', '.join(missing)} not installed (apt-get install -y --no-install-recommends slurmctld slurmd "
-            "slurm-client slurmrestd munge slurm-wlm-jwt-plugin)"
-        )
+        return f"{', '.join(missing)} not installed (apt-get install -y --no-install-recommends {packages})"
     return ""
 
 
-def lab_token() -> str:
-    return mint_token((LAB / "etc" / "jwt_hs256.key").read_bytes())
+def lab_token(spec: LabSpec) -> str:
+    return mint_token((spec.lab / "etc" / "jwt_hs256.key").read_bytes())
 
 
-def healthy() -> bool:
-    """slurmrestd answers with the lab's key and every node is up."""
-    if not (LAB / "etc" / "jwt_hs256.key").exists():
+def healthy(spec: LabSpec) -> bool:
+    """slurmrestd answers with the lab's key, every node is up, and the lab has the topology it should."""
+    if not (spec.lab / "etc" / "jwt_hs256.key").exists():
         return False
     try:
-        nodes = SlurmLab(LAB, ENDPOINT, lab_token()).backend().inventory().nodes
+        nodes = SlurmLab(spec, lab_token(spec)).backend().inventory().nodes
     except Exception:  # noqa: BLE001 (any failure means "start it")
         return False
-    return {node.name for node in nodes} == set(NODES) and all(node.ready for node in nodes)
+    return (
+        {node.name for node in nodes} == set(NODES)
+        and all(node.ready for node in nodes)
+        and all(tuple(node.topology) == spec.levels for node in nodes)
+    )
 
 
-def run_script(script: str, log: TextIO, **env: str) -> None:
+def run_script(spec: LabSpec, script: str, log: TextIO, timeout: float = 60, **env: str) -> None:
     log.write(f"--- {script} {env}\n")
     log.flush()
     subprocess.run(
         ["bash", str(SCRIPTS / script)],
-        env={**os.environ, "LAB": str(LAB), **env},
+        env={**os.environ, **spec.env, **env},
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
-        timeout=60,
+        timeout=timeout,
         check=True,
     )
 
 
-def start(log: TextIO) -> float:
+def start(spec: LabSpec, log: TextIO) -> float:
     started = time.monotonic()
-    run_script("stop.sh", log)  # whatever is left of an earlier lab (stale pid files, a half-started one)
-    run_script("setup.sh", log)
-    run_script("start.sh", log, CLEAN="1", RESTD="1")
-    STARTED_BY_TESTS.touch()
+    run_script(spec, "stop.sh", log)  # whatever is left of an earlier lab (stale pid files, a half-started one)
+    run_script(spec, "setup.sh", log, timeout=900)  # 24.11: builds its root filesystem if none is cached
+    run_script(spec, "start.sh", log, CLEAN="1", RESTD="1")
+    spec.started_by_tests.touch()
     return time.monotonic() - started

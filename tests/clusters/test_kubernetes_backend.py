@@ -326,7 +326,7 @@ def test_kueue_mode_takes_the_clusters_local_queue_when_the_job_names_none(kube)
     assert kube.jobs[(NS, other)]["metadata"]["labels"][KUEUE_QUEUE_LABEL] == "team-nlp"
     status = backend(kube, kueue=True).status(name)
     assert (status.state, status.reason) == (JobState.PENDING, "")
-    assert status.message == "waiting for Kueue admission (suspended in LocalQueue lq-research)"
+    assert status.message == "Kueue: waiting for Kueue to create its Workload (LocalQueue lq-research)"
 
 
 def test_a_job_without_an_image_is_invalid_before_anything_is_sent(kube):

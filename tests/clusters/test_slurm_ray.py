@@ -16,6 +16,7 @@ from clusters.backends.base import InvalidJob, JobSpec, JobState, JobStatus
 from clusters.backends.slurm import SlurmBackend
 from clusters.backends.slurm import ray as slurm_ray
 from clusters.backends.slurm.script import batch_script
+from clusters.backends.slurm.versions import LEGACY
 from tests.clusters.slurm_lab import SlurmLab
 
 RAY_VENV = Path(os.environ.get("QM_RAY_VENV", "/var/cache/quartermaster/ray-venv"))
@@ -67,8 +68,9 @@ def workers_of(spec: JobSpec) -> dict[str, Any]:
 
 def test_the_head_and_the_workers_with_it_are_one_task_and_the_other_workers_a_second_component() -> None:
     spec = ray_spec("7-1", nodes=("lab-node2", "lab-node2", "lab-node3"), head_node="lab-node2")
-    body = slurm_ray.description(spec, workers_of(spec))
+    body = slurm_ray.submit_body(LEGACY, "#!/bin/bash", spec, workers_of(spec))
     head, rest = body["jobs"]
+    assert body["script"] == "#!/bin/bash"
     # The head (1 core, 2 GiB) and two workers (2 cores, 1 GPU, 2 GiB each) on lab-node2: one task.
     assert (head["tasks"], head["cpus_per_task"], head["gpus_per_task"], head["nodelist"]) == (1, 5, "2", "lab-node2")
     assert head["memory_per_cpu"] * head["cpus_per_task"] >= 2048 * 3
@@ -79,18 +81,30 @@ def test_the_head_and_the_workers_with_it_are_one_task_and_the_other_workers_a_s
 
 def test_a_ray_job_whose_workers_are_all_with_the_head_is_a_plain_job_and_a_plain_job_is_unchanged() -> None:
     spec = ray_spec("7-2", nodes=("lab-node1", "lab-node1"), head_node="lab-node1")
-    body = slurm_ray.description(spec, workers_of(spec))
-    assert set(body) == {"job"}
+    body = slurm_ray.submit_body(LEGACY, "S", spec, workers_of(spec))
+    assert set(body) == {"script", "job"}
     assert body["job"]["cpus_per_task"] == 1 + 2 * 2
     plain = ray_spec("8-1", nodes=("lab-node1",), kind="job", command=("true",), entrypoint="")
-    assert slurm_ray.description(plain, workers_of(plain)) == {"job": workers_of(plain)}
+    assert slurm_ray.submit_body(LEGACY, "S", plain, workers_of(plain)) == {"script": "S", "job": workers_of(plain)}
 
 
 def test_a_head_on_a_node_of_its_own_asks_for_its_own_shape_there() -> None:
     spec = ray_spec("7-3", nodes=("lab-node1", "lab-node2"), head_node="lab-node4", head=(1, 3000, 8192))
-    head, rest = slurm_ray.description(spec, workers_of(spec))["jobs"]
+    head, rest = slurm_ray.submit_body(LEGACY, "S", spec, workers_of(spec))["jobs"]
     assert (head["cpus_per_task"], head["gpus_per_task"], head["nodelist"]) == (3, "1", "lab-node4")
     assert (rest["tasks"], rest["nodelist"], rest["tasks_per_node"]) == (2, "lab-node1,lab-node2", 1)
+
+
+def test_newer_data_parsers_get_the_components_in_their_words_with_the_script_in_the_heads() -> None:
+    spec = ray_spec("7-8", nodes=("lab-node2", "lab-node3"), head_node="lab-node2")
+    head, rest = slurm_ray.submit_body("v0.0.42", "#!/bin/bash", spec, workers_of(spec))["jobs"]
+    assert (head["script"], head["required_nodes"], rest["required_nodes"]) == (
+        "#!/bin/bash",
+        ["lab-node2"],
+        ["lab-node3"],
+    )
+    assert "script" not in rest
+    assert rest["tres_per_task"] == "gres/gpu:1"
 
 
 def test_the_script_starts_the_head_then_the_workers_then_submits_the_entrypoint() -> None:
@@ -152,13 +166,13 @@ def ended(status: JobStatus) -> bool:
 
 @pytest.mark.slurm
 def test_a_ray_job_runs_remote_tasks_on_its_workers_and_ends_with_the_entrypoints_code(
-    slurm_lab: SlurmLab, ray_venv: Path, tmp_path: Path
+    slurm_lab_2205: SlurmLab, ray_venv: Path, tmp_path: Path
 ) -> None:
     """Two Ray jobs on real Ray and real Slurm: one exits 0 (succeeded), one exits 3 (failed, exit code 3).
     Each has a head with one worker on lab-node2 and one worker on lab-node3: a Ray cluster of two Ray
     nodes, whose remote tasks run on both; the dashboard answers at the link while it runs."""
     (tmp_path / "main.py").write_text(PROGRAM)
-    backend = slurm_lab.backend(workdir=str(tmp_path), **RAY_OPTIONS)
+    backend = slurm_lab_2205.backend(workdir=str(tmp_path), **RAY_OPTIONS)
     runs = {}
     for code in (0, 3):
         spec = ray_spec(
@@ -190,10 +204,10 @@ def test_a_ray_job_runs_remote_tasks_on_its_workers_and_ends_with_the_entrypoint
 
 @pytest.mark.slurm
 def test_a_ray_that_cannot_start_fails_the_job_and_says_why(slurm_lab: SlurmLab, tmp_path: Path) -> None:
-    """The cluster's ray_setup leaves no Ray on PATH: the head does not start, the job fails (exit 1) with
-    Ray's own words in its output, and nothing of it is left running."""
+    """On each lab (each data parser: the heterogeneous job is accepted in its words), a cluster whose
+    ray_setup leaves no Ray on PATH: the head does not start, the job fails (exit 1) saying so."""
     backend = slurm_lab.backend(workdir=str(tmp_path), ray_setup=f"export PATH={tmp_path}/no-ray:/usr/bin:/bin")
-    spec = ray_spec(f"ray-none-{time.time_ns()}", nodes=("lab-node4",), head_node="lab-node4")
+    spec = ray_spec(f"ray-none-{time.time_ns()}", nodes=("lab-node4",), head_node="lab-node3")
     job = backend.submit(spec)
     assert isinstance(job, str)
     status = wait_until(backend, job, ended, seconds=60)

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import threading
 from collections.abc import Iterator
-from typing import Any
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any, ClassVar
 
 import pytest
 
@@ -25,8 +29,8 @@ from clusters.backends.base import (
 )
 from clusters.backends.tpu import TpuBackend
 from clusters.backends.tpu.accelerators import UnknownAcceleratorType, chips
-from clusters.backends.tpu.backend import JOB_LABEL, queued_resource_id
-from tests.clusters.tpu_server import TpuServer
+from clusters.backends.tpu.backend import JOB_LABEL, TEAM_LABEL, queued_resource_id
+from tests.clusters.tpu_server import ACCELERATOR_CONFIG_TYPE, ApiError, TpuServer
 
 
 @pytest.fixture
@@ -35,12 +39,16 @@ def server() -> Iterator[TpuServer]:
         yield tpu
 
 
+#: The slices the test cluster may hold: two v5p-8, two v5p-32 of topology 2x2x4, one v5litepod-8.
+SLICES = {"v5p-8": 2, "v5p-32/2x2x4": 2, "v5litepod-8": 1}
+
+
 def backend(server: TpuServer, credentials: dict[str, str] | None = None, **options: Any) -> TpuBackend:
     dry_run = options.pop("dry_run", False)
     return TpuBackend(
         server.url,
         credentials,
-        {"project": server.project, "zone": server.zone, **options},
+        {"project": server.project, "zone": server.zone, "slices": SLICES, **options},
         dry_run=dry_run,
         timeout=5,
     )
@@ -54,11 +62,12 @@ def job(job_id: str = "42", **fields: Any) -> JobSpec:
         "accelerators_per_worker": 4,
         "cpu_per_worker": 0,
         "memory_per_worker": 0,
-        "nodes": (),
         "time_limit": 3600,
         "command": ("python", "train.py", "--steps", "10"),
         "env": {"WANDB_MODE": "offline"},
-        "queue": "v5p-8",
+        "tpu_type": "v5p-8",
+        "nodes": ("qm-v5p-8-1",),
+        "team": "vision",
         **fields,
     }
     return JobSpec(**values)
@@ -124,17 +133,28 @@ def test_project_and_zone_are_required() -> None:
 def test_inventory_maps_slices_to_nodes(server: TpuServer) -> None:
     inventory = backend(server, host_cpu=208_000, host_memory_mib=458_752).inventory()
     nodes = {node.name: node for node in inventory.nodes}
-    assert list(nodes) == ["train-a", "train-b", "serve-c"]
+    assert list(nodes) == [
+        "train-a",
+        "train-b",
+        "serve-c",
+        "qm-v5litepod-8-1",
+        "qm-v5p-32-2x2x4-1",
+        "qm-v5p-32-2x2x4-2",
+        "qm-v5p-8-1",
+        "qm-v5p-8-2",
+    ]
 
-    ready = nodes["train-a"]
-    assert (ready.accelerator, ready.accelerators, ready.accelerators_allocatable) == ("v5p", 8, 8)
-    assert (ready.cpu, ready.memory) == (2 * 208_000, 2 * 458_752)  # two hosts
-    assert ready.ready
-    assert ready.schedulable
-    assert ready.topology == {"zone": server.zone, "slice": "train-a"}
-    assert ready.labels["team"] == "vision"
-    assert ready.labels["tpu/accelerator-type"] == "v5p-16"
-    assert ready.accelerators_used == 0
+    existing = nodes["train-a"]  # a slice Quartermaster did not make: its owner's, never used
+    assert (existing.accelerator, existing.accelerators, existing.accelerators_allocatable) == ("v5p", 8, 0)
+    assert (existing.cpu, existing.memory) == (2 * 208_000, 2 * 458_752)  # two hosts
+    assert existing.ready
+    assert not existing.schedulable
+    assert existing.topology == {"zone": server.zone, "slice": "train-a"}
+    assert existing.labels["team"] == "vision"
+    assert existing.labels["tpu/accelerator-type"] == "v5p-16"
+    assert existing.labels["tpu/topology"] == "2x2x2"
+    assert existing.labels["tpu/provisioned"] == "true"
+    assert existing.accelerators_used == 0
 
     repairing = nodes["train-b"]
     assert (repairing.accelerators, repairing.accelerators_allocatable) == (4, 0)
@@ -145,12 +165,51 @@ def test_inventory_maps_slices_to_nodes(server: TpuServer) -> None:
     by_name = nodes["serve-c"]  # no acceleratorConfig: chips from the type's name
     assert (by_name.accelerator, by_name.accelerators) == ("v6e", 8)
     assert by_name.labels["tpu/spot"] == "true"
+    assert "tpu/topology" not in by_name.labels
+
+    slot = nodes["qm-v5p-32-2x2x4-1"]  # room for a slice: what it would be, idle and schedulable
+    assert (slot.accelerator, slot.accelerators, slot.accelerators_allocatable, slot.accelerators_used) == (
+        "v5p",
+        16,
+        16,
+        0,
+    )
+    assert (slot.cpu, slot.memory) == (4 * 208_000, 4 * 458_752)  # four hosts of four chips
+    assert slot.ready
+    assert slot.schedulable
+    assert slot.labels == {
+        "tpu/accelerator-type": "v5p-32",
+        "tpu/topology": "2x2x4",
+        "tpu/provisioned": "false",
+        "tpu/hosts": "4",
+    }
+    assert (nodes["qm-v5litepod-8-1"].accelerators, nodes["qm-v5litepod-8-1"].labels["tpu/hosts"]) == (8, "1")
 
     models = {a.model: a for a in inventory.accelerators}
     assert set(models) == {"v4", "v5p", "v5e", "v6e"}
     assert (models["v5p"].generation, models["v5p"].interconnect, models["v5p"].memory_gib) == ("tpu-v5p", "ici", 95)
     # Both lists came in pages of two: the client followed nextPageToken.
     assert [r.query.get("pageToken") for r in server.requests if r.path.endswith("/nodes")] == [None, "2"]
+
+
+@pytest.mark.parametrize(
+    ("slices", "words"),
+    [
+        ({"v9x-8": 1}, "no chip-count rule"),
+        ({"v5p-32/2x2x2": 1}, "topology 2x2x2 is 8 chips; a v5p-32 slice has 16"),
+        ({"v5p-8": -1}, "whole number"),
+        ({"v5p-8": True}, "whole number"),
+        (["v5p-8"], "mapping of slice shape to count"),
+    ],
+)
+def test_a_bad_slices_option_is_named(server: TpuServer, slices: Any, words: str) -> None:
+    with pytest.raises(BackendError, match=words):
+        backend(server, slices=slices)
+
+
+def test_a_cluster_without_slices_offers_no_slots(server: TpuServer) -> None:
+    names = [node.name for node in backend(server, slices=None).inventory().nodes]
+    assert names == ["train-a", "train-b", "serve-c"]
 
 
 def test_health_signals_from_state_health_and_symptoms(server: TpuServer) -> None:
@@ -175,26 +234,36 @@ def test_submit_reserved_asks_for_a_guaranteed_reserved_slice(server: TpuServer)
     assert "spot" not in body
     assert body["reservationName"] == f"{server.parent}/reservations/team-res"
     (spec,) = body["tpu"]["nodeSpec"]
-    assert (spec["parent"], spec["nodeId"]) == (server.parent, "qm-42")
+    assert (spec["parent"], spec["nodeId"]) == (server.parent, "qm-v5p-8-1")  # the slot the engine chose
     node = spec["node"]
     assert node["acceleratorType"] == "v5p-8"
+    assert "acceleratorConfig" not in node
     assert node["runtimeVersion"] == "v2-alpha-tpuv5"
     assert node["schedulingConfig"] == {"reserved": True}
-    assert node["labels"] == {JOB_LABEL: "42"}
-    script = node["metadata"]["startup-script"]
-    assert script.splitlines() == ["#!/bin/bash", "export WANDB_MODE=offline", "python train.py --steps 10"]
+    assert node["labels"] == {JOB_LABEL: "42", TEAM_LABEL: "vision"}
+    script = node["metadata"]["startup-script"].splitlines()
+    assert script[:4] == [
+        "#!/bin/bash",
+        "export WANDB_MODE=offline",
+        "export QM_SLICE=0 QM_SLICES=1",
+        "python train.py --steps 10",
+    ]
+    assert script[-1] == 'exit "$code"'
+    assert any("/report/" in line for line in script)
 
 
 def test_submit_spot_asks_for_the_spot_tier(server: TpuServer) -> None:
-    backend(server).submit(job(spot=True, image="ghcr.io/lab/jax:1", queue="v5litepod-8", accelerators_per_worker=8))
+    spot = job(spot=True, image="ghcr.io/lab/jax:1", tpu_type="v5litepod-8", nodes=("qm-v5litepod-8-1",))
+    backend(server).submit(spot)
     body = created(server)
     assert body["spot"] == {}
     assert "guaranteed" not in body
     node = body["tpu"]["nodeSpec"][0]["node"]
     assert "schedulingConfig" not in node
     assert node["runtimeVersion"] == "v2-alpha-tpuv5-lite"
-    assert node["metadata"]["startup-script"].splitlines()[-1] == (
-        "docker run --rm --net=host --privileged --env=WANDB_MODE ghcr.io/lab/jax:1 python train.py --steps 10"
+    assert node["metadata"]["startup-script"].splitlines()[3] == (
+        "docker run --rm --net=host --privileged --env=WANDB_MODE --env=QM_SLICE --env=QM_SLICES "
+        "ghcr.io/lab/jax:1 python train.py --steps 10"
     )
 
 
@@ -207,29 +276,97 @@ def test_submit_on_demand_when_the_cluster_has_no_reservation(server: TpuServer)
 
 
 def test_a_job_queue_may_name_a_reservation(server: TpuServer) -> None:
-    backend(server, accelerator_type="v5p-8", reserved="false").submit(job(queue="lab-v5p"))
+    backend(server, reserved="false").submit(job(queue="lab-v5p"))
     body = created(server)
     assert body["reservationName"] == f"{server.parent}/reservations/lab-v5p"
     node = body["tpu"]["nodeSpec"][0]["node"]
     assert (node["acceleratorType"], node["schedulingConfig"]) == ("v5p-8", {"reserved": True})
     with pytest.raises(InvalidJob, match="spot job cannot use reservation"):
-        backend(server, accelerator_type="v5p-8").submit(job("43", queue="lab-v5p", spot=True))
+        backend(server).submit(job("43", queue="lab-v5p", spot=True))
 
 
-def test_submit_takes_the_clusters_accelerator_type_and_checks_the_job_fits(server: TpuServer) -> None:
-    tpu = backend(server, accelerator_type="v5p-16", runtime_version="v2-alpha-tpuv5-custom")
-    tpu.submit(job(queue="", workers=2))
-    node = created(server)["tpu"]["nodeSpec"][0]["node"]
-    assert (node["acceleratorType"], node["runtimeVersion"]) == ("v5p-16", "v2-alpha-tpuv5-custom")
-    with pytest.raises(InvalidJob, match="asks for 16 chips"):
-        tpu.submit(job("43", queue="v5p-16", workers=4))
-    with pytest.raises(InvalidJob, match="no TPU accelerator type"):  # not transient: it would loop for ever
-        backend(server).submit(job("44", queue=""))
-    with pytest.raises(InvalidJob, match="no chip-count rule"):
-        backend(server).submit(job("45", queue="v9x-8"))
-    with pytest.raises(InvalidJob, match="environment variable"):
-        backend(server).submit(job("46", env={"A;rm -rf /": "x"}))
-    assert len(server.mutations()) == 1
+def test_multislice_is_one_queued_resource_of_several_slices(server: TpuServer) -> None:
+    """Two v5p-32 slices of topology 2x2x4 on the two slots the engine chose: one queued resource, two node
+    specs, provisioned together; each slice's script knows which it is."""
+    tpu = backend(server)
+    multi = job(
+        "7", workers=2, accelerators_per_worker=16, tpu_type="v5p-32", tpu_topology="2x2x4",
+        nodes=("qm-v5p-32-2x2x4-2", "qm-v5p-32-2x2x4-1"),
+    )  # fmt: skip
+    assert tpu.submit(multi) == "qm-7"
+    specs = created(server)["tpu"]["nodeSpec"]
+    assert [s["nodeId"] for s in specs] == ["qm-v5p-32-2x2x4-2", "qm-v5p-32-2x2x4-1"]
+    for index, spec in enumerate(specs):
+        node = spec["node"]
+        assert node["acceleratorConfig"] == {"type": ACCELERATOR_CONFIG_TYPE["V5P"], "topology": "2x2x4"}
+        assert "acceleratorType" not in node
+        assert f"export QM_SLICE={index} QM_SLICES=2" in node["metadata"]["startup-script"].splitlines()
+    seen = [tpu.status("qm-7") for _ in range(4)]
+    assert seen[-1].state == JobState.RUNNING
+    assert seen[-1].nodes == ("qm-v5p-32-2x2x4-2", "qm-v5p-32-2x2x4-1")
+    inventory = {n.name: n for n in tpu.inventory().nodes}
+    for name in seen[-1].nodes:  # the slots are now the slices, held whole by the job
+        made = inventory[name]
+        assert (made.accelerators, made.accelerators_used, made.labels["tpu/provisioned"]) == (16, 16, "true")
+        assert (made.labels["tpu/accelerator-type"], made.labels["tpu/topology"]) == ("v5p-32", "2x2x4")
+        assert made.labels[JOB_LABEL] == "7"
+        assert made.schedulable
+
+
+def test_submit_runs_only_on_free_slots_of_the_jobs_shape(server: TpuServer) -> None:
+    tpu = backend(server)
+    refusals = {
+        "names no TPU type": (job("1", tpu_type=""), "name a TPU type"),
+        "unknown generation": (job("2", tpu_type="v9x-8"), "no chip-count rule"),
+        "topology not the type's": (job("3", tpu_topology="2x2x2"), "topology 2x2x2 is 8 chips"),
+        "another team's slice": (
+            job("4", nodes=("train-a",)),
+            "train-a is an existing slice Quartermaster did not make",
+        ),
+        "no such slot": (job("5", nodes=("qm-v5p-8-9",)), "qm-v5p-8-9 is no slot"),
+        "a slot of another shape": (job("6", nodes=("qm-v5p-32-2x2x4-1",)), "asks for v5p-8 slices; slot qm-v5p-32"),
+        "fewer slots than slices": (job("8", workers=2), "2 slice\\(s\\) need as many different slots"),
+        "the same slot twice": (job("9", workers=2, nodes=("qm-v5p-8-1",) * 2), "as many different slots"),
+        "a bad variable name": (job("10", env={"A;rm -rf /": "x"}), "environment variable"),
+    }
+    for case, (spec, words) in refusals.items():
+        with pytest.raises(InvalidJob, match=words) as caught:
+            tpu.submit(spec)
+        assert permanent(caught.value), case
+    assert server.mutations() == []  # refused before anything was sent
+
+
+def test_a_slot_still_holding_an_old_slice_is_a_wait_not_a_refusal(server: TpuServer) -> None:
+    tpu = backend(server)
+    tpu.submit(job("1"))
+    for _ in range(4):
+        tpu.status("qm-1")  # provisioned: qm-v5p-8-1 is job 1's slice
+    with pytest.raises(BackendError, match="slot qm-v5p-8-1 still holds the slice of job 1") as caught:
+        tpu.submit(job("2"))
+    assert not permanent(caught.value)
+
+
+def test_a_taken_node_id_fails_the_queued_resource(server: TpuServer) -> None:
+    """Cloud TPU makes a queued resource's slices all or none: one whose node id is taken FAILS."""
+    tpu = backend(server)
+    tpu.submit(job("1"))
+    server.add_node("qm-v5p-8-1", acceleratorType="v5p-8", state="READY", labels={"made": "by hand"})
+    seen = [tpu.status("qm-1") for _ in range(4)]
+    assert (seen[-1].state, seen[-1].reason) == (JobState.FAILED, Failure.INVALID)
+    assert "already exists" in seen[-1].message
+
+
+def test_an_active_queued_resource_with_a_broken_slice_has_lost_its_node(server: TpuServer) -> None:
+    tpu = backend(server)
+    tpu.submit(job())
+    for _ in range(4):
+        tpu.status("qm-42")
+    server.break_node("qm-v5p-8-1", "PREEMPTED", "The TPU was preempted")
+    lost = tpu.status("qm-42")
+    assert (lost.state, lost.reason) == (JobState.FAILED, Failure.NODE_LOST)
+    assert lost.message == "ACTIVE, but its slice qm-v5p-8-1 is PREEMPTED: The TPU was preempted"
+    del server.nodes["qm-v5p-8-1"]
+    assert tpu.status("qm-42").message == "ACTIVE, but its slice qm-v5p-8-1 is gone"
 
 
 def test_submit_is_idempotent_on_the_job_id(server: TpuServer) -> None:
@@ -241,16 +378,16 @@ def test_submit_is_idempotent_on_the_job_id(server: TpuServer) -> None:
 
 
 def test_a_409_that_is_not_already_exists_is_transient(server: TpuServer) -> None:
-    aborted = {"error": {"code": 409, "message": "concurrent change", "status": "ABORTED"}}
-    server.canned = (409, json.dumps(aborted).encode())
+    server.fail_requests("POST", "queuedResources", ApiError(409, "concurrent change", "ABORTED"))
     with pytest.raises(BackendError, match="concurrent change") as caught:
         backend(server).submit(job())
     assert not permanent(caught.value)
 
 
 def test_an_accelerator_type_the_zone_does_not_offer_is_refused_for_good(server: TpuServer) -> None:
-    with pytest.raises(InvalidJob, match="Unknown accelerator type 'v5p-8192' in us-east5-a") as caught:
-        backend(server).submit(job(queue="v5p-8192"))
+    del server.accelerator_types["v5p-8"]
+    with pytest.raises(InvalidJob, match="Unknown accelerator type 'v5p-8' in us-east5-a") as caught:
+        backend(server).submit(job())
     assert permanent(caught.value)
 
 
@@ -270,7 +407,7 @@ def test_an_accelerator_type_the_zone_does_not_offer_is_refused_for_good(server:
 def test_create_errors_are_permanent_or_transient(
     server: TpuServer, code: int, status: str, message: str, raised: type[BackendError]
 ) -> None:
-    server.canned = (code, json.dumps({"error": {"code": code, "message": message, "status": status}}).encode())
+    server.fail_requests("POST", "queuedResources", ApiError(code, message, status))
     with pytest.raises(BackendError, match=message) as caught:
         backend(server).submit(job())
     assert type(caught.value) is raised
@@ -289,12 +426,12 @@ def test_status_follows_the_queued_resource_to_active(server: TpuServer) -> None
         (JobState.PENDING, "PROVISIONING"),
         (JobState.RUNNING, "ACTIVE"),
     ]
-    assert seen[-1].nodes == ("qm-42",)
+    assert seen[-1].nodes == ("qm-v5p-8-1",)
     assert seen[0].nodes == ()
     # The full resource name works as well as the short id.
     assert tpu.status(f"{server.parent}/queuedResources/qm-42").state == JobState.RUNNING
-    # The provisioned slice shows in the inventory, held by the job.
-    slice_ = {n.name: n for n in tpu.inventory().nodes}["qm-42"]
+    # The provisioned slice shows in the inventory in its slot's place, held by the job.
+    slice_ = {n.name: n for n in tpu.inventory().nodes}["qm-v5p-8-1"]
     assert (slice_.accelerators, slice_.accelerators_used, slice_.labels[JOB_LABEL]) == (4, 4, "42")
     assert slice_.labels["tpu/queued-resource"] == "qm-42"
 
@@ -347,7 +484,8 @@ def test_cancel_deletes_the_queued_resource_with_force(server: TpuServer) -> Non
     assert tpu.status("qm-42").state == JobState.CANCELLED  # DELETING
     with pytest.raises(NotFound):
         tpu.status("qm-42")  # gone, and its slice with it
-    assert "qm-42" not in {n.name for n in tpu.inventory().nodes}
+    slot = {n.name: n for n in tpu.inventory().nodes}["qm-v5p-8-1"]  # the slot is free again
+    assert (slot.labels["tpu/provisioned"], slot.accelerators_used) == ("false", 0)
     with pytest.raises(NotFound):
         tpu.cancel("qm-42")
     with pytest.raises(NotFound):
@@ -381,11 +519,11 @@ def test_dry_run_calls_nothing(server: TpuServer) -> None:
     for result in (tpu.cordon("train-a", "x"), tpu.drain("train-a", "x"), tpu.resume("train-a")):
         assert isinstance(result, DryRun)
         assert result.target == f"{server.parent}/nodes/train-a"
-    assert server.requests == []
+    assert server.mutations() == []  # the slots were read, nothing changed
     assert server.queued_resources == {}
-    with pytest.raises(BackendError, match="asks for"):
-        tpu.submit(job(accelerators_per_worker=8))  # arguments are still checked
-    assert len(tpu.inventory().nodes) == 3  # reads still read
+    with pytest.raises(InvalidJob, match="is no slot"):
+        tpu.submit(job(nodes=("qm-nope-1",)))  # arguments are still checked
+    assert len(tpu.inventory().nodes) == 8  # reads still read
 
 
 # errors
@@ -485,6 +623,58 @@ def test_a_slice_without_an_accelerator_type_is_a_bad_response(server: TpuServer
     [(429, BackendError), (400, InvalidJob), (500, BackendError), (503, Unreachable)],
 )
 def test_http_errors(server: TpuServer, status: int, error: type[BackendError]) -> None:
-    server.canned = (status, json.dumps({"error": {"code": status, "message": "nope", "status": "X"}}).encode())
+    server.fail_requests("POST", "queuedResources", ApiError(status, "nope", "X"))
     with pytest.raises(error, match=f"HTTP {status}"):
         backend(server).submit(job())
+
+
+# the startup script, run for real
+class _Reports(BaseHTTPRequestHandler):
+    seen: ClassVar[list[tuple[str, str, Any]]] = []
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.seen.append((self.path, self.headers["Authorization"], body))
+        self.send_response(201)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+@pytest.mark.parametrize(
+    ("program", "slice_index", "code", "reported"),
+    [
+        ({"command": ("sh", "-c", "exit 3")}, 0, 3, True),
+        ({"command": ("true",)}, 0, 0, True),
+        ({"script": "#!/bin/sh\necho step > /dev/null\nexit 7\n"}, 0, 7, True),
+        ({"script": '[ "$WANDB_MODE" = offline ] || exit 9\n'}, 0, 0, True),  # no shebang: bash, with the env
+        ({"command": ("true",)}, 1, 0, False),  # other slices report only a failure
+        ({"command": ("sh", "-c", "exit 2")}, 1, 2, True),
+    ],
+)
+def test_the_startup_script_runs_the_program_and_reports_its_exit_code(
+    tmp_path: Any, program: dict[str, Any], slice_index: int, code: int, reported: bool
+) -> None:
+    """The script as a TPU VM would run it (bash, off Google's network: the worker number is taken as 0),
+    reporting to a local stand-in for the report endpoint."""
+    _Reports.seen = []
+    httpd = HTTPServer(("127.0.0.1", 0), _Reports)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        env = {
+            "WANDB_MODE": "offline",
+            "QM_JOB_TOKEN": "qmj_42.1.mac",
+            "QM_API_URL": f"http://127.0.0.1:{httpd.server_address[1]}/",
+            "QM_JOB_ID": "42-1",
+        }
+        spec = job("42-1", env=env, **{"command": (), **program})
+        script = tmp_path / "startup.sh"
+        script.write_text(TpuBackend._startup_script(spec, slice_index, 2))
+        done = subprocess.run(["bash", str(script)], capture_output=True, timeout=60, env={"PATH": os.environ["PATH"]})
+    finally:
+        httpd.shutdown()
+    assert done.returncode == code, done.stderr
+    expected = [("/api/v1/jobs/42/report/", "Bearer qmj_42.1.mac", {"exit_code": code})]
+    assert _Reports.seen == (expected if reported else [])

@@ -8,8 +8,20 @@ the request says ``$alt=json;enum-encoding=int`` (the client always does), list 
 
 Only what the backend uses is served: accelerator types and nodes (list, get), queued resources (create,
 get, list, delete) and operations (get). A queued resource moves one state along ``progression`` on every
-GET, so a test follows it from ACCEPTED to ACTIVE deterministically; reaching ACTIVE creates its node.
+GET, so a test follows it from ACCEPTED to ACTIVE deterministically; reaching ACTIVE creates its nodes.
 Everything it was asked is kept in ``requests``.
+
+As the API documents it (cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.queuedResources and
+.../projects.locations.nodes#Node):
+- ``tpu.nodeSpec`` is a list: a queued resource of several entries provisions several slices together
+  (multislice), all of them or none; each entry names its ``parent`` and ``nodeId``;
+- a node gives either ``acceleratorType`` (``v5p-32``) or ``acceleratorConfig`` (``type`` and
+  ``topology``, ``V5P`` and ``2x2x4``), not both; the slice made reports both;
+- a queued resource goes through ACCEPTED, WAITING_FOR_RESOURCES and PROVISIONING to ACTIVE, or to FAILED
+  with ``failedData.error``, a ``google.rpc.Status`` (``fail``; e.g. code 8 RESOURCE_EXHAUSTED when there is
+  no capacity); a node id that is taken fails it with ALREADY_EXISTS (6) when it is provisioned;
+- a slice under an ACTIVE queued resource may be preempted or repaired while the queued resource stays
+  ACTIVE (``break_node``).
 """
 
 from __future__ import annotations
@@ -98,10 +110,14 @@ PROGRESSION = ("ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE")
 
 
 class ApiError(Exception):
-    def __init__(self, code: int, message: str) -> None:
+    """An error answer: HTTP ``code`` and the ``google.rpc.Code`` name (``status``; by default the usual one
+    for the HTTP code: 400 is INVALID_ARGUMENT, though FAILED_PRECONDITION is 400 too)."""
+
+    def __init__(self, code: int, message: str, status: str = "") -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.status = status or STATUS_NAMES.get(code, "UNKNOWN")
 
 
 @dataclass
@@ -121,6 +137,8 @@ class QueuedResource:
     step: int = 0
     deleting: bool = False
     fixed_state: str = ""  # FAILED or SUSPENDED once a test set it; progression stops
+    provisioned: bool = False  # its slices were made (once: a slice deleted later does not come back)
+    deleted_at: int = 0  # the number of the request that deleted it: it is gone two requests later
 
 
 def _accelerator_type(project: str, zone: str, name: str, kind: str, topology: str) -> dict[str, Any]:
@@ -209,6 +227,7 @@ class TpuServer:
             ("v4-8", "V4", "2x2x1"),
             ("v5p-8", "V5P", "2x2x1"),
             ("v5p-16", "V5P", "2x2x2"),
+            ("v5p-32", "V5P", "2x2x4"),
             ("v5litepod-8", "V5LITE_POD", "2x4"),
             ("v6e-8", "V6E", "2x4"),
         ):
@@ -270,6 +289,14 @@ class TpuServer:
         qr.fixed_state = "FAILED"
         qr.body["state"] = {"state": "FAILED", "failedData": {"error": {"code": code, "message": message}}}
 
+    def break_node(self, node_id: str, state: str = "PREEMPTED", description: str = "") -> None:
+        """A slice goes bad under its queued resource (preempted, repairing, terminated); the queued resource
+        stays ACTIVE, as the API's does."""
+        node = self.nodes[node_id]
+        node["state"] = state
+        if description:
+            node["healthDescription"] = description
+
     def suspend(self, qr_id: str, initiator: str) -> None:
         qr = self.queued_resources[qr_id]
         qr.fixed_state = "SUSPENDED"
@@ -304,7 +331,19 @@ class TpuServer:
         return [r for r in self.requests if r.method != "GET"]
 
     # request handling (called under the lock)
+    def _purge(self) -> None:
+        """Deletion takes a while: a deleted queued resource is DELETING for the next request, then gone with
+        its slices (whatever is asked meanwhile)."""
+        for qr_id, qr in list(self.queued_resources.items()):
+            if qr.deleting and len(self.requests) - qr.deleted_at >= 2:
+                del self.queued_resources[qr_id]
+                for spec in qr.body["tpu"]["nodeSpec"]:
+                    node = self.nodes.get(spec["nodeId"])
+                    if node is not None and node.get("queuedResource") == qr.body["name"]:
+                        del self.nodes[spec["nodeId"]]
+
     def handle(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple[int, Any]:
+        self._purge()
         match = PATH.match(path)
         if match is None:
             raise ApiError(404, f"The requested URL {path} was not found on this server.")
@@ -381,18 +420,11 @@ class TpuServer:
         if qr_id in self.queued_resources:
             raise ApiError(409, f"Resource '{name}' already exists")
         specs = body.get("tpu", {}).get("nodeSpec", [])
-        if len(specs) != 1:
-            raise ApiError(400, "tpu.node_spec: exactly one node spec is supported here")
-        spec = specs[0]
-        node = spec.get("node", {})
-        if spec.get("parent") != self.parent:
-            raise ApiError(400, f"tpu.node_spec[0].parent must be {self.parent}")
-        if not spec.get("nodeId"):
-            raise ApiError(400, "tpu.node_spec[0].node_id is required")
-        if node.get("acceleratorType") not in self.accelerator_types:
-            raise ApiError(400, f"Unknown accelerator type {node.get('acceleratorType')!r} in {self.zone}")
-        if not node.get("runtimeVersion"):
-            raise ApiError(400, "tpu.node_spec[0].node.runtime_version is required")
+        if not specs:
+            raise ApiError(400, "tpu.node_spec: at least one node spec is required")
+        seen: set[str] = set()
+        for i, spec in enumerate(specs):
+            self._check_node_spec(i, spec, seen)
         if "spot" in body and "guaranteed" in body:
             raise ApiError(400, "Only one of spot and guaranteed may be set")
         stored = _decode(copy.deepcopy(body))
@@ -400,16 +432,41 @@ class TpuServer:
         self.queued_resources[qr_id] = QueuedResource(body=stored)
         return self._operation("create", name, {"@type": _QR_TYPE, **_encode_qr(stored, ints)})
 
+    def _check_node_spec(self, i: int, spec: dict[str, Any], seen: set[str]) -> None:
+        node = spec.get("node", {})
+        where = f"tpu.node_spec[{i}]"
+        if spec.get("parent") != self.parent:
+            raise ApiError(400, f"{where}.parent must be {self.parent}")
+        node_id = spec.get("nodeId")
+        if not node_id:
+            raise ApiError(400, f"{where}.node_id is required")
+        if node_id in seen:
+            raise ApiError(400, f"{where}.node_id {node_id} is given twice")
+        seen.add(node_id)
+        if "acceleratorType" in node and "acceleratorConfig" in node:
+            raise ApiError(400, f"{where}.node: give accelerator_type or accelerator_config, not both")
+        if "acceleratorConfig" in node:
+            config = node["acceleratorConfig"]
+            wanted = (_name(ACCELERATOR_CONFIG_TYPE, config.get("type", 0)), config.get("topology"))
+            if self._type_of_config(*wanted) is None:
+                raise ApiError(400, f"Unknown accelerator config {wanted[0]} {wanted[1]} in {self.zone}")
+        elif node.get("acceleratorType") not in self.accelerator_types:
+            raise ApiError(400, f"Unknown accelerator type {node.get('acceleratorType')!r} in {self.zone}")
+        if not node.get("runtimeVersion"):
+            raise ApiError(400, f"{where}.node.runtime_version is required")
+
+    def _type_of_config(self, kind: str, topology: str | None) -> str | None:
+        for name, accelerator in self.accelerator_types.items():
+            if {"type": kind, "topology": topology} in accelerator["acceleratorConfigs"]:
+                return name
+        return None
+
     def _advance(self, qr_id: str) -> dict[str, Any]:
         """The queued resource as it is now; the next GET sees it one state further."""
         qr = self.queued_resources.get(qr_id)
         if qr is None:
             raise ApiError(404, f"Resource '{self.parent}/queuedResources/{qr_id}' was not found")
         if qr.deleting:
-            if qr.body["state"]["state"] == "DELETING":  # seen once as DELETING: now gone
-                del self.queued_resources[qr_id]
-                self.nodes.pop(qr.body["tpu"]["nodeSpec"][0]["nodeId"], None)
-                raise ApiError(404, f"Resource '{self.parent}/queuedResources/{qr_id}' was not found")
             qr.body["state"] = {"state": "DELETING", "deletingData": {}}
             return copy.deepcopy(qr.body)
         if qr.fixed_state:
@@ -422,22 +479,40 @@ class TpuServer:
         return copy.deepcopy(qr.body)
 
     def _provision(self, qr: QueuedResource) -> None:
-        spec = qr.body["tpu"]["nodeSpec"][0]
-        node_id = spec["nodeId"]
-        if node_id in self.nodes:
+        """Make the queued resource's slices, all or none: a node id that is taken fails it (ALREADY_EXISTS)."""
+        specs = qr.body["tpu"]["nodeSpec"]
+        if qr.provisioned:
+            return  # made on an earlier read
+        taken = [s["nodeId"] for s in specs if s["nodeId"] in self.nodes]
+        if taken:
+            self.fail(_short(qr.body["name"]), f"Node {taken[0]} already exists", code=6)
             return
-        wanted = spec["node"]
-        self.add_node(
-            node_id,
-            acceleratorType=wanted["acceleratorType"],
-            runtimeVersion=wanted["runtimeVersion"],
-            state="READY",
-            health="HEALTHY",
-            labels=wanted.get("labels", {}),
-            schedulingConfig=wanted.get("schedulingConfig", {}),
-            networkEndpoints=_endpoints(1, 9),
-            queuedResource=qr.body["name"],
-        )
+        qr.provisioned = True
+        for n, spec in enumerate(specs):
+            wanted = spec["node"]
+            if "acceleratorConfig" in wanted:
+                config = dict(wanted["acceleratorConfig"])
+                accelerator_type = self._type_of_config(config["type"], config["topology"])
+            else:
+                accelerator_type = wanted["acceleratorType"]
+                config = dict(self.accelerator_types[accelerator_type]["acceleratorConfigs"][0])
+            chips = 1
+            for d in config["topology"].split("x"):
+                chips *= int(d)
+            hosts = 1 if config["type"] in ("V5LITE_POD", "V6E") and chips <= 8 else max(1, chips // 4)
+            self.add_node(
+                spec["nodeId"],
+                acceleratorType=accelerator_type,
+                acceleratorConfig=config,
+                runtimeVersion=wanted["runtimeVersion"],
+                state="READY",
+                health="HEALTHY",
+                labels=wanted.get("labels", {}),
+                metadata=wanted.get("metadata", {}),
+                schedulingConfig=wanted.get("schedulingConfig", {}),
+                networkEndpoints=_endpoints(hosts, 9 + n),
+                queuedResource=qr.body["name"],
+            )
 
     def _delete_queued_resource(self, qr_id: str, query: dict[str, str]) -> dict[str, Any]:
         qr = self.queued_resources.get(qr_id)
@@ -447,6 +522,7 @@ class TpuServer:
         if state in ("ACTIVE", "PROVISIONING") and query.get("force") != "true":
             raise ApiError(400, f"Queued resource in state {state} has nodes; delete them first or use force")
         qr.deleting = True
+        qr.deleted_at = len(self.requests)
         return self._operation("delete", qr.body["name"], None)
 
 
@@ -458,6 +534,10 @@ _STATE_DATA = {
     "ACTIVE": "activeData",
     "WAITING_FOR_RESOURCES": "acceptedData",  # the proto has no data message for this state
 }
+
+
+def _short(name: str) -> str:
+    return name.rsplit("/", 1)[-1]
 
 
 def _name(table: dict[str, int], value: Any) -> Any:
@@ -557,7 +637,7 @@ class _Handler(BaseHTTPRequestHandler):
                 status, payload = server.handle(method, url.path, query, body)
             except ApiError as error:
                 status = error.code
-                payload = {"error": {"code": error.code, "message": error.message, "status": STATUS_NAMES[error.code]}}
+                payload = {"error": {"code": error.code, "message": error.message, "status": error.status}}
         self._send(status, json.dumps(payload).encode())
 
     def _send(self, status: int, body: bytes) -> None:

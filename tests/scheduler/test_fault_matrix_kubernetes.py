@@ -2,11 +2,13 @@
 follow, recover, sync) against the faithful API server of ``tests/clusters/kube_server.py``, plus a cluster
 in Kueue mode.
 
-No controllers run in that server, so the test plays them: Kueue admits a suspended Job (``suspend`` false),
-the kubelet makes the Job's pods Running on the nodes the Job is pinned to, then Succeeded, OOM-killed,
-ErrImagePull or Unschedulable as the fault wants, and the Job controller writes the Job's conditions. The
-cluster ``k8s`` (two 8-GPU nodes) is preferred; the fleet's simulated ``west`` is where work goes when
-``k8s`` will not run it (``east`` is taken out of the way).
+No controllers run in that server, so the test plays them: Kueue (``kube_crds.kueue_step``: Workloads,
+quota, admission, eviction, as Kueue documents them) admits a suspended Job, the kubelet makes the Job's pods
+Running on the nodes the Job is pinned to (in Kueue mode, nodes of the flavor Kueue chose), then Succeeded,
+OOM-killed, ErrImagePull or Unschedulable as the fault wants, and the Job controller writes the Job's
+conditions; KubeRay (``kube_crds.ray_*``) runs a RayJob's Ray cluster and entrypoint. The cluster ``k8s``
+(two 8-GPU nodes) is preferred; the fleet's simulated ``west`` is where work goes when ``k8s`` will not run
+it (``east`` is taken out of the way).
 """
 
 from __future__ import annotations
@@ -17,12 +19,15 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from django.test import Client
 from django.utils import timezone
 
 from clusters import actions as cluster_actions
 from clusters.backends.kubernetes.jobs import KUEUE_QUEUE_LABEL
 from clusters.models import Cluster
+from governance.models import Queue
 from scheduler.models import Attempt, Job
+from tests.clusters import kube_crds
 from tests.clusters.factories import kubernetes_cluster
 from tests.clusters.kube_fleet import add_node
 from tests.clusters.kube_server import TOKEN, ApiError, KubeServer, disrupted, terminated, unschedulable, waiting
@@ -32,6 +37,7 @@ from tests.scheduler.fault_harness import HOUR, Row, Scenario, events, record
 pytestmark = pytest.mark.django_db
 
 NS = "research"
+GPU = "nvidia.com/gpu"
 JOBS = f"/apis/batch/v1/namespaces/{NS}/jobs"
 H100 = {
     "nvidia.com/gpu.count": "8",
@@ -72,18 +78,17 @@ def kube() -> Iterator[KubeServer]:
 
 
 def play(kube: KubeServer, kubelet: Kubelet = running, *, admit: bool = True) -> None:
-    """Kueue admits what waits suspended (when ``admit``); the kubelet starts the pods of Jobs that have none,
-    on the nodes each Job is pinned to, with the status ``kubelet`` gives each worker."""
+    """Kueue takes its step (when ``admit``): it admits what fits its quota; the kubelet starts the pods of
+    running Jobs that have none, on the nodes each Job is pinned to, with the status ``kubelet`` gives each
+    worker."""
+    if admit:
+        kube_crds.kueue_step(kube)
     with kube.lock:
         for (_ns, name), job in sorted(kube.jobs.items()):
             spec = job["spec"]
-            if spec.get("suspend"):
-                if not admit:
-                    continue
-                spec["suspend"] = False
-            if _pods(kube, name) or job["status"].get("conditions"):
+            if spec.get("suspend") or _pods(kube, name) or job["status"].get("conditions"):
                 continue
-            nodes = _pinned(job)
+            nodes = _pinned(kube, job)
             for index in range(int(spec.get("parallelism") or 1)):
                 status = kubelet(index)
                 placed = status.get("conditions", [{}])[0].get("reason") != "Unschedulable"
@@ -94,12 +99,17 @@ def _pods(kube: KubeServer, name: str) -> list[dict[str, Any]]:
     return [p for _, p in sorted(kube.pods.items()) if p["metadata"]["name"].startswith(f"{name}-")]
 
 
-def _pinned(job: dict[str, Any]) -> list[str]:
-    """The nodes a Job is pinned to, one per worker (as the scheduler would bind them)."""
+def _pinned(kube: KubeServer, job: dict[str, Any]) -> list[str]:
+    """The nodes a Job is pinned to, one per worker (as the scheduler would bind them); in Kueue mode, where
+    nothing is pinned, the nodes its node selector (the flavor's labels) allows, one worker on each."""
     pod = job["spec"]["template"]["spec"]
     selector = pod.get("nodeSelector", {}).get("kubernetes.io/hostname")
     if selector:
         return [selector] * 8
+    if "affinity" not in pod:
+        wanted = pod.get("nodeSelector", {})
+        fits = [n for n, node in sorted(kube.nodes.items()) if wanted.items() <= node["metadata"]["labels"].items()]
+        return fits * 8
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     return list(terms[0]["matchExpressions"][0]["values"]) * 8
 
@@ -194,6 +204,19 @@ class KubeScenario(Scenario):
         left = (deadline - timezone.now()).total_seconds()
         assert self.graces(), self.kube.requests[-5:]
         assert all(left - 5 <= g <= left for g in self.graces()), (left, self.graces())
+
+    def with_kueue(self, gpus: int = 16) -> None:
+        """Kueue mode, set up as an admin would: a LocalQueue ``lq-<queue>`` for each of the organization's
+        queues (the cluster's ``local_queues``), all in one ClusterQueue with ``gpus`` GPUs of flavor ``h100``
+        (the nodes whose feature discovery says H100-SXM-80GB)."""
+        names = sorted(Queue.objects.filter(team__organization=self.fleet.org).values_list("name", flat=True))
+        options = {**self.k8s.options, "kueue": True, "local_queues": {n: f"lq-{n}" for n in names}}
+        Cluster.objects.filter(pk=self.k8s.pk).update(options=options)
+        self.k8s.refresh_from_db()
+        kube_crds.add_flavor(self.kube, "h100", {"nvidia.com/gpu.product": "H100-SXM-80GB"})
+        kube_crds.add_cluster_queue(self.kube, "cq-lab", {"h100": {"cpu": "1000", "memory": "8Ti", GPU: str(gpus)}})
+        for name in names:
+            kube_crds.add_local_queue(self.kube, NS, f"lq-{name}", "cq-lab")
 
     def created(self) -> list[dict[str, Any]]:
         """The Jobs the API server was asked to create (the recorded request bodies)."""
@@ -351,20 +374,107 @@ def drain(s: KubeScenario) -> Row:
 
 
 def kueue(s: KubeScenario) -> Row:
+    s.with_kueue()
     s.admit = False
     job = s.submit()
     s.cycle()
     s.follow()
     assert Job.objects.get(pk=job.pk).state == Job.State.PLACING  # suspended, waiting for Kueue
     (body,) = s.created()
-    assert body["metadata"]["labels"][KUEUE_QUEUE_LABEL] == "lq-research"
+    assert body["metadata"]["labels"][KUEUE_QUEUE_LABEL] == f"lq-{job.queue.name}"
     assert body["spec"]["suspend"] is True
+    assert {"nodeSelector", "affinity"}.isdisjoint(body["spec"]["template"]["spec"]), "Kueue chooses the nodes"
+    job.refresh_from_db()
+    assert job.pending_message == f"Kueue: waiting for Kueue to create its Workload (LocalQueue lq-{job.queue.name})"
     s.admit = True
+    s.play()  # Kueue admits it in cq-lab on the cluster Quartermaster chose; the kubelet runs it
+    s.follow()
+    job.refresh_from_db()
+    assert (job.state, job.pending_message) == (Job.State.RUNNING, ""), events(job)
+    (workload,) = kube_crds.workloads(s.kube)
+    assert workload["status"]["admission"]["clusterQueue"] == "cq-lab"
+    assert job.attempts.get().cluster == s.k8s
+    s.finish()
+    note = "Kueue mode: created suspended in LocalQueue lq-<its queue>, unpinned; admitted by Kueue in cq-lab, ran"
+    return s.row("Kueue admission", job, note=note, state="succeeded", retries=0, copies=1)
+
+
+def kueue_pending(s: KubeScenario) -> Row:
+    s.with_kueue(gpus=4)  # less than the job's 8 GPUs: Kueue will never admit it here
+    job = s.submit()
+    s.cycle()
     s.play()
     s.follow()
+    job.refresh_from_db()
+    assert job.state == Job.State.PLACING
+    assert job.pending_message == (
+        "Kueue: couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in flavor h100, "
+        "previously considered podsets requests (0) + current podset request (8) > maximum capacity (4)"
+    ), job.pending_message
+    owner = Client()
+    owner.force_login(job.submitted_by)
+    page = owner.get(f"/jobs/{job.pk}/").content.decode()  # the job's page says why it has not started
+    assert "Kueue: couldn&#x27;t assign flavors to pod set main: insufficient quota for nvidia.com/gpu" in page
+    s.follow(s.later(s.k8s.start_timeout + 1))  # not started in time: taken back, deleted there, requeued whole
+    assert not s.kube.jobs
+    assert not kube_crds.workloads(s.kube)
+    first = job.attempts.get(number=1)
+    assert (first.reason, first.cluster) == ("start_timeout", s.k8s)
+    assert "insufficient quota" in first.message
+    s.place_again(job)
     s.finish()
-    note = "Kueue mode: created suspended with kueue.x-k8s.io/queue-name=lq-research, admitted, ran"
-    return s.row("Kueue admission", job, note=note, state="succeeded", retries=0, copies=1)
+    note = "pending with Kueue's words until the start timeout; requeued whole, ran on west"
+    return s.row("Kueue cannot admit it", job, note=note, state="succeeded", retries=0, copies=1)
+
+
+def kueue_eviction(s: KubeScenario) -> Row:
+    s.with_kueue()
+    job = s.start()
+    (name,) = [n for (_, n) in s.kube.jobs]
+    words = "Preempted to accommodate a workload (UID: 5c1e, JobUID: 77ad) due to prioritization in the ClusterQueue"
+    kube_crds.kueue_evict(s.kube, s.job(name)["metadata"]["uid"], "Preempted", words)
+    s.follow()  # Kueue suspended it to requeue it: Quartermaster takes it back and deletes it there
+    first = job.attempts.get(number=1)
+    assert (first.outcome, first.reason) == (Attempt.Outcome.PREEMPTED, "preempted_by_cluster"), events(job)
+    assert first.message == f"Kueue evicted it (Preempted): {words}"
+    assert (NS, name) not in s.kube.jobs, "the evicted Job was deleted, so Kueue cannot run it again"
+    assert Job.objects.get(pk=job.pk).state == Job.State.REQUEUED
+    s.place_again(job)
+    assert job.attempts.get(number=2).cluster == s.k8s
+    s.finish()
+    note = "Kueue evicted it (Preempted): deleted there, requeued by Quartermaster (no retry spent), ran again"
+    return s.row("Kueue eviction", job, note=note, state="succeeded", retries=0, copies=1)
+
+
+def ray_failed(s: KubeScenario) -> Row:
+    job = s.submit(max_retries=0, image="rayproject/ray:2.49.2", command=[])
+    Job.objects.filter(pk=job.pk).update(
+        kind=Job.Kind.RAY,
+        entrypoint="python rl.py",
+        runtime_env={"pip": ["gymnasium"]},
+        head_cpu=2000,
+        head_memory=8192,
+    )
+    s.cycle()
+    (name,) = [n for (_, n) in s.kube.custom["rayjobs"]]
+    rayjob = kube_crds.rayjob(s.kube, NS, name)
+    assert rayjob["spec"]["entrypoint"] == "python rl.py"
+    kube_crds.ray_start(s.kube, NS, name, nodes={})
+    with s.kube.lock:
+        for pod in s.kube.pods.values():  # the kube-scheduler binds the Ray cluster's pods
+            if pod["metadata"].get("labels", {}).get("ray.io/cluster", "").startswith(f"{name}-"):
+                pod["spec"]["nodeName"], pod["status"] = "gpu-1", {"phase": "Running"}
+    kube_crds.ray_run(s.kube, NS, name)
+    s.follow()
+    assert Job.objects.get(pk=job.pk).state == Job.State.RUNNING, events(job)
+    kube_crds.ray_finish(s.kube, NS, name, exit_code=3)
+    s.follow()
+    job.refresh_from_db()
+    attempt = job.attempts.get()
+    assert (attempt.reason, attempt.exit_code) == ("exit_code", 3), events(job)
+    assert "Job entrypoint command failed with exit code 3" in job.message
+    note = "a RayJob whose entrypoint exits 3: failed with code 3 (no retries left); its Ray cluster shut down"
+    return s.row("Ray job fails", job, note=note, state="failed", retries=0, copies=0)
 
 
 def kueue_without_local_queue(s: KubeScenario) -> Row:
@@ -405,9 +515,16 @@ FAULTS: dict[str, tuple[Callable[[KubeScenario], Row], dict[str, Any]]] = {
     "time_limit": (time_limit, {}),
     "cordon": (cordon, {}),
     "drain": (drain, {}),
-    "kueue": (kueue, {"kueue": True, "local_queue": "lq-research"}),
-    "kueue_no_local_queue": (kueue_without_local_queue, {"kueue": True}),
-    "kueue_no_local_queue_alone": (kueue_without_local_queue_alone, {"kueue": True}),
+    "kueue": (kueue, {}),
+    "kueue_pending": (kueue_pending, {}),
+    "kueue_eviction": (kueue_eviction, {}),
+    # Kueue mode with a LocalQueue for another queue only (the form refuses Kueue mode with none at all).
+    "kueue_no_local_queue": (kueue_without_local_queue, {"kueue": True, "local_queues": {"other": "lq-other"}}),
+    "kueue_no_local_queue_alone": (
+        kueue_without_local_queue_alone,
+        {"kueue": True, "local_queues": {"other": "lq-other"}},
+    ),
+    "ray_failed": (ray_failed, {}),
 }
 
 

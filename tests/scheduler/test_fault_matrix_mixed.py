@@ -1,6 +1,6 @@
 """No job is stranded on a mixed fleet: the demo's simulated clusters, a Kubernetes cluster in Kueue mode and
 a Cloud TPU cluster (both on their fake API servers), plus the two misconfigurations that used to strand work
-for ever (a Kueue cluster without ``local_queue``, a TPU cluster without ``accelerator_type``).
+for ever (a Kueue cluster without ``local_queue``, a TPU cluster without ``slices``: it offers no slot).
 
 A varied batch is submitted (batch scripts, containers, TPU jobs, container jobs only the Kubernetes
 cluster's GPUs can run, a job too big to start now) and the loop runs for 21 simulated minutes (past the
@@ -25,12 +25,13 @@ from demo.fleet import seed_demo_fleet, sync_demo_fleet
 from scheduler.models import Attempt, Job
 from scheduler.placement import dispatch, snapshot
 from scheduler.states import FINAL
+from tests.clusters import kube_crds
 from tests.clusters.factories import kubernetes_cluster, tpu_cluster
 from tests.clusters.kube_server import TOKEN, KubeServer
 from tests.clusters.tpu_server import TpuServer
 from tests.scheduler.conftest import Fleet
 from tests.scheduler.fault_harness import Scenario
-from tests.scheduler.test_fault_matrix_kubernetes import add_gpu_nodes, play
+from tests.scheduler.test_fault_matrix_kubernetes import GPU, add_gpu_nodes, play
 
 pytestmark = pytest.mark.django_db
 
@@ -52,22 +53,23 @@ def test_no_job_is_stranded_on_a_mixed_fleet(
     s = Scenario(fleet, django_capture_on_commit_callbacks)
     with KubeServer(seed=False) as kube, TpuServer(page_size=50) as tpu:
         add_gpu_nodes(kube, K8S_ONLY)
+        kube_crds.add_flavor(kube, "h100")  # Kueue's side of k8s-kueue: its LocalQueue, with room for all
+        kube_crds.add_cluster_queue(kube, "cq-research", {"h100": {"cpu": "1000", "memory": "8Ti", GPU: "64"}})
+        kube_crds.add_local_queue(kube, "research", "lq-research", "cq-research")
         queue: dict[str, Any] = {"kueue": True, "local_queue": "lq-research"}
         k8s = s.added(kubernetes_cluster(fleet.org, "k8s-kueue", kube.url, TOKEN, **queue), preference=90)
         no_queue = s.added(kubernetes_cluster(fleet.org, "k8s-no-queue", kube.url, TOKEN, kueue=True), 95)
         where: dict[str, Any] = {"project": tpu.project, "zone": tpu.zone, **TPU_HOST}
-        gcp = s.added(tpu_cluster(fleet.org, "gcp-tpu", tpu.url, accelerator_type="v5p-8", **where), preference=90)
+        gcp = s.added(tpu_cluster(fleet.org, "gcp-tpu", tpu.url, slices={"v5p-8": 3}, **where), preference=90)
         no_type = s.added(tpu_cluster(fleet.org, "gcp-tpu-no-type", tpu.url, **where), preference=95)
 
         jobs = {
             **{f"script-{i}": s.submit(name=f"script-{i}", image="", command=[], script=SCRIPT) for i in range(3)},
             **{f"container-{i}": s.submit(name=f"container-{i}") for i in range(3)},
-            **{f"tpu-{i}": s.submit(name=f"tpu-{i}", accelerators=4, accelerator_types=["v5p"]) for i in range(3)},
+            **{f"tpu-{i}": s.submit(name=f"tpu-{i}", tpu_type="v5p-8") for i in range(3)},
             **{f"k8s-only-{i}": s.submit(name=f"k8s-{i}", accelerator_types=[K8S_ONLY]) for i in range(2)},
             "gang": s.submit(name="gang", workers=4),
-            "tpu-script": s.submit(
-                name="tpu-script", accelerators=4, accelerator_types=["v5p"], image="", script=SCRIPT
-            ),
+            "tpu-script": s.submit(name="tpu-script", tpu_type="v5p-8", image="", script=SCRIPT),
         }
         # A batch script on GPUs only Kubernetes has, which runs images only: no cluster can run it, and the
         # submission says why.

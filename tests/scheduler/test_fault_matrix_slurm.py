@@ -1,12 +1,14 @@
 """The fault-injection matrix on Slurm: every fault driven through the real loop (submit, cycle, dispatch,
-follow, recover, sync) against the real Slurm 22.05 lab (``tests/clusters/slurm_lab.py``).
+follow, recover, sync) against each real Slurm lab, 22.05 and 24.11 (``tests/clusters/slurm_lab.py``); the
+rows are the backend ``slurm-22.05`` and ``slurm-24.11``. And a job that asks for one topology domain (a
+leaf switch on 22.05's tree, a block on 24.11) runs in one, from the engine's choice to Slurm's nodes.
 
 The cluster ``slurm`` (the lab's four 8-GPU nodes) is preferred; the fleet's simulated ``west`` runs what
 Slurm will not (``east`` is taken out of the way). Jobs are batch scripts (no image) that wait for a gate
 file in the lab's work directory: the scenario opens the gate when the job is to finish, so real jobs run
 exactly as long as the scenario wants. A partition is the cluster's endpoint pointed at a closed port for
-its duration; a refusal is Slurm's own (an invalid partition). Cordon and drain are scontrol's DRAIN on a
-lab node, resumed at the end.
+its duration; a refusal is Slurm's own (an invalid partition). Cordon and drain are Slurm's DRAIN on a
+lab node (scontrol on 22.05, ``POST node/{name}`` on 24.11), resumed at the end.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class SlurmScenario(Scenario):
     def __init__(self, fleet: Fleet, capture: Any, lab: SlurmLab, **options: Any) -> None:
         super().__init__(fleet, capture)
         self.lab = lab
+        self.backend = f"slurm-{lab.version}"
         Cluster.objects.filter(slug="east").update(status=Cluster.Status.DISABLED)
         Cluster.objects.filter(slug="west").update(preference=0)
         self.west = Cluster.objects.get(slug="west")
@@ -112,8 +115,18 @@ class SlurmScenario(Scenario):
         """Resume the lab nodes the scenario cordoned or drained (at once: other tests share them), and let
         what it left running there end."""
         backend = backend_for(Cluster.objects.get(pk=self.slurm.pk))
+        resumed = set()
         while self.taken_out:
-            backend.resume(self.taken_out.pop())
+            resumed.add(name := self.taken_out.pop())
+            backend.resume(name)
+        # Just after a resume Slurm shows the node not responding (idle*) until slurmctld pings it: wait,
+        # or the next scenario's sync would find it down and place its job elsewhere.
+        deadline = time.monotonic() + 10
+        while resumed and time.monotonic() < deadline:
+            nodes = [n for n in backend.inventory().nodes if n.name in resumed]
+            if all(n.ready and n.schedulable for n in nodes):
+                break
+            time.sleep(0.2)
         self.gate.touch()
 
 
@@ -208,7 +221,8 @@ def cordon(s: SlurmScenario) -> Row:
     assert Job.objects.get(pk=job.pk).state == Job.State.RUNNING, events(job)
     s.put_back()  # the lab's node resumed; the job finishes
     s.finish(job)
-    return s.row("cordon", job, note="scontrol State=DRAIN: the job runs on", state="succeeded", retries=0, copies=1)
+    how = "scontrol State=DRAIN" if s.lab.version == "22.05" else "POST node/{name} DRAIN"
+    return s.row("cordon", job, note=f"{how}: the job runs on", state="succeeded", retries=0, copies=1)
 
 
 def drain(s: SlurmScenario) -> Row:
@@ -261,6 +275,34 @@ def test_fault_matrix_slurm(
     s = SlurmScenario(fleet, django_capture_on_commit_callbacks, slurm_lab, **options)
     try:
         record(scenario(s), fault)
+    finally:
+        s.put_back()
+
+
+def test_a_job_asking_for_one_topology_domain_runs_in_one(
+    fleet: Fleet, django_capture_on_commit_callbacks: Any, slurm_lab: SlurmLab
+) -> None:
+    """The sync names the cluster's levels from Slurm's topology; the engine keeps the two workers in one
+    domain of the narrowest level (a leaf switch, a block); Slurm runs them on exactly those nodes."""
+    s = SlurmScenario(fleet, django_capture_on_commit_callbacks, slurm_lab)
+    try:
+        assert s.slurm.levels == list(slurm_lab.spec.levels)  # ["spine", "leaf"] or ["block"], not typed in
+        level = slurm_lab.spec.levels[-1]
+        # lab-node2 out (on Quartermaster's side): of the domains {1, 2} and {3, 4}, only {3, 4} can hold two
+        # workers of 5 GPUs (one per node); lab-node1 with lab-node3 would be two domains
+        Node.objects.filter(cluster=s.slurm).update(state=Node.State.SCHEDULABLE)
+        Node.objects.filter(cluster=s.slurm, name="lab-node2").update(state=Node.State.CORDONED)
+        job = s.submit(workers=2, accelerators=5, topology_level=level)
+        s.cycle()
+        s.until(job, lambda j: j.state == Job.State.RUNNING)
+        attempt = job.attempts.get(outcome=Attempt.Outcome.ACTIVE)
+        assert attempt.cluster == s.slurm, events(job)
+        chosen = sorted(attempt.assignments.values_list("node__name", flat=True))
+        assert chosen == ["lab-node3", "lab-node4"], chosen
+        ran = backend_for(s.slurm).status(attempt.backend_id)
+        assert ran.nodes == ("lab-node3", "lab-node4"), ran
+        s.finish(job)
+        assert Job.objects.get(pk=job.pk).state == Job.State.SUCCEEDED, events(job)
     finally:
         s.put_back()
 

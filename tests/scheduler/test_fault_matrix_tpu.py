@@ -1,31 +1,32 @@
 """The fault-injection matrix on Google Cloud TPU: every fault driven through the real loop (submit, cycle,
 dispatch, follow, recover, sync) against the local Cloud TPU API of ``tests/clusters/tpu_server.py``.
 
-The cluster ``tpu`` (slices of the fake project, ``accelerator_type`` v5p-8) is preferred; a simulated
-cluster of v5p slices, ``sim-tpu``, runs what ``tpu`` will not (the fleet's H100 clusters are taken out of
-the way). Jobs ask for 4 v5p chips. Google's queue is played by the server: a queued resource is ACCEPTED, then ACTIVE
-on the next read.
+Two TPU clusters, each one project and zone of its own fake API: ``tpu`` (preferred) and ``tpu-b``, each
+allowed one v5p-8 slice (``slices``). Jobs ask for a ``v5p-8`` slice. Google's queue is played by the
+server: a queued resource is ACCEPTED, then ACTIVE (its slice made) on the next read. The workload's part is
+played by its report: at the end of a scenario every running TPU job reports exit code 0 through its job
+token, as its startup script would, and the follow round ends it (``finish``); a copy ran to its end when its
+attempt succeeded on that report.
 
-What Cloud TPU cannot do shapes some rows (``note``): it never says a workload ended (a queued resource is
-ACTIVE until deleted), so a job that stays on ``tpu`` ends the scenario *running*, and its copies are the
-slices still ACTIVE; it cannot signal a slice, so at a time limit or a drain the slice is deleted when the
-grace ends; a slice starts whole, so the partial gang is a slice waiting for capacity past the start
-timeout; a lost host shows as the slice suspended by the service.
+What Cloud TPU cannot do shapes some rows (``note``): it cannot signal a slice, so at a time limit or a drain
+the slice is deleted when the grace ends; a slice starts whole, so the partial gang is a slice waiting for
+capacity past the start timeout; a lost host shows as the slice suspended by the service, or as a slice
+preempted under a queued resource that stays ACTIVE.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from clusters import actions as cluster_actions
-from clusters.backends.base import BackendError, JobState, NotFound
 from clusters.models import Cluster
-from clusters.sync import backend_for
+from scheduler import checkpoints
 from scheduler.models import Attempt, Job
-from tests.clusters.factories import simulated_cluster, tpu_cluster
+from tests.clusters.factories import tpu_cluster
 from tests.clusters.tpu_server import ApiError, TpuServer
 from tests.scheduler.conftest import Fleet
 from tests.scheduler.fault_harness import HOUR, Row, Scenario, events, record
@@ -33,38 +34,37 @@ from tests.scheduler.fault_harness import HOUR, Row, Scenario, events, record
 pytestmark = pytest.mark.django_db
 
 QUEUED = "queuedResources"
-ENDS_RUNNING = "Cloud TPU never says a workload ended: it stays running; copies = slices still ACTIVE"
+SLOT = "qm-v5p-8-1"
 
 
 @pytest.fixture
-def tpu() -> Iterator[TpuServer]:
-    with TpuServer(progression=("ACCEPTED", "ACTIVE"), page_size=50) as server:
-        yield server
+def tpu() -> Iterator[tuple[TpuServer, TpuServer]]:
+    with (
+        TpuServer(progression=("ACCEPTED", "ACTIVE"), page_size=50) as server,
+        TpuServer(zone="us-central2-b", progression=("ACCEPTED", "ACTIVE"), page_size=50) as other,
+    ):
+        yield server, other
 
 
 class TpuScenario(Scenario):
-    """The ``tpu`` cluster on the fake Cloud TPU API, preferred; ``sim-tpu`` (simulated v5p slices) beside it."""
+    """The ``tpu`` cluster on one fake Cloud TPU API, preferred; ``tpu-b`` on another beside it."""
 
     backend = "tpu"
 
-    def __init__(self, fleet: Fleet, capture: Any, server: TpuServer, **options: Any) -> None:
+    def __init__(self, fleet: Fleet, capture: Any, servers: tuple[TpuServer, TpuServer], **options: Any) -> None:
         super().__init__(fleet, capture)
-        self.server = server
+        self.server, self.other = servers
         Cluster.objects.filter(slug__in=("east", "west")).update(status=Cluster.Status.DISABLED)
-        sim = simulated_cluster(fleet.org, "sim-tpu", fleet.state_dir, nodes=2, profile="tpu-slices", job_seconds=HOUR)
-        self.elsewhere = self.added(sim, preference=0)
-        options = {
-            "project": server.project,
-            "zone": server.zone,
-            "accelerator_type": "v5p-8",
-            "host_cpu": 208_000,
-            "host_memory_mib": 448 * 1024,
-            **options,
-        }
-        self.tpu = self.added(tpu_cluster(fleet.org, "tpu", server.url, **{k: v for k, v in options.items() if v}), 100)
+        host: dict[str, Any] = {"host_cpu": 208_000, "host_memory_mib": 448 * 1024}
+        where: dict[str, Any] = {"project": self.other.project, "zone": self.other.zone, "slices": {"v5p-8": 1}, **host}
+        self.elsewhere = self.added(tpu_cluster(fleet.org, "tpu-b", self.other.url, **where), preference=0)
+        options = {"project": self.server.project, "zone": self.server.zone, "slices": {"v5p-8": 1}, **host, **options}
+        self.tpu = self.added(
+            tpu_cluster(fleet.org, "tpu", self.server.url, **{k: v for k, v in options.items() if v}), 100
+        )
 
     def submit(self, **fields: Any) -> Job:
-        return super().submit(**{"accelerators": 4, "accelerator_types": ["v5p"], **fields})
+        return super().submit(**{"tpu_type": "v5p-8", "accelerators": 1, **fields})
 
     def start(self, **fields: Any) -> Job:
         """Submit, place, dispatch and follow until the slice is ACTIVE (Google's queue takes two reads)."""
@@ -79,25 +79,44 @@ class TpuScenario(Scenario):
         super().place_again(job)
         self.follow(job.not_before)  # a slice is ACTIVE on the second read
 
+    def once_the_old_slice_is_gone(self, job: Job) -> None:
+        """A job placed again on the slot its old slice held: the first submission finds the slot still held
+        (the old queued resource is being deleted), a transient error; dispatch tries again 10 s later."""
+        second = job.attempts.get(number=2)
+        assert second.cluster == self.tpu, events(job)
+        assert (second.backend_id, second.dispatch_tries) == ("", 1), events(job)
+        assert second.dispatch_claimed_until is not None
+        at = second.dispatch_claimed_until + timedelta(seconds=1)  # its backoff is over
+        self.cycle(at)
+        self.follow(at)
+        self.follow(at)
+        assert Job.objects.get(pk=job.pk).state == Job.State.RUNNING, events(job)
+
+    def report(self, job: Job, code: int) -> None:
+        """The job's startup script reports its program's exit code (worker 0 of its slice)."""
+        job.refresh_from_db()
+        checkpoints.report_exit(job, job.attempt, code)
+
     def finish(self) -> None:
-        """The simulated clusters' jobs run to their end; slices keep running (Cloud TPU says no more)."""
-        self.fleet.run_for(HOUR + 1)
-        self.follow(self.later(HOUR + 1))
+        """Every running job's program exits 0 and reports it; the follow round ends it and deletes its slice."""
+        for job in Job.objects.filter(team__organization=self.fleet.org, state=Job.State.RUNNING):
+            self.report(job, 0)
+        self.follow(self.later(HOUR))
+        self.follow(self.later(HOUR))  # the deleted queued resources are gone
 
     def finished_there(self, attempt: Attempt) -> bool:
-        """On TPU: the slice is still ACTIVE (the copy that runs); elsewhere: it succeeded there."""
-        if attempt.cluster_id != self.tpu.pk:
-            return super().finished_there(attempt)
-        if not attempt.backend_id:
-            return False
-        try:
-            return backend_for(attempt.cluster).status(attempt.backend_id).state == JobState.RUNNING
-        except (NotFound, BackendError):
-            return False
+        """A copy ran to its end when it reported exit code 0 and its attempt succeeded on that report."""
+        return (
+            attempt.outcome == Attempt.Outcome.SUCCEEDED and attempt.reported_exit_code == 0 and not attempt.stop_reason
+        )
 
-    def slices(self) -> list[str]:
+    def slices(self, server: TpuServer | None = None) -> list[str]:
         """The queued resources that exist and are not being deleted."""
-        return sorted(name for name, qr in self.server.queued_resources.items() if not qr.deleting)
+        queued = (server or self.server).queued_resources
+        return sorted(name for name, qr in queued.items() if not qr.deleting)
+
+    def refuse_elsewhere(self, error: ApiError) -> None:
+        self.other.fail_requests("POST", QUEUED, error)
 
 
 # ------------------------------------------------------------------------------------------------ faults
@@ -119,30 +138,21 @@ def refused_everywhere(s: TpuScenario) -> Row:
     s.server.fail_requests(
         "POST", QUEUED, ApiError(403, "Permission 'tpu.queuedResources.create' denied on reservation")
     )
-    s.refuse_on_simulated("account lab-x is not allowed here")
-    return s.refused_by_every_cluster(
-        "refusal at submit (every cluster)", ("denied on reservation", "not allowed here")
-    )
+    s.refuse_elsewhere(ApiError(400, "the reservation has no capacity of that type", "FAILED_PRECONDITION"))
+    return s.refused_by_every_cluster("refusal at submit (every cluster)", ("denied on reservation", "no capacity"))
 
 
-def no_accelerator_type(s: TpuScenario) -> Row:
+def no_slices(s: TpuScenario) -> Row:
     job = s.submit()
     s.cycle()
-    first = job.attempts.get(number=1)
-    assert (first.cluster, first.outcome) == (s.tpu, Attempt.Outcome.REFUSED), events(job)
-    assert "accelerator_type" in first.message
-    assert not s.server.mutations(), "nothing was sent"
-    s.place_again(job)
+    attempt = job.attempts.get(number=1)
+    assert attempt.cluster == s.elsewhere, events(job)  # tpu offers no slot: the engine never chose it
+    assert not s.server.mutations(), "nothing was sent to tpu"
+    s.follow()
+    s.follow()
     s.finish()
-    note = "cluster without accelerator_type: refused (InvalidJob naming it) before anything is sent; ran on sim-tpu"
-    return s.row("no accelerator_type", job, note=note, state="succeeded", retries=0, copies=1)
-
-
-def no_accelerator_type_alone(s: TpuScenario) -> Row:
-    s.refuse_on_simulated("account lab-x is not allowed here")
-    note = "every other cluster refuses too: failed with the clusters' words"
-    fault = "no accelerator_type (no other cluster)"
-    return s.refused_by_every_cluster(fault, ("accelerator_type", "not allowed here"), note)
+    note = "a cluster without slices offers no slot of any shape: never chosen, nothing sent; ran on tpu-b"
+    return s.row("no slices configured", job, note=note, state="succeeded", retries=0, copies=1)
 
 
 def transient_error(s: TpuScenario) -> Row:
@@ -157,7 +167,7 @@ def transient_error(s: TpuScenario) -> Row:
     s.follow(s.later(40))
     assert Attempt.objects.get(job=job).cluster == s.tpu
     s.finish()
-    return s.row("transient error at submit", job, note=ENDS_RUNNING, state="running", retries=0, copies=1)
+    return s.row("transient error at submit", job, state="succeeded", retries=0, copies=1)
 
 
 def partition(seconds: int, failed_syncs: int) -> Callable[[TpuScenario], Row]:
@@ -169,33 +179,50 @@ def partition(seconds: int, failed_syncs: int) -> Callable[[TpuScenario], Row]:
         s.recover(s.later(seconds))
         moved = seconds > s.tpu.failover_after
         if moved:
-            s.cycle(s.later(seconds))  # restarted on sim-tpu
+            s.cycle(s.later(seconds))  # restarted on tpu-b
+            s.follow(s.later(seconds))
             s.follow(s.later(seconds))
         s.reconnect(s.tpu, endpoint)
         s.sync(s.tpu)
         s.follow(s.later(seconds))  # tpu answers: the old slice is deleted (its replacement runs) or kept
-        s.finish()
         if moved:
             assert not s.slices(), "the old slice was deleted"
-            return s.row(f"cluster unreachable {_span(seconds)}", job, state="succeeded", retries=0, copies=1)
-        assert len(s.slices()) == 1
-        note = ENDS_RUNNING
-        return s.row(f"cluster unreachable {_span(seconds)}", job, note=note, state="running", retries=0, copies=1)
+        else:
+            assert len(s.slices()) == 1
+        s.finish()
+        return s.row(f"cluster unreachable {_span(seconds)}", job, state="succeeded", retries=0, copies=1)
 
     return run
 
 
-def node_lost(s: TpuScenario) -> Row:
+def slice_taken_back(s: TpuScenario) -> Row:
     job = s.start()
     (name,) = s.slices()
-    s.server.suspend(name, "SERVICE")  # Cloud TPU took the slice back (host failure, maintenance)
+    s.server.suspend(name, "SERVICE")  # Cloud TPU took the slice back (spot preemption, maintenance)
     s.follow()
-    assert job.attempts.get(number=1).reason == "preempted_by_cluster", events(job)
+    first = job.attempts.get(number=1)
+    assert first.reason == "preempted_by_cluster", events(job)
+    assert s.server.queued_resources[first.backend_id].deleting, "the suspended queued resource is deleted"
     s.place_again(job)
+    s.once_the_old_slice_is_gone(job)
     s.finish()
-    note = "a lost host shows as the slice SUSPENDED by the service: preempted by the cluster, no retry spent"
-    note = f"{note}. {ENDS_RUNNING}"
-    return s.row("node lost mid-run", job, note=note, state="running", retries=0, copies=1)
+    note = "the queued resource SUSPENDED by the service: preempted by the cluster, no retry spent"
+    return s.row("node lost mid-run (slice taken back)", job, note=note, state="succeeded", retries=0, copies=1)
+
+
+def slice_broken(s: TpuScenario) -> Row:
+    job = s.start()
+    s.server.break_node(SLOT, "TERMINATED", "The TPU host failed")  # the queued resource stays ACTIVE
+    s.follow()
+    first = job.attempts.get(number=1)
+    assert (first.reason, first.outcome) == ("node_failed", Attempt.Outcome.LOST), events(job)
+    assert "its slice qm-v5p-8-1 is TERMINATED" in first.message
+    assert s.server.queued_resources[first.backend_id].deleting, "the queued resource over the broken slice is deleted"
+    s.place_again(job)
+    s.once_the_old_slice_is_gone(job)
+    s.finish()
+    note = "a slice TERMINATED under an ACTIVE queued resource: its node failed, a retry spent, the old one deleted"
+    return s.row("node lost mid-run (slice broken)", job, note=note, state="succeeded", retries=1, copies=1)
 
 
 def bad_image(s: TpuScenario) -> Row:
@@ -208,8 +235,40 @@ def bad_image(s: TpuScenario) -> Row:
     assert (first.cluster, first.reason) == (s.tpu, "invalid"), events(job)
     s.place_again(job)
     s.finish()
-    note = "no exit code comes back from a slice: the queued resource FAILED (INVALID_ARGUMENT) is a late refusal"
+    note = "the queued resource FAILED with INVALID_ARGUMENT: a late refusal, placed elsewhere"
     return s.row("bad image or script", job, note=note, state="succeeded", retries=0, copies=1)
+
+
+def no_capacity(s: TpuScenario) -> Row:
+    job = s.submit()
+    s.cycle()
+    (name,) = s.slices()
+    s.server.fail(name, "There is no more capacity in the zone us-east5-a for v5p-8", code=8)  # RESOURCE_EXHAUSTED
+    s.follow()
+    first = job.attempts.get(number=1)
+    assert (first.cluster, first.reason, first.outcome) == (s.tpu, "no_capacity", Attempt.Outcome.LOST), events(job)
+    assert "no more capacity" in first.message
+    assert not s.slices(), "the failed queued resource was deleted"
+    s.place_again(job)
+    assert job.attempts.get(number=2).cluster == s.elsewhere  # tpu avoided for a while
+    s.finish()
+    note = "the queued resource FAILED for want of capacity (RESOURCE_EXHAUSTED): re-routed, tpu avoided a while"
+    return s.row("provisioning failed: no capacity", job, note=note, state="succeeded", retries=0, copies=1)
+
+
+def reported_failure(s: TpuScenario) -> Row:
+    job = s.start()
+    s.report(job, 3)  # the program exited 3: worker 0's startup script says so
+    s.follow()
+    first = job.attempts.get(number=1)
+    assert (first.reason, first.exit_code, first.outcome) == ("exit_code", 3, Attempt.Outcome.FAILED), events(job)
+    assert s.server.queued_resources[first.backend_id].deleting, "its slice is deleted"
+    s.follow()  # the old queued resource is gone, and the slot with it
+    s.place_again(job)  # the retry, after its backoff, on the same slot
+    s.once_the_old_slice_is_gone(job)
+    s.finish()
+    note = "exit code 3 reported through the job token: failed, its slice deleted, retried (a retry spent)"
+    return s.row("reported failure (exit code)", job, note=note, state="succeeded", retries=1, copies=1)
 
 
 def partial_gang(s: TpuScenario) -> Row:
@@ -226,7 +285,7 @@ def partial_gang(s: TpuScenario) -> Row:
     s.finish()
     assert job.attempts.get(number=2).cluster == s.elsewhere  # tpu did not start it in time: avoided for a while
     note = "a slice starts whole: one waiting for capacity past the start timeout is deleted, the job requeued whole"
-    note = f"{note}; tpu avoided for a while, it ran on sim-tpu"
+    note = f"{note}; tpu avoided for a while, it ran on tpu-b"
     return s.row("partial gang", job, note=note, state="succeeded", retries=0, copies=1)
 
 
@@ -248,8 +307,8 @@ def cordon(s: TpuScenario) -> Row:
         cluster_actions.cordon_node(s.fleet.user("adam"), node, "fan noise")
     s.recover()
     s.finish()
-    note = "Cloud TPU has no cordon: Quartermaster's node state keeps new work away; the job runs on. " + ENDS_RUNNING
-    return s.row("cordon", job, note=note, state="running", retries=0, copies=1)
+    note = "Cloud TPU has no cordon: Quartermaster's node state keeps new work away; the job runs on"
+    return s.row("cordon", job, note=note, state="succeeded", retries=0, copies=1)
 
 
 def drain(s: TpuScenario) -> Row:
@@ -263,7 +322,7 @@ def drain(s: TpuScenario) -> Row:
     assert not s.slices()
     s.place_again(job)
     s.finish()
-    note = "no signal on TPU: the slice is deleted when the drain's grace ends; requeued, ran on sim-tpu"
+    note = "no signal on TPU: the slice is deleted when the drain's grace ends; requeued, ran on tpu-b"
     return s.row("graceful drain", job, note=note, state="succeeded", retries=0, copies=1)
 
 
@@ -274,14 +333,16 @@ def _span(seconds: int) -> str:
 FAULTS: dict[str, tuple[Callable[[TpuScenario], Row], dict[str, Any]]] = {
     "refused": (refused_at_submit, {}),
     "refused_everywhere": (refused_everywhere, {}),
-    "no_accelerator_type": (no_accelerator_type, {"accelerator_type": ""}),
-    "no_accelerator_type_alone": (no_accelerator_type_alone, {"accelerator_type": ""}),
+    "no_slices": (no_slices, {"slices": None}),
     "transient": (transient_error, {}),
     "unreachable_30s": (partition(30, 1), {}),
     "unreachable_2min": (partition(120, 3), {}),
     "unreachable_15min": (partition(15 * 60 + 1, 3), {}),
-    "node_lost": (node_lost, {}),
+    "node_lost": (slice_taken_back, {}),
+    "slice_broken": (slice_broken, {}),
     "bad_image": (bad_image, {}),
+    "no_capacity": (no_capacity, {}),
+    "reported_failure": (reported_failure, {}),
     "partial_gang": (partial_gang, {}),
     "time_limit": (time_limit, {}),
     "cordon": (cordon, {}),
@@ -290,6 +351,8 @@ FAULTS: dict[str, tuple[Callable[[TpuScenario], Row], dict[str, Any]]] = {
 
 
 @pytest.mark.parametrize("fault", FAULTS)
-def test_fault_matrix_tpu(fleet: Fleet, django_capture_on_commit_callbacks: Any, tpu: TpuServer, fault: str) -> None:
+def test_fault_matrix_tpu(
+    fleet: Fleet, django_capture_on_commit_callbacks: Any, tpu: tuple[TpuServer, TpuServer], fault: str
+) -> None:
     scenario, options = FAULTS[fault]
     record(scenario(TpuScenario(fleet, django_capture_on_commit_callbacks, tpu, **options)), fault)

@@ -17,6 +17,7 @@ from clusters.backends.base import JobState, JobStatus
 from clusters.models import Cluster
 from scheduler.models import Attempt, Job
 from scheduler.placement import dispatch, feasibility, follow
+from tests.clusters.conftest import slurm_lab_2205  # noqa: F401 - the Slurm 22.05 lab: its jobs see the host's Ray
 from tests.clusters.slurm_lab import SlurmLab
 from tests.clusters.test_slurm_ray import PROGRAM, RAY_OPTIONS, ray_venv  # noqa: F401 - the Ray fixture
 from tests.scheduler.conftest import Fleet
@@ -282,7 +283,7 @@ def fresh_job_ids() -> None:
 @pytest.mark.slurm
 def test_a_ray_job_runs_on_real_ray_through_the_loop_and_its_exit_code_comes_back(
     fleet: Fleet,
-    slurm_lab: SlurmLab,
+    slurm_lab_2205: SlurmLab,  # noqa: F811
     ray_venv: Path,  # noqa: F811
     tmp_path: Path,
 ) -> None:
@@ -292,11 +293,11 @@ def test_a_ray_job_runs_on_real_ray_through_the_loop_and_its_exit_code_comes_bac
         name="Slurm lab",
         slug="slurm-lab",
         kind=Cluster.Kind.SLURM,
-        endpoint=slurm_lab.endpoint,
+        endpoint=slurm_lab_2205.endpoint,
         region="eu",
-        options={**slurm_lab.options, "workdir": str(tmp_path), **RAY_OPTIONS},
+        options={**slurm_lab_2205.options, "workdir": str(tmp_path), **RAY_OPTIONS},
     )
-    cluster.set_credentials({"user": "root", "token": slurm_lab.token})
+    cluster.set_credentials({"user": "root", "token": slurm_lab_2205.token})
     cluster.save()
     assert sync.sync_cluster(cluster.pk).ok
     feasibility.forget(fleet.org)

@@ -5,8 +5,10 @@ Configuration:
 - ``credentials["token"]``: a bearer token (a service account's); ``credentials["ca_cert"]``: the PEM CA
   bundle that signed the server's certificate (else the system roots), or ``options["insecure_skip_tls_verify"]``;
 - ``options["namespace"]`` (``default``): where Jobs go; ``options["kueue"]``: the cluster runs Kueue, so
-  Jobs are created suspended in a LocalQueue (``JobSpec.queue``, else ``options["local_queue"]``; with
-  neither, ``submit`` refuses the job) and Kueue admits them;
+  Jobs and RayJobs are created suspended in a LocalQueue, unpinned, and Kueue admits them (docs/kueue.md): the
+  LocalQueue is ``options["local_queues"][<the job's Quartermaster queue>]``, else ``options["local_queue"]``
+  (with neither, ``submit`` refuses the job), and ``status`` reads Kueue's ``Workload`` back (``kueue.py``);
+- ``options["ray_image"]`` (``rayjobs.DEFAULT_RAY_IMAGE``): the image of a Ray job that names none;
 - ``options["accelerator_resource"]`` (``nvidia.com/gpu``): what a worker's accelerators are requested as;
   ``zone_label``/``block_label``/``rack_label`` and ``accelerator_resources``: see ``nodes.py``;
 - ``options["heartbeat_stale_seconds"]`` (120): how old a node's heartbeat may be. The heartbeat is its Lease
@@ -19,13 +21,15 @@ namespace that does not exist (404) or an admission policy's denial (403 from a 
 ValidatingAdmissionPolicy) is ``InvalidJob``; 401 and an RBAC 403 are ``AuthenticationFailed``; 429, 5xx, an
 exceeded ResourceQuota and no answer are transient. ``status`` reads the Job and its pods (``jobs.job_status``).
 
-A job's ``backend_id`` is its Job's name (``jobs.job_name``), in ``options["namespace"]``. ``JobSpec.script``
+A job's ``backend_id`` is its Job's name (``jobs.job_name``), in ``options["namespace"]``; a Ray job's
+(``JobSpec.kind == "ray"``) is ``rayjob/`` and its KubeRay RayJob's name (``rayjobs.py``). ``JobSpec.script``
 (for Slurm) and ``spot`` mean nothing here: the container runs ``command`` (else its image's entrypoint), and
 whether capacity is spot is a property of the nodes the job was placed on.
 
 The service account needs, cluster-wide: nodes get/list/patch, pods list, pods/eviction create; leases list in
 ``kube-node-lease`` (optional, for prompt heartbeats); in the namespace: jobs create/get/delete, pods delete
-(``signal``).
+(``signal``); rayjobs create/get/delete (``ray.io``) for Ray jobs; in Kueue mode, workloads list
+(``kueue.x-k8s.io``; without it ``status`` cannot give Kueue's words, only the Job's).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from http import HTTPStatus
 from typing import Any
@@ -53,6 +58,7 @@ from clusters.backends.base import (
     InvalidJob,
     Inventory,
     JobSpec,
+    JobState,
     JobStatus,
     NodeInfo,
     NotFound,
@@ -60,7 +66,15 @@ from clusters.backends.base import (
     Unreachable,
     not_allowed,
 )
-from clusters.backends.kubernetes.jobs import JOB_ID_ANNOTATION, JOB_LABEL, job_manifest, job_name, job_status
+from clusters.backends.kubernetes import kueue, rayjobs
+from clusters.backends.kubernetes.jobs import (
+    JOB_ID_ANNOTATION,
+    JOB_LABEL,
+    KUEUE_QUEUE_LABEL,
+    job_manifest,
+    job_name,
+    job_status,
+)
 from clusters.backends.kubernetes.nodes import NodeLabels, health_signals, node_info, pod_usage
 
 #: Annotation holding why Quartermaster cordoned a node.
@@ -104,6 +118,9 @@ class KubernetesBackend(Backend):
 
     def _batch(self) -> client.BatchV1Api:
         return client.BatchV1Api(self._client())
+
+    def _custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self._client())
 
     @property
     def namespace(self) -> str:
@@ -250,31 +267,113 @@ class KubernetesBackend(Backend):
                     return items
 
     def status(self, backend_id: str) -> JobStatus:
+        if rayjobs.is_rayjob(backend_id):
+            return self._rayjob_status(backend_id)
         with self._calling(f"reading job {backend_id}"):
             job = self._batch().read_namespaced_job(backend_id, self.namespace, _request_timeout=self.timeout)
         with self._calling(f"listing the pods of job {backend_id}"):
             pods = self._core().list_namespaced_pod(
                 self.namespace, label_selector=f"{JOB_LABEL}={backend_id}", _request_timeout=self.timeout
             )
-        return job_status(backend_id, job, list(pods.items or []))
+        status = job_status(backend_id, job, list(pods.items or []))
+        meta = job.metadata
+        queue = ((meta.labels if meta else None) or {}).get(KUEUE_QUEUE_LABEL)
+        if meta is None or queue is None or status.state not in (JobState.PENDING, JobState.RUNNING):
+            return status  # outside Kueue, or ended: the Job's own conditions say how
+        return self._with_kueue(status, meta.uid or "", queue)
+
+    def _rayjob_status(self, backend_id: str) -> JobStatus:
+        name = rayjobs.name_of(backend_id)
+        rayjob = self._read_rayjob(name)
+        cluster = str((rayjob.get("status") or {}).get("rayClusterName") or "")
+        pods: list[Any] = []
+        if cluster:
+            with self._calling(f"listing the pods of Ray cluster {cluster}"):
+                listed = self._core().list_namespaced_pod(
+                    self.namespace, label_selector=f"{rayjobs.CLUSTER_LABEL}={cluster}", _request_timeout=self.timeout
+                )
+            pods = list(listed.items or [])
+        status = rayjobs.rayjob_status(backend_id, rayjob, pods)
+        meta = rayjob.get("metadata") or {}
+        queue = (meta.get("labels") or {}).get(KUEUE_QUEUE_LABEL)
+        if queue is None or status.state not in (JobState.PENDING, JobState.RUNNING):
+            return status
+        return self._with_kueue(status, str(meta.get("uid") or ""), queue)
+
+    def _read_rayjob(self, name: str) -> dict[str, Any]:
+        with self._calling(f"reading RayJob {name}"):
+            rayjob = self._custom().get_namespaced_custom_object(
+                rayjobs.GROUP, rayjobs.VERSION, self.namespace, rayjobs.PLURAL, name, _request_timeout=self.timeout
+            )
+        if not isinstance(rayjob, dict):
+            raise BadResponse(f"the API server answered reading RayJob {name} with something that is no object")
+        return rayjob
+
+    def _with_kueue(self, status: JobStatus, uid: str, queue: str) -> JobStatus:
+        """``status`` (of a job not yet ended) with Kueue's word on it: pending with Kueue's reason until Kueue
+        admits it, then as its pods say; evicted, as Kueue's eviction reason says (``kueue.verdict``)."""
+        try:
+            workload = self._workload(uid)
+        except _KueueUnreadable:
+            return status
+        verdict = kueue.verdict(workload, queue)
+        if verdict.admitted:
+            return status
+        return replace(
+            status,
+            state=verdict.state,
+            message=verdict.message,
+            reason=verdict.reason,
+            exit_code=None,
+            workers_running=0 if verdict.state is JobState.PENDING else status.workers_running,
+        )
+
+    def _workload(self, uid: str) -> dict[str, Any] | None:
+        """Kueue's Workload for the object with ``uid``, found as Kueue labels it (``kueue.x-k8s.io/job-uid``),
+        else by its owner reference; None when there is none yet. ``_KueueUnreadable`` when the cluster serves no
+        Workloads or the token may not read them: then the Job's own status is all there is to say."""
+        api = self._custom()
+        try:
+            with self._calling("listing Kueue workloads"):
+                listed = api.list_namespaced_custom_object(
+                    kueue.GROUP,
+                    kueue.VERSION,
+                    self.namespace,
+                    kueue.WORKLOADS,
+                    label_selector=f"{kueue.JOB_UID_LABEL}={uid}",
+                    _request_timeout=self.timeout,
+                )
+                items = _items(listed)
+                if not items:  # a Workload Kueue did not label (made by hand, an old Kueue): its owner says
+                    listed = api.list_namespaced_custom_object(
+                        kueue.GROUP, kueue.VERSION, self.namespace, kueue.WORKLOADS, _request_timeout=self.timeout
+                    )
+                    items = _items(listed)
+        except (AuthenticationFailed, NotFound) as e:
+            if isinstance(e.__cause__, ApiException) and e.__cause__.status in (403, 404):
+                raise _KueueUnreadable from e  # no Kueue CRDs, or no right to read them
+            raise
+        mine = [w for w in items if kueue.owned_by(w, uid)]
+        return mine[-1] if mine else None
 
     def find(self, job_id: str) -> str | None:
-        name = job_name(job_id)
-        try:
-            self.status(name)
-        except NotFound:
-            return None
-        return name
+        for backend_id in (job_name(job_id), rayjobs.BACKEND_PREFIX + rayjobs.rayjob_name(job_id)):
+            try:
+                self.status(backend_id)
+            except NotFound:
+                continue
+            return backend_id
+        return None
 
     # writes
 
     def submit(self, spec: JobSpec) -> str | DryRun:
+        local_queue = kueue.local_queue(spec, self.options) if self._flag("kueue") else ""
+        accelerator_resource = str(self.options.get("accelerator_resource", "nvidia.com/gpu"))
+        if spec.kind == "ray":
+            return self._submit_rayjob(spec, local_queue, accelerator_resource)
         manifest = job_manifest(
-            spec,
-            namespace=self.namespace,
-            kueue=self._flag("kueue"),
-            local_queue=str(self.options.get("local_queue") or ""),
-            accelerator_resource=str(self.options.get("accelerator_resource", "nvidia.com/gpu")),
+            spec, namespace=self.namespace, local_queue=local_queue, accelerator_resource=accelerator_resource
         )
         name = str(manifest["metadata"]["name"])
         if self.dry_run:
@@ -294,6 +393,49 @@ class KubernetesBackend(Backend):
                     raise
                 self._check_same_job(name, spec.id)
         return name
+
+    def _submit_rayjob(self, spec: JobSpec, local_queue: str, accelerator_resource: str) -> str | DryRun:
+        image = str(self.options.get("ray_image") or rayjobs.DEFAULT_RAY_IMAGE)
+        manifest = rayjobs.rayjob_manifest(
+            spec,
+            namespace=self.namespace,
+            local_queue=local_queue,
+            accelerator_resource=accelerator_resource,
+            image=image,
+        )
+        name = str(manifest["metadata"]["name"])
+        backend_id = rayjobs.BACKEND_PREFIX + name
+        if self.dry_run:
+            return DryRun("submit", backend_id, {"namespace": self.namespace, "rayjob": manifest})
+        with self._calling(f"creating RayJob {name}"):
+            try:
+                self._custom().create_namespaced_custom_object(
+                    rayjobs.GROUP,
+                    rayjobs.VERSION,
+                    self.namespace,
+                    rayjobs.PLURAL,
+                    manifest,
+                    _request_timeout=self.timeout,
+                )
+            except ApiException as e:
+                if e.status == 404:  # no such namespace, or no RayJob resource at all
+                    raise InvalidJob(
+                        f"cannot create RayJob {name} in namespace {self.namespace}: {status_message(e)} (is KubeRay "
+                        "installed, serving ray.io/v1 RayJobs?)"
+                    ) from e
+                refusal = self._refusal(e, name)
+                if refusal is not None:
+                    raise refusal from e
+                if e.status != 409:  # AlreadyExists: submitted before
+                    raise
+                existing = self._read_rayjob(name)
+                annotations = (existing.get("metadata") or {}).get("annotations") or {}
+                if annotations.get(JOB_ID_ANNOTATION) != spec.id:
+                    raise Refused(
+                        f"a RayJob named {name} already exists in namespace {self.namespace} and was not created "
+                        f"for Quartermaster job {spec.id}"
+                    ) from e
+        return backend_id
 
     def _refusal(self, e: ApiException, name: str) -> InvalidJob | None:
         """``InvalidJob`` when the API server refused to create the Job for good: invalid (400, 422), no such
@@ -322,6 +464,8 @@ class KubernetesBackend(Backend):
             )
 
     def cancel(self, backend_id: str) -> DryRun | None:
+        if rayjobs.is_rayjob(backend_id):
+            return self._cancel_rayjob(rayjobs.name_of(backend_id))
         if self.dry_run:  # read it, so that cancelling an unknown job fails as it would for real
             with self._calling(f"reading job {backend_id}"):
                 self._batch().read_namespaced_job(backend_id, self.namespace, _request_timeout=self.timeout)
@@ -332,11 +476,35 @@ class KubernetesBackend(Backend):
             )
         return None
 
+    def _cancel_rayjob(self, name: str) -> DryRun | None:
+        """Delete the RayJob: KubeRay stops the Ray job, and the garbage collector deletes its Ray cluster and
+        submitter with it."""
+        if self.dry_run:
+            self._read_rayjob(name)
+            return DryRun("cancel", rayjobs.BACKEND_PREFIX + name, {"namespace": self.namespace})
+        with self._calling(f"deleting RayJob {name}"):
+            self._custom().delete_namespaced_custom_object(
+                rayjobs.GROUP,
+                rayjobs.VERSION,
+                self.namespace,
+                rayjobs.PLURAL,
+                name,
+                propagation_policy="Background",
+                _request_timeout=self.timeout,
+            )
+        return None
+
     def signal(self, backend_id: str, grace_seconds: int) -> DryRun | None:
         """Delete the Job's pods with ``grace_seconds`` as their grace period: the kubelet sends SIGTERM now and
         SIGKILL when it ends. The Job stays, so ``status`` still reads how the workers ended (a worker that
         exits 0 after checkpointing completes its index); ``cancel`` removes it. Deleting the Job itself
-        would not do: the garbage collector deletes its pods with their own default grace, not this one."""
+        would not do: the garbage collector deletes its pods with their own default grace, not this one.
+
+        A RayJob is not signalled: KubeRay would start a Ray cluster's deleted pods again, and a Ray job's
+        entrypoint learns of nothing from its workers' SIGTERM. Whoever asked cancels it when the grace ends."""
+        if rayjobs.is_rayjob(backend_id):
+            self._read_rayjob(rayjobs.name_of(backend_id))
+            return DryRun("signal", backend_id, {"pods": []}) if self.dry_run else None
         with self._calling(f"reading job {backend_id}"):
             self._batch().read_namespaced_job(backend_id, self.namespace, _request_timeout=self.timeout)
         with self._calling(f"listing the pods of job {backend_id}"):
@@ -444,6 +612,18 @@ class KubernetesBackend(Backend):
                 continue
             evictable.append((meta.namespace, meta.name))
         return evictable
+
+
+class _KueueUnreadable(Exception):
+    """The cluster serves no Kueue Workloads, or the token may not list them."""
+
+
+def _items(listed: Any) -> list[dict[str, Any]]:
+    """The objects of a custom resource list (the client returns it as parsed JSON)."""
+    items = listed.get("items") if isinstance(listed, dict) else None
+    if not isinstance(items, list):
+        raise BadResponse("the API server answered a list of custom resources with something that is no list")
+    return [item for item in items if isinstance(item, dict)]
 
 
 def invalid(e: ValueError) -> str:

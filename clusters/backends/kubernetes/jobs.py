@@ -14,6 +14,10 @@ Instead:
   Uneven placements keep the node set but not the per-node counts; the scheduler fills the named nodes.
 Which index lands on which node is the kube-scheduler's choice either way; workers that need a rank read
 ``JOB_COMPLETION_INDEX``.
+
+In Kueue mode nothing is pinned: Quartermaster chose the cluster and the LocalQueue (``kueue.local_queue``),
+and Kueue's flavors and topology-aware scheduling choose the nodes (docs/kueue.md). The Job asks only for
+what it needs (CPU, memory, accelerators) and waits suspended until Kueue admits it.
 """
 
 from __future__ import annotations
@@ -36,14 +40,15 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 MAX_JOB_NAME = 52
 
 
-def job_name(job_id: str) -> str:
-    """A DNS-safe Job name for Quartermaster's job id, the same every time (submit's idempotency rests on it).
-    An id that had to be changed or cut keeps a hash of itself, so two ids never share a name."""
+def job_name(job_id: str, limit: int = MAX_JOB_NAME) -> str:
+    """A DNS-safe Job name for Quartermaster's job id, the same every time (submit's idempotency rests on it),
+    at most ``limit`` characters. An id that had to be changed or cut keeps a hash of itself, so two ids never
+    share a name."""
     base = re.sub(r"[^a-z0-9-]+", "-", job_id.lower()).strip("-")
     name = f"qm-{base}"
-    if base != job_id or len(name) > MAX_JOB_NAME:
+    if base != job_id or len(name) > limit:
         digest = hashlib.sha256(job_id.encode()).hexdigest()[:10]
-        stem = base[: MAX_JOB_NAME - 14].rstrip("-")
+        stem = base[: limit - 14].rstrip("-")
         name = f"qm-{stem}-{digest}" if stem else f"qm-{digest}"
     return name
 
@@ -52,46 +57,39 @@ def job_manifest(
     spec: JobSpec,
     *,
     namespace: str,
-    kueue: bool,
     local_queue: str = "",
     accelerator_resource: str = "nvidia.com/gpu",
     backoff_limit: int = 0,
 ) -> dict[str, Any]:
-    """The Job to create for ``spec``, as the API server's JSON. In Kueue mode the LocalQueue is the job's
-    queue, else the cluster's ``local_queue``; a spec that cannot become a Job is ``InvalidJob``."""
+    """The Job to create for ``spec``, as the API server's JSON. ``local_queue`` is the Kueue LocalQueue on a
+    cluster in Kueue mode (``kueue.local_queue``), "" outside Kueue; a spec that cannot become a Job is
+    ``InvalidJob``."""
     if spec.workers < 1:
         raise InvalidJob(f"job {spec.id}: a job needs at least one worker, not {spec.workers}")
     if not spec.image:
         raise InvalidJob(f"job {spec.id}: Kubernetes runs containers; the job names no image")
     if spec.nodes and len(spec.nodes) != spec.workers:
         raise InvalidJob(f"job {spec.id}: {spec.workers} workers but {len(spec.nodes)} nodes placed")
-    queue = spec.queue or local_queue
-    if kueue and not queue:
-        raise InvalidJob(
-            f"job {spec.id}: the cluster runs Kueue, and neither the job nor the cluster option local_queue "
-            "names a LocalQueue"
-        )
+    kueue = bool(local_queue)
     name = job_name(spec.id)
 
-    requests: dict[str, str] = {"cpu": f"{spec.cpu_per_worker}m", "memory": f"{spec.memory_per_worker}Mi"}
-    limits: dict[str, str] = {}
-    if spec.accelerators_per_worker:
-        # Extended resources cannot be overcommitted: the request must equal the limit.
-        requests[accelerator_resource] = limits[accelerator_resource] = str(spec.accelerators_per_worker)
     env = {"QM_JOB_ID": spec.id, "QM_WORKERS": str(spec.workers), **spec.env}
     container: dict[str, Any] = {
         "name": "worker",
         "image": spec.image,
         "env": [{"name": key, "value": value} for key, value in env.items()],
-        "resources": {"requests": requests, **({"limits": limits} if limits else {})},
+        "resources": resources(
+            spec.accelerators_per_worker, spec.cpu_per_worker, spec.memory_per_worker, accelerator_resource
+        ),
     }
     if spec.command:
         container["command"] = list(spec.command)
-    pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container], **_pinning(spec, name)}
+    pinning = {} if kueue else pinned(spec.nodes, {JOB_LABEL: name})
+    pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container], **pinning}
 
     labels = {JOB_LABEL: name}
     if kueue:
-        labels[KUEUE_QUEUE_LABEL] = queue
+        labels[KUEUE_QUEUE_LABEL] = local_queue
     job_spec: dict[str, Any] = {
         "completionMode": "Indexed",
         "completions": spec.workers,
@@ -117,20 +115,35 @@ def job_manifest(
     }
 
 
-def _pinning(spec: JobSpec, name: str) -> dict[str, Any]:
-    """Pod spec fields that keep the workers on their placed nodes (see the module docstring)."""
-    per_node = Counter(spec.nodes)
+def resources(accelerators: int, millicores: int, mebibytes: int, accelerator_resource: str) -> dict[str, Any]:
+    """A container's ``resources``: what it requests (nothing for a zero), accelerators also as its limit."""
+    requests: dict[str, str] = {}
+    if millicores:
+        requests["cpu"] = f"{millicores}m"
+    if mebibytes:
+        requests["memory"] = f"{mebibytes}Mi"
+    if not accelerators:
+        return {"requests": requests}
+    # Extended resources cannot be overcommitted: the request must equal the limit.
+    requests[accelerator_resource] = str(accelerators)
+    return {"requests": requests, "limits": {accelerator_resource: str(accelerators)}}
+
+
+def pinned(nodes: tuple[str, ...], pods: dict[str, str]) -> dict[str, Any]:
+    """Pod spec fields that keep the pods (those labelled ``pods``) on ``nodes``, one entry per pod (see the
+    module docstring)."""
+    per_node = Counter(nodes)
     if not per_node:
         return {}
     if len(per_node) == 1:
-        return {"nodeSelector": {HOSTNAME_LABEL: spec.nodes[0]}}
-    nodes = sorted(per_node)
+        return {"nodeSelector": {HOSTNAME_LABEL: nodes[0]}}
+    names = sorted(per_node)
     pinning: dict[str, Any] = {
         "affinity": {
             "nodeAffinity": {
                 "requiredDuringSchedulingIgnoredDuringExecution": {
                     "nodeSelectorTerms": [
-                        {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": nodes}]}
+                        {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": names}]}
                     ]
                 }
             }
@@ -142,7 +155,7 @@ def _pinning(spec: JobSpec, name: str) -> dict[str, Any]:
                 "maxSkew": 1,
                 "topologyKey": HOSTNAME_LABEL,
                 "whenUnsatisfiable": "DoNotSchedule",
-                "labelSelector": {"matchLabels": {JOB_LABEL: name}},
+                "labelSelector": {"matchLabels": dict(pods)},
             }
         ]
     return pinning

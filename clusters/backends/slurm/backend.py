@@ -1,18 +1,28 @@
-"""The Slurm backend: slurmrestd's REST API (``openapi/v0.0.38``, Slurm 22.05) with JWT authentication.
+"""The Slurm backend: slurmrestd's REST API with JWT authentication, Slurm 22.05 to 25.11.
 
-Reads (nodes, jobs) and job writes (submit, cancel) go through slurmrestd. Slurm 22.05 has no REST call
-that changes a node's state (``POST node/{name}`` answers 405), so cordon, drain and resume run
-``scontrol update`` with the same JWT (``SLURM_JWT``): the host needs ``scontrol`` and a ``slurm.conf``
-naming the controller (``options["slurm_conf"]``), but no munge key.
+slurmrestd serves its API in one or more data parsers (``v0.0.38`` in 22.05; ``v0.0.40``-``v0.0.42`` in
+24.11; ``v0.0.43`` in 25.05, ``v0.0.44`` in 25.11). The backend reads ``/openapi/v3`` once and speaks the
+newest one both know (``versions.py`` holds everything that differs between them; this module does not).
+Reads (nodes, jobs) and job writes (submit, cancel) go through slurmrestd; so do node state changes where
+slurmrestd offers ``POST node/{name}`` (24.11 and later). Slurm 22.05 has no such call, so there cordon,
+drain and resume run ``scontrol update`` with the same JWT (``SLURM_JWT``): the host needs an ``scontrol``
+of the cluster's Slurm version and a ``slurm.conf`` naming the controller (``options["slurm_conf"]``), but
+no munge key. Requeueing a drained node's jobs (``scontrol requeue``) and reading the network topology
+(``scontrol show topology``) have no REST call in any version and always use ``scontrol``.
 
 - ``endpoint``: slurmrestd's base URL, e.g. ``http://127.0.0.1:17080``.
 - ``credentials``: ``user`` (sent as ``X-SLURM-USER-NAME``) and ``token`` (a Slurm JWT, e.g. from
   ``scontrol token username=...``).
 - ``options``: ``partition`` (used when a job names no queue), ``workdir`` (jobs' working directory,
-  default ``/tmp``), ``slurm_conf`` and ``scontrol`` (for node updates), ``gpu_models`` (GRES type to
-  model name, e.g. ``{"h100": "H100-SXM-80GB"}``; the GRES type itself otherwise), ``spot_qos`` (the QOS
-  of spot jobs, if the site has one), ``container_runtime`` (``pyxis`` or ``apptainer``: how a job with an
-  image runs; see ``script.py``) and ``apptainer`` (the apptainer program, default ``apptainer``).
+  default ``/tmp``), ``slurm_conf`` and ``scontrol`` (for node updates, requeues and the topology),
+  ``topology`` (``scontrol``: read the cluster's topology/tree or topology/block into each node's
+  domains; ``none``: report none; ``auto``, the default: ``scontrol`` where ``slurm_conf`` or ``scontrol``
+  is set), ``gpu_models`` (GRES type to model name, e.g.
+  ``{"h100": "H100-SXM-80GB"}``; the GRES type itself otherwise), ``accounts`` (a team's slug, or
+  ``team/project``, to the Slurm account its jobs are charged to) and ``default_account``, ``qos`` (a
+  tier's name to a Slurm QOS) and ``spot_qos`` (the QOS of spot jobs), ``container_runtime`` (``pyxis``
+  or ``apptainer``: how a job with an image runs; see ``script.py``), ``apptainer`` (the apptainer
+  program, default ``apptainer``) and ``api_version`` (a data parser to speak instead of negotiating).
 
 Failures (docs/backends.md). ``submit`` raises ``InvalidJob`` when Slurm refuses the job itself (no such
 partition or node, a configuration no node or partition offers, a bad feature, account or QOS) and when the
@@ -61,16 +71,16 @@ from clusters.backends.base import (
     Unreachable,
     not_allowed,
 )
-from clusters.backends.slurm import ray
-from clusters.backends.slurm.parse import expand_hostlist, failure, gpu_gres, job_state
+from clusters.backends.slurm import ray, versions
+from clusters.backends.slurm.parse import expand_hostlist, failure, gpu_gres, job_state, topology
 from clusters.backends.slurm.script import batch_script
 from common import outbound
 
-API_VERSION = "v0.0.38"
 JOB_NAME_PREFIX = "qm-"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
-# Node states and flags (as slurmrestd v0.0.38 spells them) that make a node not ready or not schedulable.
+# Node states and flags (as slurmrestd v0.0.38 spells them; versions.node words newer parsers' answers so)
+# that make a node not ready or not schedulable.
 NOT_READY_STATES = frozenset({"down", "unknown", "future", "error"})
 NOT_READY_FLAGS = frozenset({"NOT_RESPONDING", "POWERED_DOWN", "POWERING_UP"})
 UNSCHEDULABLE_FLAGS = frozenset({"DRAIN", "FAIL"})
@@ -93,12 +103,13 @@ JOB_REFUSALS = {
     2029: "ESLURM_INVALID_FEATURE",
     2045: "ESLURM_INVALID_ACCOUNT",
     2051: "ESLURM_INVALID_TIME_LIMIT",
+    2066: "ESLURM_INVALID_QOS",
 }
 #: The same refusals in slurm_strerror's words, for errors whose number a slurmrestd version does not give.
 JOB_REFUSAL_WORDS = (
     "Invalid partition name",
     "Invalid account",
-    "Invalid qos",
+    "Invalid qos specification",
     "Invalid feature",
     "Invalid node name",
     "Invalid generic resource",
@@ -106,6 +117,7 @@ JOB_REFUSAL_WORDS = (
     "Requested partition configuration not available",
     "Invalid time limit",
 )
+SLURM_PROTOCOL_AUTHENTICATION_ERROR = 1007  # 24.11: slurmctld rejected the JWT
 SLURM_COMMUNICATIONS_ERRORS = range(1000, 1100)
 SLURM_AUTH_ERRORS = range(6000, 6100)
 
@@ -113,6 +125,11 @@ SLURM_AUTH_ERRORS = range(6000, 6100)
 # answer alike: HTTP 500 with error -1, "Unspecified error". A rejection comes back at once; a dead
 # controller only after the client's connection retries (about 9 s in the lab). The time tells them apart.
 REJECTION_SECONDS = 2.0
+
+#: How long a negotiated data parser is reused by later backends of the same endpoint (a process-wide
+#: cache: a backend lives for one sync or one dispatch, and ``/openapi/v3`` is 200-700 kB).
+NEGOTIATED_SECONDS = 300.0
+_negotiated: dict[str, tuple[float, str, bool]] = {}
 
 T = TypeVar("T")
 
@@ -131,14 +148,16 @@ class SlurmBackend(Backend):
         destinations: outbound.Policy | None = None,
     ) -> None:
         super().__init__(endpoint, credentials, options, dry_run=dry_run, timeout=timeout, destinations=destinations)
-        self._base = f"{endpoint.rstrip('/')}/slurm/{API_VERSION}"
+        self._root = endpoint.rstrip("/")
         # Redirects are refused there, so the token headers never go anywhere but the endpoint.
         self._session = self.destinations.session()
+        self._api: tuple[str, bool] | None = None  # (data parser, node updates over REST), once negotiated
 
     # ----------------------------------------------------------------------------------------- reads
 
     def inventory(self) -> Inventory:
-        nodes = tuple(self._node_info(raw) for raw in self._nodes())
+        domains = self._topology()
+        nodes = tuple(self._node_info(raw, domains) for raw in self._nodes())
         models = sorted({node.accelerator for node in nodes if node.accelerator})
         return Inventory(nodes=nodes, accelerators=tuple(AcceleratorInfo(model=model) for model in models))
 
@@ -201,7 +220,8 @@ class SlurmBackend(Backend):
     # ---------------------------------------------------------------------------------------- writes
 
     def submit(self, spec: JobSpec) -> str | DryRun:
-        body = {"script": batch_script(spec, self.options), **ray.description(spec, self._job_properties(spec))}
+        script, props = batch_script(spec, self.options), self._job_properties(spec)
+        body = ray.submit_body(self.api_version, script, spec, props)  # a plain job's is versions.submit_body's
         existing = self._find_job(spec.id)
         if self.dry_run:
             detail: dict[str, Any] = dict(body)
@@ -239,7 +259,7 @@ class SlurmBackend(Backend):
     def cordon(self, node: str, reason: str) -> DryRun | None:
         """Slurm's DRAIN state: no new jobs, running ones finish."""
         self._require_node(node)
-        return self._update_node(node, "cordon", f"Reason={reason or 'cordoned by Quartermaster'}")
+        return self._update_node(node, "cordon", reason or "cordoned by Quartermaster")
 
     def drain(self, node: str, reason: str) -> DryRun | None:
         """DRAIN, then requeue the jobs running on the node, so it empties now instead of when they end.
@@ -249,7 +269,7 @@ class SlurmBackend(Backend):
         """
         self._require_node(node)
         running = self._jobs_on(node)
-        done = self._update_node(node, "drain", f"Reason={reason or 'drained by Quartermaster'}", requeue=running)
+        done = self._update_node(node, "drain", reason or "drained by Quartermaster", requeue=running)
         if done is None and running:
             try:
                 self._scontrol("requeue", ",".join(running), what=f"the jobs on {node}")
@@ -262,13 +282,98 @@ class SlurmBackend(Backend):
         self._require_node(node)
         return self._update_node(node, "resume")
 
+    # ------------------------------------------------------------------------------- the API version
+
+    @property
+    def api_version(self) -> str:
+        """The data parser spoken with this slurmrestd (negotiated once; ``options["api_version"]`` wins)."""
+        return self._negotiate()[0]
+
+    @property
+    def rest_node_updates(self) -> bool:
+        """Whether node states change over REST (``POST node/{name}``, 24.11 and later) or through scontrol."""
+        return self._negotiate()[1]
+
+    def _negotiate(self) -> tuple[str, bool]:
+        if self._api is not None:
+            return self._api
+        forced = str(self.options.get("api_version") or "")
+        if forced:
+            if forced not in versions.SUPPORTED:
+                raise BackendError(
+                    f"options['api_version'] is {forced!r}; this backend speaks {', '.join(versions.SUPPORTED)}"
+                )
+            self._api = (forced, forced != versions.LEGACY)
+            return self._api
+        cached = _negotiated.get(self._root)
+        if cached is not None and time.monotonic() - cached[0] < NEGOTIATED_SECONDS:
+            self._api = cached[1:]
+            return self._api
+        user, token = self._credentials()
+        url = f"{self._root}/openapi/v3"
+        headers = {"X-SLURM-USER-NAME": user, "X-SLURM-USER-TOKEN": token}
+        try:
+            response = self._session.get(url, headers=headers, timeout=self.timeout)
+        except requests.RequestException as exc:
+            raise self._unreachable(exc, "GET /openapi/v3") from exc
+        if response.status_code in (401, 403):
+            raise AuthenticationFailed(
+                f"slurmrestd at {self.endpoint} refused the credentials of user {user!r} (HTTP "
+                f"{response.status_code}): check the token (scontrol token username=...) and that slurmrestd "
+                "runs with rest_auth/jwt"
+            )
+        try:
+            document = response.json()
+        except ValueError:
+            document = None
+        if not isinstance(document, dict):
+            what = "a body that is not JSON" if document is None else f"{type(document).__name__}, not a JSON object"
+            raise BadResponse(
+                f"slurmrestd answered GET /openapi/v3 (what it serves) with HTTP {response.status_code} and {what} "
+                f"(is {self.endpoint} slurmrestd?)",
+                detail=response.text,
+            )
+        if response.status_code != 200:
+            raise BadResponse(
+                f"slurmrestd answered GET /openapi/v3 (what it serves) with HTTP {response.status_code} (is "
+                f"{self.endpoint} slurmrestd?)",
+                detail=response.text,
+            )
+        served = versions.offered(document)
+        chosen = versions.choose(served)
+        if chosen is None:
+            raise BadResponse(
+                f"slurmrestd at {self.endpoint} serves the data parsers {', '.join(served) or 'none'}, and this "
+                f"backend speaks {', '.join(versions.SUPPORTED)}: load one of those (slurmrestd -d / -s)"
+            )
+        self._api = (chosen, versions.updates_nodes(document, chosen))
+        _negotiated[self._root] = (time.monotonic(), *self._api)
+        return self._api
+
     # ------------------------------------------------------------------------------------- internals
 
     def _nodes(self) -> list[Mapping[str, Any]]:
         data = self._call("GET", "nodes")
-        return [_mapping(raw, "GET nodes: a node") for raw in _field(data, "nodes", list, "GET nodes")]
+        version = self.api_version
+        raws = _field(data, "nodes", list, "GET nodes")
+        return [versions.node(version, _mapping(raw, "GET nodes: a node")) for raw in raws]
 
-    def _node_info(self, raw: Mapping[str, Any]) -> NodeInfo:
+    def _topology(self) -> Mapping[str, Mapping[str, str]]:
+        """Each node's domains, widest level first, from ``scontrol show topology`` (no REST call says)."""
+        how = str(self.options.get("topology") or "auto")
+        if how == "auto":  # where the operators gave this cluster an scontrol, it is used
+            how = "scontrol" if self.options.get("slurm_conf") or self.options.get("scontrol") else "none"
+        if how == "none":
+            return {}
+        if how != "scontrol":
+            raise BackendError(f"options['topology'] is {how!r}: it must be 'auto' (the default), 'scontrol' or 'none'")
+        text = self._scontrol("show", "topology", what="the topology")
+        try:
+            return topology(text)[1]
+        except ValueError as exc:
+            raise BadResponse(f"scontrol show topology gave an unreadable answer: {exc}", detail=text) from exc
+
+    def _node_info(self, raw: Mapping[str, Any], domains: Mapping[str, Mapping[str, str]] | None = None) -> NodeInfo:
         name = _field(raw, "name", str, "a node")
         where = f"node {name}"
         state = _field(raw, "state", str, where).lower()
@@ -288,7 +393,9 @@ class SlurmBackend(Backend):
         labels = {"state": state, "partition": ",".join(partitions)}
         if flags:
             labels["state_flags"] = ",".join(flags)
-        if reason:
+        ready = state not in NOT_READY_STATES and not NOT_READY_FLAGS.intersection(flags)
+        schedulable = not UNSCHEDULABLE_FLAGS.intersection(flags)
+        if reason and not (ready and schedulable):  # 24.11 keeps the reason of a drain after the resume
             labels["reason"] = reason
         return NodeInfo(
             name=name,
@@ -304,15 +411,16 @@ class SlurmBackend(Backend):
             accelerators_used=min(used, total),
             cpu_used=min(alloc_cpus, cpus) * 1000,
             memory_used=min(alloc_memory, memory),
-            ready=state not in NOT_READY_STATES and not NOT_READY_FLAGS.intersection(flags),
-            schedulable=not UNSCHEDULABLE_FLAGS.intersection(flags),
+            ready=ready,
+            schedulable=schedulable,
             labels=labels,
+            topology=dict((domains or {}).get(name, {})),
         )
 
     def _job(self, backend_id: str) -> Mapping[str, Any]:
         what = f"job {backend_id}"
         data = self._call("GET", f"job/{_job_id(backend_id)}", what=what)
-        jobs = [_mapping(raw, what) for raw in _field(data, "jobs", list, what)]
+        jobs = [versions.job(self.api_version, _mapping(raw, what)) for raw in _field(data, "jobs", list, what)]
         if not jobs:
             raise NotFound(f"Slurm does not know {what}")
         # an array or heterogeneous job answers several records; the one asked for carries the id
@@ -320,7 +428,9 @@ class SlurmBackend(Backend):
 
     def _jobs(self) -> list[Mapping[str, Any]]:
         data = self._call("GET", "jobs")
-        return [_mapping(raw, "GET jobs: a job") for raw in _field(data, "jobs", list, "GET jobs")]
+        version = self.api_version
+        raws = _field(data, "jobs", list, "GET jobs")
+        return [versions.job(version, _mapping(raw, "GET jobs: a job")) for raw in raws]
 
     def _find_job(self, qm_id: str) -> str | None:
         """The Slurm id of the job submitted for ``qm_id``, if Slurm still knows it."""
@@ -352,18 +462,28 @@ class SlurmBackend(Backend):
     def _require_node(self, node: str) -> None:
         if not node or any(char in node for char in ", \n\t[]="):
             raise NotFound(f"{node!r} is not a Slurm node name")
-        self._call("GET", f"node/{node}", what=f"node {node}")
+        # 24.11 answers an unknown node with error 0 ("No error: Failure to query node") and no nodes
+        data = self._call("GET", f"node/{node}", what=f"node {node}", ok_errors={0})
+        if not _field(data, "nodes", list, f"node {node}", []):
+            raise NotFound(f"Slurm does not know node {node}")
 
-    def _update_node(self, node: str, action: str, *reason: str, requeue: list[str] | None = None) -> DryRun | None:
-        state = "State=RESUME" if action == "resume" else "State=DRAIN"
-        command = ["update", f"NodeName={node}", state, *reason]
+    def _update_node(self, node: str, action: str, reason: str = "", requeue: list[str] | None = None) -> DryRun | None:
+        """DRAIN (with ``reason``) or RESUME ``node``: over REST where slurmrestd offers it, else scontrol."""
+        detail: dict[str, Any] = {}
+        if self.rest_node_updates:
+            detail["rest"] = versions.node_update(action, reason)
+        else:
+            state = "State=RESUME" if action == "resume" else "State=DRAIN"
+            detail["scontrol"] = ["update", f"NodeName={node}", state, *([f"Reason={reason}"] if reason else [])]
         if self.dry_run:
-            detail: dict[str, Any] = {"scontrol": command}
             if requeue:
                 detail["requeue"] = requeue
             return DryRun(action, node, detail)
         try:
-            self._scontrol(*command, what=f"node {node}")
+            if "rest" in detail:
+                self._call("POST", f"node/{node}", detail["rest"], what=f"node {node}")
+            else:
+                self._scontrol(*detail["scontrol"], what=f"node {node}")
         except Refused as exc:
             # RESUME on a node that is neither drained nor down: it already is what resume asks for
             if action == "resume" and "Invalid node state specified" in str(exc):
@@ -408,9 +528,30 @@ class SlurmBackend(Backend):
             props["memory_per_cpu"] = math.ceil(spec.memory_per_worker / cpus_per_task)
         if spec.time_limit:
             props["time_limit"] = math.ceil(spec.time_limit / 60)
-        if spec.spot and self.options.get("spot_qos"):
-            props["qos"] = self.options["spot_qos"]
+        account = self._account(spec)
+        if account:
+            props["account"] = account
+        qos = self._qos(spec)
+        if qos:
+            props["qos"] = qos
         return props
+
+    def _account(self, spec: JobSpec) -> str:
+        """The Slurm account of ``spec``: ``accounts["team/project"]``, else ``accounts["team"]``, else
+        ``default_account``; "" (Slurm's default for the user) when none is configured."""
+        accounts: Mapping[str, str] = self.options.get("accounts") or {}
+        if spec.team and spec.project and f"{spec.team}/{spec.project}" in accounts:
+            return str(accounts[f"{spec.team}/{spec.project}"])
+        if spec.team and spec.team in accounts:
+            return str(accounts[spec.team])
+        return str(self.options.get("default_account") or "")
+
+    def _qos(self, spec: JobSpec) -> str:
+        """The Slurm QOS of ``spec``: ``spot_qos`` for a spot job, else ``qos[tier]``; "" for the default."""
+        if spec.spot and self.options.get("spot_qos"):
+            return str(self.options["spot_qos"])
+        tiers: Mapping[str, str] = self.options.get("qos") or {}
+        return str(tiers.get(spec.tier, "")) if spec.tier else ""
 
     # ------------------------------------------------------------------------------- the two channels
 
@@ -427,7 +568,7 @@ class SlurmBackend(Backend):
         """One slurmrestd request; its JSON object, or the matching ``BackendError``. ``submitting``: a job
         submission, whose refusals are ``InvalidJob`` (``_refusal``)."""
         user, token = self._credentials()
-        url = f"{self._base}/{path}"
+        url = f"{self._root}/slurm/{self.api_version}/{path}"
         call = f"{method} {path}"
         headers = {"X-SLURM-USER-NAME": user, "X-SLURM-USER-TOKEN": token}
         started = time.monotonic()
@@ -446,8 +587,10 @@ class SlurmBackend(Backend):
             data = response.json()
         except ValueError:
             if code == 404:
+                _negotiated.pop(self._root, None)  # the server may have changed: the next backend asks again
                 raise BadResponse(
-                    f"{url} is not served (HTTP 404): is {self.endpoint} slurmrestd with openapi/{API_VERSION}?",
+                    f"{url} is not served (HTTP 404): is {self.endpoint} slurmrestd, and still serving "
+                    f"data parser {self.api_version}?",
                     detail=response.text,
                 ) from None
             raise BadResponse(
@@ -457,7 +600,7 @@ class SlurmBackend(Backend):
             ) from None
         if not isinstance(data, dict):
             raise BadResponse(f"slurmrestd answered {call} with {type(data).__name__} instead of a JSON object")
-        errors = data.get("errors", [])
+        errors = versions.errors(self.api_version, data)
         if not isinstance(errors, list):
             raise BadResponse(f"slurmrestd answered {call} with 'errors' that is not a list")
         numbers = [_error_number(error) for error in errors]
@@ -507,6 +650,11 @@ class SlurmBackend(Backend):
             return NotFound(f"Slurm does not know {what or 'the job or node named'}: {text}")
         if ESLURM_ACCESS_DENIED in numbers or ESLURM_USER_ID_MISSING in numbers:
             return AuthenticationFailed(f"Slurm refused {call} for user {self.credentials.get('user')!r}: {text}")
+        if SLURM_PROTOCOL_AUTHENTICATION_ERROR in numbers:
+            return AuthenticationFailed(
+                f"slurmctld rejected the token of user {self.credentials.get('user')!r} on {call} ({text}): is it "
+                "signed with the cluster's JWT key, and for a user Slurm knows?"
+            )
         if any(number in SLURM_AUTH_ERRORS for number in numbers):
             return AuthenticationFailed(f"Slurm rejected the credentials on {call}: {text}")
         if any(number in SLURM_COMMUNICATIONS_ERRORS for number in numbers):
@@ -532,8 +680,8 @@ class SlurmBackend(Backend):
             raise AuthenticationFailed(f"the Slurm token of user {user!r} expired at {when}; issue a new one")
         return user, token
 
-    def _scontrol(self, *args: str, what: str) -> None:
-        """Run scontrol with the backend's JWT; node updates have no REST call in Slurm 22.05."""
+    def _scontrol(self, *args: str, what: str) -> str:
+        """Run scontrol with the backend's JWT (node updates in 22.05, requeues, the topology); its output."""
         _, token = self._credentials()
         scontrol = str(self.options.get("scontrol") or "scontrol")
         env = {**os.environ, "SLURM_JWT": token}
@@ -546,13 +694,14 @@ class SlurmBackend(Backend):
             )
         except FileNotFoundError as exc:
             raise BackendError(
-                f"{scontrol} not found: Slurm 22.05 changes node states only through scontrol, which must be "
-                "installed where Quartermaster runs (options['scontrol'], options['slurm_conf'])"
+                f"{scontrol} not found: Slurm 22.05 changes node states, and every version requeues jobs and "
+                "reports its topology, only through scontrol, which must be installed where Quartermaster runs "
+                "(options['scontrol'], options['slurm_conf'])"
             ) from exc
         except subprocess.TimeoutExpired as exc:
             raise Unreachable(f"scontrol {' '.join(args)} got no answer from slurmctld in {self.timeout:g} s") from exc
         if done.returncode == 0:
-            return
+            return done.stdout
         text = (done.stderr or done.stdout).strip() or f"exit status {done.returncode}"
         if "Invalid node name" in text or "Invalid job id" in text:
             raise NotFound(f"Slurm does not know {what}: {text}")
@@ -566,6 +715,28 @@ class SlurmBackend(Backend):
 
 
 # ------------------------------------------------------------------------------------------- helpers
+
+
+def invalid_options(options: Mapping[str, Any]) -> str:
+    """What is wrong with a Slurm cluster's options, in words ("" when nothing), for the admin forms."""
+    for key, example in (
+        ("gpu_models", '{"h100": "H100-SXM-80GB"}'),
+        ("accounts", '{"physics": "phys", "physics/lhc": "phys-lhc"} (team, or team/project, to account)'),
+        ("qos", '{"standard": "normal", "urgent": "high"} (tier to QOS)'),
+    ):
+        value = options.get(key, {})
+        if not isinstance(value, dict) or not all(isinstance(v, str) and v for v in value.values()):
+            noun = "GRES types to models" if key == "gpu_models" else "names to Slurm names"
+            return f"{key} maps {noun}, e.g. {example}."
+    for key in ("default_account", "spot_qos", "partition", "api_version"):
+        if not isinstance(options.get(key, ""), str):
+            return f"{key} is a name (a string)."
+    version = options.get("api_version", "")
+    if version and version not in versions.SUPPORTED:
+        return f"api_version must be one of {', '.join(versions.SUPPORTED)} (or left out: it is negotiated)."
+    if options.get("topology", "auto") not in ("auto", "scontrol", "none"):
+        return "topology must be auto, scontrol or none."
+    return ""
 
 
 def _job_id(backend_id: str) -> str:

@@ -165,3 +165,45 @@ def failure(state: str, reason: str, exit_code: int | None) -> str:
         if word in WAITS_FOR_NODES:
             return Failure.UNSCHEDULABLE
     return ""
+
+
+#: Names of a tree's switch levels, from the leaves up (``scontrol show topology`` counts Level=0 at the
+#: leaves); a deeper tree's upper levels are ``level3``, ``level4``, ...
+TREE_LEVELS = ("leaf", "spine", "core")
+
+
+def topology(text: str) -> tuple[tuple[str, ...], dict[str, dict[str, str]]]:
+    """The levels (widest first) and each node's domain at each level, from ``scontrol show topology``.
+
+    topology/tree (``SwitchName=leaf1 Level=0 LinkSpeed=1 Nodes=n[1-2]``, with ``Switches=`` above the
+    leaves): a level per switch level, named ``leaf``, ``spine``, ``core`` from the bottom, e.g. levels
+    ``("spine", "leaf")`` and ``{"n1": {"spine": "s1", "leaf": "leaf1"}}``. topology/block
+    (``BlockName=b1 BlockIndex=0 Nodes=n[1-2] BlockSize=2``): one level, ``block``. No topology plugin,
+    or nothing Slurm knows: no levels. Raises ``ValueError`` on a malformed node list.
+    """
+    switches: list[tuple[int, str, tuple[str, ...]]] = []
+    blocks: list[tuple[str, tuple[str, ...]]] = []
+    for line in text.splitlines():
+        fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
+        nodes = expand_hostlist(fields.get("Nodes", ""))
+        if "SwitchName" in fields:
+            word = fields.get("Level", "0")
+            if not word.isdigit():
+                raise ValueError(f"switch {fields['SwitchName']} has level {word!r}, not a number")
+            switches.append((int(word), fields["SwitchName"], nodes))
+        elif "BlockName" in fields:
+            blocks.append((fields["BlockName"], nodes))
+    domains: dict[str, dict[str, str]] = {}
+    if blocks:
+        for name, nodes in blocks:
+            for node in nodes:
+                domains.setdefault(node, {}).setdefault("block", name)  # a base block before any aggregate
+        return ("block",), domains
+    if not switches:
+        return (), {}
+    top = max(level for level, _, _ in switches)
+    names = [TREE_LEVELS[level] if level < len(TREE_LEVELS) else f"level{level}" for level in range(top + 1)]
+    for level, switch, nodes in sorted(switches, key=lambda found: -found[0]):  # widest first
+        for node in nodes:
+            domains.setdefault(node, {})[names[level]] = switch
+    return tuple(reversed(names)), domains

@@ -40,6 +40,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from clusters.backends.base import InvalidJob, JobSpec
+from clusters.backends.slurm import versions
 
 #: The job comment's prefix that marks a Ray job, and what the script adds to it once Ray's dashboard is up.
 COMMENT = "Quartermaster Ray job"
@@ -93,13 +94,20 @@ def components(spec: JobSpec, workers: Mapping[str, Any]) -> list[dict[str, Any]
     return [head, rest]
 
 
-def description(spec: JobSpec, job: Mapping[str, Any]) -> dict[str, Any]:
-    """The job part of slurmrestd's submission for ``spec``, whose plain description is ``job``: ``{"job":
-    ...}``, or for a Ray job with workers off the head's node, a heterogeneous ``{"jobs": [...]}``."""
-    if not is_ray(spec):
-        return {"job": job}
-    parts = components(spec, job)
-    return {"job": parts[0]} if len(parts) == 1 else {"jobs": parts}
+def submit_body(version: str, script: str, spec: JobSpec, job: Mapping[str, Any]) -> dict[str, Any]:
+    """slurmrestd's submission (data parser ``version``) of ``spec``, whose plain description is ``job`` (in
+    ``v0.0.38``'s words): ``versions.submit_body``'s, or for a Ray job with workers off the head's node, a
+    heterogeneous one, ``jobs`` (its components in order) where a plain job has ``job``. The batch script
+    is the first component's, the head's: the others run only the steps it starts."""
+    parts = components(spec, job) if is_ray(spec) else [dict(job)]
+    if len(parts) == 1:
+        return versions.submit_body(version, script, parts[0])
+    if version == versions.LEGACY:
+        return {"script": script, "jobs": parts}
+    jobs = [versions.submit_body(version, script, part)["job"] for part in parts]
+    for later in jobs[1:]:
+        del later["script"]
+    return {"jobs": jobs}
 
 
 def dashboard_url(options: Mapping[str, Any], raw: Mapping[str, Any], nodes: tuple[str, ...]) -> str:

@@ -79,6 +79,33 @@ def chips_in_topology(topology: str) -> int:
     return math.prod(int(d) for d in topology.split("x"))
 
 
+def check_shape(accelerator_type: str, topology: str = "") -> int:
+    """The chips of one slice of ``accelerator_type`` (and ``topology``, when given), after checking that the
+    type names a known generation and that the topology's chips are the type's: ``v5p-32`` is 16 chips, so
+    ``2x2x4`` fits it and ``2x2x2`` does not. ``UnknownAcceleratorType`` says what is wrong."""
+    generation = generation_of(accelerator_type)
+    _, size = split_type(accelerator_type)
+    count = generation.chips(size)
+    if count < 1:
+        raise UnknownAcceleratorType(f"accelerator type {accelerator_type!r} names no whole chip")
+    if topology and chips_in_topology(topology) != count:
+        raise UnknownAcceleratorType(
+            f"topology {topology} is {chips_in_topology(topology)} chips; a {accelerator_type} slice has {count}"
+        )
+    return count
+
+
+def shape_of(accelerator_type: str, topology: str = "") -> str:
+    """The engine's name of a slice shape (``Job.shape``, ``Node.shape``): ``v5p-32/2x2x4``, or ``v5p-32``."""
+    return f"{accelerator_type}/{topology}" if topology else accelerator_type
+
+
+def type_for(prefix: str, chip_count: int) -> str:
+    """The accelerator type of a slice of ``chip_count`` chips of generation ``prefix``: ``("v5p", 4)`` -> v5p-8."""
+    generation = GENERATIONS.get(prefix)
+    return f"{prefix}-{chip_count * (generation.cores_per_unit if generation else 1)}"
+
+
 def chips(accelerator_type: str, topology: str = "") -> int:
     """Chips in a slice: from its topology when known, else from its type by the generation's rule."""
     if topology:

@@ -1,21 +1,39 @@
 """Google Cloud TPU backend: one project and zone, through the Cloud TPU v2 API over REST.
 
-The cluster is the set of TPU slices (``nodes`` in the API) in ``options["project"]`` and
-``options["zone"]``; a Quartermaster node is one slice. A job is a **queued resource** asking for one new
-slice: it waits in Google's queue, is provisioned, and runs its startup script on every host of the slice.
-A slice is whole: all its chips are allocatable unless it is broken (repairing, preempted, terminated), and
-all are used when a Quartermaster job holds it (its ``quartermaster-job`` label).
+**Slices are the unit.** A Quartermaster node on a TPU cluster is one slice (a ``node`` in the API), or the
+capacity to provision one: the option ``slices`` (``{"v5p-32": 2, "v5litepod-8/2x4": 4}``, a type and
+optionally its topology) says how many slices of each shape Quartermaster may hold at once in this project
+and zone (its reservation or quota). ``inventory`` reports one node per **slot**: ``qm-v5p-32-1``,
+``qm-v5p-32-2``, ... (``qm-<type>[-<topology>]-<n>``), with the shape's chips, labels
+``tpu/accelerator-type``, ``tpu/topology`` (where the shape names one) and ``tpu/provisioned=false``, ready
+and schedulable. A slot whose slice exists *is* that slice (the slice is created under the slot's name), so
+the engine (which keeps a job of a shape to nodes of that shape, ``scheduler/engine/nodes.py``
+``NodeTable.shaped``) chooses the slots, and the backend provisions exactly what it chose.
 
-A job's ``queue`` names either the slice (``v5p-8``) or a reservation to take it from (``lab-v5p``, or
-``projects/…/reservations/lab-v5p``); a spot job gets the Spot tier, any other the Guaranteed tier, reserved
-unless the cluster has no reservation. The startup script is the job's ``script``, else its ``image`` run
-under Docker, else its ``command``, after its environment.
+Existing slices that Quartermaster did not make (no ``quartermaster-job`` label, not a slot) are reported for
+the fleet's view and health, **unschedulable** and with no allocatable chips: they belong to whoever made
+them (so a job asking for a shape only such slices have is refused at submission, as never fitting). The label
+``quartermaster-team`` names the team that may use one, but running a job on an existing idle slice (it
+would need SSH to its hosts, which the TPU API does not give) is not done: such a slice is never used, by
+its team or any other. Quartermaster's own slices carry ``quartermaster-job`` (the job id) and
+``quartermaster-team`` (the team's slug).
 
-Options: ``project`` and ``zone`` (required); ``accelerator_type`` (the slice a job gets when its
-``queue`` names none); ``reservation`` (the reservation reserved jobs use when their queue names none);
-``reserved`` (default true; false: non-spot jobs ask for on-demand capacity); ``runtime_version`` (else the
-generation's default in ``accelerators.py``); ``host_cpu`` and ``host_memory_mib`` (millicores and MiB of
-one TPU VM host, which the API does not report; default 0).
+A job is a **queued resource** with one ``node_spec`` entry per worker, each a slice of the job's type and
+topology under the chosen slot's name (``workers`` > 1: multislice, a gang of slices in this zone). It waits
+in Google's queue, is provisioned, and each slice runs the startup script on every host. The startup script
+is the job's ``script``, else its ``image`` run under Docker, else its ``command``, after its environment; it
+then reports the program's exit code through the job's token (``POST /api/v1/jobs/{id}/report/``, docs/jobs.md):
+worker 0 of the first slice reports whatever its code, worker 0 of every other slice only a failure, so the
+first failure of any slice is what comes back, and success once the first slice (which a multislice program
+cannot finish without the others) exits 0. A spot job gets the Spot tier, any other the Guaranteed tier,
+reserved unless the cluster has no reservation; a job's ``queue`` may name the reservation.
+
+Options: ``project`` and ``zone`` (required); ``slices`` (above; none: nothing can be placed here);
+``reservation`` (the reservation reserved jobs use); ``reserved`` (default true; false: non-spot jobs ask for
+on-demand capacity); ``runtime_version`` (else the generation's default in ``accelerators.py``);
+``host_cpu`` and ``host_memory_mib`` (millicores and MiB of one TPU VM host, which the API does not report;
+default 0). The option ``accelerator_type`` of earlier versions (every job got one new slice of it) is gone:
+a job names its own type, and what may be provisioned is ``slices``.
 
 Credentials (the cluster's encrypted secret, never options): ``service_account_json`` (the text of a
 service-account key file; scoped to cloud-platform), or ``access_token`` (an OAuth 2 bearer token someone
@@ -27,16 +45,18 @@ server or emulator accepts; the endpoint is then e.g. ``http://127.0.0.1:8470`` 
 What the TPU API lacks: it has no cordon, drain or resume (a slice belongs to whoever created it; nothing
 else lands on it), so those only check that the slice exists and leave the stopping to Quartermaster's own
 node state. It has no notion of a job finishing either: a queued resource is pending, then ACTIVE until
-deleted, so ``status`` never says succeeded; the job's end comes from the workload itself. Nor can a job be
-signalled: ``signal`` does nothing (whoever signalled stops the job when its grace ends).
+deleted, so ``status`` never says succeeded; the job's end comes from the workload's report. Nor can a job
+be signalled: ``signal`` does nothing (whoever signalled stops the job when its grace ends).
 
 Failures (docs/backends.md). ``submit`` raises ``InvalidJob`` for a job that cannot become a queued resource
-(no accelerator type from its queue or the cluster, an unknown type, more chips than the slice, a spot job
-in a reservation) and when the API refuses the create as invalid (INVALID_ARGUMENT, FAILED_PRECONDITION),
-forbidden (PERMISSION_DENIED) or naming what does not exist (NOT_FOUND, e.g. the reservation); quota
-(RESOURCE_EXHAUSTED), ABORTED, UNAVAILABLE, DEADLINE_EXCEEDED and INTERNAL are transient. ``status`` gives a
-FAILED queued resource's words with ``Failure.UNSCHEDULABLE`` (no capacity) or ``Failure.INVALID``, and a
-slice Cloud TPU took back (SUSPENDED by the service) as ``Failure.PREEMPTED``.
+(no TPU type, an unknown type, a topology that is not the type's, nodes that are not free slots of the job's
+shape, a spot job in a reservation) and when the API refuses the create as invalid (INVALID_ARGUMENT,
+FAILED_PRECONDITION), forbidden (PERMISSION_DENIED) or naming what does not exist (NOT_FOUND, e.g. the
+reservation); a slot whose previous slice is still being deleted, quota (RESOURCE_EXHAUSTED), ABORTED,
+UNAVAILABLE, DEADLINE_EXCEEDED and INTERNAL are transient. ``status`` gives a FAILED queued resource's words
+with ``Failure.UNSCHEDULABLE`` (no capacity) or ``Failure.INVALID``, a slice Cloud TPU took back (SUSPENDED by
+the service) as ``Failure.PREEMPTED``, and an ACTIVE queued resource one of whose slices is broken
+(preempted, terminated, repairing, gone) as ``Failure.NODE_LOST``.
 """
 
 from __future__ import annotations
@@ -47,6 +67,7 @@ import re
 import shlex
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
 from typing import Any
@@ -86,10 +107,13 @@ from clusters.backends.base import (
 from clusters.backends.tpu.accelerators import (
     GENERATIONS,
     UnknownAcceleratorType,
+    check_shape,
     chips,
     chips_in_topology,
     generation_of,
+    shape_of,
     split_type,
+    type_for,
 )
 from common import outbound
 
@@ -97,6 +121,10 @@ DEFAULT_ENDPOINT = "https://tpu.googleapis.com"
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 #: The label on every slice Quartermaster asks for; its value is the job id, as labels allow.
 JOB_LABEL = "quartermaster-job"
+#: The team a slice is for: the job's team on Quartermaster's slices (see the module's docstring).
+TEAM_LABEL = "quartermaster-team"
+#: Where a TPU VM reads which host of its slice it is (0 is the first), from inside the VM.
+WORKER_NUMBER_URL = "http://metadata.google.internal/computeMetadata/v1/instance/attributes/agent-worker-number"
 
 State = tpu_v2.Node.State
 Health = tpu_v2.Node.Health
@@ -136,12 +164,11 @@ NO_CAPACITY_CODES = frozenset({8, 14})
 
 #: ``AcceleratorConfig.Type`` to the accelerator-type prefix, for a slice that gives only its config.
 CONFIG_PREFIXES = {"V2": "v2", "V3": "v3", "V4": "v4", "V5LITE_POD": "v5litepod", "V5P": "v5p", "V6E": "v6e"}
+CONFIG_TYPES = {prefix: config for config, prefix in CONFIG_PREFIXES.items()}
 
 # What the API accepts: queued resource ids are RFC 1035 labels; node ids are a little wider.
 _QR_ID = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _NODE_ID = re.compile(r"^[A-Za-z0-9_.~+%-]+$")
-#: A job queue that names a slice shape rather than a reservation.
-_LOOKS_LIKE_TYPE = re.compile(r"^v[0-9]+[a-z]*-[0-9]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TRUE = frozenset({"1", "true", "yes", "on"})
 
@@ -158,6 +185,48 @@ def queued_resource_id(job_id: str) -> str:
         return name
     digest = hashlib.sha256(job_id.encode()).hexdigest()[:8]
     return f"{name[: 63 - 9].rstrip('-')}-{digest}"
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """Room for one slice Quartermaster may provision: its node name, type and topology ("": the API's)."""
+
+    name: str
+    accelerator_type: str
+    topology: str
+
+    @property
+    def shape(self) -> str:
+        return shape_of(self.accelerator_type, self.topology)
+
+
+def parse_slices(option: Any) -> tuple[Slot, ...]:
+    """The slots of the ``slices`` option (``{"v5p-32": 2, "v5p-32/4x2x2": 1}``), in a stable order;
+    ``BackendError`` naming what is wrong with it."""
+    if option in (None, ""):
+        return ()
+    if not isinstance(option, Mapping):
+        raise BackendError('the TPU option slices is a mapping of slice shape to count, e.g. {"v5p-32": 2}')
+    slots: list[Slot] = []
+    for shape, count in sorted(option.items()):
+        accelerator_type, _, topology = str(shape).partition("/")
+        try:
+            check_shape(accelerator_type, topology)
+        except UnknownAcceleratorType as error:
+            raise BackendError(f"the TPU option slices: {error}") from None
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= 1000:
+            raise BackendError(f"the TPU option slices: the count of {shape} must be a whole number 0-1000")
+        stem = f"qm-{accelerator_type}-{topology}" if topology else f"qm-{accelerator_type}"
+        slots.extend(Slot(f"{stem}-{n}", accelerator_type, topology) for n in range(1, count + 1))
+    return tuple(slots)
+
+
+def hosts_of(accelerator_type: str, chip_count: int) -> int:
+    """TPU VM hosts in a slice not yet made (the API counts them once it exists): 4 chips a host, except that
+    v5e and v6e slices of up to 8 chips are one host."""
+    if accelerator_type.startswith(("v5litepod", "v6e")) and chip_count <= 8:
+        return 1
+    return max(1, chip_count // 4)
 
 
 def _label_value(value: str) -> str:
@@ -231,6 +300,8 @@ class TpuBackend(Backend):
         if not self.project or not self.zone:
             raise BackendError("a TPU cluster needs the options project and zone (e.g. us-east5-a)")
         self.parent = f"projects/{self.project}/locations/{self.zone}"
+        self.slots = parse_slices(self.options.get("slices"))
+        self.slot_names = {slot.name: slot for slot in self.slots}
 
     # the client
     @cached_property
@@ -358,8 +429,40 @@ class TpuBackend(Backend):
                     interconnect="ici",
                 ),
             )
-        return Inventory(
-            nodes=tuple(self._node_info(node) for node in nodes), accelerators=tuple(accelerators.values())
+        reported = [self._node_info(node) for node in nodes]
+        existing = {info.name for info in reported}
+        free = [self._slot_info(slot) for slot in self.slots if slot.name not in existing]
+        for slot in self.slots:  # what may be provisioned counts, whether or not the zone lists it
+            generation = generation_of(slot.accelerator_type)
+            accelerators.setdefault(
+                generation.model, AcceleratorInfo(generation.model, generation.hbm_gib, generation.generation, "ici")
+            )
+        return Inventory(nodes=tuple(reported + free), accelerators=tuple(accelerators.values()))
+
+    def _slot_info(self, slot: Slot) -> NodeInfo:
+        """A free slot: the slice it would become, idle, ready and schedulable."""
+        count = check_shape(slot.accelerator_type, slot.topology)
+        hosts = hosts_of(slot.accelerator_type, count)
+        cpu = hosts * int(self.options.get("host_cpu") or 0)
+        memory = hosts * int(self.options.get("host_memory_mib") or 0)
+        labels = {
+            "tpu/accelerator-type": slot.accelerator_type,
+            "tpu/provisioned": "false",
+            "tpu/hosts": str(hosts),
+        }
+        if slot.topology:
+            labels["tpu/topology"] = slot.topology
+        return NodeInfo(
+            name=slot.name,
+            accelerator=generation_of(slot.accelerator_type).model,
+            accelerators=count,
+            accelerators_allocatable=count,
+            cpu=cpu,
+            cpu_allocatable=cpu,
+            memory=memory,
+            memory_allocatable=memory,
+            topology={"zone": self.zone, "slice": slot.name},
+            labels=labels,
         )
 
     def _slice(self, node: tpu_v2.Node) -> tuple[str, str, int]:
@@ -375,7 +478,7 @@ class TpuBackend(Backend):
                 if config_type not in CONFIG_PREFIXES:
                     raise UnknownAcceleratorType(f"accelerator config type {config_type}")
                 prefix = CONFIG_PREFIXES[config_type]
-                accelerator_type = f"{prefix}-{topology}"
+                accelerator_type = type_for(prefix, chips_in_topology(topology))
             else:
                 raise BadResponse(f"{self._where}: node {name} reports no accelerator type")
             count = chips_in_topology(topology) if topology else chips(accelerator_type)
@@ -408,9 +511,16 @@ class TpuBackend(Backend):
             labels["tpu/reserved"] = "true"
         if node.queued_resource:
             labels["tpu/queued-resource"] = _short(node.queued_resource)
-        # A slice is whole: usable entirely or not at all, and held entirely by the job that asked for it.
-        usable = node.state not in BROKEN
+        if "accelerator_config" in node and node.accelerator_config.topology:
+            labels["tpu/topology"] = node.accelerator_config.topology
+        # A slice is whole: usable entirely or not at all, and held entirely by the job that asked for it. One
+        # Quartermaster did not make has nothing to offer it, ever (not a cordon that may be lifted).
         held = JOB_LABEL in node.labels
+        ours = held or name in self.slot_names
+        usable = ours and node.state not in BROKEN
+        labels["tpu/provisioned"] = "true"
+        if not ours:
+            labels["tpu/owner"] = "not Quartermaster: never scheduled"
         return NodeInfo(
             name=name,
             accelerator=model,
@@ -425,7 +535,7 @@ class TpuBackend(Backend):
             memory_used=memory if held else 0,
             topology={"zone": self.zone, "slice": name},
             ready=node.state == State.READY,
-            schedulable=node.state not in UNSCHEDULABLE,
+            schedulable=ours and node.state not in UNSCHEDULABLE,
             labels=labels,
         )
 
@@ -454,7 +564,24 @@ class TpuBackend(Backend):
         nodes: tuple[str, ...] = ()
         if queued.state.state == QrState.ACTIVE:
             nodes = tuple(spec.node_id for spec in queued.tpu.node_spec if spec.node_id)
+            broken = self._broken(nodes)
+            if broken:
+                state, message, reason = JobState.FAILED, f"ACTIVE, but {broken}", Failure.NODE_LOST
         return JobStatus(backend_id=_short(name), state=state, message=message, nodes=nodes, reason=reason)
+
+    def _broken(self, nodes: tuple[str, ...]) -> str:
+        """Words for the first slice of an ACTIVE queued resource that is broken or gone ("" if none is): the
+        queued resource stays ACTIVE while Cloud TPU repairs or has preempted a slice under it."""
+        for node_id in nodes:
+            try:
+                with self._calls(f"reading TPU node {node_id}"):
+                    node = self.client.get_node(name=self._node_name(node_id), timeout=self.timeout)
+            except NotFound:
+                return f"its slice {node_id} is gone"
+            if node.state in BROKEN:
+                said = f": {node.health_description}" if node.health_description else ""
+                return f"its slice {node_id} is {_enum_name(node.state)}{said}"
+        return ""
 
     @staticmethod
     def _job_state(state: tpu_v2.QueuedResourceState) -> tuple[JobState, str, str]:
@@ -512,54 +639,80 @@ class TpuBackend(Backend):
             raise
         return qr_id
 
-    def _placement(self, spec: JobSpec) -> tuple[str, str]:
-        """(accelerator type, reservation) of a job. Its queue names either (``v5p-8``, or a reservation,
-        short or full); the cluster's options ``accelerator_type`` and ``reservation`` fill in the other."""
-        accelerator_type = str(self.options.get("accelerator_type") or "")
+    def _reservation(self, spec: JobSpec) -> str:
+        """The reservation a job's slices come from: its queue (short or full) or the cluster's option."""
         reservation = str(self.options.get("reservation") or "")
         queue = spec.queue.strip()
-        if _LOOKS_LIKE_TYPE.match(queue):
-            accelerator_type = queue
-        elif queue:
+        if queue:
             if spec.spot:
                 raise InvalidJob(f"job {spec.id}: a spot job cannot use reservation {queue}")
             reservation = queue
-        if not accelerator_type:
-            raise InvalidJob(
-                f"job {spec.id}: no TPU accelerator type: set the job's queue (e.g. v5p-8) "
-                "or the cluster option accelerator_type"
-            )
         if reservation and "/" not in reservation:
             reservation = f"{self.parent}/reservations/{reservation}"
-        return accelerator_type, reservation
+        return reservation
 
-    def _queued_resource(self, spec: JobSpec, qr_id: str) -> tpu_v2.QueuedResource:
-        accelerator_type, reservation = self._placement(spec)
+    def _chosen_slots(self, spec: JobSpec) -> list[Slot]:
+        """The slots the engine chose for the job (``spec.nodes``, one per slice), each checked to be a free
+        slot of the job's shape; ``InvalidJob`` (or a transient ``BackendError``) saying which is not."""
+        if not spec.tpu_type:
+            raise InvalidJob(f"job {spec.id}: a TPU cluster runs jobs that name a TPU type (tpu_type, e.g. v5p-32)")
         try:
-            generation = generation_of(accelerator_type)
-            slice_chips = chips(accelerator_type)
+            check_shape(spec.tpu_type, spec.tpu_topology)
         except UnknownAcceleratorType as error:
             raise InvalidJob(f"job {spec.id}: {error}") from None
-        wanted = spec.workers * spec.accelerators_per_worker
-        if wanted > slice_chips:
-            raise InvalidJob(f"job {spec.id} asks for {wanted} chips; a {accelerator_type} slice has {slice_chips}")
+        names = list(spec.nodes)
+        if len(names) != spec.workers or len(set(names)) != len(names):
+            given = ", ".join(names) or "none"
+            raise InvalidJob(
+                f"job {spec.id}: {spec.workers} slice(s) need as many different slots; it was given {given}"
+            )
+        with self._calls("listing TPU nodes"):
+            existing = {_short(n.name): n for n in self.client.list_nodes(parent=self.parent, timeout=self.timeout)}
+        wanted = shape_of(spec.tpu_type, spec.tpu_topology)
+        chosen: list[Slot] = []
+        for name in names:
+            slot = self.slot_names.get(name)
+            if slot is None:
+                why = "an existing slice Quartermaster did not make" if name in existing else "no slot"
+                raise InvalidJob(f"job {spec.id}: {name} is {why}; it runs only on the slots of the option slices")
+            other_topology = bool(spec.tpu_topology and slot.topology and slot.topology != spec.tpu_topology)
+            if slot.accelerator_type != spec.tpu_type or other_topology:
+                raise InvalidJob(f"job {spec.id} asks for {wanted} slices; slot {name} is {slot.shape}")
+            node = existing.get(name)
+            holder = node.labels.get(JOB_LABEL, "") if node is not None else ""
+            if node is not None and holder != _label_value(spec.id):
+                # The slice of the job that held the slot before is still being deleted: it is free soon.
+                raise BackendError(f"job {spec.id}: slot {name} still holds the slice of job {holder or '?'}")
+            chosen.append(Slot(name, slot.accelerator_type, spec.tpu_topology or slot.topology))
+        return chosen
+
+    def _queued_resource(self, spec: JobSpec, qr_id: str) -> tpu_v2.QueuedResource:
+        reservation = self._reservation(spec)
+        chosen = self._chosen_slots(spec)
+        generation = generation_of(spec.tpu_type)
         # Spot, or guaranteed: from a reservation unless the cluster says it has none (on-demand).
-        named_by_job = bool(spec.queue.strip()) and not _LOOKS_LIKE_TYPE.match(spec.queue.strip())
-        reserved = not spec.spot and (named_by_job or _flag(self.options.get("reserved"), True))
-        script = self._startup_script(spec)
-        node = tpu_v2.Node(
-            accelerator_type=accelerator_type,
-            runtime_version=str(self.options.get("runtime_version") or generation.runtime_version),
-            description=spec.name[:512],
-            labels={JOB_LABEL: _label_value(spec.id)},
-            metadata={"startup-script": script} if script else {},
-            scheduling_config=tpu_v2.SchedulingConfig(reserved=True) if reserved else None,
-        )
+        reserved = not spec.spot and (bool(spec.queue.strip()) or _flag(self.options.get("reserved"), True))
+        labels = {JOB_LABEL: _label_value(spec.id)}
+        if spec.team:
+            labels[TEAM_LABEL] = _label_value(spec.team)
+        node_specs = []
+        for index, slot in enumerate(chosen):
+            script = self._startup_script(spec, index, len(chosen))
+            node = tpu_v2.Node(
+                runtime_version=str(self.options.get("runtime_version") or generation.runtime_version),
+                description=spec.name[:512],
+                labels=labels,
+                metadata={"startup-script": script} if script else {},
+                scheduling_config=tpu_v2.SchedulingConfig(reserved=True) if reserved else None,
+            )
+            if slot.topology:  # the API takes a type or a config (type and topology), not both
+                prefix, _ = split_type(slot.accelerator_type)
+                node.accelerator_config = tpu_v2.AcceleratorConfig(type_=CONFIG_TYPES[prefix], topology=slot.topology)
+            else:
+                node.accelerator_type = slot.accelerator_type
+            node_specs.append(tpu_v2.QueuedResource.Tpu.NodeSpec(parent=self.parent, node_id=slot.name, node=node))
         queued = tpu_v2.QueuedResource(
-            tpu=tpu_v2.QueuedResource.Tpu(
-                node_spec=[tpu_v2.QueuedResource.Tpu.NodeSpec(parent=self.parent, node_id=qr_id, node=node)]
-            ),
-            reservation_name=reservation if reserved else "",
+            tpu=tpu_v2.QueuedResource.Tpu(node_spec=node_specs), reservation_name=reservation if reserved else ""
         )
         if spec.spot:
             queued.spot = tpu_v2.QueuedResource.Spot()
@@ -568,27 +721,45 @@ class TpuBackend(Backend):
         return queued
 
     @staticmethod
-    def _startup_script(spec: JobSpec) -> str:
-        """What every host of the slice runs at boot: the job's script, else its image or command.
-
-        The environment is exported first; an image runs under Docker with the host's network and devices,
-        as TPU VMs expect."""
+    def _startup_script(spec: JobSpec, index: int = 0, slices: int = 1) -> str:
+        """What every host of slice ``index`` runs at boot: the job's environment, then its script, else its
+        image under Docker (with the host's network and devices, as TPU VMs expect), else its command; then
+        the exit code goes to Quartermaster through the job's token (``QM_JOB_TOKEN``, when it has one): from
+        worker 0 of the first slice whatever it is, from worker 0 of the others only a failure."""
         for key in spec.env:
             if not _ENV_NAME.match(key):
                 raise InvalidJob(f"job {spec.id}: {key!r} is not an environment variable name")
+        if not (spec.script or spec.image or spec.command):
+            return ""
         exports = [f"export {key}={shlex.quote(value)}" for key, value in sorted(spec.env.items())]
+        exports.append(f"export QM_SLICE={index} QM_SLICES={slices}")
         if spec.script:
-            lines = spec.script.splitlines()
-            if lines and lines[0].startswith("#!"):
-                return "\n".join([lines[0], *exports, *lines[1:]]) + "\n"
-            return "\n".join(["#!/bin/bash", *exports, *lines]) + "\n"
-        if spec.image:
-            env = [f"--env={key}" for key in sorted(spec.env)]
-            run = ["docker", "run", "--rm", "--net=host", "--privileged", *env, spec.image, *spec.command]
-            return "\n".join(["#!/bin/bash", *exports, shlex.join(run)]) + "\n"
-        if spec.command:
-            return "\n".join(["#!/bin/bash", *exports, shlex.join(spec.command)]) + "\n"
-        return ""
+            end = "QM_PROGRAM_" + hashlib.sha256(spec.script.encode()).hexdigest()[:16]
+            shebang = spec.script.startswith("#!")
+            run = [
+                'program="$(mktemp)"',
+                f"cat > \"$program\" <<'{end}'",
+                *spec.script.splitlines(),
+                end,
+                'chmod +x "$program"',
+                '"$program"' if shebang else 'bash "$program"',
+            ]
+        elif spec.image:
+            env = [f"--env={key}" for key in sorted(spec.env)] + ["--env=QM_SLICE", "--env=QM_SLICES"]
+            run = [shlex.join(["docker", "run", "--rm", "--net=host", "--privileged", *env, spec.image, *spec.command])]
+        else:
+            run = [shlex.join(spec.command)]
+        report = [
+            "code=$?",
+            f"worker=\"$(curl -sf --max-time 5 -H 'Metadata-Flavor: Google' {WORKER_NUMBER_URL} || echo 0)\"",
+            'if [ -n "${QM_JOB_TOKEN:-}" ] && [ "$worker" = 0 ] && { [ "$code" != 0 ] || [ "$QM_SLICE" = 0 ]; }; then',
+            '  curl -sS --max-time 30 --retry 5 --retry-all-errors -X POST -H "Authorization: Bearer $QM_JOB_TOKEN" \\',
+            '    -H \'Content-Type: application/json\' --data "{\\"exit_code\\": $code}" \\',
+            '    "${QM_API_URL%/}/api/v1/jobs/${QM_JOB_ID%-*}/report/" || true',
+            "fi",
+            'exit "$code"',
+        ]
+        return "\n".join(["#!/bin/bash", *exports, *run, *report]) + "\n"
 
     def cancel(self, backend_id: str) -> DryRun | None:
         name = self._qr_name(backend_id)
