@@ -346,6 +346,7 @@ SPECTACULAR_SETTINGS = {
         "ClusterKindEnum": "clusters.models.Cluster.Kind",
         "ClusterStatusEnum": "clusters.models.Cluster.Status",
         "StatusEnum": "billing.models.WhatIf.Status",  # its name before clusters had a status too
+        "JobKindEnum": "scheduler.models.Job.Kind",
     },
 }
 

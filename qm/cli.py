@@ -388,13 +388,21 @@ def event_line(event: Mapping[str, Any]) -> str:
     return f"{when(event['created_at'])}  {move:<22} {event['reason']:<12}{text}"
 
 
+def program(job: Mapping[str, Any]) -> str:
+    """What a job runs, in a few words: a Ray job's entrypoint and head, an image and command, or a script."""
+    if job.get("kind") == "ray":
+        head = f"{job['head_accelerators']} accelerators, {job['head_cpu']:g} cores, {job['head_memory_gib']:g} GiB"
+        return f"Ray: {job['entrypoint']} (head: {head})"
+    return " ".join([job["image"], *job["command"]]) if job["image"] else "a batch script"
+
+
 def describe(job: Mapping[str, Any], out: TextIO) -> None:
     """``qm show``: a job in plain words, one labelled line each."""
     where = job["team"] + (f", project {job['project']}" if job["project"] else "")
     cores = f"{job['cpu']:g} core" + ("" if job["cpu"] == 1 else "s")
     asks = f"{resources(job)}; {cores} and {job['memory_gib']:g} GiB per worker"
     asks += f"; time limit {duration(job['time_limit'])}" + ("" if job["preemptible"] else "; not preemptible")
-    runs = " ".join([job["image"], *job["command"]]) if job["image"] else "a batch script"
+    runs = program(job)
     lines = [
         ("state", f"{job['state']} since {when(job['state_changed_at'])}"),
         ("team", f"{where}; queue {job['queue']}, tier {job['tier']}"),
@@ -422,6 +430,7 @@ def describe(job: Mapping[str, Any], out: TextIO) -> None:
         for node in placement["nodes"]:
             workers = f"{node['workers']} worker" + ("s" if node["workers"] != 1 else "")
             lines.append(("node", f"{node['name']}: {workers}, {len(node['accelerators'])} accelerators"))
+    lines += dashboard(job)
     lines.append(("cost so far", str(job["cost_so_far"])))
     if job["finished_at"]:
         lines.append(("finished", when(job["finished_at"])))
@@ -438,6 +447,14 @@ def describe(job: Mapping[str, Any], out: TextIO) -> None:
     if job["attempts"]:
         print("Attempts:", file=out)
         table([ATTEMPT_COLUMNS, *(attempt_row(a) for a in job["attempts"])], out, indent="  ")
+
+
+def dashboard(job: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Where to watch the job's current attempt (its Ray dashboard), if it is placed and the cluster says."""
+    current = next((a for a in job["attempts"] if a["number"] == job["attempt"]), None)
+    if job.get("placement") and current and current.get("dashboard_url"):
+        return [("dashboard", current["dashboard_url"])]
+    return []
 
 
 ATTEMPT_COLUMNS = ("#", "CLUSTER", "NODES", "STATE", "STARTED", "ENDED", "CKPTS", "COST", "WHY IT ENDED")
@@ -473,9 +490,45 @@ def cmd_login(args: argparse.Namespace, settings: Settings, client: Client) -> i
     return OK
 
 
+def ray_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The fields ``qm submit``'s options give (a Ray job's above all); they win over the job file's."""
+    fields: dict[str, Any] = {}
+    if args.ray:
+        fields["kind"] = "ray"
+    for option, name in (
+        ("name", "name"),
+        ("time_limit", "time_limit"),
+        ("entrypoint", "entrypoint"),
+        ("head_cpu", "head_cpu"),
+        ("head_memory_gib", "head_memory_gib"),
+        ("head_accelerators", "head_accelerators"),
+    ):
+        if getattr(args, option) is not None:
+            fields[name] = getattr(args, option)
+    if args.runtime_env:
+        fields["runtime_env"] = _runtime_env(args.runtime_env)
+    return fields
+
+
+def _runtime_env(name: str) -> Any:
+    """A Ray runtime environment from a JSON or YAML file (JSON is YAML); the API judges what it holds."""
+    try:
+        text = Path(name).read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        message = f"Cannot read {name}: {getattr(error, 'strerror', None) or error}"
+        raise CliError(message, {"runtime_env": [message]}, BAD_INPUT) from None
+    try:
+        return yaml.load(text, Loader=JobFileLoader)  # noqa: S506 - a SafeLoader, with YAML 1.2 numbers
+    except yaml.YAMLError as error:
+        message = f"{name}: not valid JSON or YAML: {_yaml_problem(error)}"
+        raise CliError(message, {"runtime_env": [message]}, BAD_INPUT) from None
+
+
 def cmd_submit(args: argparse.Namespace, settings: Settings, client: Client) -> int:
-    job_file = load_job_file(args.file)
-    body = job_file.fields
+    job_file = load_job_file(args.file) if args.file else JobFile("(options)", {}, {})
+    body = {**job_file.fields, **ray_fields(args)}
+    if not body:
+        raise CliError("Give a job file, or the job's fields as options (qm submit --help).", status=BAD_INPUT)
     headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else {}
     out = settings.out
     try:
@@ -657,7 +710,16 @@ def build_parser() -> argparse.ArgumentParser:
     login.add_argument("--name", help="the token's name (default: qm on this machine)")
 
     submit = command("submit", cmd_submit, "submit the job a YAML file describes (- for standard input)")
-    submit.add_argument("file")
+    submit.add_argument("file", nargs="?", help="a YAML file of the job's fields; options below win over it")
+    submit.add_argument("--name", help="the job's name")
+    submit.add_argument("--time-limit", help="e.g. 2h, 90m or seconds")
+    ray = submit.add_argument_group("Ray jobs", "a Ray cluster of a head and the workers, that runs the entrypoint")
+    ray.add_argument("--ray", action="store_true", help="a Ray job (kind: ray in a job file)")
+    ray.add_argument("--entrypoint", help="the command it runs on the Ray cluster, e.g. 'python main.py'")
+    ray.add_argument("--runtime-env", metavar="FILE", help="Ray's runtime environment, a JSON or YAML file")
+    ray.add_argument("--head-cpu", type=float, help="cores of the Ray head (default 1)")
+    ray.add_argument("--head-memory-gib", type=float, help="GiB of the Ray head (default 4)")
+    ray.add_argument("--head-accelerators", type=int, help="accelerators of the Ray head (default 0)")
     submit.add_argument("--dry-run", action="store_true", help="only say what it would cost and when it would start")
     submit.add_argument("--idempotency-key", help="submitting again with the same key returns the first job")
 

@@ -224,6 +224,7 @@ def submit_job(actor: User, request: JobRequest, *, http: HttpRequest | None = N
                 script=request.script,
                 env=dict(request.env),
                 max_retries=request.max_retries,
+                **submission.ray_fields(request),
                 tpu_type=request.tpu_type,
                 tpu_topology=request.tpu_topology,
                 state=S.PENDING,
@@ -334,6 +335,7 @@ def clone_request(job: Job) -> dict[str, Any]:
         "script": job.script,
         "env": dict(job.env),
         "max_retries": job.max_retries,
+        **submission.ray_clone(job),
         "tpu_type": job.tpu_type,
         "tpu_topology": job.tpu_topology,
     }

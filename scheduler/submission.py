@@ -13,6 +13,7 @@ the API's answer, which names an unknown field and the closest known one
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -71,6 +72,13 @@ class JobRequest:
     secret_env_from: Job | None = None
     max_retries: int = 3
     idempotency_key: str = ""
+    #: ``Job.Kind``: a plain job, or a Ray job (a head and ``workers`` workers running ``entrypoint``).
+    kind: str = Job.Kind.JOB
+    entrypoint: str = ""
+    runtime_env: Mapping[str, Any] = field(default_factory=dict)
+    head_accelerators: int = 0
+    head_cpu: int = 1000
+    head_memory: int = 4096
     #: A Cloud TPU slice type (``v5p-32``) and, optionally, its topology (``2x2x4``): each worker is then one
     #: whole slice of that shape (``workers`` > 1: multislice). A valid type sets ``accelerator_types`` to its
     #: generation and ``accelerators`` to a slice's chips (``__post_init__``), so quotas count chips.
@@ -158,6 +166,22 @@ FIELDS: dict[str, Field] = {
         out_of_range=f"Retries must be between 0 and {MAX_RETRIES}.",
     ),
     "idempotency_key": Field(max_length=80, help="Submitting again with the same key returns the first job."),
+    "entrypoint": Field(
+        max_length=10_000, help="The shell command the Ray job runs on its head, e.g. python train.py --epochs 3."
+    ),
+    "runtime_env": Field(
+        max_length=20_000,
+        help="Ray's runtime environment, a JSON object: pip, uv, env_vars, working_dir, py_modules, excludes, config.",
+    ),
+    "head_accelerators": Field(
+        0,
+        MAX_ACCELERATORS,
+        default=0,
+        help="Whole accelerators of the Ray head (0: it only coordinates).",
+        out_of_range=f"The head's accelerators must be between 0 and {MAX_ACCELERATORS}.",
+    ),
+    "head_cpu": Field(1, default=1000, help="Cores of the Ray head.", out_of_range="Give the head some CPU."),
+    "head_memory": Field(1, default=4096, help="GiB of the Ray head.", out_of_range="Give the head some memory."),
     "tpu_type": Field(
         max_length=40,
         help="A Cloud TPU slice type, e.g. v5p-32: each worker is one whole slice (several workers: multislice).",
@@ -166,11 +190,13 @@ FIELDS: dict[str, Field] = {
 }
 
 #: The API's (and job files') names of the fields given in other units than the engine's.
-API_NAMES = {"accelerator_milli": "accelerator_fraction", "memory": "memory_gib"}
+API_NAMES = {"accelerator_milli": "accelerator_fraction", "memory": "memory_gib", "head_memory": "head_memory_gib"}
 #: The form's names of the fields given in other units than the engine's.
 FORM_NAMES = {
     "cpu": "cpu_cores",
     "memory": "memory_gib",
+    "head_cpu": "head_cpu_cores",
+    "head_memory": "head_memory_gib",
     "time_limit": "time_limit_hours",
     "secret_env_from": "keep_secret_env",
 }
@@ -201,6 +227,8 @@ class Unit:
 
 CORES = Unit("cpu", 1000, Decimal("0.001"), Decimal(100_000), digits=10)
 GIB = Unit("memory", 1024, Decimal("0.001"), Decimal(1_000_000))
+HEAD_CORES = Unit("head_cpu", 1000, Decimal("0.001"), Decimal(100_000), digits=10)
+HEAD_GIB = Unit("head_memory", 1024, Decimal("0.001"), Decimal(1_000_000))
 FRACTION = Unit("accelerator_milli", 1000, Decimal("0.001"), Decimal(1), digits=4)
 
 #: ``90m``, ``2h``, ``1d``, ``1h30m``: days, hours, minutes, seconds, each at most once and in that order.
@@ -265,7 +293,13 @@ def check_topology_mode(mode: str) -> None:
 
 
 def check_program(request: JobRequest) -> None:
-    """Something to run (an image or a script), an image name of a sane length, a command of strings."""
+    """Something to run (an image or a script), an image name of a sane length, a command of strings. A
+    Ray job runs its entrypoint instead (``check_ray``); its image, if any, is the Ray image for Kubernetes."""
+    if request.kind == Job.Kind.RAY:
+        check_max_length(request.image, limit("image"))
+        if request.script.strip():
+            raise ValidationError("A Ray job runs its entrypoint, not a batch script.", code="ray_script")
+        return
     if not request.image.strip() and not request.script.strip():
         raise ValidationError("Give a container image (and command) or a batch script.", code="required")
     check_max_length(request.image, limit("image"))
@@ -326,6 +360,115 @@ def limit(name: str) -> int:
     return most
 
 
+# --- Ray jobs ------------------------------------------------------------------------------------------
+
+#: The keys of Ray's runtime environment a job may give, and what each must be. Left out: ``conda`` (needs
+#: conda on the nodes), ``container``/``image_uri`` (a container per worker: on Kubernetes the job's image
+#: is the container, on Slurm the cluster's runtime decides) and ``java_jars``/``nsight`` (not for Python
+#: work here). Ray itself checks the values further when the job starts.
+RUNTIME_ENV_KEYS = {
+    "pip": "a list of requirements, or an object with packages (a list) and pip_check or pip_version",
+    "uv": "a list of requirements, or an object with packages (a list)",
+    "env_vars": "an object of environment variable names and string values",
+    "working_dir": "a path on the cluster's nodes or a URI (s3://, gs://, https://...zip)",
+    "py_modules": "a list of paths or URIs",
+    "excludes": "a list of file patterns",
+    "config": "an object with setup_timeout_seconds (a whole number) or eager_install (true or false)",
+}
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def _runtime_env_value_ok(key: str, value: Any) -> bool:
+    if key in ("pip", "uv"):
+        if isinstance(value, dict):
+            return _strings(value.get("packages")) and set(value) <= {"packages", "pip_check", "pip_version"}
+        return _strings(value)
+    if key == "env_vars":
+        return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+    if key == "working_dir":
+        return isinstance(value, str) and bool(value.strip())
+    if key in ("py_modules", "excludes"):
+        return _strings(value)
+    return (
+        isinstance(value, dict)
+        and set(value) <= {"setup_timeout_seconds", "eager_install"}
+        and all(isinstance(v, bool) == (k == "eager_install") and isinstance(v, int) for k, v in value.items())
+    )
+
+
+def check_runtime_env(request: JobRequest) -> None:
+    """Ray's runtime environment: only for a Ray job; a JSON object of the keys ``RUNTIME_ENV_KEYS`` knows,
+    each of the right shape, environment names valid and not reserved."""
+    env = request.runtime_env
+    if not isinstance(env, Mapping):
+        raise ValidationError('The runtime environment is a JSON object, e.g. {"pip": ["numpy"]}.', code="invalid")
+    if not env:
+        return
+    if request.kind != Job.Kind.RAY:
+        raise ValidationError("Only a Ray job (kind ray) has a runtime environment.", code="not_ray")
+    if unknown := sorted(str(k) for k in env if k not in RUNTIME_ENV_KEYS):
+        raise ValidationError(
+            f"Unknown runtime environment key(s): {', '.join(unknown)}. Known: {', '.join(RUNTIME_ENV_KEYS)}.",
+            code="runtime_env_key",
+        )
+    for key, value in env.items():
+        if not _runtime_env_value_ok(key, value):
+            raise ValidationError(f"runtime_env.{key} must be {RUNTIME_ENV_KEYS[key]}.", code="runtime_env_value")
+    check_env(env.get("env_vars", {}))
+    check_max_length(json.dumps(env), limit("runtime_env"))
+
+
+def check_ray(request: JobRequest) -> None:
+    """A Ray job has an entrypoint (and no command); another job has neither entrypoint nor head."""
+    if request.kind not in Job.Kind.values:
+        raise ValidationError(f"Choose a kind: {', '.join(Job.Kind.values)}.", code="invalid_choice")
+    if request.kind != Job.Kind.RAY:
+        if request.entrypoint.strip():
+            raise ValidationError("Only a Ray job (kind ray) has an entrypoint.", code="not_ray")
+        return
+    if not request.entrypoint.strip():
+        raise ValidationError(
+            "A Ray job needs an entrypoint: the command it runs, e.g. python main.py.", code="required"
+        )
+    if "\0" in request.entrypoint:
+        raise ValidationError("The entrypoint cannot hold a NUL character.", code="invalid")
+    check_max_length(request.entrypoint, limit("entrypoint"))
+
+
+def check_ray_command(request: JobRequest) -> None:
+    if request.kind == Job.Kind.RAY and request.command:
+        raise ValidationError("A Ray job runs its entrypoint; leave the command empty.", code="ray_command")
+
+
+def ray_fields(request: JobRequest) -> dict[str, Any]:
+    """The ``Job`` fields of a request's kind and Ray parts (the head's only for a Ray job)."""
+    fields: dict[str, Any] = {"kind": request.kind}
+    if request.kind == Job.Kind.RAY:
+        fields.update(
+            entrypoint=request.entrypoint.strip(),
+            runtime_env=dict(request.runtime_env),
+            head_accelerators=request.head_accelerators,
+            head_cpu=request.head_cpu,
+            head_memory=request.head_memory,
+        )
+    return fields
+
+
+def ray_clone(job: Job) -> dict[str, Any]:
+    """A job's kind and Ray parts as initial values for a new submission (``actions.clone_request``)."""
+    return {
+        "kind": job.kind,
+        "entrypoint": job.entrypoint,
+        "runtime_env": dict(job.runtime_env),
+        "head_accelerators": job.head_accelerators,
+        "head_cpu": job.head_cpu,
+        "head_memory": job.head_memory,
+    }
+
+
 #: The checks of one field each: (field, check of the request). Later checks of a field win over earlier.
 CHECKS: tuple[tuple[str, Callable[[JobRequest], None]], ...] = (
     ("name", lambda r: check_name(r.name)),
@@ -346,6 +489,12 @@ CHECKS: tuple[tuple[str, Callable[[JobRequest], None]], ...] = (
     ("secret_env", lambda r: check_env(r.secret_env)),
     ("max_retries", lambda r: check_bounds("max_retries", r.max_retries)),
     ("idempotency_key", lambda r: check_max_length(r.idempotency_key, limit("idempotency_key"))),
+    ("command", check_ray_command),
+    ("entrypoint", check_ray),
+    ("runtime_env", check_runtime_env),
+    ("head_accelerators", lambda r: check_bounds("head_accelerators", r.head_accelerators)),
+    ("head_cpu", lambda r: check_bounds("head_cpu", r.head_cpu)),
+    ("head_memory", lambda r: check_bounds("head_memory", r.head_memory)),
     ("tpu_type", check_tpu_type),
     ("tpu_topology", check_tpu_topology),
 )

@@ -183,6 +183,13 @@ class JobSubmissionSerializer(StrictSerializer):
     )
     max_retries = serializers.IntegerField(required=False, help_text=FIELDS["max_retries"].help)
     idempotency_key = text("idempotency_key", required=False, allow_blank=True)
+    # A Ray job (kind "ray"): the workers are the fields above; the head and what it runs are these.
+    kind = serializers.ChoiceField(choices=Job.Kind.choices, required=False, help_text="job (default) or ray.")
+    entrypoint = text("entrypoint", required=False, allow_blank=True, help_text=FIELDS["entrypoint"].help)
+    runtime_env = serializers.JSONField(required=False, help_text=FIELDS["runtime_env"].help)
+    head_cpu = amount(submission.HEAD_CORES, required=False, help_text=FIELDS["head_cpu"].help)
+    head_memory_gib = amount(submission.HEAD_GIB, required=False, help_text=FIELDS["head_memory"].help)
+    head_accelerators = serializers.IntegerField(required=False, help_text=FIELDS["head_accelerators"].help)
     tpu_type = text("tpu_type", required=False, allow_blank=True)
     tpu_topology = text("tpu_topology", required=False, allow_blank=True)
 
@@ -209,6 +216,7 @@ class JobSubmissionSerializer(StrictSerializer):
             if attrs["secret_env_from"] is None:
                 errors["secret_env_from"] = f"No job {number}, or not one you may see."
         attrs["team"] = team
+        errors.update(_head_only_for_ray(attrs))
         if errors:
             raise serializers.ValidationError(errors)
         return attrs
@@ -296,6 +304,14 @@ class JobSubmissionSerializer(StrictSerializer):
         )
 
 
+def _head_only_for_ray(attrs: dict[str, Any]) -> dict[str, str]:
+    """A head's shape given for a job that is not a Ray job: refused by name rather than dropped."""
+    if attrs.get("kind", Job.Kind.JOB) == Job.Kind.RAY:
+        return {}
+    given = [name for name in ("head_cpu", "head_memory_gib", "head_accelerators") if name in attrs]
+    return dict.fromkeys(given, "Only a Ray job (kind ray) has a head.")
+
+
 def _project(team: Team, attrs: dict[str, Any], errors: dict[str, str]) -> None:
     """The project named (a slug or an id) among the team's."""
     if attrs.get("project") is not None:
@@ -350,11 +366,21 @@ AS_GIVEN = (
     "secret_env",
     "secret_env_from",
     "max_retries",
+    "kind",
+    "entrypoint",
+    "runtime_env",
+    "head_accelerators",
     "tpu_type",
     "tpu_topology",
 )
 #: Fields in people's units: the API's name and the unit it converts from.
-PEOPLE_UNITS = {"accelerator_fraction": submission.FRACTION, "cpu": submission.CORES, "memory_gib": submission.GIB}
+PEOPLE_UNITS = {
+    "accelerator_fraction": submission.FRACTION,
+    "cpu": submission.CORES,
+    "memory_gib": submission.GIB,
+    "head_cpu": submission.HEAD_CORES,
+    "head_memory_gib": submission.HEAD_GIB,
+}
 #: ``actions.validate`` names JobRequest's fields; the API's names for those in other units.
 API_FIELD_NAMES = submission.API_NAMES
 
@@ -415,6 +441,7 @@ class AttemptSerializer(serializers.ModelSerializer[Attempt]):
             "reason",
             "message",
             "exit_code",
+            "dashboard_url",
             "ended_because",
             "stop_reason",
             "unknown_since",
@@ -571,6 +598,8 @@ class JobSerializer(JobListSerializer):
     )
     cpu = serializers.SerializerMethodField(help_text="Cores per worker.")
     memory_gib = serializers.SerializerMethodField(help_text="GiB per worker.")
+    head_cpu = serializers.SerializerMethodField(help_text="Cores of the Ray head (a Ray job).")
+    head_memory_gib = serializers.SerializerMethodField(help_text="GiB of the Ray head (a Ray job).")
     placement = serializers.SerializerMethodField()
     attempts = serializers.SerializerMethodField()
     last_checkpoint = serializers.SerializerMethodField(help_text="The latest checkpoint it reported, if any.")
@@ -599,6 +628,12 @@ class JobSerializer(JobListSerializer):
             "script",
             "env",
             "secret_env_names",
+            "kind",
+            "entrypoint",
+            "runtime_env",
+            "head_cpu",
+            "head_memory_gib",
+            "head_accelerators",
             "max_retries",
             "tpu_type",
             "tpu_topology",
@@ -616,6 +651,12 @@ class JobSerializer(JobListSerializer):
 
     def get_cpu(self, job: Job) -> float:
         return job.cpu / 1000
+
+    def get_head_cpu(self, job: Job) -> float:
+        return job.head_cpu / 1000
+
+    def get_head_memory_gib(self, job: Job) -> float:
+        return round(job.head_memory / 1024, 3)
 
     def get_memory_gib(self, job: Job) -> float:
         return round(job.memory / 1024, 3)

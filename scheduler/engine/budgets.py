@@ -42,7 +42,7 @@ class Ledger:
     def over(self, job: Job) -> dict[str, object] | None:
         """The facts for the pending message if ``job`` needs more accelerator-hours than one of its budgets
         has left; None if they all have enough."""
-        total = job.workers * job.accel_per_worker
+        total = job.request()[0]
         for name in job.budgets:
             left = self.accel_left.get(name)
             if left is None:
@@ -61,7 +61,7 @@ class Ledger:
     def within_money(self, job: Job) -> tuple[Job, str | None]:
         """``job`` with its price limit lowered to what its budgets can pay per hour over its hours, and the
         budget that set the limit (None: its own limit stands)."""
-        if not job.workers * job.accel_per_worker:
+        if not job.request()[0]:
             return job, None  # prices are per accelerator-hour: CPU-only work costs nothing
         cap, by = job.max_price_per_hour, None
         for name in job.budgets:
@@ -88,7 +88,7 @@ class Ledger:
 
     def charge(self, job: Job, cost_per_hour: float) -> None:
         """Take what ``job`` may use, at ``cost_per_hour``, off each of its budgets."""
-        total = job.workers * job.accel_per_worker
+        total = job.request()[0]
         for name in job.budgets:
             if name not in self.budgets:
                 continue

@@ -74,10 +74,12 @@ from .placement import (
     Holds,
     accelerator_slots,
     can_spread,
+    head_row,
     held_fits,
     lacks_level,
     pick_single,
     spread,
+    with_head,
     worker_fits,
 )
 from .preemption import Preemptor
@@ -101,9 +103,9 @@ class Placement:
 
 
 #: A cluster's offer for a job: (cluster, [(row, workers)], first accelerator slot, fit 0-1, cost per hour,
-#: fragmentation increase).
+#: fragmentation increase, the head's row or -1).
 #: The increase in fragmentation (FGD) is there when it was scored; it then measures the fit across clusters.
-Option = tuple[int, list[tuple[int, int]], int, float, float, float | None]
+Option = tuple[int, list[tuple[int, int]], int, float, float, float | None, int]
 
 
 @dataclass(slots=True)
@@ -369,6 +371,7 @@ class Cycle:
                 job.workers,
                 job.accelerators,
                 job.accel_milli,
+                job.head,
                 job.flavors,
                 job.clusters,
                 job.regions,
@@ -422,7 +425,7 @@ class Cycle:
         limit, used, needed = (
             self.member_limits[job.owner],
             self.member_used[job.owner],
-            job.workers * job.accel_per_worker,
+            job.request()[0],
         )
         if used + needed <= limit:
             return False
@@ -438,7 +441,7 @@ class Cycle:
         """Admit the job or issue preemptions for it (None), or say why it cannot start now, with the
         least a job of its kind must ask for to fail for the same reasons."""
         qi = self.quota.index[queue.name]
-        request = (job.workers * job.accel_per_worker, job.workers * job.cpu, job.workers * job.memory)
+        request = job.request()
         flavors = self._flavors(job, queue)
         if not flavors:
             return self._nowhere(job, queue), (0, 0, 1, Failures.price(job))
@@ -463,6 +466,7 @@ class Cycle:
                     job.workers,
                     job.accelerators,
                     job.accel_milli,
+                    job.head,
                     job.clusters,
                     job.regions,
                     job.topology,
@@ -682,7 +686,9 @@ class Cycle:
         options = self._offers(job, shape, flavor, state, t, holds, pack=pack)
         if not options:
             return None
-        c, pairs, first, _, cost, _ = options[0] if len(options) == 1 else self._route(job, flavor, state, options)
+        c, pairs, first, _, cost, _, head = (
+            options[0] if len(options) == 1 else self._route(job, flavor, state, options)
+        )
         table = self.table
         assignments = tuple(
             Assignment(
@@ -694,6 +700,8 @@ class Cycle:
             )
             for row, count in sorted(pairs)
         )
+        if head >= 0:
+            assignments = with_head(table.names[head], assignments, job.head, state.accel[head])
         return Placement(c, flavor, assignments, cost)
 
     def fits(self, job: Job, flavor: str, state: FreeState, t: float, holds: Holds | None = None) -> bool:
@@ -715,7 +723,7 @@ class Cycle:
     ) -> list[Option]:
         """One offer per allowed cluster with room for the job (only the first, given ``any_one``)."""
         end = t + job.time_limit
-        total_accel = job.workers * job.accel_per_worker
+        total_accel = job.request()[0]
         options: list[Option] = []
         table = self.table
         windows = self._windows(job, state, t)
@@ -730,9 +738,9 @@ class Cycle:
             if state is table.free or state is table.empty:
                 if not self._may_fit(state, shape, job.workers, flavor, c, job.shape):
                     continue
-                bare = not shape.cpu and not shape.memory and holds is None and job.max_price_per_hour is None
+                bare = not (shape.cpu or shape.memory or holds or job.has_head) and job.max_price_per_hour is None
                 if any_one and job.workers == 1 and bare and closed is None:
-                    return [(c, [], -1, 0.0, 0.0, None)]  # exact for this job (see ``_may_fit``)
+                    return [(c, [], -1, 0.0, 0.0, None, -1)]  # exact for this job (see ``_may_fit``)
             fits = worker_fits(state, rows, shape)
             if closed is not None:
                 fits = np.where(closed, 0, fits)
@@ -740,34 +748,91 @@ class Cycle:
                 fits = held_fits(holds, rows, shape, end, fits)
             if job.max_price_per_hour is not None and total_accel:
                 fits = np.where(table.price[rows] * total_accel / WHOLE <= job.max_price_per_hour + 1e-9, fits, 0)
-            if any_one:
+            if any_one and not job.has_head:  # a head is placed after the workers, below
                 if (
                     (fits > 0).any()
                     if job.workers == 1
                     else can_spread(table, rows, fits, levels, job.topology, job.workers)
                 ):
-                    return [(c, [], -1, 0.0, 0.0, None)]
+                    return [(c, [], -1, 0.0, 0.0, None, -1)]
                 continue
-            first, waste = -1, None
-            if job.workers == 1:
-                frag = self.fragmentation if pack and state is table.free else None
-                picked = pick_single(state, rows, fits, shape, frag, (table.flavor_index[flavor], c))
-                if picked is None:
-                    continue
-                pairs, first, waste = [(picked[0], 1)], picked[1], picked[2]
-            else:
-                spread_pairs = spread(table, rows, fits, levels, job.topology, job.workers)
-                if spread_pairs is None:
-                    continue
-                pairs = spread_pairs
-            used = np.array([row for row, _ in pairs])
-            counts = np.array([count for _, count in pairs])
-            cost = float((table.price[used] * counts).sum()) * job.accel_per_worker / WHOLE
-            capacity = int(table.accel_count[used].sum()) * WHOLE
-            left = int(state.accel[used].sum()) - total_accel
-            fit = 1.0 - left / capacity if capacity else 1.0
-            options.append((c, pairs, first, fit, cost, waste))
+            option = self._option(
+                job, shape, flavor, state, c, rows, fits, pack=pack, closed=closed, holds=holds, end=end
+            )
+            if option is None:
+                continue
+            if any_one:
+                return [(c, [], -1, 0.0, 0.0, None, -1)]
+            options.append(option)
         return options
+
+    def _option(
+        self,
+        job: Job,
+        shape: Shape,
+        flavor: str,
+        state: FreeState,
+        c: int,
+        rows: IntArray,
+        fits: IntArray,
+        *,
+        pack: bool,
+        closed: np.ndarray | None,
+        holds: Holds | None,
+        end: float,
+    ) -> Option | None:
+        """Cluster ``c``'s offer for the job, its nodes ``rows`` taking ``fits`` workers each; None: no room."""
+        table = self.table
+        first, waste = -1, None
+        if job.workers == 1:
+            frag = self.fragmentation if pack and state is table.free else None
+            picked = pick_single(state, rows, fits, shape, frag, (table.flavor_index[flavor], c))
+            if picked is None:
+                return None
+            pairs, first, waste = [(picked[0], 1)], picked[1], picked[2]
+        else:
+            spread_pairs = spread(table, rows, fits, table.clusters[c].levels, job.topology, job.workers)
+            if spread_pairs is None:
+                return None
+            pairs = spread_pairs
+        used = np.array([row for row, _ in pairs])
+        counts = np.array([count for _, count in pairs])
+        cost = float((table.price[used] * counts).sum()) * job.accel_per_worker / WHOLE
+        head = -1
+        if job.has_head:  # one more member of the gang, with its own shape
+            head = self._head(job, state, rows, pairs, shape, first, closed, holds, end)
+            if head < 0:
+                return None
+            cost += float(table.price[head]) * job.head[0]
+            if job.max_price_per_hour is not None and cost > job.max_price_per_hour + 1e-9:
+                return None
+            used = np.append(used, head)
+        capacity = int(table.accel_count[used].sum()) * WHOLE
+        left = int(state.accel[used].sum()) - job.request()[0]
+        fit = 1.0 - left / capacity if capacity else 1.0
+        return (c, pairs, first, fit, cost, waste, head)
+
+    def _head(
+        self,
+        job: Job,
+        state: FreeState,
+        rows: IntArray,
+        pairs: list[tuple[int, int]],
+        shape: Shape,
+        first: int,
+        closed: np.ndarray | None,
+        holds: Holds | None,
+        end: float,
+    ) -> int:
+        """The row for the job's head, its workers being on ``pairs`` (``head_row``), on nodes open to it as
+        to the workers (maintenance, reservations); -1 if none has room."""
+        head_shape = Shape(job.head[0], WHOLE, job.head[1], job.head[2])
+        room = worker_fits(state, rows, head_shape)
+        if closed is not None:
+            room = np.where(closed, 0, room)
+        if holds is not None:
+            room = held_fits(holds, rows, head_shape, end, room)
+        return head_row(state, rows, room, pairs, shape, first, head_shape)
 
     def _windows(self, job: Job, state: FreeState, t: float) -> Maintenance | None:
         """The maintenance windows that may keep ``job`` off nodes if it starts at ``t`` (None: none do). A
@@ -790,7 +855,7 @@ class Cycle:
         least, most = (min(scored), max(scored)) if len(scored) == len(wastes) else (0.0, 0.0)
         best: tuple[float, int, Option] | None = None
         for option in options:
-            c, _, _, fit, cost, waste = option
+            c, _, _, fit, cost, waste, _ = option
             if waste is not None and most > least:
                 fit = (most - waste) / (most - least)
             cluster = self.table.clusters[c]
@@ -908,7 +973,7 @@ class Cycle:
             return Verdict(PendingReason.BACKFILL_BLOCKED, flavor, facts), Failures.floor(job)
         # Not the reservations' doing, so the time limit does not matter; if the accelerators alone do not
         # fit, neither CPU, memory nor price matter either.
-        bare = replace(job, cpu=0, memory=0, time_limit=1, max_price_per_hour=None)
+        bare = replace(job, cpu=0, memory=0, time_limit=1, max_price_per_hour=None, head=(job.head[0], 0, 0))
         anything: Floor = (0, 0, 1, INF)
         room = self.fits(bare, flavor, free, self.now)  # for the accelerators alone
         least = (job.cpu, job.memory, 1, Failures.price(job)) if room else anything
@@ -916,7 +981,7 @@ class Cycle:
             reason = PendingReason.TOPOLOGY if job.topology is not None else PendingReason.NEVER_FITS
             return Verdict(reason, flavor, facts), anything
         cpu, memory = self._largest_node(job, flavor)
-        if job.cpu > cpu or job.memory > memory:
+        if max(job.cpu, job.head[1]) > cpu or max(job.memory, job.head[2]) > memory:
             return Verdict(PendingReason.NEVER_FITS, flavor, facts), (job.cpu, job.memory, 1, least[3])
         priced = room and job.max_price_per_hour is not None
         if priced and not self.fits(replace(job, time_limit=1), flavor, self.table.empty, self.now):
@@ -930,6 +995,7 @@ class Cycle:
             bare.workers,
             bare.accelerators,
             bare.accel_milli,
+            bare.head,
             bare.clusters,
             bare.regions,
             bare.topology,

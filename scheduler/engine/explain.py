@@ -21,7 +21,8 @@ def shape_words(job: Job) -> str:
         each = f"{shape.milli / WHOLE:g} of an accelerator"
     else:
         each = f"{shape.accelerators} accelerator{'s' if shape.accelerators > 1 else ''}"
-    return each if job.workers == 1 else f"{job.workers} workers x {each}"
+    words = each if job.workers == 1 else f"{job.workers} workers x {each}"
+    return f"{words} and a Ray head" if job.has_head else words
 
 
 def accel_words(milli: int) -> str:

@@ -191,6 +191,10 @@ class Job:
     owner: str = ""
     #: The hard budgets it is charged to (names in ``Snapshot.budgets``: its team's, its project's).
     budgets: tuple[str, ...] = ()
+    #: A Ray job's head, one more member of the gang with its own shape: (whole accelerators, millicores,
+    #: MiB); (0, 0, 0): no head. It goes on a node of the workers' cluster, on a worker's node where it fits
+    #: there (docs/scheduling.md §Ray heads); quotas and budgets count it.
+    head: tuple[int, int, int] = (0, 0, 0)
     #: A TPU slice shape (``"v5p-32"``, or ``"v5p-32/2x2x4"`` for that topology only): each worker takes one
     #: whole node of that shape (``Node.shape``), and no other node. "": any node without a shape.
     shape: str = ""
@@ -204,11 +208,26 @@ class Job:
             raise ValueError(f"job {self.id}: a fractional accelerator share needs exactly one accelerator")
         if self.cpu < 0 or self.memory < 0 or self.time_limit <= 0:
             raise ValueError(f"job {self.id}: cpu and memory must be >= 0 and time_limit > 0")
+        if len(self.head) != 3 or min(self.head) < 0:
+            raise ValueError(f"job {self.id}: a head is (accelerators, millicores, MiB), none negative")
 
     @property
     def accel_per_worker(self) -> int:
         """Milli-accelerators one worker takes."""
         return self.accelerators * self.accel_milli
+
+    @property
+    def has_head(self) -> bool:
+        return any(self.head)
+
+    def request(self) -> tuple[int, int, int]:
+        """What the whole job holds (milli-accelerators, millicores, MiB): every worker and the head."""
+        accelerators, cpu, memory = self.head
+        return (
+            self.workers * self.accel_per_worker + accelerators * WHOLE,
+            self.workers * self.cpu + cpu,
+            self.workers * self.memory + memory,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,9 @@ topology, §Fragmentation-aware packing).
   remains, else the roomiest one whole, and so on down to the nodes. A required level first picks the
   tightest single domain at that level that holds every worker; a preferred one falls back a level up.
   Gangs without a topology request descend the same way, so they land as compactly as the fleet allows.
+- A Ray job's head is one more member of the gang, with its own shape, placed after the workers: on the
+  first worker's node that still has room for it, else on the tightest other node of the same cluster that
+  does (``head_row``). Topology binds the workers, not the head (docs/scheduling.md §Ray heads).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .fgd import Fragmentation, Shape
-from .model import WHOLE, Topology, TopologyMode
+from .model import WHOLE, Assignment, Topology, TopologyMode
 from .nodes import FreeState, IntArray, NodeTable
 
 BIG = np.iinfo(np.int64).max // 4
@@ -224,3 +227,58 @@ def accelerator_slots(state: FreeState, row: int, shape: Shape, workers: int, fi
         g[slot] -= shape.milli
         taken.append((slot, shape.milli))
     return taken
+
+
+def _left_after(state: FreeState, row: int, shape: Shape, workers: int, first: int) -> tuple[IntArray, int, int]:
+    """What ``row`` has left once ``workers`` workers of ``shape`` are on it: (accelerators, CPU, memory)."""
+    accel = state.accel[row].copy()
+    for slot, milli in accelerator_slots(state, row, shape, workers, first):
+        accel[slot] -= milli
+    return accel, int(state.cpu[row]) - workers * shape.cpu, int(state.memory[row]) - workers * shape.memory
+
+
+def head_row(
+    state: FreeState,
+    rows: IntArray,
+    room: IntArray,
+    pairs: list[tuple[int, int]],
+    worker: Shape,
+    first: int,
+    head: Shape,
+) -> int:
+    """The node row for a gang's head of shape ``head`` (whole accelerators), the workers being on
+    ``pairs``: the first worker node with room left for it, else the tightest node of ``rows`` (where
+    ``room``, the heads each could take, is positive) without workers; -1 where none has room."""
+    placed = dict(pairs)
+    for row, count in pairs:
+        position = np.flatnonzero(rows == row)
+        if not len(position) or room[position[0]] <= 0:
+            continue  # closed, or held for a reservation, or too small for the head even when idle
+        accel, cpu, memory = _left_after(state, row, worker, count, first)
+        if int((accel == WHOLE).sum()) >= head.accelerators and cpu >= head.cpu and memory >= head.memory:
+            return row
+    free = (room > 0) & ~np.isin(rows, np.fromiter(placed, np.int64, len(placed)))
+    if not free.any():
+        return -1
+    sub = rows[free]
+    order = np.lexsort((sub, state.memory[sub], state.cpu[sub], state.accel[sub].sum(axis=1)))
+    return int(sub[order[0]])
+
+
+def with_head(
+    node: str, assignments: tuple[Assignment, ...], head: tuple[int, int, int], free: IntArray
+) -> tuple[Assignment, ...]:
+    """``assignments`` with the head (accelerators, millicores, MiB) added on ``node``, whose free
+    accelerators before the workers took theirs are ``free``: to its workers' assignment there (one row a
+    node), else as an assignment of no workers."""
+    accelerators, cpu, memory = head
+    for i, a in enumerate(assignments):
+        if a.node == node:
+            left = free.copy()
+            for slot, milli in a.accels:
+                left[slot] -= milli
+            slots = [(int(slot), WHOLE) for slot in np.flatnonzero(left == WHOLE)[:accelerators]]
+            merged = Assignment(node, a.workers, a.accels + tuple(slots), a.cpu + cpu, a.memory + memory)
+            return (*assignments[:i], merged, *assignments[i + 1 :])
+    slots = [(int(slot), WHOLE) for slot in np.flatnonzero(free == WHOLE)[:accelerators]]
+    return (*assignments, Assignment(node, 0, tuple(slots), cpu, memory))

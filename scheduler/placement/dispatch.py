@@ -31,7 +31,7 @@ from clusters.backends.base import Backend, BackendError, DryRun, JobSpec, NotFo
 from clusters.secrets import CredentialsError
 from clusters.sync import backend_for
 from scheduler import checkpoints, lifecycle
-from scheduler.models import Attempt, Job
+from scheduler.models import Assignment, Attempt, Job
 from scheduler.placement import outcomes
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,8 @@ def retry_after(tries: int) -> timedelta:
 def spec_for(attempt: Attempt) -> JobSpec:
     job = attempt.job
     nodes: list[str] = []
-    for a in attempt.assignments.select_related("node").order_by("pk"):
+    assignments = list(attempt.assignments.select_related("node").order_by("pk"))
+    for a in assignments:
         nodes.extend([a.node.name] * a.workers)
     return JobSpec(
         id=attempt.backend_key,
@@ -93,7 +94,26 @@ def spec_for(attempt: Attempt) -> JobSpec:
         head=(job.head_accelerators, job.head_cpu, job.head_memory) if job.kind == job.Kind.RAY else (0, 0, 0),
         tpu_type=job.tpu_type,
         tpu_topology=job.tpu_topology,
+        head_node=head_node(job, assignments),
     )
+
+
+def head_node(job: Job, assignments: list[Assignment]) -> str:
+    """The node of a Ray job's head: the engine adds the head's share to the assignment of the node it
+    chose (one assignment a node), so it is the assignment holding more than its workers' share, or one
+    of no workers (docs/scheduling.md §Ray heads). "" for other jobs, and for an attempt placed without a
+    head (admitted before the job had one): the backend then chooses."""
+    if job.kind != Job.Kind.RAY:
+        return ""
+    for a in assignments:
+        more = (
+            a.cpu > a.workers * job.cpu
+            or a.memory > a.workers * job.memory
+            or len(a.accelerators) > a.workers * job.accelerators
+        )
+        if a.workers == 0 or more:
+            return a.node.name
+    return ""
 
 
 def dispatch(attempt_id: int, now: datetime | None = None) -> str:

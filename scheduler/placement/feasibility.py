@@ -134,6 +134,10 @@ def _job(queue: Queue, tier: PriorityTier, request: JobRequest, submitted_at: fl
             "preemptible": request.preemptible and tier.preemptible,
             "image": request.image,
             "data_locality": request.data_locality,
+            "kind": request.kind,
+            "head_accelerators": request.head_accelerators,
+            "head_cpu": request.head_cpu,
+            "head_memory": request.head_memory,
             "tpu_type": request.tpu_type,
             "tpu_topology": request.tpu_topology,
         }

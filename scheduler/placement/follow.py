@@ -127,6 +127,7 @@ def _follow_one(attempt: Attempt, backend: Backend, now: datetime, report: Follo
     if attempt.unknown_since is not None:
         Attempt.objects.filter(pk=attempt.pk).update(unknown_since=None)
         report.answered_again += 1
+    note_dashboard(attempt, status)
     report_state(attempt, status, now, report)
     try:
         _deadlines(attempt, status, backend, now, report)
@@ -188,6 +189,15 @@ def report_state(attempt: Attempt, status: JobStatus, now: datetime, report: Fol
             report.lost += outcomes.end(
                 attempt, "stopped_by_cluster", f"The cluster stopped it: {words or 'cancelled there'}.", now
             )
+
+
+def note_dashboard(attempt: Attempt, status: JobStatus) -> None:
+    """Keep where the cluster says the attempt can be watched (a Ray dashboard), when it says something new.
+    Only an http(s) address is kept: the job page links to it."""
+    url = (status.dashboard_url or "").strip()[:500]
+    if url and url != attempt.dashboard_url and url.startswith(("http://", "https://")):
+        Attempt.objects.filter(pk=attempt.pk).update(dashboard_url=url)
+        attempt.dashboard_url = url
 
 
 def _note_pending(attempt: Attempt, words: str) -> None:

@@ -470,6 +470,7 @@ def _pending(
             "team_id",
             "project_id",
             "submitted_by_id",
+            *HEAD_FIELDS,
             "tpu_type",
             "tpu_topology",
         )
@@ -519,5 +520,17 @@ def engine_job(j: dict[str, Any]) -> m.Job:
         locality=j.get("locality") or j.get("data_locality") or None,
         owner=owner(j["team_id"], j["submitted_by_id"]) if "team_id" in j else "",
         budgets=j.get("budgets", ()),
+        head=head_of(j),
         shape=shape_of(tpu_type, j.get("tpu_topology") or "") if tpu_type else "",
     )
+
+
+#: The fields of a job that say whether it has a Ray head, and its shape.
+HEAD_FIELDS = ("kind", "head_accelerators", "head_cpu", "head_memory")
+
+
+def head_of(j: dict[str, Any]) -> tuple[int, int, int]:
+    """A Ray job's head as the engine counts it (whole accelerators, millicores, MiB); (0, 0, 0) for others."""
+    if j.get("kind") != Job.Kind.RAY:
+        return (0, 0, 0)
+    return (j["head_accelerators"], j["head_cpu"], j["head_memory"])

@@ -4,6 +4,7 @@ back beside the fields here (``apply_action_errors``)."""
 
 from __future__ import annotations
 
+import json
 import shlex
 import uuid
 from decimal import Decimal
@@ -160,6 +161,27 @@ class JobForm(ChoicesForm):
         help_text="Tokens, passwords: stored encrypted, shown to nobody (you neither: type them again after an "
         "error), given to the job when it starts.",
     )
+    # --- a Ray job (kind "ray"): its entrypoint, runtime environment and head; the workers are the above ---
+    kind = forms.ChoiceField(
+        choices=Job.Kind.choices,
+        initial=Job.Kind.JOB,
+        required=False,
+        label="Kind",
+        widget=forms.RadioSelect(attrs={"class": "checks"}),
+        help_text="A Ray job starts a Ray cluster (a head and the workers) and runs its entrypoint on it.",
+    )
+    entrypoint = text("entrypoint", label="Entrypoint", help_text=FIELDS["entrypoint"].help)
+    runtime_env = forms.CharField(
+        max_length=FIELDS["runtime_env"].max_length,
+        required=False,
+        label="Runtime environment (JSON)",
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "placeholder": '{"pip": ["numpy"]}'}),
+        help_text=FIELDS["runtime_env"].help,
+    )
+    head_cpu_cores = amount(submission.HEAD_CORES, initial=1, required=False, label="Head CPU cores")
+    head_memory_gib = amount(submission.HEAD_GIB, initial=4, required=False, label="Head memory (GiB)")
+    head_accelerators = whole("head_accelerators", required=False, label="Head accelerators")
+
     #: The job this form clones (its secret values are kept if its submitter ticks ``keep_secret_env``).
     secret_env_from = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput())
     keep_secret_env = forms.BooleanField(required=False, initial=True, label="Keep its secret values")
@@ -256,6 +278,19 @@ class JobForm(ChoicesForm):
         except ValueError as error:
             raise ValidationError(f"Cannot read the command: {error} (check the quotes).") from None
 
+    def clean_runtime_env(self) -> dict[str, Any]:
+        """JSON text to an object (its keys and values are the action's to judge: ``check_runtime_env``)."""
+        text = self.cleaned_data["runtime_env"].strip()
+        if not text:
+            return {}
+        try:
+            value = json.loads(text)
+        except ValueError as error:
+            raise ValidationError(f"Not JSON: {error}.") from None
+        if not isinstance(value, dict):
+            raise ValidationError('The runtime environment is a JSON object, e.g. {"pip": ["numpy"]}.')
+        return value
+
     def clean_env(self) -> dict[str, str]:
         return env_lines(self.cleaned_data["env"])
 
@@ -299,6 +334,12 @@ class JobForm(ChoicesForm):
         "secret_env_from": None,
         "keep_secret_env": False,
         "idempotency_key": "",
+        "kind": Job.Kind.JOB,
+        "entrypoint": "",
+        "runtime_env": {},
+        "head_cpu_cores": Decimal(1),
+        "head_memory_gib": Decimal(4),
+        "head_accelerators": 0,
         "tpu_type": "",
         "tpu_topology": "",
     }
@@ -314,7 +355,13 @@ class JobForm(ChoicesForm):
         if placeholders and not name.strip():
             name = "preview"
             missing.append("a name")
-        if placeholders and not image.strip() and not script.strip():
+        ray = data["kind"] == Job.Kind.RAY
+        head_cpu, head_memory = data["head_cpu_cores"], data["head_memory_gib"]
+        entrypoint = data["entrypoint"] if ray else ""
+        if placeholders and ray and not entrypoint.strip():
+            entrypoint = "preview"
+            missing.append("an entrypoint")
+        if placeholders and not ray and not image.strip() and not script.strip():
             image = "preview"
             missing.append("a container image or a batch script")
         project = Project.objects.filter(pk=data["project"]).first() if data.get("project") else None
@@ -346,6 +393,14 @@ class JobForm(ChoicesForm):
             secret_env_from=self.cloned if data["keep_secret_env"] else None,
             max_retries=data["max_retries"],
             idempotency_key=data["idempotency_key"],
+            kind=data["kind"] or Job.Kind.JOB,
+            entrypoint=entrypoint,
+            runtime_env=data["runtime_env"] if ray else {},
+            head_cpu=FIELDS["head_cpu"].default if head_cpu is None else submission.HEAD_CORES.to_engine(head_cpu),
+            head_memory=FIELDS["head_memory"].default
+            if head_memory is None
+            else submission.HEAD_GIB.to_engine(head_memory),
+            head_accelerators=data["head_accelerators"] or 0,
             tpu_type=data["tpu_type"],
             tpu_topology=data["tpu_topology"],
         )
@@ -395,6 +450,9 @@ def initial_from_job(job: Job) -> dict[str, Any]:
         "time_limit_minutes": seconds % 3600 // 60,
         "command": shlex.join(values["command"]),
         "env": "\n".join(f"{key}={value}" for key, value in values["env"].items()),
+        "runtime_env": json.dumps(values["runtime_env"], indent=1) if values["runtime_env"] else "",
+        "head_cpu_cores": submission.HEAD_CORES.from_engine(values.pop("head_cpu")),
+        "head_memory_gib": submission.HEAD_GIB.from_engine(values.pop("head_memory")),
     }
 
 

@@ -9,6 +9,7 @@ goes through ``scheduler.actions``; bad input is answered with 400 and the error
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -210,6 +211,9 @@ def _render_job(request: AuthenticatedHttpRequest, job: Job, status: int = 200, 
         memory_gib=job.memory / 1024,
         time_limit=_duration(job.time_limit),
         command=shlex.join(job.command),
+        head_cpu_cores=job.head_cpu / 1000,
+        head_memory_gib=job.head_memory / 1024,
+        runtime_env=json.dumps(job.runtime_env, indent=2),
     )
     return render(request, "scheduler/job_detail.html", context, status=status)
 

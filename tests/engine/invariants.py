@@ -200,8 +200,7 @@ class Replay:
         queue = self.queues.get(job.queue)
         if queue is not None:
             flavors = {f for f in queue.flavors if not job.flavors or f in job.flavors}
-            request = (job.workers * job.accel_per_worker, job.workers * job.cpu, job.workers * job.memory)
-            self.waiting.append((job.queue, flavors, request))
+            self.waiting.append((job.queue, flavors, job.request()))
 
     def _check_bookkeeping(self) -> None:  # noqa: C901
         """Every job is decided once, and every decision names a job the cycle considered."""
@@ -280,6 +279,10 @@ class Replay:
             _fail(f"{what}: no assignments")
         needs: dict[str, _Need] = defaultdict(_Need)
         workers = 0
+        heads = [a for a in assignments if a.workers == 0 or a.cpu > a.workers * job.cpu]
+        if len(heads) != (1 if job.has_head else 0):
+            _fail(f"{what}: {len(heads)} nodes hold a head, the job has {1 if job.has_head else 0}")
+        worker_nodes = []
         for a in assignments:
             node = self.nodes.get(a.node)
             if node is None:
@@ -292,20 +295,25 @@ class Replay:
                 _fail(f"{what}: node {a.node!r} is unhealthy")
             if not node.schedulable:
                 _fail(f"{what}: node {a.node!r} is not schedulable (cordoned or draining)")
+            need = needs[a.node]
+            need.cpu += a.cpu
+            need.memory += a.memory
+            for index, milli in a.accels:
+                need.accels[index] += milli
+            if heads and a is heads[0]:  # the head's share is added last (``placement.with_head``)
+                a = self._without_head(what, job, a)
+                if not a.workers:
+                    continue
             if a.workers < 1:
                 _fail(f"{what}: {a.workers} workers on node {a.node!r}")
             workers += a.workers
+            worker_nodes.append(a.node)
             if a.cpu != a.workers * job.cpu or a.memory != a.workers * job.memory:
                 _fail(
                     f"{what}: node {a.node!r} holds cpu={a.cpu} memory={a.memory} for {a.workers} workers, "
                     f"expected cpu={a.workers * job.cpu} memory={a.workers * job.memory}"
                 )
             self._check_accels(what, job, node, a)
-            need = needs[a.node]
-            need.cpu += a.cpu
-            need.memory += a.memory
-            for index, milli in a.accels:
-                need.accels[index] += milli
         if workers != job.workers:
             _fail(f"{what}: {workers} workers placed, the job has {job.workers} (a gang is all or nothing)")
         for node_name, need in needs.items():
@@ -314,8 +322,20 @@ class Replay:
                     _fail(f"{what}: {milli} milli on accelerator {index} of node {node_name!r}, more than one")
                 if job.accel_milli == WHOLE and milli != WHOLE:
                     _fail(f"{what}: accelerator {index} of node {node_name!r} is given twice to whole workers")
-        self._check_topology(what, job, cluster_name, list(needs))
+        self._check_topology(what, job, cluster_name, worker_nodes)
         return needs
+
+    @staticmethod
+    def _without_head(what: str, job: Job, a: Assignment) -> Assignment:
+        """The workers' part of the assignment that also holds the job's head (its whole accelerators last)."""
+        accelerators, cpu, memory = job.head
+        kept = a.accels[: len(a.accels) - accelerators]
+        head = a.accels[len(a.accels) - accelerators :]
+        if len(head) != accelerators or any(milli != WHOLE for _, milli in head):
+            _fail(f"{what}: the head on {a.node!r} holds {head}, not {accelerators} whole accelerators")
+        if a.cpu - cpu != a.workers * job.cpu or a.memory - memory != a.workers * job.memory:
+            _fail(f"{what}: node {a.node!r} holds cpu={a.cpu} memory={a.memory} for the head and {a.workers} workers")
+        return Assignment(a.node, a.workers, kept, a.cpu - cpu, a.memory - memory)
 
     def _check_accels(self, what: str, job: Job, node: Node, a: Assignment) -> None:
         expected = a.workers * job.accel_per_worker
@@ -425,7 +445,7 @@ class Replay:
         self._admit_quota(what, job, admission)
         limit = self.snapshot.member_limits.get(job.owner)
         if limit is not None:
-            self.member_used[job.owner] += job.workers * job.accel_per_worker
+            self.member_used[job.owner] += job.request()[0]
             if self.member_used[job.owner] > limit:
                 _fail(f"{what}: member {job.owner!r} would hold {self.member_used[job.owner]} milli, limit {limit}")
         self._charge_budgets(what, job, admission)
@@ -456,7 +476,7 @@ class Replay:
             seconds = min(job.time_limit, max(0.0, budget.until - self.snapshot.now))
             left = self.budget_left[name]
             if left[0] is not None:
-                left[0] -= job.workers * job.accel_per_worker * seconds
+                left[0] -= job.request()[0] * seconds
                 if left[0] < 0:
                     _fail(f"{what}: budget {name!r} would pay {-left[0]} milli-accelerator-seconds beyond its limit")
             if left[1] is not None:

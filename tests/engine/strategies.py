@@ -348,6 +348,8 @@ def _job(
         preemptible=not _rare(draw, 6),
         owner=_pick(draw, OWNERS),
         budgets=tuple(draw(_subsets(BUDGETS))) if _coin(draw) else (),
+        # A Ray job's head, one more member of the gang with its own shape (docs/scheduling.md §Ray heads).
+        head=_pick(draw, ((0, 1000, 4096), (1, 2000, 8192), (4, 16_000, 65_536))) if _rare(draw, 5) else (0, 0, 0),
     )
 
 

@@ -71,7 +71,7 @@ from clusters.backends.base import (
     Unreachable,
     not_allowed,
 )
-from clusters.backends.slurm import versions
+from clusters.backends.slurm import ray, versions
 from clusters.backends.slurm.parse import expand_hostlist, failure, gpu_gres, job_state, topology
 from clusters.backends.slurm.script import batch_script
 from common import outbound
@@ -190,6 +190,7 @@ class SlurmBackend(Backend):
             nodes=nodes,
             reason=why,
             exit_code=code if why == Failure.EXIT_CODE or (why and code) else None,
+            dashboard_url=ray.dashboard_url(self.options, raw, nodes) if state is JobState.RUNNING else "",
         )
 
     def health(self) -> tuple[HealthSignal, ...]:
@@ -220,7 +221,7 @@ class SlurmBackend(Backend):
 
     def submit(self, spec: JobSpec) -> str | DryRun:
         script, props = batch_script(spec, self.options), self._job_properties(spec)
-        body = versions.submit_body(self.api_version, script, props)
+        body = ray.submit_body(self.api_version, script, spec, props)  # a plain job's is versions.submit_body's
         existing = self._find_job(spec.id)
         if self.dry_run:
             detail: dict[str, Any] = dict(body)

@@ -10,7 +10,7 @@ the names in ``clusters.capabilities.SLURM_RUNTIMES``) runs a job with an image 
 A job's *script* with an image runs once, inside the container, as the batch script would on the host: it
 is written to a file in the job's temporary directory, which both runtimes see (Pyxis is told to mount it).
 A job with an image on a cluster without a runtime is ``InvalidJob``: its command is never run on the bare
-host. Pure; no I/O.
+host. A Ray job's script is ``ray.py``'s. Pure; no I/O.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from clusters.backends.base import InvalidJob, JobSpec
+from clusters.backends.slurm import ray
 from clusters.capabilities import SLURM_RUNTIMES
 
 #: Marks the end of a job's script in the here-document that writes it out; quoted, so nothing expands.
@@ -30,6 +31,8 @@ APPTAINER_SCHEMES = ("docker://", "docker-archive:", "oras://", "library://", "s
 
 def batch_script(spec: JobSpec, options: Mapping[str, Any]) -> str:
     """The script to submit for ``spec`` on a Slurm cluster with ``options``."""
+    if ray.is_ray(spec):
+        return ray.script(spec, options)  # a Ray cluster over the allocation that runs the entrypoint
     if not spec.script and not spec.command:
         raise InvalidJob(f"job {spec.id} has neither a script nor a command")
     if spec.image:
