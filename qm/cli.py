@@ -655,8 +655,9 @@ def job_environment() -> tuple[str, str, int]:
     for name, value in values.items():
         if not value:
             raise CliError(NOT_IN_A_JOB.format(name=name))
-    # QM_JOB_ID is the attempt's key on its cluster, "<job id>-<attempt number>" (a bare job id is taken too).
-    match = re.fullmatch(r"([0-9]+)(?:-[0-9]+)?", values["QM_JOB_ID"])
+    # QM_JOB_ID is the attempt's key on its cluster, "<job id>-<attempt number>-<letters>" (older jobs have no
+    # letters; a bare job id is taken too).
+    match = re.fullmatch(r"([0-9]+)(?:-[0-9]+(?:-[0-9a-f]+)?)?", values["QM_JOB_ID"])
     if not match:
         raise CliError(f"QM_JOB_ID={values['QM_JOB_ID']!r} is not a job's id.")
     url = values["QM_API_URL"].rstrip("/")

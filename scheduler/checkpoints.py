@@ -214,7 +214,7 @@ def resume_from(job: Job) -> str:
 def env_for(attempt: Attempt) -> dict[str, str]:
     """The variables an attempt is started with, besides the job's own (docs/jobs.md): its token, where to
     report (``PUBLIC_URL``), which attempt of which job it is and where to resume from ("" for a first run,
-    with nothing to resume). ``QM_JOB_ID`` is the attempt's key, ``<job id>-<attempt number>``, as the
+    with nothing to resume). ``QM_JOB_ID`` is the attempt's key, ``<job id>-<attempt number>-<letters>``, as the
     backends already set it (the name the cluster knows the attempt by); ``qm checkpoint`` reads the job's id
     from it."""
     job = attempt.job

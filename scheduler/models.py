@@ -8,6 +8,7 @@ quotas, tiers, budgets) is the ``governance`` app's.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, TypeAlias
@@ -32,6 +33,11 @@ class JobChildTenancy(TenancyRules):
     org_field = "job__team__organization"
 
 
+def key_suffix() -> str:
+    """Six random letters for a new job's ``Job.key_suffix``."""
+    return secrets.token_hex(3)
+
+
 class Job(models.Model):
     """A researcher's job: what it asks for, where it stands, and where it runs (its current attempt)."""
 
@@ -53,6 +59,10 @@ class Job(models.Model):
     #: A client-chosen key: submitting twice with the same key returns the first job (safe retries).
     idempotency_key = models.CharField(max_length=80, blank=True)
     cloned_from = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    #: Random letters in the names clusters know its attempts by (``Attempt.backend_key``), so that two
+    #: Quartermasters sharing a cluster (production and staging; two test databases) never take each other's
+    #: jobs for their own. Empty for jobs made before it existed: their names stay as they were.
+    key_suffix = models.CharField(max_length=8, blank=True, default=key_suffix, editable=False)
 
     kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.JOB)
 
@@ -251,7 +261,8 @@ class Attempt(models.Model):
     @property
     def backend_key(self) -> str:
         """What the cluster knows the attempt by: idempotent submission is keyed on it."""
-        return f"{self.job_id}-{self.number}"
+        key = f"{self.job_id}-{self.number}"
+        return f"{key}-{self.job.key_suffix}" if self.job.key_suffix else key
 
 
 class Assignment(models.Model):

@@ -92,7 +92,7 @@ def test_env_for_hands_the_attempt_its_token_the_api_and_where_to_resume(fleet: 
     assert env == {
         "QM_JOB_TOKEN": checkpoints.token_for(attempt),
         "QM_API_URL": "https://qm.example.org",
-        "QM_JOB_ID": f"{job.pk}-{attempt.number}",
+        "QM_JOB_ID": f"{job.pk}-{attempt.number}-{job.key_suffix}",
         "QM_RESUME_FROM": "",  # a first run: nothing to resume
     }
     checkpoints.report(job, attempt.number, "s3://lab/run/step-100", 100)

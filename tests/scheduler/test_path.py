@@ -33,7 +33,8 @@ def test_submitted_job_is_placed_dispatched_run_and_succeeds(fleet: Fleet) -> No
     assert job.state == Job.State.PLACING
     assert job.attempt == 1
     attempt = job.attempts.get()
-    assert attempt.backend_id == attempt.backend_key == f"{job.pk}-1"
+    assert attempt.backend_id == attempt.backend_key == f"{job.pk}-1-{job.key_suffix}"
+    assert len(job.key_suffix) == 6  # random letters: two Quartermasters sharing a cluster never meet
     nodes = list(attempt.assignments.values_list("node__name", "workers"))
     assert sum(w for _, w in nodes) == 2
     assert sum(len(a) for a in attempt.assignments.values_list("accelerators", flat=True)) == 8

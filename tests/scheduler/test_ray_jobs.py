@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection
 
 from clusters import sync
 from clusters.backends.base import JobState, JobStatus
@@ -268,18 +267,6 @@ def test_qm_submits_a_ray_job_from_options_or_a_job_file(server: Fleet, tmp_path
 # --- real Ray on the real Slurm lab, through the placement loop -----------------------------------------------------
 
 
-def fresh_job_ids() -> None:
-    """Job ids no earlier test session used: a Slurm job is named after its attempt (``qm-<job>-<attempt>``)
-    and the lab remembers finished jobs for 5 minutes, so a test database that counts from 1 again would be
-    handed the earlier session's job by the idempotent submit."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT setval(pg_get_serial_sequence(%s, 'id'), %s)",
-                [Job._meta.db_table, time.time_ns() // 10**6 % 10**9],
-            )
-
-
 @pytest.mark.slurm
 def test_a_ray_job_runs_on_real_ray_through_the_loop_and_its_exit_code_comes_back(
     fleet: Fleet,
@@ -301,7 +288,6 @@ def test_a_ray_job_runs_on_real_ray_through_the_loop_and_its_exit_code_comes_bac
     cluster.save()
     assert sync.sync_cluster(cluster.pk).ok
     feasibility.forget(fleet.org)
-    fresh_job_ids()
     jobs = {
         code: fleet.submit(
             name=f"ray-{code}",

@@ -755,7 +755,7 @@ class TpuBackend(Backend):
             'if [ -n "${QM_JOB_TOKEN:-}" ] && [ "$worker" = 0 ] && { [ "$code" != 0 ] || [ "$QM_SLICE" = 0 ]; }; then',
             '  curl -sS --max-time 30 --retry 5 --retry-all-errors -X POST -H "Authorization: Bearer $QM_JOB_TOKEN" \\',
             '    -H \'Content-Type: application/json\' --data "{\\"exit_code\\": $code}" \\',
-            '    "${QM_API_URL%/}/api/v1/jobs/${QM_JOB_ID%-*}/report/" || true',
+            '    "${QM_API_URL%/}/api/v1/jobs/${QM_JOB_ID%%-*}/report/" || true',
             "fi",
             'exit "$code"',
         ]
