@@ -16,8 +16,8 @@ DEMO_CLUSTERS = {
     "tpu-v5p": (
         "Cloud TPU v5p",
         "us-central",
-        ["slice"],
-        {"profile": "tpu-slices", "nodes": 16, "capacity_type": "on_demand"},
+        [],
+        {"profile": "tpu-slices", "nodes": 4, "capacity_type": "on_demand"},
         40,
     ),
 }

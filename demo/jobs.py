@@ -118,12 +118,7 @@ JOBS = (
         12,
         project="manipulation",
         fields={
-            "accelerator_types": [V5P],
-            "accelerators": 4,
-            "workers": 4,
-            "cpu": 96_000,
-            "memory": 256 * GIB,
-            "topology_level": "slice",
+            "tpu_type": "v5p-32",  # one whole v5p-32 slice: 16 chips on 4 hosts
             "image": "ghcr.io/demo/robotics-jax:0.4",
             "command": ["python", "-m", "policy.pretrain"],
             "checkpoint_location": "gs://demo-robotics/ckpt",

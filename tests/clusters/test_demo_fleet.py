@@ -23,7 +23,13 @@ def test_the_demo_fleet_is_seeded_once_and_synced(settings: Any, tmp_path: Path)
     sync_demo_fleet(org)
     assert set(Cluster.objects.values_list("status", flat=True)) == {Cluster.Status.HEALTHY}
     per_cluster = {c.slug: c.nodes.count() for c in Cluster.objects.all()}
-    assert per_cluster == {"onprem-h100": 64, "slurm-a100": 32, "tpu-v5p": 16}
+    assert per_cluster == {"onprem-h100": 64, "slurm-a100": 32, "tpu-v5p": 4}
+    # The TPU cluster's nodes are whole v5p-32 slices, as the TPU backend reports them: a job naming the slice
+    # type takes one whole (a used slice is used entirely).
+    for slice_ in Node.objects.filter(cluster__slug="tpu-v5p"):
+        assert slice_.labels["tpu/accelerator-type"] == "v5p-32"
+        assert slice_.accelerators == 16
+        assert slice_.accelerators_used in (0, 16)
     # Background load, for a demo that shows something: some accelerators busy, none over capacity.
     used = list(Node.objects.values_list("accelerators_used", "accelerators"))
     assert any(u for u, _ in used)

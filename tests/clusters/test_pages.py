@@ -246,11 +246,11 @@ def test_live_view_groups_nodes_by_topology_and_marks_their_state(world: World, 
 
 
 def test_live_partial_is_the_tiles_alone(world: World, fleet: dict[str, Cluster]):
-    cluster = fleet["tpu-v5p"]
+    cluster = fleet["slurm-a100"]  # 32 nodes in racks of 8
     body = signed_in(world, "fiona").get(f"/clusters/{cluster.pk}/live/tiles/").content.decode()
     assert "<html" not in body
-    assert body.count('data-domain="slice-') == 4
-    assert body.count('class="t ') == 16
+    assert body.count('data-domain="rack-') == 4
+    assert body.count('class="t ') == 32
 
 
 def test_live_partial_is_compressed_for_browsers_that_take_it(world: World, fleet: dict[str, Cluster]):

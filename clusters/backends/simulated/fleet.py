@@ -8,7 +8,8 @@ same node, in the same rack, so a sync of the same cluster always reports the sa
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from clusters.backends.base import AcceleratorInfo, NodeInfo
 
@@ -24,6 +25,8 @@ class Profile:
     #: Topology levels, widest first, and how many nodes each domain of that level holds.
     levels: tuple[tuple[str, int], ...]
     prefix: str
+    #: What every node of the profile reports beside (a TPU slice's type and topology, as the TPU backend does).
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 PROFILES = {
@@ -40,8 +43,17 @@ PROFILES = {
     "a100-slurm": Profile(
         AcceleratorInfo("A100-SXM-40GB", 40, "ampere", "nvlink"), 8, 128_000, 1024 * GIB, (("rack", 8),), "a100"
     ),
-    # TPU v5p hosts of 4 chips; a v5p-32 slice is 4 hosts joined by ICI.
-    "tpu-slices": Profile(AcceleratorInfo("v5p", 95, "tpu-v5p", "ici"), 4, 208_000, 448 * GIB, (("slice", 4),), "v5p"),
+    # Cloud TPU v5p-32 slices, each a node as the TPU backend reports them: 16 chips on 4 hosts joined by ICI,
+    # taken whole by one job (or one slice of a multislice job) that names the slice type.
+    "tpu-slices": Profile(
+        AcceleratorInfo("v5p", 95, "tpu-v5p", "ici"),
+        16,
+        4 * 208_000,
+        4 * 448 * GIB,
+        (),
+        "v5p-32",
+        {"tpu/accelerator-type": "v5p-32", "tpu/topology": "2x2x4", "tpu/hosts": "4"},
+    ),
 }
 
 
@@ -58,6 +70,8 @@ def node(profile_name: str, seed: int, i: int, busy: float = 0.0) -> NodeInfo:
     topology = {level: f"{level.replace('_', '-')}-{i // size:03d}" for level, size in profile.levels}
     used = round(profile.accelerators * busy * 2 * _fraction(seed, i)) if busy else 0
     used = min(used, profile.accelerators)
+    if "tpu/accelerator-type" in profile.labels and used:  # a slice is held whole or not at all
+        used = profile.accelerators if _fraction(seed, i) < busy else 0
     return NodeInfo(
         name=f"{profile.prefix}-{i:05d}",
         accelerator=profile.accelerator.model,
@@ -71,4 +85,5 @@ def node(profile_name: str, seed: int, i: int, busy: float = 0.0) -> NodeInfo:
         cpu_used=used * (profile.cpu // profile.accelerators // 2),
         memory_used=used * (profile.memory // profile.accelerators // 2),
         topology=topology,
+        labels=profile.labels,
     )
