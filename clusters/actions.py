@@ -372,6 +372,29 @@ def _seconds(fields: dict[str, Any], name: str) -> int:
     return int(given)
 
 
+def _check_tpu_options(options: Mapping[str, Any]) -> None:
+    """A TPU cluster names its Google Cloud project and zone, and the slices Quartermaster may hold."""
+    missing = [key for key in ("project", "zone") if not isinstance(options.get(key), str) or not options[key]]
+    if missing:
+        raise ValidationError(
+            {"options": f"A TPU cluster needs {' and '.join(missing)} (its Google Cloud project and zone)."}
+        )
+    from clusters.backends.base import BackendError
+    from clusters.backends.tpu.backend import parse_slices
+
+    try:
+        slots = parse_slices(options.get("slices"))
+    except BackendError as error:
+        raise ValidationError({"options": f"{str(error)[0].upper()}{str(error)[1:]}."}) from None
+    if not slots:
+        raise ValidationError(
+            {
+                "options": "A TPU cluster needs slices: how many slices of each type Quartermaster may hold "
+                'at once (its reservation or quota), e.g. {"v5p-32": 2, "v5litepod-8/2x4": 4}.'
+            }
+        )
+
+
 def _options(actor: User, kind: str, options: Any, stored: dict[str, Any]) -> dict[str, Any]:
     if options is None:
         options = {}
@@ -388,11 +411,7 @@ def _options(actor: User, kind: str, options: Any, stored: dict[str, Any]) -> di
             {"options": f"{', '.join(host)} names a path on the Quartermaster host: only its operators set it."}
         )
     if kind == Cluster.Kind.TPU:
-        missing = [key for key in ("project", "zone") if not isinstance(options.get(key), str) or not options[key]]
-        if missing:
-            raise ValidationError(
-                {"options": f"A TPU cluster needs {' and '.join(missing)} (its Google Cloud project and zone)."}
-            )
+        _check_tpu_options(options)
     elif kind == Cluster.Kind.SIMULATED:
         from clusters.backends.simulated.fleet import PROFILES
 

@@ -233,7 +233,7 @@ def actions_fields(**overrides: Any) -> dict[str, Any]:
         "endpoint": "https://tpu.googleapis.com",
         "region": "us-east5",
         "levels": ["slice"],
-        "options": {"project": "acme-ml", "zone": "us-east5-a"},
+        "options": {"project": "acme-ml", "zone": "us-east5-a", "slices": {"v5p-32": 2}},
         "preference": 40,
     }
     return {**fields, **overrides}
@@ -307,6 +307,9 @@ BAD_NEW_CLUSTER = [
     ({"options": '{"namespace": "Not A Namespace"}'}, "options"),
     ({"options": '{"api_token": "in the clear"}'}, "options"),
     ({"kind": "tpu", "options": '{"project": "acme"}', **NO_KUBE}, "options"),
+    ({"kind": "tpu", "options": '{"project": "p", "zone": "z"}', **NO_KUBE}, "options"),  # no slices
+    ({"kind": "tpu", "options": '{"project": "p", "zone": "z", "slices": {"v9x-8": 1}}', **NO_KUBE}, "options"),
+    ({"kind": "tpu", "options": '{"project": "p", "zone": "z", "slices": {"v5p-8": -1}}', **NO_KUBE}, "options"),
     ({"kind": "simulated", "endpoint": "", "options": '{"profile": "cray-1"}', **NO_KUBE}, "options"),
     ({"kind": "simulated", "endpoint": "", "options": '{"state_file": "/etc/passwd"}', **NO_KUBE}, "options"),
     ({"preference": "101"}, "preference"),
@@ -318,7 +321,7 @@ BAD_NEW_CLUSTER = [
     (
         {
             "kind": "tpu",
-            "options": '{"project": "p", "zone": "z"}',
+            "options": '{"project": "p", "zone": "z", "slices": {"v5p-8": 1}}',
             **NO_KUBE,
             "tpu_service_account_json": '{"type": "authorized_user"}',
         },
@@ -327,7 +330,7 @@ BAD_NEW_CLUSTER = [
     (
         {
             "kind": "tpu",
-            "options": '{"project": "p", "zone": "z"}',
+            "options": '{"project": "p", "zone": "z", "slices": {"v5p-8": 1}}',
             **NO_KUBE,
             "tpu_service_account_json": '{"type": "service_account"}',
             "tpu_access_token": "ya29.x",

@@ -113,7 +113,7 @@ def test_a_service_accounts_token_uri_is_held_to_the_same_rules(world: World) ->
             world,
             "https://tpu.googleapis.com",
             kind="tpu",
-            options={"project": "p", "zone": "z"},
+            options={"project": "p", "zone": "z", "slices": {"v5p-8": 1}},
             credentials={"service_account_json": json.dumps(key)},
         )
     assert "token_uri" in refused.value.message_dict["credentials"][0]
