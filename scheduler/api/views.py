@@ -244,17 +244,12 @@ class JobViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
             page = self.paginate_queryset(Checkpoint.objects.filter(job=job).order_by("-reported_at", "-pk"))
             assert page is not None
             return self.get_paginated_response(s.CheckpointSerializer(page, many=True).data)
-        if token is None:
-            self.get_object()  # a job the user may not see is a 404, as for every verb
-            raise PermissionDenied(
-                "Checkpoints are reported by the job itself, with the token of its attempt (QM_JOB_TOKEN): "
-                "run `qm checkpoint` inside the job."
-            )
-        if str(token.job_id) != pk:
-            raise PermissionDenied(f"This job token is for job #{token.job_id}, not #{pk}.")
-        job = Job.objects.filter(pk=token.job_id).first()
-        if job is None:
-            raise NotFound()
+        job, token = self._reporting_job(
+            token,
+            pk,
+            "Checkpoints are reported by the job itself, with the token of its attempt (QM_JOB_TOKEN): "
+            "run `qm checkpoint` inside the job.",
+        )
         form = s.CheckpointReportSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         try:
@@ -286,17 +281,11 @@ class JobViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
         permission_classes=[JobTokenOrSignedIn, TokenScope],
     )
     def report(self, request: Request, pk: str | None = None) -> Response:
-        token = request.auth if isinstance(request.auth, JobToken) else None
-        if token is None:
-            self.get_object()  # a job the user may not see is a 404, as for every verb
-            raise PermissionDenied(
-                "A job's exit code is reported by the job itself, with the token of its attempt (QM_JOB_TOKEN)."
-            )
-        if str(token.job_id) != pk:
-            raise PermissionDenied(f"This job token is for job #{token.job_id}, not #{pk}.")
-        job = Job.objects.filter(pk=token.job_id).first()
-        if job is None:
-            raise NotFound()
+        job, token = self._reporting_job(
+            request.auth if isinstance(request.auth, JobToken) else None,
+            pk,
+            "A job's exit code is reported by the job itself, with the token of its attempt (QM_JOB_TOKEN).",
+        )
         form = s.ExitReportSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         try:
@@ -305,3 +294,16 @@ class JobViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
             body = error_body(409, "conflict", str(error), {})
             return Response(body, status=status.HTTP_409_CONFLICT)
         return Response(s.ExitReportedSerializer(attempt).data, status=status.HTTP_201_CREATED)
+
+    def _reporting_job(self, token: JobToken | None, pk: str | None, who_reports: str) -> tuple[Job, JobToken]:
+        """The job a job token reports for (its own, by the URL): a person gets 404 for a job they may not
+        see, else 403 saying who reports; another job's token is 403."""
+        if token is None:
+            self.get_object()  # a job the user may not see is a 404, as for every verb
+            raise PermissionDenied(who_reports)
+        if str(token.job_id) != pk:
+            raise PermissionDenied(f"This job token is for job #{token.job_id}, not #{pk}.")
+        job = Job.objects.filter(pk=token.job_id).first()
+        if job is None:
+            raise NotFound()
+        return job, token
