@@ -323,11 +323,11 @@ def check_env(env: Mapping[str, Any]) -> None:
 
 
 def check_tpu_type(request: JobRequest) -> None:
-    """A TPU type of a generation we know (``clusters/backends/tpu/accelerators.py``)."""
+    """A TPU type of a generation we know and a size it comes in (``clusters/backends/tpu/accelerators.py``)."""
     if request.tpu_type:
         check_max_length(request.tpu_type, limit("tpu_type"))
         try:
-            generation_of(request.tpu_type)
+            check_shape(request.tpu_type)
         except UnknownAcceleratorType as error:
             message = f"{error}. Give a Cloud TPU type such as v5p-32 or v5litepod-8."
             raise ValidationError(message, code="tpu_type") from None

@@ -153,6 +153,7 @@ def test_a_big_slice_asks_for_all_its_chips(s: Scenario) -> None:
     [
         ({"tpu_type": "v9x-8"}, "tpu_type", "no chip-count rule for TPU generation 'v9x'"),
         ({"tpu_type": "tpu-big"}, "tpu_type", "is not <generation>-<size>"),
+        ({"tpu_type": "v5p-33"}, "tpu_type", "a v5p size counts TensorCores, two a chip, so it is even"),
         ({"tpu_type": "v5p-32", "tpu_topology": "2x2x2"}, "tpu_topology", "a v5p-32 slice has 16"),
         ({"tpu_type": "v5p-32", "tpu_topology": "2by2"}, "tpu_topology", "is not like 2x2x1"),
         ({"tpu_topology": "2x2x4"}, "tpu_topology", "needs a TPU type"),

@@ -84,7 +84,12 @@ def check_shape(accelerator_type: str, topology: str = "") -> int:
     type names a known generation and that the topology's chips are the type's: ``v5p-32`` is 16 chips, so
     ``2x2x4`` fits it and ``2x2x2`` does not. ``UnknownAcceleratorType`` says what is wrong."""
     generation = generation_of(accelerator_type)
-    _, size = split_type(accelerator_type)
+    prefix, size = split_type(accelerator_type)
+    if size % generation.cores_per_unit:
+        raise UnknownAcceleratorType(
+            f"accelerator type {accelerator_type!r}: a {prefix} size counts TensorCores, two a chip, so it is even "
+            f"(e.g. {prefix}-8)"
+        )
     count = generation.chips(size)
     if count < 1:
         raise UnknownAcceleratorType(f"accelerator type {accelerator_type!r} names no whole chip")
