@@ -17,7 +17,7 @@ no cluster can run, and a waiting job's reason names the clusters ruled out and 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,6 +73,13 @@ def of(kind: str, options: Mapping[str, Any] | None) -> Capabilities:
         chosen = frozenset(str(r) for r in runs) & {CONTAINERS, BATCH}
         return Capabilities(chosen, "simulated" if CONTAINERS in chosen else "")
     return Capabilities(frozenset({CONTAINERS, BATCH}), "simulated")
+
+
+def gang_level(kind: str, levels: Sequence[str]) -> str:
+    """The level whose domains a gang may not straddle when one domain could hold it ("" when none): Slurm's
+    topology/block (levels ``("block",)``, read from the cluster) refuses a node list that spans two blocks
+    for a job one block could hold ("Requested node configuration is not available")."""
+    return "block" if kind == "slurm" and "block" in levels else ""
 
 
 def invalid_options(kind: str, options: Mapping[str, Any]) -> str:

@@ -67,6 +67,8 @@ from .model import (
     Reservation,
     Snapshot,
     Tier,
+    Topology,
+    TopologyMode,
 )
 from .nodes import FreeState, IntArray, NodeTable
 from .over_quota import reclaim_over_quota
@@ -251,6 +253,7 @@ class Cycle:
         self._no_room: Failures[tuple[Verdict, Floor]] = Failures()
         self._share: dict[int, float] = {}
         self._ever: dict[tuple[object, ...], bool] = {}
+        self._gang_fits: dict[tuple[object, ...], bool] = {}
         self._largest: dict[tuple[object, ...], tuple[int, int]] = {}
         self._quota_epoch = 0
         self._modes: dict[tuple[int, str, tuple[int, int, int]], tuple[int, Mode]] = {}
@@ -730,7 +733,8 @@ class Cycle:
         for c in self._allowed_clusters(job, flavor):
             rows = self._rows(flavor, c, job.shape)
             levels = table.clusters[c].levels
-            if not len(rows) or lacks_level(levels, job.topology):
+            topology = self._topology_on(job, shape, flavor, c)
+            if not len(rows) or lacks_level(levels, topology):
                 continue
             closed = windows.closed(c, rows, t, end) if windows is not None else None
             if closed is not None and closed.all():
@@ -752,12 +756,23 @@ class Cycle:
                 if (
                     (fits > 0).any()
                     if job.workers == 1
-                    else can_spread(table, rows, fits, levels, job.topology, job.workers)
+                    else can_spread(table, rows, fits, levels, topology, job.workers)
                 ):
                     return [(c, [], -1, 0.0, 0.0, None, -1)]
                 continue
             option = self._option(
-                job, shape, flavor, state, c, rows, fits, pack=pack, closed=closed, holds=holds, end=end
+                job,
+                shape,
+                flavor,
+                state,
+                c,
+                rows,
+                fits,
+                pack=pack,
+                closed=closed,
+                holds=holds,
+                end=end,
+                topology=topology,
             )
             if option is None:
                 continue
@@ -765,6 +780,22 @@ class Cycle:
                 return [(c, [], -1, 0.0, 0.0, None, -1)]
             options.append(option)
         return options
+
+    def _topology_on(self, job: Job, shape: Shape, flavor: str, c: int) -> Topology | None:
+        """The job's topology on cluster ``c``: its own; else, on a cluster whose gangs must not straddle the
+        domains of a level (``Cluster.gang_level``: Slurm's topology/block), that level, required, when one
+        domain of the idle cluster could hold the whole gang (a bigger gang spans, as Slurm lets it)."""
+        level = self.table.clusters[c].gang_level
+        if job.topology is not None or job.workers == 1 or not level:
+            return job.topology
+        levels = self.table.clusters[c].levels
+        key = (c, flavor, job.shape, shape, job.workers)
+        if key not in self._gang_fits:
+            rows = self._rows(flavor, c, job.shape)
+            fits = worker_fits(self.table.empty, rows, shape)
+            one = Topology(level, TopologyMode.REQUIRED)
+            self._gang_fits[key] = level in levels and can_spread(self.table, rows, fits, levels, one, job.workers)
+        return Topology(level, TopologyMode.REQUIRED) if self._gang_fits[key] else None
 
     def _option(
         self,
@@ -780,6 +811,7 @@ class Cycle:
         closed: np.ndarray | None,
         holds: Holds | None,
         end: float,
+        topology: Topology | None,
     ) -> Option | None:
         """Cluster ``c``'s offer for the job, its nodes ``rows`` taking ``fits`` workers each; None: no room."""
         table = self.table
@@ -791,7 +823,7 @@ class Cycle:
                 return None
             pairs, first, waste = [(picked[0], 1)], picked[1], picked[2]
         else:
-            spread_pairs = spread(table, rows, fits, table.clusters[c].levels, job.topology, job.workers)
+            spread_pairs = spread(table, rows, fits, table.clusters[c].levels, topology, job.workers)
             if spread_pairs is None:
                 return None
             pairs = spread_pairs

@@ -83,6 +83,9 @@ class Cluster:
     #: What its jobs' programs may be (``CONTAINERS``, ``BATCH``, ``TPU_VMS``); a job needing anything else
     #: is never routed here.
     runs: frozenset[str] = EVERYTHING
+    #: A level whose domains a gang must not straddle when one domain could hold it all (Slurm's
+    #: topology/block refuses such a node list); "": any spread. Jobs bigger than every domain still span.
+    gang_level: str = ""
 
     def refuses(self, needs: str) -> str:
         """Why a job needing ``needs`` cannot run here, in words ("" when it can)."""

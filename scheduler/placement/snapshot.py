@@ -226,6 +226,7 @@ def fleet(
             tuple(c["levels"]),
             c["preference"],
             capabilities.of(c["kind"], c["options"]).runs,
+            capabilities.gang_level(c["kind"], c["levels"]),
         )
         for c in clusters
     )
