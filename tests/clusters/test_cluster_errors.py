@@ -138,7 +138,7 @@ def test_tpu_at_a_closed_port_is_unreachable(world: World, tpu: TpuServer, healt
         kind="tpu",
         endpoint=tpu.url,
         region="us-east5",
-        options={"project": tpu.project, "zone": tpu.zone},
+        options={"project": tpu.project, "zone": tpu.zone, "slices": {"v5p-8": 1}},
         credentials={"access_token": TPU_TOKEN},
     )
     nodes = synced_healthy(cluster)
@@ -202,7 +202,7 @@ def test_tpu_answering_garbage_is_a_bad_response(world: World, tpu: TpuServer, h
         kind="tpu",
         endpoint=tpu.url,
         region="us-east5",
-        options={"project": tpu.project, "zone": tpu.zone},
+        options={"project": tpu.project, "zone": tpu.zone, "slices": {"v5p-8": 1}},
         credentials={"access_token": TPU_TOKEN},
     )
     nodes = synced_healthy(cluster)
