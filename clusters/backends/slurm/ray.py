@@ -159,10 +159,14 @@ def script(spec: JobSpec, options: Mapping[str, Any]) -> str:
     timeout = int(options.get("ray_start_timeout") or DEFAULT_START_TIMEOUT)
     setup = str(options.get("ray_setup") or "").strip()
     submission = f"qm-{spec.id}"
+    # A Ray node that fails within seconds lost a race for a port it picked free (another Ray on the node took
+    # it first): it starts again with new ports, three times at most. One that ran a while ended for good.
     worker_start = (
-        'mkdir -p "$QM_RAY_DIR" && exec ray start --address="$QM_RAY_ADDRESS" --block --disable-usage-stats '
+        'mkdir -p "$QM_RAY_DIR"; log="$QM_RAY_DIR/worker-$SLURM_PROCID.log"; for try in 1 2 3; do '
+        'began=$(date +%s); ray start --address="$QM_RAY_ADDRESS" --block --disable-usage-stats '
         f"--num-cpus={cpus} --num-gpus={spec.accelerators_per_worker} $(ray_ports) "
-        '>"$QM_RAY_DIR/worker-$SLURM_PROCID.log" 2>&1'
+        '>>"$log" 2>&1 && exit 0; [ $(( $(date +%s) - began )) -lt 30 ] || exit 1; '
+        'echo "qm: Ray node start $try failed; again with other ports" >>"$log"; sleep 1; done; exit 1'
     )
     lines = [
         "#!/bin/bash",
@@ -211,7 +215,8 @@ def script(spec: JobSpec, options: Mapping[str, Any]) -> str:
             "QM_RAY_WORKERS=$!",
         ]
     lines += [
-        f"qm_ray_wait {ray_nodes} || {{ qm_ray_stop; exit 1; }}",
+        f"qm_ray_wait {ray_nodes} || {{ echo 'qm: not every Ray node joined:' >&2; "
+        'tail -n 20 "$QM_RAY_DIR"/worker-*.log >&2 2>/dev/null; qm_ray_stop; exit 1; }',
         f'echo "qm: Ray is up with {ray_nodes} node(s) in $(( $(date +%s) - QM_RAY_STARTED )) s" >&2',
         f'ray job submit --log-color=false --address="http://127.0.0.1:$QM_RAY_DASHBOARD_PORT" '
         f'--submission-id={submission} --runtime-env-json="$(cat "$QM_RAY_DIR/runtime_env.json")" '
