@@ -126,7 +126,9 @@ def dispatch(attempt_id: int, now: datetime | None = None) -> str:
     )
     if not claimed:
         return "not-claimed"
-    attempt = Attempt.objects.select_related("job", "cluster").get(pk=attempt_id)
+    attempt = Attempt.objects.select_related("job__team", "job__project", "job__tier", "job__queue", "cluster").get(
+        pk=attempt_id
+    )
     job = attempt.job
     if job.attempt != attempt.number:
         return "stale"

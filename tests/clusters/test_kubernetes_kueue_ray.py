@@ -7,12 +7,13 @@ import json
 
 import pytest
 
-from clusters.backends.base import DryRun, Failure, InvalidJob, JobSpec, JobState, NotFound, Refused
+from clusters.backends.base import DryRun, Failure, InvalidJob, JobState, NotFound, Refused
 from clusters.backends.kubernetes import KubernetesBackend
 from clusters.backends.kubernetes.jobs import JOB_ID_ANNOTATION, KUEUE_QUEUE_LABEL
 from clusters.backends.kubernetes.rayjobs import DEFAULT_RAY_IMAGE
 from tests.clusters import kube_crds
 from tests.clusters.kube_server import TOKEN, KubeServer, waiting
+from tests.clusters.test_kubernetes_backend import spec as base_spec
 
 NS = "research"
 GPU = "nvidia.com/gpu"
@@ -44,21 +45,9 @@ def kueue_backend(kube, **options):
 
 
 def spec(job_id="42", **overrides):
-    values = {
-        "id": job_id,
-        "name": "llama-finetune",
-        "workers": 2,
-        "accelerators_per_worker": 8,
-        "cpu_per_worker": 96000,
-        "memory_per_worker": 512 * 1024,
-        "nodes": ("h100-a", "h100-b"),
-        "time_limit": 3600,
-        "image": "ghcr.io/acme/train:1.4",
-        "command": ("torchrun", "train.py"),
-        "team": "nlp",
-        "team_queue": "nlp",
-    }
-    return JobSpec(**{**values, **overrides})
+    """The Kubernetes tests' job, from the team nlp's queue and with no LocalQueue of its own."""
+    values = {"env": {}, "queue": "", "team": "nlp", "team_queue": "nlp", **overrides}
+    return base_spec(job_id, **values)
 
 
 def ray_spec(job_id="42", **overrides):
