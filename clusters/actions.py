@@ -24,7 +24,7 @@ from django.utils.text import slugify
 
 from clusters import capabilities
 from clusters.backends.slurm import backend as slurm_options
-from clusters.models import Cluster, Drain, MaintenanceWindow, Node, ProbeToken
+from clusters.models import OPEN_DRAINS, Cluster, Drain, MaintenanceWindow, Node, ProbeToken
 from clusters.secrets import CredentialsError
 from common import enqueue, outbound, params
 from common.validation import REQUIRED, check_max_length, message_of
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 MAX_REASON = 2000
 MAX_GRACE = 24 * 3600
 #: Drains still in force (the node is out of service because of them).
-OPEN_DRAINS = (Drain.State.CORDONED, Drain.State.DRAINING, Drain.State.DRAINED)
 
 
 def _reason(reason: str) -> str:

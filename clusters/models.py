@@ -225,6 +225,41 @@ class HealthCheckResult(models.Model):
         return f"{self.node} {self.name} {'ok' if self.ok else 'failed'}"
 
 
+class GpuSample(models.Model):
+    """One GPU of a node during one UTC minute, as its probe read it: the readings of every report in that
+    minute averaged (``readings`` of them), the throttle reasons OR-ed. Absent readings (NVML says "not
+    supported") stay NULL. Kept ``GPU_SAMPLE_DAYS`` (``prune_gpu_samples``). A job's utilization is read
+    from these through its assignments (``scheduler/utilization.py``); docs/operations.md has the fields."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+", db_index=False)
+    gpu = models.PositiveSmallIntegerField()
+    #: The minute (UTC, seconds zero) the readings fall in.
+    at = models.DateTimeField()
+    readings = models.PositiveSmallIntegerField(default=1)
+    #: Percent of the minute a kernel ran (NVML's GPU utilization), and the memory controller's.
+    utilization = models.FloatField(null=True, blank=True)
+    memory_utilization = models.FloatField(null=True, blank=True)
+    memory_used = models.BigIntegerField(null=True, blank=True, help_text="Bytes.")
+    memory_total = models.BigIntegerField(null=True, blank=True, help_text="Bytes.")
+    power_w = models.FloatField(null=True, blank=True)
+    power_limit_w = models.FloatField(null=True, blank=True)
+    sm_clock_mhz = models.FloatField(null=True, blank=True)
+    memory_clock_mhz = models.FloatField(null=True, blank=True)
+    #: NVML's clocks-event (throttle) reasons bitmask; names in ``clusters.probe.THROTTLE_REASONS``.
+    throttle_reasons = models.BigIntegerField(null=True, blank=True)
+
+    objects = TenantManager()
+    Tenancy = NodeChildTenancy
+
+    class Meta:
+        ordering = ["node", "at", "gpu"]
+        constraints = [models.UniqueConstraint(fields=["node", "at", "gpu"], name="gpu_sample_once_per_minute")]
+        indexes = [models.Index(fields=["at"], name="gpu_sample_at")]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} GPU {self.gpu} at {self.at:%Y-%m-%d %H:%M}"
+
+
 class Drain(models.Model):
     """A request to take a node out of service: by an admin (with a reason) or by the auto-drain policy.
 
@@ -266,6 +301,10 @@ class Drain(models.Model):
 
     def __str__(self) -> str:
         return f"drain of {self.node} ({self.state})"
+
+
+#: A drain (or cordon) not over yet: the node stays out of service until it is resumed.
+OPEN_DRAINS = (Drain.State.CORDONED, Drain.State.DRAINING, Drain.State.DRAINED)
 
 
 class ProbeToken(models.Model):
@@ -333,6 +372,7 @@ __all__ = [
     "AcceleratorType",
     "Cluster",
     "Drain",
+    "GpuSample",
     "HealthCheckResult",
     "MaintenanceWindow",
     "Node",

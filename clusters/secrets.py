@@ -22,6 +22,7 @@ from common.sealed import fernet
 #: The purposes keys are derived for.
 CLUSTER_CREDENTIALS = "cluster credentials"
 JOB_SECRET_ENV = "job secret environment"  # noqa: S105 - a key derivation's label, not a secret
+SESSION_SECRET = "interactive session secret"  # noqa: S105 - a key derivation's label, not a secret
 
 
 class CredentialsError(ValueError):

@@ -24,8 +24,9 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from clusters.backends.base import Backend, BackendError, Inventory, NodeInfo, load
-from clusters.models import AcceleratorType, Cluster, Node, TopologyDomain
+from clusters.models import OPEN_DRAINS, AcceleratorType, Cluster, Drain, Node, TopologyDomain
 from clusters.secrets import CredentialsError
+from common import metrics
 from common.staging import staged
 
 UNREACHABLE_AFTER = 3
@@ -105,6 +106,7 @@ def sync_cluster(cluster_id: int) -> SyncResult:
             )
     except BadInventory as error:
         return _failed(cluster, str(error))
+    metrics.SYNCS.labels(cluster.kind, "ok").inc()
     return SyncResult(cluster.pk, True, *counts)
 
 
@@ -114,6 +116,7 @@ class BadInventory(ValueError):
 
 def _failed(cluster: Cluster, message: str) -> SyncResult:
     failures = cluster.failures + 1
+    metrics.SYNCS.labels(cluster.kind, "error").inc()
     backoff = min(BACKOFF_BASE * 2 ** (failures - 1), BACKOFF_MAX)
     Cluster.objects.filter(pk=cluster.pk).update(
         failures=F("failures") + 1,
@@ -160,7 +163,11 @@ def _accelerators(cluster: Cluster, inventory: Inventory) -> dict[str, int]:
     return known
 
 
-def _state(reported: NodeInfo, current: str) -> str:
+def _state(reported: NodeInfo, current: str, held: bool) -> str:
+    """A node's state from what its cluster reports. ``held``: Quartermaster holds it out of service (an open
+    drain or cordon), which only a resume ends. A cordon seen on the cluster alone (someone ran ``kubectl
+    cordon``, or a resume not yet passed on when this sync read the cluster) ends when the cluster schedules
+    on the node again."""
     State = Node.State
     if not reported.ready:
         return State.DOWN if current == State.SCHEDULABLE else current
@@ -168,6 +175,8 @@ def _state(reported: NodeInfo, current: str) -> str:
         return State.SCHEDULABLE if reported.schedulable else State.CORDONED
     if not reported.schedulable and current == State.SCHEDULABLE:
         return State.CORDONED
+    if reported.schedulable and current == State.CORDONED and not held:
+        return State.SCHEDULABLE
     return current
 
 
@@ -176,6 +185,7 @@ def _apply(cluster: Cluster, inventory: Inventory) -> tuple[int, int, int, int]:
     _check(inventory)
     accelerators = _accelerators(cluster, inventory)
     existing = {row[0]: row for row in Node.objects.filter(cluster=cluster).values_list("name", "pk", *COPIED)}
+    held = set(Drain.objects.filter(node__cluster=cluster, state__in=OPEN_DRAINS).values_list("node__name", flat=True))
     created: list[Node] = []
     changed: list[Node] = []
     unchanged = 0
@@ -198,7 +208,7 @@ def _apply(cluster: Cluster, inventory: Inventory) -> tuple[int, int, int, int]:
             "ready": info.ready,
             "heartbeat_at": info.heartbeat,
             "present": True,
-            "state": _state(info, old_state),
+            "state": _state(info, old_state, info.name in held),
         }
         if row is None:
             created.append(Node(cluster=cluster, name=info.name, **values))

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from datetime import timedelta
 from typing import Any
 
 from celery import shared_task
+from django.conf import settings
 from django.utils import timezone
 
 from clusters import health, maintenance, sync
 from clusters.backends.base import AuthenticationFailed, BackendError, NotFound
-from clusters.models import Cluster, Drain, Node
+from clusters.models import OPEN_DRAINS, Cluster, Drain, GpuSample, Node
 from clusters.secrets import CredentialsError
 
 
@@ -62,8 +64,10 @@ def apply_drain(self: Any, drain_id: int) -> str:
 def apply_resume(self: Any, node_id: int) -> str:
     """Tell the cluster a node is back in service (idempotent: resuming twice is harmless)."""
     node = Node.objects.select_related("cluster").get(pk=node_id)
-    if node.state != Node.State.SCHEDULABLE:
-        return str(node.state)  # drained again since
+    if Drain.objects.filter(node=node, state__in=OPEN_DRAINS).exists():
+        return str(node.state)  # cordoned or drained again since
+    # Not held: resume it on the cluster, even if a sync that read the cluster first marked it cordoned again
+    # (the next sync then sees it schedulable; clusters/sync.py ``_state``).
     try:
         sync.backend_for(node.cluster).resume(node.name)
     except (BackendError, CredentialsError) as error:
@@ -90,3 +94,20 @@ def check_all_health() -> int:
 def apply_maintenance_windows() -> dict[str, int]:
     """On the beat: drain the nodes of windows about to start, resume those of windows that ended."""
     return asdict(maintenance.apply_windows())
+
+
+#: Rows one pruning statement deletes: short transactions, whatever the backlog.
+PRUNE_BATCH = 50_000
+
+
+@shared_task
+def prune_gpu_samples() -> int:
+    """On the beat: delete GPU samples older than ``GPU_SAMPLE_DAYS``, in batches; how many went. Billing
+    reads utilization from the samples, so the default keeps the last full month's statement whole."""
+    before = timezone.now() - timedelta(days=settings.GPU_SAMPLE_DAYS)
+    deleted = 0
+    while True:
+        batch = list(GpuSample.objects.filter(at__lt=before).values_list("pk", flat=True)[:PRUNE_BATCH])
+        if not batch:
+            return deleted
+        deleted += GpuSample.objects.filter(pk__in=batch).delete()[0]

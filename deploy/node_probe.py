@@ -4,11 +4,15 @@
 Runs on each GPU node (as a systemd service, a DaemonSet or a Slurm prolog), with Python 3.9+ and
 ``nvidia-ml-py`` (``pip install nvidia-ml-py``); nothing else. Every ``--interval`` seconds it posts, for
 every GPU: temperature, uncorrected ECC errors (volatile), the XID errors NVML reported since the last
-report, and how many NVLink links are down. The portal judges the readings (``clusters/probe.py``) and
+report, and how many NVLink links are down; and how busy each GPU is: utilization (GPU and memory
+controller, %), memory used and total (bytes), power draw and limit (W), SM and memory clocks (MHz) and
+the clocks-event (throttle) reasons bitmask, each left out where the GPU does not support it. The portal
+judges the readings (``clusters/probe.py``), keeps the activity as per-minute samples, and
 drains the node when they fail; this script only reads and reports. When NVML cannot be read (no driver,
 a GPU fallen off the bus) it reports that, which fails the node's ``nvml`` check.
 
     QM_PROBE_TOKEN=qmp_... python3 node_probe.py --url https://qm.example.org [--node NAME] [--once]
+    python3 node_probe.py --dump      # print one report as JSON, post nothing (no token needed)
 
 The token is a cluster's probe token (``manage.py probe_token --cluster SLUG --name NAME``).
 """
@@ -67,6 +71,44 @@ class Nvml:
                 break  # past the GPU's last link, or no NVLink at all
         return down
 
+    def optional(self, read: Any, *args: Any) -> Any:
+        """``read(*args)``, or None where this GPU (or driver) does not support it."""
+        try:
+            return read(*args)
+        except (self.nvml.NVMLError, AttributeError):  # not supported, not permitted, unknown to old bindings
+            return None
+
+    def activity(self, handle: Any) -> dict[str, Any]:
+        """How busy the GPU is; each reading absent where it is not supported."""
+        nvml = self.nvml
+        found: dict[str, Any] = {}
+        rates = self.optional(nvml.nvmlDeviceGetUtilizationRates, handle)
+        if rates is not None:
+            found["utilization_gpu"] = int(rates.gpu)
+            found["utilization_memory"] = int(rates.memory)
+        memory = self.optional(nvml.nvmlDeviceGetMemoryInfo, handle)
+        if memory is not None:
+            found["memory_used_bytes"] = int(memory.used)
+            found["memory_total_bytes"] = int(memory.total)
+        power = self.optional(nvml.nvmlDeviceGetPowerUsage, handle)  # milliwatts
+        if power is not None:
+            found["power_w"] = round(power / 1000, 1)
+        limit = self.optional(nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+        if limit is not None:
+            found["power_limit_w"] = round(limit / 1000, 1)
+        for key, clock in (("sm_clock_mhz", "NVML_CLOCK_SM"), ("memory_clock_mhz", "NVML_CLOCK_MEM")):
+            mhz = self.optional(nvml.nvmlDeviceGetClockInfo, handle, getattr(nvml, clock))
+            if mhz is not None:
+                found[key] = int(mhz)
+        # Newer bindings name them clocks-event reasons; older ones throttle reasons (the same bits).
+        reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+        )
+        bits = self.optional(reasons, handle) if reasons is not None else None
+        if bits is not None:
+            found["throttle_reasons"] = int(bits)
+        return found
+
     def read(self) -> list[dict[str, Any]]:
         xids = self.xids()
         gpus = []
@@ -85,6 +127,7 @@ class Nvml:
                     "ecc_uncorrected": int(ecc),
                     "xid_errors": xids.get(index, []),
                     "nvlink_links_down": self.nvlink_down(handle),
+                    **self.activity(handle),
                 }
             )
         return gpus
@@ -116,24 +159,31 @@ def post(url: str, token: str, body: dict[str, Any], timeout: float = 10.0) -> t
         return refused.code, json.loads(refused.read() or b"{}")
 
 
+def open_nvml() -> tuple[Nvml | None, str]:
+    """NVML opened, or why not (no bindings, no driver): the probe reports that instead of readings."""
+    try:
+        return Nvml(), ""
+    except Exception as failure:  # noqa: BLE001 - ImportError or any NVMLError: report it, keep running
+        return None, f"NVML unavailable: {failure}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", required=True, help="The portal's base URL.")
+    parser.add_argument("--url", help="The portal's base URL.")
     parser.add_argument("--node", default=socket.gethostname(), help="This node's name in its cluster.")
     parser.add_argument("--interval", type=float, default=30.0, help="Seconds between reports.")
     parser.add_argument("--once", action="store_true", help="Post one report and exit (0 if it was accepted).")
+    parser.add_argument("--dump", action="store_true", help="Print one report as JSON and exit; post nothing.")
     args = parser.parse_args(argv)
-    if not args.url.startswith(("http://", "https://")):
+    if args.dump:
+        print(json.dumps(report(args.node, *open_nvml()), indent=1))
+        return 0
+    if not args.url or not args.url.startswith(("http://", "https://")):
         parser.error("--url must start with http:// or https://")
     token = os.environ.get("QM_PROBE_TOKEN", "")
     if not token:
         parser.error("set QM_PROBE_TOKEN to the cluster's probe token")
-    reader: Nvml | None = None
-    error = ""
-    try:
-        reader = Nvml()
-    except Exception as failure:  # noqa: BLE001 - ImportError or any NVMLError: report it, keep running
-        error = f"NVML unavailable: {failure}"
+    reader, error = open_nvml()
     while True:
         try:
             status, answer = post(args.url, token, report(args.node, reader, error))

@@ -25,7 +25,7 @@ from rest_framework.serializers import Serializer
 
 from clusters import actions
 from clusters.api import serializers as s
-from clusters.models import Cluster, Drain, MaintenanceWindow, Node
+from clusters.models import OPEN_DRAINS, Cluster, Drain, MaintenanceWindow, Node
 from clusters.web.filters import FleetNodeFilter, MaintenanceWindowFilter
 from common import params
 from portal.api.errors import error_body
@@ -106,7 +106,7 @@ class NodeViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixi
     parser_classes = [JSONParser]
 
     def get_queryset(self) -> QuerySet[Node]:
-        open_drains = Drain.objects.filter(state__in=actions.OPEN_DRAINS).select_related("requested_by")
+        open_drains = Drain.objects.filter(state__in=OPEN_DRAINS).select_related("requested_by")
         return (
             super()
             .get_queryset()

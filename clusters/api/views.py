@@ -3,7 +3,9 @@
 ``POST /api/v1/probe/health/`` with ``Authorization: Bearer qmp_…``. The node must belong to the token's
 cluster (another cluster's node is a 404, as if it did not exist); one report per node per
 ``PROBE_MIN_INTERVAL`` (429 with ``Retry-After`` otherwise); readings are validated field by field (400
-naming the field). The answer says whether the node passes and which checks fail.
+naming the field). The answer says whether the node passes and which checks fail. The activity readings
+(utilization, memory, power, clocks, throttle reasons) are optional per GPU: older probes do not send them,
+and a GPU that does not support one leaves it out.
 """
 
 from __future__ import annotations
@@ -76,6 +78,22 @@ class GpuSerializer(serializers.Serializer[Any]):
     ecc_uncorrected = serializers.IntegerField(min_value=0, default=0)
     xid_errors = serializers.ListField(child=serializers.IntegerField(min_value=0), max_length=64, default=list)
     nvlink_links_down = serializers.IntegerField(min_value=0, max_value=64, default=0)
+    # Activity readings, each optional (not every GPU supports each; older probes send none).
+    utilization_gpu = serializers.IntegerField(min_value=0, max_value=100, required=False)
+    utilization_memory = serializers.IntegerField(min_value=0, max_value=100, required=False)
+    memory_used_bytes = serializers.IntegerField(min_value=0, max_value=2**50, required=False)
+    memory_total_bytes = serializers.IntegerField(min_value=0, max_value=2**50, required=False)
+    power_w = serializers.FloatField(min_value=0, max_value=10_000, required=False)
+    power_limit_w = serializers.FloatField(min_value=0, max_value=10_000, required=False)
+    sm_clock_mhz = serializers.IntegerField(min_value=0, max_value=100_000, required=False)
+    memory_clock_mhz = serializers.IntegerField(min_value=0, max_value=100_000, required=False)
+    throttle_reasons = serializers.IntegerField(min_value=0, max_value=2**63 - 1, required=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        used, total = attrs.get("memory_used_bytes"), attrs.get("memory_total_bytes")
+        if used is not None and total is not None and used > total:
+            raise serializers.ValidationError({"memory_used_bytes": "Is more than memory_total_bytes."})
+        return attrs
 
 
 class ReportSerializer(serializers.Serializer[Any]):
@@ -99,6 +117,21 @@ class ReportSerializer(serializers.Serializer[Any]):
         if len(indexes) != len(set(indexes)):
             raise serializers.ValidationError("Each GPU index may appear once.")
         return value
+
+
+def activity(gpu: dict[str, Any]) -> probe.Activity:
+    """The activity readings of one validated GPU, in the probe module's names."""
+    return probe.Activity(
+        utilization=gpu.get("utilization_gpu"),
+        memory_utilization=gpu.get("utilization_memory"),
+        memory_used=gpu.get("memory_used_bytes"),
+        memory_total=gpu.get("memory_total_bytes"),
+        power_w=gpu.get("power_w"),
+        power_limit_w=gpu.get("power_limit_w"),
+        sm_clock_mhz=gpu.get("sm_clock_mhz"),
+        memory_clock_mhz=gpu.get("memory_clock_mhz"),
+        throttle_reasons=gpu.get("throttle_reasons"),
+    )
 
 
 class ProbeReportView(APIView):
@@ -134,7 +167,12 @@ class ProbeReportView(APIView):
             observed_at=values["observed_at"],
             gpus=tuple(
                 probe.GpuReading(
-                    g["index"], g["temperature_c"], g["ecc_uncorrected"], tuple(g["xid_errors"]), g["nvlink_links_down"]
+                    g["index"],
+                    g["temperature_c"],
+                    g["ecc_uncorrected"],
+                    tuple(g["xid_errors"]),
+                    g["nvlink_links_down"],
+                    activity(g),
                 )
                 for g in values["gpus"]
             ),

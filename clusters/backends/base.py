@@ -21,6 +21,16 @@ Every backend:
   read;
 - makes ``submit`` idempotent on ``JobSpec.id`` (submitting the same id twice returns the first job);
 - is imported lazily through ``load(kind)``, so a deployment without, say, the TPU client never imports it.
+
+**A job's output** (``logs``): one page of one worker's output at a time, never a whole log. A page is asked
+for from the start, from an ``offset`` (the ``next_offset`` of the page before, opaque to the caller: a byte
+count where the output is a file, a position in the stream on Kubernetes), or as the last ``tail`` lines; at
+most ``limit`` bytes come back, cut at a line's end where the page holds one. The ``LogChunk`` says where to
+go on from, whether more is there already and whether the stream is complete (the worker ended: nothing
+will be added). ``worker`` names the stream: "" the job's main output (a plain job's first worker, a Ray
+job's entrypoint), a worker's index, or ``head`` for a Ray head. A backend raises ``NotFound`` for no such job
+or worker and ``LogsUnavailable`` (a ``NotFound``) when its cluster keeps no output Quartermaster can read,
+saying where the job's output may be instead. Where each backend reads from: docs/backends.md §Logs.
 """
 
 from __future__ import annotations
@@ -36,6 +46,13 @@ from typing import Any, ClassVar
 from common import outbound
 
 KINDS = ("simulated", "slurm", "kubernetes", "tpu")
+#: The label (``NodeInfo.labels``) of a node its owner lends to one team only: that team's slug. The placement
+#: loop places only that team's jobs there (docs/scheduling.md §Nodes lent to a team).
+LENT_TO = "qm/lent-to"
+#: ``logs``: the bytes one page holds by default and at most, and the most lines ``tail`` may ask for.
+LOG_LIMIT = 64 * 1024
+LOG_LIMIT_MAX = 1024 * 1024
+LOG_TAIL_MAX = 10_000
 #: How much of an answer's body the server's log keeps.
 DETAIL_LIMIT = 2000
 
@@ -82,6 +99,15 @@ class InvalidJob(Refused):
 
 class NotFound(BackendError):
     """The node or job named does not exist on the cluster."""
+
+
+class LogsUnavailable(NotFound):
+    """The cluster keeps no output of this job (or worker) that Quartermaster can read; the message says why
+    and where the job's output may be instead (its own bucket, a file on the cluster)."""
+
+
+class BadOffset(BackendError):
+    """``logs`` was given an offset the backend never gave (not a position in that output)."""
 
 
 class NotAllowed(BackendError):
@@ -183,6 +209,21 @@ class JobSpec:
     #: TPU: every worker is one whole slice of this type and shape (``workers`` > 1: multislice).
     tpu_type: str = ""
     tpu_topology: str = ""
+    #: An interactive session (``kind`` ``"session"``): its app (``jupyterlab``, ``shell``), the minutes without
+    #: activity after which it ends by itself, and the secret its app is started with (this attempt's alone;
+    #: shown to nobody but the submitter's open link). The program that starts it reports its address to
+    #: ``POST /api/v1/jobs/{id}/session/`` with the job token (docs/jobs.md, "Interactive sessions").
+    session_app: str = ""
+    session_idle_minutes: int = 0
+    session_secret: str = field(default="", repr=False)
+    #: Thousandths of each accelerator a worker uses: below 1000, a share of one GPU that other jobs' shares
+    #: sit beside (the simulated cluster counts a node's shares together).
+    accelerator_milli: int = 1000
+    #: A service replica (``kind`` ``"service"``): the port its program serves on (0: the backend picks a free
+    #: one and passes it as ``$PORT``) and its health path. The backend reports where it listens to ``POST
+    #: /api/v1/jobs/{id}/endpoint/`` with the job token; it runs until cancelled (no time limit of its own).
+    serve_port: int = 0
+    serve_health_path: str = ""
 
 
 class JobState(StrEnum):
@@ -237,6 +278,23 @@ class HealthSignal:
 
 
 @dataclass(frozen=True, slots=True)
+class LogChunk:
+    """One page of one worker's output (``Backend.logs``).
+
+    ``next_offset`` is where the next page starts: pass it back as ``offset`` to read on (to follow a running
+    job, ask again with it until ``complete``). ``more``: output beyond this page is there already;
+    ``complete``: the stream has ended and will not grow. ``source`` says where it was read from, in words
+    (a file, a pod and container)."""
+
+    text: str
+    next_offset: str
+    more: bool
+    complete: bool
+    worker: str = ""
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class DryRun:
     """What a mutating call would have done, returned instead of doing it in dry-run mode."""
 
@@ -284,6 +342,14 @@ class Backend:
         """The cluster's id of the job submitted under ``job_id`` (``JobSpec.id``), or None if it has none: how a
         job whose submission may or may not have gone through before a crash is found again."""
         raise NotImplementedError
+
+    def logs(
+        self, backend_id: str, worker: str = "", *, offset: str = "", tail: int | None = None, limit: int = LOG_LIMIT
+    ) -> LogChunk:
+        """A page of the output of ``worker`` of the job (the module docstring's **A job's output**): from
+        ``offset`` when given, else the last ``tail`` lines when given, else from the start; at most ``limit``
+        bytes. ``NotFound`` for no such job or worker; ``BadOffset`` for an offset this backend never gave."""
+        raise LogsUnavailable(f"{self.kind} clusters keep no job output Quartermaster can read")
 
     # writes (dry-run aware)
     def submit(self, spec: JobSpec) -> str | DryRun:

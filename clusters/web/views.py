@@ -17,7 +17,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.db.models import Count, Sum
+from django.db.models import Count, Q, Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -32,6 +32,7 @@ from clusters.models import AcceleratorType, Cluster, Drain, HealthCheckResult, 
 from clusters.web.filters import NodeFilter
 from clusters.web.forms import ClusterForm, DrainForm, MaintenanceForm, ProbeTokenForm, ReasonForm
 from common.types import AuthenticatedHttpRequest
+from scheduler import occupancy
 from tenancy import policy
 from tenancy.models import Organization
 from tenancy.scoping import Action
@@ -79,6 +80,10 @@ def cluster_list(request: AuthenticatedHttpRequest) -> HttpResponse:
         totals[cluster_id][0] += nodes
         totals[cluster_id][1] += used or 0
         totals[cluster_id][2] += total or 0
+    # Our placements the clusters' reports do not count yet (``scheduler/occupancy.py``).
+    where = Q(cluster__in=[c.pk for c in clusters], present=True)
+    for cluster_id, accelerators in occupancy.beyond_reports(where, "cluster_id").items():
+        totals[cluster_id][1] += accelerators
     rows = []
     for cluster in clusters:
         by_state = counts.get(cluster.pk, {})
@@ -118,17 +123,23 @@ def _render_cluster(
     filterset = NodeFilter(request.GET, queryset=nodes)
     if filterset.is_valid():
         page = Paginator(filterset.qs, NODES_PER_PAGE).get_page(request.GET.get("page"))
+        ours = occupancy.held(Q(pk__in=[node.pk for node in page]))
     else:
         status = HTTPStatus.BAD_REQUEST
         page = Paginator(nodes.none(), NODES_PER_PAGE).get_page(1)
+        ours = {}
     query = request.GET.copy()
     query.pop("page", None)
-    accelerator_types = (
+    accelerator_types = list(
         AcceleratorType.objects.for_user(request.user, Action.VIEW)
         .filter(node__cluster=cluster, node__present=True)
         .annotate(nodes=Count("node"), total=Sum("node__accelerators"), used=Sum("node__accelerators_used"))
         .order_by("name")
     )
+    # Every placement counts, the clusters' reports or ours where more (``scheduler/occupancy.py``).
+    beyond = occupancy.beyond_reports(Q(cluster=cluster, present=True), "accelerator_id")
+    for accelerator_type in accelerator_types:
+        accelerator_type.used = (accelerator_type.used or 0) + beyond.get(accelerator_type.pk, 0)
     drains = (
         Drain.objects.for_user(request.user, Action.VIEW)
         .filter(node__cluster=cluster)
@@ -143,11 +154,13 @@ def _render_cluster(
     can_change = policy.can(request.user, "cluster.change", cluster)
     context = {
         "cluster": cluster,
-        "options": _shown_options(cluster.options),
+        # Backend options name server paths (a Slurm log_dir, a mount): for the cluster's admins only, as in the API.
+        "options": _shown_options(cluster.options) if can_change else [],
         "runs": capabilities.of(cluster.kind, cluster.options).describe(),
         "accelerator_types": accelerator_types,
         "filter": filterset,
         "page": page,
+        "nodes": [(node, occupancy.use_of(node, ours)) for node in page],
         "query": query.urlencode(),
         "drains": drains,
         "windows": windows,
@@ -358,6 +371,7 @@ def cluster_live_tiles(request: AuthenticatedHttpRequest, pk: int) -> HttpRespon
 def _render_node(request: AuthenticatedHttpRequest, node: Node, status: int = 200, **forms: Any) -> HttpResponse:
     context = {
         "node": node,
+        "used": occupancy.use_of(node, occupancy.held(Q(pk=node.pk))),
         "cluster": node.cluster,
         "levels": [(level, node.topology.get(level, "")) for level in node.cluster.levels or []],
         "health": HealthCheckResult.objects.for_user(request.user, Action.VIEW).filter(node=node)[:HEALTH_HISTORY],

@@ -8,8 +8,9 @@ ROOTFS_CACHE=${ROOTFS_CACHE:-/var/cache/quartermaster}
 SUITE=${SUITE:-trixie}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 # slurmrestd 24.11 and its plugins come with slurm-wlm-basic-plugins (a dependency); the JWT plugin must be
-# named, as on bookworm.
-PACKAGES=slurmctld,slurmd,slurm-client,slurmrestd,munge,slurm-wlm-jwt-plugin
+# named, as on bookworm. python3 and python3-venv (trixie's Python 3.13): the lab's jobs run inside the root,
+# and a Ray job needs a Python there; ray-venv.sh ROOT puts Ray in a virtual environment of the root's own.
+PACKAGES=slurmctld,slurmd,slurm-client,slurmrestd,munge,slurm-wlm-jwt-plugin,python3,python3-venv
 STAMP="$SUITE-$(echo "$SUITE $PACKAGES" | sha256sum | cut -c1-12)"
 ROOT=$ROOTFS_CACHE/slurm-rootfs-$STAMP
 

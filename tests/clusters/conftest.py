@@ -39,8 +39,8 @@ def slurm_lab(request: pytest.FixtureRequest) -> Iterator[SlurmLab]:
 
 @pytest.fixture(scope="session")
 def slurm_lab_2205() -> Iterator[SlurmLab]:
-    """The Slurm 22.05 lab alone, for tests that need the host's programs in their jobs (the 24.11 lab's
-    jobs run inside its minimal root filesystem: bash and coreutils, no Python)."""
+    """The Slurm 22.05 lab alone, for a test one lab is enough for (Ray through the placement loop: real Ray
+    runs on both labs in ``test_slurm_ray.py`` and the Slurm fault matrix)."""
     with lab_session(LABS["22.05"]) as lab:
         yield lab
 

@@ -34,7 +34,9 @@ KubeRay's RayJob lifecycle (ray-project/kuberay ``ray-operator/controllers/ray/r
 ``spec.suspend`` is set, to ``Suspended``), names its RayCluster ``<rayjob>-<5 characters>`` and makes its
 head and worker pods from the templates (``ray.io/cluster``, ``ray.io/node-type``, ``ray.io/group`` labels),
 unbound until the test binds them; ``ray_run`` is the cluster ready and the entrypoint submitted:
-``dashboardURL`` set to the head service's ``host:port``, ``Running``/``RUNNING``; ``ray_finish`` ends the
+``dashboardURL`` set to the head service's ``host:port``, ``Running``/``RUNNING``, and the submitter: a batch Job
+named as the RayJob, owned by it (``ray.io/originated-from-cr-name``, ``ray.io/originated-from-crd`` labels),
+whose one pod runs ``ray job submit`` in container ``ray-job-submitter`` (``common/job.go``); ``ray_finish`` ends the
 Ray job as Ray reports it (SUCCEEDED, or FAILED with Ray's message, e.g. "Job entrypoint command failed with
 exit code 3") and, with ``shutdownAfterJobFinishes``, deletes the Ray cluster's pods.
 """
@@ -514,7 +516,42 @@ def ray_run(kube: KubeServer, namespace: str, name: str) -> None:
             jobStatus="RUNNING",
             dashboardURL=f"{cluster}-head-svc.{namespace}.svc.cluster.local:8265",
         )
+        _add_submitter(kube, namespace, job)
         kube._bump(job)
+
+
+def _add_submitter(kube: KubeServer, namespace: str, rayjob: dict[str, Any]) -> None:
+    """KubeRay's submitter Job for ``rayjob`` and the pod the Job controller makes for it, running."""
+    name = rayjob["metadata"]["name"]
+    if (namespace, name) in kube.jobs:
+        return
+    uid = str(uuid.uuid4())
+    owner = {"apiVersion": RAY_VERSION, "kind": "RayJob", "name": name, "uid": rayjob["metadata"]["uid"]}
+    labels = {"ray.io/originated-from-cr-name": name, "ray.io/originated-from-crd": "RayJob"}
+    pod_labels = {"batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": name, "job-name": name}
+    container = {"name": "ray-job-submitter", "image": "rayproject/ray:2.49.2", "command": ["ray", "job", "submit"]}
+    kube.jobs[(namespace, name)] = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid, "labels": labels, "ownerReferences": [owner]},
+        "spec": {
+            "backoffLimit": 2,
+            "template": {"metadata": {"labels": pod_labels}, "spec": {"containers": [container]}},
+        },
+        "status": {"active": 1},
+    }
+    pod_owner = {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid, "controller": True}
+    kube.pods[(namespace, f"{name}-sub01")] = {
+        "metadata": {
+            "name": f"{name}-sub01",
+            "namespace": namespace,
+            "labels": pod_labels,
+            "ownerReferences": [pod_owner],
+            "creationTimestamp": now(),
+        },
+        "spec": {"containers": [container], "restartPolicy": "Never"},
+        "status": {"phase": "Running"},
+    }
 
 
 def ray_finish(kube: KubeServer, namespace: str, name: str, *, exit_code: int = 0, reason: str = "") -> None:
@@ -545,6 +582,9 @@ def ray_finish(kube: KubeServer, namespace: str, name: str, *, exit_code: int = 
                 ),
             )
         status["endTime"] = now()
+        submitter = kube.pods.get((namespace, f"{name}-sub01"))
+        if submitter is not None:  # ``ray job submit`` exits with the entrypoint
+            submitter["status"] = {"phase": "Succeeded" if exit_code == 0 and not reason else "Failed"}
         if job["spec"].get("shutdownAfterJobFinishes"):
             _delete_ray_cluster(kube, job)
         kube._bump(job)
@@ -579,7 +619,15 @@ def validate(kind: str, body: dict[str, Any], name: str) -> str:
 
 
 def garbage_collect(kube: KubeServer, uid: str) -> None:
-    """What the garbage collector deletes with the object ``uid``: the custom objects it owns (its Workload)."""
+    """What the garbage collector deletes with the object ``uid``: the custom objects it owns (its Workload) and
+    the Jobs it owns (a RayJob's submitter), with their pods."""
+    for key, job in list(kube.jobs.items()):
+        if any(o.get("uid") == uid for o in job["metadata"].get("ownerReferences") or []):
+            del kube.jobs[key]
+            garbage_collect(kube, job["metadata"]["uid"])
+    for key, pod in list(kube.pods.items()):
+        if any(o.get("uid") == uid for o in pod["metadata"].get("ownerReferences") or []):
+            del kube.pods[key]
     for store in kube.custom.values():
         for key, obj in list(store.items()):
             if any(o.get("uid") == uid for o in obj["metadata"].get("ownerReferences") or []):

@@ -19,6 +19,13 @@ error bodies (``kind: Status, apiVersion: v1, status: Failure, reason, code, mes
 - ``POST``/``GET /apis/batch/v1/namespaces/{ns}/jobs``, ``GET``/``DELETE .../jobs/{name}``: 201, 409
   AlreadyExists, 404 NotFound, 422 Invalid for a bad name; DELETE records ``propagationPolicy`` and, unless
   it is ``Orphan``, removes the Job's pods (what the garbage collector would do);
+- ``GET /api/v1/namespaces/{ns}/pods/{name}/log``: the text tests put in with ``add_log`` (timestamped by the
+  "kubelet" as they are added), as ``text/plain``; ``container`` (required when the pod has several: 400;
+  one not in the pod: 400), ``previous`` (the instance before the last restart: 400 when there is none),
+  ``timestamps`` (each line prefixed with its RFC 3339 time, nanoseconds trimmed as Go writes them),
+  ``sinceSeconds`` / ``sinceTime`` (not both: 400), ``tailLines`` (applied before) and ``limitBytes`` (cut
+  after, mid-line if it falls there), as the kubelet serves them; 404 for no pod, 400 while the container waits
+  to start;
 - ``GET /apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases``: the kubelets' heartbeats (403 when
   ``forbid_leases``);
 - bearer tokens: a wrong or missing one is 401; a read-only one is 403 on anything but GET;
@@ -44,7 +51,7 @@ import ssl
 import threading
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -170,6 +177,8 @@ class KubeServer:
         self.kueue_originals: dict[str, dict[str, Any]] = {}
         self.kueue_installed = True
         self.kuberay_installed = True
+        #: Pod logs by (namespace, pod, container, previous): (when the kubelet stamped it, the line), oldest first.
+        self.pod_logs: dict[tuple[str, str, str, bool], list[tuple[datetime, str]]] = {}
         if seed:
             seed_fleet(self, now or datetime.now(UTC))
         self._httpd: ThreadingHTTPServer | None = None
@@ -515,6 +524,67 @@ class KubeServer:
         self._bump(pod)
         return 200, {"kind": "Pod", "apiVersion": "v1", **pod}
 
+    def add_log(
+        self,
+        namespace: str,
+        pod: str,
+        *lines: str,
+        container: str = "",
+        previous: bool = False,
+        at: datetime | None = None,
+        step: timedelta = timedelta(0),
+    ) -> None:
+        """Lines the container wrote (each ends with a line break), stamped ``at`` (now), each ``step`` after the
+        one before: a zero step is one write of several lines, which the runtime stamps alike. ``container``
+        defaults to the pod's only or first container."""
+        with self.lock:
+            spec = self.pods[(namespace, pod)].get("spec", {})
+            name = container or (spec.get("containers") or [{"name": "worker"}])[0]["name"]
+            stamp = at or datetime.now(UTC)
+            log = self.pod_logs.setdefault((namespace, pod, name, previous), [])
+            for line in lines:
+                log.append((stamp, line))
+                stamp += step
+
+    def pod_log(self, namespace: str, name: str, query: dict[str, str], **_: Any) -> tuple[int, Any]:
+        pod = self.pods.get((namespace, name))
+        if pod is None:
+            raise not_found("pods", name)
+        container = _log_container(pod, query.get("container", ""))
+        previous = query.get("previous") == "true"
+        if previous and (namespace, name, container, True) not in self.pod_logs:
+            raise ApiError(400, "BadRequest", f'previous terminated container "{container}" in pod "{name}" not found')
+        if not previous:
+            waiting = _waiting_reason(pod, container)
+            if waiting:
+                raise ApiError(
+                    400, "BadRequest", f'container "{container}" in pod "{name}" is waiting to start: {waiting}'
+                )
+        if "sinceSeconds" in query and "sinceTime" in query:
+            raise ApiError(400, "BadRequest", "at most one of `sinceTime` or `sinceSeconds` may be specified")
+        for key in ("sinceSeconds", "limitBytes"):
+            if key in query and int(query[key]) < 1:
+                raise ApiError(
+                    422, "Invalid", f'PodLogOptions "{name}" is invalid: {key}: Invalid value: must be greater than 0'
+                )
+        if "tailLines" in query and int(query["tailLines"]) < 0:
+            raise ApiError(422, "Invalid", f'PodLogOptions "{name}" is invalid: tailLines: Invalid value: must be >= 0')
+        lines = list(self.pod_logs.get((namespace, name, container, previous), []))
+        if "sinceSeconds" in query:
+            since = datetime.now(UTC) - timedelta(seconds=int(query["sinceSeconds"]))
+            lines = [(stamp, line) for stamp, line in lines if stamp >= since]
+        elif "sinceTime" in query:
+            since = datetime.fromisoformat(query["sinceTime"].replace("Z", "+00:00"))
+            lines = [(stamp, line) for stamp, line in lines if stamp >= since]
+        if "tailLines" in query:
+            tail = int(query["tailLines"])
+            lines = lines[len(lines) - tail :] if tail else []
+        stamped = query.get("timestamps") == "true"
+        text = "".join((f"{rfc3339_nano(stamp)} " if stamped else "") + line for stamp, line in lines).encode()
+        if "limitBytes" in query:
+            text = text[: int(query["limitBytes"])]
+        return 200, PlainText(text)
+
     def add_job_pod(
         self,
         namespace: str,
@@ -536,6 +606,44 @@ class KubeServer:
             "spec": {**copy.deepcopy(job["spec"]["template"]["spec"]), **({"nodeName": node} if node else {})},
             "status": status if status is not None else {"phase": phase},
         }
+
+
+class PlainText(bytes):
+    """An answer that is text, not JSON (a pod log)."""
+
+
+def rfc3339_nano(stamp: datetime) -> str:
+    """Go's ``time.RFC3339Nano`` in UTC: trailing zeros of the fraction trimmed, no fraction when it is zero
+    (Python keeps microseconds: the nanoseconds' last three digits are zero)."""
+    fraction = f"{stamp.microsecond:06d}000".rstrip("0")
+    return stamp.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S") + (f".{fraction}" if fraction else "") + "Z"
+
+
+def _log_container(pod: dict[str, Any], container: str) -> str:
+    """The container whose log is asked for: the one named, which must be the pod's, or its only one."""
+    name = pod["metadata"]["name"]
+    containers = [c["name"] for c in pod.get("spec", {}).get("containers", [])]
+    if not container:
+        if len(containers) != 1:
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"a container name must be specified for pod {name}, choose one of: [{' '.join(containers)}]",
+            )
+        return str(containers[0])
+    if container not in containers:
+        raise ApiError(400, "BadRequest", f"container {container} is not valid for pod {name}")
+    return container
+
+
+def _waiting_reason(pod: dict[str, Any], container: str) -> str:
+    """Why ``container`` has not started ("" once it has), as the kubelet refuses its log meanwhile."""
+    status = pod.get("status", {})
+    for state in status.get("containerStatuses") or []:
+        if state.get("name") == container:
+            waiting = (state.get("state") or {}).get("waiting")
+            return str(waiting.get("reason") or "ContainerCreating") if waiting else ""
+    return "" if status.get("phase") in ("Running", "Succeeded", "Failed") else "ContainerCreating"
 
 
 def waiting(reason: str, message: str = "", image: str = "ghcr.io/acme/train:1.4") -> dict[str, Any]:
@@ -586,6 +694,7 @@ ROUTES: list[tuple[re.Pattern[str], dict[str, Callable[..., tuple[int, Any]]]]] 
     (re.compile(f"{CORE}/namespaces/(?P<namespace>[^/]+)/pods"), {"GET": KubeServer.list_pods}),
     (re.compile(f"{CORE}/namespaces/(?P<namespace>[^/]+)/pods/(?P<name>[^/]+)"), {"DELETE": KubeServer.delete_pod}),
     (re.compile(f"{CORE}/namespaces/(?P<namespace>[^/]+)/pods/(?P<name>[^/]+)/eviction"), {"POST": KubeServer.evict}),
+    (re.compile(f"{CORE}/namespaces/(?P<namespace>[^/]+)/pods/(?P<name>[^/]+)/log"), {"GET": KubeServer.pod_log}),
     (re.compile(BATCH), {"GET": KubeServer.list_jobs, "POST": KubeServer.create_job}),
     (
         re.compile("/apis/coordination.k8s.io/v1/namespaces/(?P<namespace>[^/]+)/leases"),
@@ -645,6 +754,9 @@ class _Handler(BaseHTTPRequestHandler):
             status, answer = self.kube.handle(method, url.path, query, body, content_type)
         except ApiError as e:
             status, answer = e.code, e.status()
+        if isinstance(answer, PlainText):
+            self._reply(status, bytes(answer), "text/plain")
+            return
         self._reply(status, json.dumps(answer).encode(), "application/json")
 
     def _authorize(self, method: str, path: str) -> None:

@@ -53,6 +53,22 @@ class LabSpec:
     def env(self) -> dict[str, str]:
         return {"VERSION": self.version, "LAB": str(self.lab), "BASEPORT": str(self.baseport)}
 
+    @property
+    def root(self) -> Path | None:
+        """The root filesystem the lab's daemons and jobs run in (24.11), as ``setup.sh`` wrote it down; None
+        for a lab on the host (22.05) or one not set up."""
+        try:
+            written = (self.lab / "etc" / "lab.env").read_text()
+        except FileNotFoundError:
+            return None
+        root = next((line[5:] for line in written.splitlines() if line.startswith("ROOT=")), "")
+        return Path(root) if root else None
+
+    def path(self, path: str | Path) -> Path:
+        """Where the lab's jobs' ``path`` is, seen from the host (inside the root filesystem, if any)."""
+        root = self.root
+        return Path(f"{root}{path}") if root else Path(path)
+
 
 def _env(name: str, default: str) -> str:
     return os.environ.get(name) or default
@@ -175,8 +191,11 @@ def healthy(spec: LabSpec) -> bool:
         nodes = SlurmLab(spec, lab_token(spec)).backend().inventory().nodes
     except Exception:  # noqa: BLE001 (any failure means "start it")
         return False
+    root = spec.root
     return (
-        {node.name for node in nodes} == set(NODES)
+        # a root filesystem built before it had Python cannot run the lab's Ray jobs: set up again on the new one
+        (root is None or (root / "usr" / "bin" / "python3").exists())
+        and {node.name for node in nodes} == set(NODES)
         and all(node.ready for node in nodes)
         and all(tuple(node.topology) == spec.levels for node in nodes)
     )

@@ -30,7 +30,18 @@ def test_the_demo_fleet_is_seeded_once_and_synced(settings: Any, tmp_path: Path)
         assert slice_.labels["tpu/accelerator-type"] == "v5p-32"
         assert slice_.accelerators == 16
         assert slice_.accelerators_used in (0, 16)
-    # Background load, for a demo that shows something: some accelerators busy, none over capacity.
-    used = list(Node.objects.values_list("accelerators_used", "accelerators"))
-    assert any(u for u, _ in used)
-    assert all(0 <= u <= cap for u, cap in used)
+    # No invented load: every accelerator is free until the demo's jobs take some.
+    assert set(Node.objects.values_list("accelerators_used", flat=True)) == {0}
+
+
+def test_a_cluster_of_an_older_demo_loses_its_invented_load(settings: Any, tmp_path: Path) -> None:
+    settings.VAR_DIR = tmp_path
+    org = Organization.objects.create(name="Demo", slug="demo")
+    seed_demo_fleet(org)
+    old = Cluster.objects.get(organization=org, slug="onprem-h100")
+    old.options = {**old.options, "busy": 0.4}
+    old.save(update_fields=["options"])
+    seed_demo_fleet(org)
+    old.refresh_from_db()
+    assert "busy" not in old.options
+    assert old.options["profile"] == "h100-onprem"

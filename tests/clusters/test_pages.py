@@ -22,7 +22,7 @@ from clusters.models import Cluster, Drain, HealthCheckResult, Node
 from demo.fleet import seed_demo_fleet, sync_demo_fleet
 from scheduler.placement import recover
 from tenancy.models import AuditLog
-from tests.conftest import World
+from tests.conftest import World, api_client
 
 MEMBERS = ["alice", "lena", "fiona", "adam"]
 
@@ -159,13 +159,14 @@ def test_list_keeps_to_its_query_budget_whatever_the_number_of_clusters(
 ):
     client = signed_in(world, "adam")
     client.get("/clusters/")  # the session is read once
-    with django_assert_max_num_queries(5):
+    # (One of them reads our placements, which every cluster's counts include.)
+    with django_assert_max_num_queries(6):
         assert client.get("/clusters/").status_code == 200
     for i in range(5):
         Cluster.objects.create(
             organization=world.org, name=f"Extra {i}", slug=f"extra-{i}", kind=Cluster.Kind.SIMULATED, region="x"
         )
-    with django_assert_max_num_queries(5):
+    with django_assert_max_num_queries(6):
         assert "Extra 4" in client.get("/clusters/").content.decode()
 
 
@@ -186,6 +187,26 @@ def test_detail_shows_sync_options_and_accelerators_but_never_credentials(world:
     assert "Healthy" in body
     no_credentials = signed_in(world, "adam").get(f"/clusters/{fleet['tpu-v5p'].pk}/").content.decode()
     assert 'data-testid="credentials">none<' in no_credentials
+
+
+def test_only_its_admins_see_a_cluster_s_server_paths_and_endpoint(world: World, fleet: dict[str, Cluster]):
+    cluster = fleet["slurm-a100"]
+    cluster.options = {**cluster.options, "log_dir": "/srv/slurm/qm-logs", "log_mount": "/mnt/lab-logs"}
+    cluster.endpoint = "https://slurm.internal.example:6820"
+    cluster.set_credentials({"token": "s3cr3t-jwt-value"})
+    cluster.save()
+    for username in ("alice", "lena", "fiona"):
+        page = signed_in(world, username).get(f"/clusters/{cluster.pk}/").content.decode()
+        for internal in ("/srv/slurm/qm-logs", "/mnt/lab-logs", "slurm.internal.example", "credentials set"):
+            assert internal not in page, (username, internal)
+        assert 'data-testid="settings-note"' in page
+        api = api_client(world.users[username]).get(f"/api/v1/clusters/{cluster.pk}/").json()
+        assert api["options"] is None
+        assert "/srv/slurm" not in json.dumps(api)
+    admin = signed_in(world, "adam").get(f"/clusters/{cluster.pk}/").content.decode()
+    assert "/srv/slurm/qm-logs" in admin
+    assert "slurm.internal.example" in admin
+    assert 'data-testid="settings-note"' not in admin
 
 
 def test_detail_pages_filters_and_searches_nodes(world: World, fleet: dict[str, Cluster]):
@@ -278,9 +299,10 @@ def test_live_view_keeps_to_its_query_budget(
     client = signed_in(world, "adam")
     cluster = fleet["onprem-h100"]
     client.get(f"/clusters/{cluster.pk}/live/")
-    with django_assert_max_num_queries(5):
+    # (One of them reads our placements, which every node's count includes.)
+    with django_assert_max_num_queries(6):
         assert client.get(f"/clusters/{cluster.pk}/live/").status_code == 200
-    with django_assert_max_num_queries(5):
+    with django_assert_max_num_queries(6):
         assert client.get(f"/clusters/{cluster.pk}/live/tiles/").status_code == 200
 
 
@@ -539,3 +561,61 @@ def test_a_bad_timeout_is_400_naming_the_field_and_changes_nothing(
     assert field in response.context["form"].errors
     cluster.refresh_from_db()
     assert (cluster.failover_after, cluster.start_timeout, AuditLog.objects.count()) == (900, 900, audited)
+
+
+# --- Every placement counts -----------------------------------------------------------------------------
+
+
+def test_node_views_count_a_demo_jobs_placement_before_and_after_the_clusters_report(
+    world: World, fleet: dict[str, Cluster]
+) -> None:
+    """A demo job placed on whole H100 nodes: the pages count it at once from its assignments (the cluster's
+    report says 0 until the next sync), and after a sync from the simulated cluster's own report."""
+    from demo.jobs import seed_governance, seed_jobs
+    from scheduler.models import Assignment, Job
+    from scheduler.placement import dispatch, loop
+
+    seed_governance(world.org)
+    gang = next(j for j in seed_jobs(world.org) if j.name == "grasp-gang-16")
+    loop.run_cycle(world.org)
+    gang.refresh_from_db()
+    assert gang.state == Job.State.ADMITTED
+    held = list(Assignment.objects.filter(attempt__job=gang).select_related("node"))
+    assert len(held) == 16
+    node = held[0].node
+    assert node.accelerators_used == 0  # not in the cluster's report yet
+    cluster = fleet["onprem-h100"]
+    placed = sum(
+        len({i for i, _ in a.accelerators})
+        for a in Assignment.objects.filter(attempt__outcome="active", node__cluster=cluster)
+    )
+    assert placed >= 16 * 8
+
+    def shown() -> tuple[str, str, str, int, int]:
+        client = signed_in(world, "adam")
+        detail = client.get(f"/clusters/nodes/{node.pk}/").content.decode()
+        capacity = detail.split('data-testid="capacity"')[1].split("</table>")[0]
+        tiles = client.get(f"/clusters/{cluster.pk}/live/tiles/").content.decode()
+        tile = next(t for t in tiles.split("<a ") if f'href="/clusters/nodes/{node.pk}/"' in t)
+        listed = client.get(f"/clusters/{cluster.pk}/?name={node.name}")
+        row = next(n for n, used in listed.context["nodes"] if n.pk == node.pk)
+        used_here = dict(listed.context["nodes"])[row].accelerators
+        clusters = {r["cluster"].slug: r["used"] for r in client.get("/clusters/").context["rows"]}
+        types = {a.name: a.used for a in listed.context["accelerator_types"]}
+        assert types["H100-SXM-80GB"] == clusters["onprem-h100"]
+        return capacity, tile, str(used_here), clusters["onprem-h100"], types["H100-SXM-80GB"]
+
+    capacity, tile, used_here, in_cluster, of_type = shown()
+    assert "<td>8</td><td>8</td><td>8</td>" in capacity  # capacity, allocatable, used
+    assert f"{node.name}: 8/8 used" in tile
+    assert "a4" in tile
+    assert used_here == "8"
+    assert in_cluster == of_type == placed
+
+    # Dispatched, the simulated cluster runs it and reports it: the same counts, not twice.
+    for attempt_id in gang.attempts.values_list("pk", flat=True):
+        dispatch.dispatch(attempt_id)
+    sync.sync_cluster(cluster.pk)
+    node.refresh_from_db()
+    assert node.accelerators_used == 8
+    assert shown() == (capacity, tile, used_here, in_cluster, of_type)

@@ -4,6 +4,7 @@ its injected faults, in memory and in a state file, behave as the backend's docs
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -202,3 +203,57 @@ def _later(sim: SimulatedBackend, job_id: str, seconds: float) -> None:
         job["submitted"] -= seconds
         if job.get("exits_at") is not None:
             job["exits_at"] -= seconds
+
+
+def test_the_inventory_counts_what_running_jobs_hold_and_ended_jobs_are_forgotten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from clusters.backends.simulated import backend as simulated
+
+    path = tmp_path / "east.json"
+    cluster = SimulatedBackend("east", options={"state_file": str(path), "profile": "h100-onprem", "nodes": 4})
+    gang = replace(
+        spec("1-1"),
+        workers=3,
+        accelerators_per_worker=4,
+        cpu_per_worker=2000,
+        memory_per_worker=1024,
+        nodes=("h100-00000", "h100-00000", "h100-00001"),
+        env={"SIM_RUN_SECONDS": "30"},
+    )
+    cluster.submit(gang)
+    used = {n.name: (n.accelerators_used, n.cpu_used, n.memory_used) for n in cluster.inventory().nodes}
+    assert used == {
+        "h100-00000": (8, 4000, 2048),
+        "h100-00001": (4, 2000, 1024),
+        "h100-00002": (0, 0, 0),
+        "h100-00003": (0, 0, 0),
+    }
+    # It runs SIM_RUN_SECONDS, not its whole limit; ended, it holds nothing.
+    assert cluster.status("1-1").state is JobState.RUNNING
+    ended = float(json.loads(path.read_text())["jobs"]["1-1"]["submitted"]) + 31
+    monkeypatch.setattr(time, "time", lambda: ended)
+    assert cluster.status("1-1").state is JobState.SUCCEEDED
+    assert {n.accelerators_used for n in cluster.inventory().nodes} == {0}
+    # Kept an hour after it ended (its status and output readable), then forgotten at the next submission.
+    cluster.submit(spec("2-1"))
+    assert cluster.find("1-1") == "1-1"
+    later = ended + simulated.KEEP_ENDED_SECONDS + 1
+    monkeypatch.setattr(time, "time", lambda: later)
+    cluster.submit(spec("3-1"))
+    assert cluster.find("1-1") is None
+    assert cluster.find("3-1") == "3-1"
+
+
+def test_shares_of_a_gpu_are_counted_together(tmp_path: Path) -> None:
+    cluster = SimulatedBackend("east", options={"state_file": str(tmp_path / "east.json"), "nodes": 2})
+    for key in ("1-1", "2-1", "3-1", "4-1", "5-1"):
+        cluster.submit(replace(spec(key), nodes=("h100-00000",), accelerator_milli=250))
+    used = {n.name: n.accelerators_used for n in cluster.inventory().nodes}
+    assert used == {"h100-00000": 2, "h100-00001": 0}  # five quarters: two GPUs, not five
+
+
+def test_a_bad_run_time_is_refused(tmp_path: Path) -> None:
+    cluster = SimulatedBackend("east", options={"state_file": str(tmp_path / "east.json")})
+    with pytest.raises(InvalidJob, match="SIM_RUN_SECONDS"):
+        cluster.submit(replace(spec("1-1"), env={"SIM_RUN_SECONDS": "soon"}))

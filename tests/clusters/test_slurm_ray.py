@@ -116,6 +116,9 @@ def test_the_script_starts_the_head_then_the_workers_then_submits_the_entrypoint
     assert "python main.py 'a b'" in text  # in a quoted here-document: run as typed
     assert "--num-cpus=2 --num-gpus=1" in text  # the head's node: 1 core of head and one 2-core worker
     assert '"GREETING": "hello"' in text
+    # its Ray's own directory: Slurm job ids repeat across the Slurm clusters of one machine, attempts do not
+    assert f'QM_RAY_DIR="${{TMPDIR:-/tmp}}/qm-ray-$SLURM_JOB_ID-{slurm_ray.ray_dir_name("7-4")}"' in text
+    assert slurm_ray.ray_dir_name("7-4") != slurm_ray.ray_dir_name("7-5")
     alone = batch_script(ray_spec("7-5", nodes=("lab-node1",), head_node="lab-node1"), {})
     assert "srun" not in alone
     assert "qm_ray_wait 1 ||" in alone
@@ -141,14 +144,23 @@ def test_the_dashboard_link_needs_the_clusters_word_and_the_jobs_port() -> None:
 # --- real Ray on the Slurm lab ---------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def ray_venv() -> Path:
-    if not (RAY_VENV / "bin" / "ray").exists():
-        message = f"Ray is not installed in {RAY_VENV} (deploy/slurm-lab/ray-venv.sh)"
+def needs_ray(lab: SlurmLab | None = None) -> Path:
+    """Where Ray is for the jobs of ``lab`` (the host's, or inside its root filesystem), as seen from here;
+    the test skips without it (fails in CI, where ``.ci/run`` builds it)."""
+    venv = lab.spec.path(RAY_VENV) if lab else RAY_VENV
+    if not (venv / "bin" / "ray").exists():
+        root = lab.spec.root if lab else None
+        message = f"Ray is not installed in {venv} (deploy/slurm-lab/ray-venv.sh {root or ''})"
         if os.environ.get("CI", "").lower() in ("true", "1"):
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
-    return RAY_VENV
+    return venv
+
+
+@pytest.fixture(scope="module")
+def ray_venv() -> Path:
+    """Ray on the host, for the jobs of the 22.05 lab."""
+    return needs_ray()
 
 
 def wait_until(backend: SlurmBackend, job: str, done: Any, seconds: float = 180) -> JobStatus:
@@ -166,19 +178,22 @@ def ended(status: JobStatus) -> bool:
 
 @pytest.mark.slurm
 def test_a_ray_job_runs_remote_tasks_on_its_workers_and_ends_with_the_entrypoints_code(
-    slurm_lab_2205: SlurmLab, ray_venv: Path, tmp_path: Path
+    slurm_lab: SlurmLab, tmp_path: Path
 ) -> None:
-    """Two Ray jobs on real Ray and real Slurm: one exits 0 (succeeded), one exits 3 (failed, exit code 3).
-    Each has a head with one worker on lab-node2 and one worker on lab-node3: a Ray cluster of two Ray
-    nodes, whose remote tasks run on both; the dashboard answers at the link while it runs."""
+    """On each lab (24.11's jobs run inside its root filesystem, with the root's Python and Ray), two Ray jobs
+    on real Ray and real Slurm: one exits 0 (succeeded), one exits 3 (failed, exit code 3). Each has a head
+    with one worker on lab-node3 and one worker on lab-node1: a Ray cluster of two Ray nodes, whose remote
+    tasks run on both; the dashboard answers at the link while it runs. (Not lab-node2: test_slurm_backend
+    counts what its own job uses there, and lab-node4 it drains.)"""
+    needs_ray(slurm_lab)
     (tmp_path / "main.py").write_text(PROGRAM)
-    backend = slurm_lab_2205.backend(workdir=str(tmp_path), **RAY_OPTIONS)
+    backend = slurm_lab.backend(workdir=str(tmp_path), **RAY_OPTIONS)
     runs = {}
     for code in (0, 3):
         spec = ray_spec(
             f"ray-{code}-{time.time_ns()}",
-            nodes=("lab-node2", "lab-node3"),
-            head_node="lab-node2",
+            nodes=("lab-node3", "lab-node1"),
+            head_node="lab-node3",
             entrypoint=f"python {tmp_path / 'main.py'} {code}",
         )
         started = time.monotonic()
@@ -198,7 +213,10 @@ def test_a_ray_job_runs_remote_tasks_on_its_workers_and_ends_with_the_entrypoint
         else:
             assert (status.state, status.exit_code) == (JobState.FAILED, 3), output[-2000:]
         took = [line for line in output.splitlines() if line.startswith("qm: Ray is up")]
-        print(f"Ray job {job} (exit {code}): {took[0] if took else '?'}; {time.monotonic() - started:.1f} s in all")
+        print(
+            f"Slurm {slurm_lab.version}: Ray job {job} (exit {code}): {took[0] if took else '?'};"
+            f" {time.monotonic() - started:.1f} s in all"
+        )
     assert running.dashboard_url.startswith("http://127.0.0.1:"), running
 
 

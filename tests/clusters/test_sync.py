@@ -10,6 +10,7 @@ import pytest
 from django.test.utils import override_settings
 from django.utils import timezone
 
+from clusters import actions as cluster_actions
 from clusters import sync
 from clusters.backends.base import Inventory, NodeInfo, load
 from clusters.backends.simulated import backend as simulated
@@ -86,6 +87,37 @@ def test_cluster_side_changes_reach_the_rows(org: Organization) -> None:
     states = dict(Node.objects.filter(cluster=cluster).values_list("name", "state"))
     assert states["h100-00002"] == Node.State.SCHEDULABLE
     assert states["h100-00001"] == Node.State.CORDONED
+    # Uncordoned on the cluster: Quartermaster holds no cordon of its own there, so the node is back in service.
+    backend.resume("h100-00001")
+    sync.sync_cluster(cluster.pk)
+    assert Node.objects.get(cluster=cluster, name="h100-00001").state == Node.State.SCHEDULABLE
+
+
+def test_a_resume_that_a_sync_overtakes_is_not_lost_and_a_cordon_of_quartermasters_own_stays(
+    org: Organization, django_capture_on_commit_callbacks: Any
+) -> None:
+    cluster = make(org)
+    sync.sync_cluster(cluster.pk)
+    first, second = Node.objects.filter(cluster=cluster).order_by("name")[:2]
+    with django_capture_on_commit_callbacks(execute=True):
+        cluster_actions.cordon_node(None, first, "bad cable")
+        cluster_actions.cordon_node(None, second, "firmware")
+    sync.sync_cluster(cluster.pk)
+    assert set(Node.objects.filter(pk__in=[first.pk, second.pk]).values_list("state", flat=True)) == {"cordoned"}
+    # The first is resumed, and a sync reads the cluster before the resume reaches it: cordoned again, for now.
+    with django_capture_on_commit_callbacks(execute=False) as untold:
+        cluster_actions.resume_node(None, first, "fixed")
+    sync.sync_cluster(cluster.pk)
+    assert Node.objects.get(pk=first.pk).state == Node.State.CORDONED
+    for tell in untold:  # the resume reaches the cluster: the next sync puts the node back in service
+        tell()
+    sync.sync_cluster(cluster.pk)
+    assert Node.objects.get(pk=first.pk).state == Node.State.SCHEDULABLE
+    # Someone uncordons the second on the cluster: it stays cordoned, as Quartermaster's own cordon says, until
+    # it is resumed here.
+    sync.backend_for(cluster).resume(second.name)
+    sync.sync_cluster(cluster.pk)
+    assert Node.objects.get(pk=second.pk).state == Node.State.CORDONED
 
 
 def test_a_failing_backend_marks_the_cluster_and_touches_no_node(org: Organization) -> None:

@@ -6,8 +6,8 @@ templates; ``types/cloud_tpu.py`` the messages): lowerCamelCase fields, enums as
 the request says ``$alt=json;enum-encoding=int`` (the client always does), list pages with
 ``nextPageToken``, long-running ``Operation``s, and errors as ``{"error": {"code", "message", "status"}}``.
 
-Only what the backend uses is served: accelerator types and nodes (list, get), queued resources (create,
-get, list, delete) and operations (get). A queued resource moves one state along ``progression`` on every
+Only what the backend uses is served: accelerator types and nodes (list, get, patch), queued resources
+(create, get, list, delete) and operations (get). A queued resource moves one state along ``progression`` on every
 GET, so a test follows it from ACCEPTED to ACTIVE deterministically; reaching ACTIVE creates its nodes.
 Everything it was asked is kept in ``requests``.
 
@@ -21,12 +21,23 @@ As the API documents it (cloud.google.com/tpu/docs/reference/rest/v2/projects.lo
   with ``failedData.error``, a ``google.rpc.Status`` (``fail``; e.g. code 8 RESOURCE_EXHAUSTED when there is
   no capacity); a node id that is taken fails it with ALREADY_EXISTS (6) when it is provisioned;
 - a slice under an ACTIVE queued resource may be preempted or repaired while the queued resource stays
-  ACTIVE (``break_node``).
+  ACTIVE (``break_node``);
+- ``PATCH`` of a node (UpdateNode) takes ``updateMask``, the fields to replace (description, tags, labels,
+  metadata, networkConfig.enableExternalIps; any other is INVALID_ARGUMENT), replaces each named field as a
+  whole (a map too: what the body leaves out of ``metadata`` is gone), and answers an ``Operation`` whose
+  ``response`` is the updated node once done.
+
+``MetadataServer`` plays the GCE metadata server of one TPU VM host (what its processes read at
+``http://metadata.google.internal/computeMetadata/v1/``): the slice's metadata as instance attributes, with
+the host's ``agent-worker-number``; only with ``Metadata-Flavor: Google``; ``recursive=true`` gives them as
+JSON, and ``wait_for_change=true`` (with ``last_etag``, ``timeout_sec``) holds the answer until they change, as
+the real server's long poll does; every answer has an ``ETag``.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import re
 import threading
@@ -34,7 +45,7 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 # Enum numbers from google/cloud/tpu/v2/cloud_tpu.proto.
 NODE_STATE = {
@@ -106,6 +117,9 @@ PATH = re.compile(
     r"/(?P<collection>acceleratorTypes|nodes|queuedResources|operations)(?:/(?P<id>[^/:]+))?$"
 )
 NOW = "2026-11-21T09:00:00Z"
+EMPTY = {"@type": "type.googleapis.com/google.protobuf.Empty"}
+#: What UpdateNode may change (``update_mask`` paths, as the JSON API spells them).
+UPDATABLE = frozenset({"description", "tags", "labels", "metadata", "networkConfig.enableExternalIps"})
 PROGRESSION = ("ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE")
 
 
@@ -179,7 +193,8 @@ class TpuServer:
     failing: dict[tuple[str, str], list[Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
+        self._responses: dict[str, dict[str, Any]] = {}
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         if not self.accelerator_types and not self.nodes:
@@ -327,6 +342,16 @@ class TpuServer:
                 entry[1] = left - 1
         return error
 
+    def set_metadata(self, node_id: str, metadata: dict[str, str]) -> None:
+        """The slice's owner changes its metadata (as ``gcloud compute tpus tpu-vm update`` would)."""
+        with self._lock:
+            self.nodes[node_id]["metadata"] = dict(metadata)
+            self._lock.notify_all()
+
+    def metadata(self, node_id: str) -> dict[str, str]:
+        with self._lock:
+            return dict(self.nodes[node_id].get("metadata", {}))
+
     def mutations(self) -> list[Recorded]:
         return [r for r in self.requests if r.method != "GET"]
 
@@ -363,6 +388,8 @@ class TpuServer:
             return 200, self._page("nodes", nodes, query)
         if key == ("GET", "nodes", True):
             return 200, _encode_node(self._get(self.nodes, "nodes", item), ints)
+        if key == ("PATCH", "nodes", True):
+            return 200, self._update_node(item, query, body, ints)
         if key == ("POST", "queuedResources", False):
             return 200, self._create_queued_resource(query, body, ints)
         if key == ("GET", "queuedResources", False):
@@ -375,6 +402,7 @@ class TpuServer:
         if key == ("GET", "operations", True):
             operation = self._get(self.operations, "operations", item)
             operation["done"] = True  # finished by the time anyone asks
+            operation.setdefault("response", self._responses.get(item) or EMPTY)
             return 200, operation
         raise ApiError(404, f"The requested URL {path} was not found on this server.")
 
@@ -405,10 +433,33 @@ class TpuServer:
             },
             "done": self.operations_done,
         }
+        self._responses[op_id] = response or EMPTY
         if self.operations_done:
-            operation["response"] = response or {"@type": "type.googleapis.com/google.protobuf.Empty"}
+            operation["response"] = self._responses[op_id]
         self.operations[op_id] = operation
         return operation
+
+    def _update_node(self, item: str, query: dict[str, str], body: Any, ints: bool) -> dict[str, Any]:
+        node = self._get(self.nodes, "nodes", item)
+        paths = [p for p in query.get("updateMask", "").split(",") if p]
+        if not paths:
+            raise ApiError(400, "update_mask is required")
+        unsupported = [p for p in paths if p not in UPDATABLE]
+        if unsupported:
+            raise ApiError(400, f"Invalid update_mask paths {unsupported}; supported: {sorted(UPDATABLE)}")
+        if not isinstance(body, dict):
+            raise ApiError(400, "Invalid JSON payload received.")
+        for path in paths:
+            if path == "networkConfig.enableExternalIps":
+                node.setdefault("networkConfig", {})["enableExternalIps"] = bool(
+                    body.get("networkConfig", {}).get("enableExternalIps", False)
+                )
+            elif path in body:
+                node[path] = copy.deepcopy(body[path])
+            else:
+                node.pop(path, None)
+        response = {"@type": "type.googleapis.com/google.cloud.tpu.v2.Node", **_encode_node(node, False)}
+        return self._operation("update", node["name"], response)
 
     def _create_queued_resource(self, query: dict[str, str], body: Any, ints: bool) -> dict[str, Any]:
         qr_id = query.get("queuedResourceId", "")
@@ -604,6 +655,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:
         self._serve("DELETE")
 
+    def do_PATCH(self) -> None:
+        self._serve("PATCH")
+
     def _serve(self, method: str) -> None:
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
@@ -635,6 +689,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if failure is not None:
                     raise failure
                 status, payload = server.handle(method, url.path, query, body)
+                server._lock.notify_all()  # a metadata server's long poll may be waiting for this change
             except ApiError as error:
                 status = error.code
                 payload = {"error": {"code": error.code, "message": error.message, "status": error.status}}
@@ -643,6 +698,105 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(self, status: int, body: bytes) -> None:
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=UTF-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class MetadataServer:
+    """The metadata server of host ``worker`` of slice ``node_id`` (see the module's docstring). Use as a
+    context manager; ``host`` is what ``GCE_METADATA_HOST`` names for the programs on that host."""
+
+    def __init__(self, tpu: TpuServer, node_id: str, worker: int = 0) -> None:
+        self.tpu, self.node_id, self.worker = tpu, node_id, worker
+        self._httpd: ThreadingHTTPServer | None = None
+
+    def __enter__(self) -> MetadataServer:
+        server = self
+
+        class Handler(_MetadataHandler):
+            metadata = server
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        threading.Thread(target=self._httpd.serve_forever, args=(0.05,), name="metadata", daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    @property
+    def host(self) -> str:
+        assert self._httpd is not None, "start the server first"
+        host, port = self._httpd.server_address[:2]
+        return f"{host!s}:{port}"
+
+    def attributes(self) -> dict[str, str]:
+        """The instance attributes now (called under the TPU server's lock): the slice's metadata, and what the
+        TPU VM's own agent adds for each host."""
+        node = self.tpu.nodes.get(self.node_id, {})
+        return {**node.get("metadata", {}), "agent-worker-number": str(self.worker)}
+
+    def answer(self, key: str, query: dict[str, str]) -> tuple[int, str, str]:
+        """(status, body, ETag) for ``instance/attributes/<key>`` ("" for all of them)."""
+        wait = query.get("wait_for_change") == "true"
+        last = query.get("last_etag", "")
+        deadline = time.monotonic() + min(float(query.get("timeout_sec") or 60), 60)
+        with self.tpu._lock:
+            while True:
+                attributes = self.attributes()
+                value: Any = attributes if not key else attributes.get(key)
+                text = json.dumps(value, sort_keys=True) if not key else (value or "")
+                etag = _etag(text if value is not None else "\0")
+                left = deadline - time.monotonic()
+                if not wait or (last and last != etag) or left <= 0:
+                    break
+                last = last or etag  # without last_etag: until the next change
+                self.tpu._lock.wait(min(left, 0.5))
+        if value is None:
+            return 404, "", etag
+        return 200, text, etag
+
+
+def _etag(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class _MetadataHandler(BaseHTTPRequestHandler):
+    metadata: MetadataServer
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def do_GET(self) -> None:
+        url = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+        prefix = "/computeMetadata/v1/instance/attributes/"
+        if self.headers.get("Metadata-Flavor") != "Google":
+            self._send(403, "Missing Metadata-Flavor:Google header.", "")
+        elif not url.path.startswith(prefix):
+            self._send(404, "not found", "")
+        else:
+            key = unquote(url.path[len(prefix) :])
+            if not key and query.get("recursive") != "true":
+                status, text, etag = self.metadata.answer("", query)
+                text = "\n".join(sorted(json.loads(text))) + "\n" if status == 200 else text
+                self._send(status, text, etag)
+            else:
+                self._send(*self.metadata.answer(key, query))
+
+    def _send(self, status: int, text: str, etag: str) -> None:
+        body = text.encode()
+        self.send_response(status)
+        self.send_header("Metadata-Flavor", "Google")
+        self.send_header("Content-Type", "application/json" if text.startswith("{") else "application/text")
+        if etag:
+            self.send_header("ETag", etag)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)

@@ -26,6 +26,9 @@ A job's ``backend_id`` is its Job's name (``jobs.job_name``), in ``options["name
 (for Slurm) and ``spot`` mean nothing here: the container runs ``command`` (else its image's entrypoint), and
 whether capacity is spot is a property of the nodes the job was placed on.
 
+``logs`` reads a worker's pod log (``podlogs.py``: which pod and container, and paging by timestamps); the
+service account then needs pods/log get in the namespace, and jobs get for a Ray job's submitter.
+
 The service account needs, cluster-wide: nodes get/list/patch, pods list, pods/eviction create; leases list in
 ``kube-node-lease`` (optional, for prompt heartbeats); in the namespace: jobs create/get/delete, pods delete
 (``signal``); rayjobs create/get/delete (``ray.io``) for Ray jobs; in Kueue mode, workloads list
@@ -35,6 +38,7 @@ The service account needs, cluster-wide: nodes get/list/patch, pods list, pods/e
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -48,6 +52,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from clusters.backends.base import (
+    LOG_LIMIT,
     AcceleratorInfo,
     AuthenticationFailed,
     Backend,
@@ -60,13 +65,15 @@ from clusters.backends.base import (
     JobSpec,
     JobState,
     JobStatus,
+    LogChunk,
+    LogsUnavailable,
     NodeInfo,
     NotFound,
     Refused,
     Unreachable,
     not_allowed,
 )
-from clusters.backends.kubernetes import kueue, rayjobs
+from clusters.backends.kubernetes import kueue, podlogs, rayjobs
 from clusters.backends.kubernetes.jobs import (
     JOB_ID_ANNOTATION,
     JOB_LABEL,
@@ -356,18 +363,119 @@ class KubernetesBackend(Backend):
         mine = [w for w in items if kueue.owned_by(w, uid)]
         return mine[-1] if mine else None
 
+    def logs(
+        self, backend_id: str, worker: str = "", *, offset: str = "", tail: int | None = None, limit: int = LOG_LIMIT
+    ) -> LogChunk:
+        after = podlogs.position(offset) if offset else None
+        pod, container, ended_job = self._log_pod(backend_id, worker)
+        name = pod.metadata.name if pod is not None else ""
+        where = f"pod {self.namespace}/{name}, container {container}" if name else ""
+        started, previous, ended = podlogs.container_state(pod, container) if pod is not None else (False, False, False)
+        if not started:  # not created or not started yet: nothing to read, unless it never will
+            if pod is None and ended_job:
+                raise LogsUnavailable(
+                    f"the pods of {backend_id} are gone (Kubernetes deletes a pod's log with the pod): its output "
+                    "for that worker cannot be read any more"
+                )
+            return LogChunk("", offset, False, ended, worker, where)
+        asked = limit
+        while True:
+            query: dict[str, Any] = {"container": container, "timestamps": True, "limit_bytes": asked}
+            if previous:
+                query["previous"] = True
+            if after is not None:
+                query["since_seconds"] = podlogs.since_seconds(after, time.time())
+            elif tail is not None:
+                query["tail_lines"] = max(tail, 1)  # tail 0: the last line, for its position only
+            with self._calling(f"reading the log of pod {name}"):
+                answer: Any = self._core().read_namespaced_pod_log(
+                    name, self.namespace, _preload_content=False, _request_timeout=self.timeout, **query
+                )
+                raw = answer.data  # bytes as sent: the client would otherwise turn JSON-looking lines into reprs
+            page = podlogs.page(raw, asked, after, limit)
+            # A second's worth of lines read before may fill the page: ask for more until something is new.
+            if page.text or not page.cut or after is None or asked >= limit * 16:
+                break
+            asked *= 2
+        if after is None and tail == 0:  # nothing to show, only where the output ends now
+            page = podlogs.Page("", page.position, False)
+        next_offset = str(page.position) if page.position is not None else offset
+        complete = ended and not previous and not page.cut
+        return LogChunk(page.text, next_offset, page.cut, complete, worker, where)
+
+    def _log_pod(self, backend_id: str, worker: str) -> tuple[Any, str, bool]:
+        """(the pod or None, its container, whether the job is over) of ``worker`` of the job (``podlogs``)."""
+        if rayjobs.is_rayjob(backend_id):
+            return self._ray_log_pod(backend_id, worker)
+        index = worker or "0"
+        if not index.isdigit():
+            raise NotFound(f"job {backend_id}'s workers are numbered from 0, not {worker!r}")
+        with self._calling(f"reading job {backend_id}"):
+            job = self._batch().read_namespaced_job(backend_id, self.namespace, _request_timeout=self.timeout)
+        workers = (job.spec.completions if job.spec else None) or 1
+        if int(index) >= workers:
+            raise NotFound(f"job {backend_id} has workers 0 to {workers - 1}, not {worker!r}")
+        pods = self._pods(f"{JOB_LABEL}={backend_id}", f"the pods of job {backend_id}")
+        ended = job_status(backend_id, job, pods).state not in (JobState.PENDING, JobState.RUNNING)
+        return podlogs.job_pod(pods, index), podlogs.WORKER_CONTAINER, ended
+
+    def _ray_log_pod(self, backend_id: str, worker: str) -> tuple[Any, str, bool]:
+        name = rayjobs.name_of(backend_id)
+        rayjob = self._read_rayjob(name)
+        status = rayjob.get("status") or {}
+        ended = str(status.get("jobDeploymentStatus") or "") in ("Complete", "Failed", "ValidationFailed")
+        if worker in ("", "submitter"):
+            pods = self._pods(f"{podlogs.JOB_NAME_LABEL}={name}", f"the submitter pods of RayJob {name}")
+            return podlogs.newest(pods), podlogs.SUBMITTER_CONTAINER, ended
+        if worker != "head" and not worker.isdigit():
+            raise NotFound(f"a Ray job's output is the submitter's, the head's or a worker's by index, not {worker!r}")
+        cluster = str(status.get("rayClusterName") or "")
+        node_type = "head" if worker == "head" else "worker"
+        pods = (
+            self._pods(f"{rayjobs.CLUSTER_LABEL}={cluster},{rayjobs.NODE_TYPE_LABEL}={node_type}", "Ray pods")
+            if cluster
+            else []
+        )
+        pods.sort(key=lambda pod: pod.metadata.name or "")
+        index = 0 if worker == "head" else int(worker)
+        groups = ((rayjob.get("spec") or {}).get("rayClusterSpec") or {}).get("workerGroupSpecs") or []
+        workers = sum(int(group.get("replicas") or 0) for group in groups if isinstance(group, dict))
+        if worker != "head" and index >= workers:
+            raise NotFound(f"RayJob {name} has {workers} Ray workers, numbered from 0; not {worker!r}")
+        pod = pods[index] if index < len(pods) else None
+        return pod, f"ray-{node_type}", ended or (pod is None and bool(status.get("endTime")))
+
+    def _pods(self, selector: str, what: str) -> list[Any]:
+        with self._calling(f"listing {what}"):
+            listed = self._core().list_namespaced_pod(
+                self.namespace, label_selector=selector, _request_timeout=self.timeout
+            )
+        return list(listed.items or [])
+
     def find(self, job_id: str) -> str | None:
         for backend_id in (job_name(job_id), rayjobs.BACKEND_PREFIX + rayjobs.rayjob_name(job_id)):
             try:
                 self.status(backend_id)
             except NotFound:
                 continue
+            if backend_id == job_name(job_id) and not self._ours(backend_id, job_id):
+                continue  # KubeRay's submitter Job, named as the RayJob it runs for
             return backend_id
         return None
+
+    def _ours(self, name: str, job_id: str) -> bool:
+        """Whether the Job ``name`` was created for Quartermaster job ``job_id`` (not, say, a RayJob's submitter)."""
+        with self._calling(f"reading job {name}"):
+            job = self._batch().read_namespaced_job(name, self.namespace, _request_timeout=self.timeout)
+        return ((job.metadata.annotations if job.metadata else None) or {}).get(JOB_ID_ANNOTATION) == job_id
 
     # writes
 
     def submit(self, spec: JobSpec) -> str | DryRun:
+        if spec.kind == "session":  # docs/jobs.md, "Interactive sessions": Slurm's for now
+            raise InvalidJob(f"job {spec.id}: interactive sessions run on Slurm clusters; this is Kubernetes")
+        if spec.kind == "service":  # docs/jobs.md, "Service replicas": Slurm and the simulated cluster, for now
+            raise InvalidJob(f"job {spec.id}: service replicas run on Slurm clusters; this is Kubernetes")
         local_queue = kueue.local_queue(spec, self.options) if self._flag("kueue") else ""
         accelerator_resource = str(self.options.get("accelerator_resource", "nvidia.com/gpu"))
         if spec.kind == "ray":

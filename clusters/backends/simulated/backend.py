@@ -4,7 +4,13 @@
 That state lives in a JSON file when ``options["state_file"]`` names one (so the web process, the workers
 and beat see the same simulated cluster; writes take an exclusive lock and replace the file whole), else
 in this process's memory, per endpoint. Jobs run for ``options["job_seconds"]`` (default: their time limit,
-at most 10 minutes) and then succeed.
+at most 10 minutes), or for the seconds a job's environment gives as ``SIM_RUN_SECONDS`` (the demo's
+background work: jobs that end before their limit), and then succeed.
+
+The inventory counts what the simulated jobs hold, as a real cluster's does: a node reports in use the
+accelerators, CPU and memory of the running jobs' workers on it, beside the background load ``busy``. Ended
+jobs are kept ``KEEP_ENDED_SECONDS`` (their status and output stay readable), at most ``KEEP_ENDED`` of them,
+then forgotten at the next submission, so the state stays small however long a demo runs.
 
 Options: ``profile`` (see ``fleet.PROFILES``), ``nodes`` (how many), ``seed``, ``busy`` (average share of
 accelerators in use by work Quartermaster does not know of, for demos), ``down`` (node names the cluster
@@ -22,6 +28,7 @@ them (or the methods of the same names on the backend). The faults:
 | ``submit_refused`` | ``message`` | ``submit`` raises ``InvalidJob(message)``, until cleared |
 | ``submit_error`` | ``times`` (1), ``message`` | the next ``times`` submissions raise ``Unreachable`` |
 | ``unreachable`` | | every call raises ``Unreachable``, until cleared |
+| ``unhealthy`` | ``node``, ``check``, ``message``, ``until`` | ``health`` fails ``check`` on ``node`` till ``until`` |
 | ``exit_code`` | ``code`` (1), ``after`` (0 s) | jobs submitted now fail ``after`` seconds in: ``Failure.EXIT_CODE`` |
 | ``oom`` | ``after`` (0 s) | jobs submitted now are OOM-killed ``after`` seconds in (exit code 137) |
 | ``node_lost`` | ``after`` (0 s) | jobs submitted now lose a node ``after`` seconds in: ``Failure.NODE_LOST`` |
@@ -30,14 +37,28 @@ them (or the methods of the same names on the backend). The faults:
 | ``ignore_sigterm`` | | jobs submitted now ignore ``signal``: they run on until cancelled |
 | ``checkpoint_seconds`` | ``seconds`` | jobs submitted now exit that long after ``signal`` (the option, per job) |
 
-A job fault applies to every job submitted while it is set, or only to the job whose id is ``job`` when
-that parameter is given; it stays with the job once submitted (clearing it changes only later jobs). Jobs
-report ``workers_running``: all their workers while running, none while pending or ended.
+``until`` is seconds since the epoch (0: until cleared). A job fault applies to every job submitted while
+it is set, or only to the job whose id is ``job`` when that parameter is given; it stays with the job once
+submitted (clearing it changes only later jobs). Jobs report ``workers_running``: all their workers while
+running, none while pending or ended.
+
+**Output** (``logs``): each worker's lines are made up from what the simulation knows of the job, and only
+that: when it was submitted, the node the worker started on, its progress through its run time (a line
+every tenth of it), a signal and its checkpoint, and how it ended (the exit code, an OOM kill, the node
+lost, a cancellation). They grow as the job runs and are complete once it has ended.
+
+**Service replicas run for real** (kind ``service``; ``replicas.py``): ``submit`` starts the replica's script
+(``clusters/backends/slurm/service.py``, the one Slurm runs) with ``/bin/sh`` on this machine, bound to
+127.0.0.1, as a process group of its own; the cluster's state keeps its process, and ``status`` reads whether it
+lives (its exit code: succeeded or failed). ``cancel``, ``drain`` and ``signal`` stop it (SIGTERM to its group;
+a cancel kills what is left after ``replicas.GRACE`` seconds). Its output is its real output. The inventory
+counts it like any simulated job. Job faults do not apply to a replica; cluster faults do.
 """
 
 from __future__ import annotations
 
 import fcntl
+import io
 import json
 import os
 import time
@@ -50,6 +71,7 @@ from typing import Any
 
 from clusters import capabilities
 from clusters.backends.base import (
+    LOG_LIMIT,
     Backend,
     BackendError,
     BadResponse,
@@ -61,13 +83,20 @@ from clusters.backends.base import (
     JobSpec,
     JobState,
     JobStatus,
+    LogChunk,
     NotFound,
     Unreachable,
 )
+from clusters.backends.logpages import read_page, text
 
-from . import fleet
+from . import fleet, replicas
 
 _MEMORY: dict[str, dict[str, Any]] = {}
+#: How long an ended job is kept in the state, and at most how many ended jobs are kept.
+KEEP_ENDED_SECONDS = 3600.0
+KEEP_ENDED = 500
+#: A job's own run time, in seconds, from its environment (shorter than the cluster's ``job_seconds``).
+RUN_SECONDS_ENV = "SIM_RUN_SECONDS"
 
 #: Faults of the cluster itself, and faults given to the jobs submitted while they are set (the module
 #: docstring's table), with their parameters' defaults.
@@ -75,6 +104,7 @@ CLUSTER_FAULTS: dict[str, dict[str, Any]] = {
     "submit_refused": {"message": "the simulated cluster refuses this job"},
     "submit_error": {"times": 1, "message": "the simulated cluster failed to answer"},
     "unreachable": {},
+    "unhealthy": {"node": "", "check": "gpu", "message": "GPU fell off the bus (simulated XID 79)", "until": 0.0},
 }
 JOB_FAULTS: dict[str, dict[str, Any]] = {
     "exit_code": {"code": 1, "after": 0.0},
@@ -146,6 +176,13 @@ class SimulatedBackend(Backend):
                 aside.write_text(json.dumps(state), encoding="utf-8")
                 os.replace(aside, path)
 
+    def _replica_root(self) -> Path:
+        """Where replicas' working directories are made: beside the state file, else in the temporary directory."""
+        if self.state_file:
+            path = Path(self.state_file)
+            return path.with_name(f"{path.name}.replicas")
+        return replicas.default_root(self.endpoint or self.profile)
+
     def _node_names(self) -> set[str]:
         return {fleet.node(self.profile, self.seed, i).name for i in range(self.size)}
 
@@ -182,6 +219,11 @@ class SimulatedBackend(Backend):
             else:
                 state["faults"].clear()
 
+    def faults(self) -> dict[str, dict[str, Any]]:
+        """The faults set now, with their parameters."""
+        with self._state() as state:
+            return {fault: dict(params) for fault, params in state["faults"].items()}
+
     def _reachable(self) -> None:
         with self._state() as state:
             unreachable = "unreachable" in state["faults"]
@@ -194,9 +236,12 @@ class SimulatedBackend(Backend):
         self._reachable()
         with self._state() as state:
             cordoned = dict(state["cordoned"])
+            held = _held(state["jobs"], time.time())
         nodes = []
         for i in range(self.size):
             node = fleet.node(self.profile, self.seed, i, self.busy)
+            if node.name in held:
+                node = fleet.holding(node, *held[node.name])
             if node.name in self.down or node.name in cordoned:
                 node = replace(node, ready=node.name not in self.down, schedulable=node.name not in cordoned)
             nodes.append(node)
@@ -208,35 +253,33 @@ class SimulatedBackend(Backend):
             job = state["jobs"].get(backend_id)
         if job is None:
             raise NotFound(f"no job {backend_id!r} in this simulated cluster")
-        nodes = tuple(job["nodes"])
+        return _status(backend_id, job, time.time())
+
+    def logs(
+        self, backend_id: str, worker: str = "", *, offset: str = "", tail: int | None = None, limit: int = LOG_LIMIT
+    ) -> LogChunk:
+        status = self.status(backend_id)  # NotFound for no such job; unreachable under that fault
+        with self._state() as state:
+            job = dict(state["jobs"][backend_id])
+        if replicas.is_replica(job):
+            if worker not in ("", "0"):
+                raise NotFound(f"job {backend_id} has worker 0 only, not {worker!r}")
+            path = replicas.output(job)
+            size = path.stat().st_size if path.exists() else 0
+            with path.open("rb") if path.exists() else io.BytesIO(b"") as stream:
+                data, _start, end = read_page(stream, size, offset=offset, tail=tail, limit=limit)
+            complete = status.state not in (JobState.PENDING, JobState.RUNNING)
+            where = f"the simulated cluster {self.endpoint}, {path}"
+            return LogChunk(text(data), str(end), end < size, complete and end >= size, "0", where)
         workers = int(job.get("workers", 1))
-        faults: dict[str, dict[str, Any]] = job.get("faults", {})
-        now = time.time()
-        if job["cancelled"]:
-            return JobStatus(backend_id, JobState.CANCELLED, "cancelled", nodes, workers_running=0)
-        if job.get("exits_at") is not None and now >= job["exits_at"]:
-            return JobStatus(backend_id, JobState.CANCELLED, "exited after SIGTERM", nodes, workers_running=0)
-        if "image_pull" in faults:
-            message = str(faults["image_pull"]["message"])
-            return JobStatus(backend_id, JobState.PENDING, message, (), Failure.IMAGE_PULL, workers_running=0)
-        if "partial_gang" in faults:
-            running = min(int(faults["partial_gang"]["running"]), workers)
-            message = f"{running} of {workers} workers running; the others are unschedulable (simulated)"
-            return JobStatus(
-                backend_id, JobState.PENDING, message, nodes[:running], Failure.UNSCHEDULABLE, workers_running=running
-            )
-        for fault, reason, code in (
-            ("oom", Failure.OOM_KILLED, 137),
-            ("node_lost", Failure.NODE_LOST, None),
-            ("exit_code", Failure.EXIT_CODE, None),
-        ):
-            if fault in faults and now >= job["submitted"] + float(faults[fault]["after"]):
-                exit_code = int(faults[fault]["code"]) if fault == "exit_code" else code
-                message = f"failed (simulated {fault.replace('_', ' ')})"
-                return JobStatus(backend_id, JobState.FAILED, message, nodes, reason, exit_code, workers_running=0)
-        if now >= job["submitted"] + job["seconds"]:
-            return JobStatus(backend_id, JobState.SUCCEEDED, "", nodes, exit_code=0, workers_running=0)
-        return JobStatus(backend_id, JobState.RUNNING, "", nodes, workers_running=workers)
+        index = worker or "0"
+        if not index.isdigit() or int(index) >= workers:
+            raise NotFound(f"job {backend_id} has workers 0 to {workers - 1}, not {worker!r}")
+        output = "".join(_made_up_lines(job, int(index), status, time.time())).encode()
+        data, _start, end = read_page(io.BytesIO(output), len(output), offset=offset, tail=tail, limit=limit)
+        complete = status.state not in (JobState.PENDING, JobState.RUNNING)
+        where = f"the simulated cluster {self.endpoint}, worker {index}"
+        return LogChunk(text(data), str(end), end < len(output), complete and end >= len(output), index, where)
 
     def find(self, job_id: str) -> str | None:
         self._reachable()
@@ -245,11 +288,16 @@ class SimulatedBackend(Backend):
 
     def health(self) -> tuple[HealthSignal, ...]:
         self._reachable()
+        with self._state() as state:
+            sick = dict(state["faults"].get("unhealthy") or {})
         now = datetime.now(UTC)
-        return tuple(
+        signals = [
             HealthSignal(name, "ready", name not in self.down, "" if name not in self.down else "node not ready", now)
             for name in sorted(self._node_names())
-        )
+        ]
+        if sick.get("node") and (not sick["until"] or time.time() < float(sick["until"])):
+            signals.append(HealthSignal(str(sick["node"]), str(sick["check"]), False, str(sick["message"]), now))
+        return tuple(signals)
 
     # ------------------------------------------------------------------------------------------ writes
 
@@ -262,8 +310,14 @@ class SimulatedBackend(Backend):
             raise InvalidJob(f"job {spec.id}: this simulated cluster {why}")
         if self.dry_run:
             return DryRun("submit", spec.id, {"nodes": list(spec.nodes)})
-        seconds = float(self.options.get("job_seconds", min(spec.time_limit, 600)))
+        replica = replicas.prepare(spec) if spec.kind == "service" else None  # InvalidJob for a bad replica
+        seconds = float(self.options.get("job_seconds", min(spec.time_limit or 600, 600)))
+        try:
+            seconds = min(seconds, float(spec.env.get(RUN_SECONDS_ENV, seconds)))
+        except ValueError:
+            raise InvalidJob(f"job {spec.id}: {RUN_SECONDS_ENV} must be a number of seconds") from None
         with self._state(write=True) as state:
+            _prune(state["jobs"], time.time())
             faults = state["faults"]
             if "submit_refused" in faults:
                 raise InvalidJob(str(faults["submit_refused"]["message"]))
@@ -282,13 +336,20 @@ class SimulatedBackend(Backend):
                     "seconds": seconds,
                     "nodes": list(spec.nodes),
                     "workers": spec.workers,
+                    # What each worker holds on its node, for the inventory's counts of what is in use.
+                    "accelerators": spec.accelerators_per_worker,
+                    "milli": spec.accelerator_milli,
+                    "cpu": spec.cpu_per_worker,
+                    "memory": spec.memory_per_worker,
                     "cancelled": False,
                     "faults": {
                         fault: {key: value for key, value in params.items() if key != "job"}
                         for fault, params in faults.items()
-                        if fault in JOB_FAULTS and params.get("job") in (None, spec.id)
+                        if fault in JOB_FAULTS and params.get("job") in (None, spec.id) and replica is None
                     },
                 }
+                if replica is not None:  # started for real, under the lock: a second submit finds it
+                    state["jobs"][spec.id]["process"] = replicas.start(spec, replica, self._replica_root())
         if error is not None:
             raise error
         return spec.id
@@ -302,6 +363,7 @@ class SimulatedBackend(Backend):
             if job is None:
                 raise NotFound(f"no job {backend_id!r} in this simulated cluster")
             job["cancelled"] = True
+        replicas.stop(job)  # a replica's processes end here (nothing for a simulated job)
         return None
 
     def signal(self, backend_id: str, grace_seconds: int) -> DryRun | None:
@@ -315,6 +377,10 @@ class SimulatedBackend(Backend):
             job = state["jobs"].get(backend_id)
             if job is None:
                 raise NotFound(f"no job {backend_id!r} in this simulated cluster")
+            if replicas.is_replica(job):
+                job["signalled"] = True
+                replicas.terminate(job)  # SIGTERM to its group; whoever signalled cancels it after the grace
+                return None
             faults = job.get("faults", {})
             if "ignore_sigterm" in faults:
                 return None
@@ -340,9 +406,13 @@ class SimulatedBackend(Backend):
             return DryRun("drain", node, {"reason": reason})
         with self._state(write=True) as state:
             state["cordoned"][node] = reason
+            stopped = []
             for job in state["jobs"].values():
                 if node in job["nodes"]:
                     job["cancelled"] = True
+                    stopped.append(job)
+        for job in stopped:
+            replicas.stop(job)
         return None
 
     def resume(self, node: str) -> DryRun | None:
@@ -353,3 +423,107 @@ class SimulatedBackend(Backend):
         with self._state(write=True) as state:
             state["cordoned"].pop(node, None)
         return None
+
+
+def _status(backend_id: str, job: dict[str, Any], now: float) -> JobStatus:
+    """What the simulated cluster says of ``job`` at ``now``."""
+    nodes = tuple(job["nodes"])
+    workers = int(job.get("workers", 1))
+    faults: dict[str, dict[str, Any]] = job.get("faults", {})
+    if job["cancelled"]:
+        return JobStatus(backend_id, JobState.CANCELLED, "cancelled", nodes, workers_running=0)
+    if replicas.is_replica(job):
+        return replicas.status(backend_id, job)
+    if job.get("exits_at") is not None and now >= job["exits_at"]:
+        return JobStatus(backend_id, JobState.CANCELLED, "exited after SIGTERM", nodes, workers_running=0)
+    if "image_pull" in faults:
+        message = str(faults["image_pull"]["message"])
+        return JobStatus(backend_id, JobState.PENDING, message, (), Failure.IMAGE_PULL, workers_running=0)
+    if "partial_gang" in faults:
+        running = min(int(faults["partial_gang"]["running"]), workers)
+        message = f"{running} of {workers} workers running; the others are unschedulable (simulated)"
+        return JobStatus(
+            backend_id, JobState.PENDING, message, nodes[:running], Failure.UNSCHEDULABLE, workers_running=running
+        )
+    for fault, reason, code in (
+        ("oom", Failure.OOM_KILLED, 137),
+        ("node_lost", Failure.NODE_LOST, None),
+        ("exit_code", Failure.EXIT_CODE, None),
+    ):
+        if fault in faults and now >= job["submitted"] + float(faults[fault]["after"]):
+            exit_code = int(faults[fault]["code"]) if fault == "exit_code" else code
+            message = f"failed (simulated {fault.replace('_', ' ')})"
+            return JobStatus(backend_id, JobState.FAILED, message, nodes, reason, exit_code, workers_running=0)
+    if now >= job["submitted"] + job["seconds"]:
+        return JobStatus(backend_id, JobState.SUCCEEDED, "", nodes, exit_code=0, workers_running=0)
+    return JobStatus(backend_id, JobState.RUNNING, "", nodes, workers_running=workers)
+
+
+def _held(jobs: dict[str, dict[str, Any]], now: float) -> dict[str, tuple[int, int, int]]:
+    """Per node, the accelerators, millicores and MiB its running jobs' workers hold. Shares of a GPU
+    (``milli`` below 1000) are counted together, as packed onto the fewest GPUs: four quarters are one."""
+    held: dict[str, list[int]] = {}
+    for backend_id, job in jobs.items():
+        if _status(backend_id, job, now).state is not JobState.RUNNING:
+            continue
+        for node in job["nodes"]:
+            used = held.setdefault(node, [0, 0, 0])
+            used[0] += int(job.get("accelerators", 0)) * int(job.get("milli", 1000))
+            used[1] += int(job.get("cpu", 0))
+            used[2] += int(job.get("memory", 0))
+    return {node: (-(-milli // 1000), c, m) for node, (milli, c, m) in held.items()}
+
+
+def _prune(jobs: dict[str, dict[str, Any]], now: float) -> None:
+    """Forget jobs that ended over ``KEEP_ENDED_SECONDS`` ago, and the oldest ended ones past ``KEEP_ENDED``."""
+    ended = []
+    for backend_id, job in jobs.items():
+        if _status(backend_id, job, now).state in (JobState.PENDING, JobState.RUNNING):
+            continue
+        if replicas.is_replica(job):
+            ended.append((replicas.ended_at(job, now), backend_id))
+            continue
+        ended.append((float(job.get("exits_at") or 0) or float(job["submitted"]) + float(job["seconds"]), backend_id))
+    ended.sort()
+    for position, (at, backend_id) in enumerate(ended):
+        if now - at > KEEP_ENDED_SECONDS or position < len(ended) - KEEP_ENDED:
+            replicas.forget(jobs.pop(backend_id))
+
+
+def _made_up_lines(job: dict[str, Any], worker: int, status: JobStatus, now: float) -> Iterator[str]:
+    """Worker ``worker``'s output as the simulation can honestly tell it: submitted, started on its node,
+    progress every tenth of its run time, a signal, and its end (``status``, read at ``now``)."""
+
+    def at(moment: float) -> str:
+        return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    submitted, seconds = float(job["submitted"]), max(float(job["seconds"]), 0.001)
+    nodes, workers = job["nodes"], int(job.get("workers", 1))
+    node = nodes[worker] if worker < len(nodes) else "a node the simulation chose"
+    yield f"{at(submitted)} simulated: job submitted with {workers} worker(s)\n"
+    if status.state is JobState.PENDING:
+        yield f"{at(now)} simulated: worker {worker} is not running: {status.message or 'waiting'}\n"
+        return
+    yield f"{at(submitted)} simulated: worker {worker} of {workers} started on node {node}\n"
+    ended = status.state not in (JobState.RUNNING,)
+    until = min(now, submitted + seconds)
+    if job.get("exits_at") is not None:
+        until = min(until, float(job["exits_at"]))
+    for tenth in range(1, 10):
+        moment = submitted + seconds * tenth / 10
+        if moment > until:
+            break
+        done = f"{moment - submitted:.0f} of {seconds:.0f} s"
+        yield f"{at(moment)} simulated: worker {worker} progress {tenth * 10}% ({done})\n"
+    if job.get("exits_at") is not None:
+        yield f"{at(float(job['exits_at']))} simulated: SIGTERM received; checkpointing and exiting\n"
+    if not ended:
+        return
+    if status.state is JobState.SUCCEEDED:
+        end = f"finished: exit code 0 after {seconds:.0f} s"
+    elif status.state is JobState.CANCELLED:
+        end = status.message or "cancelled"
+    else:
+        code = "" if status.exit_code is None else f", exit code {status.exit_code}"
+        end = f"{status.message or 'failed'} ({status.reason or 'failed'}{code})"
+    yield f"{at(min(now, max(until, submitted)))} simulated: worker {worker} {end}\n"

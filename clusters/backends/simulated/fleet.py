@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from clusters.backends.base import AcceleratorInfo, NodeInfo
 
@@ -86,4 +86,17 @@ def node(profile_name: str, seed: int, i: int, busy: float = 0.0) -> NodeInfo:
         memory_used=used * (profile.memory // profile.accelerators // 2),
         topology=topology,
         labels=profile.labels,
+    )
+
+
+def holding(node: NodeInfo, accelerators: int, cpu: int, memory: int) -> NodeInfo:
+    """``node`` with what jobs the simulated cluster runs hold on it added to its use, within its capacity (a
+    TPU slice any job holds is in use whole)."""
+    if accelerators and "tpu/accelerator-type" in node.labels:
+        accelerators = node.accelerators
+    return replace(
+        node,
+        accelerators_used=min(node.accelerators, node.accelerators_used + accelerators),
+        cpu_used=min(node.cpu, node.cpu_used + cpu),
+        memory_used=min(node.memory, node.memory_used + memory),
     )

@@ -22,7 +22,19 @@ no munge key. Requeueing a drained node's jobs (``scontrol requeue``) and readin
   ``team/project``, to the Slurm account its jobs are charged to) and ``default_account``, ``qos`` (a
   tier's name to a Slurm QOS) and ``spot_qos`` (the QOS of spot jobs), ``container_runtime`` (``pyxis``
   or ``apptainer``: how a job with an image runs; see ``script.py``), ``apptainer`` (the apptainer
-  program, default ``apptainer``) and ``api_version`` (a data parser to speak instead of negotiating).
+  program, default ``apptainer``) and ``api_version`` (a data parser to speak instead of negotiating),
+  ``log_dir`` and ``log_mount`` (below); for interactive sessions (``session.py``) ``session_setup`` (the
+  shell line that puts ``jupyter`` on PATH), ``session_dir`` (the shared directory a session without a
+  checkpoint directory works in) and ``session_url`` (how browsers reach a node's port).
+
+**Output.** With ``log_dir`` set (a directory of the cluster's shared filesystem, as the nodes see it), every
+job's standard output and standard error go to ``<log_dir>/qm-<Slurm job id>.out`` (``standard_output`` and
+``standard_error``, both to one file as Slurm's own default does, so lines keep the order they were written
+in; a Ray job's heterogeneous components alike, and the batch script on the head's node holds the
+entrypoint's output). ``logs`` reads that file page by page from the same directory as mounted on the
+portal's machine: ``log_mount``, else ``log_dir`` itself. Slurm keeps one such file per job, not one per
+worker (every ``srun`` task writes into it). Without ``log_dir`` jobs write where Slurm's default puts them
+(``slurm-<id>.out`` in ``workdir``) and ``logs`` has nothing it can read.
 
 Failures (docs/backends.md). ``submit`` raises ``InvalidJob`` when Slurm refuses the job itself (no such
 partition or node, a configuration no node or partition offers, a bad feature, account or QOS) and when the
@@ -47,11 +59,13 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 import requests
 
 from clusters.backends.base import (
+    LOG_LIMIT,
     AcceleratorInfo,
     AuthenticationFailed,
     Backend,
@@ -65,13 +79,16 @@ from clusters.backends.base import (
     JobSpec,
     JobState,
     JobStatus,
+    LogChunk,
+    LogsUnavailable,
     NodeInfo,
     NotFound,
     Refused,
     Unreachable,
     not_allowed,
 )
-from clusters.backends.slurm import ray, versions
+from clusters.backends.logpages import read_page, text
+from clusters.backends.slurm import ray, session, versions
 from clusters.backends.slurm.parse import expand_hostlist, failure, gpu_gres, job_state, topology
 from clusters.backends.slurm.script import batch_script
 from common import outbound
@@ -239,6 +256,69 @@ class SlurmBackend(Backend):
 
     def find(self, job_id: str) -> str | None:
         return self._find_job(job_id)
+
+    def logs(
+        self, backend_id: str, worker: str = "", *, offset: str = "", tail: int | None = None, limit: int = LOG_LIMIT
+    ) -> LogChunk:
+        """A page of the job's output file (the module docstring's **Output**): the whole job's, as Slurm keeps
+        one per job; ``head`` is a Ray job's, whose head runs the batch script."""
+        job_id = _job_id(backend_id)
+        mount = str(self.options.get("log_mount") or self.options.get("log_dir") or "")
+        if not mount:
+            raise LogsUnavailable(
+                "this Slurm cluster has no log_dir option, so its jobs' output stays where Slurm's default puts it "
+                "(slurm-<job id>.out in the job's working directory, on the cluster); an admin can set log_dir to a "
+                "directory of the shared filesystem the portal reads (log_mount where it is mounted elsewhere)"
+            )
+        known = True  # whether slurmrestd said what it knows of the job
+        try:
+            raw: Mapping[str, Any] | None = self._job(backend_id)
+        except NotFound:
+            raw = None  # Slurm forgets a job MinJobAge after its end; its file stays
+        except Unreachable:
+            raw, known = None, False  # the file can still be read; whether the job ended is not known
+        ray_job = raw is not None and str(raw.get("comment") or "").startswith(ray.COMMENT)
+        if worker not in ("", "head") or (worker == "head" and raw is not None and not ray_job):
+            raise NotFound(
+                f"Slurm keeps one output file for job {backend_id}, with every worker's lines in it: ask for the "
+                f"job's output (no worker){', or head' if ray_job else ''}, not worker {worker!r}"
+            )
+        path = Path(mount) / f"{JOB_NAME_PREFIX}{job_id}.out"
+        if raw is not None:
+            ended = job_state(str(raw.get("job_state", ""))) not in (JobState.PENDING, JobState.RUNNING)
+        else:
+            ended = known  # a job Slurm no longer knows has ended
+        try:
+            with path.open("rb") as file:
+                size = os.fstat(file.fileno()).st_size
+                data, _start, end = read_page(file, size, offset=offset, tail=tail, limit=limit)
+        except FileNotFoundError:
+            if not known:
+                raise Unreachable(
+                    f"there is no output file {path}, and slurmrestd did not answer about job {backend_id}"
+                ) from None
+            return self._no_output_file(backend_id, raw, path, worker)
+        except OSError as exc:
+            raise BackendError(f"cannot read job {backend_id}'s output {path}: {exc.strerror or exc}") from exc
+        return LogChunk(text(data), str(end), end < size, ended and end >= size, worker, str(path))
+
+    def _no_output_file(self, backend_id: str, raw: Mapping[str, Any] | None, path: Path, worker: str) -> LogChunk:
+        """The answer for a job whose output file is not there (yet): an empty page while it waits to start or
+        has just started (slurmd creates the file as the batch step starts, a moment after Slurm says RUNNING),
+        else why there is none."""
+        if raw is None:
+            raise NotFound(f"Slurm does not know job {backend_id}, and there is no output file {path}")
+        written = raw.get("standard_output")
+        log_dir = str(self.options.get("log_dir") or "")
+        ours = not isinstance(written, str) or not written or written.startswith(log_dir.rstrip("/") + "/")
+        state = job_state(str(raw.get("job_state", "")))
+        if state is JobState.PENDING or (state is JobState.RUNNING and ours):
+            return LogChunk("", "0", False, False, worker, str(path))
+        elsewhere = f" (Slurm says it writes to {written})" if isinstance(written, str) and written else ""
+        raise LogsUnavailable(
+            f"job {backend_id} has no output file {path}{elsewhere}: it was submitted before the cluster's log_dir "
+            "was set, or the directory is not the one the nodes write to (check log_dir and log_mount)"
+        )
 
     def cancel(self, backend_id: str) -> DryRun | None:
         if self.dry_run:
@@ -504,6 +584,7 @@ class SlurmBackend(Backend):
         environment = {"PATH": DEFAULT_PATH, **spec.env, "QM_JOB_ID": spec.id}
         if spec.image:
             environment["QM_IMAGE"] = spec.image
+        environment.update(session.environment(spec))  # an interactive session's secret, for its app
         cpus_per_task = max(1, math.ceil(spec.cpu_per_worker / 1000))
         props: dict[str, Any] = {
             "name": JOB_NAME_PREFIX + spec.id,
@@ -513,6 +594,9 @@ class SlurmBackend(Backend):
             "tasks": spec.workers,
             "cpus_per_task": cpus_per_task,
         }
+        log_dir = str(self.options.get("log_dir") or "")
+        if log_dir:  # both streams to one file, in the order written (docstring: Output)
+            props["standard_output"] = props["standard_error"] = f"{log_dir.rstrip('/')}/{JOB_NAME_PREFIX}%j.out"
         partition = spec.queue or self.options.get("partition")
         if partition:
             props["partition"] = partition
@@ -728,6 +812,15 @@ def invalid_options(options: Mapping[str, Any]) -> str:
         if not isinstance(value, dict) or not all(isinstance(v, str) and v for v in value.values()):
             noun = "GRES types to models" if key == "gpu_models" else "names to Slurm names"
             return f"{key} maps {noun}, e.g. {example}."
+    for key in ("log_dir", "log_mount", "session_dir"):
+        value = options.get(key, "")
+        if not isinstance(value, str) or (value and not value.startswith("/")):
+            return f"{key} is an absolute directory path, e.g. /shared/qm-logs."
+    if options.get("session_url"):
+        try:
+            session.url_template(options)
+        except InvalidJob as error:
+            return f"{str(error)[0].upper()}{str(error)[1:]}, e.g. https://nodes.example.org/{{node}}/{{port}}/."
     for key in ("default_account", "spot_qos", "partition", "api_version"):
         if not isinstance(options.get(key, ""), str):
             return f"{key} is a name (a string)."

@@ -20,6 +20,9 @@ job record, stops Ray and exits with that code.
 **Ports.** Several Ray clusters may share a node (two jobs placed there; the lab's nodes are one machine), so
 every Ray process listens on a port picked free on its node, and each Ray node keeps its files under a
 directory of its own (``ray start --temp-dir``), as Ray's documentation for several nodes on one machine asks.
+A port picked free may be taken by another process before Ray binds it: a worker that fails within seconds,
+and a head that ends before it answers, start again with other ports, three times at most; the wait for
+the head ends as soon as the head's ``ray start`` has.
 The script records the dashboard's port in the job's comment (``scontrol update``), where ``status`` reads
 it: the dashboard link is ``options["ray_dashboard"]`` (e.g. ``http://{node}:{port}``) filled with the head's
 node and that port; without the option there is no link, since only the cluster's admin knows whether and
@@ -31,6 +34,7 @@ the nodes (``source /opt/ray/bin/activate``, ``module load ray``); empty: they a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -48,10 +52,18 @@ DASHBOARD_IN_COMMENT = re.compile(r"\bray-dashboard-port=(\d{1,5})\b")
 #: Marks the end of the entrypoint and the runtime environment in the here-documents that hold them.
 END_OF_ENTRYPOINT = "QM_END_OF_RAY_ENTRYPOINT"
 DEFAULT_START_TIMEOUT = 300
+#: The exit code of the wait for the Ray nodes when the head's ``ray start`` ended meanwhile.
+HEAD_ENDED = 3
 
 
 def is_ray(spec: JobSpec) -> bool:
     return spec.kind == "ray"
+
+
+def ray_dir_name(job_id: str) -> str:
+    """The attempt's part of the name of its Ray directory on each node (``qm-ray-<Slurm job>-<this>``): eight
+    hex digits of the attempt's id, short because Ray's socket paths under it must stay within 107 bytes."""
+    return hashlib.sha256(job_id.encode()).hexdigest()[:8]
 
 
 # --- the allocation ------------------------------------------------------------------------------------
@@ -131,13 +143,15 @@ def dashboard_url(options: Mapping[str, Any], raw: Mapping[str, Any], nodes: tup
 #: A free TCP port on this node (the kernel's choice), printed by Ray's own Python.
 FREE_PORT = "python -c 'import socket; s = socket.socket(); s.bind((\"\", 0)); print(s.getsockname()[1])'"
 
-#: ``ray start`` options that give one Ray node ports of its own (Ray's defaults clash on a shared node).
+#: ``ray start`` options that give one Ray node ports of its own (Ray's defaults clash on a shared node). The
+#: hundred ports of its workers lie in 18000-30099, below the range the kernel picks free ports from (Linux:
+#: 32768-60999): Ray refuses to start a node whose worker ports hold one of its other, picked, ports.
 PORTS = r"""ray_ports() {  # every port a Ray node listens on, each picked free on this node
   local base; base=$(qm_free_port)
   echo --node-manager-port=$(qm_free_port) --object-manager-port=$(qm_free_port) \
     --dashboard-agent-grpc-port=$(qm_free_port) --dashboard-agent-listen-port=$(qm_free_port) \
     --runtime-env-agent-port=$(qm_free_port) --metrics-export-port=$(qm_free_port) \
-    --min-worker-port=$(( 20000 + base % 20000 )) --max-worker-port=$(( 20099 + base % 20000 ))
+    --min-worker-port=$(( 18000 + base % 12000 )) --max-worker-port=$(( 18099 + base % 12000 ))
 }"""
 
 
@@ -176,7 +190,9 @@ def script(spec: JobSpec, options: Mapping[str, Any]) -> str:
         "qm_free_port() { " + FREE_PORT + "; }",
         PORTS,
         "export -f qm_free_port ray_ports",
-        'QM_RAY_DIR="${TMPDIR:-/tmp}/qm-ray-$SLURM_JOB_ID"',
+        # The job's own directory: named by the attempt too, since Slurm's job ids repeat across the Slurm
+        # clusters whose nodes share a machine (the labs), and it is removed when the job's Ray stops.
+        f'QM_RAY_DIR="${{TMPDIR:-/tmp}}/qm-ray-$SLURM_JOB_ID-{ray_dir_name(spec.id)}"',
         'mkdir -p "$QM_RAY_DIR/head"',
         "export QM_RAY_DIR RAY_USAGE_STATS_ENABLED=0",
         f"cat > \"$QM_RAY_DIR/entrypoint.sh\" <<'{END_OF_ENTRYPOINT}'",
@@ -189,22 +205,31 @@ def script(spec: JobSpec, options: Mapping[str, Any]) -> str:
         "qm_ray_stop() { kill ${QM_RAY_HEAD:-} ${QM_RAY_WORKERS:-} 2>/dev/null; wait 2>/dev/null; "
         'rm -rf "$QM_RAY_DIR"; }',
         "trap 'qm_ray_stop; exit 143' TERM",
-        f"qm_ray_wait() {{ QM_RAY_NODES=$1 QM_RAY_TIMEOUT={timeout} python - <<'{END_OF_ENTRYPOINT}'",
+        f"qm_ray_wait() {{ QM_RAY_NODES=$1 QM_RAY_TIMEOUT={timeout} QM_RAY_HEAD_PID=${{QM_RAY_HEAD:-}} "
+        f"python - <<'{END_OF_ENTRYPOINT}'",
         WAIT_FOR_NODES,
         END_OF_ENTRYPOINT,
         "}",
         "QM_RAY_STARTED=$(date +%s)",
-        "QM_RAY_PORT=$(qm_free_port); QM_RAY_DASHBOARD_PORT=$(qm_free_port)",
-        'export QM_RAY_ADDRESS="$(python -c "import ray._private.services as s; '
+        # A head that ended while starting (a port it picked free was taken; on a loaded node, a dashboard
+        # module that gave up) starts again with other ports; one that did not answer in time does not.
+        "for try in 1 2 3; do",
+        "  QM_RAY_PORT=$(qm_free_port); QM_RAY_DASHBOARD_PORT=$(qm_free_port)",
+        '  export QM_RAY_ADDRESS="$(python -c "import ray._private.services as s; '
         'print(s.get_node_ip_address())"):$QM_RAY_PORT"',
-        'ray start --head --block --port="$QM_RAY_PORT" --dashboard-host=0.0.0.0 '
+        '  ray start --head --block --port="$QM_RAY_PORT" --dashboard-host=0.0.0.0 '
         '--dashboard-port="$QM_RAY_DASHBOARD_PORT" --include-dashboard=true --temp-dir="$QM_RAY_DIR/head" '
         f"--disable-usage-stats --ray-client-server-port=$(qm_free_port) --num-cpus={head_cpus} "
-        f'--num-gpus={head_gpus} $(ray_ports) >"$QM_RAY_DIR/head.log" 2>&1 &',
-        "QM_RAY_HEAD=$!",
-        "if ! qm_ray_wait 1; then",
-        '  echo "qm: the Ray head did not start:" >&2; cat "$QM_RAY_DIR/head.log" >&2; qm_ray_stop; exit 1',
-        "fi",
+        f'--num-gpus={head_gpus} $(ray_ports) >>"$QM_RAY_DIR/head.log" 2>&1 &',
+        "  QM_RAY_HEAD=$!",
+        "  qm_ray_wait 1; waited=$?",
+        '  [ "$waited" = 0 ] && break',
+        '  kill "$QM_RAY_HEAD" 2>/dev/null; wait "$QM_RAY_HEAD" 2>/dev/null; QM_RAY_HEAD=""',
+        f'  if [ "$try" = 3 ] || [ "$waited" != {HEAD_ENDED} ]; then',
+        '    echo "qm: the Ray head did not start:" >&2; cat "$QM_RAY_DIR/head.log" >&2; qm_ray_stop; exit 1',
+        "  fi",
+        '  echo "qm: Ray head start $try failed; again with other ports" >>"$QM_RAY_DIR/head.log"',
+        "done",
         'scontrol update JobId="$SLURM_JOB_ID" Comment="'
         + f"{COMMENT} {spec.id}"
         + ' ray-dashboard-port=$QM_RAY_DASHBOARD_PORT" >/dev/null 2>&1 || true',
@@ -218,7 +243,8 @@ def script(spec: JobSpec, options: Mapping[str, Any]) -> str:
         f"qm_ray_wait {ray_nodes} || {{ echo 'qm: not every Ray node joined:' >&2; "
         'tail -n 20 "$QM_RAY_DIR"/worker-*.log >&2 2>/dev/null; qm_ray_stop; exit 1; }',
         f'echo "qm: Ray is up with {ray_nodes} node(s) in $(( $(date +%s) - QM_RAY_STARTED )) s" >&2',
-        f'ray job submit --log-color=false --address="http://127.0.0.1:$QM_RAY_DASHBOARD_PORT" '
+        # unbuffered: the entrypoint's output reaches the job's output file as it comes, not at the end
+        f'PYTHONUNBUFFERED=1 ray job submit --log-color=false --address="http://127.0.0.1:$QM_RAY_DASHBOARD_PORT" '
         f'--submission-id={submission} --runtime-env-json="$(cat "$QM_RAY_DIR/runtime_env.json")" '
         '-- bash "$QM_RAY_DIR/entrypoint.sh"',
         f"QM_EXIT=$(python - \"http://127.0.0.1:$QM_RAY_DASHBOARD_PORT\" {submission} <<'{END_OF_ENTRYPOINT}'",
@@ -235,8 +261,18 @@ def script(spec: JobSpec, options: Mapping[str, Any]) -> str:
 WAIT_FOR_NODES = """import os, sys, time
 import ray
 want, deadline = int(os.environ["QM_RAY_NODES"]), time.time() + int(os.environ["QM_RAY_TIMEOUT"])
+head = os.environ.get("QM_RAY_HEAD_PID", "")
+def head_ended():  # the head's `ray start --block` exited (a zombie until the script waits for it)
+    try:
+        with open(f"/proc/{head}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 alive = 0
 while time.time() < deadline:
+    if head and head_ended():
+        print("qm: the Ray head ended", file=sys.stderr)
+        sys.exit(3)  # HEAD_ENDED
     try:
         if not ray.is_initialized():
             ray.init(address=os.environ["QM_RAY_ADDRESS"], logging_level="ERROR", log_to_driver=False)

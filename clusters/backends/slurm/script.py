@@ -10,7 +10,8 @@ the names in ``clusters.capabilities.SLURM_RUNTIMES``) runs a job with an image 
 A job's *script* with an image runs once, inside the container, as the batch script would on the host: it
 is written to a file in the job's temporary directory, which both runtimes see (Pyxis is told to mount it).
 A job with an image on a cluster without a runtime is ``InvalidJob``: its command is never run on the bare
-host. A Ray job's script is ``ray.py``'s. Pure; no I/O.
+host. A Ray job's script is ``ray.py``'s, an interactive session's ``session.py``'s, a service replica's
+``service.py``'s. Pure; no I/O.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from clusters.backends.base import InvalidJob, JobSpec
-from clusters.backends.slurm import ray
+from clusters.backends.slurm import ray, service, session
 from clusters.capabilities import SLURM_RUNTIMES
 
 #: Marks the end of a job's script in the here-document that writes it out; quoted, so nothing expands.
@@ -33,6 +34,12 @@ def batch_script(spec: JobSpec, options: Mapping[str, Any]) -> str:
     """The script to submit for ``spec`` on a Slurm cluster with ``options``."""
     if ray.is_ray(spec):
         return ray.script(spec, options)  # a Ray cluster over the allocation that runs the entrypoint
+    if session.is_session(spec):
+        return session.script(spec, options)  # JupyterLab on the node until idle, its address reported
+    if service.is_service(spec):
+        if spec.image:  # not on the bare host, as for any job with an image; a runtime for replicas is to come
+            raise InvalidJob(f"service replica {spec.id} names an image; Slurm clusters run a replica's command only")
+        return service.script(spec)  # its command on a port of the node until stopped, its address reported
     if not spec.script and not spec.command:
         raise InvalidJob(f"job {spec.id} has neither a script nor a command")
     if spec.image:

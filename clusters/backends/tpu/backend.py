@@ -12,13 +12,22 @@ the engine (which keeps a job of a shape to nodes of that shape, ``scheduler/eng
 
 Existing slices that Quartermaster did not make (no ``quartermaster-job`` label, not a slot) are reported for
 the fleet's view and health, **unschedulable** and with no allocatable chips: they belong to whoever made
-them (so a job asking for a shape only such slices have is refused at submission, as never fitting). The label
-``quartermaster-team`` names the team that may use one, but running a job on an existing idle slice (it
-would need SSH to its hosts, which the TPU API does not give) is not done: such a slice is never used, by
-its team or any other. Quartermaster's own slices carry ``quartermaster-job`` (the job id) and
-``quartermaster-team`` (the team's slug).
+them (so a job asking for a shape only such slices have is refused at submission, as never fitting) — unless
+their owner **lends** one to a team: labels it ``quartermaster-team=<team slug>`` and runs Quartermaster's
+slice agent (``deploy/tpu_agent.py``) on its hosts. Such a slice is reported schedulable with its chips and
+the label ``qm/lent-to`` (``base.LENT_TO``), so the engine places that team's jobs of its shape there and no
+one else's, and busy while it runs one. A job is given a lent slice through the slice's metadata (UpdateNode,
+the owner's own keys kept): ``quartermaster-run`` (the job's backend id) and ``quartermaster-script`` (the same
+program a provisioned slice's startup script runs, exit report included); the agent on each host reads them
+from its metadata server's long poll and runs the program. ``signal`` adds ``quartermaster-stop`` (the agents
+send SIGTERM); ``cancel`` removes the keys (the agents stop the program, SIGKILL after their grace); an owner
+who removes them takes the slice back, which the job sees as preempted. Quartermaster's own slices carry
+``quartermaster-job`` (the job id) and ``quartermaster-team`` (the team's slug).
 
-A job is a **queued resource** with one ``node_spec`` entry per worker, each a slice of the job's type and
+A job's backend id names what it runs on (``Run``): ``qm-42`` a queued resource, ``qm-42=lab-a`` a lent slice
+alone, ``qm-42:lab-a`` both (a multislice job over a slot and a lent slice; the lent slices are told first, so a
+submission cut short between the two is found unfinished and completed). On its slots a job is a **queued
+resource** with one ``node_spec`` entry per slot, each a slice of the job's type and
 topology under the chosen slot's name (``workers`` > 1: multislice, a gang of slices in this zone). It waits
 in Google's queue, is provisioned, and each slice runs the startup script on every host. The startup script
 is the job's ``script``, else its ``image`` run under Docker, else its ``command``, after its environment; it
@@ -46,7 +55,9 @@ What the TPU API lacks: it has no cordon, drain or resume (a slice belongs to wh
 else lands on it), so those only check that the slice exists and leave the stopping to Quartermaster's own
 node state. It has no notion of a job finishing either: a queued resource is pending, then ACTIVE until
 deleted, so ``status`` never says succeeded; the job's end comes from the workload's report. Nor can a job
-be signalled: ``signal`` does nothing (whoever signalled stops the job when its grace ends).
+be signalled: ``signal`` does nothing (whoever signalled stops the job when its grace ends). Nor does it keep a
+program's output: ``logs`` finds the job (``NotFound`` if there is none) and raises ``LogsUnavailable`` saying
+where the output may be instead.
 
 Failures (docs/backends.md). ``submit`` raises ``InvalidJob`` for a job that cannot become a queued resource
 (no TPU type, an unknown type, a topology that is not the type's, nodes that are not free slots of the job's
@@ -82,9 +93,11 @@ from google.cloud import tpu_v2
 from google.cloud.tpu_v2.services.tpu.transports import TpuRestTransport
 from google.oauth2 import credentials as oauth2_credentials
 from google.oauth2 import service_account
-from google.protobuf import json_format  # type: ignore[import-untyped]
+from google.protobuf import field_mask_pb2, json_format  # type: ignore[import-untyped]
 
 from clusters.backends.base import (
+    LENT_TO,
+    LOG_LIMIT,
     AcceleratorInfo,
     AuthenticationFailed,
     Backend,
@@ -98,6 +111,8 @@ from clusters.backends.base import (
     JobSpec,
     JobState,
     JobStatus,
+    LogChunk,
+    LogsUnavailable,
     NodeInfo,
     NotFound,
     Refused,
@@ -123,8 +138,16 @@ SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 JOB_LABEL = "quartermaster-job"
 #: The team a slice is for: the job's team on Quartermaster's slices (see the module's docstring).
 TEAM_LABEL = "quartermaster-team"
-#: Where a TPU VM reads which host of its slice it is (0 is the first), from inside the VM.
-WORKER_NUMBER_URL = "http://metadata.google.internal/computeMetadata/v1/instance/attributes/agent-worker-number"
+#: A slice's metadata while it runs a job of Quartermaster's on a slice lent to a team (``deploy/tpu_agent.py``
+#: on its hosts reads them): the run (the job's backend id), its program, and a request to stop.
+RUN_KEY = "quartermaster-run"
+SCRIPT_KEY = "quartermaster-script"
+STOP_KEY = "quartermaster-stop"
+#: Where a TPU VM reads which host of its slice it is (0 is the first), from inside the VM: its metadata server
+#: (``GCE_METADATA_HOST`` where set, as Google's libraries honour it).
+WORKER_NUMBER_URL = (
+    "http://${GCE_METADATA_HOST:-metadata.google.internal}/computeMetadata/v1/instance/attributes/agent-worker-number"
+)
 
 State = tpu_v2.Node.State
 Health = tpu_v2.Node.Health
@@ -198,6 +221,36 @@ class Slot:
     @property
     def shape(self) -> str:
         return shape_of(self.accelerator_type, self.topology)
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """What a job runs on, as its backend id says: its queued resource (for the slots it was given), and the
+    slices lent to its team it was given. ``qm-42``: a queued resource only; ``qm-42:train-a,train-b``: a
+    queued resource and two lent slices; ``qm-42=train-a``: a lent slice only (no queued resource exists)."""
+
+    qr_id: str
+    provisioned: bool = True
+    lent: tuple[str, ...] = ()
+
+    @property
+    def backend_id(self) -> str:
+        if not self.lent:
+            return self.qr_id
+        return f"{self.qr_id}{':' if self.provisioned else '='}{','.join(self.lent)}"
+
+    @classmethod
+    def parse(cls, backend_id: str) -> Run | None:
+        """The run of a backend id (a queued resource's full name too); None for what is not one."""
+        short = _short(backend_id) if "/queuedResources/" in backend_id else backend_id
+        for mark, provisioned in ((":", True), ("=", False)):
+            if mark in short:
+                qr_id, _, names = short.partition(mark)
+                lent = tuple(names.split(","))
+                if not _QR_ID.match(qr_id) or not all(_NODE_ID.match(n) for n in lent):
+                    return None
+                return cls(qr_id, provisioned, lent)
+        return cls(short) if _QR_ID.match(short) else None
 
 
 def parse_slices(option: Any) -> tuple[Slot, ...]:
@@ -514,12 +567,20 @@ class TpuBackend(Backend):
         if "accelerator_config" in node and node.accelerator_config.topology:
             labels["tpu/topology"] = node.accelerator_config.topology
         # A slice is whole: usable entirely or not at all, and held entirely by the job that asked for it. One
-        # Quartermaster did not make has nothing to offer it, ever (not a cordon that may be lifted).
-        held = JOB_LABEL in node.labels
-        ours = held or name in self.slot_names
-        usable = ours and node.state not in BROKEN
+        # Quartermaster did not make has nothing to offer it, ever (not a cordon that may be lifted), unless its
+        # owner lends it to a team: then it is that team's (``LENT_TO``), and busy while it runs one of its jobs.
+        lent = self._lent_to(node)
+        running = node.metadata.get(RUN_KEY, "") if lent else ""
+        held = JOB_LABEL in node.labels or bool(running)
+        ours = JOB_LABEL in node.labels or name in self.slot_names
+        usable = (ours or bool(lent)) and node.state not in BROKEN
         labels["tpu/provisioned"] = "true"
-        if not ours:
+        if lent:
+            labels[LENT_TO] = lent
+            labels["tpu/owner"] = f"lent to team {lent}: its jobs run through Quartermaster's agent"
+            if running:
+                labels["tpu/running"] = running
+        elif not ours:
             labels["tpu/owner"] = "not Quartermaster: never scheduled"
         return NodeInfo(
             name=name,
@@ -535,9 +596,15 @@ class TpuBackend(Backend):
             memory_used=memory if held else 0,
             topology={"zone": self.zone, "slice": name},
             ready=node.state == State.READY,
-            schedulable=ours and node.state not in UNSCHEDULABLE,
+            schedulable=(ours or bool(lent)) and node.state not in UNSCHEDULABLE,
             labels=labels,
         )
+
+    def _lent_to(self, node: tpu_v2.Node) -> str:
+        """The team a slice Quartermaster did not make is lent to (its ``quartermaster-team`` label), else ""."""
+        if JOB_LABEL in node.labels or _short(node.name) in self.slot_names:
+            return ""
+        return str(node.labels.get(TEAM_LABEL, ""))
 
     def health(self) -> tuple[HealthSignal, ...]:
         with self._calls("listing TPU nodes"):
@@ -557,17 +624,60 @@ class TpuBackend(Backend):
         return tuple(signals)
 
     def status(self, backend_id: str) -> JobStatus:
-        name = self._qr_name(backend_id)
-        with self._calls(f"reading queued resource {_short(name)}"):
-            queued = self.client.get_queued_resource(name=name, timeout=self.timeout)
-        state, message, reason = self._job_state(queued.state)
+        run = self._run(backend_id)
+        state, message, reason = JobState.RUNNING, f"running on lent slice(s) {', '.join(run.lent)}", ""
         nodes: tuple[str, ...] = ()
-        if queued.state.state == QrState.ACTIVE:
-            nodes = tuple(spec.node_id for spec in queued.tpu.node_spec if spec.node_id)
-            broken = self._broken(nodes)
-            if broken:
-                state, message, reason = JobState.FAILED, f"ACTIVE, but {broken}", Failure.NODE_LOST
-        return JobStatus(backend_id=_short(name), state=state, message=message, nodes=nodes, reason=reason)
+        if run.provisioned:
+            name = self._qr_name(run.qr_id)
+            with self._calls(f"reading queued resource {run.qr_id}"):
+                queued = self.client.get_queued_resource(name=name, timeout=self.timeout)
+            state, message, reason = self._job_state(queued.state)
+            if queued.state.state == QrState.ACTIVE:
+                nodes = tuple(spec.node_id for spec in queued.tpu.node_spec if spec.node_id)
+                broken = self._broken(nodes)
+                if broken:
+                    state, message, reason = JobState.FAILED, f"ACTIVE, but {broken}", Failure.NODE_LOST
+        if run.lent and state in (JobState.PENDING, JobState.RUNNING):
+            trouble = self._lent_trouble(run)
+            if trouble is not None:
+                state, message, reason = JobState.FAILED, trouble[0], trouble[1]
+            nodes += run.lent
+        return JobStatus(backend_id=run.backend_id, state=state, message=message, nodes=nodes, reason=reason)
+
+    def _run(self, backend_id: str) -> Run:
+        run = Run.parse(backend_id)
+        if run is None:
+            raise NotFound(f"{self._where}: {backend_id!r} is not a queued resource id or a run on lent slices")
+        return run
+
+    def _lent_trouble(self, run: Run) -> tuple[str, str] | None:
+        """(words, ``Failure`` code) for the first lent slice of a run that can no longer run it: gone, broken
+        or stopped (``NODE_LOST``), or taken back by its owner, whose metadata no longer names the run
+        (``PREEMPTED``); None while every one of them still runs it."""
+        for node_id in run.lent:
+            try:
+                with self._calls(f"reading TPU node {node_id}"):
+                    node = self.client.get_node(name=self._node_name(node_id), timeout=self.timeout)
+            except NotFound:
+                return f"its lent slice {node_id} is gone", Failure.NODE_LOST
+            if node.state in BROKEN or node.state in UNSCHEDULABLE:
+                said = f": {node.health_description}" if node.health_description else ""
+                return f"its lent slice {node_id} is {_enum_name(node.state)}{said}", Failure.NODE_LOST
+            if node.metadata.get(RUN_KEY, "") != run.backend_id:
+                return f"the owner of slice {node_id} took it back (its metadata no longer names this job)", (
+                    Failure.PREEMPTED
+                )
+        return None
+
+    def logs(
+        self, backend_id: str, worker: str = "", *, offset: str = "", tail: int | None = None, limit: int = LOG_LIMIT
+    ) -> LogChunk:
+        self.status(backend_id)  # NotFound for no such queued resource, as for every other backend
+        raise LogsUnavailable(
+            "Cloud TPU keeps no output of the programs it runs: the API Quartermaster reads has none to give. The "
+            "output is on the slice's TPU VMs (and in Cloud Logging where the project sends the VMs' logs there): "
+            "have the program write what you need to its checkpoint bucket, or to standard output for Cloud Logging."
+        )
 
     def _broken(self, nodes: tuple[str, ...]) -> str:
         """Words for the first slice of an ACTIVE queued resource that is broken or gone ("" if none is): the
@@ -604,21 +714,59 @@ class TpuBackend(Backend):
         return JOB_STATES[value], name, ""
 
     def find(self, job_id: str) -> str | None:
+        """The run of a job submitted before: the lent slices whose metadata names it (they were told first,
+        and name the whole run), and its queued resource; None when the run is not all there (submitting again
+        completes it)."""
         qr_id = queued_resource_id(job_id)
-        try:
-            self.status(qr_id)
-        except NotFound:
-            return None
-        return qr_id
+        with self._calls("listing TPU nodes"):
+            nodes = list(self.client.list_nodes(parent=self.parent, timeout=self.timeout))
+        named = (Run.parse(node.metadata.get(RUN_KEY, "")) for node in nodes if self._lent_to(node))
+        run = next((found for found in named if found is not None and found.qr_id == qr_id), Run(qr_id))
+        if run.provisioned:
+            try:
+                with self._calls(f"reading queued resource {qr_id}"):
+                    self.client.get_queued_resource(name=self._qr_name(qr_id), timeout=self.timeout)
+            except NotFound:
+                return None
+        return run.backend_id
 
     # writes
     def submit(self, spec: JobSpec) -> str | DryRun:
+        if spec.kind == "session":  # docs/jobs.md, "Interactive sessions": Slurm's for now
+            raise InvalidJob(f"job {spec.id}: interactive sessions run on Slurm clusters; this is Cloud TPU")
+        if spec.kind == "service":  # docs/jobs.md, "Service replicas": Slurm and the simulated cluster, for now
+            raise InvalidJob(f"job {spec.id}: service replicas run on Slurm clusters; this is Cloud TPU")
         qr_id = queued_resource_id(spec.id)
-        name = f"{self.parent}/queuedResources/{qr_id}"
-        queued = self._queued_resource(spec, qr_id)
+        chosen = self._chosen(spec)
+        slots = [(index, where) for index, where in chosen if isinstance(where, Slot)]
+        lent = [(index, where) for index, where in chosen if isinstance(where, tpu_v2.Node)]
+        run = Run(qr_id, bool(slots), tuple(_short(node.name) for _, node in lent))
+        queued = self._queued_resource(spec, slots, len(chosen)) if slots else None
+        scripts = {_short(node.name): self._startup_script(spec, index, len(chosen)) for index, node in lent}
+        for _, node in lent:
+            holder = node.metadata.get(RUN_KEY, "")
+            if holder and holder != run.backend_id:  # its last job's end has not been cleaned up yet: soon free
+                raise BackendError(f"job {spec.id}: lent slice {_short(node.name)} still runs {holder}")
         if self.dry_run:
-            body = json_format.MessageToDict(tpu_v2.QueuedResource.pb(queued))
-            return DryRun("submit", name, {"queued_resource_id": qr_id, "queued_resource": body})
+            detail: dict[str, Any] = {"queued_resource_id": qr_id if queued is not None else ""}
+            if queued is not None:
+                detail["queued_resource"] = json_format.MessageToDict(tpu_v2.QueuedResource.pb(queued))
+            if lent:
+                detail["lent_slices"] = {name: {RUN_KEY: run.backend_id} for name in run.lent}
+            return DryRun("submit", f"{self.parent}/queuedResources/{qr_id}", detail)
+        # The lent slices first: their metadata names the whole run, so a submission cut short after them is
+        # found unfinished (``find``) and completed, never half-run.
+        for _, node in lent:
+            self._assign(node, run, scripts[_short(node.name)])
+        if queued is not None:
+            try:
+                self._create(qr_id, queued)
+            except InvalidJob:
+                self._release(run)
+                raise
+        return run.backend_id
+
+    def _create(self, qr_id: str, queued: tpu_v2.QueuedResource) -> None:
         try:
             with self._calls(f"creating queued resource {qr_id}"):
                 # The answer is a long-running operation; status() follows the queued resource instead.
@@ -627,7 +775,7 @@ class TpuBackend(Backend):
                 )
         except Refused as error:
             if _already_exists(error.__cause__):  # submitted before: that one is the job
-                return qr_id
+                return
             if isinstance(error.__cause__, api_exceptions.BadRequest):  # INVALID_ARGUMENT, FAILED_PRECONDITION
                 raise InvalidJob(str(error)) from error
             # RESOURCE_EXHAUSTED (quota), ABORTED (a concurrent change): waiting may mend them
@@ -637,7 +785,44 @@ class TpuBackend(Backend):
                 # PERMISSION_DENIED (e.g. on the reservation), NOT_FOUND (the reservation, the zone's type)
                 raise InvalidJob(str(error)) from error
             raise
-        return qr_id
+
+    def _assign(self, node: tpu_v2.Node, run: Run, script: str) -> None:
+        """Tell a lent slice's agent to run the job: its metadata gets the run and the program, the owner's own
+        keys kept (the API replaces the whole map)."""
+        if node.metadata.get(RUN_KEY, "") == run.backend_id:
+            return  # told before this submission was cut short
+        metadata = {k: v for k, v in node.metadata.items() if k not in (RUN_KEY, SCRIPT_KEY, STOP_KEY)}
+        metadata.update({RUN_KEY: run.backend_id, SCRIPT_KEY: script})
+        self._set_metadata(_short(node.name), metadata)
+
+    def _release(self, run: Run, stop: bool = False) -> None:
+        """Take the run off its lent slices (their agents stop its program), or with ``stop`` only ask the
+        program to stop (``STOP_KEY``: SIGTERM, to checkpoint and exit). A slice gone, or given to another
+        run since, is left alone."""
+        for node_id in run.lent:
+            try:
+                with self._calls(f"reading TPU node {node_id}"):
+                    node = self.client.get_node(name=self._node_name(node_id), timeout=self.timeout)
+            except NotFound:
+                continue
+            if node.metadata.get(RUN_KEY, "") != run.backend_id:
+                continue
+            metadata = dict(node.metadata)
+            if stop:
+                metadata[STOP_KEY] = "term"
+            else:
+                for key in (RUN_KEY, SCRIPT_KEY, STOP_KEY):
+                    metadata.pop(key, None)
+            self._set_metadata(node_id, metadata)
+
+    def _set_metadata(self, node_id: str, metadata: Mapping[str, str]) -> None:
+        node = tpu_v2.Node(name=self._node_name(node_id), metadata=dict(metadata))
+        with self._calls(f"updating the metadata of TPU node {node_id}"):
+            # Waited for: until it is done, a read of the slice may still show its old metadata.
+            operation = self.client.update_node(
+                node=node, update_mask=field_mask_pb2.FieldMask(paths=["metadata"]), timeout=self.timeout
+            )
+            operation.result(timeout=self.timeout)  # type: ignore[no-untyped-call]
 
     def _reservation(self, spec: JobSpec) -> str:
         """The reservation a job's slices come from: its queue (short or full) or the cluster's option."""
@@ -651,9 +836,10 @@ class TpuBackend(Backend):
             reservation = f"{self.parent}/reservations/{reservation}"
         return reservation
 
-    def _chosen_slots(self, spec: JobSpec) -> list[Slot]:
-        """The slots the engine chose for the job (``spec.nodes``, one per slice), each checked to be a free
-        slot of the job's shape; ``InvalidJob`` (or a transient ``BackendError``) saying which is not."""
+    def _chosen(self, spec: JobSpec) -> list[tuple[int, Slot | tpu_v2.Node]]:
+        """What the engine chose for the job (``spec.nodes``, one per slice, in slice order): free slots of the
+        job's shape, or slices of its shape lent to its team; ``InvalidJob`` (or a transient ``BackendError``)
+        saying which is not."""
         if not spec.tpu_type:
             raise InvalidJob(f"job {spec.id}: a TPU cluster runs jobs that name a TPU type (tpu_type, e.g. v5p-32)")
         try:
@@ -669,26 +855,48 @@ class TpuBackend(Backend):
         with self._calls("listing TPU nodes"):
             existing = {_short(n.name): n for n in self.client.list_nodes(parent=self.parent, timeout=self.timeout)}
         wanted = shape_of(spec.tpu_type, spec.tpu_topology)
-        chosen: list[Slot] = []
-        for name in names:
+        chosen: list[tuple[int, Slot | tpu_v2.Node]] = []
+        for index, name in enumerate(names):
+            node = existing.get(name)
             slot = self.slot_names.get(name)
+            if slot is None and node is not None and self._lent_to(node):
+                chosen.append((index, self._lent_slice(spec, node, wanted)))
+                continue
             if slot is None:
-                why = "an existing slice Quartermaster did not make" if name in existing else "no slot"
-                raise InvalidJob(f"job {spec.id}: {name} is {why}; it runs only on the slots of the option slices")
+                why = "an existing slice Quartermaster did not make" if node is not None else "no slot"
+                raise InvalidJob(
+                    f"job {spec.id}: {name} is {why}; it runs only on the slots of the option slices "
+                    "and on slices lent to its team"
+                )
             other_topology = bool(spec.tpu_topology and slot.topology and slot.topology != spec.tpu_topology)
             if slot.accelerator_type != spec.tpu_type or other_topology:
                 raise InvalidJob(f"job {spec.id} asks for {wanted} slices; slot {name} is {slot.shape}")
-            node = existing.get(name)
             holder = node.labels.get(JOB_LABEL, "") if node is not None else ""
             if node is not None and holder != _label_value(spec.id):
                 # The slice of the job that held the slot before is still being deleted: it is free soon.
                 raise BackendError(f"job {spec.id}: slot {name} still holds the slice of job {holder or '?'}")
-            chosen.append(Slot(name, slot.accelerator_type, spec.tpu_topology or slot.topology))
+            chosen.append((index, Slot(name, slot.accelerator_type, spec.tpu_topology or slot.topology)))
         return chosen
 
-    def _queued_resource(self, spec: JobSpec, qr_id: str) -> tpu_v2.QueuedResource:
+    def _lent_slice(self, spec: JobSpec, node: tpu_v2.Node, wanted: str) -> tpu_v2.Node:
+        """A slice lent to a team, checked to be lent to the job's team, of its shape, and up."""
+        name = _short(node.name)
+        team = self._lent_to(node)
+        if team != _label_value(spec.team):
+            raise InvalidJob(f"job {spec.id}: slice {name} is lent to team {team}, not to team {spec.team or '?'}")
+        _, accelerator_type, _ = self._slice(node)
+        topology = node.accelerator_config.topology if "accelerator_config" in node else ""
+        if accelerator_type != spec.tpu_type or (spec.tpu_topology and topology != spec.tpu_topology):
+            raise InvalidJob(
+                f"job {spec.id} asks for {wanted} slices; slice {name} is {shape_of(accelerator_type, topology)}"
+            )
+        if node.state != State.READY:  # it may be back soon (restarting, repaired): not for good
+            raise BackendError(f"job {spec.id}: lent slice {name} is {_enum_name(node.state)}, not READY")
+        return node
+
+    def _queued_resource(self, spec: JobSpec, slots: list[tuple[int, Slot]], total: int) -> tpu_v2.QueuedResource:
+        """The queued resource of a job's slots (each with its slice's index among the job's ``total``)."""
         reservation = self._reservation(spec)
-        chosen = self._chosen_slots(spec)
         generation = generation_of(spec.tpu_type)
         # Spot, or guaranteed: from a reservation unless the cluster says it has none (on-demand).
         reserved = not spec.spot and (bool(spec.queue.strip()) or _flag(self.options.get("reserved"), True))
@@ -696,8 +904,8 @@ class TpuBackend(Backend):
         if spec.team:
             labels[TEAM_LABEL] = _label_value(spec.team)
         node_specs = []
-        for index, slot in enumerate(chosen):
-            script = self._startup_script(spec, index, len(chosen))
+        for index, slot in slots:
+            script = self._startup_script(spec, index, total)
             node = tpu_v2.Node(
                 runtime_version=str(self.options.get("runtime_version") or generation.runtime_version),
                 description=spec.name[:512],
@@ -751,7 +959,7 @@ class TpuBackend(Backend):
             run = [shlex.join(spec.command)]
         report = [
             "code=$?",
-            f"worker=\"$(curl -sf --max-time 5 -H 'Metadata-Flavor: Google' {WORKER_NUMBER_URL} || echo 0)\"",
+            f'worker="$(curl -sf --max-time 5 -H \'Metadata-Flavor: Google\' "{WORKER_NUMBER_URL}" || echo 0)"',
             'if [ -n "${QM_JOB_TOKEN:-}" ] && [ "$worker" = 0 ] && { [ "$code" != 0 ] || [ "$QM_SLICE" = 0 ]; }; then',
             '  curl -sS --max-time 30 --retry 5 --retry-all-errors -X POST -H "Authorization: Bearer $QM_JOB_TOKEN" \\',
             '    -H \'Content-Type: application/json\' --data "{\\"exit_code\\": $code}" \\',
@@ -762,25 +970,38 @@ class TpuBackend(Backend):
         return "\n".join(["#!/bin/bash", *exports, *run, *report]) + "\n"
 
     def cancel(self, backend_id: str) -> DryRun | None:
-        name = self._qr_name(backend_id)
+        """Delete the job's queued resource (and its slices), and take the job off its lent slices (their
+        agents stop its program, SIGTERM then SIGKILL)."""
+        run = self._run(backend_id)
+        name = self._qr_name(run.qr_id)
         if self.dry_run:
-            return DryRun("cancel", name, {"force": True})
-        with self._calls(f"deleting queued resource {_short(name)}"):
-            # force: delete the slice too if it was provisioned, rather than refuse.
-            self.client.delete_queued_resource(
-                request=tpu_v2.DeleteQueuedResourceRequest(name=name, force=True), timeout=self.timeout
-            )
+            detail: dict[str, Any] = {"force": True} if run.provisioned else {}
+            if run.lent:
+                detail["lent_slices"] = list(run.lent)
+            return DryRun("cancel", name, detail)
+        self._release(run)
+        if run.provisioned:
+            with self._calls(f"deleting queued resource {run.qr_id}"):
+                # force: delete the slice too if it was provisioned, rather than refuse.
+                self.client.delete_queued_resource(
+                    request=tpu_v2.DeleteQueuedResourceRequest(name=name, force=True), timeout=self.timeout
+                )
         return None
 
     def signal(self, backend_id: str, grace_seconds: int) -> DryRun | None:
-        """Nothing: Cloud TPU cannot signal the workload on a slice (there is no API to reach its processes).
-        The queued resource is read, so signalling a job that does not exist fails as for other backends;
-        whoever signalled cancels the job when ``grace_seconds`` have passed."""
-        name = self._qr_name(backend_id)
-        with self._calls(f"reading queued resource {_short(name)}"):
-            self.client.get_queued_resource(name=name, timeout=self.timeout)
+        """On lent slices, ask the program to stop (their agents send it SIGTERM, to checkpoint and exit). On
+        Quartermaster's own slices nothing: Cloud TPU cannot signal the workload on a slice (there is no API to
+        reach its processes). The queued resource is read, so signalling a job that does not exist fails as for
+        other backends; whoever signalled cancels the job when ``grace_seconds`` have passed."""
+        run = self._run(backend_id)
+        name = self._qr_name(run.qr_id)
+        if run.provisioned:
+            with self._calls(f"reading queued resource {run.qr_id}"):
+                self.client.get_queued_resource(name=name, timeout=self.timeout)
         if self.dry_run:
-            return DryRun("signal", name, {"grace_seconds": grace_seconds, "cluster_change": "none: no way to signal"})
+            change = "SIGTERM through the lent slices' agents" if run.lent else "none: no way to signal"
+            return DryRun("signal", name, {"grace_seconds": grace_seconds, "cluster_change": change})
+        self._release(run, stop=True)
         return None
 
     # The TPU API has no cordon, drain or resume: a slice runs only what its owner starts on it, so there
