@@ -1,0 +1,16 @@
+"""The edge pages, included at the root by ``portal/urls.py``: the fleet, a device, enrolment tokens, rollouts."""
+
+from django.urls import path
+
+from edge.web import views
+
+urlpatterns = [
+    path("devices/", views.fleet, name="device-list"),
+    path("devices/<int:pk>/", views.device_detail, name="device-detail"),
+    path("devices/<int:pk>/revoke/", views.device_revoke, name="device-revoke"),
+    path("devices/tokens/new", views.token_new, name="device-token-new"),
+    path("rollouts/", views.rollout_list, name="rollout-list"),
+    path("rollouts/new", views.rollout_new, name="rollout-new"),
+    path("rollouts/<int:pk>/", views.rollout_detail, name="rollout-detail"),
+    path("rollouts/<int:pk>/<str:verb>/", views.rollout_control, name="rollout-control"),
+]
