@@ -23,6 +23,19 @@ cents and the teams' totals plus whatever stayed unallocated add up to the fleet
 
 Jobs are priced by usage only (``job_costs``): idle and overhead are allocated to teams, projects and users.
 
+**Allocated but idle.** Usage is what was allocated; the node probes say how much of it was used
+(``scheduler/utilization.py`` attributes their samples to the attempts, hour by hour). Each line's usage
+cost is split, proportionally, into three parts that add up to it:
+
+    allocated idle = usage cost x (measured - busy) / held
+    unmeasured     = usage cost x (held - measured) / held
+    (busy          = the rest)
+
+where *held* is the line's thousandth-accelerator-seconds, *measured* the part of them during which its
+nodes' probes reported, and *busy* the measured part times the utilization there (a GPU at 40 % for an
+hour is 0.4 busy GPU-hours and 0.6 idle). Time without samples is unmeasured, never idle. Both are
+parts of usage, not charges on top: totals do not change.
+
 Allocation needs the whole organization's month; what a person is shown is then cut to what they may
 see (``visible_to``): their teams' lines for researchers and leads, everything for finance and admins.
 """
@@ -42,10 +55,12 @@ from django.db import connection
 from django.db.models import BigIntegerField, F, Q, Sum
 from django.db.models.functions import Cast
 
+from billing.metering import midnight
 from billing.models import CapacityRecord, Overhead, UsageRecord
 from billing.prices import Key, RateBook, version
 from clusters.models import AcceleratorType, Cluster
 from common.types import AnyUser
+from scheduler import utilization
 from tenancy import policy
 from tenancy.models import Organization, Project, Team
 from tenancy.scoping import Action
@@ -53,6 +68,8 @@ from tenancy.scoping import Action
 CENT = Decimal("0.01")
 MILLI_SECONDS_PER_HOUR = Decimal(3_600_000)
 MICRO = Decimal(1_000_000)
+#: Utilization is read against usage hour by hour (seconds).
+HOUR = 3600
 DIMENSIONS = ("day", "team", "project", "user", "cluster", "flavor", "capacity_type")
 
 
@@ -78,6 +95,12 @@ class Line:
     idle: int
     overhead: int
     priced: bool
+    #: Of ``milli_seconds``: the part the probes measured, and the busy part of that (utilization-weighted).
+    measured_milli_seconds: int = 0
+    busy_milli_seconds: int = 0
+    #: Parts of ``usage`` (cents): allocated while measured idle, and allocated without any measurement.
+    allocated_idle: int = 0
+    unmeasured: int = 0
 
     @property
     def total(self) -> int:
@@ -138,6 +161,8 @@ class Attribution:
     idle_by_day: dict[dt.date, int]
     names: Names
     fleet_visible: bool = True
+    #: Per job: (held, measured, busy) thousandth-accelerator-seconds in the month (``allocated but idle``).
+    job_measures: dict[int, tuple[int, int, int]] = field(default_factory=dict)
 
     @property
     def capacity_cost(self) -> int:
@@ -158,6 +183,8 @@ class Attribution:
             "idle": sum(line.idle for line in self.lines),
             "overhead": sum(line.overhead for line in self.lines),
             "total": sum(line.total for line in self.lines),
+            "allocated_idle": sum(line.allocated_idle for line in self.lines),
+            "unmeasured": sum(line.unmeasured for line in self.lines),
         }
 
     @property
@@ -175,21 +202,32 @@ class Attribution:
 
     def rollup(self, by: Sequence[str]) -> list[dict[str, Any]]:
         """The lines summed per value of the ``by`` dimensions, largest total first."""
-        sums: dict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+        sums: dict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0, 0, 0])
         for line in self.lines:
             acc = sums[tuple(getattr(line, d) for d in by)]
             acc[0] += line.milli_seconds
             acc[1] += line.usage
             acc[2] += line.idle
             acc[3] += line.overhead
+            acc[4] += line.measured_milli_seconds
+            acc[5] += line.busy_milli_seconds
+            acc[6] += line.allocated_idle
+            acc[7] += line.unmeasured
         rows = []
-        for key, (ms, usage, idle, overhead) in sums.items():
+        for key, (ms, usage, idle, overhead, measured, busy, allocated_idle, unmeasured) in sums.items():
             row: dict[str, Any] = {}
             for dimension, value in zip(by, key, strict=True):
                 row[dimension] = value
                 if dimension not in ("day", "capacity_type"):
                     row[f"{dimension}_name"] = self.names.of(dimension, value)
             row.update(milli_seconds=ms, usage=usage, idle=idle, overhead=overhead, total=usage + idle + overhead)
+            row.update(
+                measured_milli_seconds=measured,
+                busy_milli_seconds=busy,
+                allocated_idle=allocated_idle,
+                unmeasured=unmeasured,
+                utilization=busy / measured if measured else None,
+            )
             rows.append(row)
         rows.sort(key=lambda r: (-r["total"], *(str(r[d]) for d in by)))
         return rows
@@ -197,6 +235,20 @@ class Attribution:
     def for_teams(self, teams: Iterable[int], fleet_visible: bool) -> Attribution:
         keep = set(teams)
         return replace(self, lines=[line for line in self.lines if line.team in keep], fleet_visible=fleet_visible)
+
+    def job_split(self, job: int, usage: int) -> tuple[int, int]:
+        """A job's usage cost (cents) split as the lines are: (allocated idle, unmeasured)."""
+        held, measured, busy = self.job_measures.get(job, (0, 0, 0))
+        return split(usage, held, measured, busy)
+
+
+def split(usage: int, held: int, measured: int, busy: int) -> tuple[int, int]:
+    """``usage`` cents in proportion: (allocated idle, unmeasured), rounded half up; (0, 0) with nothing held."""
+    if held <= 0:
+        return 0, 0
+    idle = to_cents(Decimal(usage) * Decimal(max(0, measured - busy)) / Decimal(held) / 100)
+    unmeasured = to_cents(Decimal(usage) * Decimal(held - measured) / Decimal(held) / 100)
+    return idle, unmeasured
 
 
 def money(cents: int) -> Decimal:
@@ -295,9 +347,80 @@ def attribute(organization: Organization | int, month: dt.date) -> Attribution:
     usage_rows = _usage(org_id, start, end)
     capacity_rows = _capacity(org_id, start, end)
     names = _names(org_id)
+    by_line, by_job = _measures(org_id, start, end)
     with localcontext() as ctx:
         ctx.prec = 50
-        return _allocate(org_id, start, book, usage_rows, capacity_rows, overhead_of(org_id, start), names)
+        result = _allocate(org_id, start, book, usage_rows, capacity_rows, overhead_of(org_id, start), names, by_line)
+    result.job_measures = by_job
+    return result
+
+
+Grain = tuple[dt.date, int, int | None, int, int, int, str]
+
+
+def _grain(row: dict[str, Any]) -> Grain:
+    """A usage row's line key (``DIMENSIONS``' values)."""
+    return (
+        row["day"],
+        row["team_id"],
+        row["project_id"],
+        row["user_id"],
+        row["cluster_id"],
+        row["flavor_id"],
+        row["capacity_type"],
+    )
+
+
+def _measures(
+    org_id: int, start: dt.date, end: dt.date
+) -> tuple[dict[Grain, tuple[int, int]], dict[int, tuple[int, int, int]]]:
+    """The month's measured and busy thousandth-accelerator-seconds per line grain, and (held, measured,
+    busy) per job: the usage records are the holds (every attempt on the organization's nodes), read
+    against the probes' samples hour by hour (``scheduler.utilization``; two queries)."""
+    records = list(
+        UsageRecord.objects.filter(organization_id=org_id, day__gte=start, day__lt=end).values_list(
+            "attempt_id",
+            "job_id",
+            "node_id",
+            "milli",
+            "start",
+            "end",
+            "day",
+            "team_id",
+            "project_id",
+            "user_id",
+            "cluster_id",
+            "flavor_id",
+            "capacity_type",
+            "seconds",
+        )
+    )
+    if not records:
+        return {}, {}
+    holds = [utilization.Hold(r[0], r[1], r[2], r[3], r[4], r[5]) for r in records]
+    since, until = midnight(start), midnight(end)
+    buckets = utilization.node_buckets({h.node for h in holds}, since, until, HOUR, per_gpu=False)
+    measured = utilization.shares(holds, holds, buckets, HOUR) if buckets else {}
+    per_piece: dict[tuple[int, int, dt.date], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for (attempt, node, bucket), (share, _) in measured.items():
+        acc = per_piece[(attempt, node, bucket.date())]
+        acc[0] += share.measured
+        acc[1] += share.busy
+    by_line: dict[Grain, list[int]] = defaultdict(lambda: [0, 0])
+    by_job: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for r in records:
+        piece_measured, piece_busy = (round(x) for x in per_piece.get((r[0], r[2], r[6]), (0.0, 0.0)))
+        line = by_line[(r[6], r[7], r[8], r[9], r[10], r[11], r[12])]
+        line[0] += piece_measured
+        line[1] += piece_busy
+        job = by_job[r[1]]
+        job[0] += r[13] * r[3]
+        job[1] += piece_measured
+        job[2] += piece_busy
+    return (
+        {grain: (m, b) for grain, (m, b) in by_line.items()},
+        {job: (h, m, b) for job, (h, m, b) in by_job.items()},
+    )
 
 
 def _allocate(
@@ -308,6 +431,7 @@ def _allocate(
     capacity_rows: list[dict[str, Any]],
     overhead: Decimal,
     names: Names,
+    measures: dict[Grain, tuple[int, int]] | None = None,
 ) -> Attribution:
     # Usage: exact cost of every line.
     keys: list[Key] = [(r["cluster_id"], r["flavor_id"], r["capacity_type"]) for r in usage_rows]
@@ -370,8 +494,10 @@ def _allocate(
     usage_cents = apportion(usage, to_cents(sum(usage, Decimal(0))))
     idle_cents = apportion([*idle_share, unallocated_idle], capacity_total - sum(usage_cents))
     overhead_cents = apportion([*overhead_share, unallocated_overhead], to_cents(overhead))
+    measures = measures or {}
     lines = [
-        Line(
+        _measured_line(
+            measures.get(_grain(r), (0, 0)),
             day=r["day"],
             team=r["team_id"],
             project=r["project_id"],
@@ -418,6 +544,15 @@ def _allocate(
         unallocated_overhead=overhead_cents[-1],
         idle_by_day={day: to_cents(v) for day, v in sorted(idle_by_day.items())},
         names=names,
+    )
+
+
+def _measured_line(measure: tuple[int, int], **fields: Any) -> Line:
+    """A line with its measured and busy parts, and its usage split into allocated idle and unmeasured."""
+    measured, busy = measure
+    idle, unmeasured = split(fields["usage"], fields["milli_seconds"], measured, busy)
+    return Line(
+        **fields, measured_milli_seconds=measured, busy_milli_seconds=busy, allocated_idle=idle, unmeasured=unmeasured
     )
 
 

@@ -26,6 +26,8 @@ from openpyxl.worksheet._write_only import WriteOnlyWorksheet
 
 from billing.attribution import Attribution, JobCost, hours, money
 
+#: Columns of allocated-but-idle cost (``attribution``'s module says how they are reckoned; ``IDLE_RULE``).
+WASTE = ("measured GPU utilization", "allocated idle (part of usage)", "unmeasured (part of usage)")
 STATEMENT_BY = ("project", "user", "cluster", "flavor", "capacity_type")
 STATEMENT_HEADER = (
     "month",
@@ -40,8 +42,9 @@ STATEMENT_HEADER = (
     "idle share",
     "overhead share",
     "total",
+    *WASTE,
 )
-FLEET_HEADER = ("month", "team", "accelerator-hours", "usage", "idle share", "overhead share", "total")
+FLEET_HEADER = ("month", "team", "accelerator-hours", "usage", "idle share", "overhead share", "total", *WASTE)
 POOL_HEADER = (
     "month",
     "cluster",
@@ -56,12 +59,19 @@ POOL_HEADER = (
     "priced",
 )
 DAY_HEADER = ("day", "team", "accelerator-hours", "usage", "idle share", "overhead share", "total")
-JOB_HEADER = ("job", "name", "team", "project", "user", "accelerator-hours", "usage")
+JOB_HEADER = ("job", "name", "team", "project", "user", "accelerator-hours", "usage", *WASTE)
 RULE = (
     "Usage: accelerator-hours at the price book's rate for the day, cluster, flavor and capacity type. "
     "Idle capacity of a pool (cluster, flavor, capacity type) is shared by the pool's users in proportion to "
     "their accelerator-hours; a pool nobody used, and shared overhead, by all usage in proportion to its cost. "
     "Amounts are rounded to cents so that they add up to the fleet's total."
+)
+IDLE_RULE = (
+    "Allocated idle and unmeasured are parts of usage, not charges on top. Of each line's accelerator-hours, "
+    "the node probes measured some; measured GPU utilization is their busy share (a GPU at 40 % for an hour "
+    "is 0.4 busy hours). Allocated idle = usage x (measured - busy) / allocated hours; unmeasured = usage x "
+    "(allocated - measured) / allocated hours: time without readings is unmeasured, never idle. A node shared "
+    "by several jobs shares its busy GPU-hours evenly over the GPUs they hold."
 )
 Row = Sequence[Any]
 
@@ -74,14 +84,36 @@ def _amounts(row: dict[str, Any]) -> list[Any]:
     return [hours(row["milli_seconds"]), *(money(row[k]) for k in ("usage", "idle", "overhead", "total"))]
 
 
+def utilization_cell(measured: int, busy: int) -> Decimal | None:
+    """Busy over measured as a fraction to four places; None (an empty cell) where nothing was measured."""
+    return (Decimal(busy) / Decimal(measured)).quantize(Decimal("0.0001")) if measured else None
+
+
+def _waste(row: dict[str, Any]) -> list[Any]:
+    """Measured utilization, allocated idle and unmeasured: the ``WASTE`` columns of a rolled-up row."""
+    return [
+        utilization_cell(row["measured_milli_seconds"], row["busy_milli_seconds"]),
+        money(row["allocated_idle"]),
+        money(row["unmeasured"]),
+    ]
+
+
+def _line_totals(attribution: Attribution) -> dict[str, Any]:
+    """``totals`` with the measured and busy sums the ``WASTE`` columns need."""
+    totals: dict[str, Any] = attribution.totals()
+    totals["measured_milli_seconds"] = sum(line.measured_milli_seconds for line in attribution.lines)
+    totals["busy_milli_seconds"] = sum(line.busy_milli_seconds for line in attribution.lines)
+    return totals
+
+
 def statement_rows(attribution: Attribution, team: int) -> Iterator[Row]:
     """A team's month per project, user, cluster, flavor and capacity type, then its total."""
     mine = attribution.for_teams([team], attribution.fleet_visible)
     label, name = month_label(attribution.month), attribution.names.of("team", team)
     for row in mine.rollup(STATEMENT_BY):
-        yield [label, name, *(attribution.names.of(d, row[d]) for d in STATEMENT_BY), *_amounts(row)]
-    totals = mine.totals()
-    yield [label, name, "Total", "", "", "", "", *_amounts(totals)]
+        yield [label, name, *(attribution.names.of(d, row[d]) for d in STATEMENT_BY), *_amounts(row), *_waste(row)]
+    totals = _line_totals(mine)
+    yield [label, name, "Total", "", "", "", "", *_amounts(totals), *_waste(totals)]
 
 
 def statement_days(attribution: Attribution, team: int) -> Iterator[Row]:
@@ -95,7 +127,7 @@ def fleet_rows(attribution: Attribution) -> Iterator[Row]:
     """Every team's month, what stayed unallocated, and the fleet's total (which they add up to)."""
     label = month_label(attribution.month)
     for row in attribution.rollup(["team"]):
-        yield [label, row["team_name"], *_amounts(row)]
+        yield [label, row["team_name"], *_amounts(row), *_waste(row)]
     if attribution.unallocated:
         yield [
             label,
@@ -105,8 +137,12 @@ def fleet_rows(attribution: Attribution) -> Iterator[Row]:
             money(attribution.unallocated_idle),
             money(attribution.unallocated_overhead),
             money(attribution.unallocated),
+            None,
+            money(0),
+            money(0),
         ]
-    yield [label, "Fleet total", *_amounts(attribution.fleet_totals())]
+    totals = _line_totals(attribution)
+    yield [label, "Fleet total", *_amounts(attribution.fleet_totals()), *_waste(totals)]
 
 
 def pool_rows(attribution: Attribution) -> Iterator[Row]:
@@ -144,6 +180,8 @@ def job_rows(attribution: Attribution, jobs: Iterable[JobCost]) -> Iterator[Row]
             names.of("user", job.user),
             hours(job.milli_seconds),
             money(job.cost),
+            utilization_cell(*attribution.job_measures.get(job.job, (0, 0, 0))[1:]),
+            *(money(cents) for cents in attribution.job_split(job.job, job.cost)),
         ]
 
 
@@ -236,7 +274,10 @@ def statement_xlsx(attribution: Attribution, team: int, jobs: Iterable[JobCost])
         ("Idle capacity share", money(totals["idle"])),
         ("Shared overhead share", money(totals["overhead"])),
         ("Total", money(totals["total"])),
+        ("Allocated idle (part of usage)", money(totals["allocated_idle"])),
+        ("Unmeasured (part of usage)", money(totals["unmeasured"])),
         ("How it is allocated", RULE),
+        ("Allocated idle and unmeasured", IDLE_RULE),
         ("Generated", dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")),
     ]
     return xlsx_file(
@@ -258,9 +299,12 @@ def fleet_xlsx(attribution: Attribution) -> IO[bytes]:
         ("Fleet total", money(attribution.fleet_total)),
         ("Usage", money(totals["usage"])),
         ("Idle capacity", money(totals["idle"])),
+        ("Allocated idle (part of usage)", money(totals["allocated_idle"])),
+        ("Unmeasured (part of usage)", money(totals["unmeasured"])),
         ("Unallocated", money(attribution.unallocated)),
         ("Unpriced accelerator-hours", hours(attribution.unpriced_milli_seconds)),
         ("How it is allocated", RULE),
+        ("Allocated idle and unmeasured", IDLE_RULE),
         ("Generated", dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")),
     ]
     return xlsx_file(

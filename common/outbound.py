@@ -22,8 +22,8 @@ What is refused, always: the clouds' metadata services (their answers hold the s
 addresses. Loopback (this machine) only where the policy allows it; private networks (RFC 1918, unique-local
 IPv6, shared address space) only where it allows them. IPv6 forms that carry an IPv4 address (mapped
 ``::ffff:a.b.c.d``, compatible, NAT64, 6to4, Teredo) are judged by that address too, and a trailing dot on a
-name changes nothing. ``for_clusters()`` and ``for_webhooks()`` are the two policies in use; their settings
-are read when they are asked for, never at import.
+name changes nothing. ``for_clusters()``, ``for_webhooks()`` and ``for_replicas()`` are the policies in use;
+their settings are read when they are asked for, never at import.
 """
 
 from __future__ import annotations
@@ -397,6 +397,20 @@ def for_webhooks() -> Policy:
     )
 
 
+def for_replicas() -> Policy:
+    """Service replicas (``serving``): the addresses their programs report (``Attempt.serve_url``), probed by
+    the control loop and reached by the endpoint. They are the cluster's nodes, on private networks as cluster
+    endpoints are; loopback (replicas run by the simulated backend on this machine) only with
+    REPLICAS_ALLOW_LOOPBACK (default on outside production)."""
+    return Policy(
+        purpose="service replicas",
+        allow_loopback=bool(getattr(settings, "REPLICAS_ALLOW_LOOPBACK", False)),
+        allow_private=bool(getattr(settings, "REPLICAS_ALLOW_PRIVATE", True)),
+        loopback_setting="REPLICAS_ALLOW_LOOPBACK",
+        private_setting="REPLICAS_ALLOW_PRIVATE",
+    )
+
+
 __all__ = [
     "METADATA_ADDRESSES",
     "METADATA_NAMES",
@@ -407,6 +421,7 @@ __all__ = [
     "Refused",
     "explain",
     "for_clusters",
+    "for_replicas",
     "for_webhooks",
     "system_resolver",
 ]

@@ -22,12 +22,14 @@ shorter) until the month ends; it is given from the second day of the month on, 
 
 **Who sets them** (as quotas, ``quotas.py``): organization admins set teams' budgets; a team's lead sets its
 projects' budgets, which together stay within the team's. Changes are validated as a whole, audited and kept
-in the quota history.
+in the quota history. A limit below the month's use so far is refused, saying what is used, unless confirmed
+(``below_use``: the page's confirmation box, the API's ``confirm=true``): a 400 rather than a warning in a 200,
+so that nothing is set that its setter has not seen the consequence of. Member limits do the same
+(``quotas.set_member_limit``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -35,19 +37,18 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import requests
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
-from django.core.validators import URLValidator, validate_email
+from django.core.validators import validate_email
 from django.db import IntegrityError, transaction
 from django.db.models import DurationField, Q, Sum, Value
 from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
-from common import enqueue, outbound
+from common import enqueue, outbound, webhooks
 from governance import quotas
 from governance.models import Budget, BudgetAlert, QuotaChange
 from scheduler.engine import model as m
@@ -69,11 +70,11 @@ FORECAST_AFTER = timedelta(days=1)
 MEASURES = ("accelerator_hours", "amount")
 MEASURE_WORDS = {"accelerator_hours": "accelerator-hours", "amount": "money"}
 MAX_RECIPIENTS = 20
-WEBHOOK_TIMEOUT = 10.0
+WEBHOOK_TIMEOUT = webhooks.TIMEOUT
 #: How many times an alert's delivery is tried before it is left for a person to look at.
 MAX_DELIVERY_ATTEMPTS = 12
 #: What a failed webhook delivery records, whatever the failure (the server's log has the reason).
-WEBHOOK_FAILED = "webhook: not delivered"
+WEBHOOK_FAILED = webhooks.FAILED
 MONEY = Decimal("0.01")
 #: The largest limit anyone may set (accelerator-hours or money a month).
 MOST = Decimal(10) ** 11
@@ -228,8 +229,23 @@ def snapshot_budgets(organization_id: int, now: datetime) -> dict[str, m.Budget]
             accel = int((float(budget.accelerator_hours) - use.hours - use.committed_hours) * 3600 * 1000)
         if budget.amount is not None:
             money = float(budget.amount) - use.money - use.committed_money
-        result[budget_name(budget.team_id, budget.project_id)] = m.Budget(accel, money, until, str(budget))
+        never = budget.accelerator_hours == 0 or budget.amount == 0
+        result[budget_name(budget.team_id, budget.project_id)] = m.Budget(accel, money, until, str(budget), never)
     return result
+
+
+def never_budgets(organization_id: int) -> dict[str, m.Budget]:
+    """The organization's hard budgets whose limit is zero, as the engine sees them over any month: nothing
+    such a budget limits can ever be used (the submission check)."""
+    found = Budget.objects.filter(team__organization=organization_id, hard=True).filter(
+        Q(accelerator_hours=0) | Q(amount=0)
+    )
+    return {
+        budget_name(b.team_id, b.project_id): m.Budget(
+            0 if b.accelerator_hours == 0 else None, 0.0 if b.amount == 0 else None, label=str(b), never=True
+        )
+        for b in found
+    }
 
 
 def charged_to(budgets: Mapping[str, m.Budget], team_id: int, project_id: int | None) -> tuple[str, ...]:
@@ -273,24 +289,11 @@ def _recipients(value: Any, errors: dict[str, str]) -> list[str]:
 
 
 def _webhook(value: Any, errors: dict[str, str]) -> str:
-    url = (value or "").strip() if isinstance(value, str | type(None)) else None
-    if url is None:
-        errors["webhook_url"] = "A URL."
-        return ""
-    if url:
-        try:
-            URLValidator(schemes=["http", "https"])(url)
-        except ValidationError:
-            errors["webhook_url"] = "An http:// or https:// URL."
-            return url
-        if len(url) > 500:
-            errors["webhook_url"] = "At most 500 characters."
-            return url
-        try:
-            outbound.for_webhooks().check(url)
-        except outbound.Refused as refused:
-            errors["webhook_url"] = str(refused)
-    return url
+    try:
+        return webhooks.check_url(value)
+    except ValidationError as error:
+        errors["webhook_url"] = error.messages[0]
+        return value if isinstance(value, str) else ""
 
 
 def _text(value: Any) -> Any:
@@ -308,11 +311,13 @@ def set_budget(
     recipients: Any = None,
     webhook_url: Any = "",
     reason: str,
+    confirm: bool = True,
     http: HttpRequest | None = None,
 ) -> QuotaChange | None:
     """Set the monthly budget of ``team`` (or of its ``project``); with neither accelerator-hours nor an amount,
     remove it. Returns the history entry, or None if nothing changed. ``ValidationError`` names every bad
-    field and nothing is written."""
+    field and nothing is written. Without ``confirm`` (the pages and the API ask for it), a limit below this
+    month's use so far is refused with what is used (``below_use``), so that it is set knowingly."""
     policy.require(actor, permission(project), team)
     errors: dict[str, str] = {}
     reason = quotas.check_reason(reason, errors)
@@ -342,6 +347,8 @@ def set_budget(
             return None
         if not removing:
             _check_within_team(team, project, new)
+            if not confirm:
+                below_use(team, project, new, row)
         if removing:
             if row is not None:
                 row.delete()
@@ -354,7 +361,9 @@ def set_budget(
             row.save()
         subject = f"budget of {'project ' + project.name if project else 'team ' + team.name}"
         # A webhook's URL is often a secret; the history, read by the whole team, keeps its host.
-        before, after = ({k: _host(v) if k == "webhook_url" else v for k, v in d.items()} for d in (before, after))
+        before, after = (
+            {k: webhooks.host_of(v) if k == "webhook_url" else v for k, v in d.items()} for d in (before, after)
+        )
         return quotas.record(  # one history for quotas and budgets
             actor,
             organization=team.organization,
@@ -372,12 +381,31 @@ def set_budget(
         )
 
 
-def _host(url: str) -> str:
-    """A webhook as the history shows it: its host, and a fingerprint that tells one URL from another."""
-    if not url:
-        return ""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname}/… ({hashlib.sha256(url.encode()).hexdigest()[:8]})"
+#: The code of the refusal of a limit below what is used (the API's ``confirm=true`` sets it anyway).
+BELOW_USE = "below_use"
+
+
+def below_use(team: Team, project: Project | None, new: Mapping[str, Any], row: Budget | None) -> None:
+    """Refuse (``ValidationError`` by measure, code ``BELOW_USE``) a limit below this month's use so far: what a
+    hard budget then does (keep every new job waiting) or a soft one (alert at once) should be chosen knowingly."""
+    budget = row if row is not None else Budget(team=team, project=project)
+    use = use_of([budget])[budget.pk]
+    errors = {}
+    for measure, used, step in (("accelerator_hours", use.hours, HOURS), ("amount", use.money, MONEY)):
+        limit = new[measure]
+        spent = Decimal(used).quantize(step)
+        if limit is not None and limit < spent:
+            scope = f"Project {project.name}" if project else f"Team {team.name}"
+            hours = measure == "accelerator_hours"
+            used_words = f"used {_text(spent)} accelerator-hours" if hours else f"spent {spent}"
+            errors[measure] = ValidationError(
+                f"{scope} has already {used_words} this month, more than {_text(limit)}; "
+                f"{'its jobs would all wait' if new['hard'] else 'its alerts would fire at once'}. "
+                "Confirm to set it anyway.",
+                code=BELOW_USE,
+            )
+    if errors:
+        raise ValidationError(errors)
 
 
 def _check_within_team(team: Team, project: Project | None, new: dict[str, Any]) -> None:
@@ -523,12 +551,17 @@ def deliver(alert_id: int, now: datetime | None = None) -> bool:
                 failures.append(f"e-mail: {error}")
         if budget.webhook_url and alert.webhook_sent_at is None:
             try:
-                _post_webhook(budget.webhook_url, payload(alert), f"quartermaster-budget-alert-{alert.pk}")
+                webhooks.post(budget.webhook_url, payload(alert), f"quartermaster-budget-alert-{alert.pk}")
                 alert.webhook_sent_at = now
             except (requests.RequestException, outbound.Refused) as error:
                 # The lead who set the URL reads last_error: one message whatever happened, so that it tells
                 # nothing of what answers where inside the network. The reason is in the server's log.
-                log.warning("budget alert %s: the webhook to %s failed: %s", alert_id, _host(budget.webhook_url), error)
+                log.warning(
+                    "budget alert %s: the webhook to %s failed: %s",
+                    alert_id,
+                    webhooks.host_of(budget.webhook_url),
+                    error,
+                )
                 failures.append(WEBHOOK_FAILED)
         alert.attempts += 1
         alert.last_error = "; ".join(failures)
@@ -537,18 +570,6 @@ def deliver(alert_id: int, now: datetime | None = None) -> bool:
         log.warning("budget alert %s not delivered (attempt %s): %s", alert_id, alert.attempts, alert.last_error)
         raise DeliveryFailed(alert.last_error)
     return True
-
-
-def _post_webhook(url: str, body: dict[str, Any], key: str) -> None:
-    """POST ``body`` to ``url`` through the webhooks' outbound policy (checked again now: the URL may predate the
-    policy, and its name may resolve elsewhere today); any answer but 2xx, a redirect included, is a failure."""
-    policy = outbound.for_webhooks()
-    policy.check(url)
-    with policy.session() as session:
-        response = session.post(url, json=body, headers={"Idempotency-Key": key}, timeout=WEBHOOK_TIMEOUT)
-        response.close()
-    if not 200 <= response.status_code < 300:
-        raise requests.HTTPError(f"HTTP {response.status_code}", response=response)
 
 
 def undelivered(older_than: timedelta = timedelta(minutes=2), now: datetime | None = None) -> list[int]:

@@ -308,6 +308,14 @@ class QuotaChange(models.Model):
         return f"{self.created_at:%Y-%m-%d %H:%M} {self.actor_name}: {self.subject}"
 
 
+class WatchAction(models.TextChoices):
+    """What follows a straggler or a hang (``PriorityTier.on_straggler``, ``on_hang``)."""
+
+    NOTIFY = "notify", "tell the owner"
+    RESTART = "restart", "restart from the last checkpoint"
+    BOTH = "both", "tell the owner and restart"
+
+
 class PriorityTier(models.Model):
     """A priority class jobs are submitted under. Higher values go first and may preempt lower ones."""
 
@@ -323,6 +331,11 @@ class PriorityTier(models.Model):
     failover_after = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(60), MaxValueValidator(7 * 24 * 3600)]
     )
+    #: What follows when a running job of this tier is flagged as a straggler (one node persistently slower
+    #: than its gang's) or as hung (``scheduler/watch``): its owner is told, or the job is restarted from its
+    #: last checkpoint (a straggler's node drained, so the gang restarts without it), or both.
+    on_straggler = models.CharField(max_length=10, choices=WatchAction.choices, default=WatchAction.NOTIFY)
+    on_hang = models.CharField(max_length=10, choices=WatchAction.choices, default=WatchAction.NOTIFY)
     #: Teams that may use the tier; none named means every team.
     teams = models.ManyToManyField(Team, blank=True, related_name="priority_tiers")
     is_default = models.BooleanField(default=False)

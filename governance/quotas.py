@@ -23,6 +23,7 @@ team as a whole borrows and lends as its admin-set limits say.
 from __future__ import annotations
 
 from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -33,7 +34,9 @@ from django.utils import timezone
 from clusters.models import AcceleratorType
 from common.validation import REQUIRED, check_max_length, message_of
 from governance import signals
-from governance.models import Cohort, MemberLimit, PriorityTier, Queue, Quota, QuotaChange
+from governance.models import Cohort, MemberLimit, PriorityTier, Queue, Quota, QuotaChange, WatchAction
+from scheduler.models import Job
+from scheduler.states import PLACED
 from tenancy import audit, policy
 from tenancy.models import Membership, Organization, Project, Team
 
@@ -535,7 +538,16 @@ def set_parent(
 
 # ------------------------------------------------------------------------------------------ priority tiers
 
-TIER_FIELDS = ("value", "preemptible", "grace_seconds", "failover_after", "is_default", "teams")
+TIER_FIELDS = (
+    "value",
+    "preemptible",
+    "grace_seconds",
+    "failover_after",
+    "on_straggler",
+    "on_hang",
+    "is_default",
+    "teams",
+)
 #: The range of a tier's failover delay, in seconds (a minute to a week), as ``Cluster.failover_after``.
 FAILOVER_RANGE = (60, 7 * 24 * 3600)
 MAX_TIER_VALUE = 1_000_000
@@ -550,6 +562,8 @@ def set_tier(
     preemptible: Any = True,
     grace_seconds: Any = 300,
     failover_after: Any = None,
+    on_straggler: Any = WatchAction.NOTIFY,
+    on_hang: Any = WatchAction.NOTIFY,
     teams: Any = (),
     is_default: Any = False,
     reason: str,
@@ -557,7 +571,8 @@ def set_tier(
 ) -> QuotaChange | None:
     """Create the priority tier ``name`` of ``organization``, or change it (admins). ``teams``: the teams that
     may use it (none: every team). ``failover_after``: seconds its jobs on a silent cluster wait before they
-    are restarted elsewhere (None: each cluster's own delay). A new default tier takes over from the old one.
+    are restarted elsewhere (None: each cluster's own delay). ``on_straggler``, ``on_hang``: what follows when
+    one of its jobs is flagged (``WatchAction``). A new default tier takes over from the old one.
     Jobs already submitted keep their tier; the change orders them from the next placement cycle. Returns
     None if nothing changed."""
     policy.require(actor, "tier.set", organization)
@@ -573,15 +588,7 @@ def set_tier(
         if number is None or not low <= number <= high:
             errors[field] = f"A whole number from {low} to {high}."
         new[field] = number
-    new["failover_after"] = None
-    if failover_after is not None and failover_after != "":
-        number = _whole(failover_after) if not isinstance(failover_after, bool) else None
-        low, high = FAILOVER_RANGE
-        if number is None or not low <= number <= high:
-            errors["failover_after"] = (
-                f"A whole number of seconds from {low} to {high}, or null for each cluster's own."
-            )
-        new["failover_after"] = number
+    new |= _tier_policy(failover_after, on_straggler, on_hang, errors)
     for field, flag in (("preemptible", preemptible), ("is_default", is_default)):
         if not isinstance(flag, bool):
             errors[field] = "true or false."
@@ -602,7 +609,7 @@ def set_tier(
             PriorityTier.objects.filter(organization=organization, is_default=True).exclude(name=name).update(
                 is_default=False
             )
-        fields = {k: new[k] for k in ("value", "preemptible", "grace_seconds", "failover_after", "is_default")}
+        fields = {k: new[k] for k in TIER_FIELDS if k != "teams"}
         if tier is None:
             tier = PriorityTier.objects.create(organization=organization, name=name, **fields)
         else:
@@ -628,6 +635,24 @@ def set_tier(
         )
 
 
+def _tier_policy(failover_after: Any, on_straggler: Any, on_hang: Any, errors: dict[str, str]) -> dict[str, Any]:
+    """A tier's failover delay and what follows a straggler or a hang, checked (``errors`` by field)."""
+    new: dict[str, Any] = {"failover_after": None}
+    if failover_after is not None and failover_after != "":
+        number = _whole(failover_after) if not isinstance(failover_after, bool) else None
+        low, high = FAILOVER_RANGE
+        if number is None or not low <= number <= high:
+            errors["failover_after"] = (
+                f"A whole number of seconds from {low} to {high}, or null for each cluster's own."
+            )
+        new["failover_after"] = number
+    for field, action in (("on_straggler", on_straggler), ("on_hang", on_hang)):
+        if action not in WatchAction.values:
+            errors[field] = f"One of {', '.join(WatchAction.values)}."
+        new[field] = action
+    return new
+
+
 def _whole(raw: Any) -> int | None:
     try:
         number = Decimal(str(raw).strip())
@@ -642,6 +667,8 @@ def _tier_values(tier: PriorityTier) -> dict[str, Any]:
         "preemptible": tier.preemptible,
         "grace_seconds": tier.grace_seconds,
         "failover_after": tier.failover_after,
+        "on_straggler": tier.on_straggler,
+        "on_hang": tier.on_hang,
         "is_default": tier.is_default,
         "teams": sorted(tier.teams.values_list("slug", flat=True)),
     }
@@ -650,12 +677,33 @@ def _tier_values(tier: PriorityTier) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------ member limits
 
 
+#: The code of the refusal of a limit below what is held (the API's ``confirm=true`` sets it anyway).
+BELOW_USE = "below_use"
+
+
+def member_holds(team: Team, member: User) -> Decimal:
+    """The accelerators ``member``'s placed jobs in ``team`` hold now (as the engine counts a member's limit)."""
+    held = Fraction(0)
+    placed = Job.objects.filter(team=team, submitted_by=member, state__in=PLACED)
+    for workers, accelerators, milli in placed.values_list("workers", "accelerators", "accelerator_milli"):
+        held += Fraction(workers * accelerators * milli, 1000)
+    return (Decimal(held.numerator) / Decimal(held.denominator)).quantize(Decimal("0.001"))
+
+
 def set_member_limit(
-    actor: User, team: Team, member: User, accelerators: Any, *, reason: str, http: HttpRequest | None = None
+    actor: User,
+    team: Team,
+    member: User,
+    accelerators: Any,
+    *,
+    reason: str,
+    confirm: bool = True,
+    http: HttpRequest | None = None,
 ) -> QuotaChange | None:
     """Limit how many accelerators ``member``'s running jobs in ``team`` may hold at once (``accelerators``
     None or empty: no limit). The team's lead or an admin; the member must belong to the team. Jobs beyond
-    it wait with reason ``member_limit``; running jobs are never stopped for it."""
+    it wait with reason ``member_limit``; running jobs are never stopped for it. Without ``confirm`` (the pages
+    and the API ask for it), a limit below what the member's jobs hold now is refused with what they hold."""
     policy.require(actor, "member_limit.set", team)
     errors: dict[str, str] = {}
     reason = check_reason(reason, errors)
@@ -669,6 +717,18 @@ def set_member_limit(
         old = row.accelerators if row is not None else None
         if old == amount:
             return None
+        held = member_holds(team, member)
+        if not confirm and amount is not None and amount < held:
+            raise ValidationError(
+                {
+                    "accelerators": ValidationError(
+                        f"{member.get_username()}'s jobs hold {_text(held)} accelerators now, more than "
+                        f"{_text(amount)}; they keep running, but no new job of theirs starts until they are under "
+                        "it. Confirm to set it anyway.",
+                        code=BELOW_USE,
+                    )
+                }
+            )
         if amount is None:
             assert row is not None
             row.delete()

@@ -22,6 +22,7 @@ import platform
 import re
 import sys
 import time
+import webbrowser
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -31,7 +32,7 @@ from typing import Any, TextIO
 import requests
 import yaml
 
-from qm import admin
+from qm import admin, arrays, models_cmd, services
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 TIMEOUT = 30.0
@@ -146,7 +147,7 @@ class Client:
         if not isinstance(error, dict):
             return CliError(f"{self.url} answered HTTP {status}; is it a Quartermaster server?")
         message = str(error.get("message") or f"HTTP {status}")
-        if status == 404 and path.startswith("jobs/"):
+        if status == 404 and path.startswith("jobs/") and error.get("code") == "not_found":
             message = f"No job {path.split('/')[1]}, or not one you may see."
         elif status == 401:
             message = f"{message} The server refused the token: {self.refused_hint}."
@@ -393,6 +394,10 @@ def program(job: Mapping[str, Any]) -> str:
     if job.get("kind") == "ray":
         head = f"{job['head_accelerators']} accelerators, {job['head_cpu']:g} cores, {job['head_memory_gib']:g} GiB"
         return f"Ray: {job['entrypoint']} (head: {head})"
+    if job.get("kind") == "session":
+        return (
+            f"an interactive session ({job.get('session_app')}, ends after {job.get('session_idle_minutes')} min idle)"
+        )
     return " ".join([job["image"], *job["command"]]) if job["image"] else "a batch script"
 
 
@@ -417,7 +422,7 @@ def describe(job: Mapping[str, Any], out: TextIO) -> None:
     if job["state"] in WAITING:
         lines.append(("waiting", job["pending_message"] or "Waiting for the next placement cycle."))
         if job["queue_position"] is not None:
-            lines.append(("position", f"{job['queue_position'] + 1} in the order considered"))
+            lines.append(("position", f"#{job['queue_position']} in the queue (#1 starts next)"))
         if job["estimated_start"]:
             lines.append(("est. start", when(job["estimated_start"])))
     placement = job.get("placement")
@@ -495,6 +500,9 @@ def ray_fields(args: argparse.Namespace) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     if args.ray:
         fields["kind"] = "ray"
+    if args.session:
+        fields["kind"] = "session"
+        fields["session_app"] = args.session
     for option, name in (
         ("name", "name"),
         ("time_limit", "time_limit"),
@@ -502,6 +510,7 @@ def ray_fields(args: argparse.Namespace) -> dict[str, Any]:
         ("head_cpu", "head_cpu"),
         ("head_memory_gib", "head_memory_gib"),
         ("head_accelerators", "head_accelerators"),
+        ("idle_minutes", "session_idle_minutes"),
     ):
         if getattr(args, option) is not None:
             fields[name] = getattr(args, option)
@@ -531,13 +540,19 @@ def cmd_submit(args: argparse.Namespace, settings: Settings, client: Client) -> 
         raise CliError("Give a job file, or the job's fields as options (qm submit --help).", status=BAD_INPUT)
     headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else {}
     out = settings.out
+    path, body = arrays.destination(body, args.array, args.max_running)
+    if path != "jobs/" and args.dry_run:
+        body = body.get("job", body)  # the preview of one task
+        path = "jobs/"
     try:
         if args.dry_run:
             return _preview(client, body, headers, out)
-        status, job = client.call("POST", "jobs/", body=body, headers=headers)
+        status, job = client.call("POST", path, body=body, headers=headers)
     except CliError as error:
         raise job_file.refused(error) from None
-    if status == 200:
+    if path != "jobs/":
+        arrays.submitted(path, status, job, out)
+    elif status == 200:
         print(f"Job {job['id']} was already submitted with this idempotency key; it is {job['state']}.", file=out)
     else:
         print(f"Submitted job {job['id']} ({job['name']}): {job['state']}.", file=out)
@@ -559,6 +574,8 @@ def _preview(client: Client, body: Any, headers: Mapping[str, str], out: TextIO)
 
 def _list_params(args: argparse.Namespace) -> dict[str, str]:
     params = {"state": args.state, "team": args.team, "project": args.project, "q": args.query}
+    if args.array is not None:
+        params["array"] = str(args.array)
     if args.mine:
         params["submitted_by"] = "me"
     return {key: value for key, value in params.items() if value}
@@ -607,6 +624,16 @@ def cmd_show(args: argparse.Namespace, settings: Settings, client: Client) -> in
     return OK
 
 
+def cmd_open(args: argparse.Namespace, settings: Settings, client: Client) -> int:
+    """Print the link that opens an interactive session (its secret is in it: yours alone), and open it in a
+    browser with ``--browser``."""
+    link = client.get(f"jobs/{args.id}/session/")["url"]
+    print(link, file=settings.out)
+    if args.browser:
+        webbrowser.open(link)
+    return OK
+
+
 def cmd_change(args: argparse.Namespace, settings: Settings, client: Client) -> int:
     """``cancel``, ``preempt`` or ``requeue`` (the command's name is the endpoint's) a job, with a reason."""
     _, job = client.call("POST", f"jobs/{args.id}/{args.command}/", body={"reason": args.reason or ""})
@@ -641,20 +668,145 @@ def follow(
         sleep(interval)
 
 
+def cmd_debug(args: argparse.Namespace, settings: Settings, client: Client) -> int:
+    """Everything about one job that helps tell what happened (``GET jobs/{id}/debug/``)."""
+    found = client.get(f"jobs/{args.id}/debug/", {"lines": args.lines})
+    if args.json:
+        print(json.dumps(found, indent=2), file=settings.out)
+        return OK
+    out, job = settings.out, found["job"]
+    print(f"Job #{job['id']} {job['name']}: {job['state']}, attempt {job['attempt']}", file=out)
+    if job["pending_reason"]:
+        start = f" (estimated start {when(job['estimated_start'])})" if job["estimated_start"] else ""
+        print(f"  waiting: {job['pending_reason']}: {job['pending_message']}{start}", file=out)
+    if job["message"]:
+        print(f"  {job['message']}", file=out)
+    sections: list[tuple[str, list[list[str]], list[str]]] = [
+        (
+            "Attempts",
+            [
+                [
+                    str(a["number"]),
+                    a["cluster"],
+                    ",".join(a["nodes"]) or "-",
+                    a["outcome"],
+                    a["reason"] or "-",
+                    when(a["started_at"]),
+                    when(a["ended_at"]),
+                ]
+                for a in found["attempts"]
+            ],
+            ["#", "CLUSTER", "NODES", "OUTCOME", "REASON", "STARTED", "ENDED"],
+        ),
+        (
+            "Why it waited",
+            [[when(w["at"]), w["waited_for"] or w["event"], w["message"]] for w in found["waits"]],
+            ["WHEN", "REASON", "MESSAGE"],
+        ),
+        (
+            "Nodes",
+            [
+                [
+                    n["name"],
+                    n["state"],
+                    "yes" if n["healthy"] else "NO",
+                    f"{c['check']}: {c['message']}" if (c := n["last_failing_check"]) else "-",
+                ]
+                for n in found["nodes"]
+            ],
+            ["NODE", "STATE", "HEALTHY", "LAST FAILING CHECK"],
+        ),
+        (
+            "Progress",
+            [
+                [
+                    str(p["worker"]),
+                    str(p["step"]),
+                    "-" if p["step_seconds"] is None else f"{p['step_seconds']:g}",
+                    when(p["at"]),
+                ]
+                for p in found["progress"]
+            ],
+            ["WORKER", "STEP", "S/STEP", "REPORTED"],
+        ),
+        ("Flags", [[when(f["at"]), f["kind"], f["message"]] for f in found["flags"]], ["WHEN", "KIND", "EVIDENCE"]),
+        (
+            "Timeline",
+            [[when(e["at"]), f"{e['from'] or '-'} -> {e['to']}", e["reason"], e["message"]] for e in found["timeline"]],
+            ["WHEN", "MOVE", "REASON", "MESSAGE"],
+        ),
+    ]
+    for title, rows, header in sections:
+        print(f"\n{title}:", file=out)
+        if rows:
+            table([header, *rows], out, indent="  ")
+        else:
+            print("  (none)", file=out)
+    used = found["utilization"]
+    mean = "not measured" if used["mean_utilization"] is None else f"{used['mean_utilization']} %"
+    print(
+        f"\nGPU utilization: {mean}; {used['gpu_hours_allocated']} GPU-hours allocated, "
+        f"{used['gpu_hours_used']} used, {used['gpu_hours_unmeasured']} unmeasured",
+        file=out,
+    )
+    output = found["output"]
+    where = f" (attempt {output['attempt']})" if output["attempt"] else ""
+    print(f"\nLast lines of its output{where}:", file=out)
+    print(output["error"] or output["text"].rstrip("\n") or "(empty)", file=out)
+    return OK
+
+
 def cmd_follow(args: argparse.Namespace, settings: Settings, client: Client) -> int:
     return follow(client, args.id, args.interval, settings.out, args.sleep)
 
 
-#: What ``qm checkpoint`` says when it is not run inside a job.
-NOT_IN_A_JOB = "qm checkpoint runs inside a job started by Quartermaster ({name} is not set)."
+def cmd_logs(args: argparse.Namespace, settings: Settings, client: Client) -> int:
+    """Print a job's output (``GET jobs/{id}/logs/``), page after page; with ``--follow`` poll on from the last
+    offset until the job has ended and its output is complete, going on to a newer attempt's when one starts."""
+    attempt: int | None = args.attempt
+    offset, first = "", True
+    while True:
+        query: dict[str, Any] = {"worker": args.worker or ""}
+        if attempt is not None:
+            query["attempt"] = attempt
+        if offset:
+            query["offset"] = offset
+        elif first and args.tail is not None:
+            query["tail"] = args.tail
+        page = client.get(f"jobs/{args.id}/logs/", query)
+        first = False
+        settings.out.write(page["text"])
+        settings.out.flush()
+        if attempt is None and page["attempt"] is not None:
+            attempt = page["attempt"]
+        offset = page["next_offset"]
+        if page["more"]:
+            continue
+        if not args.follow:
+            return OK
+        newer = page["latest_attempt"]
+        if page["complete"] and args.attempt is None and newer is not None and newer != attempt:
+            print(f"--- attempt {newer}", file=settings.out, flush=True)
+            attempt, offset = newer, ""
+            continue
+        if page["complete"] and page["job_state"] in FINAL:
+            return OK if page["job_state"] == "succeeded" else FAILED
+        args.sleep(args.interval)
 
 
-def job_environment() -> tuple[str, str, int]:
+#: What ``qm checkpoint`` and ``qm progress`` say when they are not run inside a job.
+NOT_IN_A_JOB = "qm {command} runs inside a job started by Quartermaster ({name} is not set)."
+#: Where a worker's rank among the job's nodes is found when ``qm progress`` is not told (torchrun, Slurm,
+#: a Kubernetes indexed Job), in that order.
+RANK_VARIABLES = ("QM_WORKER", "NODE_RANK", "GROUP_RANK", "SLURM_NODEID", "JOB_COMPLETION_INDEX")
+
+
+def job_environment(command: str = "checkpoint") -> tuple[str, str, int]:
     """The server, the job token and the job's id a job was started with (docs/jobs.md)."""
     values = {name: os.environ.get(name, "").strip() for name in ("QM_JOB_TOKEN", "QM_API_URL", "QM_JOB_ID")}
     for name, value in values.items():
         if not value:
-            raise CliError(NOT_IN_A_JOB.format(name=name))
+            raise CliError(NOT_IN_A_JOB.format(command=command, name=name))
     # QM_JOB_ID is the attempt's key on its cluster, "<job id>-<attempt number>-<letters>" (older jobs have no
     # letters; a bare job id is taken too).
     match = re.fullmatch(r"([0-9]+)(?:-[0-9]+(?:-[0-9a-f]+)?)?", values["QM_JOB_ID"])
@@ -675,6 +827,26 @@ def cmd_checkpoint(args: argparse.Namespace, settings: Settings, client: Client)
     step = f" at step {checkpoint['step']}" if checkpoint["step"] is not None else ""
     where = f"job {job_id}, attempt {checkpoint['attempt']}"
     print(f"Checkpoint {checkpoint['location']}{step} reported ({where}).", file=settings.out)
+    return OK
+
+
+def cmd_progress(args: argparse.Namespace, settings: Settings, client: Client) -> int:
+    """Report how far this worker got, with the job's own token."""
+    url, token, job_id = job_environment("progress")
+    worker = args.worker
+    if worker is None:
+        found = next(((n, os.environ[n]) for n in RANK_VARIABLES if os.environ.get(n, "").strip()), None)
+        if found is not None and not found[1].strip().isdigit():
+            raise CliError(f"{found[0]}={found[1]!r} is not a worker's index; give --worker.", status=BAD_INPUT)
+        worker = int(found[1]) if found is not None else 0
+    job_client = Client(url, token, refused_hint="check QM_JOB_TOKEN (a job token is valid in its own attempt only)")
+    body = {"worker": worker, "step": args.step, "step_seconds": args.step_seconds}
+    _, row = job_client.call("POST", f"jobs/{job_id}/progress/", body=body)
+    pace = f", {row['step_seconds']:g} s a step" if row["step_seconds"] is not None else ""
+    print(
+        f"Worker {row['worker']} at step {row['step']}{pace} (job {job_id}, attempt {row['attempt']}).",
+        file=settings.out,
+    )
     return OK
 
 
@@ -710,7 +882,9 @@ def build_parser() -> argparse.ArgumentParser:
     login.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
     login.add_argument("--name", help="the token's name (default: qm on this machine)")
 
-    submit = command("submit", cmd_submit, "submit the job a YAML file describes (- for standard input)")
+    submit = command(
+        "submit", cmd_submit, "submit the job, array or pipeline a YAML file describes (- for standard input)"
+    )
     submit.add_argument("file", nargs="?", help="a YAML file of the job's fields; options below win over it")
     submit.add_argument("--name", help="the job's name")
     submit.add_argument("--time-limit", help="e.g. 2h, 90m or seconds")
@@ -721,6 +895,13 @@ def build_parser() -> argparse.ArgumentParser:
     ray.add_argument("--head-cpu", type=float, help="cores of the Ray head (default 1)")
     ray.add_argument("--head-memory-gib", type=float, help="GiB of the Ray head (default 4)")
     ray.add_argument("--head-accelerators", type=int, help="accelerators of the Ray head (default 0)")
+    submit.add_argument("--array", metavar="RANGE", help="run it as an array of tasks, e.g. 0-99 or 0-99:2")
+    submit.add_argument("--max-running", type=int, help="an array's limit on tasks running at once")
+    interactive = submit.add_argument_group("Interactive sessions", "JupyterLab or a shell, opened with qm open")
+    interactive.add_argument(
+        "--session", choices=("jupyterlab", "shell"), help="an interactive session running this app (kind: session)"
+    )
+    interactive.add_argument("--idle-minutes", type=int, help="it ends after this many minutes without activity")
     submit.add_argument("--dry-run", action="store_true", help="only say what it would cost and when it would start")
     submit.add_argument("--idempotency-key", help="submitting again with the same key returns the first job")
 
@@ -730,12 +911,17 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--project", help="a project's slug")
     listing.add_argument("--mine", action="store_true", help="only jobs I submitted")
     listing.add_argument("--query", "-q", help="name contains")
+    listing.add_argument("--array", type=int, help="only the tasks of this array")
     listing.add_argument("--all-pages", action="store_true", help="every page, not only the first 50 jobs")
     listing.add_argument("--json", action="store_true", help="the API's rows as JSON")
 
     show = command("show", cmd_show, "a job's details: state, why it waits, where it runs, cost so far")
     show.add_argument("id", type=int)
     show.add_argument("--json", action="store_true", help="the API's answer as JSON")
+
+    opening = command("open", cmd_open, "print the link that opens your interactive session (it holds its secret)")
+    opening.add_argument("id", type=int)
+    opening.add_argument("--browser", "-b", action="store_true", help="open it in a web browser too")
 
     cancel = command("cancel", cmd_change, "cancel a job")
     cancel.add_argument("id", type=int)
@@ -749,9 +935,24 @@ def build_parser() -> argparse.ArgumentParser:
     requeue.add_argument("id", type=int)
     requeue.add_argument("--reason", required=True, help="why (kept in the job's timeline and the audit log)")
 
+    debugging = command("debug", cmd_debug, "everything about a job that helps tell what happened to it")
+    debugging.add_argument("id", type=int)
+    debugging.add_argument("--lines", type=int, default=40, help="lines of output to show (default 40)")
+    debugging.add_argument("--json", action="store_true", help="the API's answer as JSON")
+
     following = command("follow", cmd_follow, "print a job's events until it ends (exit 0 if it succeeded)")
     following.add_argument("id", type=int)
     following.add_argument("--interval", type=_positive, default=5.0, help="seconds between polls (default 5)")
+
+    output = command("logs", cmd_logs, "a job's output, from the cluster it runs on")
+    output.add_argument("id", type=int)
+    output.add_argument(
+        "--worker", "-w", help="a worker's index, or head / submitter of a Ray job (default: the main output)"
+    )
+    output.add_argument("--tail", "-n", type=int, help="start with the last N lines")
+    output.add_argument("--attempt", type=int, help="an attempt's number (default: the newest)")
+    output.add_argument("--follow", "-f", action="store_true", help="keep printing new output until the job ends")
+    output.add_argument("--interval", type=_positive, default=2.0, help="seconds between polls with -f (default 2)")
 
     events = command("events", cmd_events, "a job's timeline")
     events.add_argument("id", type=int)
@@ -762,7 +963,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     checkpoint.add_argument("--location", required=True, help="where the checkpoint is, e.g. s3://bucket/run/step-1000")
     checkpoint.add_argument("--step", type=int, help="how far it got: a step, an epoch")
+
+    progress = command(
+        "progress",
+        cmd_progress,
+        "inside a job: report this worker's step count (stragglers and hangs are flagged from it)",
+    )
+    progress.add_argument("--step", type=int, required=True, help="steps made so far")
+    progress.add_argument(
+        "--step-seconds", type=_positive, help="this worker's own seconds per step lately (compute, not waiting)"
+    )
+    progress.add_argument(
+        "--worker",
+        type=int,
+        help=f"this worker's rank among the job's nodes (default: {', '.join(RANK_VARIABLES)}, else 0)",
+    )
     admin.register(command, admin.Lent(table, when, CliError))
+    arrays.register(command, admin.Lent(table, when, CliError))
+    models_cmd.register(command, admin.Lent(table, when, CliError))
+    services.register(command, admin.Lent(table, when, CliError))
     return parser
 
 

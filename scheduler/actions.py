@@ -10,7 +10,7 @@ placing it on the idle fleet (``feasibility.check``).
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.core.cache import cache
@@ -88,7 +88,7 @@ def validate(actor: User, request: JobRequest) -> tuple[Queue, PriorityTier]:
         raise ValidationError(errors)
     assert tier is not None
     queue = queue_for(team, request.project)
-    refusal = feasibility.check(team.organization, queue, tier, request)
+    refusal = feasibility.check(team.organization, queue, tier, request, actor.pk)
     if refusal is not None:
         raise ValidationError({refusal.field: refusal.message})
     return queue, tier
@@ -97,7 +97,10 @@ def validate(actor: User, request: JobRequest) -> tuple[Queue, PriorityTier]:
 def _tier(request: JobRequest) -> tuple[PriorityTier | None, dict[str, str]]:
     """The tier asked for (or the organization's default), and what is wrong with it."""
     team = request.team
-    tier = request.tier or PriorityTier.objects.filter(organization=team.organization_id, is_default=True).first()
+    tier = request.tier
+    if tier is None and request.kind == Job.Kind.SESSION:  # a session: the lowest tier the team may use
+        tier = next(iter(reversed(tiers_for(team))), None)
+    tier = tier or PriorityTier.objects.filter(organization=team.organization_id, is_default=True).first()
     if tier is None:
         return None, {"tier": "Choose a priority tier."}
     if not may_use(team, tier):
@@ -184,6 +187,48 @@ def secret_env_of(actor: User, request: JobRequest) -> dict[str, str]:
     return {**kept, **request.secret_env}
 
 
+def new_job(actor: User, request: JobRequest, queue: Queue, tier: PriorityTier, now: datetime) -> Job:
+    """The unsaved, pending job of a validated ``request`` (its secret values not set yet)."""
+    return Job(
+        team=request.team,
+        project=request.project,
+        queue=queue,
+        submitted_by=actor,
+        name=request.name.strip(),
+        idempotency_key=request.idempotency_key.strip(),
+        accelerator_types=list(request.accelerator_types),
+        accelerators=request.accelerators,
+        accelerator_milli=request.accelerator_milli,
+        workers=request.workers,
+        cpu=request.cpu,
+        memory=request.memory,
+        topology_level=request.topology_level,
+        topology_mode=request.topology_mode,
+        time_limit=request.time_limit,
+        tier=tier,
+        preemptible=request.preemptible and tier.preemptible,
+        checkpoint_location=request.checkpoint_location.strip(),
+        data_locality=request.data_locality.strip(),
+        regions=list(request.regions),
+        max_price_per_hour=request.max_price_per_hour,
+        image=request.image.strip(),
+        command=list(request.command),
+        script=request.script,
+        env=dict(request.env),
+        max_retries=request.max_retries,
+        **submission.ray_fields(request),
+        **submission.session_fields(request),
+        tpu_type=request.tpu_type,
+        tpu_topology=request.tpu_topology,
+        serve_port=request.serve_port,
+        serve_health_path=request.serve_health_path,
+        spread_group=request.spread_group,
+        state=S.PENDING,
+        state_changed_at=now,
+        submitted_at=now,
+    )
+
+
 def submit_job(actor: User, request: JobRequest, *, http: HttpRequest | None = None) -> tuple[Job, bool]:
     """Create the job (pending) and wake the placement loop. Returns (job, created): a request repeating an
     idempotency key returns the job first created with it."""
@@ -197,40 +242,7 @@ def submit_job(actor: User, request: JobRequest, *, http: HttpRequest | None = N
     now = timezone.now()
     try:
         with transaction.atomic():
-            job = Job(
-                team=request.team,
-                project=request.project,
-                queue=queue,
-                submitted_by=actor,
-                name=request.name.strip(),
-                idempotency_key=key,
-                accelerator_types=list(request.accelerator_types),
-                accelerators=request.accelerators,
-                accelerator_milli=request.accelerator_milli,
-                workers=request.workers,
-                cpu=request.cpu,
-                memory=request.memory,
-                topology_level=request.topology_level,
-                topology_mode=request.topology_mode,
-                time_limit=request.time_limit,
-                tier=tier,
-                preemptible=request.preemptible and tier.preemptible,
-                checkpoint_location=request.checkpoint_location.strip(),
-                data_locality=request.data_locality.strip(),
-                regions=list(request.regions),
-                max_price_per_hour=request.max_price_per_hour,
-                image=request.image.strip(),
-                command=list(request.command),
-                script=request.script,
-                env=dict(request.env),
-                max_retries=request.max_retries,
-                **submission.ray_fields(request),
-                tpu_type=request.tpu_type,
-                tpu_topology=request.tpu_topology,
-                state=S.PENDING,
-                state_changed_at=now,
-                submitted_at=now,
-            )
+            job = new_job(actor, request, queue, tier, now)
             job.set_secret_env(secrets)
             job.save(force_insert=True)
             if request.clusters:
@@ -241,7 +253,19 @@ def submit_job(actor: User, request: JobRequest, *, http: HttpRequest | None = N
                 to_state=S.PENDING,
                 reason="submitted",
                 actor=actor,
-                message=f"Submitted to queue {queue} by {actor.get_username()}.",
+                message=(
+                    f"Service replica submitted to queue {queue} by {actor.get_username()}: it runs until stopped."
+                    if job.kind == Job.Kind.SERVICE
+                    else f"Submitted to queue {queue} by {actor.get_username()}."
+                ),
+            )
+            audit.record(
+                "job.submitted",
+                actor=actor,
+                target=job,
+                organization=request.team.organization,
+                changes=submitted_fields(job),
+                request=http,
             )
             transaction.on_commit(wake_loop)
     except IntegrityError:  # the same key raced in from another request: that one won
@@ -250,6 +274,21 @@ def submit_job(actor: User, request: JobRequest, *, http: HttpRequest | None = N
             return existing, False
         raise
     return job, True
+
+
+def submitted_fields(job: Job) -> dict[str, Any]:
+    """What the audit log keeps of a submission: where it goes and what it asks for (never its environment,
+    whose values may be secrets, nor its script)."""
+    return {
+        "queue": job.queue.name,
+        "project": job.project.name if job.project else None,
+        "tier": job.tier.name,
+        "workers": job.workers,
+        "accelerators": job.accelerators,
+        "accelerator_types": list(job.accelerator_types),
+        "time_limit_seconds": job.time_limit,
+        "image": job.image,
+    }
 
 
 def wake_loop() -> None:
@@ -277,14 +316,7 @@ def cancel_job(actor: User, job: Job, reason: str = "", *, http: HttpRequest | N
             state = locked.get_state_display().lower()
             raise ValidationError({"state": f"Job #{job.pk} is {state}; nothing to cancel."})
         message = f"Cancelled by {actor.get_username()}" + (f": {reason}" if reason else ".")
-        attempt = None
-        if locked.state in PLACED:
-            attempt = Attempt.objects.filter(job=locked, number=locked.attempt, outcome=Attempt.Outcome.ACTIVE).first()
-            if attempt is not None:
-                Attempt.objects.filter(pk=attempt.pk).update(
-                    outcome=Attempt.Outcome.CANCELLED, ended_at=now, cleanup_pending=attempt.may_run_on_cluster
-                )
-        lifecycle.move(locked, S.CANCELLED, "cancelled", message, actor=actor, at=now, finished_at=now, message=message)
+        attempt = cancel_locked(locked, message, actor, now)
         audit.record(
             "job.cancelled",
             actor=actor,
@@ -296,12 +328,27 @@ def cancel_job(actor: User, job: Job, reason: str = "", *, http: HttpRequest | N
         )
         if attempt is not None:
             attempt_id = attempt.pk
-            transaction.on_commit(lambda: _cleanup_later(attempt_id))
+            transaction.on_commit(lambda: cleanup_later(attempt_id))
     job.refresh_from_db()
     return job
 
 
-def _cleanup_later(attempt_id: int) -> None:
+def cancel_locked(locked: Job, message: str, actor: User | None, now: datetime) -> Attempt | None:
+    """Cancel a locked, active job (its current attempt too); returns that attempt, whose cleanup on its
+    cluster the caller queues after the commit (``cleanup_later``)."""
+    attempt = None
+    if locked.state in PLACED:
+        attempt = Attempt.objects.filter(job=locked, number=locked.attempt, outcome=Attempt.Outcome.ACTIVE).first()
+        if attempt is not None:
+            Attempt.objects.filter(pk=attempt.pk).update(
+                outcome=Attempt.Outcome.CANCELLED, ended_at=now, cleanup_pending=attempt.may_run_on_cluster
+            )
+    lifecycle.move(locked, S.CANCELLED, "cancelled", message, actor=actor, at=now, finished_at=now, message=message)
+    return attempt
+
+
+def cleanup_later(attempt_id: int) -> None:
+    """Queue the cancellation of an attempt on its cluster (call it after the commit)."""
     enqueue.send("scheduler.tasks.cleanup_attempt", attempt_id)
 
 
@@ -368,23 +415,11 @@ def preempt_job(actor: User, job: Job, reason: str, *, http: HttpRequest | None 
     (``dispatch``). A preemption is not the job's failure: its retries are untouched. Admins only; this
     overrides the job's being non-preemptible, which only keeps the scheduler from choosing it."""
     reason = _intervention(actor, job, reason, "preempt")
-    now = timezone.now()
     with transaction.atomic():
         locked = Job.objects.select_for_update().get(pk=job.pk)
-        if locked.state not in PREEMPTABLE:
-            state = locked.get_state_display().lower()
-            raise ValidationError(
-                {"state": f"Job #{job.pk} is {state}; only a placed or running job can be preempted."}
-            )
-        grace = PriorityTier.objects.values_list("grace_seconds", flat=True).get(pk=locked.tier_id)
-        deadline = now + timedelta(seconds=grace)
         frm = locked.state
-        Attempt.objects.filter(job=locked, number=locked.attempt, outcome=Attempt.Outcome.ACTIVE).update(
-            stop_deadline=deadline
-        )
-        message = f"Preempted by {actor.get_username()}: {_sentence(reason)} It has {grace} s to checkpoint and exit."
-        detail = {"deadline": deadline.isoformat(), "reason": reason}
-        lifecycle.move(locked, S.PREEMPTING, "preempted_by_admin", message, actor=actor, detail=detail, at=now)
+        message = f"Preempted by {actor.get_username()}: {_sentence(reason)}"
+        _stop(locked, "preempted_by_admin", message, actor=actor, detail={"reason": reason})
         audit.record(
             "job.preempted",
             actor=actor,
@@ -394,10 +429,47 @@ def preempt_job(actor: User, job: Job, reason: str, *, http: HttpRequest | None 
             reason=reason,
             request=http,
         )
-        job_id = locked.pk
-        transaction.on_commit(lambda: _signal_later(job_id))
     job.refresh_from_db()
     return job
+
+
+def stop_and_requeue(job: Job, reason_code: str, message: str) -> Job:
+    """What the system does to restart a placed job from its last checkpoint (a hung job, ``scheduler/watch``):
+    as a preemption, it is told to checkpoint and exit within its tier's grace, stopped when that ends, and
+    requeued without spending a retry. A job no longer placed is left alone."""
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        if locked.state in PREEMPTABLE:
+            _stop(locked, reason_code, message)
+    job.refresh_from_db()
+    return job
+
+
+def _stop(
+    locked: Job, reason_code: str, message: str, *, actor: User | None = None, detail: dict[str, Any] | None = None
+) -> None:
+    """Move a locked, placed job to preempting with its tier's grace (``stop_deadline``); signal it after commit."""
+    if locked.state not in PREEMPTABLE:
+        state = locked.get_state_display().lower()
+        raise ValidationError({"state": f"Job #{locked.pk} is {state}; only a placed or running job can be preempted."})
+    now = timezone.now()
+    grace = PriorityTier.objects.values_list("grace_seconds", flat=True).get(pk=locked.tier_id)
+    deadline = now + timedelta(seconds=grace)
+    Attempt.objects.filter(job=locked, number=locked.attempt, outcome=Attempt.Outcome.ACTIVE).update(
+        stop_deadline=deadline
+    )
+    text = f"{message} It has {grace} s to checkpoint and exit."
+    lifecycle.move(
+        locked,
+        S.PREEMPTING,
+        reason_code,
+        text,
+        actor=actor,
+        detail={"deadline": deadline.isoformat(), **(detail or {})},
+        at=now,
+    )
+    job_id = locked.pk
+    transaction.on_commit(lambda: _signal_later(job_id))
 
 
 def _signal_later(job_id: int) -> None:

@@ -1,8 +1,10 @@
 """Checkpoints and the exit code a running job reports, and the job token it reports them with (docs/jobs.md).
 
-Each attempt is handed a token in its environment (``QM_JOB_TOKEN``, with ``env_for``) that authorizes two
-things: reporting checkpoints of that job's attempt (``POST /api/v1/jobs/{id}/checkpoints/``, or
-``qm checkpoint`` inside the job), and reporting how its program ended (``POST /api/v1/jobs/{id}/report/``,
+Each attempt is handed a token in its environment (``QM_JOB_TOKEN``, with ``env_for``) that authorizes three
+things: reporting checkpoints of that job's attempt (``POST /api/v1/jobs/{id}/checkpoints/``, or ``qm
+checkpoint`` inside the job), reporting how far each worker got (``POST /api/v1/jobs/{id}/progress/``, ``qm
+progress``: steps and seconds per step, which the straggler and hang detectors read; ``report_progress``),
+and reporting how its program ended (``POST /api/v1/jobs/{id}/report/``,
 ``report_exit``: once per attempt), which is how Quartermaster learns that a job ended on a cluster that
 cannot tell (a Cloud TPU queued resource stays ACTIVE after its program exits; ``placement/follow.py``).
 
@@ -37,7 +39,7 @@ from django.utils.crypto import salted_hmac
 
 from common import params
 from common.validation import check_max_length, check_range, required
-from scheduler.models import Attempt, Checkpoint, Job
+from scheduler.models import Attempt, Checkpoint, Job, Progress
 from scheduler.states import PLACED, JobState
 
 #: Job tokens start so, which tells them from personal API tokens (``qm_``) at a glance and in a header.
@@ -194,6 +196,52 @@ def report(job: Job, attempt_number: int, location: str, step: int | None, *, at
         kept = Checkpoint.objects.filter(job=locked).order_by("-reported_at", "-pk").values("pk")[:KEEP]
         Checkpoint.objects.filter(job=locked).exclude(pk__in=kept).delete()
     return checkpoint
+
+
+#: How long progress reports are kept: the detectors read the last hours (``scheduler/watch``).
+PROGRESS_KEPT = timedelta(hours=24)
+#: Seconds per step a report may give: above a day a step is not a step.
+MAX_STEP_SECONDS = 86_400.0
+
+
+def report_progress(
+    job: Job, attempt_number: int, worker: int, step: int, step_seconds: float | None, *, at: datetime | None = None
+) -> Progress:
+    """Store how far worker ``worker`` of attempt ``attempt_number`` got: its ``step`` count and, if it measured
+    it, its own ``step_seconds``. Refused with a ``ValidationError`` naming the field (nothing stored), with
+    ``PermissionDenied`` when the attempt may not report (``fence``), and with ``TooSoon`` when that worker
+    reported less than ``MIN_INTERVAL`` ago. Reports older than ``PROGRESS_KEPT`` are deleted as new ones come."""
+    errors: dict[str, str] = {}
+    if isinstance(worker, bool) or not isinstance(worker, int) or not 0 <= worker < job.workers:
+        errors["worker"] = f"A worker's index, from 0 to {job.workers - 1} (the job has {job.workers})."
+    try:
+        check_range(step, 0, params.MAX_ID)
+    except ValidationError as error:
+        errors["step"] = " ".join(error.messages)
+    if step_seconds is not None and not (
+        isinstance(step_seconds, int | float) and math.isfinite(step_seconds) and 0 < step_seconds <= MAX_STEP_SECONDS
+    ):
+        errors["step_seconds"] = f"Seconds per step: more than 0, at most {MAX_STEP_SECONDS:.0f}."
+    if errors:
+        raise ValidationError(errors)
+    now = at or timezone.now()
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        fence(locked, attempt_number, "its progress")
+        mine = Progress.objects.filter(job=locked, attempt=attempt_number, worker=worker)
+        last = mine.aggregate(at=Max("reported_at"))["at"]
+        if last is not None and now - last < MIN_INTERVAL:
+            raise TooSoon(max(1, math.ceil((last + MIN_INTERVAL - now).total_seconds())))
+        progress = Progress.objects.create(
+            job=locked,
+            attempt=attempt_number,
+            worker=worker,
+            step=step,
+            step_seconds=None if step_seconds is None else float(step_seconds),
+            reported_at=now,
+        )
+        Progress.objects.filter(job=locked, reported_at__lt=now - PROGRESS_KEPT).delete()
+    return progress
 
 
 # --- reading -----------------------------------------------------------------------------------------------

@@ -31,10 +31,11 @@ class JobFilter(django_filters.FilterSet):
     tier = django_filters.CharFilter(field_name="tier__name", help_text="A priority tier's name.")
     submitted_by = django_filters.CharFilter(method="filter_submitted_by", help_text="A username, or `me`.")
     q = django_filters.CharFilter(field_name="name", lookup_expr="icontains", help_text="Name contains.")
+    array = IdFilter(field_name="array", help_text="An array's id: its tasks.")
 
     class Meta:
         model = Job
-        fields = ["state", "team", "project", "queue", "tier", "submitted_by", "q"]
+        fields = ["state", "team", "project", "queue", "tier", "submitted_by", "q", "array"]
 
     def filter_state(self, queryset: QuerySet[Job], name: str, value: list[str]) -> QuerySet[Job]:
         states: set[str] = set()

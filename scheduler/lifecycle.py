@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduler.models import Job, JobEvent
-from scheduler.states import TRANSITIONS
+from scheduler.states import TRANSITIONS, WAITING
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -61,6 +61,15 @@ def event(
     )
 
 
+#: What a job's row no longer says once it stops waiting (``move``).
+LEFT_WAITING: dict[str, Any] = {
+    "pending_reason": "",
+    "pending_message": "",
+    "queue_position": None,
+    "estimated_start": None,
+}
+
+
 def move(
     job: Job,
     to: str,
@@ -77,10 +86,16 @@ def move(
 
     Compare-and-set: if the row's state changed since ``job`` was read (another worker moved it), nothing is
     written and False comes back; the caller re-reads and decides again. ``job`` is updated in place.
+
+    A job that leaves the waiting states loses its pending reason, queue position and estimated start
+    (``LEFT_WAITING``): they describe a wait that is over. A caller may still set ``pending_message`` (a
+    job placing on a cluster that says why it has not started).
     """
     frm = job.state
     at = at or timezone.now()
     check(job.pk, frm, to)
+    if to not in WAITING:
+        fields = {**LEFT_WAITING, **fields}
     with transaction.atomic():
         if not Job.objects.filter(pk=job.pk, state=frm).update(state=to, state_changed_at=at, **fields):
             return False
@@ -89,6 +104,23 @@ def move(
     for name, value in fields.items():
         setattr(job, name, value)
     return True
+
+
+def note(
+    job: Job, reason: str, text: str, *, detail: dict[str, Any] | None = None, at: datetime | None = None
+) -> JobEvent:
+    """Record something seen of ``job`` that moves it nowhere (a straggler flagged, a hang): an event whose
+    states are both the job's state now, on its timeline among its moves."""
+    return JobEvent.objects.create(
+        job_id=job.pk,
+        created_at=at or timezone.now(),
+        from_state=job.state,
+        to_state=job.state,
+        reason=reason,
+        message=text,
+        attempt=job.attempt,
+        detail=detail or {},
+    )
 
 
 def timeline(job: Job) -> Iterable[JobEvent]:

@@ -8,6 +8,8 @@ quotas, tiers, budgets) is the ``governance`` app's.
 
 from __future__ import annotations
 
+import json
+import re
 import secrets
 from collections.abc import Mapping
 from decimal import Decimal
@@ -38,6 +40,68 @@ def key_suffix() -> str:
     return secrets.token_hex(3)
 
 
+class DependencyFailure(models.TextChoices):
+    """What becomes of a job whose dependency can no longer be met (``after_ok`` on a job that failed)."""
+
+    CANCEL = "cancel", "Cancel it"
+    #: It keeps waiting, held, until the dependency is requeued (and then may be met) or the job is cancelled.
+    HOLD = "hold", "Hold it"
+
+
+class JobArray(models.Model):
+    """One submission of many tasks (an index range, a grid or a list of parameters): each task is a ``Job``
+    of the same request, with its index and parameters in its environment. ``max_running`` caps how many of
+    its tasks hold capacity at once; the placement loop gives the engine no more waiting tasks than that."""
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="job_arrays")
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    submitted_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    name = models.CharField(max_length=120)
+    #: How the tasks were given: {"range": "0-99:2"}, {"grid": {...}} or {"params": [...]}.
+    spec: models.JSONField[Any, Any] = models.JSONField(default=dict)
+    count = models.PositiveIntegerField()
+    #: At most this many tasks placed or running at once; None: no limit.
+    max_running = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(1)])
+    submitted_at = models.DateTimeField()
+    idempotency_key = models.CharField(max_length=80, blank=True)
+
+    objects = TenantManager()
+
+    class Tenancy(TenancyRules):
+        policy = {Action.VIEW: ALL_ROLES, Action.CHANGE: frozenset({Role.RESEARCHER, Role.LEAD, Role.ADMIN})}
+
+    class Meta:
+        ordering = ["-submitted_at", "-pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["submitted_by", "idempotency_key"],
+                condition=~Q(idempotency_key=""),
+                name="array_idempotency_key_unique_per_user",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"array #{self.pk} {self.name}"
+
+    def task_env(self, index: int, params: Mapping[str, Any]) -> dict[str, str]:
+        """The variables task ``index`` with ``params`` is started with (docs/jobs.md §Arrays and sweeps)."""
+        env = {"QM_ARRAY_ID": str(self.pk), "QM_ARRAY_INDEX": str(index), "QM_ARRAY_COUNT": str(self.count)}
+        if params:
+            env["QM_PARAMS"] = json.dumps(dict(params), sort_keys=True)
+            env.update({param_env_name(name): param_text(value) for name, value in params.items()})
+        return env
+
+
+def param_env_name(name: str) -> str:
+    """``lr`` -> ``QM_PARAM_LR``: upper case, anything but letters, digits and _ as _."""
+    return "QM_PARAM_" + re.sub(r"[^A-Za-z0-9_]", "_", str(name)).upper()
+
+
+def param_text(value: Any) -> str:
+    """A parameter's value as its variable holds it: strings as they are, the rest as JSON (``true``, ``0.1``)."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 class Job(models.Model):
     """A researcher's job: what it asks for, where it stands, and where it runs (its current attempt)."""
 
@@ -50,6 +114,16 @@ class Job(models.Model):
     class Kind(models.TextChoices):
         JOB = "job", "Job"  # a container (``image``/``command``) or a batch ``script``, ``workers`` alike
         RAY = "ray", "Ray job"  # a Ray cluster (a head and ``workers`` workers) that runs ``entrypoint``
+        #: An interactive session (JupyterLab, or a shell in JupyterLab's terminal) its submitter opens from the portal.
+        SESSION = "session", "Interactive session"
+        #: One replica of a service (``serving``): a program serving HTTP on a port until it is stopped.
+        SERVICE = "service", "Service replica"
+
+    class SessionApp(models.TextChoices):
+        """What an interactive session runs (docs/jobs.md, "Interactive sessions")."""
+
+        JUPYTERLAB = "jupyterlab", "JupyterLab"
+        SHELL = "shell", "Shell (a JupyterLab terminal)"
 
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")
     project = models.ForeignKey(Project, on_delete=models.PROTECT, null=True, blank=True, related_name="jobs")
@@ -108,6 +182,19 @@ class Job(models.Model):
     head_memory = models.PositiveBigIntegerField(default=4096, help_text="MiB of the Ray head.")
     head_accelerators = models.PositiveIntegerField(default=0, help_text="Accelerators of the Ray head.")
 
+    # --- interactive sessions (kind "session"): what it runs, and after how long idle it ends by itself ------
+    session_app = models.CharField(max_length=20, choices=SessionApp.choices, blank=True)
+    session_idle_minutes = models.PositiveIntegerField(
+        null=True, blank=True, help_text="A session with no activity this long ends by itself (succeeded)."
+    )
+    #: A service replica (kind ``service``): the port its program serves HTTP on (0: the port the cluster gives
+    #: it in ``$PORT``), and the path of its health check (answers 2xx when it is ready to serve).
+    serve_port = models.PositiveIntegerField(default=0)
+    serve_health_path = models.CharField(max_length=200, blank=True)
+    #: Jobs sharing a spread group (the replicas of one service: ``service-<id>``) are placed on different
+    #: nodes, and clusters, where the engine can; "": none.
+    spread_group = models.CharField(max_length=100, blank=True)
+
     # --- where it stands -------------------------------------------------------------------------------
     state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING)
     state_changed_at = models.DateTimeField()
@@ -127,6 +214,16 @@ class Job(models.Model):
     estimated_start = models.DateTimeField(null=True, blank=True)
     #: What ended it, in words (the last event's message, for a failed or cancelled job).
     message = models.TextField(blank=True)
+
+    # --- arrays and pipelines (docs/jobs.md §Arrays and sweeps, §Pipelines) ---------------------------------
+    #: The array this job is a task of, its index there and its parameters (``QM_ARRAY_INDEX``, ``QM_PARAM_*``).
+    array = models.ForeignKey("JobArray", on_delete=models.CASCADE, null=True, blank=True, related_name="tasks")
+    array_index = models.PositiveIntegerField(null=True, blank=True)
+    array_params = models.JSONField(default=dict, blank=True)
+    #: What happens to it when a job or array it depends on can no longer satisfy it.
+    on_dependency_failure = models.CharField(
+        max_length=10, choices=DependencyFailure.choices, default=DependencyFailure.CANCEL
+    )
 
     objects = TenantManager()
 
@@ -149,6 +246,7 @@ class Job(models.Model):
         indexes = [
             models.Index(fields=["state", "submitted_at"], name="job_state_submitted"),
             models.Index(fields=["team", "-submitted_at"], name="job_team_recent"),
+            models.Index(fields=["array", "state"], name="job_array_state"),
         ]
 
     def __str__(self) -> str:
@@ -240,6 +338,14 @@ class Attempt(models.Model):
     reported_at = models.DateTimeField(null=True, blank=True)
     #: Where to watch it, as the cluster says (a Ray dashboard); empty when it gives none.
     dashboard_url = models.URLField(max_length=500, blank=True)
+    #: An interactive session's attempt: the secret its app was started with (generated for this attempt,
+    #: encrypted like secret values, handed only to the cluster and to the submitter's open link), the address
+    #: the session reported (``POST .../session/``) and whether it said it ended idle (``scheduler/sessions.py``).
+    session_secret_ciphertext = models.BinaryField(default=b"", blank=True, editable=False)
+    session_url = models.URLField(max_length=500, blank=True)
+    #: Where a service replica's program listens, as it reported with the job token (``http://node:port/``).
+    serve_url = models.URLField(max_length=500, blank=True)
+    session_ended_idle = models.BooleanField(default=False)
 
     objects = TenantManager()
 
@@ -305,6 +411,31 @@ class Checkpoint(models.Model):
         return f"job {self.job_id} checkpoint {self.location}"
 
 
+class Progress(models.Model):
+    """How far one worker of a running job got (``QM_JOB_TOKEN``; ``qm progress``): its step count and, where
+    it measured it, its own seconds per step (compute, not the wait for its peers). The straggler and hang
+    detectors (``scheduler/watch``) read the recent ones; older ones are deleted as they go."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="progress")
+    attempt = models.PositiveIntegerField()
+    #: The worker's index, in the order of the job's nodes (``QM_WORKER``; 0 for a single worker).
+    worker = models.PositiveIntegerField(default=0)
+    step = models.PositiveBigIntegerField()
+    step_seconds = models.FloatField(null=True, blank=True)
+    reported_at = models.DateTimeField()
+
+    objects = TenantManager()
+
+    Tenancy = JobChildTenancy
+
+    class Meta:
+        ordering = ["reported_at", "pk"]
+        indexes = [models.Index(fields=["job", "attempt", "reported_at"], name="progress_job_attempt_time")]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} worker {self.worker} at step {self.step}"
+
+
 class JobEvent(models.Model):
     """One transition of a job, with its reason: the job's timeline."""
 
@@ -330,6 +461,40 @@ class JobEvent(models.Model):
         return f"job {self.job_id}: {self.from_state or '-'} -> {self.to_state} ({self.reason})"
 
 
+class Dependency(models.Model):
+    """``job`` may start only once ``on_job`` (or every task of ``on_array``) has ended as ``kind`` asks:
+    succeeded (``after_ok``), ended at all (``after_any``), failed or cancelled (``after_not_ok``). The
+    placement loop checks them each cycle (``placement/gates.py``)."""
+
+    class Kind(models.TextChoices):
+        AFTER_OK = "after_ok", "after it succeeds"
+        AFTER_ANY = "after_any", "after it ends"
+        AFTER_NOT_OK = "after_not_ok", "after it fails"
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="dependencies")
+    on_job = models.ForeignKey(Job, on_delete=models.CASCADE, null=True, blank=True, related_name="dependents")
+    on_array = models.ForeignKey(JobArray, on_delete=models.CASCADE, null=True, blank=True, related_name="dependents")
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.AFTER_OK)
+
+    objects = TenantManager()
+
+    Tenancy = JobChildTenancy
+
+    class Meta:
+        ordering = ["job", "pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(on_job__isnull=False, on_array__isnull=True)
+                | Q(on_job__isnull=True, on_array__isnull=False),
+                name="dependency_on_job_or_array",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        target = f"job {self.on_job_id}" if self.on_job_id else f"array {self.on_array_id}"
+        return f"job {self.job_id} {self.kind} {target}"
+
+
 class LoopState(models.Model):
     """The placement loop's own row, one per organization. ``generation`` grows with every applied cycle: a
     cycle applies its decisions only if no other cycle applied since it read the fleet (compare-and-set), so
@@ -348,7 +513,10 @@ __all__ = [
     "Assignment",
     "Attempt",
     "Checkpoint",
+    "Dependency",
+    "DependencyFailure",
     "Job",
+    "JobArray",
     "JobEvent",
     "LoopState",
 ]

@@ -30,6 +30,8 @@ REASON_LABELS: dict[str, str] = {
     PendingReason.MEMBER_LIMIT: "at its submitter's limit",
     PendingReason.BUDGET: "over a hard budget",
     PendingReason.NEVER_FITS: "never fits",
+    PendingReason.MEMORY_NEVER_FITS: "more memory than any node has",
+    PendingReason.CPU_NEVER_FITS: "more CPU than any node has",
     PendingReason.TOPOLOGY: "no domain big enough",
     PendingReason.PRICE_LIMIT: "over its price limit",
     PendingReason.QUOTA_EXCEEDS_LIMIT: "more than its queue may ever use",
@@ -38,6 +40,8 @@ REASON_LABELS: dict[str, str] = {
     PendingReason.UNKNOWN_TIER: "unknown tier",
     PendingReason.NO_CLUSTER: "no cluster can run it",
     PendingReason.MAINTENANCE: "would run into maintenance",
+    PendingReason.DEPENDENCY: "waiting for its dependencies",
+    PendingReason.ARRAY_LIMIT: "at its array's limit",
 }
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from clusters.backends.tpu.accelerators import UnknownAcceleratorType, check_shape, chips_in_topology, generation_of
@@ -34,6 +35,9 @@ MAX_TIME_LIMIT = 30 * 24 * 3600
 MIN_TIME_LIMIT = 60
 MAX_ACCELERATORS = 64
 MAX_RETRIES = 20
+#: The kinds a person submits (form, API, ``qm``); a service replica is made by ``serving`` alone.
+PUBLIC_KINDS = (Job.Kind.JOB, Job.Kind.RAY, Job.Kind.SESSION)
+SERVICE_ELSEWHERE = "Services are created at /api/v1/services/; a job's kind is job, ray or session."
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -84,6 +88,14 @@ class JobRequest:
     #: generation and ``accelerators`` to a slice's chips (``__post_init__``), so quotas count chips.
     tpu_type: str = ""
     tpu_topology: str = ""
+    #: An interactive session (kind ``session``): what it runs ("": JupyterLab) and after how many minutes
+    #: without activity it ends by itself (None: ``SESSION_IDLE_MINUTES``).
+    session_app: str = ""
+    session_idle_minutes: int | None = None
+    #: A service replica (kind ``service``, made by ``serving`` only): its port (0: ``$PORT``) and health path.
+    serve_port: int = 0
+    serve_health_path: str = ""
+    spread_group: str = ""
 
     def __post_init__(self) -> None:
         self.tpu_type, self.tpu_topology = self.tpu_type.strip(), self.tpu_topology.strip()
@@ -187,6 +199,12 @@ FIELDS: dict[str, Field] = {
         help="A Cloud TPU slice type, e.g. v5p-32: each worker is one whole slice (several workers: multislice).",
     ),
     "tpu_topology": Field(max_length=20, help="The slice's shape, e.g. 2x2x4 (its chips must be the type's)."),
+    "session_app": Field(
+        max_length=20, help="What the session runs: jupyterlab (the default) or shell (a terminal in JupyterLab)."
+    ),
+    "session_idle_minutes": Field(
+        1, help="After this many minutes without activity the session ends by itself (its files are kept)."
+    ),
 }
 
 #: The API's (and job files') names of the fields given in other units than the engine's.
@@ -199,6 +217,9 @@ FORM_NAMES = {
     "head_memory": "head_memory_gib",
     "time_limit": "time_limit_hours",
     "secret_env_from": "keep_secret_env",
+    "range": "array_range",
+    "grid": "array_grid",
+    "max_running": "array_max_running",
 }
 
 
@@ -300,6 +321,18 @@ def check_program(request: JobRequest) -> None:
         if request.script.strip():
             raise ValidationError("A Ray job runs its entrypoint, not a batch script.", code="ray_script")
         return
+    if request.kind == Job.Kind.SESSION:
+        if request.image.strip() or request.script.strip():
+            raise ValidationError(
+                "An interactive session runs its app on the node; leave the image and the script empty.",
+                code="session_program",
+            )
+        return
+    if request.kind == Job.Kind.SERVICE:
+        if request.script.strip():
+            raise ValidationError("A service replica runs its command; leave the script empty.", code="service_script")
+        check_max_length(request.image, limit("image"))
+        return  # its command is required (``check_service_command``); the image is optional
     if not request.image.strip() and not request.script.strip():
         raise ValidationError("Give a container image (and command) or a batch script.", code="required")
     check_max_length(request.image, limit("image"))
@@ -458,15 +491,130 @@ def ray_fields(request: JobRequest) -> dict[str, Any]:
 
 
 def ray_clone(job: Job) -> dict[str, Any]:
-    """A job's kind and Ray parts as initial values for a new submission (``actions.clone_request``)."""
+    """A job's kind, Ray and session parts as initial values for a new submission (``actions.clone_request``)."""
     return {
         "kind": job.kind,
+        "session_app": job.session_app,
+        "session_idle_minutes": job.session_idle_minutes,
         "entrypoint": job.entrypoint,
         "runtime_env": dict(job.runtime_env),
         "head_accelerators": job.head_accelerators,
         "head_cpu": job.head_cpu,
         "head_memory": job.head_memory,
     }
+
+
+# --- interactive sessions ------------------------------------------------------------------------------
+
+
+def check_session_app(request: JobRequest) -> None:
+    """A session's app is one of ``Job.SessionApp``; another kind of job has none."""
+    if request.kind != Job.Kind.SESSION:
+        if request.session_app:
+            raise ValidationError("Only an interactive session (kind session) runs an app.", code="not_session")
+        return
+    if request.session_app and request.session_app not in Job.SessionApp.values:
+        raise ValidationError(f"Choose an app: {', '.join(Job.SessionApp.values)}.", code="invalid_choice")
+
+
+def check_session_idle(request: JobRequest) -> None:
+    """Idle minutes only for a session, from 1 to ``SESSION_MAX_IDLE_MINUTES``."""
+    minutes = request.session_idle_minutes
+    if minutes is None:
+        return
+    if request.kind != Job.Kind.SESSION:
+        raise ValidationError("Only an interactive session (kind session) ends when idle.", code="not_session")
+    most = settings.SESSION_MAX_IDLE_MINUTES
+    if isinstance(minutes, bool) or not isinstance(minutes, int) or not 1 <= minutes <= most:
+        raise ValidationError(f"A session's idle time is from 1 to {most} minutes.", code="out_of_range")
+
+
+def check_session_shape(request: JobRequest) -> None:
+    """A session is one worker, with no command and no Ray parts."""
+    if request.kind != Job.Kind.SESSION:
+        return
+    if request.workers != 1:
+        raise ValidationError("An interactive session is one worker.", code="session_workers")
+
+
+def check_session_time(request: JobRequest) -> None:
+    """A session's time limit is at most ``SESSION_MAX_HOURS``."""
+    most = settings.SESSION_MAX_HOURS
+    if request.kind == Job.Kind.SESSION and request.time_limit > most * 3600:
+        raise ValidationError(
+            f"An interactive session's time limit is at most {most} hour{'s' if most != 1 else ''}.",
+            code="session_time_limit",
+        )
+
+
+def check_session_command(request: JobRequest) -> None:
+    if request.kind == Job.Kind.SESSION and request.command:
+        raise ValidationError("An interactive session runs its app; leave the command empty.", code="session_command")
+
+
+def session_fields(request: JobRequest) -> dict[str, Any]:
+    """The ``Job`` fields of a session (none for other jobs): its app (JupyterLab unless it names another) and
+    its idle minutes (``SESSION_IDLE_MINUTES`` unless it gives some)."""
+    if request.kind != Job.Kind.SESSION:
+        return {}
+    idle = request.session_idle_minutes
+    return {
+        "session_app": request.session_app or Job.SessionApp.JUPYTERLAB,
+        "session_idle_minutes": settings.SESSION_IDLE_MINUTES if idle is None else idle,
+    }
+
+
+# --- service replicas ----------------------------------------------------------------------------------
+
+#: The longest health path a replica may name (``Job.serve_health_path``).
+HEALTH_PATH_MAX = Job._meta.get_field("serve_health_path").max_length or 200
+SPREAD_GROUP_MAX = Job._meta.get_field("spread_group").max_length or 100
+
+
+def check_service_port(request: JobRequest) -> None:
+    """A port from 1 to 65535, or 0 (the cluster picks a free one and passes it as ``$PORT``); only a service
+    replica serves on one."""
+    port = request.serve_port
+    if request.kind != Job.Kind.SERVICE:
+        if port:
+            raise ValidationError("Only a service replica (kind service) serves on a port.", code="not_service")
+        return
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValidationError(
+            "A port from 1 to 65535, or 0: the cluster picks one and passes it as $PORT.", code="port"
+        )
+
+
+def check_service_health(request: JobRequest) -> None:
+    """A health path that starts with ``/`` (printable, no spaces), only for a service replica."""
+    path = request.serve_health_path
+    if request.kind != Job.Kind.SERVICE:
+        if path:
+            raise ValidationError("Only a service replica (kind service) has a health path.", code="not_service")
+        return
+    if not path.startswith("/") or not path.isascii() or not path.isprintable() or " " in path or "#" in path:
+        raise ValidationError("A path that starts with /, e.g. /healthz (no spaces).", code="health_path")
+    check_max_length(path, HEALTH_PATH_MAX)
+
+
+def check_service_command(request: JobRequest) -> None:
+    """A service replica runs a command (its program, serving HTTP until it is stopped), as one worker."""
+    if request.kind != Job.Kind.SERVICE:
+        return
+    if not request.command or not any(part.strip() for part in request.command if isinstance(part, str)):
+        raise ValidationError(
+            "A service replica needs a command: the program that serves HTTP, e.g. python3 -m http.server.",
+            code="required",
+        )
+
+
+def check_service_shape(request: JobRequest) -> None:
+    if request.kind == Job.Kind.SERVICE and request.workers != 1:
+        raise ValidationError("A service replica is one worker.", code="service_workers")
+
+
+def check_spread_group(request: JobRequest) -> None:
+    check_max_length(request.spread_group, SPREAD_GROUP_MAX)
 
 
 #: The checks of one field each: (field, check of the request). Later checks of a field win over earlier.
@@ -497,6 +645,16 @@ CHECKS: tuple[tuple[str, Callable[[JobRequest], None]], ...] = (
     ("head_memory", lambda r: check_bounds("head_memory", r.head_memory)),
     ("tpu_type", check_tpu_type),
     ("tpu_topology", check_tpu_topology),
+    ("session_app", check_session_app),
+    ("session_idle_minutes", check_session_idle),
+    ("workers", check_session_shape),
+    ("time_limit", check_session_time),
+    ("command", check_session_command),
+    ("serve_port", check_service_port),
+    ("serve_health_path", check_service_health),
+    ("command", check_service_command),
+    ("workers", check_service_shape),
+    ("spread_group", check_spread_group),
 )
 
 

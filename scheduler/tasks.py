@@ -16,6 +16,8 @@ from common import enqueue
 from governance import budgets
 from scheduler.models import Attempt
 from scheduler.placement import dispatch, follow, loop, recover
+from scheduler.watch.rounds import watch_round
+from tenancy.models import Organization
 
 log = logging.getLogger(__name__)
 
@@ -92,3 +94,15 @@ def check_budgets() -> int:
     for alert_id in budgets.undelivered():
         enqueue.send("scheduler.tasks.deliver_budget_alert", alert_id)
     return len(raised)
+
+
+@shared_task(ignore_result=True)
+def watch_jobs() -> dict[str, int]:
+    """Every running job's progress through the straggler and hang detectors (``scheduler/watch``)."""
+    totals = {"jobs": 0, "stragglers": 0, "hangs": 0}
+    for organization in Organization.objects.all():
+        report = watch_round(organization)
+        totals["jobs"] += report.jobs
+        totals["stragglers"] += report.stragglers
+        totals["hangs"] += report.hangs
+    return totals

@@ -95,7 +95,11 @@ PERMISSIONS: dict[str, Grant] = {
     ),
     "token.revoke": Grant(owner="user_id", superuser=False, denied="You may revoke only your own tokens."),
     "audit.read": grant(A, denied="Only organization admins read the audit log."),  # an Organization
-    "workers.view": grant(A),  # an Organization: whether the background workers report (the home page)
+    "workers.view": grant(A),
+    # An Organization: its service level objectives and error budgets (the SLO page).
+    "slo.view": grant(
+        A, denied="Only organization admins see the service level objectives."
+    ),  # an Organization: whether the background workers report (the home page)
     # Governance: quotas, queue policies, cohorts, tiers, member limits, budgets
     "queue.create": grant(A, team=[L], denied="Only a lead of {obj} or an admin may give its projects a queue."),
     # A Queue (or its Team, or an Organization's teams): a team's own quota and borrowing limit (the admin), ...
@@ -114,6 +118,10 @@ PERMISSIONS: dict[str, Grant] = {
         A, team=[L], denied="Only a lead of {obj} or an admin may set its projects' budgets."
     ),
     "quota.org.view": grant(A, F),  # an Organization: its quotas and budgets page
+    # A Team: the notification defaults of its members (each user's own choices need no permission).
+    "notification.defaults.set": grant(
+        A, team=[L], denied="Only a lead of {obj} or an admin may set its notification defaults."
+    ),
     # Jobs
     "job.submit": grant(A, team=[R, L], superuser=False, denied="You may not submit jobs to team {obj}."),  # a Team
     "job.change": grant(A, team=[R, L], denied="You may not cancel this job."),  # a Job: cancel, clone
@@ -124,8 +132,48 @@ PERMISSIONS: dict[str, Grant] = {
         owner_team=frozenset({R, L}),
         denied="Only the job's owner, the team's lead or an admin may cancel it.",
     ),
+    # A JobArray: cancel its tasks, requeue its failed ones (its owner, a lead of its team, an admin).
+    "array.cancel": grant(
+        A,
+        team=[L],
+        owner="submitted_by_id",
+        owner_team=frozenset({R, L}),
+        denied="Only the array's owner, the team's lead or an admin may cancel it.",
+    ),
+    "array.requeue": grant(
+        A,
+        team=[L],
+        owner="submitted_by_id",
+        owner_team=frozenset({R, L}),
+        denied="Only the array's owner, the team's lead or an admin may requeue its tasks.",
+    ),
+    # A Job (an interactive session): only its submitter, while in its team: a notebook is a shell as them.
+    "job.session.open": Grant(
+        owner="submitted_by_id",
+        owner_team=frozenset({R, L}),
+        superuser=False,
+        denied="Only the person who started session #{obj.pk} may open it: it runs as them.",
+    ),
     "job.preempt": grant(A, denied="Only an admin of {obj.team.organization} may preempt a job."),
     "job.requeue": grant(A, denied="Only an admin of {obj.team.organization} may requeue a job."),
+    # Services (serving): a team's members create them (their replicas are jobs submitted as the creator); the
+    # creator, a lead of the team or an admin changes, scales, stops, starts and rolls one back.
+    "service.create": grant(A, team=[R, L], superuser=False, denied="You may not create services in team {obj}."),
+    "service.change": grant(  # a Service
+        A,
+        team=[L],
+        owner="created_by_id",
+        owner_team=frozenset({R, L}),
+        denied="Only the service's creator, the team's lead or an admin may change {obj.name}.",
+    ),
+    # The model registry: a team's models and their versions (docs/models.md)
+    "model.create": grant(A, team=[R, L], denied="You may not create models of team {obj}."),  # a Team
+    "model.publish": grant(  # a Model: publish a version of it
+        A, team=[R, L], denied="You may not publish versions of model {obj.name}."
+    ),
+    "model.delete": grant(  # a Model, with all its versions
+        A, team=[L], denied="Only a lead of {obj.team} or an admin may delete model {obj.name}."
+    ),
     # Clusters and nodes
     "cluster.create": grant(A, denied="Only organization admins register clusters."),  # an Organization
     "cluster.change": grant(A, denied="Only admins of {obj.organization} change its clusters."),  # a Cluster
@@ -135,7 +183,22 @@ PERMISSIONS: dict[str, Grant] = {
     "probe_token.revoke": grant(  # a ProbeToken
         A, denied="Only organization admins revoke the probe tokens of {obj.cluster}."
     ),
+    # Edge devices and rollouts (edge/): a team's leads and the organization's admins manage its fleet
+    "device.group.create": grant(A, team=[L], denied="Only a lead of {obj} or an admin may add device groups."),
+    "device.token.issue": grant(  # a DeviceGroup
+        A, team=[L], denied="Only a lead of {obj.team} or an admin may issue enrolment tokens."
+    ),
+    "device.revoke": grant(A, team=[L], denied="Only a lead of {obj.team} or an admin may revoke devices."),
+    "rollout.start": grant(  # a DeviceGroup
+        A, team=[L], denied="Only a lead of {obj.team} or an admin may roll out to its devices."
+    ),
+    "rollout.control": grant(  # a Rollout: pause, resume, cancel, roll back
+        A, team=[L], denied="Only a lead of {obj.team} or an admin may change this rollout."
+    ),
     # Billing
+    "efficiency.read": grant(  # a Team: its least efficient jobs (GPU utilization)
+        A, F, team=[L], denied="Only a lead of {obj}, finance or an admin sees its jobs' efficiency."
+    ),
     "finance.read": grant(A, F),  # an Organization: every team's costs, the fleet, the meter, forecasts
     "price.set": grant(  # an Organization, a Price or an Overhead
         A, F, denied="Only finance or an organization admin may change the price book."

@@ -200,6 +200,12 @@ class BudgetWriteSerializer(StrictSerializer):
         required=False, allow_blank=True, help_text="Alerts are POSTed there; empty: none. Left out, it is kept."
     )
     reason = serializers.CharField(required=False, allow_blank=True, default="", help_text="Kept in the history.")
+    confirm = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="A limit below this month's use so far is refused (400, the message by its field says what is "
+        "used) unless this is true.",
+    )
 
 
 class MemberLimitWriteSerializer(StrictSerializer):
@@ -208,6 +214,12 @@ class MemberLimitWriteSerializer(StrictSerializer):
         max_digits=None, decimal_places=None, allow_null=True, help_text="At most this many at once; null: no limit."
     )
     reason = serializers.CharField(required=False, allow_blank=True, default="", help_text="Kept in the history.")
+    confirm = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="A limit below what the member's jobs hold now is refused (400, the message by the field says "
+        "what they hold) unless this is true.",
+    )
 
 
 # --- filters and views -------------------------------------------------------------------------------------
@@ -310,7 +322,9 @@ class BudgetViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMi
         current = scoped.first()
         values = {k: getattr(current, k) for k in budgets.FIELDS} if current else {}
         values.update({k: data[k] for k in budgets.FIELDS if k in data})
-        budgets.set_budget(self.actor, team, project, reason=data["reason"], http=request._request, **values)
+        budgets.set_budget(
+            self.actor, team, project, reason=data["reason"], confirm=data["confirm"], http=request._request, **values
+        )
         after = scoped.first()
         if after is None:
             return Response(status=status.HTTP_204_NO_CONTENT)
@@ -379,7 +393,13 @@ class MemberLimitViewSet(TenantViewSet, mixins.ListModelMixin):
         existed = scoped.exists()
         accelerators: Decimal | None = data["accelerators"]
         quotas.set_member_limit(
-            self.actor, team, member.user, accelerators, reason=data["reason"], http=request._request
+            self.actor,
+            team,
+            member.user,
+            accelerators,
+            reason=data["reason"],
+            confirm=data["confirm"],
+            http=request._request,
         )
         after = scoped.select_related("user").first()
         if after is None:

@@ -14,7 +14,7 @@ from rest_framework.response import Response
 
 from governance import quotas
 from governance.api.quotas import ERROR
-from governance.models import PriorityTier
+from governance.models import PriorityTier, WatchAction
 from portal.api.parsers import JSONParser
 from scheduler.api.serializers import StrictSerializer
 from tenancy import policy
@@ -39,6 +39,8 @@ class TierSerializer(serializers.ModelSerializer[PriorityTier]):
             "preemptible",
             "grace_seconds",
             "failover_after",
+            "on_straggler",
+            "on_hang",
             "is_default",
             "teams",
         ]
@@ -56,6 +58,18 @@ class TierWriteSerializer(StrictSerializer):
         allow_null=True,
         default=None,
         help_text="Seconds its jobs on a silent cluster wait before they restart elsewhere; null: the cluster's.",
+    )
+    on_straggler = serializers.ChoiceField(
+        choices=WatchAction.choices,
+        default=WatchAction.NOTIFY,
+        help_text="When one of its jobs has a node persistently slower than its gang's: tell the owner, "
+        "restart it from its last checkpoint without that node (drained), or both.",
+    )
+    on_hang = serializers.ChoiceField(
+        choices=WatchAction.choices,
+        default=WatchAction.NOTIFY,
+        help_text="When one of its jobs stops making progress: tell the owner, restart it from its last "
+        "checkpoint, or both.",
     )
     is_default = serializers.BooleanField(default=False)
     teams = serializers.ListField(child=serializers.CharField(), default=list, help_text="Team slugs; none: all.")

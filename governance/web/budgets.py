@@ -321,12 +321,15 @@ def team_budgets(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         project = data["target"]
         values = {k: data[k] for k in budgets.FIELDS}
         try:
-            change = budgets.set_budget(request.user, team, project, reason=data["reason"], http=request, **values)
+            change = budgets.set_budget(
+                request.user, team, project, reason=data["reason"], confirm=data["confirm"], http=request, **values
+            )
         except PermissionDenied as exc:
             form.add_error(None, str(exc))
             status = HTTPStatus.FORBIDDEN
         except ValidationError as exc:
             apply_errors(form, exc)
+            form.confirm_needed = below_use(exc)  # type: ignore[attr-defined]
         else:
             gone = not Budget.objects.for_user(request.user, Action.VIEW).filter(team=team, project=project).exists()
             what = f"Budget of {'project ' + project.name if project else 'the team'}"
@@ -337,6 +340,13 @@ def team_budgets(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
             context = budgets_context(request, team, saved=saved)
             return pages.render_page(request, template, context, headers=pages.CHANGED if change else None)
     return render(request, template, budgets_context(request, team, form=form), status=status)
+
+
+def below_use(exc: ValidationError) -> bool:
+    """Whether a refusal is of a limit below what is used (``budgets.BELOW_USE``): the form then offers to
+    confirm it."""
+    found = exc.error_dict.values() if hasattr(exc, "error_dict") else [exc.error_list]
+    return any(error.code == budgets.BELOW_USE for errors in found for error in errors)
 
 
 # --- the team's member limits -------------------------------------------------------------------------------
@@ -379,7 +389,9 @@ def member_limit(request: AuthenticatedHttpRequest, pk: int, user: int) -> HttpR
     )
     editable = policy.can(request.user, "member_limit.set", team)
 
-    def row(status: int = 200, errors: dict[str, list[str]] | None = None, headers: Any = None) -> HttpResponse:
+    def row(
+        status: int = 200, errors: dict[str, list[str]] | None = None, headers: Any = None, confirm: bool = False
+    ) -> HttpResponse:
         limit = MemberLimit.objects.for_user(request.user, Action.VIEW).filter(team=team, user=membership.user)
         context = _member_context(membership, limit.values_list("accelerators", flat=True).first(), editable, team)
         if errors is None and not (request.method == "GET" and request.GET.get("edit") and editable):
@@ -392,6 +404,7 @@ def member_limit(request: AuthenticatedHttpRequest, pk: int, user: int) -> HttpR
             accelerators=posted.get("accelerators", pages.plain(context["limit"])),
             reason=posted.get("reason", ""),
             errors=errors,
+            confirm_needed=confirm,
             other_errors=[m for k, ms in errors.items() if k not in ("accelerators", "reason") for m in ms],
         )
         return render(request, "governance/quotas/_member_row_form.html", context, status=status)
@@ -405,10 +418,11 @@ def member_limit(request: AuthenticatedHttpRequest, pk: int, user: int) -> HttpR
             membership.user,
             request.POST.get("accelerators", ""),
             reason=request.POST.get("reason", ""),
+            confirm=request.POST.get("confirm") == "on",
             http=request,
         )
     except ValidationError as exc:
-        return row(HTTPStatus.BAD_REQUEST, pages.errors_of(exc))
+        return row(HTTPStatus.BAD_REQUEST, pages.errors_of(exc), confirm=below_use(exc))
     except PermissionDenied as exc:
         return row(HTTPStatus.FORBIDDEN, {"__all__": [str(exc)]})
     return row(headers=pages.CHANGED if change else None)

@@ -88,7 +88,10 @@ class BudgetForm(forms.Form):
         widget=forms.TextInput(attrs={"required": True}),
     )
 
-    field_order = ["target", "accelerator_hours", "amount", "hard", "recipients", "webhook_url", "reason"]
+    #: Offered once a limit below this month's use was refused (``budgets.below_use``): ticked, it is set anyway.
+    confirm = forms.BooleanField(label="Yes, set it below what is used", required=False)
+
+    field_order = ["target", "accelerator_hours", "amount", "hard", "recipients", "webhook_url", "reason", "confirm"]
 
     def __init__(
         self, team: Team, projects: list[Project], allowed: list[Project | None], *args: Any, **kwargs: Any

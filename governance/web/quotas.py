@@ -45,6 +45,9 @@ from tenancy.web.forms import apply_errors
 
 HISTORY_PER_PAGE = 20
 LIMIT_LABELS = {"nominal": "nominal", "borrowing_limit": "may borrow", "lending_limit": "may lend"}
+#: Beside a value its viewer may not change in a form (``quotas.quota_fields``, ``policy_fields``): who may. A
+#: team's lead changes the lending limit, project sub-quotas and the flavor order; the rest is an admin's.
+LOCKED_NOTE = "Set by an organization admin"
 FIELD_LABELS = {
     **LIMIT_LABELS,
     "flavor_order": "flavor order",
@@ -169,6 +172,7 @@ def _form(context: dict[str, Any], row: Any, posted: Any, errors: dict[str, list
         reason_errors=errors.get("reason", []),
         other_errors=[m for k, ms in errors.items() if k not in shown for m in ms],
         form_id=f"quota-{context['key']}-{slugify(row.flavor)}-{row.resource}",
+        locked_note=LOCKED_NOTE,
     )
     return context
 
@@ -247,6 +251,7 @@ def _policy_context(
         "values": values,
         "errors": errors,
         "other_errors": [m for k, ms in errors.items() if k not in shown for m in ms],
+        "locked_note": LOCKED_NOTE,
     }
 
 

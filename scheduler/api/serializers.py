@@ -30,7 +30,7 @@ from governance.models import PriorityTier
 from scheduler import actions, costs, submission
 from scheduler.actions import teams_for_submission, tiers_for
 from scheduler.attempts import checkpoint_counts, reason_words, state_words
-from scheduler.models import Attempt, Checkpoint, Job, JobEvent
+from scheduler.models import Attempt, Checkpoint, Dependency, Job, JobEvent, Progress
 from scheduler.states import PLACED
 from scheduler.submission import DURATION_HELP, FIELDS, JobRequest, Unit, parse_duration
 from tenancy.models import Project, Team
@@ -133,6 +133,15 @@ class StrictSerializer(serializers.Serializer[Any]):
         return value
 
 
+class KindField(serializers.ChoiceField):
+    """A job's kind as people submit it: a service replica is refused with where services are made."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if data == Job.Kind.SERVICE:
+            raise serializers.ValidationError(submission.SERVICE_ELSEWHERE)
+        return super().to_internal_value(data)
+
+
 class JobSubmissionSerializer(StrictSerializer):
     """What a submission (and a preview) takes. Unknown fields are refused by name."""
 
@@ -184,7 +193,11 @@ class JobSubmissionSerializer(StrictSerializer):
     max_retries = serializers.IntegerField(required=False, help_text=FIELDS["max_retries"].help)
     idempotency_key = text("idempotency_key", required=False, allow_blank=True)
     # A Ray job (kind "ray"): the workers are the fields above; the head and what it runs are these.
-    kind = serializers.ChoiceField(choices=Job.Kind.choices, required=False, help_text="job (default) or ray.")
+    kind = KindField(
+        choices=[(k.value, k.label) for k in submission.PUBLIC_KINDS],
+        required=False,
+        help_text="job (default), ray or session (interactive).",
+    )
     entrypoint = text("entrypoint", required=False, allow_blank=True, help_text=FIELDS["entrypoint"].help)
     runtime_env = serializers.JSONField(required=False, help_text=FIELDS["runtime_env"].help)
     head_cpu = amount(submission.HEAD_CORES, required=False, help_text=FIELDS["head_cpu"].help)
@@ -192,6 +205,13 @@ class JobSubmissionSerializer(StrictSerializer):
     head_accelerators = serializers.IntegerField(required=False, help_text=FIELDS["head_accelerators"].help)
     tpu_type = text("tpu_type", required=False, allow_blank=True)
     tpu_topology = text("tpu_topology", required=False, allow_blank=True)
+    # An interactive session (kind "session"): what it runs and after how long idle it ends.
+    session_app = serializers.ChoiceField(
+        choices=Job.SessionApp.choices, required=False, allow_blank=True, help_text=FIELDS["session_app"].help
+    )
+    session_idle_minutes = serializers.IntegerField(
+        required=False, allow_null=True, help_text=FIELDS["session_idle_minutes"].help
+    )
 
     #: Stand-ins for required fields that failed their checks, so that the rest can still be judged.
     STAND_INS: ClassVar[dict[str, Any]] = {"name": "stand-in", "time_limit": 3600}
@@ -372,6 +392,8 @@ AS_GIVEN = (
     "head_accelerators",
     "tpu_type",
     "tpu_topology",
+    "session_app",
+    "session_idle_minutes",
 )
 #: Fields in people's units: the API's name and the unit it converts from.
 PEOPLE_UNITS = {
@@ -502,10 +524,62 @@ class CheckpointReportSerializer(StrictSerializer):
     )
 
 
+class StrictFloatField(serializers.FloatField):
+    """A JSON number, and only that: DRF's FloatField would take "1.5" and True."""
+
+    def to_internal_value(self, data: Any) -> float:
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            self.fail("invalid")
+        return float(super().to_internal_value(data))
+
+
+class ProgressReportSerializer(StrictSerializer):
+    """How far one worker got (``checkpoints.report_progress`` checks the ranges)."""
+
+    worker = StrictIntegerField(
+        required=False, default=0, help_text="The worker's index among the job's nodes (its node rank); 0 by default."
+    )
+    step = StrictIntegerField(help_text="Steps it has made (a count that only grows).")
+    step_seconds = StrictFloatField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Its own seconds per step lately: compute, without the wait for its peers, where it can tell.",
+    )
+
+
+class ProgressSerializer(serializers.ModelSerializer[Progress]):
+    class Meta:
+        model = Progress
+        fields = ["attempt", "worker", "step", "step_seconds", "reported_at"]
+        read_only_fields = fields
+
+
 class ExitReportSerializer(StrictSerializer):
     """What a job reports when its program ends: the exit code (``checkpoints.report_exit`` checks its range)."""
 
     exit_code = StrictIntegerField(help_text="The program's exit code, 0 to 255 (128 + n: killed by signal n).")
+
+
+class SessionReportSerializer(StrictSerializer):
+    """What an interactive session's program reports (``sessions.report`` checks the address)."""
+
+    url = serializers.CharField(
+        required=False, max_length=2000, help_text="Where the session's app listens, e.g. http://10.0.0.7:8888/."
+    )
+    ended = serializers.ChoiceField(
+        choices=[("idle", "idle")], required=False, help_text="idle: the app stopped itself after its idle time."
+    )
+
+
+class EndpointReportSerializer(StrictSerializer):
+    """What a service replica's program reports (``replicas.report`` checks the address)."""
+
+    url = serializers.CharField(max_length=2000, help_text="Where the replica listens, e.g. http://10.0.0.7:8123/.")
+
+
+class SessionLinkSerializer(serializers.Serializer[Any]):
+    url = serializers.CharField(help_text="Opens the session, its secret in it: for its submitter's eyes only.")
 
 
 class ExitReportedSerializer(serializers.ModelSerializer[Attempt]):
@@ -562,8 +636,19 @@ class JobListSerializer(serializers.ModelSerializer[Job]):
             "workers",
             "cluster",
             "cost_so_far",
+            "array",
+            "array_index",
         ]
         read_only_fields = fields
+        extra_kwargs = {
+            "pending_reason": {"help_text": "Why it waits (a pending reason code); empty unless it is waiting."},
+            "queue_position": {
+                "help_text": "Its place among the jobs waiting, as of the last cycle: 1 is the next to be considered."
+            },
+            "estimated_start": {
+                "help_text": "When it should start, by running jobs' time limits and the queue ahead; null: unbounded."
+            },
+        }
 
     def get_accelerator_fraction(self, job: Job) -> float:
         return job.accelerator_milli / 1000
@@ -592,6 +677,13 @@ class PlacementSerializer(serializers.Serializer[Any]):
         return AttemptSerializer().get_nodes(attempt)
 
 
+class DependencySerializer(serializers.ModelSerializer[Dependency]):
+    class Meta:
+        model = Dependency
+        fields = ["kind", "on_job", "on_array"]
+        read_only_fields = fields
+
+
 class JobSerializer(JobListSerializer):
     clusters: serializers.SlugRelatedField[Cluster] = serializers.SlugRelatedField(
         slug_field="slug", many=True, read_only=True
@@ -603,10 +695,15 @@ class JobSerializer(JobListSerializer):
     placement = serializers.SerializerMethodField()
     attempts = serializers.SerializerMethodField()
     last_checkpoint = serializers.SerializerMethodField(help_text="The latest checkpoint it reported, if any.")
+    dependencies = serializers.SerializerMethodField(help_text="What it waits for (a pipeline).")
     secret_env_names = serializers.ListField(
         child=serializers.CharField(),
         read_only=True,
         help_text="Names of its secret environment values (never the values).",
+    )
+    session_ready = serializers.SerializerMethodField(
+        help_text="An interactive session that runs and has said where it listens: its submitter opens it with "
+        "GET .../session/ (qm open) or /jobs/{id}/open/ in the portal."
     )
 
     class Meta(JobListSerializer.Meta):
@@ -637,6 +734,9 @@ class JobSerializer(JobListSerializer):
             "max_retries",
             "tpu_type",
             "tpu_topology",
+            "session_app",
+            "session_idle_minutes",
+            "session_ready",
             "retries",
             "attempt",
             "not_before",
@@ -646,11 +746,24 @@ class JobSerializer(JobListSerializer):
             "placement",
             "attempts",
             "last_checkpoint",
+            "array_params",
+            "on_dependency_failure",
+            "dependencies",
         ]
         read_only_fields = fields
 
+    @extend_schema_field(DependencySerializer(many=True))
+    def get_dependencies(self, job: Job) -> list[dict[str, Any]]:
+        if not getattr(job, "has_dependencies", True):  # the view's annotation: none, no query needed
+            return []
+        return list(DependencySerializer(job.dependencies.order_by("pk"), many=True).data)
+
     def get_cpu(self, job: Job) -> float:
         return job.cpu / 1000
+
+    def get_session_ready(self, job: Job) -> bool:
+        current = _current(job) if job.kind == Job.Kind.SESSION and job.state == Job.State.RUNNING else None
+        return current is not None and bool(current.session_url)
 
     def get_head_cpu(self, job: Job) -> float:
         return job.head_cpu / 1000

@@ -3,9 +3,9 @@ force-preempt and requeue them.
 
 Thin, like the rest of the API: rows come from ``Job.objects.for_user`` (another team's job is a 404 for
 every verb), a submission goes through ``actions.submit_job`` (the one path, shared with the web form and
-the ``qm`` CLI), a cancellation through ``actions.cancel_job``, a preemption or requeue through
-``actions.preempt_job`` / ``actions.requeue_job``; a job in the wrong state for the change is a 409. The
-serializers convert between the units people use and the engine's.
+the ``qm`` CLI), its output from its cluster (``logs.py``), a cancellation through ``actions.cancel_job``, a
+preemption or requeue through ``actions.preempt_job`` / ``actions.requeue_job``; a job in the wrong state for
+the change is a 409. The serializers convert between the units people use and the engine's.
 
 Checkpoints and the exit code are reported by the job itself, with its attempt's token
 (``scheduler.checkpoints``): the two endpoints that take a job token, and ones no person's token may report
@@ -19,7 +19,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db.models import Prefetch, QuerySet
+from django.db.models import Exists, OuterRef, Prefetch, QuerySet
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status
 from rest_framework.authentication import SessionAuthentication
@@ -34,12 +35,13 @@ from portal.api.authentication import ApiTokenAuthentication
 from portal.api.errors import error_body
 from portal.api.parsers import JSONParser
 from portal.api.scopes import TokenScope
-from scheduler import actions, submission
+from scheduler import actions, debug, replicas, sessions, submission
 from scheduler.api import serializers as s
 from scheduler.api.authentication import JobTokenAuthentication, JobTokenOrSignedIn
-from scheduler.checkpoints import AlreadyReported, JobToken, TooSoon, report, report_exit
+from scheduler.api.logs import JobLogsMixin
+from scheduler.checkpoints import AlreadyReported, JobToken, TooSoon, report, report_exit, report_progress
 from scheduler.filters import JobFilter
-from scheduler.models import Assignment, Attempt, Checkpoint, Job, JobEvent
+from scheduler.models import Assignment, Attempt, Checkpoint, Dependency, Job, JobEvent
 from scheduler.placement import feasibility
 from tenancy.api.views import TenantViewSet
 
@@ -59,7 +61,7 @@ def api_field_names() -> Iterator[None]:
         ) from error
 
 
-class JobViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
+class JobViewSet(JobLogsMixin, TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
     """Jobs of the teams the user may see. Submitting takes the units people use: cores, GiB, a fraction of
     an accelerator, a time limit in seconds or as ``90m`` / ``2h`` / ``1d``."""
 
@@ -75,7 +77,9 @@ class JobViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
         queryset = queryset.prefetch_related(Prefetch("attempts", queryset=attempts.order_by("number")))
         if self.action == "retrieve":
             queryset = queryset.prefetch_related("clusters")
-        if self.action not in ("list", "events", "checkpoints"):
+            # Most jobs wait for nothing: their detail needs no query for dependencies (``JobSerializer``).
+            queryset = queryset.annotate(has_dependencies=Exists(Dependency.objects.filter(job=OuterRef("pk"))))
+        if self.action not in ("list", "events", "checkpoints", "logs"):
             # What the detail shows of checkpoints (the last, a count per attempt): the kept ones, in one query.
             queryset = queryset.prefetch_related("checkpoints")
         return queryset
@@ -131,8 +135,24 @@ class JobViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
         job_request = self._job_request(request)
         with api_field_names():
             queue, tier = actions.validate(self.actor, job_request)
-        result = feasibility.preview(job_request.team.organization, queue, tier, job_request)
+        result = feasibility.preview(job_request.team.organization, queue, tier, job_request, self.actor.pk)
         return Response(s.PreviewSerializer(result).data)
+
+    @extend_schema(
+        filters=False,
+        parameters=[OpenApiParameter("lines", int, description="Lines of output to show (0-500; default 40).")],
+        responses={200: OpenApiTypes.OBJECT, 400: ERROR, 404: ERROR},
+        description=(
+            "What happened to the job, in one answer: its attempts and where they ran, its timeline, why it "
+            "waited, its nodes' health, its GPU utilization, its progress and the stragglers or hangs flagged, "
+            "and the last lines of its output (or why they cannot be read). `qm debug` prints it."
+        ),
+    )
+    @action(detail=True, methods=["get"])
+    def debug(self, request: Request, pk: str | None = None) -> Response:
+        job = self.get_object()
+        lines = params.optional_integer(request.query_params.get("lines") or None, "lines", low=0, high=500)
+        return Response(debug.gather(job, log_lines=debug.LOG_LINES if lines is None else lines))
 
     @extend_schema(
         filters=False,
@@ -294,6 +314,132 @@ class JobViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
             body = error_body(409, "conflict", str(error), {})
             return Response(body, status=status.HTTP_409_CONFLICT)
         return Response(s.ExitReportedSerializer(attempt).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        request=s.ProgressReportSerializer,
+        responses={
+            201: s.ProgressSerializer,
+            400: ERROR,
+            401: ERROR,
+            403: OpenApiResponse(description="Not a job token, another job's, or its attempt is no longer current."),
+            404: ERROR,
+            429: OpenApiResponse(description="That worker reported too soon after its last report: see Retry-After."),
+        },
+        description=(
+            "Report how far a worker got, with the job's own token (`QM_JOB_TOKEN`; `qm progress` inside the "
+            "job): its step count and its own seconds per step. Quartermaster flags a worker persistently slower "
+            "than its peers (a straggler) and a job that stops making progress (hung); the job's tier says what "
+            "follows."
+        ),
+    )
+    @action(
+        detail=True,
+        methods=["post"],
+        authentication_classes=[JobTokenAuthentication, ApiTokenAuthentication, SessionAuthentication],
+        permission_classes=[JobTokenOrSignedIn, TokenScope],
+    )
+    def progress(self, request: Request, pk: str | None = None) -> Response:
+        job, token = self._reporting_job(
+            request.auth if isinstance(request.auth, JobToken) else None,
+            pk,
+            "Progress is reported by the job itself, with the token of its attempt (QM_JOB_TOKEN): "
+            "run `qm progress` inside the job.",
+        )
+        form = s.ProgressReportSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        data = form.validated_data
+        try:
+            row = report_progress(job, token.attempt, data["worker"], data["step"], data["step_seconds"])
+        except TooSoon as error:
+            raise Throttled(wait=error.retry_after, detail=str(error)) from None
+        return Response(s.ProgressSerializer(row).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        methods=["GET"],
+        request=None,
+        responses={
+            200: s.SessionLinkSerializer,
+            401: ERROR,
+            403: OpenApiResponse(description="Not the session's submitter (a notebook runs as them)."),
+            404: ERROR,
+            409: OpenApiResponse(description="Not a session, or it does not run with an address yet."),
+        },
+        description=(
+            "The link that opens an interactive session, its secret in it (`qm open`): for its submitter only, "
+            "while it runs and its app has said where it listens."
+        ),
+    )
+    @extend_schema(
+        methods=["POST"],
+        request=s.SessionReportSerializer,
+        responses={
+            201: OpenApiResponse(description="Taken."),
+            400: ERROR,
+            401: ERROR,
+            403: OpenApiResponse(description="Not a job token, another job's, or its attempt is no longer current."),
+            404: ERROR,
+        },
+        description=(
+            "An interactive session's program reports, with the job's own token (`QM_JOB_TOKEN`), where its app "
+            'listens (`{"url": ...}`) and, when the app stopped itself after its idle time, `{"ended": "idle"}`.'
+        ),
+    )
+    @action(
+        detail=True,
+        methods=["get", "post"],
+        authentication_classes=[JobTokenAuthentication, ApiTokenAuthentication, SessionAuthentication],
+        permission_classes=[JobTokenOrSignedIn, TokenScope],
+    )
+    def session(self, request: Request, pk: str | None = None) -> Response:
+        token = request.auth if isinstance(request.auth, JobToken) else None
+        if request.method == "GET":
+            if token is not None:
+                raise PermissionDenied("A job token reports a session's address; it opens nothing.")
+            job = self.get_object()  # another team's job: 404
+            try:
+                link = sessions.open_link(request.user, job)
+            except sessions.NotReady as error:
+                return Response(error_body(409, "conflict", str(error), {}), status=status.HTTP_409_CONFLICT)
+            return Response(s.SessionLinkSerializer({"url": link}).data)
+        job, token = self._reporting_job(
+            token, pk, "A session's address is reported by its own program, with the token of its attempt."
+        )
+        form = s.SessionReportSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        data = form.validated_data
+        sessions.report(job, token.attempt, data.get("url"), ended_idle=data.get("ended") == "idle")
+        return Response({"taken": True}, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        request=s.EndpointReportSerializer,
+        responses={
+            201: OpenApiResponse(description="Taken."),
+            400: ERROR,
+            401: ERROR,
+            403: OpenApiResponse(description="Not a job token, another job's, or its attempt is no longer current."),
+            404: ERROR,
+        },
+        description=(
+            "A service replica's program reports, with the job's own token (`QM_JOB_TOKEN`), where it listens "
+            '(`{"url": "http://10.0.0.7:8123/"}`) once its health path answers.'
+        ),
+    )
+    @action(
+        detail=True,
+        methods=["post"],
+        authentication_classes=[JobTokenAuthentication, ApiTokenAuthentication, SessionAuthentication],
+        permission_classes=[JobTokenOrSignedIn, TokenScope],
+    )
+    def endpoint(self, request: Request, pk: str | None = None) -> Response:
+        job, token = self._reporting_job(
+            request.auth if isinstance(request.auth, JobToken) else None,
+            pk,
+            "A service replica's address is reported by its own program, with the token of its attempt.",
+        )
+        form = s.EndpointReportSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        replicas.report(job, token.attempt, form.validated_data["url"])
+        return Response({"taken": True}, status=status.HTTP_201_CREATED)
 
     def _reporting_job(self, token: JobToken | None, pk: str | None, who_reports: str) -> tuple[Job, JobToken]:
         """The job a job token reports for (its own, by the URL): a person gets 404 for a job they may not

@@ -80,6 +80,12 @@ class _Releases:
         added = ((ends[ended], *(c[ended] for c in accel)), (host_ends[host_ended], *(c[host_ended] for c in host)))
         return [base, added]
 
+    def later_times(self, now: float, window: int, quantum: int) -> list[float]:
+        """When capacity frees up after the window, rounded up to the quantum (for estimates only)."""
+        assert self.base is not None
+        ends = np.concatenate([self.base[1][0], np.asarray(self.host.columns[0], np.float64)])
+        return [float(t) for t in np.unique(np.ceil(ends[ends > now + window] / quantum) * quantum)]
+
     def candidate_times(self, now: float, window: int, quantum: int) -> list[float]:
         """When capacity frees up within the window, rounded up to the quantum (at most window / quantum)."""
         if self.times is None:
@@ -188,14 +194,22 @@ class Timeline:
         """When capacity of a flavor frees up within the window, rounded up to the quantum."""
         return self._of(flavor).candidate_times(self.now, self.window, self.quantum)
 
-    def earliest(self, flavor: int, duration: int, room: Callable[[FreeState, float], bool]) -> float | None:
-        """Earliest time in the window at which ``room`` says a job of ``duration`` seconds fits.
+    def earliest(
+        self, flavor: int, duration: int, room: Callable[[FreeState, float], bool], *, beyond: bool = False
+    ) -> float | None:
+        """Earliest time in the window at which ``room`` says a job of ``duration`` seconds fits; ``beyond``:
+        the earliest after the window, for an estimate (no reservation is planned that far ahead).
 
         Capacity only grows as work ends, so we binary-search the release times (at most ``probes`` of
         them, evenly spaced, when there are more), then step forward past any time that an earlier
         reservation spoils.
         """
-        times = self.candidate_times(flavor)
+        if beyond:  # after the window: as running work ends, and as the reservations planned here end
+            later = self._of(flavor).later_times(self.now, self.window, self.quantum)
+            held = {float(np.ceil(h.end / self.quantum) * self.quantum) for h in self.held if h.flavor == flavor}
+            times = sorted({*later, *(t for t in held if t > self.now + self.window)})
+        else:
+            times = self.candidate_times(flavor)
         probes = 32
         if len(times) > probes:
             times = [times[round(i * (len(times) - 1) / (probes - 1))] for i in range(probes)]
@@ -205,7 +219,7 @@ class Timeline:
             # after it), so a binary search could miss it: try every time in order, the windows' ends too.
             quantum, horizon = self.quantum, self.now + self.window
             after = {float(np.ceil(e / quantum) * quantum) for e in ends}
-            times = sorted({*times, *(t for t in after if self.now < t <= horizon)})
+            times = sorted({*times, *(t for t in after if self.now < t and (beyond or t <= horizon))})
             return next((t for t in times if room(self.state_at(flavor, t, t + duration), t)), None)
         known: dict[int, bool] = {}
 

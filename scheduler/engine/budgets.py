@@ -49,12 +49,18 @@ class Ledger:
                 continue
             seconds = self._seconds(job, name)
             if total * seconds > left:
+                # A job is charged only for its time before the period ends, so it fits once so little of
+                # the period is left that its accelerators for the rest of it take no more than is left.
+                until = self.budgets[name].until
+                start = until - left / total if left > 0 and until != float("inf") else None
                 return {
+                    "never": self.budgets[name].never,
                     "measure": "accelerator-hours",
                     "label": self.budgets[name].label or name,
                     "left": max(0, left) / WHOLE / SECONDS_PER_HOUR,
                     "needed": total * seconds / WHOLE / SECONDS_PER_HOUR,
                     "hours": seconds / SECONDS_PER_HOUR,
+                    "start": start,
                 }
         return None
 
@@ -79,6 +85,7 @@ class Ledger:
     def money_facts(self, job: Job, name: str) -> dict[str, object]:
         """The facts for the pending message of a job that no placement its budget ``name`` can pay for holds."""
         return {
+            "never": self.budgets[name].never,
             "measure": "money",
             "label": self.budgets[name].label or name,
             "left": max(0.0, self.money_left.get(name) or 0.0),

@@ -24,6 +24,9 @@ The shape follows Kueue's cycle (docs/scheduling.md §The cycle) with Armada's a
 5. Bounded work: ``max_jobs_per_cycle`` jobs are examined, ``max_admissions_per_cycle`` admitted,
    ``preemption_attempts`` victim searches run,
    ``reservations`` and ``estimates`` backfill searches; the rest waits for the next cycle.
+6. Spread groups (a service's replicas, ``Job.spread_group``): a one-worker job of a group is placed on a node
+   none of its group holds (running, or admitted earlier in the cycle) where one has room, else where it fits
+   (soft anti-affinity); among clusters whose routing scores tie, the one holding fewest of its group wins.
 
 Speed (``manage.py bench_engine``: 10,000 nodes, 50,000 pending jobs, under a second a cycle). The
 snapshot's objects are read once into arrays (``nodes.py``, ``running.py``) and every later question is
@@ -217,10 +220,19 @@ class Cycle:
         # Per-member limits: what each limited member's running work holds (milli-accelerators).
         self.member_limits = snapshot.member_limits
         self.member_used: defaultdict[str, int] = defaultdict(int)
+        #: When each limited member's running work ends (its time limit) and what it gives back then.
+        self.member_ends: defaultdict[str, list[tuple[float, int]]] = defaultdict(list)
         if self.member_limits:
             for w, used in zip(self.work.workloads, self.work.usage, strict=True):
                 if w.owner in self.member_limits:
                     self.member_used[w.owner] += used[0]
+                    self.member_ends[w.owner].append((w.expected_end, int(used[0])))
+        #: Per spread group, the rows of the nodes its jobs hold and how many of them each cluster runs.
+        self.spread_rows: defaultdict[str, set[int]] = defaultdict(set)
+        self.spread_clusters: defaultdict[str, defaultdict[int, int]] = defaultdict(lambda: defaultdict(int))
+        for w in self.work.workloads:
+            if w.spread_group:
+                self._spread_add(w.spread_group, w.assignments)
         self.ledger = Ledger(snapshot.budgets, self.now)
         self.maintenance = Maintenance(self.table, snapshot.maintenance, self.now)
         self.timeline = Timeline(
@@ -244,11 +256,11 @@ class Cycle:
             if self.config.fgd
             else None
         )
-        self._usable_rows: dict[tuple[str, int, str], IntArray] = {}
+        self._usable_rows: dict[tuple[str, int, tuple[str, str]], IntArray] = {}
         self._allowed: dict[tuple[object, ...], list[int]] = {}
         self._queue_flavors: dict[tuple[object, ...], list[str]] = {}
-        self._capacity: dict[tuple[int, int, str], int] = {}
-        self._largest_free: dict[tuple[int, int, int, str], tuple[int, ...]] = {}
+        self._capacity: dict[tuple[int, int, tuple[str, str]], int] = {}
+        self._largest_free: dict[tuple[int, int, int, tuple[str, str]], tuple[int, ...]] = {}
         self._failed: Failures[Verdict] = Failures()
         self._no_room: Failures[tuple[Verdict, Floor]] = Failures()
         self._share: dict[int, float] = {}
@@ -258,6 +270,8 @@ class Cycle:
         self._quota_epoch = 0
         self._modes: dict[tuple[int, str, tuple[int, int, int]], tuple[int, Mode]] = {}
         self.admissions: list[Admission] = []
+        #: What this cycle admitted holds of quota until its time limit: (end, queue, flavor, request).
+        self._admitted_usage: list[tuple[float, int, str, tuple[int, int, int]]] = []
         self.preemptions: list[Preemption] = []
         self.reservations: list[Reservation] = []
         self.pending: list[Pending] = []
@@ -350,7 +364,7 @@ class Cycle:
         reclaim_over_quota(self)
         limit, attempts, considered = self.config.max_jobs_per_cycle, self.config.preemption_attempts, 0
         admit_limit, admissions = self.config.max_admissions_per_cycle, self.admissions
-        limits, ledger = self.member_limits, self.ledger
+        limits, ledger, estimate_for = self.member_limits, self.ledger, self.config.estimate_for
         order, pending, failed, preemptor, make = self.order, self.pending, self._failed, self.preemptor, tuple.__new__
         for position, (job, tier, queue) in enumerate(self._in_order()):
             order.append(job.id)
@@ -364,7 +378,9 @@ class Cycle:
             if ledger and job.budgets:
                 over = ledger.over(job)
                 if over is not None:
-                    self._pend(job, PendingReason.BUDGET, position=position, facts=over)
+                    start = over.get("start")
+                    estimate = float(str(start)) if start is not None else None
+                    self._pend(job, PendingReason.BUDGET, position=position, estimate=estimate, facts=over)
                     continue
                 job, capped_by = ledger.within_money(job)
             # Once this cycle's victim searches are spent, a verdict no longer depends on the job's tier.
@@ -382,7 +398,7 @@ class Cycle:
                 job.needs,
                 job.excluded,
                 job.preemptible,
-                job.shape,
+                self._reach(job),
             )
             known = failed.known.get(key)
             if not known:
@@ -406,7 +422,7 @@ class Cycle:
                 failed.put(key, floor, verdict)
             if capped_by is not None and verdict.reason is PendingReason.PRICE_LIMIT:  # the budget's price limit
                 self._pend(job, PendingReason.BUDGET, position=position, facts=ledger.money_facts(job, capped_by))
-            elif verdict.settled:  # (``tuple.__new__`` makes the named tuple without its Python-level __new__)
+            elif verdict.settled and job.id != estimate_for:  # (``tuple.__new__``: no Python-level __new__)
                 made = (job.id, verdict.reason, verdict.message, verdict.estimate, position, verdict.refused)
                 pending.append(make(Pending, made))
             else:
@@ -432,12 +448,22 @@ class Cycle:
         )
         if used + needed <= limit:
             return False
-        facts = {
+        facts: dict[str, object] = {
             "used": explain.accel_words(used),
             "limit": explain.accel_words(limit),
             "needed": explain.accel_words(needed),
         }
-        self._pend(job, PendingReason.MEMBER_LIMIT, position=position, facts=facts)
+        start = None
+        if needed > limit:  # more than the limit itself: no amount of waiting helps
+            facts["never"] = True
+        else:  # the submitter's running work ends by its time limits: when enough of it has, it may start
+            room = limit - used
+            for end, held in sorted(self.member_ends[job.owner]):
+                room += held
+                if room >= needed:
+                    start = facts["start"] = max(end, self.now)
+                    break
+        self._pend(job, PendingReason.MEMBER_LIMIT, position=position, estimate=start, facts=facts)
         return True
 
     def _try_now(self, job: Job, tier: Tier, queue: Queue, shape: Shape, position: int) -> tuple[Verdict, Floor] | None:
@@ -476,7 +502,7 @@ class Cycle:
                     job.needs,
                     job.excluded,
                     job.preemptible,
-                    job.shape,
+                    self._reach(job),
                 )
                 known = self._no_room.get(room_key, job)
                 if known is None:
@@ -515,8 +541,23 @@ class Cycle:
         # The first flavor's reason explains best, except that "busy now" beats "never" and "quota".
         busy = [v for v in verdicts if v.reason in CAPACITY_REASONS]
         first = busy[0] if busy else verdicts[0]
-        verdict = Verdict(first.reason, first.flavor, first.facts, reservable=busy[0].flavor if busy else None)
+        facts = first.facts if busy else self._all_flavors(first, verdicts)
+        verdict = Verdict(first.reason, first.flavor, facts, reservable=busy[0].flavor if busy else None)
         return verdict, (int(floor[0]), int(floor[1]), int(floor[2]), floor[3])
+
+    @staticmethod
+    def _all_flavors(first: Verdict, verdicts: list[Verdict]) -> Mapping[str, object]:
+        """``first``'s facts, naming every flavor tried that failed for the same reason (the types the job
+        chose, or all its queue may use), not the first alone: a job that picked no type is not told about
+        one type it never picked. Where the largest node was measured, it is the largest of them all."""
+        same = [v for v in verdicts if v.reason is first.reason and v.flavor]
+        if len(same) < 2:
+            return first.facts
+        facts = {**first.facts, "flavors": " or ".join(dict.fromkeys(str(v.flavor) for v in same))}
+        if "largest_raw" in first.facts:
+            largest = max(same, key=lambda v: int(str(v.facts["largest_raw"])))
+            facts.update(largest=largest.facts["largest"], largest_raw=largest.facts["largest_raw"])
+        return facts
 
     def _nowhere(self, job: Job, queue: Queue) -> Verdict:
         """Why a job with no flavor in any allowed cluster waits: the clusters that offer its flavors are
@@ -545,23 +586,45 @@ class Cycle:
 
     def _reserve_or_pend(self, job: Job, verdict: Verdict, position: int) -> None:
         flavor = verdict.reservable
+        wanted = job.id == self.config.estimate_for and not verdict.estimated
         if flavor is not None and self.config.backfill:
             if len(self.reservations) < self.config.reservations:
                 reserved = self._reserve(job, flavor)
                 if reserved is not None:
-                    facts = {"start": reserved.start, "where": f"{flavor} in {reserved.cluster}"}
+                    facts = {
+                        "start": reserved.start,
+                        "where": f"{flavor} in {reserved.cluster}",
+                        "cluster": reserved.cluster,
+                    }
                     reason = PendingReason.RESERVED
                     if verdict.reason is PendingReason.MAINTENANCE:  # say why it waits, and until when
                         reason, facts = verdict.reason, {**verdict.facts, "reserved": reserved.start}
                     self._pend(job, reason, position=position, estimate=reserved.start, facts=facts)
                     return
-            elif not verdict.estimated and self.stats["estimates"] < self.config.estimates:
+                # No room within the backfill window: too far off to hold capacity for, but the running
+                # jobs' time limits still say when it could start.
+                start = self._earliest(job, flavor, beyond=True)
+                facts = {**verdict.facts, "free_at": start, "unbounded": start is None}
+                self._pend(job, verdict.reason, position=position, estimate=start, facts=facts)
+                return
+            if wanted or (not verdict.estimated and self.stats["estimates"] < self.config.estimates):
                 # One estimate per verdict: identical jobs behind it cannot start earlier.
                 self.stats["estimates"] += 1
                 verdict.estimated = True
                 verdict.estimate = self._earliest(job, flavor)
+                if verdict.estimate is None:
+                    verdict.estimate = self._earliest(job, flavor, beyond=True)
+                    verdict.facts = {**verdict.facts, "unbounded": verdict.estimate is None}
+        elif (
+            verdict.reason is PendingReason.QUOTA_EXHAUSTED
+            and verdict.flavor is not None
+            and (wanted or (not verdict.estimated and self.stats["estimates"] < self.config.estimates))
+        ):  # when its queue's quota frees up, as running work reaches its time limits
+            self.stats["estimates"] += 1
+            verdict.estimated = True
+            verdict.estimate = self._quota_frees(job, verdict.flavor)
         if not verdict.message:
-            verdict.message = explain.message(verdict.reason, job, verdict.facts)
+            verdict.message = explain.message(verdict.reason, job, {**verdict.facts, "free_at": verdict.estimate})
         # Reservations and estimates only run out: once neither can change this verdict, later jobs
         # that share it are pended straight away.
         verdict.settled = (
@@ -631,7 +694,13 @@ class Cycle:
         return [ruled_out[name] for name in sorted(ruled_out)]
 
     def _may_fit(
-        self, state: FreeState, shape: Shape, workers: int, flavor: str, cluster: int, slice_shape: str = ""
+        self,
+        state: FreeState,
+        shape: Shape,
+        workers: int,
+        flavor: str,
+        cluster: int,
+        reach: tuple[str, str] = ("", ""),
     ) -> bool:
         """A quick test from each (flavor, cluster)'s largest free node and total free accelerators, in
         the free state now or with every node idle: False means no placement exists there; True means
@@ -639,11 +708,11 @@ class Cycle:
         worker that asks only for accelerators, True is the answer."""
         f = self.table.flavor_index[flavor]
         version = int(self.table.group_version[f, cluster]) if state is self.table.free else -1
-        known = self._largest_free.get((id(state), f, cluster, slice_shape))
+        known = self._largest_free.get((id(state), f, cluster, reach))
         if known is None or known[0] != version:
-            rows = self._rows(flavor, cluster, slice_shape)
+            rows = self._rows(flavor, cluster, reach)
             whole = state.whole[rows]
-            known = self._largest_free[(id(state), f, cluster, slice_shape)] = (
+            known = self._largest_free[(id(state), f, cluster, reach)] = (
                 version,
                 int(whole.max()),
                 int(state.accel[rows].max()),
@@ -658,16 +727,20 @@ class Cycle:
             return shape.accelerators <= whole_max and workers * shape.accelerators <= whole_total
         return shape.accelerators == 0 or shape.milli <= share_max
 
-    def _rows(self, flavor: str, cluster: int, shape: str = "") -> IntArray:
-        """The candidate nodes of ``flavor`` in ``cluster`` for a job of slice ``shape`` (``Job.shape``): the
-        usable ones, of that shape (``NodeTable.shaped``). Every placement, estimate and victim search
-        chooses among these, so this is the one place where slices are kept to the jobs that ask for them."""
-        key = (flavor, cluster, shape)
+    def _reach(self, job: Job) -> tuple[str, str]:
+        return self.table.reach(job.shape, job.team)
+
+    def _rows(self, flavor: str, cluster: int, reach: tuple[str, str] = ("", "")) -> IntArray:
+        """The candidate nodes of ``flavor`` in ``cluster`` for a job of that ``reach`` (``_reach``: its slice
+        shape and, where nodes are lent to it, its team): the usable ones, of that shape, lent to no team or to
+        the job's (``NodeTable.shaped``). Every placement, estimate and victim search chooses among these, so
+        this is the one place where slices are kept to the jobs that ask for them, and lent nodes to their team."""
+        key = (flavor, cluster, reach)
         rows = self._usable_rows.get(key)
         if rows is None:
             all_rows = self.table.rows(flavor, cluster)
             assert all_rows is not None
-            rows = self.table.shaped(all_rows[self.table.usable[all_rows]], shape)
+            rows = self.table.shaped(all_rows[self.table.usable[all_rows]], *reach)
             self._usable_rows[key] = rows
         return rows
 
@@ -731,7 +804,7 @@ class Cycle:
         table = self.table
         windows = self._windows(job, state, t)
         for c in self._allowed_clusters(job, flavor):
-            rows = self._rows(flavor, c, job.shape)
+            rows = self._rows(flavor, c, self._reach(job))
             levels = table.clusters[c].levels
             topology = self._topology_on(job, shape, flavor, c)
             if not len(rows) or lacks_level(levels, topology):
@@ -740,7 +813,7 @@ class Cycle:
             if closed is not None and closed.all():
                 continue
             if state is table.free or state is table.empty:
-                if not self._may_fit(state, shape, job.workers, flavor, c, job.shape):
+                if not self._may_fit(state, shape, job.workers, flavor, c, self._reach(job)):
                     continue
                 bare = not (shape.cpu or shape.memory or holds or job.has_head) and job.max_price_per_hour is None
                 if any_one and job.workers == 1 and bare and closed is None:
@@ -789,9 +862,9 @@ class Cycle:
         if job.topology is not None or job.workers == 1 or not level:
             return job.topology
         levels = self.table.clusters[c].levels
-        key = (c, flavor, job.shape, shape, job.workers)
+        key = (c, flavor, self._reach(job), shape, job.workers)
         if key not in self._gang_fits:
-            rows = self._rows(flavor, c, job.shape)
+            rows = self._rows(flavor, c, self._reach(job))
             fits = worker_fits(self.table.empty, rows, shape)
             one = Topology(level, TopologyMode.REQUIRED)
             self._gang_fits[key] = level in levels and can_spread(self.table, rows, fits, levels, one, job.workers)
@@ -817,6 +890,10 @@ class Cycle:
         table = self.table
         first, waste = -1, None
         if job.workers == 1:
+            taken = self.spread_rows.get(job.spread_group) if job.spread_group else None
+            if taken:  # a node none of its group holds, where one has room (soft)
+                apart = np.where(np.isin(rows, np.fromiter(taken, np.int64, len(taken))), 0, fits)
+                fits = apart if (apart > 0).any() else fits
             frag = self.fragmentation if pack and state is table.free else None
             picked = pick_single(state, rows, fits, shape, frag, (table.flavor_index[flavor], c))
             if picked is None:
@@ -885,14 +962,15 @@ class Cycle:
         wastes = [option[5] for option in options]
         scored = [w for w in wastes if w is not None]
         least, most = (min(scored), max(scored)) if len(scored) == len(wastes) else (0.0, 0.0)
-        best: tuple[float, int, Option] | None = None
+        best: tuple[float, int, int, Option] | None = None
         for option in options:
             c, _, _, fit, cost, waste, _ = option
             if waste is not None and most > least:
                 fit = (most - waste) / (most - least)
             cluster = self.table.clusters[c]
-            capacity = self._group_capacity(flavor, c, job.shape)
-            available = float(state.accel[self._rows(flavor, c, job.shape)].sum()) / capacity if capacity else 0.0
+            reach = self._reach(job)
+            capacity = self._group_capacity(flavor, c, reach)
+            available = float(state.accel[self._rows(flavor, c, reach)].sum()) / capacity if capacity else 0.0
             cheap = 1.0 - (cost - low) / (high - low) if high > low else 1.0
             local = 1.0 if job.locality in (cluster.name, cluster.region) else 0.0
             score = (
@@ -902,25 +980,37 @@ class Cycle:
                 + config.weight_locality * local
                 + config.weight_preference * cluster.preference / 100
             )
-            if best is None or (-score, c) < best[:2]:
-                best = (-score, c, option)
+            # equal scores: the cluster holding fewest of the job's spread group (none without a group)
+            together = self.spread_clusters[job.spread_group].get(c, 0) if job.spread_group else 0
+            if best is None or (-score, together, c) < best[:3]:
+                best = (-score, together, c, option)
         assert best is not None
-        return best[2]
+        return best[3]
 
-    def _group_capacity(self, flavor: str, cluster: int, shape: str = "") -> int:
-        key = (self.table.flavor_index[flavor], cluster, shape)
+    def _group_capacity(self, flavor: str, cluster: int, reach: tuple[str, str] = ("", "")) -> int:
+        key = (self.table.flavor_index[flavor], cluster, reach)
         if key not in self._capacity:
-            self._capacity[key] = int(self.table.accel_count[self._rows(flavor, cluster, shape)].sum()) * WHOLE
+            self._capacity[key] = int(self.table.accel_count[self._rows(flavor, cluster, reach)].sum()) * WHOLE
         return self._capacity[key]
 
     # ------------------------------------------------------------------------------------------ outcomes
 
+    def _spread_add(self, group: str, assignments: tuple[Assignment, ...]) -> None:
+        rows = [self.table.index[a.node] for a in assignments if a.node in self.table.index]
+        self.spread_rows[group].update(rows)
+        for c in {int(self.table.cluster[row]) for row in rows}:
+            self.spread_clusters[group][c] += 1
+
     def _admit(self, job: Job, qi: int, request: tuple[int, int, int], placement: Placement, borrowing: bool) -> None:
         self.table.take(self.table.free, placement.assignments)
+        if job.spread_group:
+            self._spread_add(job.spread_group, placement.assignments)
         self.quota.charge(qi, placement.flavor, request)
         self.quota_changed(qi)
+        self._admitted_usage.append((self.now + job.time_limit, qi, placement.flavor, request))
         if job.owner in self.member_limits:
             self.member_used[job.owner] += request[0]
+            self.member_ends[job.owner].append((self.now + job.time_limit, request[0]))
         if job.budgets and self.ledger:
             self.ledger.charge(job, placement.cost_per_hour)
         backfilled = self.timeline.consume(placement.assignments, self.now + job.time_limit)
@@ -937,11 +1027,39 @@ class Cycle:
         )
         self.stats["admitted"] += 1
 
-    def _earliest(self, job: Job, flavor: str) -> float | None:
-        """When the job could start on ``flavor``, within the backfill window, or None."""
+    def _earliest(self, job: Job, flavor: str, *, beyond: bool = False) -> float | None:
+        """When the job could start on ``flavor``, within the backfill window (or, ``beyond``, after it, as
+        running work reaches its time limits), or None."""
         return self.timeline.earliest(
-            self.table.flavor_index[flavor], job.time_limit, lambda state, t: self.fits(job, flavor, state, t)
+            self.table.flavor_index[flavor],
+            job.time_limit,
+            lambda state, t: self.fits(job, flavor, state, t),
+            beyond=beyond,
         )
+
+    def _quota_frees(self, job: Job, flavor: str) -> float | None:
+        """When enough of the running work on ``flavor`` (this cycle's admissions too) reaches its time limit
+        for the job to fit its queue's quota, borrowing included; None if even all of it ending would not do.
+        Usage is taken off a copy's worth of the tree and put back: nothing of the cycle changes."""
+        qi, request = self.quota.index[job.queue], job.request()
+        ends = [
+            (w.expected_end, self.quota.index.get(w.queue), used)
+            for w, used in zip(self.work.workloads, self.work.usage, strict=True)
+            if w.flavor == flavor
+        ]
+        ends += [(end, queue, used) for end, queue, admitted, used in self._admitted_usage if admitted == flavor]
+        saved = [row[:] for row in self.quota.usage]
+        try:
+            for end, queue, used in sorted(ends, key=lambda e: e[0]):
+                if queue is None:
+                    continue
+                self.quota.charge(queue, flavor, [int(x) for x in used], sign=-1)
+                if self.quota.classify(qi, flavor, request) is Mode.FIT:
+                    return max(end, self.now)
+            return None
+        finally:
+            for row, before in zip(self.quota.usage, saved, strict=True):
+                row[:] = before
 
     def _reserve(self, job: Job, flavor: str) -> Reservation | None:
         start = self._earliest(job, flavor)
@@ -1014,11 +1132,24 @@ class Cycle:
             return Verdict(reason, flavor, facts), anything
         cpu, memory = self._largest_node(job, flavor)
         if max(job.cpu, job.head[1]) > cpu or max(job.memory, job.head[2]) > memory:
-            return Verdict(PendingReason.NEVER_FITS, flavor, facts), (job.cpu, job.memory, 1, least[3])
+            return self._host_never_fits(job, flavor, cpu, memory), (job.cpu, job.memory, 1, least[3])
         priced = room and job.max_price_per_hour is not None
         if priced and not self.fits(replace(job, time_limit=1), flavor, self.table.empty, self.now):
             return Verdict(PendingReason.PRICE_LIMIT, flavor, facts), least
         return Verdict(PendingReason.CAPACITY, flavor, facts), least
+
+    @staticmethod
+    def _host_never_fits(job: Job, flavor: str, cpu: int, memory: int) -> Verdict:
+        """No node of ``flavor`` has the memory (first) or CPU that a worker or the head asks for: which, and
+        how much the largest node has, for the field the request got wrong."""
+        if job.memory > memory or job.head[2] > memory:
+            reason, worker = PendingReason.MEMORY_NEVER_FITS, job.memory > memory
+            facts: dict[str, object] = {"largest": f"{memory / 1024:g}", "largest_raw": memory}
+        else:
+            reason, worker = PendingReason.CPU_NEVER_FITS, job.cpu > cpu
+            facts = {"largest": f"{cpu / 1000:g}", "largest_raw": cpu}
+        facts.update(flavors=flavor, who="per worker" if worker else "for its Ray head")
+        return Verdict(reason, flavor, facts)
 
     def _ever_fits(self, bare: Job, flavor: str) -> bool:
         """Whether the job's accelerators fit the allowed part of the fleet with every node idle."""
@@ -1042,9 +1173,9 @@ class Cycle:
 
     def _largest_node(self, job: Job, flavor: str) -> tuple[int, int]:
         """The most CPU and memory any allowed node of the flavor has."""
-        key = (flavor, job.clusters, job.regions, job.needs, job.excluded, job.shape)
+        key = (flavor, job.clusters, job.regions, job.needs, job.excluded, self._reach(job))
         if key not in self._largest:
-            rows = [self._rows(flavor, c, job.shape) for c in self._allowed_clusters(job, flavor)]
+            rows = [self._rows(flavor, c, self._reach(job)) for c in self._allowed_clusters(job, flavor)]
             every = np.concatenate(rows) if rows else np.zeros(0, np.int64)
             empty = self.table.empty
             self._largest[key] = (int(empty.cpu[every].max()), int(empty.memory[every].max())) if len(every) else (0, 0)

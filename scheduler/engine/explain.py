@@ -13,7 +13,16 @@ from .model import BATCH, CONTAINERS, REFUSED, WHOLE, Job, PendingReason
 NAMED = 4
 
 
+def slice_words(shape: str, count: int = 1) -> str:
+    """A TPU slice shape in words: ``v5p-32/2x2x4`` is "a v5p-32 slice of shape 2x2x4"."""
+    kind, _, topology = shape.partition("/")
+    what = f"{kind} slice{'s' if count > 1 else ''}" + (f" of shape {topology}" if topology else "")
+    return f"{count} {what}" if count > 1 else f"a {what}"
+
+
 def shape_words(job: Job) -> str:
+    if job.shape:  # a TPU job asks for whole slices, not accelerators
+        return slice_words(job.shape, job.workers)
     shape = Shape.of(job)
     if shape.accelerators == 0:
         each = "a CPU-only worker"
@@ -33,9 +42,16 @@ def when(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
 
 
+def units(job: Job) -> str:
+    """What a job's accelerators are called in a message: a TPU slice's are its chips."""
+    return "TPU chips" if job.shape else "accelerators"
+
+
 def message(reason: PendingReason, job: Job, facts: Mapping[str, object]) -> str:  # noqa: C901
     flavors = facts.get("flavors") or "its accelerator types"
     shape = shape_words(job)
+    if job.shape and reason in SHAPED:
+        return _slice_words(reason, job, facts)
     match reason:
         case PendingReason.UNKNOWN_QUEUE:
             return f"Queue {job.queue!r} does not exist (any more); ask your team lead which queue to use."
@@ -48,6 +64,12 @@ def message(reason: PendingReason, job: Job, facts: Mapping[str, object]) -> str
             )
         case PendingReason.NEVER_FITS:
             return f"No node of {flavors} could hold {shape}, even with the whole fleet idle; shrink the request."
+        case PendingReason.MEMORY_NEVER_FITS | PendingReason.CPU_NEVER_FITS:
+            unit = "GiB of memory" if reason is PendingReason.MEMORY_NEVER_FITS else "CPU cores"
+            return (
+                f"The largest node of {flavors} it may use has {facts.get('largest')} {unit}, and it asks for more "
+                f"than that {facts.get('who', 'per worker')}; ask for at most {facts.get('largest')}."
+            )
         case PendingReason.TOPOLOGY:
             level = job.topology.level if job.topology else "?"
             return (
@@ -60,17 +82,26 @@ def message(reason: PendingReason, job: Job, facts: Mapping[str, object]) -> str
                 f"{job.max_price_per_hour:g} per hour."
             )
         case PendingReason.QUOTA_EXCEEDS_LIMIT:
+            resource = facts.get("resource", "accelerators")
+            resource = units(job) if resource == "accelerators" else resource
             return (
-                f"It needs {facts.get('needed', '?')} {facts.get('resource', 'accelerators')} of {flavors}, but queue "
-                f"{job.queue!r} can get at most {facts.get('limit', '?')} even when borrowing from its cohort."
+                f"It needs {facts.get('needed', '?')} {resource} of {flavors}, but queue {job.queue!r} can get at "
+                f"most {facts.get('limit', '?')} even when borrowing from its cohort: it can never start as things "
+                "stand; ask for less, or ask your team lead for more quota."
             )
         case PendingReason.QUOTA_EXHAUSTED:
+            then = (
+                f" The running jobs' time limits free enough of it by about {when(float(str(facts['free_at'])))} "
+                "(jobs ahead of it in the queue may take it first)."
+                if facts.get("free_at") is not None
+                else ""
+            )
             return (
                 f"Queue {job.queue!r} is using its quota of {flavors} and cannot borrow more from its cohort "
-                "right now; it starts when the team's running jobs finish or quota frees up."
+                f"right now; it starts when the team's running jobs finish or quota frees up.{then}"
             )
         case PendingReason.CAPACITY:
-            return f"Quota allows it, but no free {flavors} nodes can take {shape} right now."
+            return f"Quota allows it, but no free {flavors} nodes can take {shape} right now.{_until(facts)}"
         case PendingReason.RESERVED:
             return (
                 f"Capacity on {facts.get('where', flavors)} is reserved for it from about "
@@ -89,11 +120,7 @@ def message(reason: PendingReason, job: Job, facts: Mapping[str, object]) -> str
         case PendingReason.NOT_CONSIDERED:
             return "Not examined in this scheduling cycle: too many jobs are ahead of it. It keeps its place."
         case PendingReason.MEMBER_LIMIT:
-            return (
-                f"Its submitter's running jobs hold {facts.get('used')} accelerators and the team lead allows each "
-                f"member {facts.get('limit')} at once; it needs {facts.get('needed')}. It starts when enough of them "
-                "have finished."
-            )
+            return _member_words(job, facts)
         case PendingReason.BUDGET:
             return _budget_words(shape, facts)
         case PendingReason.NO_CLUSTER:
@@ -108,13 +135,113 @@ def message(reason: PendingReason, job: Job, facts: Mapping[str, object]) -> str
                 f"It would run into maintenance on {facts.get('cluster')} at {when(float(str(facts.get('start'))))} "
                 f"within its time limit, and it is not preemptible; a shorter time limit could let it start now.{then}"
             )
+        case PendingReason.DEPENDENCY:
+            return dependency_words(cast("Sequence[str]", facts.get("waits_for") or ()), bool(facts.get("held")))
+        case PendingReason.ARRAY_LIMIT:
+            return array_limit_words(str(facts.get("array")), int(str(facts.get("limit", 0))))
     raise AssertionError(reason)  # pragma: no cover - every reason is handled above
+
+
+def dependency_words(waits_for: Sequence[str], held: bool = False) -> str:
+    """``["#12 train to succeed", ...]`` as a sentence; ``held``: one of them can no longer be met."""
+    what = "; ".join(waits_for) or "the jobs it depends on"
+    if held:
+        return f"Held: {what}. Requeue it, or cancel this job."
+    return f"Waits for {what}."
+
+
+def array_limit_words(array: str, limit: int) -> str:
+    each = "task" if limit == 1 else "tasks"
+    return f"Waits for its turn: array {array} runs at most {limit} {each} at once."
+
+
+#: Reasons whose words name a TPU job's slice shape rather than accelerators on nodes.
+SHAPED = frozenset(
+    {
+        PendingReason.NEVER_FITS,
+        PendingReason.CAPACITY,
+        PendingReason.TOPOLOGY,
+        PendingReason.RESERVED,
+        PendingReason.BACKFILL_BLOCKED,
+    }
+)
+
+
+def _slice_words(reason: PendingReason, job: Job, facts: Mapping[str, object]) -> str:
+    """A TPU job's reason, about the slices it asked for: slices come whole, one per worker."""
+    one = slice_words(job.shape)
+    if reason is PendingReason.RESERVED:
+        where = f" in {facts['cluster']}" if facts.get("cluster") else ""
+        held = f"{shape_words(job)}{where} {'are' if job.workers > 1 else 'is'}"
+        return (
+            f"{held[0].upper()}{held[1:]} reserved for it from about {when(float(str(facts['start'])))}, when "
+            "running jobs reach their time limits."
+        )
+    if reason is PendingReason.BACKFILL_BLOCKED:
+        return (
+            f"The free {one[2:]} is held for a higher-priority job that starts soon, and this job would still be "
+            "running then; a shorter time limit could let it start now."
+        )
+    if reason is PendingReason.CAPACITY:
+        return f"Quota allows it, but no {one[2:]} is free for it right now ({job.workers} needed).{_until(facts)}"
+    return (
+        f"No {one[2:]} exists in the clusters and regions the job allows"
+        + (f", and it needs {job.workers}" if job.workers > 1 else "")
+        + "; ask for a slice type and shape that is offered (the form lists them)."
+        if reason is PendingReason.NEVER_FITS
+        else f"No single {job.topology.level if job.topology else '?'} holds {shape_words(job)}, even with the "
+        "whole fleet idle; use fewer slices."
+    )
+
+
+def _until(facts: Mapping[str, object]) -> str:
+    """When capacity frees up for a job waiting for it, or why nobody can say."""
+    if facts.get("free_at") is not None:
+        return f" The running jobs' time limits say room frees up by about {when(float(str(facts['free_at'])))}."
+    if facts.get("unbounded"):
+        return (
+            " When the jobs placed here reach their time limits they still leave too little: the rest is in use by "
+            "work started outside Quartermaster, whose end is not known."
+        )
+    return ""
+
+
+def _member_words(job: Job, facts: Mapping[str, object]) -> str:
+    unit = units(job)
+    used, limit, needed = facts.get("used"), facts.get("limit"), facts.get("needed")
+    if facts.get("never"):
+        return (
+            f"It needs {needed} {unit} at once, more than the {limit} its team lead allows each member: it can "
+            "never start as things stand. Ask for fewer, or ask your team lead to raise your limit."
+        )
+    start = facts.get("start")
+    then = (
+        f"from about {when(float(str(start)))}, when enough of them reach their time limits"
+        if start is not None
+        else "when enough of them have finished"
+    )
+    return (
+        f"Its submitter's running jobs hold {used} {unit} and the team lead allows each member {limit} at once; "
+        f"it needs {needed}. It can start {then}."
+    )
 
 
 def _budget_words(shape: str, facts: Mapping[str, object]) -> str:
     hours = f"{float(str(facts.get('hours', 0))):.3g}"
     label, left = facts.get("label", "A hard budget"), float(str(facts.get("left", 0)))
-    then = "It starts when the budget is raised, or when the next month begins."
+    if facts.get("never"):
+        what = "money" if facts.get("measure") == "money" else "accelerator-hours"
+        return (
+            f"Budget {label} allows no {what} a month, and {shape} needs some: it can never start as things stand. "
+            "Ask your team lead to raise the budget."
+        )
+    start = facts.get("start")
+    then = (
+        f"It can start from about {when(float(str(start)))}, when what it may use before the month ends fits what "
+        "is left (or as soon as the budget is raised)."
+        if start is not None
+        else "It starts when the budget is raised, or when the next month begins."
+    )
     if facts.get("measure") == "money":
         return (
             f"Budget {label} has {left:,.2f} left this month: any placement of {shape} that could start now "

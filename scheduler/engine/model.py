@@ -115,6 +115,9 @@ class Node:
     #: type alone where the topology is not known. Such a node is the unit: it runs one job that asks for
     #: its shape (``Job.shape``), whole. "" for every other node.
     shape: str = ""
+    #: The one team whose jobs may use it (``Job.team``); "": any team. A slice or node its owner lends to
+    #: one team (a TPU slice labelled ``quartermaster-team``, docs/backends.md) is placed for that team only.
+    team: str = ""
 
     @property
     def accel_count(self) -> int:
@@ -201,6 +204,11 @@ class Job:
     #: A TPU slice shape (``"v5p-32"``, or ``"v5p-32/2x2x4"`` for that topology only): each worker takes one
     #: whole node of that shape (``Node.shape``), and no other node. "": any node without a shape.
     shape: str = ""
+    #: Its team, for the nodes lent to one team only (``Node.team``); "": it may use only nodes lent to none.
+    team: str = ""
+    #: Jobs of one spread group (a service's replicas) prefer nodes none of the group holds, and among clusters
+    #: that score the same, the one holding fewest of the group (soft: docs/jobs.md, "Service replicas"); "": none.
+    spread_group: str = ""
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -262,6 +270,7 @@ class Workload:
     #: Already told to stop (preempted in an earlier cycle); its resources free up soon.
     evicting: bool = False
     owner: str = ""  # as ``Job.owner``
+    spread_group: str = ""  # as ``Job.spread_group``
 
     @property
     def expected_end(self) -> float:
@@ -290,6 +299,8 @@ class Budget:
     until: float = float("inf")
     #: How people name it ("team vision"), for the pending message.
     label: str = ""
+    #: Its limit is zero: what it limits no job charged to it can ever use, this month or the next.
+    never: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,6 +351,8 @@ class Config:
     max_victims: int = 64
     #: Pending jobs beyond the reservations that get an estimated start time (one search per job shape).
     estimates: int = 16
+    #: A job that gets an estimated start whatever the two limits above (the form's preview of a new job).
+    estimate_for: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,6 +397,9 @@ class PendingReason(StrEnum):
     UNKNOWN_TIER = "unknown_tier"
     NO_FLAVOR = "no_flavor"  # none of the job's flavors is offered to its queue / exists in an allowed cluster
     NEVER_FITS = "never_fits"  # no node or domain could hold it even on an empty fleet
+    #: No node it may use has the memory (or the CPU cores) that one worker, or its Ray head, asks for.
+    MEMORY_NEVER_FITS = "memory_never_fits"
+    CPU_NEVER_FITS = "cpu_never_fits"
     TOPOLOGY = "topology"  # no domain at the required level can ever hold all workers
     PRICE_LIMIT = "price_limit"  # every placement that fits costs more than the job's maximum
     QUOTA_EXCEEDS_LIMIT = "quota_exceeds_limit"  # more than the queue could ever get, even borrowing
@@ -401,6 +417,11 @@ class PendingReason(StrEnum):
     #: It would still be running when maintenance starts on the nodes that could take it, and it is not
     #: preemptible.
     MAINTENANCE = "maintenance"
+    #: It waits for jobs or arrays it depends on (or is held: one of them can no longer satisfy it). The
+    #: placement loop gives the engine no such job; it writes this reason itself (``placement/gates.py``).
+    DEPENDENCY = "dependency"
+    #: Its array already has as many tasks placed as its limit allows; the loop does not give it to the engine.
+    ARRAY_LIMIT = "array_limit"
 
 
 class PreemptionReason(StrEnum):

@@ -73,6 +73,9 @@ class NodeTable:
         self.price = np.fromiter((n.price_per_accel_hour for n in ordered), np.float64, count)
         #: Each node's slice shape ("" for nodes that are not TPU slices), for ``shaped``.
         self.shape = np.array([n.shape for n in ordered], dtype=np.str_) if count else np.zeros(0, np.str_)
+        #: The team each node is lent to ("" for every team), and the teams that have any, for ``shaped``.
+        self.team = np.array([n.team for n in ordered], dtype=np.str_) if count else np.zeros(0, np.str_)
+        self.lent_to = frozenset(n.team for n in ordered if n.team)
         padding = (0,) * width
         accel = np.array([(n.accel_free + padding)[:width] for n in ordered], np.int64).reshape(count, width)
         self.free = FreeState(
@@ -118,10 +121,11 @@ class NodeTable:
         f = self.flavor_index.get(flavor)
         return None if f is None else self.groups.get((f, cluster))
 
-    def shaped(self, rows: IntArray, shape: str) -> IntArray:
+    def shaped(self, rows: IntArray, shape: str, team: str = "") -> IntArray:
         """Those of ``rows`` a job asking for slice ``shape`` may use: nodes of exactly that shape, or of that
         type with any topology when ``shape`` names no topology (``"v5p-32"`` takes ``"v5p-32/2x2x4"``);
-        for a job with no shape, the nodes without one. A slice is the unit: it runs only jobs asking for it."""
+        for a job with no shape, the nodes without one. A slice is the unit: it runs only jobs asking for it.
+        Of those, the nodes lent to no team, and those lent to ``team``."""
         shapes = self.shape[rows]
         if not shape:
             keep = shapes == ""
@@ -129,8 +133,17 @@ class NodeTable:
             keep = shapes == shape
         else:
             keep = (shapes == shape) | np.char.startswith(shapes, shape + "/")
+        if self.lent_to:
+            teams = self.team[rows]
+            keep &= (teams == "") | (teams == team)
         kept: IntArray = rows[keep]
         return kept
+
+    def reach(self, shape: str, team: str) -> tuple[str, str]:
+        """What decides the nodes a job may use beyond its flavor and cluster: its slice shape, and its team
+        where some node is lent to that team ("" otherwise, so that jobs of other teams share every cache
+        keyed by it)."""
+        return shape, team if team in self.lent_to else ""
 
     def rows_of_flavor(self, flavor: int) -> IntArray:
         """Every node row of a flavor, in every cluster."""

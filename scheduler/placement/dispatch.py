@@ -30,7 +30,8 @@ from django.utils import timezone
 from clusters.backends.base import Backend, BackendError, DryRun, JobSpec, NotFound, permanent
 from clusters.secrets import CredentialsError
 from clusters.sync import backend_for
-from scheduler import checkpoints, lifecycle
+from common import metrics
+from scheduler import checkpoints, lifecycle, sessions
 from scheduler.models import Assignment, Attempt, Job
 from scheduler.placement import outcomes
 
@@ -58,27 +59,37 @@ def retry_after(tries: int) -> timedelta:
 # --------------------------------------------------------------------------------------------- dispatch
 
 
-def spec_for(attempt: Attempt) -> JobSpec:
-    job = attempt.job
+def worker_nodes(assignments: list[Assignment]) -> list[str]:
+    """The node of each worker, in worker order (assignments in primary-key order, a node once per worker on
+    it): what a backend is given as ``JobSpec.nodes``, and what a worker's index means everywhere else."""
     nodes: list[str] = []
-    assignments = list(attempt.assignments.select_related("node").order_by("pk"))
     for a in assignments:
         nodes.extend([a.node.name] * a.workers)
+    return nodes
+
+
+def spec_for(attempt: Attempt) -> JobSpec:
+    job = attempt.job
+    assignments = list(attempt.assignments.select_related("node").order_by("pk"))
+    nodes = worker_nodes(assignments)
     return JobSpec(
         id=attempt.backend_key,
         name=job.name,
         workers=job.workers,
         accelerators_per_worker=job.accelerators,
+        accelerator_milli=job.accelerator_milli,
         cpu_per_worker=job.cpu,
         memory_per_worker=job.memory,
         nodes=tuple(nodes),
-        time_limit=job.time_limit,
+        # a service replica runs until it is stopped: no limit of the cluster's own (docs/jobs.md)
+        time_limit=0 if job.kind == Job.Kind.SERVICE else job.time_limit,
         image=job.image,
         command=tuple(job.command),
         script=job.script,
         env={
             **job.env,
             **job.secret_env(),  # decrypted here only, for the cluster (a key that changed: refused below)
+            **(job.array.task_env(job.array_index or 0, job.array_params) if job.array is not None else {}),
             "QM_ATTEMPT": str(attempt.number),
             "QM_CHECKPOINT_DIR": job.checkpoint_location,
             **checkpoints.env_for(attempt),  # its token, the API's address, where to resume from
@@ -95,6 +106,12 @@ def spec_for(attempt: Attempt) -> JobSpec:
         tpu_type=job.tpu_type,
         tpu_topology=job.tpu_topology,
         head_node=head_node(job, assignments),
+        session_app=job.session_app if job.kind == Job.Kind.SESSION else "",
+        session_idle_minutes=(job.session_idle_minutes or 0) if job.kind == Job.Kind.SESSION else 0,
+        # this attempt's own, made once (a retried dispatch hands the cluster the same one)
+        session_secret=sessions.secret_for(attempt) if job.kind == Job.Kind.SESSION else "",
+        serve_port=job.serve_port if job.kind == Job.Kind.SERVICE else 0,
+        serve_health_path=job.serve_health_path if job.kind == Job.Kind.SERVICE else "",
     )
 
 
@@ -144,6 +161,7 @@ def dispatch(attempt_id: int, now: datetime | None = None) -> str:
     try:
         backend_id = backend_for(attempt.cluster).submit(spec)
     except (BackendError, CredentialsError) as error:
+        metrics.DISPATCH_FAILURES.labels(attempt.cluster.kind, "permanent" if permanent(error) else "transient").inc()
         if permanent(error):
             message = f"Cluster {attempt.cluster} refused the job: {error}"
             outcomes.end(attempt, "refused", message, now, said=str(error) or type(error).__name__)

@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
-from governance.budgets import charged_to
-from governance.models import PriorityTier, Queue
+from governance.budgets import charged_to, never_budgets
+from governance.models import MemberLimit, PriorityTier, Queue
 from scheduler.engine import model as m
 from scheduler.engine import schedule
 from scheduler.models import LoopState
-from scheduler.placement.snapshot import Index, build, engine_job, fleet, governance
+from scheduler.placement.snapshot import Index, build, engine_job, fleet, governance, owner
 from tenancy.models import Organization
 
 if TYPE_CHECKING:
@@ -46,7 +46,13 @@ NEVER = {
     R.PRICE_LIMIT: "max_price_per_hour",
     R.QUOTA_EXCEEDS_LIMIT: "accelerators",
     R.NO_CLUSTER: "image",  # a new job is excluded from nowhere: no cluster runs its kind of program
+    R.MEMORY_NEVER_FITS: "memory",
+    R.CPU_NEVER_FITS: "cpu",
+    R.MEMBER_LIMIT: "accelerators",  # on the idle fleet nothing of the submitter's runs: more than the limit
+    R.BUDGET: "accelerators",  # the idle fleet has only the budgets whose limit is zero (``never_budgets``)
 }
+#: Where a request's Ray head, not its workers, is what does not fit: its own fields.
+HEAD_FIELDS = {"memory": "head_memory", "cpu": "head_cpu"}
 
 
 @dataclass(frozen=True)
@@ -81,7 +87,21 @@ def _idle_snapshot(organization: Organization) -> m.Snapshot:
     index = Index(generation=0)
     clusters, nodes, every_flavor = fleet(organization, index)
     tiers, cohorts, queues = governance(organization, every_flavor, index)
-    snapshot = m.Snapshot(time.time(), clusters, nodes, tiers, cohorts, queues, running=(), pending=())
+    # Limits that no waiting can lift: per-member limits (nothing runs on the idle fleet, so only a request
+    # larger than its submitter's limit is held) and the hard budgets whose limit is zero.
+    limits = MemberLimit.objects.filter(team__organization=organization).values_list("team", "user", "accelerators")
+    snapshot = m.Snapshot(
+        time.time(),
+        clusters,
+        nodes,
+        tiers,
+        cohorts,
+        queues,
+        running=(),
+        pending=(),
+        member_limits={owner(team, user): int(amount * 1000) for team, user, amount in limits},
+        budgets=never_budgets(organization.pk),
+    )
     with _lock:
         _idle[organization.pk] = (now, snapshot)
         for key in [k for k in _verdicts if k[0] == organization.pk]:
@@ -113,9 +133,11 @@ def forget(organization: Organization) -> None:
             del _verdicts[key]
 
 
-def _job(queue: Queue, tier: PriorityTier, request: JobRequest, submitted_at: float) -> m.Job:
+def _job(queue: Queue, tier: PriorityTier, request: JobRequest, submitted_at: float, submitter: int | None) -> m.Job:
     return engine_job(
         {
+            "team_id": request.team.pk,
+            "submitted_by_id": submitter,
             "queue__name": queue.name,
             "tier__name": tier.name,
             "submitted_at": datetime.fromtimestamp(submitted_at, UTC),
@@ -140,17 +162,28 @@ def _job(queue: Queue, tier: PriorityTier, request: JobRequest, submitted_at: fl
             "head_memory": request.head_memory,
             "tpu_type": request.tpu_type,
             "tpu_topology": request.tpu_topology,
+            "team__slug": request.team.slug,
         }
     )
 
 
-def check(organization: Organization, queue: Queue, tier: PriorityTier, request: JobRequest) -> Refusal | None:
-    """None if the request could run on this fleet under its queue's quota; else why it never will."""
+def check(
+    organization: Organization,
+    queue: Queue,
+    tier: PriorityTier,
+    request: JobRequest,
+    submitter: int | None = None,
+) -> Refusal | None:
+    """None if the request could run on this fleet under its queue's quota, its submitter's per-member limit
+    (``submitter``, a user's pk) and its hard budgets whose limit is zero; else why it never will, and the
+    field that is to blame."""
     idle = _idle_snapshot(organization)
     if queue.name not in {q.name for q in idle.queues} or tier.name not in {t.name for t in idle.tiers}:
         forget(organization)  # a queue made on first use, or a tier added, since the fleet was read
         idle = _idle_snapshot(organization)
-    job = _job(queue, tier, request, idle.now)
+    job = _job(queue, tier, request, idle.now, submitter)
+    project = request.project.pk if request.project else None
+    job = replace(job, budgets=charged_to(idle.budgets, request.team.pk, project))
     key = (organization.pk, replace(job, id="", submitted_at=0.0))
     with _lock:
         if key in _verdicts:
@@ -163,25 +196,37 @@ def check(organization: Organization, queue: Queue, tier: PriorityTier, request:
             field = NEVER[pending.reason]
             if request.tpu_type and field == "accelerators":  # a TPU job asks for slices, not accelerators
                 field = "tpu_type"
+            if field in HEAD_FIELDS and "Ray head" in pending.message:
+                field = HEAD_FIELDS[field]
             refusal = Refusal(field, str(pending.reason), pending.message)
     with _lock:
         _verdicts[key] = refusal
     return refusal
 
 
-def preview(organization: Organization, queue: Queue, tier: PriorityTier, request: JobRequest) -> Preview:
-    """Where and when the request would start if submitted now, with today's queue and fleet."""
+def preview(
+    organization: Organization,
+    queue: Queue,
+    tier: PriorityTier,
+    request: JobRequest,
+    submitter: int | None = None,
+) -> Preview:
+    """Where and when the request would start if submitted now by ``submitter`` (a user's pk), with today's
+    queue and fleet: the placement loop's own cycle with the request added, so every limit that would hold it
+    (its queue's quota, its submitter's per-member limit, a hard budget, maintenance, capacity) holds it
+    here too, and the engine says which and, where running jobs' time limits bound it, until when."""
     snapshot = replace(current_snapshot(organization), now=time.time())
-    job = _job(queue, tier, request, snapshot.now)
+    job = _job(queue, tier, request, snapshot.now, submitter)
     if snapshot.budgets:
         project = request.project.pk if request.project else None
         job = replace(job, budgets=charged_to(snapshot.budgets, request.team.pk, project))
-    decisions = schedule(replace(snapshot, pending=(*snapshot.pending, job)))
+    config = replace(snapshot.config, estimate_for=job.id)  # however many jobs wait ahead, estimate this one
+    decisions = schedule(replace(snapshot, pending=(*snapshot.pending, job), config=config))
     for admission in decisions.admissions:
         if admission.job == job.id:
             return Preview(admission.cost_per_hour, True, timezone.now(), "", "It would start now.")
     mine = next(p for p in decisions.pending if p.job == job.id)
-    idle = schedule(replace(_idle_snapshot(organization), pending=(job,)))
+    idle = schedule(replace(_idle_snapshot(organization), pending=(job,), member_limits={}, budgets={}))
     cost = idle.admissions[0].cost_per_hour if idle.admissions else None
     start = datetime.fromtimestamp(mine.estimated_start, UTC) if mine.estimated_start else None
     return Preview(cost, False, start, str(mine.reason), mine.message)

@@ -14,7 +14,8 @@ Per active attempt, every follow round (``follow``):
 - **start timeout**: a job not wholly running ``Cluster.start_timeout`` after it was submitted is cancelled
   there and requeued whole (Kueue's waitForPodsReady), so a partial gang never holds its nodes for nothing;
 - **time limit**: at its time limit a running job is signalled, gets its tier's grace, then is stopped; the
-  job fails with ``time_limit`` (Quartermaster enforces it on every backend: a TPU slice has no limit);
+  job fails with ``time_limit`` (Quartermaster enforces it on every backend: a TPU slice has no limit). A
+  service replica has none: it runs until it is stopped (its time limit is the engine's planning horizon);
 - a job being stopped (preempted, drained, at its limit) whose grace is over is cancelled;
 - an attempt whose cluster answers again after a partition is simply known again (``unknown_since``
   cleared): a short partition costs nothing.
@@ -39,9 +40,9 @@ from clusters.models import Cluster
 from clusters.secrets import CredentialsError
 from clusters.sync import backend_for
 from common import enqueue
-from scheduler import lifecycle
+from scheduler import lifecycle, sessions
 from scheduler.models import Attempt, Job
-from scheduler.placement import outcomes
+from scheduler.placement import measure, outcomes
 from scheduler.placement.dispatch import cancel_there
 from scheduler.states import FINAL, WAITING
 
@@ -151,12 +152,15 @@ def report_state(attempt: Attempt, status: JobStatus, now: datetime, report: Fol
         if _wholly_running(job, status) and job.state in (S.ADMITTED, S.PLACING) and job.attempt == attempt.number:
             with transaction.atomic():
                 started = job.started_at or now
-                if lifecycle.move(
+                moved = lifecycle.move(
                     job, S.RUNNING, "started", "Running.", at=now, started_at=started, pending_message=""
-                ):
+                )
+                if moved:
                     Attempt.objects.filter(pk=attempt.pk).update(started_at=now)
                     attempt.started_at = now
                     report.started += 1
+            if moved:
+                measure.started(attempt, job, now)
     elif status.state == JobState.PENDING and status.reason in NEVER_STARTS:
         report.ended += _refused_late(attempt, status, now)
     elif status.state == JobState.PENDING and status.reason == Failure.PREEMPTED:
@@ -176,7 +180,9 @@ def report_state(attempt: Attempt, status: JobStatus, now: datetime, report: Fol
         # COMPLETED, a Kubernetes index completed) was interrupted, not finished.
         report.ended += outcomes.stopped(attempt, now, killed=False)
     elif status.state == JobState.SUCCEEDED:
-        report.ended += outcomes.end(attempt, "succeeded", words or "Finished successfully.", now)
+        # an interactive session that said it ended idle says so (docs/jobs.md, "Interactive sessions")
+        said = sessions.ended_words(attempt) or words or "Finished successfully."
+        report.ended += outcomes.end(attempt, "succeeded", said, now)
     elif status.state == JobState.FAILED:
         reason = FAILURES.get(Failure(status.reason), "job_failed") if status.reason in Failure else "job_failed"
         words = _failed_words(reason, status, where)
@@ -263,7 +269,8 @@ def _deadlines(attempt: Attempt, status: JobStatus, backend: Backend, now: datet
             )
             if outcomes.end(attempt, "start_timeout", message, now, cleanup_pending=True):
                 report.timed_out += 1
-    elif job.state == S.RUNNING and attempt.started_at is not None:
+    elif job.state == S.RUNNING and attempt.started_at is not None and job.kind != Job.Kind.SERVICE:
+        # a service replica runs until it is stopped: its time limit only plans (docs/jobs.md, "Service replicas")
         limit = timedelta(seconds=job.time_limit)
         if now - attempt.started_at >= limit:
             grace = job.tier.grace_seconds

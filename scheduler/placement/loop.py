@@ -1,7 +1,9 @@
 """The placement loop: snapshot from the database, the engine, decisions applied, clusters told.
 
 One cycle of one organization:
-1. ``snapshot.build`` reads the fleet, the quotas and the jobs (and the loop's ``generation``);
+1. ``gates.settle`` cancels (or holds) the jobs whose dependencies can no longer be met and names what the
+   others wait for; ``snapshot.build`` reads the fleet, the quotas and the jobs (and the loop's
+   ``generation``), leaving out those waiting for dependencies and the tasks of arrays at their limit;
 2. ``engine.schedule`` decides, touching nothing;
 3. ``apply`` writes admissions and preemptions in one transaction, but only if the generation is still the
    one read (compare-and-set), so no two cycles ever place onto the same free capacity; job rows are
@@ -35,6 +37,7 @@ from scheduler import lifecycle
 from scheduler.engine import model as m
 from scheduler.engine import schedule
 from scheduler.models import Assignment, Attempt, Job, JobEvent, LoopState
+from scheduler.placement import gates, measure
 from scheduler.placement.leader import leadership
 from scheduler.placement.snapshot import Index, build
 from scheduler.states import ACTIVE, WAITING
@@ -85,6 +88,7 @@ def run_all(now: datetime | None = None) -> list[CycleReport] | None:
     with leadership("placement") as leader:
         if not leader:
             return None
+        measure.heartbeat()
         from scheduler.placement import recover  # the loop's own I/O half
 
         reports = []
@@ -110,7 +114,8 @@ def run_cycle(
     report = CycleReport(organization.slug)
     started = time.perf_counter()
     config = config or m.Config(max_admissions_per_cycle=settings.PLACEMENT_MAX_ADMISSIONS)
-    snapshot, index = build(organization, now, config)
+    blocked = gates.settle(organization, now)
+    snapshot, index = build(organization, now, config, blocked)
     report.seconds["snapshot"] = time.perf_counter() - started
 
     started = time.perf_counter()
@@ -123,16 +128,19 @@ def run_cycle(
     report.seconds["apply"] = time.perf_counter() - started
     if applied is None:
         report.stale = True
+        measure.cycle(report.seconds, True, snapshot, decisions, index)
         return report
     report.generation, report.admitted, report.preempted, report.skipped = applied
 
     started = time.perf_counter()
-    write_pending(index, decisions.pending)
+    write_pending(index, decisions.pending + tuple(index.gated))
+    gates.write_array_limits(index, now)
     report.failed = fail_refused(index, decisions.pending, now)
     report.seconds["pending"] = time.perf_counter() - started
     report.pending = len(decisions.pending)
     report.more = any(p.reason is m.PendingReason.NOT_CONSIDERED for p in decisions.pending)
     report.running = len(snapshot.running) + report.admitted
+    measure.cycle(report.seconds, False, snapshot, decisions, index)
     LoopState.objects.filter(organization=organization).update(
         last_cycle_at=now, last_cycle={k: v for k, v in report.as_dict().items() if k != "organization"}
     )
@@ -219,7 +227,8 @@ def _admit(
                 f"Placed on {where} ({admission.flavor}).",
                 attempt=number,
                 at=now,
-                detail={"nodes": sorted({a.node for a in admission.assignments})},
+                # What it waited for last (the admission SLO leaves out jobs that waited for their quota).
+                detail={"nodes": sorted({a.node for a in admission.assignments}), "waited_for": seen[2][0] or ""},
             )
         )
     Attempt.objects.bulk_create([attempt for attempt, _ in placements], batch_size=2000)
@@ -321,13 +330,14 @@ def write_pending(index: Index, pending: tuple[m.Pending, ...]) -> int:
     """Store each waiting job's reason, queue position and estimated start, where they changed; only for jobs
     still waiting. Returns how many rows were written."""
     rows = []
+    places = queue_places(pending)
     for p in pending:
         pk = int(p.job)
         seen = index.waiting.get(pk)
         if seen is None:
             continue
         estimate = datetime.fromtimestamp(p.estimated_start, UTC) if p.estimated_start else None
-        fresh = (str(p.reason), p.message, p.position, estimate)
+        fresh = (str(p.reason), p.message, places.get(p.job), estimate)
         old = seen[2]
         if old[:3] == fresh[:3] and _same_minute(old[3], estimate):
             continue
@@ -338,10 +348,20 @@ def write_pending(index: Index, pending: tuple[m.Pending, ...]) -> int:
         _write_pending_postgresql(rows)
     else:
         fields = ("pending_reason", "pending_message", "queue_position", "estimated_start")
-        jobs = [Job(pk=r[0], **dict(zip(fields, r[1:], strict=True))) for r in rows]
         with transaction.atomic():
+            # Only jobs still waiting: one cancelled since the snapshot keeps no reason (as the UPDATE above).
+            still = set(Job.objects.filter(pk__in=[r[0] for r in rows], state__in=WAITING).values_list("pk", flat=True))
+            jobs = [Job(pk=r[0], **dict(zip(fields, r[1:], strict=True))) for r in rows if r[0] in still]
             Job.objects.bulk_update(jobs, fields, batch_size=500)
     return len(rows)
+
+
+def queue_places(pending: tuple[m.Pending, ...]) -> dict[str, int]:
+    """Each waiting job's place in the queue, the one definition the page, the API and ``qm`` show: 1 is the
+    next job the placement loop considers among those left waiting, 2 the one after it, and so on (the
+    engine's ``Pending.position`` also counts the jobs it admitted in the same cycle, which no longer wait)."""
+    ranked = sorted((p.position, p.job) for p in pending if p.position is not None)
+    return {job: place for place, (_, job) in enumerate(ranked, start=1)}
 
 
 def fail_refused(index: Index, pending: tuple[m.Pending, ...], now: datetime) -> int:

@@ -38,6 +38,7 @@ from django.db import transaction
 
 from scheduler import checkpoints, lifecycle
 from scheduler.models import Attempt, Job
+from scheduler.placement import measure
 from scheduler.states import PLACED
 
 S = Job.State
@@ -117,6 +118,7 @@ def end(
             lifecycle.move(job, S.FAILED, reason, message, at=now, message=message, finished_at=now)
             if rule.job == "fail":
                 _retry(job, now)
+    measure.ended(attempt, rule.outcome, reason)
     return True
 
 

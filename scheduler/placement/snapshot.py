@@ -12,21 +12,25 @@ cluster's report yet, and the report also counts work we do not know about.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, cast
 
-from django.db.models import OuterRef, Q, Subquery
+from django.db.models import Count, F, OuterRef, Q, Subquery, Window
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from clusters import capabilities
+from clusters.backends.base import LENT_TO
 from clusters.backends.tpu.accelerators import shape_of
 from clusters.models import Cluster, MaintenanceWindow, Node
 from governance import budgets
 from governance.models import Cohort, MemberLimit, PriorityTier, Queue, Quota
 from scheduler.engine import model as m
-from scheduler.models import Assignment, Attempt, Checkpoint, Job, LoopState
+from scheduler.engine.explain import array_limit_words
+from scheduler.models import Assignment, Attempt, Checkpoint, Job, JobArray, LoopState
 from scheduler.placement.prices import prices as price_book
 from scheduler.states import PLACED, WAITING
 from tenancy.models import Organization
@@ -54,6 +58,11 @@ class Index:
     #: Placed jobs: pk -> (state, attempt).
     placed: dict[int, tuple[str, int]] = field(default_factory=dict)
     grace: dict[str, int] = field(default_factory=dict)  # tier name -> grace seconds
+    #: Waiting jobs kept from the engine (dependencies, arrays' limits), with their reasons, for ``write_pending``.
+    gated: list[m.Pending] = field(default_factory=list)
+    #: Arrays at their limit: pk -> (limit, the waiting tasks read); the tasks not read are told by
+    #: ``gates.write_array_limits``.
+    full_arrays: dict[int, tuple[int, list[int]]] = field(default_factory=dict)
 
 
 def _ts(value: datetime | None) -> float:
@@ -90,9 +99,13 @@ def _free(accelerators: int, ours: dict[int, int], foreign: int) -> tuple[int, .
 
 
 def build(
-    organization: Organization, now: datetime | None = None, config: m.Config | None = None
+    organization: Organization,
+    now: datetime | None = None,
+    config: m.Config | None = None,
+    blocked: Mapping[int, str] | None = None,
 ) -> tuple[m.Snapshot, Index]:
-    """The snapshot of ``organization`` at ``now`` and the index to apply its decisions with."""
+    """The snapshot of ``organization`` at ``now`` and the index to apply its decisions with; the waiting
+    jobs in ``blocked`` (unmet dependencies: ``gates.settle``) are left out, with their messages."""
     now = now or timezone.now()
     state, _ = LoopState.objects.get_or_create(organization=organization)
     index = Index(generation=state.generation)
@@ -101,7 +114,7 @@ def build(
     tiers, cohorts, queues = governance(organization, every_flavor, index)
     running = _running(organization, tiers, index, placed)
     hard_budgets = budgets.snapshot_budgets(organization.pk, now)
-    pending = _pending(organization, now, index, hard_budgets)
+    pending = _pending(organization, now, index, hard_budgets, blocked or {})
     config = config or m.Config()
     limits = MemberLimit.objects.filter(team__organization=organization).values_list("team", "user", "accelerators")
     member_limits = {owner(team, user): int(amount * 1000) for team, user, amount in limits}
@@ -216,6 +229,7 @@ def fleet(
                 or (n["state"] == Node.State.SCHEDULABLE and cluster["status"] != Cluster.Status.UNREACHABLE),
                 price_per_accel_hour=price,
                 shape=slice_shape(n["labels"] or {}),
+                team=str((n["labels"] or {}).get(LENT_TO) or ""),
             )
         )
     every_flavor = tuple(sorted(flavors_seen, key=lambda f: (f == CPU_FLAVOR, flavors_seen[f], f)))
@@ -346,6 +360,7 @@ def _running(
             "job__preemptible",
             "job__team_id",
             "job__submitted_by_id",
+            "job__spread_group",
             "last_checkpoint_at",
         )
         .order_by("job_id")
@@ -367,6 +382,7 @@ def _running(
                 preemptible=a["job__preemptible"] and preemptible_tier.get(a["job__tier__name"], True),
                 evicting=a["job__state"] == Job.State.PREEMPTING,
                 owner=owner(a["job__team_id"], a["job__submitted_by_id"]),
+                spread_group=a["job__spread_group"],
                 last_checkpoint_at=_ts(a["last_checkpoint_at"]) if a["last_checkpoint_at"] else None,
             )
         )
@@ -428,8 +444,34 @@ def _checkpoint_clusters(organization: Organization) -> dict[int, str]:
     return found
 
 
+def _array_slots(organization: Organization) -> tuple[dict[int, int], dict[int, int]]:
+    """The arrays with a limit and waiting tasks: their limits, and how many more tasks each may place now."""
+    limits = dict(
+        JobArray.objects.filter(team__organization=organization, max_running__isnull=False, tasks__state__in=WAITING)
+        .distinct()
+        .values_list("pk", "max_running")
+    )
+    if not limits:
+        return {}, {}
+    placed = dict(
+        Job.objects.filter(array_id__in=limits, state__in=PLACED)
+        .values_list("array_id")
+        .annotate(n=Count("pk"))
+        .values_list("array_id", "n")
+    )
+    return limits, {pk: max(0, limit - placed.get(pk, 0)) for pk, limit in limits.items()}
+
+
+def _gate(pk: int, reason: m.PendingReason, message: str, index: Index) -> None:
+    index.gated.append(m.Pending(str(pk), reason, message))
+
+
 def _pending(
-    organization: Organization, now: datetime, index: Index, hard_budgets: dict[str, m.Budget]
+    organization: Organization,
+    now: datetime,
+    index: Index,
+    hard_budgets: dict[str, m.Budget],
+    blocked: Mapping[int, str],
 ) -> tuple[m.Job, ...]:
     allowed_clusters: dict[int, list[str]] = defaultdict(list)
     for job_id, slug in Job.clusters.through.objects.filter(
@@ -438,50 +480,67 @@ def _pending(
         allowed_clusters[job_id].append(slug)
     excluded = _exclusions(organization, now)
     checkpointed = _checkpoint_clusters(organization)
-    pending = []
-    for j in (
-        Job.objects.filter(team__organization=organization, state__in=WAITING)
-        .filter(Q(not_before=None) | Q(not_before__lte=now))
-        .values(
-            "pk",
-            "state",
-            "attempt",
-            "queue__name",
-            "tier__name",
-            "submitted_at",
-            "workers",
-            "accelerators",
-            "accelerator_milli",
-            "cpu",
-            "memory",
-            "accelerator_types",
-            "regions",
-            "topology_level",
-            "topology_mode",
-            "time_limit",
-            "max_price_per_hour",
-            "preemptible",
-            "tier__preemptible",
-            "image",
-            "data_locality",
-            "pending_reason",
-            "pending_message",
-            "queue_position",
-            "estimated_start",
-            "team_id",
-            "project_id",
-            "submitted_by_id",
-            *HEAD_FIELDS,
-            "tpu_type",
-            "tpu_topology",
+    limits, slots = _array_slots(organization)
+    jobs = Job.objects.filter(team__organization=organization, state__in=WAITING).filter(
+        Q(not_before=None) | Q(not_before__lte=now)
+    )
+    if limits:
+        # An array at its limit costs the cycle no more than its limit: its other waiting tasks are not read.
+        rank = Window(RowNumber(), partition_by=[F("array_id")], order_by=[F("submitted_at").asc(), F("pk").asc()])
+        jobs = jobs.annotate(array_rank=rank).filter(
+            Q(array__max_running=None) | Q(array_rank__lte=F("array__max_running"))
         )
-        .order_by("submitted_at", "pk")
-    ):
+    read: dict[int, list[int]] = defaultdict(list)
+    pending = []
+    for j in jobs.values(
+        "pk",
+        "state",
+        "attempt",
+        "queue__name",
+        "tier__name",
+        "submitted_at",
+        "workers",
+        "accelerators",
+        "accelerator_milli",
+        "cpu",
+        "memory",
+        "accelerator_types",
+        "regions",
+        "topology_level",
+        "topology_mode",
+        "time_limit",
+        "max_price_per_hour",
+        "preemptible",
+        "tier__preemptible",
+        "image",
+        "data_locality",
+        "pending_reason",
+        "pending_message",
+        "queue_position",
+        "estimated_start",
+        "team_id",
+        "team__slug",
+        "project_id",
+        "submitted_by_id",
+        *HEAD_FIELDS,
+        "tpu_type",
+        "tpu_topology",
+        "array_id",
+        "spread_group",
+    ).order_by("submitted_at", "pk"):
         index.waiting[j["pk"]] = (
             j["state"],
             j["attempt"],
             (j["pending_reason"], j["pending_message"], j["queue_position"], j["estimated_start"]),
         )
+        if j["pk"] in blocked:
+            _gate(j["pk"], m.PendingReason.DEPENDENCY, blocked[j["pk"]], index)
+            continue
+        if (array := j["array_id"]) in limits:
+            read[array].append(j["pk"])
+            if len(read[array]) > slots[array]:
+                _gate(j["pk"], m.PendingReason.ARRAY_LIMIT, array_limit_words(f"#{array}", limits[array]), index)
+                continue
         j["clusters"] = allowed_clusters.get(j["pk"], ())
         j["excluded"] = excluded.get(j["pk"], ())
         j["preemptible"] = j["preemptible"] and j["tier__preemptible"]
@@ -489,6 +548,7 @@ def _pending(
         if hard_budgets:
             j["budgets"] = budgets.charged_to(hard_budgets, j["team_id"], j["project_id"])
         pending.append(engine_job(j))
+    index.full_arrays = {pk: (limits[pk], read[pk]) for pk in limits if len(read[pk]) >= slots[pk]}
     return tuple(pending)
 
 
@@ -523,6 +583,8 @@ def engine_job(j: dict[str, Any]) -> m.Job:
         budgets=j.get("budgets", ()),
         head=head_of(j),
         shape=shape_of(tpu_type, j.get("tpu_topology") or "") if tpu_type else "",
+        team=j.get("team__slug") or "",
+        spread_group=j.get("spread_group") or "",
     )
 
 

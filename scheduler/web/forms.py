@@ -24,6 +24,7 @@ from scheduler import actions, submission
 from scheduler.filters import JobFilter
 from scheduler.models import Job
 from scheduler.submission import JobRequest
+from scheduler.sweeps import ArrayRequest
 from tenancy.models import Project, Team
 from tenancy.scoping import Action
 
@@ -163,12 +164,13 @@ class JobForm(ChoicesForm):
     )
     # --- a Ray job (kind "ray"): its entrypoint, runtime environment and head; the workers are the above ---
     kind = forms.ChoiceField(
-        choices=Job.Kind.choices,
+        choices=[(k.value, k.label) for k in submission.PUBLIC_KINDS],
         initial=Job.Kind.JOB,
         required=False,
         label="Kind",
         widget=forms.RadioSelect(attrs={"class": "checks"}),
-        help_text="A Ray job starts a Ray cluster (a head and the workers) and runs its entrypoint on it.",
+        help_text="A Ray job starts a Ray cluster (a head and the workers) and runs its entrypoint on it; an "
+        "interactive session runs JupyterLab, which you open from its page.",
     )
     entrypoint = text("entrypoint", label="Entrypoint", help_text=FIELDS["entrypoint"].help)
     runtime_env = forms.CharField(
@@ -181,6 +183,39 @@ class JobForm(ChoicesForm):
     head_cpu_cores = amount(submission.HEAD_CORES, initial=1, required=False, label="Head CPU cores")
     head_memory_gib = amount(submission.HEAD_GIB, initial=4, required=False, label="Head memory (GiB)")
     head_accelerators = whole("head_accelerators", required=False, label="Head accelerators")
+
+    # --- an array / sweep (optional): many tasks of this request, each with its index and parameters -------
+    array_range = forms.CharField(
+        max_length=2000,
+        required=False,
+        label="Array of tasks",
+        widget=forms.TextInput(attrs={"placeholder": "0-99, 0-99:2 or 1,5,10-12"}),
+        help_text="Run this job as many tasks, one per index (QM_ARRAY_INDEX). Leave empty for one job.",
+    )
+    array_grid = forms.CharField(
+        max_length=20_000,
+        required=False,
+        label="or a sweep over parameters",
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "placeholder": "lr = 0.1, 0.01\ndepth = 2, 4"}),
+        help_text="One parameter a line, its values after = separated by commas: a task for every combination, "
+        "each with QM_PARAM_<NAME> in its environment.",
+    )
+    array_max_running = forms.IntegerField(
+        required=False, min_value=1, label="At most running at once", help_text="Empty: no limit."
+    )
+
+    # --- an interactive session (kind "session"): what it runs and when it ends by itself ---------------------
+    session_app = forms.ChoiceField(
+        choices=Job.SessionApp.choices,
+        initial=Job.SessionApp.JUPYTERLAB,
+        required=False,
+        label="App",
+        widget=forms.RadioSelect(attrs={"class": "checks"}),
+        help_text=FIELDS["session_app"].help,
+    )
+    session_idle_minutes = forms.IntegerField(
+        min_value=1, required=False, label="Ends after idle (minutes)", help_text=FIELDS["session_idle_minutes"].help
+    )
 
     #: The job this form clones (its secret values are kept if its submitter ticks ``keep_secret_env``).
     secret_env_from = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput())
@@ -342,6 +377,8 @@ class JobForm(ChoicesForm):
         "head_accelerators": 0,
         "tpu_type": "",
         "tpu_topology": "",
+        "session_app": "",
+        "session_idle_minutes": None,
     }
 
     def job_request(self, *, placeholders: bool = False) -> tuple[JobRequest, list[str]]:
@@ -361,7 +398,8 @@ class JobForm(ChoicesForm):
         if placeholders and ray and not entrypoint.strip():
             entrypoint = "preview"
             missing.append("an entrypoint")
-        if placeholders and not ray and not image.strip() and not script.strip():
+        session = data["kind"] == Job.Kind.SESSION
+        if placeholders and not ray and not session and not image.strip() and not script.strip():
             image = "preview"
             missing.append("a container image or a batch script")
         project = Project.objects.filter(pk=data["project"]).first() if data.get("project") else None
@@ -403,10 +441,38 @@ class JobForm(ChoicesForm):
             head_accelerators=data["head_accelerators"] or 0,
             tpu_type=data["tpu_type"],
             tpu_topology=data["tpu_topology"],
+            session_app=data["session_app"] if session else "",
+            session_idle_minutes=data["session_idle_minutes"] if session else None,
         )
         if data.get("project") and project is None:
             self.add_error("project", "Choose a project of the team.")
         return request, missing
+
+    def clean_array_grid(self) -> dict[str, list[Any]]:
+        """``name = v1, v2`` lines as a grid; values that read as JSON (numbers, true/false) are kept as such."""
+        grid: dict[str, list[Any]] = {}
+        for number, line in enumerate(str(self.cleaned_data.get("array_grid") or "").splitlines(), start=1):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            name, sep, values = line.partition("=")
+            if not sep or not name.strip() or not values.strip():
+                raise ValidationError(f"Line {number} is not name = value, value, ...: {line.strip()[:60]!r}.")
+            grid[name.strip()] = [_value(v.strip()) for v in values.split(",") if v.strip()]
+        return grid
+
+    @property
+    def is_array(self) -> bool:
+        """Whether the form asks for an array of tasks rather than one job."""
+        return bool(str(self.data.get("array_range", "")).strip() or str(self.data.get("array_grid", "")).strip())
+
+    def array_request(self, job: JobRequest) -> ArrayRequest:
+        data = self.cleaned_data
+        return ArrayRequest(
+            job=job,
+            range=data.get("array_range") or "",
+            grid=data.get("array_grid") or {},
+            max_running=data.get("array_max_running"),
+        )
 
     def apply_action_errors(self, exc: ValidationError) -> None:
         """An action's errors beside the fields they name (cpu is typed as cores here, and so on), except on
@@ -421,6 +487,15 @@ class JobForm(ChoicesForm):
                 continue
             for message in messages:
                 self.add_error(field if field in self.fields else None, message)
+
+
+def _value(text: str) -> Any:
+    """A parameter value typed in the form: a number or true/false as such, anything else as text."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, int | float | bool) else text
 
 
 def env_lines(text: str, *, secret: bool = False) -> dict[str, str]:
@@ -480,7 +555,9 @@ class InterventionForm(forms.Form):
 
 
 class JobListFilter(ChoicesForm):
-    """The job list's filters: the list's queryset is already scoped; these narrow it."""
+    """The job list's filters: the list's queryset is already scoped; these narrow it. The list opens on active
+    work: without a ``state`` in the query it shows the active jobs; ``state=`` (empty: "all states") shows all,
+    ``state=finished`` the finished ones. The API's filter (``scheduler.filters.JobFilter``) keeps no default."""
 
     q = forms.CharField(required=False, max_length=120, label="Name contains")
     state = forms.ChoiceField(required=False)
@@ -491,13 +568,16 @@ class JobListFilter(ChoicesForm):
 
     ACTIVE, FINISHED = "active", "finished"
 
-    def __init__(self, user: AnyUser, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, user: AnyUser, data: QueryDict | None = None, *args: Any, **kwargs: Any) -> None:
+        if data is not None and "state" not in data:
+            data = data.copy()
+            data["state"] = self.ACTIVE
+        super().__init__(data, *args, **kwargs)
         self.user = user
         self._choices(
             "state",
             [
-                ("", "any state"),
+                ("", "all states"),
                 (self.ACTIVE, "active (waiting or placed)"),
                 (self.FINISHED, "finished"),
                 *Job.State.choices,

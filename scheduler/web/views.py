@@ -25,7 +25,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -33,7 +33,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from common.types import AuthenticatedHttpRequest
 from governance.models import PriorityTier, Queue
-from scheduler import actions, costs, lifecycle
+from scheduler import actions, arrays, costs, debug, lifecycle, output, pipelines, replicas, sessions
 from scheduler.attempts import checkpoint_counts, reason_words, state_words
 from scheduler.models import Assignment, Attempt, Checkpoint, Job
 from scheduler.placement import feasibility
@@ -56,9 +56,16 @@ def _visible_jobs(request: AuthenticatedHttpRequest) -> QuerySet[Job]:
 
 
 def _visible_job(request: AuthenticatedHttpRequest, pk: int) -> Job:
-    jobs = _visible_jobs(request).select_related("team__organization", "project", "tier", "queue", "submitted_by")
+    jobs = _visible_jobs(request).select_related(
+        "team__organization", "project", "tier", "queue", "submitted_by", "array"
+    )
     job: Job = get_object_or_404(jobs, pk=pk)
     return job
+
+
+def _reason_label(job: Job) -> str:
+    """Why the job waits, in a few words; "" for a job that is not waiting (its old reason is over)."""
+    return REASON_LABELS.get(job.pending_reason, "") if job.state in WAITING else ""
 
 
 def _signed_out_poll(page: str) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
@@ -112,7 +119,7 @@ def _list_context(request: AuthenticatedHttpRequest) -> tuple[dict[str, Any], in
     page = Paginator(jobs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
-    rows = [(job, describe_resources(job), REASON_LABELS.get(job.pending_reason, "")) for job in page]
+    rows = [(job, describe_resources(job), _reason_label(job)) for job in page]
     context = {
         "filter": filters,
         "page": page,
@@ -179,7 +186,7 @@ def _state_context(request: AuthenticatedHttpRequest, job: Job) -> dict[str, Any
         "now": now,
         "waiting": job.state in WAITING,
         "placed": job.state in PLACED,
-        "reason_label": REASON_LABELS.get(job.pending_reason, ""),
+        "reason_label": _reason_label(job),
         "attempts": rows,
         "current": current if job.state in PLACED else None,
         "cost_so_far": costs.cost_so_far(job, now, attempts),
@@ -189,6 +196,19 @@ def _state_context(request: AuthenticatedHttpRequest, job: Job) -> dict[str, Any
         "resume_from": kept[0].location if kept else job.checkpoint_location,
         "checkpoints": kept[:CHECKPOINTS_SHOWN],
         "more_checkpoints": max(0, len(kept) - CHECKPOINTS_SHOWN),
+        **_session_context(request, job, current.attempt if current else None),
+    }
+
+
+def _session_context(request: AuthenticatedHttpRequest, job: Job, attempt: Attempt | None) -> dict[str, Any]:
+    """An interactive session's open button: shown while it runs with an address, to its submitter only."""
+    if job.kind != Job.Kind.SESSION:
+        return {}
+    ready = job.state == Job.State.RUNNING and attempt is not None and bool(attempt.session_url)
+    return {
+        "session_ready": ready,
+        "may_open_session": ready and policy.can(request.user, "job.session.open", job),
+        "session_app_name": job.get_session_app_display().split(" (")[0] if job.session_app else "",
     }
 
 
@@ -214,6 +234,10 @@ def _render_job(request: AuthenticatedHttpRequest, job: Job, status: int = 200, 
         head_cpu_cores=job.head_cpu / 1000,
         head_memory_gib=job.head_memory / 1024,
         runtime_env=json.dumps(job.runtime_env, indent=2),
+        dependencies=pipelines.dependencies_of(job),
+        dependents=pipelines.dependents_of(job, request.user),
+        array=job.array,
+        serve_url=replicas.current_url(job),
     )
     return render(request, "scheduler/job_detail.html", context, status=status)
 
@@ -224,11 +248,58 @@ def job_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return _render_job(request, _visible_job(request, pk))
 
 
+@login_required
+@require_GET
+def job_debug(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    """Everything about one job that helps tell what happened (``scheduler/debug.py``; ``qm debug``)."""
+    job = _visible_job(request, pk)
+    return render(request, "scheduler/job_debug.html", {"job": job, "found": debug.gather(job)})
+
+
 @_signed_out_poll("job-detail")
 @require_GET
 def job_state(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """The job page's state block alone: polled while the job is active and the tab visible."""
     return render(request, "scheduler/_job_state.html", _state_context(request, _visible_job(request, pk)))
+
+
+@_signed_out_poll("job-detail")
+@require_GET
+def job_output(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    """The job page's output panel (``scheduler/output.py``); ``?follow=1``: a follower's step, the new lines."""
+    job = _visible_job(request, pk)
+    asked = output.ask(request.GET)
+    if asked["follow"]:
+        panel, newer = output.follow_step(job, asked)
+    else:
+        panel, newer = output.build(job, asked), False
+    if panel is None:
+        raise Http404(f"Job {job.pk} has no attempt {asked['attempt']}.")
+    context = {
+        "panel": panel,
+        "newer": newer,
+        "url": reverse("job-output", kwargs={"pk": job.pk}),
+        "follow_every": f"{output.FOLLOW_SECONDS}s",
+    }
+    partial = "_job_output_follow.html" if asked["follow"] else "_job_output.html"
+    return render(request, f"scheduler/{partial}", context)
+
+
+@login_required
+@require_GET
+def job_open(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    """Open an interactive session: a redirect to its app with its secret, for its submitter only (another
+    team's job is a 404; a teammate's session a 403: a notebook runs as the one who started it)."""
+    job = _visible_job(request, pk)
+    try:
+        link = sessions.open_link(request.user, job)
+    except sessions.NotReady as error:
+        messages.warning(request, str(error))
+        return redirect("job-detail", pk=job.pk)
+    response = HttpResponseRedirect(link)
+    response["Cache-Control"] = "no-store"
+    response["Referrer-Policy"] = "no-referrer"
+    return response
 
 
 @login_required
@@ -329,6 +400,15 @@ def job_new(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = JobForm(request.user, request.POST)
     if form.redrawn:
         form.add_error("tier", "The team changed: check the project and priority tier chosen for it.")
+    elif form.is_valid() and form.is_array:
+        job_request, _ = form.job_request()
+        try:
+            array, _ = arrays.submit_array(request.user, form.array_request(job_request), http=request)
+        except ValidationError as exc:
+            form.apply_action_errors(exc)
+        else:
+            messages.success(request, f"Array #{array.pk} {array.name} is submitted: {array.count} tasks.")
+            return redirect("array-detail", pk=array.pk)
     elif form.is_valid():
         job_request, _ = form.job_request()
         try:
@@ -370,7 +450,7 @@ def job_preview(request: AuthenticatedHttpRequest) -> HttpResponse:
     job_request, estimate.missing, queue_and_tier = _judged(request, form, placeholders=True)
     if job_request is not None and queue_and_tier is not None:
         queue, tier = queue_and_tier
-        found = feasibility.preview(job_request.team.organization, queue, tier, job_request)
+        found = feasibility.preview(job_request.team.organization, queue, tier, job_request, request.user.pk)
         estimate.cost_per_hour = found.cost_per_hour
         if found.cost_per_hour is not None:
             estimate.total_cost = found.cost_per_hour * job_request.time_limit / 3600

@@ -1,4 +1,4 @@
-"""Tenancy's pages, included at the root by ``portal/urls.py``: sign-in and out, home, teams and their members,
+"""Tenancy's pages, included at the root by ``portal/urls.py``: sign-in and out, teams and their members,
 service accounts, the identity provider's group mappings, API tokens and the audit log."""
 
 from django.contrib.auth import views as auth_views
@@ -8,7 +8,6 @@ from tenancy import provider
 from tenancy.web import views
 
 urlpatterns = [
-    path("", views.home, name="home"),
     path("login/", views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("oidc/authenticate/", provider.ProviderSignInView.as_view(), name="oidc-authenticate"),
@@ -28,4 +27,5 @@ urlpatterns = [
     path("account/tokens/", views.token_list, name="token-list"),
     path("account/tokens/<int:pk>/revoke/", views.token_revoke, name="token-revoke"),
     path("audit/", views.audit_log, name="audit-log"),
+    path("audit/export.csv", views.audit_log_csv, name="audit-log-csv"),
 ]

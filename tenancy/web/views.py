@@ -1,4 +1,4 @@
-"""Pages of the portal: sign-in, home, teams, API tokens, audit log. Thin: scoping by `for_user`, changes by
+"""Pages of the portal: sign-in, teams, API tokens, audit log. Thin: scoping by `for_user`, changes by
 actions; an invalid form is answered with 400 and the form's errors beside their fields."""
 
 from __future__ import annotations
@@ -13,17 +13,17 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db import connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from common.types import AuthenticatedHttpRequest
 from portal.context_processors import request_roles
-from tenancy import actions, identity, policy
-from tenancy.filters import AuditLogFilter
+from tenancy import actions, audit, identity, policy
+from tenancy.filters import AuditPageFilter
 from tenancy.models import ApiToken, AuditLog, GroupMapping, Membership, Organization, ServiceAccount, Team
 from tenancy.scoping import Action
-from tenancy.tasks import last_heartbeat
 from tenancy.web.forms import (
     AddMemberForm,
     GroupMappingForm,
@@ -34,7 +34,6 @@ from tenancy.web.forms import (
     TokenForm,
     apply_errors,
 )
-from tenancy.web.home import capabilities_for
 
 
 class LoginView(auth_views.LoginView):
@@ -61,18 +60,6 @@ def healthz(request: HttpRequest) -> JsonResponse:
     except Exception as exc:  # noqa: BLE001 - any database failure means "not ready"
         return JsonResponse({"status": "unavailable", "database": str(exc)[:200]}, status=503)
     return JsonResponse({"status": "ok"})
-
-
-@login_required
-def home(request: AuthenticatedHttpRequest) -> HttpResponse:
-    roles = request_roles(request)
-    memberships = Membership.objects.filter(user=request.user).select_related("organization", "team")
-    context = {
-        "capabilities": capabilities_for(roles),
-        "memberships": memberships,
-        "heartbeat": last_heartbeat(),
-    }
-    return render(request, "portal/home.html", context)
 
 
 # --- Teams ----------------------------------------------------------------------------------------------
@@ -318,20 +305,37 @@ def token_revoke(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
 # --- Audit log ------------------------------------------------------------------------------------------
 
 
-@login_required
-def audit_log(request: AuthenticatedHttpRequest) -> HttpResponse:
+def _audit_entries(request: AuthenticatedHttpRequest) -> tuple[AuditPageFilter, QuerySet[AuditLog], int]:
+    """The entries the audit page and its export show: the user's organizations', through the page's filters
+    (a bad filter: none, and 400)."""
     visible = AuditLog.objects.for_user(request.user, Action.VIEW)
     if not policy.anywhere(request.user, "audit.read", request_roles(request)):
         raise PermissionDenied("Only organization admins read the audit log.")
-    filterset = AuditLogFilter(request.GET, queryset=visible.select_related("target_type"), request=request)
+    filterset = AuditPageFilter(request.GET, queryset=visible.select_related("target_type"), request=request)
     if not filterset.is_valid():
-        status = HTTPStatus.BAD_REQUEST
-        entries = visible.none()
-    else:
-        status = HTTPStatus.OK
-        entries = filterset.qs
+        return filterset, visible.none(), HTTPStatus.BAD_REQUEST
+    return filterset, filterset.qs, HTTPStatus.OK
+
+
+@login_required
+def audit_log(request: AuthenticatedHttpRequest) -> HttpResponse:
+    filterset, entries, status = _audit_entries(request)
     page = Paginator(entries, 50).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
-    context = {"filter": filterset, "page": page, "query": query.urlencode()}
+    rows = [(entry, audit.action_words(entry.action), audit.change_lines(entry.changes)) for entry in page]
+    context = {"filter": filterset, "page": page, "rows": rows, "query": query.urlencode()}
     return render(request, "portal/audit_log.html", context, status=status)
+
+
+@login_required
+@require_GET
+def audit_log_csv(request: AuthenticatedHttpRequest) -> HttpResponse | StreamingHttpResponse:
+    """The audit log as CSV under the page's filters (every page of them), newest first; a bad filter is a 400
+    naming it, as on the page."""
+    filterset, entries, status = _audit_entries(request)
+    if status != HTTPStatus.OK:
+        return JsonResponse({"error": {"status": status, "fields": filterset.errors.get_json_data()}}, status=status)
+    response = StreamingHttpResponse(audit.csv_stream(entries.iterator(chunk_size=2000)), content_type="text/csv")
+    response["Content-Disposition"] = 'attachment; filename="audit-log.csv"'
+    return response

@@ -79,7 +79,7 @@ def test_every_text_that_would_run_as_a_formula_starts_with_an_apostrophe_in_the
     assert not [cell for cell in cells if reports.reads_as_formula(cell)]
     # Texts are quoted (one cell even where ';' separates), numbers are not.
     assert f'"\'{PROJECT}"' in text
-    assert f",{total['total']}\r\n" in text
+    assert f",{total['total']}," in text
 
 
 def test_the_fleet_summary_marks_team_names_too(month: Fleet) -> None:

@@ -47,6 +47,7 @@ PRICES = (0.0, 1.0, 2.5, 4.0)
 TIME_LIMITS = (300, 1800, 3600, 7200, 86_400)
 #: Who submitted jobs, for per-member limits.
 OWNERS = ("ann", "ben", "cy")
+TEAMS = ("red", "blue")
 BUDGETS = ("team-a", "project-x")
 ROOT = "org"
 
@@ -191,6 +192,8 @@ class _Fleet:
                     healthy=not _rare(draw, 10),
                     schedulable=not _rare(draw, 10),
                     price_per_accel_hour=_pick(draw, PRICES),
+                    # Now and then a node lent to one team only (``Node.team``).
+                    team=_pick(draw, TEAMS) if _rare(draw, 8) else "",
                 )
             )
         self.accel = [list(n.accel_free) for n in self.specs]
@@ -347,6 +350,7 @@ def _job(
         locality=_pick(draw, cluster_names + list(REGIONS)) if _rare(draw, 4) else None,
         preemptible=not _rare(draw, 6),
         owner=_pick(draw, OWNERS),
+        team=_pick(draw, (*TEAMS, "")),
         budgets=tuple(draw(_subsets(BUDGETS))) if _coin(draw) else (),
         # A Ray job's head, one more member of the gang with its own shape (docs/scheduling.md §Ray heads).
         head=_pick(draw, ((0, 1000, 4096), (1, 2000, 8192), (4, 16_000, 65_536))) if _rare(draw, 5) else (0, 0, 0),

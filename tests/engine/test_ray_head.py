@@ -76,8 +76,8 @@ def test_a_gang_whose_head_fits_nowhere_waits_whole() -> None:
 def test_a_head_larger_than_any_node_never_fits() -> None:
     snap = snapshot(ray(head=(0, 128_000, 1024)), fleet=nodes(2))
     decisions = schedule(snap)
-    assert [p.reason for p in decisions.pending] == [PendingReason.NEVER_FITS]
-    assert "2 workers x 4 accelerators and a Ray head" in decisions.pending[0].message
+    assert [p.reason for p in decisions.pending] == [PendingReason.CPU_NEVER_FITS]  # the head's CPU, not GPUs
+    assert "has 64 CPU cores, and it asks for more than that for its Ray head" in decisions.pending[0].message
 
 
 def test_quota_counts_the_head() -> None:

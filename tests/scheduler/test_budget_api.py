@@ -202,6 +202,25 @@ def test_an_admin_sets_a_teams_budget(budgeted: Fleet) -> None:
     )
 
 
+def test_a_budget_below_this_month_s_use_is_refused_until_confirmed(budgeted: Fleet) -> None:
+    """Vision spent 21.00 this month (4 GPUs for 2 hours at 8.00, one for 2 hours at 2.50): a limit of 10 is a 400
+    naming ``amount`` and what was spent, nothing written; with ``confirm`` it is set."""
+    adam = client(budgeted, "adam")
+    body = {"team": "vision", "amount": 10, "reason": "cut"}
+    before = list(Budget.objects.order_by("pk").values_list("amount", flat=True))
+    refused = adam.post("/api/v1/budgets/", body)
+    assert refused.status_code == 400
+    message = refused.json()["error"]["fields"]["amount"][0]
+    assert message.startswith("Team Vision has already spent 21.00 this month, more than 10; its alerts would fire")
+    assert list(Budget.objects.order_by("pk").values_list("amount", flat=True)) == before
+    assert adam.post("/api/v1/budgets/", {**body, "confirm": "maybe"}).status_code == 400
+    confirmed = adam.post("/api/v1/budgets/", {**body, "confirm": True})
+    assert confirmed.status_code == 200
+    assert Budget.objects.get(team__slug="vision", project=None).amount == 10
+    # Above what is used, no confirmation is asked.
+    assert adam.post("/api/v1/budgets/", {**body, "amount": 30}).status_code == 200
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [
@@ -282,7 +301,12 @@ def test_member_limits_are_read_by_the_team_and_set_by_its_lead(budgeted: Fleet)
     vision = budgeted.world.teams["vision"]
     path = f"/api/v1/teams/{vision.pk}/member-limits/"
     lena = client(budgeted, "lena")
-    created = lena.post(path, {"user": "alice", "accelerators": 4, "reason": "one node"})
+    # alice's jobs hold 5 accelerators: a limit of 4 is a 400 naming the field and what they hold, until confirmed.
+    refused = lena.post(path, {"user": "alice", "accelerators": 4, "reason": "one node"})
+    assert refused.status_code == 400
+    assert "alice's jobs hold 5 accelerators now, more than 4" in refused.json()["error"]["fields"]["accelerators"][0]
+    assert not MemberLimit.objects.exists()
+    created = lena.post(path, {"user": "alice", "accelerators": 4, "reason": "one node", "confirm": True})
     assert created.status_code == 201
     assert (created.json()["user"], created.json()["accelerators"]) == ("alice", "4.000")
     assert lena.post(path, {"user": "alice", "accelerators": "6.5", "reason": "more"}).status_code == 200

@@ -16,8 +16,9 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from governance import budgets
+from governance import budgets, quotas
 from governance.models import Budget, BudgetAlert, MemberLimit, QuotaChange
+from scheduler import actions
 from tenancy.models import AuditLog, Project
 from tests.scheduler.conftest import Fleet
 from tests.scheduler.test_budgets import NOV_15, placed_attempt
@@ -25,6 +26,7 @@ from tests.scheduler.test_budgets import NOV_15, placed_attempt
 pytestmark = pytest.mark.django_db
 
 HOOK = "https://hooks.example.com/services/T0/B0/secret-token"
+H100 = "H100-SXM-80GB"
 HTMX = {"HX-Request": "true"}
 
 
@@ -355,7 +357,15 @@ def test_a_lead_sets_and_clears_a_members_limit_in_place(budgeted: Fleet) -> Non
     assert 'data-testid="member-row-form"' in form
     assert re.findall(r'<input form="[^"]+" name="(\w+)"', form) == ["accelerators", "reason"]
 
-    response = lena.post(row_url, {"accelerators": "4", "reason": "one node at a time"})
+    # alice's jobs hold 5 accelerators (4 + 1): a limit of 4 is refused once, saying so, until confirmed.
+    held = quotas.member_holds(budgeted.world.teams["vision"], alice)
+    assert held == 5
+    warned = lena.post(row_url, {"accelerators": "4", "reason": "one node at a time"})
+    assert warned.status_code == 400
+    assert "alice&#x27;s jobs hold 5 accelerators now, more than 4" in warned.content.decode()
+    assert 'data-testid="confirm-below-use"' in warned.content.decode()
+    assert not MemberLimit.objects.filter(user=alice).exists()
+    response = lena.post(row_url, {"accelerators": "4", "reason": "one node at a time", "confirm": "on"})
     assert response.status_code == 200
     assert response["HX-Trigger"] == "quotas-changed"
     assert re.search(r'data-cell="accelerators">4</td>', response.content.decode())
@@ -438,3 +448,41 @@ def test_the_organization_page_lists_every_budget(budgeted: Fleet) -> None:
     vision = budgeted.world.teams["vision"].pk
     assert f'href="/teams/{vision}/quotas/?target=team#budget-form"' in adam
     assert signed_in(budgeted, "alice").get("/quotas/").status_code == 403
+
+
+def test_a_lead_is_told_who_sets_what_she_may_not_change(budgeted: Fleet) -> None:
+    """Beside each value a lead may not change, who may: the team's own budget, and in the team queue's quota
+    form its nominal quota and borrowing limit (she sets its lending limit)."""
+    lena = signed_in(budgeted, "lena")
+    page = lena.get(url(budgeted)).content.decode()
+    assert re.search(r'data-testid="budget-locked">Set by an organization admin<', page)
+    queue = actions.queue_for(budgeted.world.teams["vision"], None)
+    quotas.set_quota(budgeted.user("adam"), queue, flavor=H100, nominal=8, reason="Q4 plan")
+    query = {"edit": "1", "flavor": H100, "resource": "accelerator"}
+    form = lena.get(url(budgeted, f"queues/{queue.pk}/quota/"), query)
+    body = form.content.decode()
+    assert form.status_code == 200
+    for locked in ("nominal", "borrowing_limit"):
+        assert f'data-testid="locked-{locked}">Set by an organization admin<' in body, locked
+    assert 'data-testid="locked-lending_limit"' not in body
+    assert 'name="lending_limit"' in body
+    adam = signed_in(budgeted, "adam").get(url(budgeted, f"queues/{queue.pk}/quota/"), query)
+    assert 'data-testid="locked-' not in adam.content.decode()
+
+
+def test_the_budget_form_warns_before_a_limit_below_this_month_s_use(budgeted: Fleet) -> None:
+    """Detection used 2 accelerator-hours this month (one GPU since 10:00): lena's limit of 1 comes back with
+    what is used and a box to confirm it; ticked, it is set."""
+    lena = signed_in(budgeted, "lena")
+    detection = project(budgeted, "detection")
+    data = {"target": f"project:{detection.pk}", "accelerator_hours": "1", "hard": "on", "reason": "cut"}
+    before = written()
+    warned = lena.post(url(budgeted, "budgets/"), data, headers=HTMX)
+    assert warned.status_code == 400
+    body = unescape(warned.content.decode())
+    assert "Project Detection has already used 2 accelerator-hours this month, more than 1; its jobs would" in body
+    assert 'data-testid="confirm-below-use"' in body
+    assert written() == before
+    confirmed = lena.post(url(budgeted, "budgets/"), {**data, "confirm": "on"}, headers=HTMX)
+    assert confirmed.status_code == 200
+    assert Budget.objects.get(project=detection).accelerator_hours == 1

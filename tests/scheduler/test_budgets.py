@@ -3,12 +3,8 @@ their alerts by e-mail and webhook (each sent once)."""
 
 from __future__ import annotations
 
-import json
-import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -22,6 +18,7 @@ from scheduler.models import Attempt, Job
 from scheduler.states import PLACED
 from tenancy.models import AuditLog
 from tests.billing.factories import priced
+from tests.conftest import Hook
 from tests.scheduler.conftest import Fleet
 
 NOV_15 = datetime(2026, 11, 15, 12, 0, tzinfo=UTC)
@@ -143,13 +140,19 @@ def test_a_project_budget_holds_that_projects_jobs_only(fleet: Fleet) -> None:
     at = inside_a_month()
     project = fleet.world.project("vision")
     priced(fleet.clusters.values(), 2.0)  # the simulated clusters are free unless priced
-    make_budget(fleet, project=project, amount=0, hard=True)
+    make_budget(fleet, project=project, amount=Decimal("0.01"), hard=True)
     held = fleet.submit("alice", name="project", accelerators=1, project=project)
     free = fleet.submit("alice", name="team", accelerators=1)
     fleet.cycle(at)
     assert Job.objects.get(pk=held.pk).pending_reason == "budget"
-    assert "has 0.00 left this month" in Job.objects.get(pk=held.pk).pending_message
+    assert "has 0.01 left this month" in Job.objects.get(pk=held.pk).pending_message
     assert Job.objects.get(pk=free.pk).state in PLACED
+    # Lowered to nothing after it was accepted: no month will cover it (a new one would be refused outright).
+    make_budget(fleet, project=project, amount=0, hard=True)
+    fleet.cycle(at)
+    assert "it can never start as things stand" in Job.objects.get(pk=held.pk).pending_message
+    with pytest.raises(ValidationError):
+        fleet.submit("alice", name="again", accelerators=1, project=project)
 
 
 # ------------------------------------------------------------------------------------------- changes
@@ -231,33 +234,6 @@ def test_a_budget_without_limits_is_removed(fleet: Fleet) -> None:
 
 
 # -------------------------------------------------------------------------------------------- alerts
-
-
-class Hook(BaseHTTPRequestHandler):
-    received: list[tuple[dict[str, str], dict[str, Any]]] = []
-    status = 200
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        type(self).received.append((dict(self.headers), json.loads(body)))
-        self.send_response(type(self).status)
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-@pytest.fixture
-def hook(settings: Any) -> Iterator[tuple[str, type[Hook]]]:
-    """A webhook receiver on this machine: the site allows webhooks to its own networks (loopback included)."""
-    settings.WEBHOOKS_ALLOW_PRIVATE = True
-    handler = type("Receiver", (Hook,), {"received": [], "status": 200})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/budget", handler
-    server.shutdown()
-    server.server_close()
 
 
 @pytest.fixture

@@ -385,3 +385,30 @@ def test_the_console_script_is_installed() -> None:
     assert refused.returncode == 1
     assert "Cannot reach http://127.0.0.1:9" in refused.stderr
     assert "qm_secret" not in refused.stderr + refused.stdout
+
+
+def test_dry_run_names_the_member_limit_and_show_counts_the_next_job_as_one(
+    server: Fleet, tmp_path: Path, capsys: Any
+) -> None:
+    """The same answers as the page: the dry run is held by alice's own limit (not "start now"), and the job
+    next in line is #1, as the job page says."""
+    from governance import quotas
+
+    team = server.world.teams["vision"]
+    quotas.set_member_limit(server.user("lena"), team, server.user("alice"), 1, reason="share")
+    server.submit("alice", name="mine", accelerators=1)
+    server.cycle()
+    status, out, err = qm(capsys, "submit", job_file(tmp_path), "--dry-run")
+    assert (status, err) == (0, ""), err
+    assert "It would wait (member_limit)" in out
+    assert "Estimated start: unknown" not in out  # her running job's time limit bounds it
+
+    for i in range(6):
+        server.submit("lena", name=f"fill-{i}", accelerators=8)
+    server.cycle()
+    waiting = Job.objects.filter(state=Job.State.PENDING).order_by("queue_position").first()
+    assert waiting is not None
+    assert waiting.queue_position == 1
+    status, out, err = qm(capsys, "show", str(waiting.pk))
+    assert (status, err) == (0, ""), err
+    assert "#1 in the queue" in out

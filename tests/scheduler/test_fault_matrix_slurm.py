@@ -9,6 +9,11 @@ file in the lab's work directory: the scenario opens the gate when the job is to
 exactly as long as the scenario wants. A partition is the cluster's endpoint pointed at a closed port for
 its duration; a refusal is Slurm's own (an invalid partition). Cordon and drain are Slurm's DRAIN on a
 lab node (scontrol on 22.05, ``POST node/{name}`` on 24.11), resumed at the end.
+
+The Ray rows run real Ray (``deploy/slurm-lab/ray-venv.sh``; on 24.11 inside the lab's root filesystem): the
+entrypoint runs remote tasks, then waits for the gate and exits with the code the row asks for. A cancelled
+Ray job leaves none of its Ray processes behind; one whose worker's node goes down (lab-node1, the matrix's
+own node, set DOWN on the lab: the head is on lab-node3) is requeued by Slurm itself.
 """
 
 from __future__ import annotations
@@ -22,18 +27,39 @@ import pytest
 
 from clusters import actions as cluster_actions
 from clusters.backends.base import JobState
+from clusters.backends.slurm import SlurmBackend
+from clusters.backends.slurm import ray as slurm_ray
 from clusters.models import Cluster, Node
 from clusters.sync import backend_for
+from scheduler import actions
 from scheduler.models import Attempt, Job
 from scheduler.states import FINAL
 from tests.clusters.factories import slurm_cluster
 from tests.clusters.slurm_lab import SlurmLab
+from tests.clusters.test_slurm_ray import RAY_OPTIONS, needs_ray
 from tests.scheduler.conftest import Fleet
 from tests.scheduler.fault_harness import HOUR, Row, Scenario, events, record, skipped
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slurm]
 
 MATRIX_NODE = "lab-node1"
+#: The Ray rows' entrypoint: remote tasks on the Ray cluster, then it waits for the gate (argv[1]) and exits
+#: with argv[2].
+RAY_PROGRAM = """import os, sys, time
+import ray
+ray.init()
+@ray.remote(num_cpus=1, scheduling_strategy="SPREAD")
+def where():
+    time.sleep(0.5)
+    return ray.get_runtime_context().get_node_id()
+nodes = len(set(ray.get([where.remote() for _ in range(8)])))
+print("qm-ray-tasks-ran-on", nodes, "node(s), greeting", os.environ.get("GREETING"), flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.2)
+sys.exit(int(sys.argv[2]))
+"""
+#: Ray takes 10-25 s to come up on the lab's shared 2 cores; a Ray job's steps are given this long.
+RAY_SECONDS = 180
 
 
 class SlurmScenario(Scenario):
@@ -57,6 +83,43 @@ class SlurmScenario(Scenario):
         Node.objects.filter(cluster=self.slurm).exclude(name=MATRIX_NODE).update(state=Node.State.CORDONED)
         self.gate = Path(lab.options["workdir"]) / f"qm-matrix-gate-{time.time_ns()}"
         self.taken_out: list[str] = []
+
+    def submit_ray(self, exit_code: int = 0, **fields: Any) -> Job:
+        """A Ray job (a head and one worker of 1 GPU) whose entrypoint (``RAY_PROGRAM``) runs until the gate
+        opens, then exits ``exit_code``."""
+        needs_ray(self.lab)
+        program = self.gate.with_name(f"{self.gate.name}-ray.py")
+        program.write_text(RAY_PROGRAM)
+        ray = {
+            "kind": "ray",
+            "script": "",
+            "entrypoint": f"python {program} {self.gate} {exit_code}",
+            "runtime_env": {"env_vars": {"GREETING": "matrix"}},
+            "workers": 1,
+            "cpu": 2000,
+            "memory": 2048,
+            "head_cpu": 1000,
+            "head_memory": 2048,
+        }
+        return self.submit(**{**ray, **fields})
+
+    def output(self, job: Job) -> str:
+        """The job's output on the lab (its latest attempt's), "" before there is any."""
+        attempt = job.attempts.order_by("number").last()
+        path = Path(self.lab.options["workdir"]) / f"slurm-{attempt.backend_id if attempt else ''}.out"
+        return path.read_text() if attempt and attempt.backend_id and path.exists() else ""
+
+    def until_tasks_ran(self, job: Job) -> str:
+        """Follow a Ray job until its entrypoint says where its remote tasks ran (every Ray node joined,
+        the entrypoint runs and waits for the gate); returns the script's line of how long Ray took to be up."""
+        deadline = time.monotonic() + RAY_SECONDS
+        while "qm-ray-tasks-ran-on" not in (output := self.output(job)):
+            self.follow()
+            job.refresh_from_db()
+            assert job.state not in FINAL, (events(job), output[-2000:])
+            assert time.monotonic() < deadline, (events(job), output[-2000:])
+            time.sleep(1)
+        return next(line for line in output.splitlines() if line.startswith("qm: Ray is up"))
 
     def submit(self, **fields: Any) -> Job:
         # A batch script that runs until the gate opens; SIGTERM: it checkpoints and exits.
@@ -88,11 +151,11 @@ class SlurmScenario(Scenario):
         if wait:
             self.until(job, lambda j: j.state == Job.State.RUNNING or j.state in FINAL, at=job.not_before)
 
-    def finish(self, job: Job) -> None:
+    def finish(self, job: Job, seconds: float = 20) -> None:
         """Open the gate (Slurm's copies end) and let the simulated clusters' hour pass."""
         self.gate.touch()
         self.fleet.run_for(HOUR + 1)
-        self.until(job, lambda j: j.state in FINAL, at=self.later(HOUR + 1))
+        self.until(job, lambda j: j.state in FINAL, seconds=seconds, at=self.later(HOUR + 1))
 
     def node_of(self, job: Job) -> Node:
         return job.attempts.get(outcome=Attempt.Outcome.ACTIVE).assignments.get().node
@@ -242,6 +305,101 @@ def drain(s: SlurmScenario) -> Row:
     return s.row("graceful drain", job, note=note, state="succeeded", retries=0, copies=1)
 
 
+def ray_processes(attempt: Attempt) -> dict[int, str]:
+    """The processes of the Ray cluster of ``attempt`` (pid: name): every Ray process of the job keeps its
+    files under the job's own directory (``qm-ray-<Slurm job>-<attempt>``, ``clusters/backends/slurm/ray.py``),
+    which its command line names (raylet's ``--session_dir``, gcs_server's ``--session-dir``, ...)."""
+    mark = f"/qm-ray-{attempt.backend_id}-{slurm_ray.ray_dir_name(attempt.backend_key)}/".encode()
+    found = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and mark in (entry / "cmdline").read_bytes():
+                found[int(entry.name)] = (entry / "comm").read_text().strip()
+        except OSError:  # it ended meanwhile
+            continue
+    return found
+
+
+def ray_succeeds(s: SlurmScenario) -> Row:
+    job = s.submit_ray(0)
+    s.cycle()
+    up = s.until_tasks_ran(job)
+    s.finish(job, seconds=RAY_SECONDS)
+    attempt = job.attempts.get()
+    assert attempt.dashboard_url.startswith("http://127.0.0.1:"), events(job)
+    assert "qm-ray-tasks-ran-on 1 node(s), greeting matrix" in s.output(job), s.output(job)[-2000:]
+    note = f"head and worker on {MATRIX_NODE}, remote tasks run; {up.removeprefix('qm: ')}"
+    return s.row("Ray job", job, note=note, state="succeeded", retries=0, copies=1)
+
+
+def ray_entrypoint_fails(s: SlurmScenario) -> Row:
+    job = s.submit_ray(4, max_retries=0)
+    s.cycle()
+    s.until_tasks_ran(job)
+    s.finish(job, seconds=RAY_SECONDS)
+    assert "exited with code 4" in job.message, events(job)
+    note = "the entrypoint exits 4: the job fails with its code (no retries left)"
+    return s.row("Ray job, entrypoint exits non-zero", job, note=note, state="failed", retries=0, copies=0)
+
+
+def ray_cancelled(s: SlurmScenario) -> Row:
+    job = s.submit_ray(0)
+    s.cycle()
+    s.until_tasks_ran(job)
+    attempt = job.attempts.get()
+    backend_id = attempt.backend_id
+    running = ray_processes(attempt)
+    assert {"raylet", "gcs_server"} <= set(running.values()), running
+    with s.capture(execute=True):
+        actions.cancel_job(s.fleet.user("alice"), job, "matrix")
+    assert s.ends_there(backend_id, seconds=30) == JobState.CANCELLED, events(job)
+    deadline = time.monotonic() + 30  # KillWait (5 s), then Slurm kills what is left
+    while (left := ray_processes(attempt)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, f"Ray processes of job {backend_id} left after scancel: {left}"
+    note = f"scancel: none of its {len(running)} Ray processes (raylet, gcs_server, ...) remain"
+    return s.row("Ray job cancelled while running", job, note=note, state="cancelled", retries=0, copies=0)
+
+
+def ray_worker_node_lost(s: SlurmScenario) -> Row:
+    # The worker (30 cores) and the head (4) do not fit one 32-core node: the head goes to lab-node3 (not
+    # lab-node2, where test_slurm_backend counts what its own job uses).
+    Node.objects.filter(cluster=s.slurm, name="lab-node3").update(state=Node.State.SCHEDULABLE)
+    job = s.submit_ray(0, cpu=30000, head_cpu=4000)
+    s.cycle()
+    attempt = job.attempts.get()
+    assert attempt.cluster == s.slurm, events(job)
+    assert attempt.assignments.get(workers=1).node.name == MATRIX_NODE, events(job)
+    s.until_tasks_ran(job)
+    assert "qm-ray-tasks-ran-on 2 node(s), greeting matrix" in s.output(job), s.output(job)[-2000:]
+    running = ray_processes(attempt)
+    # The worker's node is lost: Slurm sets it DOWN, kills the job everywhere and requeues it itself (JobRequeue,
+    # Slurm's default), to start again after a delay (BeginTime). The lab's slurmd still answers, so the node
+    # is back in service at once (ReturnToService=2).
+    backend = backend_for(s.slurm)
+    assert isinstance(backend, SlurmBackend)
+    backend._scontrol("update", f"NodeName={MATRIX_NODE}", "State=DOWN", "Reason=qm matrix: lost", what=MATRIX_NODE)
+    s.taken_out.append(MATRIX_NODE)
+    deadline = time.monotonic() + 30
+    while (state := backend.status(attempt.backend_id).state) == JobState.RUNNING and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert state == JobState.PENDING, state
+    while (left := ray_processes(attempt)) and time.monotonic() < deadline + 30:
+        time.sleep(0.5)
+    assert not left, f"Ray processes of job {attempt.backend_id} left after its node was lost: {left}"
+    s.put_back()
+    s.gate.unlink()  # the copy Slurm runs again waits for the gate again
+    # Slurm would wait about two minutes (BeginTime) before it starts the job again; the lab does not.
+    backend._scontrol("update", f"JobId={attempt.backend_id}", "StartTime=now", what=f"job {attempt.backend_id}")
+    s.until_tasks_ran(job)  # the Ray cluster started again, on the same nodes, under the same Slurm job
+    s.finish(job, seconds=RAY_SECONDS)
+    note = (
+        f"head on lab-node3, worker on {MATRIX_NODE} set DOWN: Slurm kills it ({len(running)} Ray processes, none "
+        "left) and requeues it itself; it runs again as the same Slurm job, Quartermaster shows it running throughout"
+    )
+    return s.row("Ray job, worker's node lost", job, note=note, state="succeeded", retries=0, copies=1)
+
+
 def _span(seconds: int) -> str:
     return f"{seconds // 60} min" if seconds >= 120 else f"{seconds} s"
 
@@ -257,6 +415,10 @@ FAULTS: dict[str, tuple[Callable[[SlurmScenario], Row], dict[str, Any]]] = {
     "time_limit": (time_limit, {}),
     "cordon": (cordon, {}),
     "drain": (drain, {}),
+    "ray": (ray_succeeds, RAY_OPTIONS),
+    "ray_entrypoint_fails": (ray_entrypoint_fails, RAY_OPTIONS),
+    "ray_cancelled": (ray_cancelled, RAY_OPTIONS),
+    "ray_worker_node_lost": (ray_worker_node_lost, RAY_OPTIONS),
 }
 NOT_HERE = {
     "partial_gang": ("partial gang", "Slurm starts an allocation whole: no job runs in part"),

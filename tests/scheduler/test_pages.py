@@ -474,8 +474,16 @@ def test_list_filters_and_search(fleet: Fleet) -> None:
         assert response.status_code == 200
         return {job.name for job, _, _ in response.context["rows"]}
 
-    assert names("") == {"alpha-run", "beta-run", "gamma-run"}
-    assert names("mine=on") == {"alpha-run", "gamma-run"}
+    # The list opens on active work; "all states" (an empty state) and "finished" are a click away.
+    assert names("") == {"alpha-run", "beta-run"}
+    assert names("state=") == {"alpha-run", "beta-run", "gamma-run"}
+    assert names("state=finished") == {"gamma-run"}
+    assert names("mine=on") == {"alpha-run"}
+    assert names("mine=on&state=") == {"alpha-run", "gamma-run"}
+    opened = alice.get("/jobs/").content.decode()
+    assert '<option value="active" selected>' in opened
+    assert '<a href="?state=">all jobs</a>' in opened
+    assert '<a href="?state=finished">finished</a>' in opened
     assert names("q=beta") == {"beta-run"}
     assert names("state=cancelled") == {"gamma-run"}
     assert names("state=active") == {"alpha-run", "beta-run"}

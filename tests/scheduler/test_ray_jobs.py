@@ -83,7 +83,7 @@ def test_a_ray_job_is_taken_in_peoples_units_and_read_back(fleet: Fleet, api: An
         ({"script": "#!/bin/bash\necho hi"}, "image", "not a batch script"),
         ({"head_cpu": 0}, "head_cpu", ""),
         ({"head_accelerators": 99}, "head_accelerators", "between 0 and 64"),
-        ({"head_cpu": 1000}, "accelerators", ""),  # no node has 1,000 cores: it could never start
+        ({"head_cpu": 1000}, "head_cpu", "has 110 CPU cores"),  # no node has 1,000 cores: under the head's field
     ],
 )
 def test_bad_ray_input_is_a_400_naming_the_field(
@@ -310,6 +310,11 @@ def test_a_ray_job_runs_on_real_ray_through_the_loop_and_its_exit_code_comes_bac
     fleet.cycle()
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
+        if Job.objects.filter(pk__in=[job.pk for job in jobs.values()], attempts__isnull=True).exists():
+            # the lab is shared with other tests: a job that found its nodes busy is placed when they free,
+            # as the loop's next rounds would (the sync sees them free, the cycle places it)
+            sync.sync_cluster(cluster.pk)
+            fleet.cycle()
         follow.follow(cluster.pk)
         states = {code: Job.objects.get(pk=job.pk).state for code, job in jobs.items()}
         if all(state in (Job.State.SUCCEEDED, Job.State.FAILED) for state in states.values()):
@@ -317,8 +322,9 @@ def test_a_ray_job_runs_on_real_ray_through_the_loop_and_its_exit_code_comes_bac
         time.sleep(1)
     for code, job in jobs.items():
         job.refresh_from_db()
-        attempt = job.attempts.get()
         events = list(job.events.values_list("reason", "message"))
+        assert job.attempts.count() == 1, (job.state, job.pending_reason, events)
+        attempt = job.attempts.get()
         written = tmp_path / f"slurm-{attempt.backend_id}.out"
         assert written.exists(), events
         output = written.read_text()

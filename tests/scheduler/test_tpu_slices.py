@@ -34,7 +34,7 @@ SLICES = {"v5p-32/2x2x4": 2, "v5p-8": 1}
 @pytest.fixture
 def tpu() -> Iterator[TpuServer]:
     with TpuServer(progression=("ACCEPTED", "ACTIVE"), page_size=50) as server:
-        server.nodes["train-a"]["labels"]["quartermaster-team"] = "vision"  # an existing slice of a team's
+        server.nodes["train-a"]["labels"]["quartermaster-team"] = "speech"  # lent to another team than alice's
         yield server
 
 
@@ -101,6 +101,7 @@ def test_multislice_of_two_is_one_queued_resource_of_two_slices(s: Scenario, tpu
     other.refresh_from_db()
     assert other.state == Job.State.PENDING, events(other)
     assert not other.attempts.exists()
+    assert other.pending_message.startswith("A v5p-32 slice in tpu is reserved for it from about")  # not "v5p"
 
 
 def test_a_reported_failure_fails_the_attempt_and_deletes_its_slices(s: Scenario, tpu: TpuServer) -> None:
@@ -119,13 +120,19 @@ def test_a_reported_failure_fails_the_attempt_and_deletes_its_slices(s: Scenario
 
 
 def test_another_teams_slice_is_never_used(s: Scenario, tpu: TpuServer) -> None:
-    """``train-a`` is an idle v5p-16 slice that team vision made: Quartermaster offers nothing of it, so a v5p-16
-    job (of vision's, even) is refused at submission (no slot of that shape), and nothing is provisioned."""
-    node = Cluster.objects.get(slug="tpu").nodes.get(name="train-a")
-    assert (node.state, node.accelerators_allocatable) == (node.State.CORDONED, 0)
+    """``train-a`` is an idle v5p-16 slice its owner lends to team speech (docs/backends.md, "Slices lent to a
+    team"): it is speech's capacity alone, so a v5p-16 job of alice's (team vision) is refused at submission (no
+    slot of that shape, no slice lent to vision), and nothing is provisioned or given a job. ``serve-c``, a slice
+    nobody lent, is not Quartermaster's at all: cordoned, no chips offered."""
+    nodes = Cluster.objects.get(slug="tpu").nodes
+    lent = nodes.get(name="train-a")
+    assert (lent.state, lent.accelerators_allocatable, lent.labels["qm/lent-to"]) == ("schedulable", 8, "speech")
+    unlent = nodes.get(name="serve-c")
+    assert (unlent.state, unlent.accelerators_allocatable) == (unlent.State.CORDONED, 0)
     with pytest.raises(ValidationError) as refused:
         submit(s, tpu_type="v5p-16")
     assert "tpu_type" in refused.value.message_dict, refused.value.message_dict
+    assert "No v5p-16 slice exists" in refused.value.message_dict["tpu_type"][0]  # the shape asked for
     assert not Job.objects.exists()
     assert tpu.mutations() == []
 
@@ -137,6 +144,8 @@ def test_a_big_slice_asks_for_all_its_chips(s: Scenario) -> None:
     with pytest.raises(ValidationError) as refused:
         submit(s, tpu_type="v5p-256")
     assert list(refused.value.message_dict) == ["tpu_type"], refused.value.message_dict
+    assert "No v5p-256 slice exists" in refused.value.message_dict["tpu_type"][0]
+    assert "accelerators" not in refused.value.message_dict["tpu_type"][0]
     Cluster.objects.filter(slug="tpu").update(
         options={**Cluster.objects.get(slug="tpu").options, "slices": {"v5p-256": 1}}
     )

@@ -1,0 +1,1 @@
+"""Watching running jobs: stragglers and hangs (``detector``: pure), and what follows (``watch``)."""
