@@ -26,9 +26,11 @@ $(VENV)/.installed-dev: requirements/pip.txt requirements/dev.txt pyproject.toml
 	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@ $(VENV)/.installed-runtime
 
-## Install, migrate, seed the demo and run web server, worker and beat until Ctrl-C.
+## Install, migrate, seed the demo and run web server, worker, beat and the demo's background work until Ctrl-C;
+## PORT picks the web server's port (QM_VAR_DIR where its files live).
+PORT ?= 8000
 demo: $(VENV)/.installed-runtime
-	$(BIN)/python manage.py demo
+	$(BIN)/python manage.py demo --bind 127.0.0.1:$(PORT)
 
 ## Run the tests: PostgreSQL/Redis when DATABASE_URL/REDIS_URL point at them, embedded defaults otherwise.
 test: $(VENV)/.installed-dev

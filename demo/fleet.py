@@ -25,7 +25,11 @@ DEMO_CLUSTERS = {
 
 def seed_demo_fleet(org: Organization) -> list[Cluster]:
     """Create the demo clusters (idempotent). Their state file lives under the var directory so that the
-    web server, the worker and beat see one simulated cluster."""
+    web server, the worker and beat see one simulated cluster.
+
+    The fleet carries no invented background load: what is busy is what the demo's jobs hold, the seeded
+    ones and the background work that comes and goes (``demo/background.py``). A cluster seeded by an older
+    demo with a static ``busy`` share has it taken out."""
     clusters: list[Cluster] = []
     for slug, (name, region, levels, options, preference) in DEMO_CLUSTERS.items():
         state_file = str(settings.VAR_DIR / "simulated" / f"{slug}.json")
@@ -38,10 +42,13 @@ def seed_demo_fleet(org: Organization) -> list[Cluster]:
                 "endpoint": f"sim://{slug}",
                 "region": region,
                 "levels": levels,
-                "options": {**options, "busy": 0.4, "seed": len(clusters), "state_file": state_file},
+                "options": {**options, "seed": len(clusters), "state_file": state_file},
                 "preference": preference,
             },
         )
+        if cluster.options.get("busy"):
+            cluster.options = {key: value for key, value in cluster.options.items() if key != "busy"}
+            cluster.save(update_fields=["options"])
         clusters.append(cluster)
     return clusters
 

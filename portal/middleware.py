@@ -8,15 +8,25 @@ API are left to them too, so that DRF still answers a form sent to a JSON-only e
 
 A ``params.BadParameter`` raised by a page's view becomes the same 400 (the API's error handler answers it
 for the API).
+
+``ServeMetrics`` answers ``/metrics`` before anything else looks at the request: Prometheus scrapes a pod or a
+container by its address, a Host that ``ALLOWED_HOSTS`` does not list, over plain HTTP inside the cluster, so
+neither the host check nor the HTTPS redirect may stand in its way (the view has its own access rule: the
+token, or this host only; it builds no URL from the Host).
+
+``MeasureRequests`` times every other answer for ``qm_http_request_duration_seconds``, labelled by the route's
+template (``jobs/<int:pk>/``, never the raw path: bounded), the method and the status class.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse
 
-from common import params
+from common import metrics, params
+from observability import scrape
 from portal.errors import bad_parameter
 
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
@@ -42,3 +52,30 @@ class RefuseBadInput:
         if isinstance(exception, params.BadParameter):
             return bad_parameter(request, exception)
         return None
+
+
+class ServeMetrics:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.path == "/metrics":
+            return scrape.metrics(request)
+        return self.get_response(request)
+
+
+class MeasureRequests:
+    METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        started = time.perf_counter()
+        response = self.get_response(request)
+        match = getattr(request, "resolver_match", None)
+        route = "/" + match.route if match is not None and match.route else "unmatched"
+        method = request.method if request.method in self.METHODS else "other"
+        status = metrics.status_class(response.status_code)
+        metrics.REQUEST_SECONDS.labels(route, method, status).observe(time.perf_counter() - started)
+        return response

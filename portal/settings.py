@@ -56,12 +56,30 @@ if PRODUCTION and CREDENTIALS_KEY:
 # on private networks or loopback: only where the site's relay lives there.
 CLUSTER_ENDPOINTS_ALLOW_LOOPBACK = env_bool("CLUSTER_ENDPOINTS_ALLOW_LOOPBACK", not PRODUCTION)
 WEBHOOKS_ALLOW_PRIVATE = env_bool("WEBHOOKS_ALLOW_PRIVATE", False)
+# Service replicas' addresses (``common.outbound.for_replicas``): the clusters' private networks, and this
+# machine outside production (the simulated backend runs replicas as local processes).
+REPLICAS_ALLOW_PRIVATE = env_bool("REPLICAS_ALLOW_PRIVATE", True)
+REPLICAS_ALLOW_LOOPBACK = env_bool("REPLICAS_ALLOW_LOOPBACK", not PRODUCTION)
 # Node health probes: at most one report per node this often.
 PROBE_MIN_INTERVAL_SECONDS = env_int("PROBE_MIN_INTERVAL_SECONDS", 10, minimum=1)
+# Days the probes' per-minute GPU samples are kept: billing's idle cost reads them, so at least the last
+# full month (62 days) by default.
+GPU_SAMPLE_DAYS = env_int("GPU_SAMPLE_DAYS", 62, minimum=1)
 #: How long the placement loop's leader lock outlives a leader that died (it is renewed between cycles).
 PLACEMENT_LOCK_SECONDS = env_int("PLACEMENT_LOCK_SECONDS", 30, minimum=1)
 #: Admissions per placement cycle; a larger burst is admitted over back-to-back cycles of this size.
 PLACEMENT_MAX_ADMISSIONS = env_int("PLACEMENT_MAX_ADMISSIONS", 2000, minimum=1)
+#: Interactive sessions (docs/jobs.md): the longest time limit one may ask for, in hours; the idle time after
+#: which one ends by itself when its submitter gives none, and the longest idle time they may give, in minutes.
+SESSION_MAX_HOURS = env_int("SESSION_MAX_HOURS", 8, minimum=1)
+SESSION_IDLE_MINUTES = env_int("SESSION_IDLE_MINUTES", 60, minimum=1)
+SESSION_MAX_IDLE_MINUTES = env_int("SESSION_MAX_IDLE_MINUTES", 240, minimum=1)
+#: The model registry's artifact store (registry/artifacts.py): a directory, and the largest artifact it takes.
+ARTIFACT_ROOT = Path(env_str("QM_ARTIFACT_ROOT", str(VAR_DIR / "artifacts")) or "").resolve()
+ARTIFACT_MAX_BYTES = env_int("ARTIFACT_MAX_BYTES", 20 * 1024**3, minimum=1)
+#: Directories whose files a version may be published from (a checkpoint's location there is copied into the
+#: store); empty: checkpoints are recorded by location only (registry/actions.py, docs/models.md).
+ARTIFACT_IMPORT_ROOTS = [Path(p).resolve() for p in env_list("QM_ARTIFACT_IMPORT_ROOTS", [])]
 #: The address jobs reach this server's API at, handed to each attempt as ``QM_API_URL`` for ``qm checkpoint``
 #: (docs/jobs.md): one the clusters' nodes can reach, not necessarily the one people browse. Outside production
 #: it defaults to the demo's web server (http://127.0.0.1:8000); in production there is no default, and jobs
@@ -98,11 +116,20 @@ INSTALLED_APPS = [
     "governance",
     "scheduler",
     "billing",
+    "observability",
+    "notifications",
+    "registry",
+    "serving",
+    "edge",
     "demo",
     "benchmarks",
 ]
 
 MIDDLEWARE = [
+    # Prometheus's scrape first: no host check or HTTPS redirect on it (portal/middleware.py says why).
+    "portal.middleware.ServeMetrics",
+    # Then, so that it times the whole answer (``qm_http_request_duration_seconds``).
+    "portal.middleware.MeasureRequests",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -204,16 +231,46 @@ CELERY_BEAT_SCHEDULE = {
     "sync-clusters": {"task": "clusters.tasks.sync_due_clusters", "schedule": 30.0},
     "check-cluster-health": {"task": "clusters.tasks.check_all_health", "schedule": 60.0},
     "maintenance-windows": {"task": "clusters.tasks.apply_maintenance_windows", "schedule": 60.0},
+    "prune-gpu-samples": {"task": "clusters.tasks.prune_gpu_samples", "schedule": crontab(minute=23)},
     # The placement loop (also woken by each submission) and the clusters' reports on placed jobs.
     "placement-cycle": {"task": "scheduler.tasks.placement_cycle", "schedule": 10.0},
     "follow-clusters": {"task": "scheduler.tasks.follow_clusters", "schedule": 15.0},
+    # Stragglers and hangs of running jobs, from their progress reports (``scheduler/watch``).
+    "watch-jobs": {"task": "scheduler.tasks.watch_jobs", "schedule": 60.0},
     # Budget alerts at 50/80/100% and on the month's forecast (``governance/budgets.py``).
     "check-budgets": {"task": "scheduler.tasks.check_budgets", "schedule": 300.0},
+    # Notifications of job events, by e-mail and webhook, as each user chose (``notifications/outbox.py``).
+    "notify": {"task": "notifications.tasks.notify", "schedule": 30.0},
     # Billing: the meter, its hourly proof against the placements, and what-ifs whose worker died.
     "meter": {"task": "billing.tasks.meter", "schedule": 60.0},
     "reconcile-meter": {"task": "billing.tasks.reconcile", "schedule": crontab(minute=41)},
     "requeue-what-ifs": {"task": "billing.tasks.requeue_what_ifs", "schedule": 60.0},
+    # One minute of the time-based SLOs (observability/sampling.py).
+    "sample-slos": {"task": "observability.tasks.sample_slos", "schedule": 60.0},
+    # Services: measure, probe, scale and roll out every 5 s (serving/control.py); old samples pruned hourly.
+    "serve-control": {"task": "serving.tasks.control_tick", "schedule": 5.0},
+    "serve-prune-samples": {"task": "serving.tasks.prune_samples", "schedule": crontab(minute=29)},
+    # Edge rollouts' time-based steps: a phase held back by devices offline past its grace (edge/rollouts.py).
+    "advance-rollouts": {"task": "edge.tasks.advance_rollouts", "schedule": 5.0},
 }
+
+# --- Services (serving/, docs/services.md) ---------------------------------------------------------------
+#: How long the endpoint holds a request while a service at zero replicas starts one.
+SERVE_COLD_START_SECONDS = env_int("SERVE_COLD_START_SECONDS", 120, minimum=0)
+#: How long the endpoint waits for a replica's answer to begin.
+SERVE_TIMEOUT_SECONDS = env_int("SERVE_TIMEOUT_SECONDS", 300, minimum=1)
+#: How long a new replica may take to pass its health check before it counts as failed (a rollout rolls back).
+SERVE_STARTUP_SECONDS = env_int("SERVE_STARTUP_SECONDS", 600, minimum=1)
+#: How long a draining replica may finish its requests before it is stopped.
+SERVE_DRAIN_SECONDS = env_int("SERVE_DRAIN_SECONDS", 30, minimum=0)
+SERVE_MAX_REPLICAS = env_int("SERVE_MAX_REPLICAS", 20, minimum=1)
+SERVICE_SAMPLE_DAYS = env_int("SERVICE_SAMPLE_DAYS", 14, minimum=1)
+
+# --- Metrics ----------------------------------------------------------------------------------------------
+# ``/metrics`` (observability/web/views.py): with a token, only a scrape bearing it (``Authorization: Bearer``)
+# is answered; without one, only scrapes from this host. The processes share their metrics through the
+# directory PROMETHEUS_MULTIPROC_DIR, which the client reads itself (docs/operations.md#metrics).
+METRICS_TOKEN = env_str("METRICS_TOKEN") or ""
 
 # --- Placement ------------------------------------------------------------------------------------------
 # The organization's accelerator rates as placement reads them (``scheduler/placement/prices.py``): billing's
@@ -337,6 +394,11 @@ SPECTACULAR_SETTINGS = {
     # Names fixed where two models have a field of the same name (a generated client keeps its types).
     "ENUM_NAME_OVERRIDES": {
         "RoleEnum": "tenancy.models.Role",
+        "DeviceStatusEnum": "edge.models.Status",
+        "DeviceHealthEnum": "edge.models.Health",
+        "DeviceGroupKindEnum": "edge.models.DeviceGroup.Kind",
+        "RolloutStateEnum": "edge.models.RolloutState",
+        "DeploymentStateEnum": "edge.models.DeploymentState",
         "KindEnum": "governance.models.QuotaChange.Kind",
         "BudgetAlertKindEnum": "governance.models.BudgetAlert.Kind",
         "StateEnum": "scheduler.states.JobState",  # the jobs' (its name before nodes and drains had states too)
@@ -347,6 +409,8 @@ SPECTACULAR_SETTINGS = {
         "ClusterStatusEnum": "clusters.models.Cluster.Status",
         "StatusEnum": "billing.models.WhatIf.Status",  # its name before clusters had a status too
         "JobKindEnum": "scheduler.models.Job.Kind",
+        "SessionAppEnum": "scheduler.models.Job.SessionApp",
+        "WatchActionEnum": "governance.models.WatchAction",
     },
 }
 

@@ -6,7 +6,11 @@ outsider (another team, another organization).
 
 from __future__ import annotations
 
+import json
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -60,6 +64,36 @@ def api_client(user: User | None = None) -> APIClient:
 @pytest.fixture
 def api(world: World) -> Any:
     return lambda username: api_client(world.users[username])
+
+
+class Hook(BaseHTTPRequestHandler):
+    """A webhook's receiver: keeps each POST's headers and JSON body, and answers ``status``."""
+
+    received: list[tuple[dict[str, str], dict[str, Any]]] = []
+    status = 200
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).received.append((dict(self.headers), json.loads(body)))
+        self.send_response(type(self).status)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def hook(settings: Any) -> Iterator[tuple[str, type[Hook]]]:
+    """A webhook receiver on this machine (its URL, with a secret in its path, and its handler class): the site
+    allows webhooks to its own networks, loopback included (budget alerts, job notifications)."""
+    settings.WEBHOOKS_ALLOW_PRIVATE = True
+    handler = type("Receiver", (Hook,), {"received": [], "status": 200})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/hook/secret-token", handler
+    server.shutdown()
+    server.server_close()
 
 
 @pytest.fixture(autouse=True)

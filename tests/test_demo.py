@@ -1,5 +1,5 @@
 """The demo: seeding is idempotent, and `manage.py demo` runs web, worker and beat, restarting any that dies,
-until stopped."""
+until stopped, with its service's replicas and its device agents alive, and nothing of it left after."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from django.contrib.auth import authenticate
 from django.core.exceptions import ImproperlyConfigured
 from django.test import RequestFactory
 
+from clusters.backends.simulated.replicas import members
 from demo.tenancy import USERS, seed_demo
 from tenancy.models import Membership, Organization, Project, Team
 
@@ -46,6 +47,19 @@ def test_seed_is_refused_in_production(db, settings) -> None:  # type: ignore[no
     with pytest.raises(ImproperlyConfigured, match="never seeded in production"):
         seed_demo()
     assert not Organization.objects.exists()
+
+
+def members_under(root: Path) -> list[int]:
+    """The live processes (not zombies) whose working directory is under ``root``."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            if state != "Z" and root in Path(os.readlink(proc / "cwd")).parents:
+                found.append(int(proc.name))
+        except (OSError, IndexError):
+            continue
+    return found
 
 
 def _free_port() -> int:
@@ -110,6 +124,28 @@ def test_demo_command_serves_the_portal_survives_a_killed_worker_and_stops_on_ct
         me = requests.get(f"{base}/api/v1/me/", headers=lena, timeout=5)
         assert me.json()["memberships"][0]["role"] == "lead"
 
+        # The demo's service answers through its public endpoint: a replica, a real model server process. (Before
+        # the worker is killed: a replica whose dispatch dies with the worker is the scheduler's recovery to test.)
+        predict = f"{base}/serve/demo/robotics/grasp-policy/v1/predict"
+        answer = requests.post(predict, json={"input": [1, 2]}, timeout=150)  # held while the replica starts
+        assert answer.status_code == 200, (answer.text, output.text[-3000:])
+        assert answer.json()["output"]["score"] == 3.0
+        assert answer.json()["model"] == "grasp-policy"
+        assert answer.json()["bytes"] > 0  # the version's bytes, which the replica fetched with its job token
+        assert answer.headers["X-QM-Revision"] == "1"
+        # The six demo devices' agents enrolled with the seeded tokens and keep polling: all online.
+        token = requests.post(f"{base}/api/v1/auth/token/", json={"username": "adam", "password": "demo"}, timeout=5)
+        adam = {"Authorization": f"Bearer {token.json()['token']}"}
+        deadline = time.monotonic() + 60
+        while True:
+            listed = requests.get(f"{base}/api/v1/devices/?online=true", headers=adam, timeout=5).json()
+            online = sorted(d["name"] for d in listed.get("results", listed))
+            if len(online) == 6:
+                break
+            assert time.monotonic() < deadline, (online, output.text[-3000:])
+            time.sleep(1)
+        assert online == ["arm-01", "arm-02", "robot-01", "robot-02", "robot-03", "robot-04"]
+
         # The worker dies: the demo says so and starts another, and the portal answers all along.
         worker = output.pid("worker")
         assert worker is not None, output.text
@@ -154,9 +190,12 @@ def test_demo_command_serves_the_portal_survives_a_killed_worker_and_stops_on_ct
     assert output.text.count("exited with") == 1, output.text  # the worker we killed, nothing else
     with pytest.raises(requests.ConnectionError):
         requests.get(f"{base}/healthz/", timeout=2)
-    # Every child stopped with the demo: nothing of it is left in its process group.
-    with pytest.raises(ProcessLookupError):
-        os.killpg(demo.pid, 0)
+    # Every child stopped with the demo: nothing of it is left in its process group (web, workers, agents), and
+    # no service replica (in sessions of their own) works under its directory.
+    # (Zombies do not count: the killed worker's pool processes wait for the system to reap them.)
+    assert members(demo.pid) == [], output.text[-3000:]
+    assert "service replicas stopped: 1" in output.text, output.text[-3000:]
+    assert members_under(tmp_path) == [], output.text[-3000:]
 
 
 def test_demo_jobs_and_governance_are_seeded_once(db, settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -197,3 +236,162 @@ def test_demo_jobs_and_governance_are_seeded_once(db, settings, tmp_path: Path) 
     assert any(j.accelerator_milli < 1000 for j in jobs)  # a fraction of one GPU
     assert any(j.accelerators == 0 for j in jobs)  # CPU only
     assert all(j.state == Job.State.PENDING for j in jobs)
+
+
+# --- The background work (demo/background.py) ----------------------------------------------------------
+
+
+@pytest.fixture
+def living(db, settings, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """The demo organization with its fleet synced and its governance, no seeded jobs; the simulated state
+    under ``tmp_path``."""
+    from demo.background import seed_researchers
+    from demo.fleet import seed_demo_fleet, sync_demo_fleet
+    from demo.jobs import seed_governance
+
+    settings.VAR_DIR = tmp_path
+    org = seed_demo()
+    seed_demo_fleet(org)
+    sync_demo_fleet(org)
+    seed_governance(org)
+    seed_researchers(org)
+    return org
+
+
+def _place_and_start(org) -> None:  # type: ignore[no-untyped-def]
+    """A placement cycle, each admitted attempt dispatched, then the clusters followed and synced."""
+    from clusters import sync
+    from clusters.models import Cluster
+    from scheduler.models import Attempt
+    from scheduler.placement import dispatch, follow, loop
+
+    loop.run_cycle(org)
+    for attempt_id in Attempt.objects.filter(outcome="active", backend_id="").values_list("pk", flat=True):
+        dispatch.dispatch(attempt_id)
+    for cluster in Cluster.objects.filter(organization=org):
+        follow.follow(cluster.pk)
+        sync.sync_cluster(cluster.pk)
+
+
+def test_the_background_submits_jobs_the_loop_places_and_the_nodes_count(living) -> None:  # type: ignore[no-untyped-def]
+    import random
+
+    from django.db.models import Q
+    from django.utils import timezone
+
+    from clusters.models import Node
+    from demo.background import PER_TICK, RESEARCHERS, background_jobs, tick, utilization
+    from scheduler import occupancy
+    from scheduler.models import Job
+
+    result = tick(living, timezone.now(), random.Random(3))
+    # An idle fleet: the most a tick submits, each through submit_job by a background researcher.
+    assert len(result.submitted) == PER_TICK, result
+    assert {j.submitted_by.username for j in result.submitted} <= set(RESEARCHERS)
+    assert all(j.state == Job.State.PENDING and j.time_limit <= 20 * 60 for j in result.submitted)
+    _place_and_start(living)
+    running = list(background_jobs(living).filter(state=Job.State.RUNNING))
+    assert running, [(j.name, j.state, j.pending_message) for j in background_jobs(living)]
+    # The simulated clusters report what the jobs hold, so the nodes count it after a sync.
+    used, total = utilization(living)
+    assert used == sum(Node.objects.filter(cluster__organization=living).values_list("accelerators_used", flat=True))
+    assert 0 < used <= total
+    # Node by node, the clusters' reports and our placements agree: nothing missed, nothing counted twice.
+    ours = occupancy.held(Q(cluster__organization=living))
+    reported = dict(Node.objects.filter(accelerators_used__gt=0).values_list("pk", "accelerators_used"))
+    assert reported == {pk: held.accelerators for pk, held in ours.items() if held.accelerators}
+
+
+def test_the_background_stays_bounded(living) -> None:  # type: ignore[no-untyped-def]
+    import random
+
+    from django.utils import timezone
+
+    from demo.background import HIGH, MAX_WAITING, PER_TICK, background_jobs, tick, utilization
+    from scheduler.states import WAITING
+
+    rng = random.Random(11)
+    # Ticks with no loop to place anything: the waiting line stops growing at MAX_WAITING.
+    for _ in range(8):
+        result = tick(living, timezone.now(), rng)
+        assert len(result.submitted) <= PER_TICK
+    assert background_jobs(living).filter(state__in=WAITING).count() == MAX_WAITING
+    assert tick(living, timezone.now(), rng).submitted == []
+    # With the loop placing them, the fleet fills, but never past HIGH by more than one large job.
+    for _ in range(25):
+        tick(living, timezone.now(), rng)
+        _place_and_start(living)
+    used, total = utilization(living)
+    assert used / total < HIGH + 128 / total, (used, total)  # the largest recipe: 16 x 8
+    assert background_jobs(living).count() <= 33 * PER_TICK
+
+
+def test_a_health_event_drains_a_node_and_it_comes_back(living, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import random
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from clusters import health
+    from clusters.models import Drain, Node
+    from demo import background
+
+    monkeypatch.setattr(background, "SICK_CHANCE", 1.0)
+    monkeypatch.setattr(background, "DRAIN_CHANCE", 0.0)
+    rng = random.Random(5)
+    background.tick(living, timezone.now(), rng)
+    _place_and_start(living)
+    now = timezone.now()
+    result = background.TickResult()
+    background.health_events(living, now, rng, result)
+    assert result.sick
+    node = Node.objects.get(cluster__organization=living, name=result.sick)
+    # The health round sees the failing check: the node is marked ill and drained automatically.
+    health.check_cluster(node.cluster_id)
+    node.refresh_from_db()
+    assert (node.healthy, node.state) == (False, Node.State.DRAINING)
+    assert Drain.objects.get(node=node).automatic
+    # One ill node at a time: a second call makes no other ill.
+    again = background.TickResult()
+    background.health_events(living, now, rng, again)
+    assert (again.sick, again.healed) == ("", "")
+    # Its time is up: the fault is cleared; after RESUME_AFTER passing rounds the policy resumes the node.
+    later = background.TickResult()
+    background.health_events(living, now + timedelta(seconds=background.SICK_SECONDS + 1), rng, later)
+    assert later.healed == node.name
+    for _ in range(health.RESUME_AFTER):
+        health.check_cluster(node.cluster_id)
+    node.refresh_from_db()
+    assert (node.healthy, node.state) == (True, Node.State.SCHEDULABLE)
+
+
+def test_a_demo_drain_is_resumed_when_it_is_over(living, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import random
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from clusters.models import Drain, Node
+    from demo import background
+
+    monkeypatch.setattr(background, "SICK_CHANCE", 0.0)
+    monkeypatch.setattr(background, "DRAIN_CHANCE", 1.0)
+    rng = random.Random(8)
+    background.tick(living, timezone.now(), rng)
+    _place_and_start(living)
+    result = background.TickResult()
+    background.drains(living, timezone.now(), rng, result)
+    assert result.drained
+    drain = Drain.objects.get(node__name=result.drained, reason=background.DRAIN_REASON)
+    assert drain.requested_by is not None
+    assert (drain.requested_by.username, drain.automatic) == ("adam", False)
+    assert Node.objects.get(pk=drain.node_id).state == Node.State.DRAINING
+    # One drain at a time, and it ends: resumed through resume_node once DRAIN_SECONDS are over.
+    background.drains(living, timezone.now(), rng, again := background.TickResult())
+    assert (again.drained, again.resumed) == ("", "")
+    later = drain.created_at + timedelta(seconds=background.DRAIN_SECONDS + 1)
+    background.drains(living, later, random.Random(0), over := background.TickResult())
+    assert over.resumed == result.drained
+    drain.refresh_from_db()
+    assert drain.state == Drain.State.RESUMED
+    assert Node.objects.get(pk=drain.node_id).state == Node.State.SCHEDULABLE

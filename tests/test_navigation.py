@@ -19,18 +19,20 @@ from portal.navigation import links_for
 from tenancy.scoping import Role
 
 LINK = re.compile(r'<a href="([^"]*)"( aria-current="page")?>([^<]*)</a>')
-RESEARCHER = ["Home", "Teams", "Jobs", "Submit", "Clusters", "Costs", "API tokens", "API"]
+RESEARCHER = ["Home", "Teams", "Jobs", "Submit", "Models", "Clusters", "Costs", "API tokens", "API"]
 EVERY_LINK = [
     "Home",
     "Teams",
     "Jobs",
     "Submit",
+    "Models",
     "Clusters",
     "Quotas",
     "Costs",
     "Price book",
     "Capacity",
     "Audit log",
+    "SLOs",
     "API tokens",
     "API",
 ]
@@ -38,7 +40,7 @@ EVERY_LINK = [
 SHOWN = {
     "alice": RESEARCHER,
     "bob": RESEARCHER,
-    "lena": RESEARCHER,
+    "lena": ["Home", "Teams", "Jobs", "Submit", "Models", "Clusters", "Quotas", "Costs", "API tokens", "API"],
     "fiona": ["Home", "Teams", "Jobs", "Clusters", "Quotas", "Costs", "Price book", "Capacity", "API tokens", "API"],
     "adam": EVERY_LINK,
     "root": EVERY_LINK,
@@ -46,18 +48,23 @@ SHOWN = {
 }
 
 #: The navigation as ``templates/base.html`` laid it out by hand until it became ``portal/navigation.py``: the
-#: reference the Python table is checked against, for every page and every combination of roles.
+#: reference the Python table is checked against, for every page and every combination of roles. Since then:
+#: a lead's Quotas link, to the quota page of the first team they lead (team 7 here), current there too; the
+#: Models link, for those who may publish models (docs/models.md), current in its whole section: the registry,
+#: services, devices and rollouts.
 BEFORE = """{% with here=request.resolver_match.url_name %}
       <a href="{% url 'home' %}"{% if here == "home" %} aria-current="page"{% endif %}>Home</a>
       <a href="{% url 'team-list' %}"{% if here == "team-list" or here == "team-detail" %} aria-current="page"{% endif %}>Teams</a>
       <a href="{% url 'job-list' %}"{% if here|slice:":4" == "job-" and here != "job-new" or here|slice:":6" == "queue-" %} aria-current="page"{% endif %}>Jobs</a>
       {% if "researcher" in user_roles or "lead" in user_roles or is_org_admin or user.is_superuser %}<a href="{% url 'job-new' %}"{% if here == "job-new" %} aria-current="page"{% endif %}>Submit</a>{% endif %}
+      {% if "researcher" in user_roles or "lead" in user_roles or is_org_admin or user.is_superuser %}<a href="{% url 'model-list' %}"{% if here|slice:":6" == "model-" or here|slice:":8" == "service-" or here|slice:":7" == "device-" or here|slice:":8" == "rollout-" %} aria-current="page"{% endif %}>Models</a>{% endif %}
       <a href="{% url 'cluster-list' %}"{% if here|slice:":8" == "cluster-" or here|slice:":5" == "node-" %} aria-current="page"{% endif %}>Clusters</a>
-      {% if is_org_admin or "finance" in user_roles or user.is_superuser %}<a href="{% url 'org-quotas' %}"{% if here == "org-quotas" %} aria-current="page"{% endif %}>Quotas</a>{% endif %}
+      {% if is_org_admin or "finance" in user_roles or user.is_superuser %}<a href="{% url 'org-quotas' %}"{% if here == "org-quotas" or here == "team-quotas" %} aria-current="page"{% endif %}>Quotas</a>{% elif "lead" in user_roles %}<a href="/teams/7/quotas/"{% if here == "org-quotas" or here == "team-quotas" %} aria-current="page"{% endif %}>Quotas</a>{% endif %}
       <a href="{% url 'costs' %}"{% if here == "costs" or here == "costs-team" %} aria-current="page"{% endif %}>Costs</a>
       {% if is_org_admin or "finance" in user_roles or user.is_superuser %}<a href="{% url 'price-book' %}"{% if here|slice:":6" == "price-" or here|slice:":9" == "overhead-" %} aria-current="page"{% endif %}>Price book</a>{% endif %}
       {% if is_org_admin or "finance" in user_roles or user.is_superuser %}<a href="{% url 'capacity-forecast' %}"{% if here|slice:":8" == "what-if-" or here == "capacity-forecast" %} aria-current="page"{% endif %}>Capacity</a>{% endif %}
       {% if is_org_admin or user.is_superuser %}<a href="{% url 'audit-log' %}"{% if here == "audit-log" %} aria-current="page"{% endif %}>Audit log</a>{% endif %}
+      {% if is_org_admin or user.is_superuser %}<a href="{% url 'slo' %}"{% if here == "slo" %} aria-current="page"{% endif %}>SLOs</a>{% endif %}
       <a href="{% url 'token-list' %}"{% if here == "token-list" %} aria-current="page"{% endif %}>API tokens</a>
       <a href="{% url 'api-docs' %}">API</a>
 {% endwith %}"""  # noqa: E501 - the template as it was, line for line
@@ -102,7 +109,10 @@ def test_each_demo_role_sees_the_links_it_saw_before() -> None:
         assert all(href.startswith("/") for href, _, _ in found)
 
 
-def test_every_page_marks_the_same_link_current_for_every_combination_of_roles() -> None:
+def test_every_page_marks_the_same_link_current_for_every_combination_of_roles(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("portal.navigation._first_team", lambda user, permission: 7)
     before = Template(BEFORE)
     names = [*sorted(url_names()), None]
     assert {"home", "job-new", "job-list", "queue-detail", "price-book", "what-if-detail", "node-detail"} <= set(names)
@@ -118,3 +128,26 @@ def test_every_page_marks_the_same_link_current_for_every_combination_of_roles()
         user = SimpleNamespace(is_superuser=superuser, is_authenticated=True, is_active=True)
         found = [(link["url"], link["current"], link["label"]) for link in links_for(user, roles, here)]  # type: ignore[arg-type]
         assert found == expected, (roles, superuser, here)
+
+
+@pytest.mark.django_db
+def test_a_lead_s_quotas_link_opens_the_quota_page_of_their_team() -> None:
+    seed_demo()
+    client = Client()
+    client.force_login(User.objects.get(username="lena"))
+    found = links(main_nav(client.get(reverse("home")).content.decode()))
+    vision = User.objects.get(username="lena").memberships.get().team
+    assert vision is not None
+    assert (f"/teams/{vision.pk}/quotas/", False, "Quotas") in found
+    page = client.get(reverse("team-quotas", kwargs={"pk": vision.pk}))
+    assert page.status_code == 200
+    assert [label for _, current, label in links(main_nav(page.content.decode())) if current] == ["Quotas"]
+
+
+def test_the_phone_menu_is_a_checkbox_and_its_label_without_script() -> None:
+    html = Template('{% extends "base.html" %}').render(
+        Context({"user": SimpleNamespace(is_authenticated=True, get_username=lambda: "x"), "nav_links": []})
+    )
+    assert '<input type="checkbox" id="nav-toggle" class="nav-toggle">' in html
+    assert '<label for="nav-toggle" class="nav-toggle-label" data-testid="menu">Menu</label>' in html
+    assert "onclick" not in html

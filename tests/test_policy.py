@@ -24,7 +24,20 @@ from tenancy.scoping import Role
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The product's packages (demo data and the benchmarks' synthetic fleets make memberships by design).
-PRODUCT = ("portal", "common", "tenancy", "clusters", "governance", "scheduler", "billing", "qm")
+PRODUCT = (
+    "portal",
+    "common",
+    "tenancy",
+    "clusters",
+    "governance",
+    "scheduler",
+    "billing",
+    "notifications",
+    "serving",
+    "edge",
+    "registry",
+    "qm",
+)
 #: Where roles may be named in a query or a comparison: the policy, the read rules, the models' constraints,
 #: and the writes of memberships (by hand: the compare-and-set of `change_role`; by the provider's groups).
 ALLOWED: dict[str, set[str]] = {
@@ -33,6 +46,9 @@ ALLOWED: dict[str, set[str]] = {
     "tenancy/models.py": {"*"},
     "tenancy/identity.py": {"*"},
     "tenancy/actions.py": {"change_role"},
+    # Which sections the home page shows a user (their roles'); it changes nothing, and each section's rows are
+    # read through the scoping path and the policy like any page's.
+    "portal/home.py": {"sections"},
 }
 QUERIES = {"filter", "exclude", "get", "Q", "update_or_create", "get_or_create"}
 

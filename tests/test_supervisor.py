@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from demo.supervisor import Supervisor
+from demo.supervisor import Supervisor, metrics_directory
 
 PY = sys.executable
 STEADY = [PY, "-c", "import time; time.sleep(120)"]
@@ -100,3 +100,25 @@ def test_stop_kills_a_child_that_ignores_sigterm_after_the_timeout() -> None:
     thread.join(10)
     assert time.monotonic() - began < 3
     assert [p.returncode for p in processes if p] == [-9, -15]
+
+
+def test_the_children_write_their_metrics_into_one_directory_emptied_first(tmp_path: Any) -> None:
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+    (metrics / "counter_999.db").write_bytes(b"an earlier run's counts")
+    env = metrics_directory(metrics)
+    assert list(metrics.iterdir()) == []
+    count = (
+        "from prometheus_client import Counter; Counter('qm_test_total', 'a test').inc(); import time; time.sleep(120)"
+    )
+    with supervising({"one": [PY, "-c", count], "two": [PY, "-c", count]}, env=env):
+        deadline = time.monotonic() + 30
+        while len(list(metrics.glob("counter_*.db"))) < 2:
+            assert time.monotonic() < deadline, list(metrics.iterdir())
+            time.sleep(0.05)
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(metrics))
+    assert registry.get_sample_value("qm_test_total") == 2

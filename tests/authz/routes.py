@@ -32,9 +32,11 @@ from typing import Any
 
 from django.utils import timezone
 
+from edge.models import Device, DeviceGroup, Rollout
+from registry.models import Model, ModelVersion
 from tenancy import policy
 from tenancy.scoping import Role
-from tests.authz.world import H100, PASSWORD, Rel, Side
+from tests.authz.world import H100, PASSWORD, Rel, Side, canary
 
 Fill = Callable[[Side], dict[str, Any]]
 
@@ -135,6 +137,10 @@ def _pk(key: str) -> Fill:
     return lambda s: {"pk": s[key].pk}
 
 
+def _service(s: Side) -> dict[str, Any]:
+    return {"organization": s.home.organization.slug, "team": s.home.slug, "service": s["service"].name, "path": ""}
+
+
 def _team(s: Side) -> dict[str, Any]:
     return {"pk": s.home.pk}
 
@@ -195,6 +201,25 @@ def overhead(s: Side) -> dict[str, Any]:
 
 def what_if(s: Side) -> dict[str, Any]:
     return {"cluster": s["cluster"].pk, "flavor": s["flavor"].pk, "nodes": 2, "days": 30}
+
+
+def service_form(s: Side) -> dict[str, Any]:
+    return {
+        "team": s.home.pk, "name": "matrix-new", "image": "serve:1", "command": "serve", "env": "", "port": "0",
+        "health_path": "/health", "accelerators": "0", "cpu": "1", "memory_gib": "1", "min_replicas": "1",
+        "max_replicas": "2", "metric": "rps", "target": "10", "scale_to_zero_after": "", "model_version": "",
+    }  # fmt: skip
+
+
+def service_edit_form(s: Side) -> dict[str, Any]:
+    body = {k: v for k, v in service_form(s).items() if k not in ("team", "name")}
+    return {**body, "max_replicas": "3"}
+
+
+def service_json(s: Side) -> dict[str, Any]:
+    return {
+        "team": s.home.pk, "name": "matrix-new", "image": "serve:1", "command": ["serve"], "cpu": 1, "memory_gib": 1,
+    }  # fmt: skip
 
 
 def reason(s: Side) -> dict[str, Any]:
@@ -260,6 +285,47 @@ def team_cell(key: str) -> Fill:
         "pk": s.home.pk, "user": s.users[Rel.RESEARCHER].pk}  # fmt: skip
 
 
+# --- edge devices and rollouts: their objects are made on first use (each side's, in its home team) --------
+
+
+def edge(s: Side, key: str) -> Any:
+    """The side's edge objects, made once: a group with a device and a running rollout, a second group with a
+    device and none (to start one on), a stored version of the home team's model."""
+    if "edge_group" not in s.objects:
+        now = timezone.now()
+        home = s.home
+        model = Model.objects.create(team=home, name=f"matrix-{home.slug}", created_at=now)
+        version = ModelVersion.objects.create(
+            model=model, version="1", artifact_uri="upload:matrix.bin", size_bytes=4, sha256="a" * 64,
+            stored=True, published_at=now, notes=canary(home.slug),
+        )  # fmt: skip
+        for name in ("edge_group", "edge_idle_group"):
+            group = DeviceGroup.objects.create(team=home, name=f"{canary(home.slug)} {name}")
+            s.objects[name] = group
+            s.objects[name.replace("group", "device")] = Device.objects.create(
+                team=home, group=group, name=f"{canary(home.slug)}-{name}", enrolled_at=now, last_seen_at=now,
+                credential_hash=f"{name}{home.pk}".ljust(64, "0"), credential_prefix="qmdev_matrix",
+            )  # fmt: skip
+        s.objects["edge_version"] = version
+        s.objects["edge_rollout"] = Rollout.objects.create(
+            team=home, group=s.objects["edge_group"], version=version, phases=[{"percent": 100}],
+            phase_started_at=now, failure_threshold=1, created_at=now,
+        )  # fmt: skip
+    return s.objects[key]
+
+
+def _edge_pk(key: str) -> Fill:
+    return lambda s: {"pk": edge(s, key).pk}
+
+
+def _rollout_verb(verb: str) -> Fill:
+    return lambda s: {"pk": edge(s, "edge_rollout").pk, "verb": verb}
+
+
+def _start_body(s: Side) -> dict[str, Any]:
+    return {"group": edge(s, "edge_idle_group").pk, "version": edge(s, "edge_version").pk}
+
+
 # --- the table ------------------------------------------------------------------------------------------
 # Columns: anonymous, the home team's researcher, its lead, a neighbouring team's researcher, finance, admin;
 # outsiders: with a team role, of finance, admin.
@@ -309,6 +375,21 @@ ROWS: list[Row] = [
         perm="token.revoke", ok="302", owner="res"),
     row("audit-log", "GET", None,                       "in  p   p   p   p   p   -   -   -",
         perm="audit.read", ok="200"),
+    # Notification settings: each user's own, and a team's defaults (its leads set them)
+    row("notification-settings", "GET", None,          "in  200 200 200 200 200 -   -   -"),
+    row("notification-settings", "POST", None,          "in  302 302 302 302 302 -   -   -",
+        body=lambda s: {"event_failed": "email", "event_started": "off", "webhook_url": "", "wait_hours": "6"}),
+    row("notification-send-test", "GET", None,          "in  405 405 405 405 405 -   -   -"),
+    row("notification-send-test", "POST", None,         "in  302 302 302 302 302 -   -   -"),
+    row("team-notifications", "GET", "team",            "in  200 200 404 200 200 404 404 404", url=_team),
+    row("team-notifications", "POST", "team",           "in  p   p   404 p   p   404 404 404",
+        perm="notification.defaults.set", ok="302", url=_team,
+        body=lambda s: {"event_succeeded": "email", "webhook_url": "", "wait_hours": "12"}),
+    row("audit-log-csv", "GET", None,                   "in  p   p   p   p   p   -   -   -",
+        perm="audit.read", ok="200"),
+    # The SLO page: organization admins, each seeing their own organization's
+    row("slo", "GET", None,                             "in  p   p   p   p   p   -   -   -",
+        perm="slo.view", ok="200"),
     # Service accounts: a team's leads and the organization's admins make and revoke them
     row("service-account-create", "POST", "team",       "in  p   p   404 p   p   404 404 404",
         perm="service_account.create", ok="200", url=_team,
@@ -370,8 +451,25 @@ ROWS: list[Row] = [
     row("job-preview", "POST", "team",                  "in  p   p   200 p   p   200 403 200",
         perm="job.submit", ok="200", body=job_form,
         writes=False),
+    # A service's endpoint takes API tokens only (tests/serving/test_endpoint.py): a portal session is refused.
+    row("serve-endpoint", "GET", "service",             "401 401 401 401 401 401 401 401 401", url=_service),
     row("job-detail", "GET", "job",                     "in  200 200 404 200 200 404 404 404"),
+    row("job-debug", "GET", "job",                      "in  200 200 404 200 200 404 404 404"),
     row("job-state", "GET", "job",                      "in  200 200 404 200 200 404 404 404"),
+    row("job-output", "GET", "job",                     "in  200 200 404 200 200 404 404 404"),
+    row("job-utilization", "GET", "job",                "in  200 200 404 200 200 404 404 404"),
+    # A team's least efficient jobs: its leads, finance and admins (the team is a 404 to whom cannot see it).
+    row("team-efficiency", "GET", "team",               "in  p   p   404 p   p   404 404 404",
+        perm="efficiency.read", ok="200", url=_team, writes=False),
+    # The model registry: a team's models; publishing from a finished job (its latest checkpoint)
+    row("model-list", "GET", None,                      "in  200 200 200 200 200 -   -   -"),
+    row("model-detail", "GET", "model",                 "in  200 200 404 200 200 404 404 404"),
+    row("model-publish", "GET", "succeeded_job",        "in  p   p   404 p   p   404 404 404",
+        perm="model.create", ok="200", url=lambda s: {}, query=lambda s: {"job": s["succeeded_job"].pk}),
+    row("model-publish", "POST", "succeeded_job",       "in  p   p   404 p   p   404 404 404",
+        perm="model.publish", ok="302", url=lambda s: {}, query=lambda s: {"job": s["succeeded_job"].pk},
+        body=lambda s: {"team": s.home.pk, "model": s["model"].name, "version": "", "metrics": '{"acc": 0.5}',
+                        "notes": ""}),
     row("job-cancel", "POST", "job",                    "in  p   p   404 p   p   404 404 404",
         perm="job.cancel", ok="302", owner="res", body=reason),
     row("job-cancel", "POST", "lead_job",               "in  p   p   404 p   p   404 404 404",
@@ -382,6 +480,33 @@ ROWS: list[Row] = [
         perm="job.requeue", ok="302", body=reason),
     row("job-clone", "GET", "job",                      "in  p   p   404 p   p   404 404 404",
         perm="job.submit", ok="200"),
+    row("array-detail", "GET", "array",                 "in  200 200 404 200 200 404 404 404"),
+    row("array-cancel", "POST", "array",                "in  p   p   404 p   p   404 404 404",
+        perm="array.cancel", ok="302", owner="res", body=reason),
+    row("array-requeue", "POST", "array",               "in  p   p   404 p   p   404 404 404",
+        perm="array.requeue", ok="302", owner="res"),
+    # An interactive session opens for its submitter only (a notebook runs as them); this job is no session, so
+    # the submitter is sent back to its page (302) where everyone else who may see it is refused.
+    row("job-open", "GET", "job",                       "in  p   p   404 p   p   404 404 404",
+        perm="job.session.open", ok="302", owner="res", writes=False),
+    # Services: a team's members create them; their creator, the team's lead and admins change them.
+    row("service-list", "GET", None,                    "in  200 200 200 200 200 -   -   -"),
+    row("service-new", "GET", None,                     "in  200 200 200 403 200 -   -   -"),
+    row("service-new", "POST", "team",                  "in  p   p   400 p   p   400 403 400",
+        perm="service.create", ok="302", body=service_form),
+    row("service-detail", "GET", "service",             "in  200 200 404 200 200 404 404 404"),
+    row("service-edit", "GET", "service",               "in  p   p   404 p   p   404 404 404",
+        perm="service.change", ok="200", owner="res", writes=False),
+    row("service-edit", "POST", "service",              "in  p   p   404 p   p   404 404 404",
+        perm="service.change", ok="302", owner="res", body=service_edit_form),
+    row("service-scale", "POST", "service",             "in  p   p   404 p   p   404 404 404",
+        perm="service.change", ok="302", owner="res", body=lambda s: {"min_replicas": "1", "max_replicas": "3"}),
+    row("service-stop", "POST", "service",              "in  p   p   404 p   p   404 404 404",
+        perm="service.change", ok="302", owner="res"),
+    row("service-start", "POST", "stopped_service",     "in  p   p   404 p   p   404 404 404",
+        perm="service.change", ok="302", owner="res"),
+    row("service-rollback", "POST", "service",          "in  p   p   404 p   p   404 404 404",
+        perm="service.change", ok="302", owner="res"),
     row("queue-list", "GET", None,                      "in  200 200 200 200 200 -   -   -"),
     row("queue-rows", "GET", None,                      "in  200 200 200 200 200 -   -   -"),
     row("queue-detail", "GET", "queue",                 "in  200 200 404 200 200 404 404 404"),
@@ -526,6 +651,25 @@ ROWS: list[Row] = [
                                                         "in  404 p   404 404 p   404 404 404",
         perm="service_account.revoke", ok="204"),
     # The API: jobs, queues, quotas, tiers, budgets
+    # The model registry: models, their versions, a stored version's bytes
+    row("api:model-list", "GET", None,                  "in  200 200 200 200 200 -   -   -"),
+    row("api:model-list", "POST", "team",               "in  p   p   400 p   p   400 400 400",
+        perm="model.create", ok="201", url=lambda s: {},
+        body=lambda s: {"team": s.home.pk, "name": "matrix-new"}),
+    row("api:model-detail", "GET", "model",             "in  200 200 404 200 200 404 404 404"),
+    row("api:model-detail", "DELETE", "model",          "in  p   p   404 p   p   404 404 404",
+        perm="model.delete", ok="204"),
+    row("api:model-version-list", "GET", "model",       "in  200 200 404 200 200 404 404 404",
+        url=lambda s: {"model_pk": s["model"].pk}),
+    row("api:model-version-list", "POST", "model",      "in  p   p   404 p   p   404 404 404",
+        perm="model.publish", ok="201", url=lambda s: {"model_pk": s["model"].pk},
+        body=lambda s: {"job": s["succeeded_job"].pk, "metrics": {"acc": 0.5}}),
+    row("api:model-version-detail", "GET", "model_version",
+                                                        "in  200 200 404 200 200 404 404 404",
+        url=lambda s: {"model_pk": s["model"].pk, "pk": s["model_version"].pk}),
+    row("api:model-version-artifact", "GET", "model_version",
+                                                        "in  200 200 404 200 200 404 404 404",
+        url=lambda s: {"model_pk": s["model"].pk, "pk": s["model_version"].pk}),
     row("api:job-list", "GET", None,                    "in  200 200 200 200 200 -   -   -"),
     row("api:job-list", "POST", "team",                 "in  p   p   400 p   p   400 400 400",
         perm="job.submit", ok="201", body=job_json),
@@ -534,13 +678,25 @@ ROWS: list[Row] = [
         writes=False),
     row("api:job-detail", "GET", "job",                 "in  200 200 404 200 200 404 404 404"),
     row("api:job-events", "GET", "job",                 "in  200 200 404 200 200 404 404 404"),
+    row("api:job-debug", "GET", "job",                  "in  200 200 404 200 200 404 404 404"),
+    row("api:job-utilization", "GET", "job",            "in  200 200 404 200 200 404 404 404"),
     row("api:job-checkpoints", "GET", "job",            "in  200 200 404 200 200 404 404 404"),
+    row("api:job-logs", "GET", "job",                   "in  200 200 404 200 200 404 404 404"),
     # Reported by the job itself with its attempt's token (scheduler/checkpoints.py): no person may, whatever
     # the role; a job the user cannot see is still a 404.
     row("api:job-checkpoints", "POST", "job",           "in  403 403 404 403 403 404 404 404",
         body=lambda s: {"location": "s3://matrix/run"}),
     row("api:job-report", "POST", "job",                "in  403 403 404 403 403 404 404 404",
         body=lambda s: {"exit_code": 0}),
+    row("api:job-progress", "POST", "job",              "in  403 403 404 403 403 404 404 404",
+        body=lambda s: {"step": 1}),
+    row("api:job-session", "POST", "job",               "in  403 403 404 403 403 404 404 404",
+        body=lambda s: {"url": "http://10.0.0.7:8888/"}),
+    row("api:job-endpoint", "POST", "job",              "in  403 403 404 403 403 404 404 404",
+        body=lambda s: {"url": "http://10.0.0.7:8123/"}),
+    # The link that opens a session, its secret in it: its submitter's alone (409 here: this job is no session).
+    row("api:job-session", "GET", "job",                "in  p   p   404 p   p   404 404 404",
+        perm="job.session.open", ok="409", owner="res", writes=False),
     row("api:job-cancel", "POST", "job",                "in  p   p   404 p   p   404 404 404",
         perm="job.cancel", ok="200", owner="res", body=reason),
     row("api:job-cancel", "POST", "lead_job",           "in  p   p   404 p   p   404 404 404",
@@ -549,6 +705,34 @@ ROWS: list[Row] = [
         perm="job.preempt", ok="200", body=reason),
     row("api:job-requeue", "POST", "failed_job",        "in  p   p   404 p   p   404 404 404",
         perm="job.requeue", ok="200", body=reason),
+    row("api:service-list", "GET", None,                "in  200 200 200 200 200 -   -   -"),
+    row("api:service-list", "POST", "team",             "in  p   p   400 p   p   400 400 400",
+        perm="service.create", ok="201", body=service_json),
+    row("api:service-detail", "GET", "service",         "in  200 200 404 200 200 404 404 404"),
+    row("api:service-detail", "PATCH", "service",       "in  p   p   404 p   p   404 404 404",
+        perm="service.change", ok="200", owner="res", body=lambda s: {"max_replicas": 3}),
+    row("api:service-detail", "DELETE", "service",      "in  p   p   404 p   p   404 404 404",
+        perm="service.change", ok="200", owner="res"),
+    row("api:service-scale", "POST", "service",         "in  p   p   404 p   p   404 404 404",
+        perm="service.change", ok="200", owner="res", body=lambda s: {"max_replicas": 3}),
+    row("api:service-stop", "POST", "service",          "in  p   p   404 p   p   404 404 404",
+        perm="service.change", ok="200", owner="res"),
+    row("api:service-start", "POST", "stopped_service", "in  p   p   404 p   p   404 404 404",
+        perm="service.change", ok="200", owner="res"),
+    row("api:service-rollback", "POST", "service",      "in  p   p   404 p   p   404 404 404",
+        perm="service.change", ok="200", owner="res"),
+    row("api:service-replicas", "GET", "service",       "in  200 200 404 200 200 404 404 404"),
+    row("api:service-samples", "GET", "service",        "in  200 200 404 200 200 404 404 404"),
+    row("api:array-list", "GET", None,                  "in  200 200 200 200 200 -   -   -"),
+    row("api:array-list", "POST", "team",               "in  p   p   400 p   p   400 400 400",
+        perm="job.submit", ok="201", body=lambda s: {"job": job_json(s), "range": "0-2"}),
+    row("api:array-detail", "GET", "array",             "in  200 200 404 200 200 404 404 404"),
+    row("api:array-cancel", "POST", "array",            "in  p   p   404 p   p   404 404 404",
+        perm="array.cancel", ok="200", owner="res", body=reason),
+    row("api:array-requeue", "POST", "array",           "in  p   p   404 p   p   404 404 404",
+        perm="array.requeue", ok="200", owner="res", body=lambda s: {}),
+    row("api:pipeline-list", "POST", "team",            "in  p   p   400 p   p   400 400 400",
+        perm="job.submit", ok="201", body=lambda s: {"steps": [{"name": "a", "job": job_json(s)}]}),
     row("api:queue-list", "GET", None,                  "in  200 200 200 200 200 -   -   -"),
     row("api:queue-detail", "GET", "queue",             "in  200 200 404 200 200 404 404 404"),
     row("api:queue-detail", "PATCH", "queue",           "in  p   p   404 p   p   404 404 404",
@@ -597,6 +781,18 @@ ROWS: list[Row] = [
         perm="member_limit.set", ok="200",
         url=lambda s: {"team_id": s.home.pk},
         body=lambda s: {"user": s.users[Rel.RESEARCHER].username, "accelerators": 4, "reason": "matrix"}),
+    # Notifications: each user's own choices and notifications; a team's defaults, set by its leads
+    row("api:notification-list", "GET", None,           "in  200 200 200 200 200 -   -   -"),
+    row("api:notification-preferences", "GET", None,    "in  200 200 200 200 200 -   -   -"),
+    row("api:notification-preferences", "PUT", None,    "in  200 200 200 200 200 -   -   -",
+        body=lambda s: {"events": {"failed": ["email"], "started": []}, "wait_hours": 6}),
+    row("api:notification-test", "POST", None,          "in  201 201 201 201 201 -   -   -"),
+    row("api:notification-team-defaults", "GET", "team", "in  200 200 404 200 200 404 404 404",
+        url=lambda s: {"team_id": s.home.pk}),
+    row("api:notification-team-defaults", "PUT", "team", "in  p   p   404 p   p   404 404 404",
+        perm="notification.defaults.set", ok="200",
+        url=lambda s: {"team_id": s.home.pk},
+        body=lambda s: {"events": {"succeeded": ["email"]}, "wait_hours": 12}),
     # The API: billing
     row("api:billing-costs", "GET", None,               "in  200 200 200 200 200 -   -   -"),
     row("api:billing-costs", "GET", "org",              "in  200 200 200 200 200 404 404 404", query=_org_query),
@@ -644,6 +840,8 @@ ROWS: list[Row] = [
     row("job-list", "GET", "team",                      "in  200 200 400 200 200 400 400 400", query=_team_query),
     row("audit-log", "GET", "org",                      "in  403 403 403 403 200 403 403 200",
         query=lambda s: {"organization": s.org.pk}),
+    row("audit-log-csv", "GET", "org",                  "in  403 403 403 403 200 403 403 200",
+        query=lambda s: {"organization": s.org.pk}),
     row("api:team-list", "GET", "org",                  "in  200 200 200 200 200 200 200 200",
         query=lambda s: {"organization": s.org.pk}),
     row("api:project-list", "GET", "team",              "in  200 200 200 200 200 200 200 200", query=_team_query),
@@ -659,6 +857,62 @@ ROWS: list[Row] = [
         query=lambda s: {"team": s.home.slug}),
     row("api:billing-job-costs", "GET", "team",         "in  200 200 404 200 200 404 404 404",
         query=lambda s: {"team": s.home.slug}),
+    # Edge devices and rollouts: a team sees its own; its leads and admins manage them
+    row("device-list", "GET", None,                     "in  200 200 200 200 200 -   -   -"),
+    row("device-detail", "GET", "device",               "in  200 200 404 200 200 404 404 404",
+        url=_edge_pk("edge_device")),
+    row("device-revoke", "POST", "device",              "in  p   p   404 p   p   404 404 404",
+        perm="device.revoke", ok="302", url=_edge_pk("edge_device")),
+    row("device-token-new", "GET", None,                "in  200 200 200 200 200 -   -   -"),
+    row("device-token-new", "POST", "group",            "in  p   p   400 p   p   400 400 400",
+        perm="device.token.issue", ok="200",
+        body=lambda s: {"group": edge(s, "edge_group").pk, "hours": "2"}),
+    row("rollout-list", "GET", None,                    "in  200 200 200 200 200 -   -   -"),
+    row("rollout-new", "GET", None,                     "in  200 200 200 200 200 -   -   -"),
+    row("rollout-new", "POST", "group",                 "in  p   p   400 p   p   400 400 400",
+        perm="rollout.start", ok="302", body=lambda s: {**_start_body(s), "auto_rollback": "on"}),
+    row("rollout-detail", "GET", "rollout",             "in  200 200 404 200 200 404 404 404",
+        url=_edge_pk("edge_rollout")),
+    row("rollout-control", "POST", "rollout",           "in  p   p   404 p   p   404 404 404",
+        perm="rollout.control", ok="302", url=_rollout_verb("pause")),
+    # The API: edge devices' own endpoints take a device's credential, never a person's token
+    row("api:edge-enrol", "POST", None,                 "400 400 400 400 400 400 -   -   -",
+        body=lambda s: {"token": "qmenrol_matrix", "name": "matrix"}),
+    row("api:edge-desired", "GET", None,                "in  in  in  in  in  in  -   -   -"),
+    row("api:edge-artifact", "GET", None,               "in  in  in  in  in  in  -   -   -",
+        url=lambda s: {"version_id": 1}),
+    row("api:edge-report", "POST", None,                "in  in  in  in  in  in  -   -   -",
+        body=lambda s: {"status": "idle"}),
+    # The API: devices, groups, enrolment tokens, rollouts
+    row("api:device-list", "GET", None,                 "in  200 200 200 200 200 -   -   -"),
+    row("api:device-detail", "GET", "device",           "in  200 200 404 200 200 404 404 404",
+        url=_edge_pk("edge_device")),
+    row("api:device-detail", "DELETE", "device",        "in  p   p   404 p   p   404 404 404",
+        perm="device.revoke", ok="204", url=_edge_pk("edge_device")),
+    row("api:device-revoke", "POST", "device",          "in  p   p   404 p   p   404 404 404",
+        perm="device.revoke", ok="200", url=_edge_pk("edge_device")),
+    row("api:devicegroup-list", "GET", None,            "in  200 200 200 200 200 -   -   -"),
+    row("api:devicegroup-list", "POST", "team",         "in  p   p   400 p   p   400 400 400",
+        perm="device.group.create", ok="201",
+        body=lambda s: {"team": s.home.pk, "name": "matrix new group"}),
+    row("api:devicegroup-detail", "GET", "group",       "in  200 200 404 200 200 404 404 404",
+        url=_edge_pk("edge_group")),
+    row("api:enrolmenttoken-list", "GET", None,         "in  200 200 200 200 200 -   -   -"),
+    row("api:enrolmenttoken-list", "POST", "group",     "in  p   p   400 p   p   400 400 400",
+        perm="device.token.issue", ok="201", body=lambda s: {"group": edge(s, "edge_group").pk}),
+    row("api:rollout-list", "GET", None,                "in  200 200 200 200 200 -   -   -"),
+    row("api:rollout-list", "POST", "group",            "in  p   p   400 p   p   400 400 400",
+        perm="rollout.start", ok="201", body=_start_body),
+    row("api:rollout-detail", "GET", "rollout",         "in  200 200 404 200 200 404 404 404",
+        url=_edge_pk("edge_rollout")),
+    row("api:rollout-pause", "POST", "rollout",         "in  p   p   404 p   p   404 404 404",
+        perm="rollout.control", ok="200", url=_edge_pk("edge_rollout")),
+    row("api:rollout-resume", "POST", "rollout",        "in  p   p   404 p   p   404 404 404",
+        perm="rollout.control", ok="400", url=_edge_pk("edge_rollout"), writes=False),
+    row("api:rollout-cancel", "POST", "rollout",        "in  p   p   404 p   p   404 404 404",
+        perm="rollout.control", ok="200", url=_edge_pk("edge_rollout")),
+    row("api:rollout-rollback", "POST", "rollout",      "in  p   p   404 p   p   404 404 404",
+        perm="rollout.control", ok="200", url=_edge_pk("edge_rollout")),
     # The schema and its docs are public: the committed openapi.yaml says as much.
     row("api-schema", "GET", None,                      "200 200 200 200 200 200 -   -   -"),
     row("api-docs", "GET", None,                        "200 200 200 200 200 200 -   -   -"),

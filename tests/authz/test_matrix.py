@@ -102,18 +102,29 @@ def test_every_route_has_a_row() -> None:
     assert not stale, f"Rows of routes that do not exist: {stale}"
 
 
-#: Changes the policy does not decide: signing in and out, one's own new tokens, the probes' endpoint (for probe
-#: tokens alone), a job's checkpoints and exit code (for its own job token alone), a method the route refuses.
+#: Changes the policy does not decide: signing in and out, one's own new tokens and notification settings (and a
+#: test notification to oneself), the probes' endpoint (for probe tokens alone), a job's checkpoints, exit code
+#: and session address (for its own job token alone), a method the route refuses.
 UNDECIDED = {
     ("login", "POST"),
     ("logout", "POST"),
     ("token-list", "POST"),
+    ("notification-settings", "POST"),
+    ("notification-send-test", "POST"),
+    ("api:notification-preferences", "PUT"),
+    ("api:notification-test", "POST"),
     ("oidc-callback", "POST"),
     ("api:token-obtain", "POST"),
     ("api:token-obtain", "DELETE"),
     ("api:probe-health", "POST"),
     ("api:job-checkpoints", "POST"),
     ("api:job-report", "POST"),
+    ("api:job-progress", "POST"),
+    ("api:job-session", "POST"),
+    ("api:job-endpoint", "POST"),
+    # The edge devices' own endpoints: a one-time token in the body, or a device's credential (tests/edge).
+    ("api:edge-enrol", "POST"),
+    ("api:edge-report", "POST"),
 }
 
 

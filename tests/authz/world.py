@@ -14,6 +14,7 @@ organization's: an answer that shows a canary to someone outside its scope is a 
 from __future__ import annotations
 
 import enum
+import io
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from decimal import Decimal
@@ -29,10 +30,14 @@ from clusters.models import AcceleratorType, Cluster, MaintenanceWindow, Node
 from demo.tenancy import seed_demo
 from governance import budgets, quotas
 from governance.models import Budget, BudgetAlert, Cohort, MemberLimit, PriorityTier, Queue, QuotaChange
+from registry import actions as registry_actions
 from scheduler import actions as job_actions
-from scheduler.models import Job, LoopState
+from scheduler import arrays
+from scheduler.models import Checkpoint, Job, LoopState
 from scheduler.states import JobState
 from scheduler.submission import JobRequest
+from scheduler.sweeps import ArrayRequest
+from serving import actions as service_actions
 from tenancy import actions
 from tenancy.models import ApiToken, AuditLog, Membership, Organization, Project, ServiceAccount, Team
 from tenancy.scoping import Role
@@ -188,6 +193,39 @@ def _side(slug: str, org: Organization, home: Team, neighbour: Team, users: dict
     o["lead_job"] = job(lead, "lead's")  # a teammate's, waiting
     o["running_job"] = job(researcher, "running", Job.State.RUNNING)
     o["failed_job"] = job(researcher, "failed", Job.State.FAILED)
+    # The model registry: a model with one stored version, and a finished job with a checkpoint to publish.
+    o["succeeded_job"] = job(researcher, "trained", Job.State.SUCCEEDED)
+    Checkpoint.objects.create(
+        job=o["succeeded_job"],
+        attempt=1,
+        location=f"s3://{canary(home.slug)}/ckpt",
+        step=100,
+        reported_at=timezone.now(),
+    )
+    o["model"] = registry_actions.create_model(researcher, home, f"{canary(home.slug)}-model")
+    o["model_version"] = registry_actions.publish_upload(
+        researcher, o["model"], io.BytesIO(canary(home.slug).encode()), "weights.bin", registry_actions.Publication()
+    )
+    sweep = JobRequest(
+        team=home,
+        name=f"{canary(home.slug)} sweep",
+        time_limit=3600,
+        image="ghcr.io/lab/train:1",
+        accelerators=1,
+        accelerator_types=[H100],
+    )
+    o["array"], _ = arrays.submit_array(researcher, ArrayRequest(job=sweep, range="0-1"))
+    Job.objects.filter(array=o["array"], array_index=0).update(state=Job.State.FAILED)  # one to requeue
+    # The researcher's service, with a rollout in progress (to roll back), and one of theirs stopped (to start);
+    # its endpoint answers API tokens only, never a portal session.
+    o["service"] = service_actions.create_service(
+        researcher, team=home, name="matrix-api", image="serve:1", command=["serve"]
+    )
+    service_actions.update_service(researcher, o["service"], image="serve:2")
+    o["stopped_service"] = service_actions.create_service(
+        researcher, team=home, name="matrix-idle", image="serve:1", command=["serve"]
+    )
+    service_actions.stop_service(researcher, o["stopped_service"])
     Job.objects.create(
         team=neighbour,
         queue=o["neighbour_queue"],

@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import os
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -92,6 +92,8 @@ def test_finance_reads_the_month_and_downloads_the_fleet_summary(page: Page, bil
 
 
 def test_finance_adds_an_on_prem_price(page: Page, billed: Any) -> None:
+    # A price from the first of a month to come: "scheduled" whatever today is.
+    starts = (datetime.now(UTC).date().replace(day=1) + timedelta(days=62)).replace(day=1).isoformat()
     from billing.models import Price
 
     sign_in_as(page, "fiona")
@@ -111,7 +113,7 @@ def test_finance_adds_an_on_prem_price(page: Page, billed: Any) -> None:
     form.get_by_label("Cluster").select_option("onprem-h100")
     h100 = Node.objects.filter(cluster=billed.clusters.get(slug="onprem-h100"), accelerator__isnull=False)
     form.get_by_label("Accelerator type").select_option(str(h100.values_list("accelerator__name", flat=True).first()))
-    form.get_by_label("Effective from").fill("2026-12-01")
+    form.get_by_label("Effective from").fill(starts)
     form.get_by_label("Purchase price of a node").fill("300000")
     form.get_by_label("Accelerators per node").fill("8")
     form.get_by_label("Power a node draws").fill("-3")
@@ -131,9 +133,9 @@ def test_finance_adds_an_on_prem_price(page: Page, billed: Any) -> None:
     form.get_by_label("Power a node draws").fill("10.5")
     form.get_by_role("button", name="Add the price").click()
     expect(page.locator(".flash")).to_contain_text(
-        "Price added: H100-SXM-80GB on On-prem H100, on-prem, from 2026-12-01"
+        f"Price added: H100-SXM-80GB on On-prem H100, on-prem, from {starts}"
     )
-    added = Price.objects.get(effective_from="2026-12-01")
+    added = Price.objects.get(effective_from=starts)
     row = page.locator(f"#price-{added.pk}")
     expect(row.locator('[data-cell="rate"]')).to_have_text(re.compile(r"^\d+\.\d{2,6}$"))
     expect(row.locator('[data-cell="inputs"]')).to_contain_text("300,000.00 a node over 60 months")

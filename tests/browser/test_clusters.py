@@ -120,7 +120,9 @@ def test_researcher_reads_a_degraded_cluster_and_its_live_view_but_cannot_drain(
 
     row.get_by_role("link", name="Cloud TPU v5p").click()
     expect(page.get_by_test_id("sync")).to_contain_text(error)
-    expect(page.get_by_test_id("credentials")).to_have_text("none")
+    # A researcher is not shown the cluster's endpoint, credentials or backend options (server paths).
+    expect(page.get_by_test_id("credentials")).to_have_count(0)
+    expect(page.get_by_test_id("settings-note")).to_be_visible()
     expect(page.get_by_test_id("accelerator-types")).to_contain_text("v5p")
     expect(page.get_by_test_id("nodes").locator("tbody tr")).to_have_count(4)  # four v5p-32 slices
     shot(page, "cluster-detail")

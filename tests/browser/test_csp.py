@@ -71,6 +71,7 @@ def test_the_main_pages_run_under_the_policy(watched: tuple[Page, list[str]], bi
         ("/quotas/", None),
         ("/billing/prices/", None),
         ("/api/docs/", None),
+        ("/account/notifications/", "notification-form"),
     ]
     for path, testid in visits:
         page.goto(path)

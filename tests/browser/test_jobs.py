@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
+from clusters import sync
 from clusters.models import Cluster
 from demo.jobs import H100, seed_governance
 from governance.models import PriorityTier
@@ -121,6 +122,11 @@ def test_lead_reads_why_a_job_waits_and_the_queue(page: Page, governed: dict[str
     seed_jobs(demo)
     alice = User.objects.get(username="alice")
     vision = actions.teams_for_submission(alice)[0]
+    # Work Quartermaster does not know of holds 40% of the H100s (as the background does in a running demo).
+    h100s = governed["onprem-h100"]
+    h100s.options = {**h100s.options, "busy": 0.4}
+    h100s.save(update_fields=["options"])
+    sync.sync_cluster(h100s.pk)
     # 30 whole H100 nodes at once, within Vision's quota: more than the busy demo fleet has free now.
     big, _ = actions.submit_job(
         alice,

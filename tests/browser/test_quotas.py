@@ -19,7 +19,7 @@ from playwright.sync_api import Page, expect
 
 from clusters.models import Cluster
 from demo.jobs import H100, seed_governance
-from governance.models import Budget, Cohort, Quota, QuotaChange
+from governance.models import Budget, Cohort, MemberLimit, Quota, QuotaChange
 from tenancy.models import AuditLog, Project, Team
 from tests.browser.conftest import sign_in_as
 
@@ -179,6 +179,12 @@ def test_lead_sets_a_project_budget_and_a_members_limit(page: Page, governed: di
     form.get_by_label("Accelerators at once").fill("8")
     form.get_by_label("Reason").fill("one node at a time")
     form.get_by_role("button", name="Save").click()
+    # Alice's demo jobs hold more than that: the lead is told so, and sets it only once she confirms.
+    confirm = member.get_by_test_id("confirm-below-use")
+    expect(member).to_contain_text("more than 8; they keep running, but no new job of theirs starts")
+    assert not MemberLimit.objects.filter(user__username="alice").exists()
+    confirm.locator("input").check()
+    page.get_by_test_id("member-row-form").get_by_role("button", name="Save").click()
     expect(member.locator('[data-cell="accelerators"]')).to_have_text("8")
     expect(page.get_by_test_id("quota-history").get_by_test_id("history-row").first).to_contain_text(
         "accelerators at once: no limit → 8"

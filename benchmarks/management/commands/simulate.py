@@ -1,4 +1,5 @@
-"""`manage.py simulate packing|jobs ...`: replay a trace through the engine and the published baselines.
+"""`manage.py simulate packing|jobs|stragglers ...`: replay a trace through the engine and the published
+baselines, or through the straggler and hang detectors against a fixed-threshold baseline.
 
 A thin shell over `scheduler.simulation` (plain Python, no database). `--json` prints one object,
 `{"default_policy": ..., "policies": {name: figures}}`; otherwise a table. Progress goes to stderr.
@@ -14,7 +15,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
-from scheduler.simulation import jobs, packing
+from scheduler.simulation import jobs, packing, stragglers
 from scheduler.simulation.events import SIZES, Outage
 from scheduler.simulation.traces import TraceError, read_nodes, read_philly, read_pods, read_vc_nodes
 
@@ -166,9 +167,29 @@ class Command(BaseCommand):
         )
         replay.add_argument("--json", action="store_true", help="Print one JSON object instead of a table.")
 
+        watch = modes.add_parser(
+            "stragglers",
+            help="Inject stragglers and hangs into the Philly trace's multi-node jobs; score the detectors.",
+            description=stragglers.__doc__,
+        )
+        watch.add_argument("--trace", required=True, help="philly.csv (timestamp,duration,num_gpus,...,cluster).")
+        watch.add_argument("--seeds", type=seed_list, default=[1, 2, 3], help="e.g. 1-3 (the default).")
+        watch.add_argument("--max-hours", type=float, default=6.0, help="Cap each job's duration (default 6).")
+        watch.add_argument("--json", action="store_true", help="Print one JSON object instead of a table.")
+
     def handle(self, *args: Any, mode: str, **options: Any) -> None:
         if mode == "jobs":
             self.replay(**options)
+            return
+        if mode == "stragglers":
+            try:
+                trace = read_philly(options["trace"])
+            except TraceError as error:
+                raise CommandError(str(error)) from None
+            if options["max_hours"] <= 0:
+                raise CommandError("--max-hours must be more than 0")
+            report = stragglers.run(trace, options["seeds"], max_hours=options["max_hours"])
+            self.stdout.write(json.dumps(report) if options["json"] else stragglers.table(report))
             return
         try:
             nodes, pods = read_nodes(options["nodes"]), read_pods(options["pods"])

@@ -1,20 +1,27 @@
-"""`manage.py demo`: migrate, seed the demo, then run the web server, a worker and beat until Ctrl-C.
+"""`manage.py demo`: migrate, seed the demo, then run the web server, a worker, beat, the demo fleet's
+node probes (``demo_probe``), its background work (``demo_background``), and its edge devices with the load on
+its service (``demo_devices``) until Ctrl-C.
 
-The three run as supervised children (``demo/supervisor.py``): one that crashes is restarted alone.
+They run as supervised children (``demo/supervisor.py``): one that crashes is restarted alone. They write
+their Prometheus metrics into ``var/metrics`` (or ``PROMETHEUS_MULTIPROC_DIR``), emptied first; the web server's
+``/metrics`` adds them up.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
-from demo.supervisor import Supervisor
+from demo.supervisor import Supervisor, metrics_directory, public_url, stop_replicas
 from demo.tenancy import DEMO_PASSWORD, USERS
 
 
@@ -38,6 +45,11 @@ class Command(BaseCommand):
                 bind,
                 "--workers",
                 "2",
+                # Threads: a device's held poll and a request a service's endpoint relays wait on others.
+                "--worker-class",
+                "gthread",
+                "--threads",
+                "16",
                 "--access-logfile",
                 "-",
                 "--graceful-timeout",
@@ -61,6 +73,12 @@ class Command(BaseCommand):
                 "--without-heartbeat",
             ],
             "beat": [python, "-m", "celery", "-A", "portal", "beat", "--loglevel", "INFO"],
+            # What node probes would report of the simulated GPUs, so job pages plot utilization.
+            "probe": [python, str(settings.BASE_DIR / "manage.py"), "demo_probe"],
+            # Jobs that come and go, and now and then an ill or drained node (``demo/background.py``).
+            "background": [python, str(settings.BASE_DIR / "manage.py"), "demo_background"],
+            # Device agents polling this web server, and requests to the demo's service (``demo/devices.py``).
+            "devices": [python, str(settings.BASE_DIR / "manage.py"), "demo_devices"],
         }
         stopping = threading.Event()
 
@@ -70,11 +88,23 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
         self._announce(bind)
+        metrics = Path(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or settings.VAR_DIR / "metrics")
+        env = metrics_directory(metrics)
+        # Where service replicas report their address and device agents poll: this web server, unless told.
+        env.setdefault("QM_PUBLIC_URL", public_url(bind))
+
+        def log(line: str) -> None:
+            self.stderr.write(f"[demo {time.strftime('%H:%M:%S')}] {line}")
+
         # Until Ctrl-C: a child that exits is logged and started again, the others keep running.
-        Supervisor(processes, log=lambda line: self.stderr.write(f"[demo {time.strftime('%H:%M:%S')}] {line}")).run(
-            stopping
-        )
-        self.stdout.write("Stopped the web server and the workers.")
+        try:
+            Supervisor(processes, log=log, env=env).run(stopping)
+        finally:
+            # The simulated clusters' service replicas run in sessions of their own: they end with the demo.
+            stopped = stop_replicas(settings.VAR_DIR / "simulated")
+            if stopped:
+                log(f"service replicas stopped: {stopped}")
+        self.stdout.write("Stopped the web server, the workers, the device agents and the service replicas.")
 
     def _announce(self, bind: str) -> None:
         lines = [
@@ -82,7 +112,7 @@ class Command(BaseCommand):
             f"Quartermaster is running at http://{bind}/  (Ctrl-C stops everything)",
             f"Sign in as any of these users, password {DEMO_PASSWORD!r}:",
             *(f"  {u.username:<6} {u.role.label}{' of ' + u.team if u.team else ''}" for u in USERS),
-            f"API docs: http://{bind}/api/docs/",
+            f"API docs: http://{bind}/api/docs/   Metrics: http://{bind}/metrics   SLOs (as adam): http://{bind}/slo/",
             "",
         ]
         self.stdout.write("\n".join(lines))
