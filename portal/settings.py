@@ -188,8 +188,17 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis, cache and broker ----------------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL")
+#: Prefixes every key this deployment writes to Redis (the cache's and the placement loop's leader lock), so
+#: two deployments, or two test processes, sharing one Redis never read or hold each other's keys.
+REDIS_KEY_PREFIX = env_str("REDIS_KEY_PREFIX") or "quartermaster"
 if REDIS_URL:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": REDIS_KEY_PREFIX,
+        }
+    }
 else:
     # Shared across the web server and the workers, unlike the per-process local-memory cache.
     CACHES = {

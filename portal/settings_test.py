@@ -27,7 +27,9 @@ if not REDIS_URL:  # noqa: F405
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 else:
     # One Redis for every xdist worker, each with its own database whose ids repeat across workers: keys of
-    # one worker (kept attributions, keyed by organization id) must not be read by another.
+    # one worker (kept attributions, keyed by organization id; the placement loop's leader lock) must not be
+    # read or held by another. A worker process a test starts inherits its test process's prefix.
     import os
 
-    CACHES = {"default": {**CACHES["default"], "KEY_PREFIX": f"test-{os.getpid()}"}}
+    REDIS_KEY_PREFIX = os.environ.setdefault("REDIS_KEY_PREFIX", f"test-{os.getpid()}")
+    CACHES = {"default": {**CACHES["default"], "KEY_PREFIX": REDIS_KEY_PREFIX}}

@@ -63,7 +63,7 @@ def _redis_lock(url: str, name: str, ttl: float) -> Iterator[Lease]:
 
     client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
     # redis-py's lock: SET NX PX with a random token; release and extend check the token in a Lua script.
-    lock = client.lock(f"quartermaster:leader:{name}", timeout=ttl, blocking=False)
+    lock = client.lock(f"{settings.REDIS_KEY_PREFIX}:leader:{name}", timeout=ttl, blocking=False)
     try:
         held = bool(lock.acquire(blocking=False))
     except RedisError as error:
