@@ -191,6 +191,7 @@ REDIS_URL = env_str("REDIS_URL")
 #: Prefixes every key this deployment writes to Redis (the cache's and the placement loop's leader lock), so
 #: two deployments, or two test processes, sharing one Redis never read or hold each other's keys.
 REDIS_KEY_PREFIX = env_str("REDIS_KEY_PREFIX") or "quartermaster"
+CACHES: dict[str, dict[str, object]]
 if REDIS_URL:
     CACHES = {
         "default": {
@@ -200,11 +201,13 @@ if REDIS_URL:
         }
     }
 else:
-    # Shared across the web server and the workers, unlike the per-process local-memory cache.
+    # Shared across the web server and the workers, unlike the per-process local-memory cache; its counters
+    # atomic, as Redis's are (portal/cache.py). Culled only well above what the portal keeps there.
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "BACKEND": "portal.cache.FileCache",
             "LOCATION": str(VAR_DIR / "cache"),
+            "OPTIONS": {"MAX_ENTRIES": 20000},
         }
     }
 
