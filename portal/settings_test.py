@@ -28,8 +28,13 @@ if not REDIS_URL:  # noqa: F405
 else:
     # One Redis for every xdist worker, each with its own database whose ids repeat across workers: keys of
     # one worker (kept attributions, keyed by organization id; the placement loop's leader lock) must not be
-    # read or held by another. A worker process a test starts inherits its test process's prefix.
+    # read or held by another. A process a test starts (a Celery worker) inherits the environment, so it
+    # shares its test process's prefix: under xdist, the run's and the worker's ids; without, the first pid.
     import os
 
-    REDIS_KEY_PREFIX = os.environ.setdefault("REDIS_KEY_PREFIX", f"test-{os.getpid()}")
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        _run = os.environ.get("PYTEST_XDIST_TESTRUNUID", "")[:12]
+        REDIS_KEY_PREFIX = f"test-{_run}-{os.environ['PYTEST_XDIST_WORKER']}"
+    else:
+        REDIS_KEY_PREFIX = os.environ.setdefault("REDIS_KEY_PREFIX", f"test-{os.getpid()}")
     CACHES = {"default": {**CACHES["default"], "KEY_PREFIX": REDIS_KEY_PREFIX}}
