@@ -6,7 +6,7 @@ and two callers of ``add`` may both be told they were first. On Redis both are s
 counters (``serving/router.py``: requests in flight per replica, which it routes by) and the once-a-second
 guards and locks built on ``add`` need them atomic on the embedded defaults too, across the web server's threads
 and the worker's processes: here each key's ``add`` and ``incr`` run under an exclusive ``flock`` on one of
-``STRIPES`` lock files, chosen by the key's file name.
+``STRIPES`` lock files, chosen by the key.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ class FileCache(FileBasedCache):
     def __init__(self, location: str, params: dict[str, Any]) -> None:
         super().__init__(location, params)
         self.lock_dir = os.path.abspath(location)
+        os.makedirs(self.lock_dir, exist_ok=True)  # once, not on every count
 
     @contextmanager
     def _locked(self, key: Any, version: int | None) -> Iterator[None]:
         stripe = zlib.crc32(self.make_and_validate_key(key, version).encode()) % STRIPES
-        os.makedirs(self.lock_dir, exist_ok=True)
         path = os.path.join(self.lock_dir, f"lock-{stripe}")
         with open(path, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
