@@ -32,9 +32,10 @@ PORT ?= 8000
 demo: $(VENV)/.installed-runtime
 	$(BIN)/python manage.py demo --bind 127.0.0.1:$(PORT)
 
-## Run the tests: PostgreSQL/Redis when DATABASE_URL/REDIS_URL point at them, embedded defaults otherwise.
+## Run the tests: PostgreSQL/Redis when DATABASE_URL/REDIS_URL point at them, embedded defaults otherwise. The
+## tests of the Slurm labs run on one worker, one after another (tests/conftest.py); the slowest are listed.
 test: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest -n auto
+	$(BIN)/python -m pytest -n auto --dist loadgroup --durations=25
 
 ## The chaos test at scale (CI's own step): CHAOS_KILLS worker kills, PostgreSQL and Redis restarted in the
 ## middle, on servers of its own; needs DATABASE_URL on PostgreSQL. Prints its figures; a skip fails it.

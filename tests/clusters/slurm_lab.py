@@ -143,6 +143,16 @@ class SlurmLab:
         )
         return done.stdout
 
+    def settle(self, *nodes: str, seconds: float = 60) -> None:
+        """Wait until no job is on ``nodes`` (read with the lab's squeue): an earlier test's job may still be
+        completing there (its epilog, KillWait), holding CPUs and GPUs a test expects free."""
+        deadline = time.monotonic() + seconds
+        while jobs := self.command(
+            "squeue", "--noheader", f"--nodelist={','.join(nodes)}", "--format=%i %T %N"
+        ).strip():
+            assert time.monotonic() < deadline, f"jobs still on {', '.join(nodes)} after {seconds} s:\n{jobs}"
+            time.sleep(0.5)
+
     def backend(self, *, dry_run: bool = False, token: str | None = None, **options: Any) -> SlurmBackend:
         credentials = {"user": "root", "token": self.token if token is None else token}
         return SlurmBackend(self.endpoint, credentials, {**self.options, **options}, dry_run=dry_run, timeout=15)

@@ -76,6 +76,9 @@ class SlurmScenario(Scenario):
         self.west = Cluster.objects.get(slug="west")
         # The lab's GPUs as the simulated clusters' type (one price, one queue): the preference decides.
         options = {**lab.options, "gpu_models": {"h100": "H100-SXM-80GB"}, **options}
+        # The matrix's nodes (a Ray head's too) empty on Slurm before the first sync: an earlier test's job
+        # may still be completing there, and the engine would see them busy.
+        lab.settle(MATRIX_NODE, "lab-node3")
         cluster = slurm_cluster(fleet.org, "slurm", lab.endpoint, lab.token, **options)
         self.slurm = self.added(cluster, preference=100)
         # Other tests share the lab and assert what runs on lab-node2..4 (test_slurm_backend): the matrix
@@ -141,8 +144,15 @@ class SlurmScenario(Scenario):
             job.refresh_from_db()
             if done(job):
                 return
-            assert time.monotonic() < deadline, events(job)
+            assert time.monotonic() < deadline, self.stuck(job)
             time.sleep(0.3)
+
+    def stuck(self, job: Job) -> str:
+        """What a scenario that waited in vain shows: the job's events, Slurm's word on its attempt and the
+        end of the attempt's output."""
+        attempt = job.attempts.order_by("number").last()
+        there = backend_for(self.slurm).status(attempt.backend_id) if attempt and attempt.backend_id else None
+        return f"{events(job)}\nSlurm: {there}\noutput:\n{self.output(job)[-3000:]}"
 
     def place_again(self, job: Job, *, wait: bool = True) -> None:
         """Place a requeued job and (``wait``) follow it until it runs or ends."""
