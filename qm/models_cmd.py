@@ -1,10 +1,10 @@
 """``qm model``: the model registry from the command line (docs/models.md), through ``/api/v1/models/``.
 
 ``qm model publish JOB --model NAME`` publishes the job's latest checkpoint as a new version of the team's model
-NAME (made if new); with ``--file PATH`` it uploads PATH instead, sending its SHA-256 so the server refuses bytes
-that changed on the way. ``qm model list``, ``qm model versions NAME``, and ``qm model download NAME VERSION -o
-PATH``, which resumes a partial download (``PATH.part``, an HTTP range) and keeps the file only when its SHA-256
-is the version's.
+NAME (made with it, in one request: a refused version leaves no empty model); with ``--file PATH`` it uploads
+PATH instead, sending its SHA-256 so the server refuses bytes that changed on the way. ``qm model list``,
+``qm model versions NAME``, and ``qm model download NAME VERSION -o PATH``, which resumes a partial download
+(``PATH.part``, an HTTP range) and keeps the file only when its SHA-256 is the version's.
 
 ``qm.cli`` registers these commands and lends them its table and time formats and its error (``admin.Lent``).
 """
@@ -63,8 +63,8 @@ class Commands:
 
     # --- finding ---------------------------------------------------------------------------------------------
 
-    def find(self, client: Client, name: str, team: str | None, *, create: bool = False) -> dict[str, Any]:
-        """The model named ``name`` (in ``team``); made first when ``create`` and there is none."""
+    def find(self, client: Client, name: str, team: str | None) -> dict[str, Any]:
+        """The model named ``name`` (in ``team``)."""
         query = {"name": name, **({"team": team} if team else {})}
         found = list(client.rows("models/", query))
         if len(found) == 1:
@@ -72,13 +72,7 @@ class Commands:
         if len(found) > 1:
             teams = ", ".join(m["team"] for m in found)
             raise self.lent.error(f"Several teams have a model {name} ({teams}): give --team.")
-        if not create:
-            raise self.lent.error(
-                f"No model {name}" + (f" in team {team}" if team else "") + ", or not one you may see."
-            )
-        _, made = client.call("POST", "models/", body={"name": name, **({"team": team} if team else {})})
-        assert isinstance(made, dict)
-        return made
+        raise self.lent.error(f"No model {name}" + (f" in team {team}" if team else "") + ", or not one you may see.")
 
     # --- the commands ----------------------------------------------------------------------------------------
 
@@ -89,9 +83,12 @@ class Commands:
                 metrics = json.loads(args.metrics)
             except ValueError:
                 raise self.lent.error("--metrics is not JSON: give an object such as '{\"acc\": 0.9}'.") from None
-        fields = {"version": args.version or "", "notes": args.notes or ""}
-        model = self.find(client, args.model, args.team, create=True)
-        path = f"models/{model['id']}/versions/"
+        # One request: the server makes the model with its first version, or neither (a refused version
+        # leaves no empty model behind).
+        fields = {"name": args.model, "version": args.version or "", "notes": args.notes or ""}
+        if args.team:
+            fields["team"] = args.team
+        path = "models/publish/"
         if args.file:
             version = self._upload(client, path, Path(args.file), {**fields, "job": str(args.job)}, metrics)
         else:
@@ -99,7 +96,7 @@ class Commands:
         where = "stored by the portal" if version["stored"] else f"recorded at {version['artifact_uri']} (not stored)"
         digest = version["sha256"][:12] or "unknown"
         print(
-            f"Published {model['name']} version {version['version']}: {size_text(version['size_bytes'])}, "
+            f"Published {version['model_name']} version {version['version']}: {size_text(version['size_bytes'])}, "
             f"SHA-256 {digest}, {where}.",
             file=settings.out,
         )

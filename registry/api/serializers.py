@@ -136,3 +136,10 @@ class PublishSerializer(StrictSerializer):
             message = "Give file (an upload) or job (publish its latest checkpoint)."
             raise serializers.ValidationError({"file": message, "job": message})
         return data
+
+
+class PublishNamedSerializer(PublishSerializer):
+    """A new version of a team's model named ``name``, made with it when the team has none by that name."""
+
+    team = RefField(required=False, help_text="Slug or id; optional if you may publish in one team only.")
+    name = StrictCharField(max_length=200, help_text="The model's name: an existing one, or a new model.")

@@ -4,7 +4,8 @@ and a stored version's bytes (ranges honoured: ``registry.downloads``).
 Thin: models come from ``Model.objects.for_user`` (another team's model is a 404 for every verb, its versions
 and bytes too), changes go through ``registry.actions`` (403 where the policy refuses, 400 naming each bad
 field with nothing kept). A version is published from a multipart upload (``file``) or from a job's latest
-checkpoint (``{"job": id}``, JSON).
+checkpoint (``{"job": id}``, JSON), to a model by its id (``models/{id}/versions/``) or by its team and name
+(``models/publish/``, which makes the model with its first version, or neither).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, renderers, status
 from rest_framework.authentication import SessionAuthentication
+from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -90,6 +92,33 @@ class ModelViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMix
             raise ValidationError({"team": problem})
         return found[0]
 
+    @extend_schema(
+        request={"multipart/form-data": s.PublishNamedSerializer, "application/json": s.PublishNamedSerializer},
+        responses={201: s.VersionSerializer, 400: ERROR, 403: ERROR},
+    )
+    @action(detail=False, methods=["post"], parser_classes=[JSONParser, MultiPartParser])
+    def publish(self, request: Request) -> Response:
+        """Publish a version to a team's model by its name, making the model when it is new: all or nothing
+        (a refused version leaves no new model behind). The body is a version's (``versions/``) with ``name``
+        and ``team``."""
+        form = s.PublishNamedSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        data = form.validated_data
+        team = self._team(data.get("team"))
+        what, job = publication(self.actor, data)
+        upload = data.get("file")
+        version = actions.publish_to_named(
+            self.actor,
+            team,
+            data["name"],
+            what,
+            job=job,
+            upload=upload,
+            filename=upload.name if upload is not None else "",
+            http=request._request,
+        )
+        return Response(s.VersionSerializer(version).data, status=status.HTTP_201_CREATED)
+
     @extend_schema(responses={204: None, 403: ERROR, 404: ERROR})
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Delete a model and all its versions (its team's leads, admins)."""
@@ -139,18 +168,7 @@ class VersionViewSet(ModelScoped, mixins.ListModelMixin, mixins.RetrieveModelMix
         form = s.PublishSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         data = form.validated_data
-        what = actions.Publication(
-            version=data["version"],
-            metrics=data["metrics"],
-            notes=data["notes"],
-            sha256=data["sha256"],
-            size_bytes=data["size_bytes"],
-        )
-        job = None
-        if "job" in data:
-            job = Job.objects.for_user(self.actor, Action.VIEW).filter(pk=data["job"]).first()
-            if job is None:
-                raise ValidationError({"job": f"No job #{data['job']}, or not one you may see."})
+        what, job = publication(self.actor, data)
         if "file" in data:
             upload = data["file"]
             version = actions.publish_upload(
@@ -160,6 +178,23 @@ class VersionViewSet(ModelScoped, mixins.ListModelMixin, mixins.RetrieveModelMix
             assert job is not None
             version = actions.publish_from_job(self.actor, model, job, what, http=request._request)
         return Response(s.VersionSerializer(version).data, status=status.HTTP_201_CREATED)
+
+
+def publication(actor: Any, data: dict[str, Any]) -> tuple[actions.Publication, Job | None]:
+    """What a publish body asks for, and the job it names (one the user may see; 400 naming ``job`` if not)."""
+    what = actions.Publication(
+        version=data["version"],
+        metrics=data["metrics"],
+        notes=data["notes"],
+        sha256=data["sha256"],
+        size_bytes=data["size_bytes"],
+    )
+    job = None
+    if "job" in data:
+        job = Job.objects.for_user(actor, Action.VIEW).filter(pk=data["job"]).first()
+        if job is None:
+            raise ValidationError({"job": f"No job #{data['job']}, or not one you may see."})
+    return what, job
 
 
 class BytesRenderer(renderers.BaseRenderer):

@@ -111,6 +111,9 @@ def test_the_servers_refusals_name_the_field(server: Fleet, store: Store, tmp_pa
     status, out, err = qm(capsys, "model", "publish", str(job.pk), "--model", "resnet", "--version", "a/b")
     assert status == 2
     assert "version:" in err
+    status, _, err = qm(capsys, "model", "versions", "resnet")
+    assert status == 1, err
+    assert "No model resnet" in err  # three refused publishes left no empty model behind
     status, out, _ = qm(capsys, "model", "publish", str(job.pk), "--model", "resnet")
     assert status == 0
     assert "recorded at s3://bucket/ckpt (not stored)" in out

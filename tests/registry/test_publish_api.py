@@ -222,3 +222,44 @@ def test_too_large_an_upload_keeps_nothing(world: World, api: Any, store: Store,
     assert fields_of(upload(api, model, io.BytesIO(b"x" * 1001).read())) == {"file"}
     assert store.files() == []
     assert not ModelVersion.objects.exists()
+
+
+def test_publish_by_name_makes_the_model_with_its_first_version_or_neither(
+    world: World, api: Any, store: Store, fleet: Fleet
+) -> None:
+    """``models/publish/``: a new name makes the model and its version in one step; a refused version leaves
+    no empty model behind; a known name adds a version to that model."""
+    job = ended_job(fleet, "s3://bucket/run-1/step-500")
+    refused = api("alice").post(
+        "/api/v1/models/publish/", {"team": "vision", "name": "detr", "job": job.pk, "version": "a/b"}
+    )
+    assert fields_of(refused) == {"version"}
+    bad_bytes = {"team": "vision", "name": "detr", "file": SimpleUploadedFile("w.bin", WEIGHTS), "sha256": "0" * 64}
+    assert fields_of(api("alice").post("/api/v1/models/publish/", bad_bytes, format="multipart")) == {"sha256"}
+    assert not Model.objects.filter(name="detr").exists()
+    assert store.files() == []
+
+    made = api("alice").post("/api/v1/models/publish/", {"name": "detr", "job": job.pk, "metrics": {"map": 0.4}})
+    assert made.status_code == 201, made.content  # alice is in one team: vision
+    assert (made.json()["model_name"], made.json()["version"], made.json()["stored"]) == ("detr", "1", False)
+    model = Model.objects.get(team=world.teams["vision"], name="detr")
+    assert AuditLog.objects.filter(action="model.created", target_id=str(model.pk)).exists()
+    body = {"team": "vision", "name": "detr", "file": SimpleUploadedFile("w.bin", WEIGHTS), "sha256": sha(WEIGHTS)}
+    again = api("lena").post("/api/v1/models/publish/", body, format="multipart")
+    assert again.status_code == 201, again.content
+    assert (again.json()["model"], again.json()["version"], again.json()["stored"]) == (model.pk, "2", True)
+    assert Model.objects.filter(name="detr").count() == 1
+
+
+def test_publish_by_name_in_another_teams_name_is_refused_and_makes_nothing(
+    world: World, api: Any, fleet: Fleet
+) -> None:
+    job = ended_job(fleet, "s3://bucket/run-1/step-500")
+    assert fields_of(api("alice").post("/api/v1/models/publish/", {"team": "heist", "name": "x", "job": job.pk})) == {
+        "team"
+    }
+    assert fields_of(
+        api("mallory").post("/api/v1/models/publish/", {"team": "vision", "name": "x", "job": job.pk})
+    ) == {"team"}
+    assert fields_of(api("alice").post("/api/v1/models/publish/", {"team": "vision", "job": job.pk})) == {"name"}
+    assert not Model.objects.exists()
