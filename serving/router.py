@@ -1,8 +1,9 @@
 """The endpoint's router: which replica answers a request, the proxying, and the load it counts.
 
 **Counters** live in the Django cache (Redis in production, files in the demo), a few increments per request:
-per service the requests, errors and in-flight requests, and a latency histogram (``BUCKETS_MS``: p50 and
-p95 are read from it, to the bucket's upper bound); per replica its in-flight requests. The control loop reads
+per service the requests (as they arrive), errors and in-flight requests, and a latency histogram
+(``BUCKETS_MS``, as they end: p50 and p95 are read from it, to the bucket's upper bound); per replica its
+in-flight requests. The control loop reads
 and subtracts what it read each tick (``take_load``), so increments made meanwhile are never lost.
 
 **Choice.** The ready replicas (draining ones get nothing new), least in-flight first; ties go round robin.
@@ -70,6 +71,9 @@ def _incr(key: str, by: int = 1) -> int:
 
 
 def begin(service_id: int, replica_id: int) -> None:
+    """A request sent to a replica: counted as it arrives, so a service slower than its load counts the
+    load it is asked to carry (its rps), not the answers it manages."""
+    _incr(_key(service_id, "requests"))
     _incr(_key(service_id, "inflight"))
     _incr(f"serving:replica:{replica_id}:inflight")
 
@@ -77,7 +81,6 @@ def begin(service_id: int, replica_id: int) -> None:
 def end(service_id: int, replica_id: int, elapsed_ms: float, *, error: bool) -> None:
     _incr(_key(service_id, "inflight"), -1)
     _incr(f"serving:replica:{replica_id}:inflight", -1)
-    _incr(_key(service_id, "requests"))
     if error:
         _incr(_key(service_id, "errors"))
     bucket = next(i for i, bound in enumerate(BUCKETS_MS) if elapsed_ms <= bound)

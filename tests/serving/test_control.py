@@ -11,7 +11,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 
 from scheduler.models import Job
 from serving import actions, router
-from serving.models import Replica, Revision, Service
+from serving.models import Replica, Revision, Service, ServiceSample
 from tests.scheduler.conftest import Fleet
 from tests.serving.harness import Plant, ready, service_fields, states
 
@@ -191,3 +191,20 @@ def test_another_team_may_not_touch_a_service(fleet: Fleet) -> None:
     service.refresh_from_db()
     assert service.max_replicas == 4
     assert service.state == Service.State.ACTIVE
+
+
+def test_rps_counts_the_requests_that_arrive_not_only_those_answered(fleet: Fleet, plant: Plant) -> None:
+    """A saturated service: requests reach the endpoint faster than its replica answers. The tick's rps is the
+    load asked of it (the arrivals), so the autoscaler scales for the demand rather than the throughput."""
+    service = make(fleet, min_replicas=1, max_replicas=4, target=5.0, scale_up_window=10, scale_down_window=30)
+    service = plant.settle(service, 2)
+    for _ in range(3):  # each 5 s tick: 90 arrive (18 rps, four replicas' worth), 10 are answered
+        for _ in range(90):
+            router.begin(service.pk, 0)
+        for _ in range(10):
+            router.end(service.pk, 0, 4000.0, error=False)
+        service = plant.tick(service)
+    sample = ServiceSample.objects.filter(service=service).order_by("-pk").first()
+    assert sample is not None
+    assert (sample.requests, sample.rps, sample.inflight) == (90, 18.0, 240)
+    assert service.desired_replicas == 4
