@@ -114,29 +114,17 @@ def pytest_collection_modifyitems(config: Any, items: list[pytest.Item]) -> Iter
 
     The tests that use a Slurm lab run one after another on one worker (the group ``slurm-lab``): they share
     the labs' nodes, and some take a node out (DRAIN, DOWN), which requeues or kills whatever another test
-    runs there (``tests/xdist_groups.py`` tells xdist's scheduler the groups under pytest 9.2). Then, once
-    pytest-django has put the tests in Django's order (those in a transaction, then those whose database
-    changes stay, then those without a database): the Slurm group first, as it is the longest, and the API
-    fuzzing (minutes) first among the tests whose database changes stay, so neither is left alone at the end."""
+    runs there (``tests/xdist_groups.py`` tells xdist's scheduler the groups under pytest 9.2). The two
+    longest go first, so that each starts on a worker of its own while the other workers share the rest:
+    the API fuzzing (a quarter of an hour), then the Slurm group. pytest-django's order is kept otherwise;
+    a test after one whose changes were committed finds the tables emptied, as after any such test."""
     for item in items:
         if any(name.startswith("slurm_lab") for name in getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.xdist_group("slurm-lab"))
     xdist_groups.write(config, items)
     yield
-    grouped = [item for item in items if item.get_closest_marker("xdist_group")]
-    fuzz = [item for item in items if item.get_closest_marker("fuzz")]
-    rest = [item for item in items if item not in grouped and item not in fuzz]
-    committed = next((i for i, item in enumerate(rest) if _commits(item)), len(rest))
-    items[:] = grouped + rest[:committed] + fuzz + rest[committed:]
-
-
-def _commits(item: pytest.Item) -> bool:
-    """Whether the test's database changes are committed (a live server, ``transactional_db``), as
-    pytest-django tells them from the tests in a transaction."""
-    marker = item.get_closest_marker("django_db")
-    fixtures = getattr(item, "fixturenames", ())
-    return (
-        "live_server" in fixtures or "transactional_db" in fixtures or bool(marker and marker.kwargs.get("transaction"))
+    items.sort(
+        key=lambda item: 0 if item.get_closest_marker("fuzz") else 1 if item.get_closest_marker("xdist_group") else 2
     )
 
 
