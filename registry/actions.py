@@ -127,16 +127,30 @@ def publish_to_named(
     filename: str = "",
     http: HttpRequest | None = None,
 ) -> ModelVersion:
-    """Publish to ``team``'s model ``name`` (made if new) the bytes of ``upload`` (``job``, if given, recorded as
-    where they came from) or ``job``'s latest checkpoint: all or nothing (a refused version leaves no new model
-    behind)."""
+    """``publish`` to ``team``'s model ``name`` (made if new): all or nothing (a refused version leaves no new
+    model behind)."""
     with transaction.atomic():
         model = model_for_publishing(actor, team, name, http=http)
-        if upload is not None:
-            return publish_upload(actor, model, upload, filename, what, job=job, http=http)
-        if job is None:
-            raise ValidationError({"file": "Upload the artifact, or publish from a job."})
-        return publish_from_job(actor, model, job, what, http=http)
+        return publish(actor, model, what, job=job, upload=upload, filename=filename, http=http)
+
+
+def publish(
+    actor: User,
+    model: Model,
+    what: Publication,
+    *,
+    job: Job | None = None,
+    upload: BinaryIO | None = None,
+    filename: str = "",
+    http: HttpRequest | None = None,
+) -> ModelVersion:
+    """A version of ``model``: the bytes of ``upload`` (``job``, if given, recorded as where they came from), or
+    else ``job``'s latest checkpoint."""
+    if upload is not None:
+        return publish_upload(actor, model, upload, filename, what, job=job, http=http)
+    if job is None:
+        raise ValidationError({"file": "Upload the artifact, or publish from a job."})
+    return publish_from_job(actor, model, job, what, http=http)
 
 
 def delete_model(actor: User, model: Model, *, http: HttpRequest | None = None) -> None:

@@ -3,8 +3,8 @@
 **Counters** live in the Django cache (Redis in production, files in the demo), a few increments per request:
 per service the requests (as they arrive), errors and in-flight requests, and a latency histogram
 (``BUCKETS_MS``, as they end: p50 and p95 are read from it, to the bucket's upper bound); per replica its
-in-flight requests. The control loop reads
-and subtracts what it read each tick (``take_load``), so increments made meanwhile are never lost.
+in-flight requests. The control loop reads and subtracts what it read each tick (``take_load``), so
+increments made meanwhile are never lost.
 
 **Choice.** The ready replicas (draining ones get nothing new), least in-flight first; ties go round robin.
 A connection failure is retried once on another replica for idempotent methods.

@@ -43,7 +43,7 @@ def write(config: pytest.Config, items: list[pytest.Item]) -> None:
 
 def configure(config: pytest.Config) -> None:
     """In the controller of a loadgroup run, before the workers start: the file they write the groups to."""
-    if hasattr(config, "workerinput") or config.getvalue("dist") != "loadgroup":
+    if hasattr(config, "workerinput") or config.getoption("dist", "no") != "loadgroup":
         return
     handle, path = tempfile.mkstemp(prefix="qm-xdist-groups-", suffix=".json")
     os.close(handle)
@@ -57,7 +57,7 @@ def unconfigure(config: pytest.Config) -> None:
 
 def scheduler(config: pytest.Config, log: Any) -> Any:
     """loadgroup's scheduler with the groups the workers wrote (None: not a loadgroup run, xdist's own)."""
-    if config.getvalue("dist") != "loadgroup" or not os.environ.get(ENV):
+    if config.getoption("dist", "no") != "loadgroup" or not os.environ.get(ENV):
         return None
     from xdist.scheduler import LoadGroupScheduling
 

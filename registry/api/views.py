@@ -10,7 +10,7 @@ checkpoint (``{"job": id}``, JSON), to a model by its id (``models/{id}/versions
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
@@ -40,6 +40,9 @@ from tenancy import policy
 from tenancy.api.views import SignedInViewSet, TenantViewSet
 from tenancy.models import Team
 from tenancy.scoping import Action
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 ERROR = OpenApiResponse(description="`{error: {status, code, message, fields}}`")
 
@@ -169,18 +172,15 @@ class VersionViewSet(ModelScoped, mixins.ListModelMixin, mixins.RetrieveModelMix
         form.is_valid(raise_exception=True)
         data = form.validated_data
         what, job = publication(self.actor, data)
-        if "file" in data:
-            upload = data["file"]
-            version = actions.publish_upload(
-                self.actor, model, upload, upload.name, what, job=job, http=request._request
-            )
-        else:
-            assert job is not None
-            version = actions.publish_from_job(self.actor, model, job, what, http=request._request)
+        upload = data.get("file")
+        filename = upload.name if upload is not None else ""
+        version = actions.publish(
+            self.actor, model, what, job=job, upload=upload, filename=filename, http=request._request
+        )
         return Response(s.VersionSerializer(version).data, status=status.HTTP_201_CREATED)
 
 
-def publication(actor: Any, data: dict[str, Any]) -> tuple[actions.Publication, Job | None]:
+def publication(actor: User, data: dict[str, Any]) -> tuple[actions.Publication, Job | None]:
     """What a publish body asks for, and the job it names (one the user may see; 400 naming ``job`` if not)."""
     what = actions.Publication(
         version=data["version"],
