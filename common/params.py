@@ -99,6 +99,24 @@ def as_id(value: Any) -> int | None:
     return number if 1 <= number <= MAX_ID else None
 
 
+class IdConverter:
+    """The path converter ``<id:name>``: an id as ``as_id`` takes it (up to 19 ASCII digits, at most ``MAX_ID``).
+    Anything else matches no URL, so it is a 404 on every database: Django's ``<int:…>`` takes any number of
+    digits, and a foreign key compared with one past 2**63 overflows SQLite (a 500) where PostgreSQL finds
+    nothing. ``portal/urls.py`` registers it before any app's URLs are read."""
+
+    regex = "[0-9]{1,19}"
+
+    def to_python(self, value: str) -> int:
+        number = as_id(value)
+        if number is None:
+            raise ValueError(f"{value!r} is not an id")
+        return number
+
+    def to_url(self, value: int) -> str:
+        return str(value)
+
+
 def slug_or_id(value: Any, relation: str = "", slug_field: str = "slug") -> Q:
     """The condition for an object named by its slug (or ``slug_field``), or by its id when ``value`` is one:
     ``team=vision`` or ``team=3``. ``relation`` leads from the queried model to it (``"budget__team"``)."""

@@ -15,7 +15,7 @@ neither the host check nor the HTTPS redirect may stand in its way (the view has
 token, or this host only; it builds no URL from the Host).
 
 ``MeasureRequests`` times every other answer for ``qm_http_request_duration_seconds``, labelled by the route's
-template (``jobs/<int:pk>/``, never the raw path: bounded), the method and the status class.
+template (``jobs/<id:pk>/``, never the raw path: bounded), the method and the status class.
 """
 
 from __future__ import annotations

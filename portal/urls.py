@@ -1,11 +1,15 @@
 """The URLs of the whole portal: each app's pages and API, the API schema and docs, the admin."""
 
 from django.contrib import admin
-from django.urls import include, path, re_path
+from django.urls import include, path, re_path, register_converter
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from common.params import IdConverter
 from portal import views
 from serving.web.endpoint import endpoint
+
+# Before the apps' URLs are read: every id in a path is ``<id:…>``, never ``<int:…>`` (tests/test_ids_in_urls.py).
+register_converter(IdConverter, "id")
 
 urlpatterns = [
     path("", views.home, name="home"),

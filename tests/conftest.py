@@ -21,7 +21,10 @@ from demo.tenancy import seed_demo
 from tenancy import actions
 from tenancy.models import Membership, Organization, Project, Team
 from tenancy.scoping import Role
-from tests import xdist_groups
+from tests import live_server, xdist_groups
+
+# The live server answers at once and reads chunked bodies, as gunicorn does (tests/live_server.py).
+live_server.install()
 
 
 @dataclass
@@ -121,10 +124,25 @@ def pytest_collection_modifyitems(config: Any, items: list[pytest.Item]) -> Iter
     for item in items:
         if any(name.startswith("slurm_lab") for name in getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.xdist_group("slurm-lab"))
+        elif _concurrent(item):
+            item.add_marker(pytest.mark.each_database)
     xdist_groups.write(config, items)
     yield
     items.sort(
         key=lambda item: 0 if item.get_closest_marker("fuzz") else 1 if item.get_closest_marker("xdist_group") else 2
+    )
+
+
+def _concurrent(item: pytest.Item) -> bool:
+    """Whether the test serves requests, runs a worker or starts threads over committed data: what one database
+    does differently from another (SQLite has one writer at a time and one lock for the file; PostgreSQL locks
+    rows). The Slurm labs' tests are left out: what they test is the lab's, and they take a quarter hour."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    django_db = item.get_closest_marker("django_db")
+    return bool(
+        fixtures & {"live_server", "transactional_db"}
+        or (django_db is not None and django_db.kwargs.get("transaction"))
+        or any(item.get_closest_marker(name) for name in ("worker", "browser", "fuzz"))
     )
 
 

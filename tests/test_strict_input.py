@@ -19,6 +19,8 @@ from tenancy.models import AuditLog, Project
 from tests.conftest import World, api_client
 from tests.test_bad_input import nothing_written
 
+pytestmark = pytest.mark.each_database  # differs by database: CI runs it on both
+
 
 def _named(response: Any, field: str) -> dict[str, Any]:
     """The API's 400, naming ``field``."""

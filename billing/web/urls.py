@@ -7,15 +7,15 @@ from billing.web import costs, forecast, whatif
 
 urlpatterns = [
     path("", costs.costs, name="costs"),
-    path("teams/<int:pk>/", costs.team_costs, name="costs-team"),
+    path("teams/<id:pk>/", costs.team_costs, name="costs-team"),
     path("prices/", costs.price_book, name="price-book"),
-    path("prices/<int:pk>/", costs.edit, {"kind": "price"}, name="price-edit"),
-    path("prices/<int:pk>/delete/", costs.delete, {"kind": "price"}, name="price-delete"),
+    path("prices/<id:pk>/", costs.edit, {"kind": "price"}, name="price-edit"),
+    path("prices/<id:pk>/delete/", costs.delete, {"kind": "price"}, name="price-delete"),
     path("prices/overhead/", costs.overhead_add, name="overhead-add"),
-    path("prices/overhead/<int:pk>/", costs.edit, {"kind": "overhead"}, name="overhead-edit"),
-    path("prices/overhead/<int:pk>/delete/", costs.delete, {"kind": "overhead"}, name="overhead-delete"),
+    path("prices/overhead/<id:pk>/", costs.edit, {"kind": "overhead"}, name="overhead-edit"),
+    path("prices/overhead/<id:pk>/delete/", costs.delete, {"kind": "overhead"}, name="overhead-delete"),
     path("capacity/", forecast.capacity, name="capacity-forecast"),
     path("what-ifs/", whatif.what_if_list, name="what-if-list"),
-    path("what-ifs/<int:pk>/", whatif.what_if_detail, name="what-if-detail"),
-    path("what-ifs/<int:pk>/status/", whatif.what_if_status, name="what-if-status"),
+    path("what-ifs/<id:pk>/", whatif.what_if_detail, name="what-if-detail"),
+    path("what-ifs/<id:pk>/status/", whatif.what_if_status, name="what-if-status"),
 ]

@@ -8,6 +8,6 @@ from edge.api import device
 urlpatterns = [
     path("edge/enrol", device.EnrolView.as_view(), name="edge-enrol"),
     path("edge/desired", device.DesiredView.as_view(), name="edge-desired"),
-    path("edge/artifacts/<int:version_id>", device.ArtifactView.as_view(), name="edge-artifact"),
+    path("edge/artifacts/<id:version_id>", device.ArtifactView.as_view(), name="edge-artifact"),
     path("edge/report", device.ReportView.as_view(), name="edge-report"),
 ]

@@ -9,7 +9,7 @@ urlpatterns = [
     path("notifications/preferences/", views.PreferencesView.as_view(), name="notification-preferences"),
     path("notifications/test/", views.TestNotificationView.as_view(), name="notification-test"),
     path(
-        "notifications/teams/<int:team_id>/defaults/",
+        "notifications/teams/<id:team_id>/defaults/",
         views.TeamDefaultsView.as_view(),
         name="notification-team-defaults",
     ),

@@ -7,5 +7,5 @@ from notifications.web import views
 urlpatterns = [
     path("account/notifications/", views.settings_page, name="notification-settings"),
     path("account/notifications/test/", views.send_test, name="notification-send-test"),
-    path("teams/<int:pk>/notifications/", views.team_defaults, name="team-notifications"),
+    path("teams/<id:pk>/notifications/", views.team_defaults, name="team-notifications"),
 ]

@@ -37,7 +37,7 @@ router.register("devices", DeviceViewSet, basename="device")
 router.register("device-groups", DeviceGroupViewSet, basename="devicegroup")
 router.register("enrolment-tokens", EnrolmentTokenViewSet, basename="enrolmenttoken")
 router.register("rollouts", RolloutViewSet, basename="rollout")
-router.register(r"teams/(?P<team_id>\d+)/member-limits", MemberLimitViewSet, basename="memberlimit")
+router.register(r"teams/(?P<team_id>[0-9]{1,19})/member-limits", MemberLimitViewSet, basename="memberlimit")
 
 urlpatterns = [
     path("auth/token/", views.TokenView.as_view(), name="token-obtain"),

@@ -10,8 +10,6 @@ router.register("models", views.ModelViewSet, basename="model")
 router.register(r"models/(?P<model_pk>\d+)/versions", views.VersionViewSet, basename="model-version")
 
 urlpatterns = [
-    path(
-        "models/<int:model_pk>/versions/<int:pk>/artifact", views.ArtifactView.as_view(), name="model-version-artifact"
-    ),
+    path("models/<id:model_pk>/versions/<id:pk>/artifact", views.ArtifactView.as_view(), name="model-version-artifact"),
     path("", include(router.urls)),
 ]

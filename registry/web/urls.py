@@ -7,5 +7,5 @@ from registry.web import views
 urlpatterns = [
     path("", views.model_list, name="model-list"),
     path("publish/", views.publish, name="model-publish"),
-    path("<int:pk>/", views.model_detail, name="model-detail"),
+    path("<id:pk>/", views.model_detail, name="model-detail"),
 ]

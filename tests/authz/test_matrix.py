@@ -30,6 +30,8 @@ from rest_framework.test import APIClient
 from tests.authz.routes import FAMILIES, ROWS, Family, Row, policy_grid
 from tests.authz.world import Rel, Side, World, build, canary
 
+pytestmark = pytest.mark.each_database  # differs by database: CI runs it on both
+
 UNSAFE = {"POST", "PUT", "PATCH", "DELETE"}
 SIGN_IN = re.compile(r"^/(admin/)?login/\?next=")
 #: Refusals: a request answered so must leave the database as it was.

@@ -138,12 +138,12 @@ def test_a_loop_that_stopped_while_jobs_wait_is_silent(fleet: Fleet) -> None:  #
 def test_requests_are_timed_by_route_template_and_status_class(world: Any) -> None:
     client = Client()
     client.force_login(world.users["alice"])
-    job_route = value("qm_http_request_duration_seconds_count", route="/jobs/<int:pk>/", method="GET", status="4xx")
+    job_route = value("qm_http_request_duration_seconds_count", route="/jobs/<id:pk>/", method="GET", status="4xx")
     unmatched = value("qm_http_request_duration_seconds_count", route="unmatched", method="GET", status="4xx")
     assert client.get("/jobs/987654/").status_code == 404
     assert client.get("/no/such/page/").status_code == 404
     assert (
-        value("qm_http_request_duration_seconds_count", route="/jobs/<int:pk>/", method="GET", status="4xx")
+        value("qm_http_request_duration_seconds_count", route="/jobs/<id:pk>/", method="GET", status="4xx")
         == job_route + 1
     )
     assert (
