@@ -424,6 +424,8 @@ SPECTACULAR_SETTINGS = {
         "SessionAppEnum": "scheduler.models.Job.SessionApp",
         "WatchActionEnum": "governance.models.WatchAction",
     },
+    # ``<id:…>`` in a path (``common.params.IdConverter``): a 64-bit id; anything else is a 404.
+    "PATH_CONVERTER_OVERRIDES": {"id": {"type": "integer", "format": "int64", "minimum": 1, "maximum": 2**63 - 1}},
 }
 
 # --- Internationalisation, static files -----------------------------------------------------------------

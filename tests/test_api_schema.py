@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from django.core.management import call_command
+
+pytestmark = pytest.mark.each_database  # differs by database: CI runs it on both
 
 ROOT = Path(__file__).resolve().parent.parent
 

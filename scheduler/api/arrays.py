@@ -134,6 +134,9 @@ class ArraySerializer(serializers.ModelSerializer[JobArray]):
             "counts",
             "done",
         ]
+        # Shown, never written here: a read-only field carries no bounds, and a model field's bounds differ by
+        # database (2**31 on PostgreSQL, 2**63 on SQLite), which would make the committed schema differ too.
+        read_only_fields = fields
 
     def _summary(self, array: JobArray) -> arrays.Summary:
         cache: dict[int, arrays.Summary] = self.context.setdefault("summaries", {})
