@@ -3,6 +3,8 @@
 Tests that need a real Celery worker start one and turn eager execution off for their duration.
 """
 
+import tempfile
+
 from portal.settings import *  # noqa: F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
@@ -15,13 +17,21 @@ AXES_FAILURE_LIMIT = 1000
 # Each test run gets a broker folder of its own, so a demo running from the same checkout never takes
 # (or hands out) the tests' tasks; without Redis, the cache is per process like the eager tasks.
 if CELERY_BROKER_URL.startswith("filesystem://"):  # noqa: F405
-    import tempfile
-
     _broker = tempfile.mkdtemp(prefix="qm-test-broker-")
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         **CELERY_BROKER_TRANSPORT_OPTIONS,  # noqa: F405
         "data_folder": _broker,
         "control_folder": f"{_broker}/control",
+    }
+# On SQLite the test database is a file, as the embedded defaults' database is, never Django's in-memory one:
+# an in-memory database is shared between threads through one connection (Django hands the live server the
+# test's own), so a live server's concurrent requests nested each other's transactions and savepoints
+# ("cannot start a transaction within a transaction"), and threads of their own met shared-cache table locks
+# that do not wait. With a file each thread has its own connection and SQLite's one writer at a time, as in the
+# demo. pytest-django names each xdist worker's copy apart (``_gw0``, ``_gw1``); Django deletes it at the end.
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
+    DATABASES["default"]["TEST"] = {  # noqa: F405
+        "NAME": f"{tempfile.mkdtemp(prefix='qm-test-db-')}/quartermaster.sqlite3"
     }
 if not REDIS_URL:  # noqa: F405
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}

@@ -188,6 +188,12 @@ def test_demo_command_serves_the_portal_survives_a_killed_worker_and_stops_on_ct
     for demo_user in USERS:
         assert demo_user.username in output.text
     assert output.text.count("exited with") == 1, output.text  # the worker we killed, nothing else
+    # No request failed on the embedded defaults' one database file: the web server's access log (its lines
+    # end '"METHOD path HTTP/1.1" status size …') has the devices' polls, enrolments and reports, the service's
+    # requests and this test's, and not one 5xx.
+    answered = re.findall(r'"[A-Z]+ (\S+) HTTP/1\.[01]" (\d{3}) ', output.text)
+    assert any(path.startswith("/api/v1/edge/") for path, _ in answered), output.text[-3000:]
+    assert [(path, status) for path, status in answered if status.startswith("5")] == []
     with pytest.raises(requests.ConnectionError):
         requests.get(f"{base}/healthz/", timeout=2)
     # Every child stopped with the demo: nothing of it is left in its process group (web, workers, agents), and
