@@ -34,8 +34,11 @@ demo: $(VENV)/.installed-runtime
 
 ## Run the tests: PostgreSQL/Redis when DATABASE_URL/REDIS_URL point at them, embedded defaults otherwise. The
 ## tests of the Slurm labs run on one worker, one after another (tests/conftest.py); the slowest are listed.
+## TEST_ARGS picks some (CI runs the tests that differ by database on the embedded defaults too:
+## TEST_ARGS='-m each_database').
+TEST_ARGS ?=
 test: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest -n auto --dist loadgroup --durations=25
+	$(BIN)/python -m pytest -n auto --dist loadgroup --durations=25 $(TEST_ARGS)
 
 ## The chaos test at scale (CI's own step): CHAOS_KILLS worker kills, PostgreSQL and Redis restarted in the
 ## middle, on servers of its own; needs DATABASE_URL on PostgreSQL. Prints its figures; a skip fails it.
