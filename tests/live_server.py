@@ -30,6 +30,9 @@ class _Input:
     def __init__(self, stream: BinaryIO) -> None:
         self.stream, self.pending = stream, b""
 
+    def __getattr__(self, name: str) -> Any:  # close, closed, fileno: the stream's own
+        return getattr(self.stream, name)
+
     def read(self, size: int = -1) -> bytes:
         if self.pending:
             taken = self.pending if size < 0 else self.pending[:size]
