@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
 from django.db import IntegrityError, transaction
@@ -494,6 +495,7 @@ def create_cluster(
     kind = str(fields.get("kind") or "")
     if kind not in Cluster.Kind.values:
         raise ValidationError({"kind": f"Choose one of {', '.join(Cluster.Kind.values)}."})
+    _check_simulated(actor, kind, organization)
     cluster = Cluster(organization=organization, kind=kind, **_validated(actor, kind, fields, {}))
     if Cluster.objects.filter(organization=organization, slug=cluster.slug).exists():
         raise ValidationError({"slug": f"{organization} already has a cluster with the slug {cluster.slug!r}."})
@@ -516,6 +518,15 @@ def create_cluster(
         )
         transaction.on_commit(lambda: _queue_sync(cluster.pk))  # its first sync, now rather than at the beat
     return cluster
+
+
+def _check_simulated(actor: User, kind: str, target: Organization | Cluster) -> None:
+    """A simulated cluster: the installation's operators only, and only where the installation runs them."""
+    if kind != Cluster.Kind.SIMULATED:
+        return
+    policy.require(actor, "cluster.simulated.set", target)
+    if not settings.SIMULATED_CLUSTERS:
+        raise ValidationError({"kind": "This installation runs no simulated clusters (SIMULATED_CLUSTERS is off)."})
 
 
 def _validated(actor: User, kind: str, fields: dict[str, Any], stored_options: dict[str, Any]) -> dict[str, Any]:
@@ -555,6 +566,7 @@ def update_cluster(
     )
     if "kind" in changes and changes.pop("kind") != cluster.kind:
         raise ValidationError({"kind": "A cluster's kind cannot change; register a new cluster instead."})
+    _check_simulated(actor, cluster.kind, cluster)
     with transaction.atomic():
         locked: Cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
         current = {name: getattr(locked, name) for name in EDITABLE}

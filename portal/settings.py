@@ -8,6 +8,10 @@ See README.md for the variables.
 
 from __future__ import annotations
 
+import hashlib
+import os
+import re
+import tempfile
 from datetime import timedelta
 from pathlib import Path
 
@@ -29,6 +33,8 @@ PRODUCTION = QM_ENV == "production"
 # Everything the embedded defaults write (database, broker, cache, secret key) lives here.
 VAR_DIR = Path(env_str("QM_VAR_DIR", str(BASE_DIR / "var")) or "").resolve()
 VAR_DIR.mkdir(parents=True, exist_ok=True)
+if VAR_DIR.stat().st_uid == os.geteuid():  # others on the machine (replicas among them) have nothing to read there
+    VAR_DIR.chmod(0o700)
 
 
 def _embedded_secret_key() -> str:
@@ -67,6 +73,22 @@ PROBE_MIN_INTERVAL_SECONDS = env_int("PROBE_MIN_INTERVAL_SECONDS", 10, minimum=1
 GPU_SAMPLE_DAYS = env_int("GPU_SAMPLE_DAYS", 62, minimum=1)
 #: How long the placement loop's leader lock outlives a leader that died (it is renewed between cycles).
 PLACEMENT_LOCK_SECONDS = env_int("PLACEMENT_LOCK_SECONDS", 30, minimum=1)
+# Simulated clusters (demos and labs, docs/backends.md): registered and changed by the installation's operators
+# (superusers) only; their service replicas run teams' programs on this host, each in namespaces of its own that
+# hide QM_VAR_DIR, the other replicas and the portal's processes (clusters/backends/simulated/sandbox.py). Off in
+# production unless an operator turns them on.
+SIMULATED_CLUSTERS = env_bool("SIMULATED_CLUSTERS", not PRODUCTION)
+#: Where their replicas work: a directory of this installation's own, outside QM_VAR_DIR.
+SIMULATED_REPLICA_ROOT = Path(
+    env_str("SIMULATED_REPLICA_ROOT")
+    or Path(tempfile.gettempdir()) / f"qm-replicas-{hashlib.sha256(str(VAR_DIR).encode()).hexdigest()[:12]}"
+).resolve()
+if SIMULATED_REPLICA_ROOT == VAR_DIR or VAR_DIR in SIMULATED_REPLICA_ROOT.parents:
+    raise ImproperlyConfigured("SIMULATED_REPLICA_ROOT must be outside QM_VAR_DIR, which replicas must not see.")
+#: The user and group (``uid:gid``) a replica runs as where the portal runs as root.
+SIMULATED_RUN_AS = env_str("SIMULATED_RUN_AS", "65534:65534") or ""
+if not re.fullmatch(r"[1-9][0-9]*(:[1-9][0-9]*)?", SIMULATED_RUN_AS):
+    raise ImproperlyConfigured("SIMULATED_RUN_AS is uid:gid in numbers, neither of them 0 (root), e.g. 65534:65534.")
 #: Admissions per placement cycle; a larger burst is admitted over back-to-back cycles of this size.
 PLACEMENT_MAX_ADMISSIONS = env_int("PLACEMENT_MAX_ADMISSIONS", 2000, minimum=1)
 #: Interactive sessions (docs/jobs.md): the longest time limit one may ask for, in hours; the idle time after

@@ -177,6 +177,12 @@ PERMISSIONS: dict[str, Grant] = {
     # Clusters and nodes
     "cluster.create": grant(A, denied="Only organization admins register clusters."),  # an Organization
     "cluster.change": grant(A, denied="Only admins of {obj.organization} change its clusters."),  # a Cluster
+    # An Organization or a Cluster: a simulated cluster runs its replicas' programs on this host, so only the
+    # installation's operators register or change one (clusters/backends/simulated/sandbox.py).
+    "cluster.simulated.set": grant(
+        denied="Only the installation's operators (superusers) register or change a simulated cluster: its service "
+        "replicas run programs on the Quartermaster host."
+    ),
     "node.drain": grant(A, denied="You may not drain nodes of {obj.cluster}."),  # a Node: drain and resume
     "maintenance.plan": grant(A, denied="You may not plan maintenance on {obj}."),  # a Cluster
     "probe_token.issue": grant(A, denied="You may not issue probe tokens for {obj}."),  # a Cluster

@@ -56,6 +56,13 @@ def world(db: Any) -> World:
     return World(org=org, other_org=other_org, teams=teams, users=users)
 
 
+@pytest.fixture
+def operator(world: World) -> User:
+    """The installation's operator, a superuser outside every organization: who registers and changes a
+    simulated cluster (its replicas run on the portal's host)."""
+    return User.objects.create_superuser("operator", password="pw")
+
+
 def api_client(user: User | None = None) -> APIClient:
     """An API client authenticated with a fresh personal token of `user` (anonymous when None)."""
     client = APIClient()

@@ -93,7 +93,12 @@ def test_demo_command_serves_the_portal_survives_a_killed_worker_and_stops_on_ct
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL"}}
     # Two weeks of billing history, not half a year: the command is what is tested here.
-    env.update(QM_VAR_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="portal.settings", QM_DEMO_HISTORY_DAYS="14")
+    env.update(
+        QM_VAR_DIR=str(tmp_path / "var"),
+        SIMULATED_REPLICA_ROOT=str(tmp_path / "replicas"),
+        DJANGO_SETTINGS_MODULE="portal.settings",
+        QM_DEMO_HISTORY_DAYS="14",
+    )
     demo = subprocess.Popen(
         [sys.executable, "manage.py", "demo", "--bind", f"127.0.0.1:{port}"],
         cwd=ROOT,

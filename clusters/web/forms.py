@@ -188,8 +188,11 @@ class ClusterForm(forms.Form):
         *args: Any,
         cluster: Cluster | None = None,
         organizations: QuerySet[Organization] | None = None,
+        simulated: bool = False,
         **kwargs: Any,
     ) -> None:
+        """``simulated``: whether the kinds offered include a simulated cluster (the installation's operators
+        only, where it runs them)."""
         if cluster is not None and "initial" not in kwargs:
             kwargs["initial"] = {
                 "name": cluster.name,
@@ -212,6 +215,10 @@ class ClusterForm(forms.Form):
             self.order_fields(["organization"])
         if cluster is None:
             del self.fields["clear_credentials"]
+            if not simulated:
+                kinds = self.fields["kind"]
+                assert isinstance(kinds, forms.ChoiceField)
+                kinds.choices = [c for c in Cluster.Kind.choices if c[0] != Cluster.Kind.SIMULATED]
         else:
             del self.fields["kind"]  # fixed once registered
             for kind, fields in CREDENTIAL_FIELDS.items():

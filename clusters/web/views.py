@@ -13,6 +13,7 @@ from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -165,6 +166,8 @@ def _render_cluster(
         "drains": drains,
         "windows": windows,
         "can_change": can_change,
+        "can_edit": can_change
+        and (cluster.kind != Cluster.Kind.SIMULATED or policy.can(request.user, "cluster.simulated.set", cluster)),
         "maintenance_form": extra.get("maintenance_form") or MaintenanceForm(auto_id="maintenance_%s"),
         "probe_token_form": extra.get("probe_token_form") or ProbeTokenForm(auto_id="probe_token_%s"),
         # Probe tokens are for admins' eyes only (their Tenancy says so); others get an empty list.
@@ -195,7 +198,10 @@ def cluster_create(request: AuthenticatedHttpRequest) -> HttpResponse:
     organizations = policy.permitted(request.user, "cluster.create", Organization.objects.all())
     if not organizations.exists():
         raise PermissionDenied("Only organization admins register clusters.")
-    form = ClusterForm(request.POST or None, organizations=organizations)
+    if request.POST.get("kind") == Cluster.Kind.SIMULATED:
+        policy.require(request.user, "cluster.simulated.set", organizations[0])
+    simulated = settings.SIMULATED_CLUSTERS and policy.can(request.user, "cluster.simulated.set", organizations[0])
+    form = ClusterForm(request.POST or None, organizations=organizations, simulated=simulated)
     status = 200
     if request.method == "POST":
         if form.is_valid():
@@ -223,6 +229,8 @@ def _given(credentials: dict[str, str] | str | None) -> dict[str, str] | None:
 @login_required
 def cluster_edit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     cluster = _administered_cluster(request, pk)
+    if cluster.kind == Cluster.Kind.SIMULATED:
+        policy.require(request.user, "cluster.simulated.set", cluster)
     form = ClusterForm(request.POST or None, cluster=cluster)
     status = 200
     if request.method == "POST":

@@ -173,6 +173,12 @@ def job_json(s: Side) -> dict[str, Any]:
 
 
 def cluster_form(s: Side) -> dict[str, Any]:
+    return {"name": "Matrix kube", "slug": "", "kind": "kubernetes", "endpoint": "https://k8s.example.org:6443",
+            "region": "eu", "levels": "", "options": '{"namespace": "matrix"}', "preference": "50",
+            "kubernetes_token": "matrix-bearer", "kubernetes_ca_cert": ""}  # fmt: skip
+
+
+def simulated_cluster_form(s: Side) -> dict[str, Any]:
     return {"name": "Matrix sim", "slug": "", "kind": "simulated", "endpoint": "sim://matrix", "region": "eu",
             "levels": "", "options": '{"nodes": 1}', "preference": "50"}  # fmt: skip
 
@@ -416,11 +422,14 @@ ROWS: list[Row] = [
         perm="cluster.create", ok="200"),
     row("cluster-create", "POST", None,                 "in  p   p   p   p   p   -   -   -",
         perm="cluster.create", ok="302", body=cluster_form),
+    # A simulated cluster runs its replicas on the portal's host: the installation's operators only.
+    row("cluster-create", "POST", None,                 "in  p   p   p   p   p   -   -   -",
+        perm="cluster.simulated.set", ok="302", body=simulated_cluster_form),
     row("cluster-detail", "GET", "cluster",             "in  200 200 200 200 200 404 404 404"),
     row("cluster-edit", "GET", "cluster",               "in  p   p   p   p   p   404 404 404",
-        perm="cluster.change", ok="200"),
+        perm="cluster.simulated.set", ok="200"),
     row("cluster-edit", "POST", "cluster",              "in  p   p   p   p   p   404 404 404",
-        perm="cluster.change", ok="302",
+        perm="cluster.simulated.set", ok="302",
         body=cluster_edit_form),
     row("cluster-sync", "POST", "cluster",              "in  p   p   p   p   p   404 404 404",
         perm="cluster.change", ok="302"),

@@ -443,21 +443,20 @@ def test_a_node_of_another_cluster_cannot_join_a_window(world: World, api: Any, 
     [("failover_after", 59), ("failover_after", 7 * 24 * 3600 + 1), ("start_timeout", True), ("start_timeout", "900")],
 )
 def test_failover_and_start_timeout_are_whole_seconds_from_a_minute_to_a_week(
-    world: World, fleet: dict[str, Cluster], field: str, value: Any
+    world: World, fleet: dict[str, Cluster], operator: Any, field: str, value: Any
 ):
     with pytest.raises(ValidationError) as refused:
-        cluster_actions.update_cluster(world.users["adam"], fleet["east"], **{field: value})
+        cluster_actions.update_cluster(operator, fleet["east"], **{field: value})
     assert field in refused.value.message_dict
     fleet["east"].refresh_from_db()
     assert (fleet["east"].failover_after, fleet["east"].start_timeout) == (900, 900)
 
 
-def test_a_new_cluster_fails_over_after_15_minutes_unless_told(world: World):
-    adam = world.users["adam"]
+def test_a_new_cluster_fails_over_after_15_minutes_unless_told(world: World, operator: Any):
     fields: dict[str, Any] = {"kind": "simulated", "region": "eu", "options": {"nodes": 1}}
-    default = cluster_actions.create_cluster(adam, world.org, name="Default", **fields)
+    default = cluster_actions.create_cluster(operator, world.org, name="Default", **fields)
     told = cluster_actions.create_cluster(
-        adam, world.org, name="Told", failover_after=3600, start_timeout=120, **fields
+        operator, world.org, name="Told", failover_after=3600, start_timeout=120, **fields
     )
     assert (default.failover_after, default.start_timeout) == (900, 900)
     assert (told.failover_after, told.start_timeout) == (3600, 120)

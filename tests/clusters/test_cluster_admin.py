@@ -159,12 +159,16 @@ def probe_token(world: World, clusters: dict[str, Cluster]) -> ProbeToken:
 def test_admin_sees_every_form(world: World, clusters: dict[str, Cluster], probe_token: ProbeToken):
     adam = signed_in(world, "adam")
     body = adam.get(f"/clusters/{clusters['sim'].pk}/").content.decode()
-    for form in ("edit-link", "sync-form", "maintenance-form", "probe-tokens", "probe-token-form"):
+    for form in ("sync-form", "maintenance-form", "probe-tokens", "probe-token-form"):
         assert f'data-testid="{form}"' in body, form
     assert "existing" in body
+    # A simulated cluster is edited by the installation's operators only (its replicas run on this host).
+    assert 'data-testid="edit-link"' not in body
+    assert adam.get(f"/clusters/{clusters['sim'].pk}/edit/").status_code == 403
+    assert 'data-testid="edit-link"' in adam.get(f"/clusters/{clusters['slurm'].pk}/").content.decode()
     assert 'data-testid="add-cluster"' in adam.get("/clusters/").content.decode()
     assert adam.get("/clusters/new/").status_code == 200
-    assert adam.get(f"/clusters/{clusters['sim'].pk}/edit/").status_code == 200
+    assert adam.get(f"/clusters/{clusters['slurm'].pk}/edit/").status_code == 200
 
 
 @pytest.mark.parametrize("username", NOT_ADMINS)
@@ -273,12 +277,15 @@ def test_admin_registers_a_cluster_and_its_first_sync_is_queued(
     assert "kube-bearer-s3cr3t" not in page
 
 
-def test_a_simulated_cluster_is_registered_without_endpoint_or_credentials(world: World, clusters: dict[str, Cluster]):
-    adam = signed_in(world, "adam")
+def test_a_simulated_cluster_is_registered_without_endpoint_or_credentials(
+    world: World, clusters: dict[str, Cluster], operator: Any
+):
+    client = Client()
+    client.force_login(operator)
     form = new_cluster(name="Demo A100", kind="simulated", endpoint="", options='{"profile": "a100-slurm", "nodes": 4}')
     form.pop("kubernetes_token")
     form.pop("kubernetes_ca_cert")
-    assert adam.post("/clusters/new/", form).status_code == 302
+    assert client.post("/clusters/new/", {**form, "organization": world.org.slug}).status_code == 302
     cluster = Cluster.objects.get(slug="demo-a100")
     assert (cluster.endpoint, cluster.has_credentials) == ("", False)
     assert sync.sync_cluster(cluster.pk).ok
@@ -311,7 +318,6 @@ BAD_NEW_CLUSTER = [
     ({"kind": "tpu", "options": '{"project": "p", "zone": "z", "slices": {"v9x-8": 1}}', **NO_KUBE}, "options"),
     ({"kind": "tpu", "options": '{"project": "p", "zone": "z", "slices": {"v5p-8": -1}}', **NO_KUBE}, "options"),
     ({"kind": "simulated", "endpoint": "", "options": '{"profile": "cray-1"}', **NO_KUBE}, "options"),
-    ({"kind": "simulated", "endpoint": "", "options": '{"state_file": "/etc/passwd"}', **NO_KUBE}, "options"),
     ({"preference": "101"}, "preference"),
     ({"preference": "-1"}, "preference"),
     ({"preference": "lots"}, "preference"),
@@ -342,10 +348,15 @@ BAD_NEW_CLUSTER = [
 
 @pytest.mark.parametrize(("change", "field"), BAD_NEW_CLUSTER)
 def test_a_bad_field_of_a_new_cluster_is_400_naming_it(
-    world: World, clusters: dict[str, Cluster], change: dict[str, str], field: str
+    world: World, clusters: dict[str, Cluster], operator: Any, change: dict[str, str], field: str
 ):
     before = snapshot()
-    response = signed_in(world, "adam").post("/clusters/new/", new_cluster(**change))
+    if change.get("kind") == "simulated":  # offered to the installation's operators only
+        client = Client()
+        client.force_login(operator)
+        response = client.post("/clusters/new/", new_cluster(organization=world.org.slug, **change))
+    else:
+        response = signed_in(world, "adam").post("/clusters/new/", new_cluster(**change))
     assert response.status_code == 400
     assert field in response.context["form"].errors, response.context["form"].errors
     body = response.content.decode()
@@ -380,7 +391,7 @@ def test_the_actions_name_the_bad_field(world: World, clusters: dict[str, Cluste
         actions.update_cluster(adam, clusters["sim"], kind="slurm")
     assert "kind" in caught.value.message_dict
     with pytest.raises(ValidationError) as caught:
-        actions.update_cluster(adam, clusters["sim"], slug="slurm")
+        actions.update_cluster(adam, clusters["slurm"], slug="sim")
     assert "slug" in caught.value.message_dict
     with pytest.raises(TypeError):
         actions.update_cluster(adam, clusters["sim"], status="healthy")
@@ -388,17 +399,17 @@ def test_the_actions_name_the_bad_field(world: World, clusters: dict[str, Cluste
 
 
 def test_only_a_superuser_points_a_cluster_at_a_path_on_the_host(world: World, clusters: dict[str, Cluster]):
-    cluster = clusters["sim"]
-    with pytest.raises(ValidationError, match="state_file"):
-        actions.update_cluster(world.users["adam"], cluster, options={**cluster.options, "state_file": "/srv/x"})
+    cluster = clusters["slurm"]
+    with pytest.raises(ValidationError, match="scontrol"):
+        actions.update_cluster(world.users["adam"], cluster, options={**cluster.options, "scontrol": "/srv/x"})
     root = world.users["adam"]
     root.is_superuser = True
-    actions.update_cluster(root, cluster, options={**cluster.options, "state_file": "/tmp/qm-sim.json"})  # noqa: S108
+    actions.update_cluster(root, cluster, options={**cluster.options, "scontrol": "/usr/bin/scontrol"})
     root.is_superuser = False
     # An admin may still edit the rest of such a cluster: the host option is kept as it was.
-    actions.update_cluster(root, cluster, name="Sim renamed")
+    actions.update_cluster(root, cluster, name="Slurm renamed")
     cluster.refresh_from_db()
-    assert (cluster.name, cluster.options["state_file"]) == ("Sim renamed", "/tmp/qm-sim.json")  # noqa: S108
+    assert (cluster.name, cluster.options["scontrol"]) == ("Slurm renamed", "/usr/bin/scontrol")
 
 
 # --- Edit a cluster, credentials write-only -------------------------------------------------------------

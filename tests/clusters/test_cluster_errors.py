@@ -40,10 +40,10 @@ def fresh_simulated_state() -> Iterator[None]:
 
 
 @pytest.fixture
-def healthy(world: World) -> Cluster:
+def healthy(world: World, operator: Any) -> Cluster:
     """Another cluster of the organization, which keeps syncing whatever happens to the broken one."""
     return actions.create_cluster(
-        world.users["adam"],
+        operator,
         world.org,
         name="Healthy sim",
         kind="simulated",

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import signal
 import threading
 import time
@@ -122,7 +121,8 @@ def test_a_replica_runs_for_real_reports_its_address_and_is_gone_after_a_cancel(
     assert (status.state, status.workers_running) == (JobState.RUNNING, 1)
     node = next(n for n in cluster.inventory().nodes if n.name == "h100-00000")
     assert (node.cpu_used, node.memory_used) == (500, 256)  # counted like any simulated job
-    assert "the replica listens at " + url in cluster.logs(spec.id).text
+    # Said once the report is sent (a moment after the API has it).
+    wait_for("the replica's word", lambda: "the replica listens at " + url in cluster.logs(spec.id).text)
 
     with cluster._state() as state:
         process = dict(state["jobs"][spec.id]["process"])
@@ -136,12 +136,12 @@ def test_a_replica_runs_for_real_reports_its_address_and_is_gone_after_a_cancel(
 def test_a_fixed_port_and_the_exit_code_decide_how_it_ended(
     cluster: SimulatedBackend, api: Api, tmp_path: Path
 ) -> None:
-    marker = tmp_path / "served"
-    program = f"echo $PORT > {shlex.quote(str(marker))}; exit 3"
-    failing = replica("42-1-abc", api, command=("sh", "-c", program), serve_port=18123)
+    failing = replica("42-1-abc", api, command=("sh", "-c", "echo $PORT > served; exit 3"), serve_port=18123)
     cluster.submit(failing)
     status = wait_for("the replica failing", lambda: (s := cluster.status(failing.id)).state is JobState.FAILED and s)
     assert (status.exit_code, status.reason) == (1, "exit_code")  # it never answered: the script gave up, exit 1
+    with cluster._state() as state:  # it wrote in its own directory, the one place it may write
+        marker = Path(state["jobs"][failing.id]["process"]["dir"]) / "served"
     assert marker.read_text().strip() == "18123"
     assert "ended before it answered" in cluster.logs(failing.id).text
     assert not api.reports

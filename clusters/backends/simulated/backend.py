@@ -177,11 +177,9 @@ class SimulatedBackend(Backend):
                 os.replace(aside, path)
 
     def _replica_root(self) -> Path:
-        """Where replicas' working directories are made: beside the state file, else in the temporary directory."""
-        if self.state_file:
-            path = Path(self.state_file)
-            return path.with_name(f"{path.name}.replicas")
-        return replicas.default_root(self.endpoint or self.profile)
+        """Where this cluster's replicas work: a directory of its own (by its state file, else its endpoint) under
+        the installation's replica root, never beside the state file (``QM_VAR_DIR``, which they must not see)."""
+        return replicas.root_of(str(self.state_file or self.endpoint or self.profile))
 
     def _node_names(self) -> set[str]:
         return {fleet.node(self.profile, self.seed, i).name for i in range(self.size)}

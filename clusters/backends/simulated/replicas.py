@@ -1,8 +1,10 @@
 """Service replicas on the simulated cluster, run for real: the replica's script (``slurm/service.py``, the one
-Slurm runs) under ``/bin/sh`` on this machine, its program bound to 127.0.0.1.
+Slurm runs) under ``/bin/sh`` on this machine, its program bound to 127.0.0.1, isolated from the portal
+(``sandbox.py``: it sees its own directory, the system and the network, nothing of the portal's; where that
+cannot be made, it is refused). Only where ``SIMULATED_CLUSTERS`` is on (off in production by default).
 
-Each replica gets a working directory of its own under the cluster's replica root (beside the state file, else
-in the temporary directory); its script, its output and its exit code live there. It is started as a process
+Each replica gets a working directory of its own under the cluster's replica root (``SIMULATED_REPLICA_ROOT``,
+outside ``QM_VAR_DIR``); its script, its output and its exit code live there. It is started as a process
 group of its own, by a shell that exits at once (so the process that submitted it, a web worker or a Celery
 worker, keeps no child to reap): a supervisor in the group runs the script, passes a SIGTERM on to it and
 writes the script's exit code to ``exit_code`` when it ends. The cluster's state keeps the supervisor's pid,
@@ -18,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -26,7 +29,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
+
 from clusters.backends.base import Failure, InvalidJob, JobSpec, JobState, JobStatus
+from clusters.backends.simulated import sandbox
 from clusters.backends.slurm import service
 
 #: Where a replica listens on the simulated cluster's one machine.
@@ -50,10 +56,9 @@ def is_replica(job: dict[str, Any]) -> bool:
     return "process" in job
 
 
-def default_root(endpoint: str) -> Path:
-    """The replica root of a simulated cluster kept in memory (no state file)."""
-    digest = hashlib.sha256(endpoint.encode()).hexdigest()[:12]
-    return Path(tempfile.gettempdir()) / f"qm-simulated-replicas-{digest}"
+def root_of(cluster: str) -> Path:
+    """The directory a simulated cluster's replicas work in (``cluster``: its state file, else its endpoint)."""
+    return Path(settings.SIMULATED_REPLICA_ROOT) / hashlib.sha256(cluster.encode()).hexdigest()[:12]
 
 
 def prepare(spec: JobSpec) -> str:
@@ -63,16 +68,25 @@ def prepare(spec: JobSpec) -> str:
 
 def start(spec: JobSpec, script: str, root: Path) -> dict[str, Any]:
     """Start the replica (see the module's docstring); what the cluster's state keeps of its process."""
-    root.mkdir(parents=True, exist_ok=True)
+    if not settings.SIMULATED_CLUSTERS:
+        raise InvalidJob(
+            f"service replica {spec.id}: this installation runs no simulated cluster's replicas (SIMULATED_CLUSTERS)."
+        )
+    try:
+        sandbox.check()
+    except sandbox.Unavailable as why:
+        raise InvalidJob(f"service replica {spec.id}: the simulated cluster cannot run it here: {why}.") from None
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix=f"{spec.id[:60]}-", dir=root))
     (workdir / "replica.sh").write_text(script, encoding="utf-8")
     (workdir / "supervise.sh").write_text(SUPERVISOR, encoding="utf-8")
     env = {name: os.environ[name] for name in INHERITED if name in os.environ}
     env.update(spec.env)
     env.setdefault("PATH", os.defpath)
+    isolated = shlex.join(sandbox.command(workdir, root))
     try:
-        started = subprocess.run(
-            ["/bin/sh", "-c", "/bin/sh ./supervise.sh </dev/null >/dev/null 2>&1 & echo $!"],
+        started = subprocess.run(  # noqa: S603 - the argv is made here, quoted by shlex
+            ["/bin/sh", "-c", f"{isolated} </dev/null >/dev/null 2>&1 & echo $!"],
             cwd=workdir,
             env=env,
             start_new_session=True,  # its own session and group: a signal to the group reaches all of it

@@ -101,7 +101,7 @@ class Command(BaseCommand):
             Supervisor(processes, log=log, env=env).run(stopping)
         finally:
             # The simulated clusters' service replicas run in sessions of their own: they end with the demo.
-            stopped = stop_replicas(settings.VAR_DIR / "simulated")
+            stopped = stop_replicas(settings.SIMULATED_REPLICA_ROOT)
             if stopped:
                 log(f"service replicas stopped: {stopped}")
         self.stdout.write("Stopped the web server, the workers, the device agents and the service replicas.")
