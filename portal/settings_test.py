@@ -4,6 +4,7 @@ Tests that need a real Celery worker start one and turn eager execution off for 
 """
 
 import tempfile
+from pathlib import Path
 
 from portal.settings import *  # noqa: F403
 
@@ -33,6 +34,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
     DATABASES["default"]["TEST"] = {  # noqa: F405
         "NAME": f"{tempfile.mkdtemp(prefix='qm-test-db-')}/quartermaster.sqlite3"
     }
+# Each test process's simulated replicas work in a directory of its own, which any user may pass through to
+# (the replicas run as nobody).
+SIMULATED_REPLICA_ROOT = Path(tempfile.mkdtemp(prefix="qm-test-replicas-"))
+SIMULATED_REPLICA_ROOT.chmod(0o755)
 if not REDIS_URL:  # noqa: F405
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 else:

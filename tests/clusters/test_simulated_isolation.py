@@ -11,6 +11,8 @@ replica's script (which holds its job token).
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -164,21 +166,23 @@ exec sleep 60
 
 
 @pytest.fixture
-def host(settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    """The portal's files, as the embedded defaults keep them, holding secrets; a secret file named by a
-    ``*_FILE`` setting; a secret in the portal's environment."""
-    var = tmp_path / "var"
-    var.mkdir()
+def host(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    """The portal's files, as the embedded defaults keep them, holding secrets, where any local user could pass
+    (so that only the isolation keeps a replica out); a secret file named by a ``*_FILE`` setting; a secret in
+    the portal's environment."""
+    base = Path(tempfile.mkdtemp(prefix="qm-isolation-"))
+    base.chmod(0o755)
+    var = base / "var"
+    var.mkdir(mode=0o755)
     (var / "secret_key").write_text("s3cr3t-key")
-    (var / "secret_key").chmod(0o600)
     (var / "quartermaster.sqlite3").write_text("s3cr3t-rows")  # 0644, as SQLite makes it
-    secret_file = tmp_path / "db-password"
+    secret_file = base / "db-password"
     secret_file.write_text("s3cr3t-password")
     settings.VAR_DIR = var
-    settings.SIMULATED_REPLICA_ROOT = tmp_path / "replicas"
     monkeypatch.setenv("DATABASE_PASSWORD_FILE", str(secret_file))
     monkeypatch.setenv("SECRET_KEY", "s3cr3t-env")
-    return {"var": str(var), "root": str(tmp_path / "replicas"), "secret_file": str(secret_file)}
+    yield {"var": str(var), "secret_file": str(secret_file)}
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture

@@ -83,7 +83,11 @@ def start(spec: JobSpec, script: str, root: Path) -> dict[str, Any]:
     env = {name: os.environ[name] for name in INHERITED if name in os.environ}
     env.update(spec.env)
     env.setdefault("PATH", os.defpath)
-    isolated = shlex.join(sandbox.command(workdir, root))
+    try:
+        isolated = shlex.join(sandbox.command(workdir, root))
+    except sandbox.Unavailable as why:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise InvalidJob(f"service replica {spec.id}: the simulated cluster cannot run it here: {why}.") from None
     try:
         started = subprocess.run(  # noqa: S603 - the argv is made here, quoted by shlex
             ["/bin/sh", "-c", f"{isolated} </dev/null >/dev/null 2>&1 & echo $!"],
