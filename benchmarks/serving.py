@@ -5,7 +5,8 @@ The setup is the demo's in one process: a simulated cluster whose service replic
 (``deploy/model_server.py``, started by the simulated backend, reporting their address to this process's own
 HTTP server, as a replica reports to the portal), the placement loop, the cluster follower and the services'
 control loop ticking every second in a thread, and the stable endpoint
-``/serve/<organization>/<team>/<service>/`` served by a threaded WSGI server on a free local port. The load
+``/serve/<organization>/<team>/<service>/`` answered by the data plane in a thread, beside a threaded WSGI server
+on a free local port where replicas report their addresses. The load
 generator (``benchmarks/loadgen.py``, open loop) sends ``POST /v1/predict`` through the endpoint with an API token at
 ``low`` rps, steps to ``high`` rps, then back.
 
@@ -42,7 +43,9 @@ from demo.supervisor import stop_replicas
 from governance.models import PriorityTier
 from scheduler.models import Attempt
 from scheduler.placement import dispatch, follow, loop
-from serving import actions, control
+from serving import actions, control, dataplane
+from serving.dataplane import source
+from serving.dataplane.server import DataPlane, InThread
 from serving.models import Replica, Service
 from tenancy import actions as tenancy_actions
 from tenancy.models import Membership, Organization, Team
@@ -195,7 +198,8 @@ def run(
     name = f"bench-{int(time.time())}"
     previous_url = settings.PUBLIC_URL
     timeline_extra: dict[int, dict[str, Any]] = {}
-    with Portal() as portal:
+    plane = InThread(DataPlane(source, dataplane.limits(), refresh=0.5, flush_every=0.5))
+    with Portal() as portal, plane:
         settings.PUBLIC_URL = portal.url  # where replicas report their address (QM_API_URL)
         service = actions.create_service(
             user,
@@ -225,7 +229,7 @@ def run(
                     desired = Service.objects.filter(pk=service.pk).values_list("desired_replicas", flat=True).first()
                     timeline_extra[second] = {"ready": ready.count(), "desired": desired}
 
-                endpoint = f"{portal.url}/serve/{team.organization.slug}/{team.slug}/{name}/v1/predict"
+                endpoint = f"{plane.url}/serve/{team.organization.slug}/{team.slug}/{name}/v1/predict"
                 auth = {"Authorization": f"Bearer {token}"}
                 send = loadgen.http_sender(endpoint, body=b'{"input": [1, 2, 3]}', headers=auth)
                 profile = [loadgen.Step(low, before), loadgen.Step(high, step), loadgen.Step(low, after)]
@@ -241,8 +245,8 @@ def run(
 
             _wait(all_gone, 30)
             # Whatever of the replicas' processes is still up (their stops run after the rows say gone) ends
-            # with the run: they work under the cluster's state directory.
-            stop_replicas(state_dir)
+            # with the run: they work under the installation's replica root.
+            stop_replicas(settings.SIMULATED_REPLICA_ROOT)
             settings.PUBLIC_URL = previous_url
     timeline = []
     for entry in result.timeline():

@@ -4,8 +4,8 @@ autoscaler moves: ``manage.py demo_devices`` runs it in a thread beside the devi
 The rate follows a cycle of ``PERIOD`` seconds: ``QUIET`` requests per second, except from ``BUSY_FROM`` to
 ``BUSY_UNTIL`` seconds into each cycle, ``BUSY`` (with the service's target of 1.5 per replica: one replica
 when quiet, three when busy; after the busy spell the scale-down window brings it back to one). Requests leave
-at random (exponential gaps, open loop: a slow answer does not slow the sending) and go through the public
-endpoint, ``POST /serve/demo/robotics/grasp-policy/v1/predict``, as a user's would; at most ``WORKERS`` are in
+at random (exponential gaps, open loop: a slow answer does not slow the sending) and go through the data
+plane's endpoint, ``POST /serve/demo/robotics/grasp-policy/v1/predict``, as a user's would; at most ``WORKERS`` are in
 flight, the rest are dropped and counted. Each minute a line sums up what was sent and answered.
 """
 

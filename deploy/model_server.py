@@ -170,6 +170,9 @@ class Server(ThreadingHTTPServer):
 class Handler(BaseHTTPRequestHandler):
     server: Server
     protocol_version = "HTTP/1.1"
+    # An answer is written in pieces (status line and headers, then the body): with Nagle's algorithm the body
+    # waited for the client's delayed ACK of the headers, 40 ms on every answer of a kept connection.
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:
         if os.environ.get("MODEL_SERVER_LOG") == "1":

@@ -2,11 +2,11 @@
 atomic.
 
 Django's own file cache reads and then writes in both, so two requests counting at once lose one of the counts,
-and two callers of ``add`` may both be told they were first. On Redis both are single commands. The router's
-counters (``serving/router.py``: requests in flight per replica, which it routes by) and the once-a-second
-guards and locks built on ``add`` need them atomic on the embedded defaults too, across the web server's threads
-and the worker's processes: here each key's ``add`` and ``incr`` run under an exclusive ``flock`` on one of
-``STRIPES`` lock files, chosen by the key.
+and two callers of ``add`` may both be told they were first. On Redis both are single commands. The services'
+load counters (``serving/load.py``: the data plane's counts, which the control loop reads and subtracts) and the
+once-a-second guards and locks built on ``add`` need them atomic on the embedded defaults too, across the data
+plane, the web server's threads and the worker's processes: here each key's ``add`` and ``incr`` run under an
+exclusive ``flock`` on one of ``STRIPES`` lock files, chosen by the key.
 """
 
 from __future__ import annotations

@@ -289,10 +289,24 @@ CELERY_BEAT_SCHEDULE = {
 }
 
 # --- Services (serving/, docs/services.md) ---------------------------------------------------------------
-#: How long the endpoint holds a request while a service at zero replicas starts one.
+#: Where the data plane (``manage.py serve_dataplane``) answers services' endpoints, as callers reach it: shown on
+#: service pages, in the API and by ``qm``. Outside production the demo's (its web server's port plus one).
+SERVE_PUBLIC_URL = (
+    env_url("SERVE_PUBLIC_URL", https_only=PRODUCTION) or ("" if PRODUCTION else "http://127.0.0.1:8001")
+).rstrip("/")
+#: How long the data plane holds a request while a service at zero replicas starts one.
 SERVE_COLD_START_SECONDS = env_int("SERVE_COLD_START_SECONDS", 120, minimum=0)
-#: How long the endpoint waits for a replica's answer to begin.
+#: How long the data plane waits for a replica's answer to begin (then a 504).
 SERVE_TIMEOUT_SECONDS = env_int("SERVE_TIMEOUT_SECONDS", 300, minimum=1)
+#: Each service's share of the data plane: requests at its replicas at once; beyond, how many may wait their turn
+#: and for how long; requests a second (0: no limit). And how many may wait over all services.
+SERVE_MAX_INFLIGHT = env_int("SERVE_MAX_INFLIGHT", 256, minimum=1)
+SERVE_QUEUE_PER_SERVICE = env_int("SERVE_QUEUE_PER_SERVICE", 100, minimum=0)
+SERVE_QUEUE_SECONDS = env_int("SERVE_QUEUE_SECONDS", 30, minimum=0)
+SERVE_MAX_RPS = env_int("SERVE_MAX_RPS", 0, minimum=0)
+SERVE_QUEUE_TOTAL = env_int("SERVE_QUEUE_TOTAL", 1000, minimum=0)
+#: How long the data plane keeps a token's verdict (a revoked token stops working within this time).
+SERVE_AUTH_SECONDS = env_int("SERVE_AUTH_SECONDS", 10, minimum=0)
 #: How long a new replica may take to pass its health check before it counts as failed (a rollout rolls back).
 SERVE_STARTUP_SECONDS = env_int("SERVE_STARTUP_SECONDS", 600, minimum=1)
 #: How long a draining replica may finish its requests before it is stopped.

@@ -6,7 +6,7 @@
    A 2xx makes it ready; ``UNHEALTHY_AFTER`` failures in a row make a ready replica unhealthy (it is replaced),
    and a starting one whose program answers but not 2xx that often, or that is not ready within
    ``SERVE_STARTUP_SECONDS``, failed.
-3. **Measure** what the endpoint counted since the last tick (``router.take_load``) and write a sample.
+3. **Measure** what the data plane counted since the last tick (``load.take_load``) and write a sample.
 4. **Scale**: ``autoscale.decide`` from the sample and the recommendations of the windows.
 5. **Reconcile**: submit missing replicas (jobs of kind ``service``), stop surplus ones (not ready first, then
    the newest), replace unhealthy ones; or, while a new revision rolls out, bring up one new replica at a time
@@ -36,7 +36,7 @@ from scheduler import actions as jobs
 from scheduler import utilization
 from scheduler.models import Attempt, Job
 from scheduler.states import PLACED, WAITING
-from serving import actions, autoscale, router
+from serving import actions, autoscale, load
 from serving.models import Replica, Revision, Service, ServiceSample
 
 log = logging.getLogger(__name__)
@@ -164,16 +164,16 @@ def _check(session: requests.Session, replica: Replica) -> tuple[bool, bool]:
 
 def measure(service: Service, replicas: Sequence[Replica], now: datetime) -> ServiceSample:
     """Take the endpoint's counters, decide the desired count, and write both as this tick's sample."""
-    load = router.take_load(service.pk)
+    measured = load.take_load(service.pk)
     last = service.samples.order_by("-at").first()
     seconds = (now - last.at).total_seconds() if last is not None and last.at < now else TICK_SECONDS
-    rps = load.requests / max(seconds, 0.001)
+    rps = measured.requests / max(seconds, 0.001)
     ready = [r for r in replicas if r.state == R.READY]
-    if load.requests or load.inflight or load.demand:
+    if measured.requests or measured.inflight or measured.demand:
         service.last_request_at = now
     total = {
         Service.Metric.RPS: rps,
-        Service.Metric.INFLIGHT: float(load.inflight),
+        Service.Metric.INFLIGHT: float(measured.inflight),
         Service.Metric.GPU: gpu_total(ready, now),
     }[Service.Metric(service.metric)]
     idle = (now - service.last_request_at).total_seconds() if service.last_request_at else None
@@ -195,7 +195,9 @@ def measure(service: Service, replicas: Sequence[Replica], now: datetime) -> Ser
         scale_down_window=service.scale_down_window,
         scale_to_zero_after=service.scale_to_zero_after,
     )
-    seen = autoscale.Observation(now=now.timestamp(), total=total, current=current, idle_for=idle, demand=load.demand)
+    seen = autoscale.Observation(
+        now=now.timestamp(), total=total, current=current, idle_for=idle, demand=measured.demand
+    )
     decision = autoscale.decide(scaling, seen, history)
     desired = decision.desired if service.state == Service.State.ACTIVE else 0
     if desired != service.desired_replicas:
@@ -205,12 +207,12 @@ def measure(service: Service, replicas: Sequence[Replica], now: datetime) -> Ser
     return ServiceSample.objects.create(
         service=service,
         at=now,
-        requests=load.requests,
+        requests=measured.requests,
         rps=rps,
-        inflight=load.inflight,
-        p50_ms=load.p50_ms,
-        p95_ms=load.p95_ms,
-        errors=load.errors,
+        inflight=measured.inflight,
+        p50_ms=measured.p50_ms,
+        p95_ms=measured.p95_ms,
+        errors=measured.errors,
         replicas_ready=len(ready),
         replicas_desired=desired,
         recommended=decision.recommended,
@@ -327,10 +329,9 @@ def _stop(service: Service, replica: Replica, now: datetime, why: str, *, drain:
 
 def _finish_draining(service: Service, draining: Sequence[Replica], now: datetime) -> None:
     grace = timedelta(seconds=_setting("SERVE_DRAIN_SECONDS", 30))
-    found = cache.get_many([f"serving:replica:{r.pk}:inflight" for r in draining])
+    busy = load.replicas_busy([r.pk for r in draining])
     for replica in draining:
-        busy = int(found.get(f"serving:replica:{replica.pk}:inflight") or 0) > 0
-        if not busy or (replica.drain_started_at and now - replica.drain_started_at >= grace):
+        if replica.pk not in busy or (replica.drain_started_at and now - replica.drain_started_at >= grace):
             _cancel(service, replica, "drained")
 
 

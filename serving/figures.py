@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
@@ -30,9 +31,14 @@ PRESENT = (Replica.State.STARTING, Replica.State.READY, Replica.State.UNHEALTHY,
 
 
 def endpoint_path(service: Service) -> str:
-    """Where the stable endpoint answers for ``service``: ``/serve/<organization>/<team>/<service>/`` (team slugs
-    are unique within an organization only)."""
+    """The stable endpoint's path for ``service``: ``/serve/<organization>/<team>/<service>/`` (team slugs are
+    unique within an organization only)."""
     return f"/serve/{service.team.organization.slug}/{service.team.slug}/{service.name}/"
+
+
+def endpoint(service: Service) -> str:
+    """Where callers reach ``service``: its path at the data plane (``SERVE_PUBLIC_URL``)."""
+    return settings.SERVE_PUBLIC_URL + endpoint_path(service)
 
 
 @dataclass

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from datetime import date
@@ -62,6 +64,14 @@ def members_under(root: Path) -> list[int]:
     return found
 
 
+def _down(base: str) -> bool:
+    """Whether the portal's web server does not answer."""
+    try:
+        return requests.get(f"{base}/healthz/", timeout=2).status_code != 200
+    except requests.RequestException:
+        return True
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -90,17 +100,20 @@ class Output:
 
 @pytest.mark.worker
 def test_demo_command_serves_the_portal_survives_a_killed_worker_and_stops_on_ctrl_c(tmp_path: Path) -> None:
-    port = _free_port()
+    port, serve_port = _free_port(), _free_port()
+    # The replicas (run as nobody) work where any user may pass: not under tmp_path, which only root may enter.
+    replicas = Path(tempfile.mkdtemp(prefix="qm-demo-replicas-"))
+    replicas.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL"}}
     # Two weeks of billing history, not half a year: the command is what is tested here.
     env.update(
         QM_VAR_DIR=str(tmp_path / "var"),
-        SIMULATED_REPLICA_ROOT=str(tmp_path / "replicas"),
+        SIMULATED_REPLICA_ROOT=str(replicas),
         DJANGO_SETTINGS_MODULE="portal.settings",
         QM_DEMO_HISTORY_DAYS="14",
     )
     demo = subprocess.Popen(
-        [sys.executable, "manage.py", "demo", "--bind", f"127.0.0.1:{port}"],
+        [sys.executable, "manage.py", "demo", "--bind", f"127.0.0.1:{port}", "--serve-bind", f"127.0.0.1:{serve_port}"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -131,7 +144,7 @@ def test_demo_command_serves_the_portal_survives_a_killed_worker_and_stops_on_ct
 
         # The demo's service answers through its public endpoint: a replica, a real model server process. (Before
         # the worker is killed: a replica whose dispatch dies with the worker is the scheduler's recovery to test.)
-        predict = f"{base}/serve/demo/robotics/grasp-policy/v1/predict"
+        predict = f"http://127.0.0.1:{serve_port}/serve/demo/robotics/grasp-policy/v1/predict"
         answer = requests.post(predict, json={"input": [1, 2]}, timeout=150)  # held while the replica starts
         assert answer.status_code == 200, (answer.text, output.text[-3000:])
         assert answer.json()["output"]["score"] == 3.0
@@ -184,6 +197,20 @@ def test_demo_command_serves_the_portal_survives_a_killed_worker_and_stops_on_ct
             time.sleep(0.5)
         assert state in {"admitted", "placing", "running"}
         os.kill(again, 0)  # still there
+
+        # The portal's web server restarts: the service keeps answering through the data plane all the while.
+        web = output.pid("web")
+        assert web is not None, output.text
+        os.kill(web, signal.SIGTERM)
+        statuses: list[int] = []
+        portal_down = False
+        deadline = time.monotonic() + 90
+        while (output.pid("web", after=web)) is None or not portal_down or _down(base):
+            portal_down = portal_down or _down(base)
+            statuses.append(requests.post(predict, json={"input": [1, 2]}, timeout=30).status_code)
+            assert time.monotonic() < deadline, output.text[-3000:]
+        assert portal_down  # it was away, and the service answered meanwhile
+        assert set(statuses) == {200}, statuses
     finally:
         demo.send_signal(signal.SIGINT)
         demo.wait(timeout=60)
@@ -192,7 +219,9 @@ def test_demo_command_serves_the_portal_survives_a_killed_worker_and_stops_on_ct
     assert f"Quartermaster is running at http://127.0.0.1:{port}/" in output.text
     for demo_user in USERS:
         assert demo_user.username in output.text
-    assert output.text.count("exited with") == 1, output.text  # the worker we killed, nothing else
+    # The worker we killed and the web server we stopped, nothing else.
+    assert output.text.count("exited with") == 2, output.text
+    assert f"web (pid {web}) exited with" in output.text
     # No request failed on the embedded defaults' one database file: the web server's access log (its lines
     # end '"METHOD path HTTP/1.1" status size …') has the devices' polls, enrolments and reports, the service's
     # requests and this test's, and not one 5xx.
@@ -207,6 +236,8 @@ def test_demo_command_serves_the_portal_survives_a_killed_worker_and_stops_on_ct
     assert members(demo.pid) == [], output.text[-3000:]
     assert "service replicas stopped: 1" in output.text, output.text[-3000:]
     assert members_under(tmp_path) == [], output.text[-3000:]
+    assert members_under(replicas) == [], output.text[-3000:]
+    shutil.rmtree(replicas, ignore_errors=True)
 
 
 def test_demo_jobs_and_governance_are_seeded_once(db, settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -17,6 +17,20 @@ from tenancy.models import ApiToken, hash_token
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
+def usable_token(raw: str) -> ApiToken | None:
+    """The API token ``raw`` is, with its user and service account, if it is usable (neither expired nor revoked)
+    and its user active; its last use recorded (to the minute). None otherwise. The API's authentication and
+    the data plane's (``serving/dataplane/source.py``) both ask this."""
+    usable = ApiToken.objects.usable().select_related("user", "user__service_account")
+    token = usable.filter(key_hash=hash_token(raw)).first()
+    if token is None or not token.user.is_active:
+        return None
+    now = timezone.now()
+    if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    return token
+
+
 class ApiTokenAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
@@ -30,13 +44,9 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
             raw = header[1].decode()
         except UnicodeDecodeError:
             raise exceptions.AuthenticationFailed("The token contains invalid characters.") from None
-        usable = ApiToken.objects.usable().select_related("user", "user__service_account")
-        token = usable.filter(key_hash=hash_token(raw)).first()
-        if token is None or not token.user.is_active:
+        token = usable_token(raw)
+        if token is None:
             raise exceptions.AuthenticationFailed("Invalid, expired or revoked token.")
-        now = timezone.now()
-        if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
-            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
         return token.user, token
 
     def authenticate_header(self, request: Request) -> str:

@@ -5,7 +5,8 @@ scope, a researcher otherwise); this permission, in ``DEFAULT_PERMISSION_CLASSES
 its token may make:
 
 * ``read``: safe methods (GET, HEAD, OPTIONS) only;
-* ``submit``: those, plus submitting, previewing and cancelling jobs (``SUBMIT_OPERATIONS``);
+* ``submit``: those, plus submitting, previewing and cancelling jobs (``SUBMIT_OPERATIONS``), and calling a
+  service's endpoint with any method (the data plane asks, as ``SERVE_ENDPOINT``);
 * ``admin``: whatever the team's lead may do through the API — tenancy and the actions answer as for a lead.
 
 Personal tokens and sessions carry no scope and pass untouched.
@@ -23,13 +24,16 @@ from tenancy.models import ApiToken, ServiceAccount
 
 # The API routes (view name, method) a submit-scoped token may call beyond reading.
 SUBMIT_OPERATIONS = frozenset({("api:job-list", "POST"), ("api:job-preview", "POST"), ("api:job-cancel", "POST")})
+#: A service's endpoint, as the data plane names it here: calling a model with a POST uses compute as a submitted
+#: job does, so a submit-scoped token may; a read-scoped one only reads (GET, HEAD, OPTIONS).
+SERVE_ENDPOINT = "serve-endpoint"
 
 
 def allows(scope: str, view_name: str, method: str) -> bool:
     if method in SAFE_METHODS:
         return True
     if scope == ServiceAccount.Scope.SUBMIT:
-        return (view_name, method) in SUBMIT_OPERATIONS
+        return (view_name, method) in SUBMIT_OPERATIONS or view_name == SERVE_ENDPOINT
     return scope == ServiceAccount.Scope.ADMIN
 
 

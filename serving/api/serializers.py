@@ -109,9 +109,7 @@ class ServiceSerializer(serializers.ModelSerializer[Service]):
         return found.get(service.pk)
 
     def get_endpoint(self, service: Service) -> str:
-        path = figures.endpoint_path(service)
-        request = self.context.get("request")
-        return request.build_absolute_uri(path) if request is not None else path
+        return figures.endpoint(service)
 
     def get_replicas_ready(self, service: Service) -> int:
         summary = self._summary(service)

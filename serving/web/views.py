@@ -101,7 +101,7 @@ def service_edit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
 def _render(request: AuthenticatedHttpRequest, service: Service, status: int = 200, **extra: Any) -> HttpResponse:
     now = timezone.now()
     samples = figures.samples_since(service, now - CHART_SPAN)
-    endpoint = request.build_absolute_uri(figures.endpoint_path(service))
+    endpoint = figures.endpoint(service)
     context = {
         "service": service,
         "endpoint": endpoint,

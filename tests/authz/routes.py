@@ -460,8 +460,9 @@ ROWS: list[Row] = [
     row("job-preview", "POST", "team",                  "in  p   p   200 p   p   200 403 200",
         perm="job.submit", ok="200", body=job_form,
         writes=False),
-    # A service's endpoint takes API tokens only (tests/serving/test_endpoint.py): a portal session is refused.
-    row("serve-endpoint", "GET", "service",             "401 401 401 401 401 401 401 401 401", url=_service),
+    # Services answer at the data plane (tests/serving/test_endpoint.py); the portal's /serve/ tells everyone so,
+    # the same way, reading nothing.
+    row("serve-endpoint", "GET", "service",             "404 404 404 404 404 404 404 404 404", url=_service),
     row("job-detail", "GET", "job",                     "in  200 200 404 200 200 404 404 404"),
     row("job-debug", "GET", "job",                      "in  200 200 404 200 200 404 404 404"),
     row("job-state", "GET", "job",                      "in  200 200 404 200 200 404 404 404"),

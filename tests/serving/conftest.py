@@ -5,7 +5,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.scheduler.conftest import Fleet, fleet  # noqa: F401 - a fixture
-from tests.serving.harness import plant, stop_cluster_replicas  # noqa: F401 - a fixture
+from tests.serving.harness import plane, plant, stop_cluster_replicas  # noqa: F401 - a fixture
 
 
 @pytest.fixture(autouse=True)

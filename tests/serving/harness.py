@@ -23,7 +23,10 @@ from django.utils import timezone
 
 from clusters import sync
 from scheduler.models import Attempt, Job
-from serving import control
+from serving import control, dataplane
+from serving.dataplane import source
+from serving.dataplane.server import DataPlane, InThread
+from serving.dataplane.table import Limits
 from serving.models import Replica, Service
 from tests.scheduler.conftest import Fleet
 
@@ -156,3 +159,20 @@ def service_fields(**more: Any) -> dict[str, Any]:
         "target": 5.0,
         **more,
     }
+
+
+class Plane(InThread):
+    """The data plane (``serving/dataplane/server.py``) in a thread of the test's process, reading its database and
+    cache through ``source`` as the real process does: its table rebuilt and its counts added every tenth of a
+    second, token verdicts kept ``auth_seconds`` (none by default)."""
+
+    def __init__(self, limits: Limits | None = None, *, auth_seconds: float = 0.0) -> None:
+        super().__init__(
+            DataPlane(source, limits or dataplane.limits(), refresh=0.1, flush_every=0.1, auth_seconds=auth_seconds)
+        )
+
+
+@pytest.fixture
+def plane(fleet: Fleet) -> Iterator[Plane]:
+    with Plane() as running:
+        yield running

@@ -39,7 +39,7 @@ def test_create_takes_peoples_units_and_answers_the_service(fleet: Fleet, api: A
     assert body["team"] == "vision"
     assert body["project"] == "detection"
     assert body["clusters"] == ["east"]
-    assert body["endpoint"] == "http://testserver/serve/demo/vision/chat-api/"
+    assert body["endpoint"] == "http://127.0.0.1:8001/serve/demo/vision/chat-api/"  # at the data plane
     assert body["revision"]["number"] == 1
     assert body["revision"]["cpu"] == 0.5
     assert body["revision"]["memory_gib"] == 1.5

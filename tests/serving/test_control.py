@@ -10,7 +10,8 @@ import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 
 from scheduler.models import Job
-from serving import actions, router
+from serving import actions
+from serving import load as counted
 from serving.models import Replica, Revision, Service, ServiceSample
 from tests.scheduler.conftest import Fleet
 from tests.serving.harness import Plant, ready, service_fields, states
@@ -25,10 +26,12 @@ def make(fleet: Fleet, **more: Any) -> Service:
 
 
 def load(service: Service, requests: int, inflight: int = 0) -> None:
-    """What the endpoint would have counted over one tick (the endpoint's own tests send real requests)."""
+    """What the data plane would have counted over one tick (the endpoint's own tests send real requests)."""
+    tally = counted.Tally()
     for _ in range(requests):
-        router.begin(service.pk, 0)
-        router.end(service.pk, 0, 12.0, error=False)
+        tally.begin(service.pk, 0)
+        tally.end(service.pk, 0, 12.0, error=False)
+    counted.add(tally.take())
 
 
 def test_a_service_starts_its_minimum_and_its_replica_becomes_ready(fleet: Fleet, plant: Plant) -> None:
@@ -199,10 +202,12 @@ def test_rps_counts_the_requests_that_arrive_not_only_those_answered(fleet: Flee
     service = make(fleet, min_replicas=1, max_replicas=4, target=5.0, scale_up_window=10, scale_down_window=30)
     service = plant.settle(service, 2)
     for _ in range(3):  # each 5 s tick: 90 arrive (18 rps, four replicas' worth), 10 are answered
+        tally = counted.Tally()
         for _ in range(90):
-            router.begin(service.pk, 0)
+            tally.begin(service.pk, 0)
         for _ in range(10):
-            router.end(service.pk, 0, 4000.0, error=False)
+            tally.end(service.pk, 0, 4000.0, error=False)
+        counted.add(tally.take())
         service = plant.tick(service)
     sample = ServiceSample.objects.filter(service=service).order_by("-pk").first()
     assert sample is not None

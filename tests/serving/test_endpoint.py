@@ -1,6 +1,7 @@
-"""The stable endpoint, with real replica processes: who may call it, what it forwards, load from threads that
-the replica count follows, a replica killed while the endpoint keeps answering, a bad revision that never
-answers a request, and a cold start from zero replicas."""
+"""The stable endpoint, answered by the data plane (``serving/dataplane/``) with real replica processes: who may
+call it and what it forwards, load from threads that the replica count follows, a replica killed while the
+endpoint keeps answering, a bad revision that never answers a request, a cold start from zero replicas, and the
+bounds on waiting: each service's requests in flight, its queue, all queues together, its rate."""
 
 from __future__ import annotations
 
@@ -9,18 +10,20 @@ import time
 from typing import Any
 
 import pytest
+import requests
 from django.db import connections
-from django.test import Client
 
-from serving import actions
+from serving import actions, dataplane
+from serving.dataplane.table import Limits
 from serving.models import Replica, Service
 from tenancy import actions as tenancy_actions
+from tenancy.models import ServiceAccount
 from tests.scheduler.conftest import Fleet
-from tests.serving.harness import Plant, ready, service_fields
+from tests.serving.harness import Plane, Plant, ready, service_fields
 
-# Threads send the requests (each its own database connection): the test's writes must be committed.
+# The data plane reads the database from threads of its own: the test's writes must be committed.
 pytestmark = pytest.mark.django_db(transaction=True)
-URL = "/serve/demo/vision/chat/"
+PATH = "/serve/demo/vision/chat/"
 
 
 def make(fleet: Fleet, **more: Any) -> Service:
@@ -29,30 +32,40 @@ def make(fleet: Fleet, **more: Any) -> Service:
     )
 
 
-def client_of(fleet: Fleet, username: str | None) -> Client:
-    if username is None:
-        return Client()
-    _, raw = tenancy_actions.issue_token(fleet.user(username), name="tests")
-    return Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
+class Caller:
+    """Someone calling the endpoint over HTTP: with a fresh API token of ``username``, or none."""
+
+    def __init__(self, plane: Plane, fleet: Fleet, username: str | None = None, *, token: str | None = None) -> None:
+        self.base = plane.url + PATH
+        self.session = requests.Session()
+        if username is not None:
+            _, token = tenancy_actions.issue_token(fleet.user(username), name="tests")
+        if token is not None:
+            self.session.headers["Authorization"] = f"Bearer {token}"
+
+    def get(self, path: str = "", **kwargs: Any) -> requests.Response:
+        return self.session.get(self.base + path, timeout=60, **kwargs)
+
+    def post(self, path: str = "", **kwargs: Any) -> requests.Response:
+        return self.session.post(self.base + path, timeout=60, **kwargs)
 
 
 class Load:
-    """``threads`` threads sending GETs to the endpoint until stopped; keeps every answer's status and body."""
+    """``threads`` threads sending GETs to the endpoint until stopped; keeps every answer's status, body and
+    replica."""
 
-    def __init__(self, client: Client, threads: int, path: str = "hello") -> None:
-        self.client, self.path = client, path
+    def __init__(self, caller: Caller, threads: int, path: str = "hello") -> None:
+        self.caller, self.path = caller, path
         self.answers: list[tuple[int, str, str]] = []
         self.stopping = threading.Event()
         self.threads = [threading.Thread(target=self.run) for _ in range(threads)]
 
     def run(self) -> None:
-        try:
-            while not self.stopping.is_set():
-                response = self.client.get(URL + self.path)
-                body = body_of(response)
-                self.answers.append((response.status_code, body, response.headers.get("X-QM-Replica", "")))
-        finally:
-            connections.close_all()
+        session = requests.Session()
+        session.headers.update(self.caller.session.headers)
+        while not self.stopping.is_set():
+            response = session.get(self.caller.base + self.path, timeout=60)
+            self.answers.append((response.status_code, response.text, response.headers.get("X-QM-Replica", "")))
 
     def __enter__(self) -> Load:
         for thread in self.threads:
@@ -66,41 +79,69 @@ class Load:
 
 
 @pytest.fixture
-def alice(fleet: Fleet) -> Client:
-    return client_of(fleet, "alice")
+def alice(plane: Plane, fleet: Fleet) -> Caller:
+    return Caller(plane, fleet, "alice")
 
 
-def body_of(response: Any) -> str:
-    if response.streaming:
-        return b"".join(response.streaming_content).decode()
-    return str(response.content.decode())
-
-
-def test_who_may_call_it_and_what_it_forwards(fleet: Fleet, plant: Plant, alice: Client) -> None:
+def test_who_may_call_it_and_what_it_forwards(fleet: Fleet, plant: Plant, plane: Plane, alice: Caller) -> None:
     service = make(fleet)
     plant.settle(service, 2)
     [replica] = ready(service)
-    response = alice.post(URL + "v1/chat?x=1", data=b"{}", content_type="application/json")
+    response = alice.post("v1/chat?x=1", data=b"{}", headers={"Content-Type": "application/json", "Cookie": "a=b"})
     assert response.status_code == 200
-    assert body_of(response) == f"replica-{replica.pk}-r1 POST /v1/chat?x=1"
-    assert response["X-QM-Replica"] == str(replica.pk)
-    assert response["X-QM-Revision"] == "1"
-    assert "Connection" not in response
-    assert response["Content-Security-Policy"] == "sandbox"  # its pages cannot script the portal
-    assert client_of(fleet, None).get(URL).status_code == 401
-    assert client_of(fleet, "trent").get(URL).status_code == 404  # another organization's team
-    assert client_of(fleet, "mallory").get(URL).status_code == 404
-    assert Client(HTTP_AUTHORIZATION="Bearer qm_nonsense").get(URL).status_code == 401
-    assert alice.get("/serve/demo/vision/nothing/").status_code == 404
+    assert response.text == f"replica-{replica.pk}-r1 POST /v1/chat?x=1"
+    assert response.headers["X-QM-Replica"] == str(replica.pk)
+    assert response.headers["X-QM-Revision"] == "1"
+    assert response.headers["Content-Security-Policy"] == "sandbox"  # its pages cannot script the portal
+    assert response.headers["X-Content-Type-Options"] == "nosniff"
+    assert Caller(plane, fleet).get().status_code == 401
+    assert Caller(plane, fleet, "trent").get().status_code == 404  # another organization's team
+    assert Caller(plane, fleet, "mallory").get().status_code == 404
+    assert Caller(plane, fleet, token="qm_nonsense").get().status_code == 401
+    assert Caller(plane, fleet, token="two words").get().status_code == 401
+    nothing = requests.get(plane.url + "/serve/demo/vision/nothing/", headers=alice.session.headers, timeout=10)
+    assert nothing.status_code == 404
     actions.update_service(fleet.user("alice"), service, public=True)
-    assert client_of(fleet, None).get(URL + "x").status_code == 200
+    time.sleep(0.3)  # the data plane's next table
+    assert Caller(plane, fleet).get("x").status_code == 200
+    assert Caller(plane, fleet, token="qm_nonsense").get().status_code == 401  # a token shown must be good
     actions.stop_service(fleet.user("alice"), service)
-    stopped = alice.get(URL)
+    time.sleep(0.3)
+    stopped = alice.get()
     assert stopped.status_code == 503
     assert "stopped" in stopped.json()["detail"]
+    assert stopped.headers["Retry-After"]
 
 
-def test_replicas_follow_load_from_threads(fleet: Fleet, plant: Plant, alice: Client) -> None:
+def test_a_service_accounts_scope_decides_what_it_may_send(fleet: Fleet, plant: Plant, plane: Plane) -> None:
+    service = make(fleet)
+    plant.settle(service, 2)
+    vision, lena = fleet.world.teams["vision"], fleet.user("lena")
+    callers = {}
+    for scope in ServiceAccount.Scope:
+        _, raw = tenancy_actions.create_service_account(lena, vision, name=f"caller-{scope}", scope=scope)
+        callers[scope] = Caller(plane, fleet, token=raw)
+    assert {scope: c.get("x").status_code for scope, c in callers.items()} == dict.fromkeys(ServiceAccount.Scope, 200)
+    posted = {scope: c.post("x", data=b"{}").status_code for scope, c in callers.items()}
+    assert posted == {ServiceAccount.Scope.READ: 403, ServiceAccount.Scope.SUBMIT: 200, ServiceAccount.Scope.ADMIN: 200}
+    assert "scoped 'read-only'" in callers[ServiceAccount.Scope.READ].post("x").json()["detail"]
+
+
+def test_the_portal_answers_no_inference_request(fleet: Fleet, settings: Any) -> None:
+    settings.SERVE_PUBLIC_URL = "https://serve.example.org"
+    answer = fleet_client(fleet).post(PATH + "v1/predict", data=b"{}", content_type="application/json")
+    assert answer.status_code == 404
+    assert answer.json()["endpoint"] == "https://serve.example.org/serve/demo/vision/chat/v1/predict"
+
+
+def fleet_client(fleet: Fleet) -> Any:
+    from django.test import Client
+
+    _, raw = tenancy_actions.issue_token(fleet.user("alice"), name="tests")
+    return Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
+
+
+def test_replicas_follow_load_from_threads(fleet: Fleet, plant: Plant, alice: Caller) -> None:
     service = make(fleet, min_replicas=1, max_replicas=3, target=2.0, scale_up_window=10, scale_down_window=20)
     plant.settle(service, 2)
     seen: set[str] = set()
@@ -115,6 +156,7 @@ def test_replicas_follow_load_from_threads(fleet: Fleet, plant: Plant, alice: Cl
     assert len(ready(service)) == 3
     assert len(seen) == 3  # the load is spread over the replicas
     assert {status for status, _, _ in load.answers} == {200}
+    time.sleep(0.3)  # the data plane's last counts added
     for _ in range(8):  # no load: back down once the down window has passed
         service = plant.tick(service)
     assert service.desired_replicas == 1
@@ -124,7 +166,7 @@ def test_replicas_follow_load_from_threads(fleet: Fleet, plant: Plant, alice: Cl
 
 
 def test_a_killed_replica_is_replaced_and_the_endpoint_keeps_answering(
-    fleet: Fleet, plant: Plant, alice: Client
+    fleet: Fleet, plant: Plant, alice: Caller
 ) -> None:
     service = make(fleet, min_replicas=2, max_replicas=2)
     plant.settle(service, 2)
@@ -142,7 +184,7 @@ def test_a_killed_replica_is_replaced_and_the_endpoint_keeps_answering(
     assert Replica.objects.get(pk=first.pk).state == Replica.State.GONE
 
 
-def test_a_bad_revision_never_answers(fleet: Fleet, plant: Plant, alice: Client) -> None:
+def test_a_bad_revision_never_answers(fleet: Fleet, plant: Plant, alice: Caller) -> None:
     service = make(fleet, min_replicas=1, max_replicas=1)
     plant.settle(service, 2)
     plant.behaviour[2] = (500, 0.0)
@@ -158,44 +200,103 @@ def test_a_bad_revision_never_answers(fleet: Fleet, plant: Plant, alice: Client)
     assert service.revision.number == 1
 
 
-@pytest.fixture
-def quick_cold_start(settings: Any) -> None:
-    settings.SERVE_COLD_START_SECONDS = 30
+def _limited(**changes: Any) -> Plane:
+    """A data plane of its own, with the settings' limits but ``changes``."""
+    return Plane(Limits(**{**dataplane.limits().__dict__, **changes}))
 
 
-def test_scale_to_zero_and_a_cold_start(fleet: Fleet, plant: Plant, alice: Client, quick_cold_start: None) -> None:
+def test_scale_to_zero_and_a_cold_start(fleet: Fleet, plant: Plant) -> None:
     service = make(fleet, min_replicas=0, max_replicas=2, scale_to_zero_after=30)
     plant.settle(service, 1)  # never asked: no replica
     assert service.desired_replicas == 0
     assert not ready(service)
-    answers: list[Any] = []
+    answers: list[requests.Response] = []
+    with _limited(cold_start_seconds=30.0) as plane:
+        caller = Caller(plane, fleet, "alice")
 
-    def ask() -> None:
-        try:
-            answers.append(alice.get(URL + "cold"))
-        finally:
-            connections.close_all()
+        def ask() -> None:
+            try:
+                answers.append(caller.get("cold"))
+            finally:
+                connections.close_all()
 
-    waiting = threading.Thread(target=ask)
-    waiting.start()
-    for _ in range(40):  # the control loop, while the request waits
-        time.sleep(0.25)
-        service = plant.tick(service)
-        if not waiting.is_alive():
-            break
-    waiting.join()
-    assert answers[0].status_code == 200, body_of(answers[0])
-    assert body_of(answers[0]).endswith("GET /cold")
+        waiting = threading.Thread(target=ask)
+        waiting.start()
+        for _ in range(40):  # the control loop, while the request waits
+            time.sleep(0.25)
+            service = plant.tick(service)
+            if not waiting.is_alive():
+                break
+        waiting.join()
+    assert answers[0].status_code == 200, answers[0].text
+    assert answers[0].text.endswith("GET /cold")
     for _ in range(10):  # nothing more: back to zero after 30 s idle
         service = plant.tick(service)
     assert service.desired_replicas == 0
     assert not service.replicas.exclude(state=Replica.State.GONE).exists()
 
 
-def test_at_zero_with_no_wait_it_answers_503_with_retry_after(fleet: Fleet, alice: Client, settings: Any) -> None:
-    settings.SERVE_COLD_START_SECONDS = 0
+def test_at_zero_with_no_wait_it_answers_503_with_retry_after(fleet: Fleet) -> None:
     make(fleet, min_replicas=0, max_replicas=1, scale_to_zero_after=30)
-    response = alice.get(URL)
+    with _limited(cold_start_seconds=0.0) as plane:
+        response = Caller(plane, fleet, "alice").get()
     assert response.status_code == 503
-    assert response["Retry-After"]
+    assert response.headers["Retry-After"]
     assert "no replica ready" in response.json()["detail"]
+
+
+def _together(caller: Caller, count: int, path: str = "slow") -> list[requests.Response]:
+    answers: list[requests.Response] = []
+    threads = [threading.Thread(target=lambda: answers.append(caller.get(path))) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return answers
+
+
+def test_waiting_is_bounded_per_service_and_in_all(fleet: Fleet, plant: Plant) -> None:
+    """Two at the replica at once, two more may wait a second: the rest are told at once to come back."""
+    plant.behaviour[1] = (200, 0.5)
+    service = make(fleet)
+    plant.settle(service, 2)
+    with _limited(max_inflight=2, queue_per_service=2, queue_seconds=5.0) as plane:
+        started = time.monotonic()
+        answers = _together(Caller(plane, fleet, "alice"), 8)
+        took = time.monotonic() - started
+    statuses = sorted(a.status_code for a in answers)
+    assert statuses == [200] * 4 + [503] * 4, statuses
+    assert all(a.headers["Retry-After"] for a in answers if a.status_code == 503)
+    assert took < 2.5  # the two waiting went in turn; nobody waited out a timeout
+    with _limited(max_inflight=1, queue_per_service=10, queue_total=1, queue_seconds=5.0) as plane:
+        answers = _together(Caller(plane, fleet, "alice"), 4)
+    assert sorted(a.status_code for a in answers) == [200, 200, 503, 503]  # the total bounds every queue
+    del service
+
+
+def test_a_request_waits_its_turn_no_longer_than_the_queue_allows(fleet: Fleet, plant: Plant) -> None:
+    plant.behaviour[1] = (200, 2.0)
+    service = make(fleet)
+    plant.settle(service, 2)
+    with _limited(max_inflight=1, queue_per_service=5, queue_seconds=0.5) as plane:
+        answers = _together(Caller(plane, fleet, "alice"), 2)
+    assert sorted(a.status_code for a in answers) == [200, 503]
+    assert "busy" in next(a for a in answers if a.status_code == 503).json()["detail"]
+    del service
+
+
+def test_a_service_past_its_rate_is_told_when_to_come_back(fleet: Fleet, plant: Plant) -> None:
+    service = make(fleet)
+    plant.settle(service, 2)
+    with _limited(max_rps=2.0, burst=2) as plane:
+        caller = Caller(plane, fleet, "alice")
+        statuses = [caller.get("x").status_code for _ in range(5)]
+        limited = caller.get("x")
+        time.sleep(1.1)
+        again = caller.get("x")
+    assert statuses[:2] == [200, 200]
+    assert 429 in statuses
+    assert limited.status_code == 429
+    assert int(limited.headers["Retry-After"]) >= 1
+    assert again.status_code == 200
+    del service

@@ -91,7 +91,7 @@ def test_the_list_and_the_page_show_replicas_load_and_cost(fleet: Fleet) -> None
     page = signed_in(fleet, "alice").get(f"/services/{service.pk}/")
     text = page.content.decode()
     assert page.status_code == 200
-    assert "http://testserver/serve/demo/vision/chat-api/" in text
+    assert "http://127.0.0.1:8001/serve/demo/vision/chat-api/" in text  # at the data plane
     assert 'data-testid="service-chart"' in text
     assert "service-load-figure" in text
     assert f'data-replica="{replica.pk}"' in text

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from demo.supervisor import Supervisor, metrics_directory, public_url, stop_replicas
 from demo.tenancy import DEMO_PASSWORD, USERS
@@ -30,8 +30,15 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--bind", default="127.0.0.1:8000", help="Address of the web server.")
+        parser.add_argument(
+            "--serve-bind", default="", help="Address of the data plane (services' endpoints); default: port + 1."
+        )
 
-    def handle(self, *args: Any, bind: str, **options: Any) -> None:
+    def handle(self, *args: Any, bind: str, serve_bind: str, **options: Any) -> None:
+        host, _, port = bind.rpartition(":")
+        if not port.isdigit():
+            raise CommandError(f"--bind takes HOST:PORT, not {bind!r}")
+        serve_bind = serve_bind or f"{host}:{int(port) + 1}"
         call_command("migrate", interactive=False, verbosity=0)
         call_command("seed_demo")
         python = sys.executable
@@ -55,6 +62,8 @@ class Command(BaseCommand):
                 "--graceful-timeout",
                 "5",
             ],
+            # Inference traffic to the demo's service: the data plane, never the web server.
+            "dataplane": [python, str(settings.BASE_DIR / "manage.py"), "serve_dataplane", "--bind", serve_bind],
             # One worker: gossip, mingle and heartbeats are for finding others, and each would bind a queue
             # of its own that outlives a restarted worker.
             "worker": [
@@ -87,11 +96,12 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
-        self._announce(bind)
+        self._announce(bind, serve_bind)
         metrics = Path(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or settings.VAR_DIR / "metrics")
         env = metrics_directory(metrics)
         # Where service replicas report their address and device agents poll: this web server, unless told.
         env.setdefault("QM_PUBLIC_URL", public_url(bind))
+        env.setdefault("SERVE_PUBLIC_URL", public_url(serve_bind))
 
         def log(line: str) -> None:
             self.stderr.write(f"[demo {time.strftime('%H:%M:%S')}] {line}")
@@ -106,13 +116,14 @@ class Command(BaseCommand):
                 log(f"service replicas stopped: {stopped}")
         self.stdout.write("Stopped the web server, the workers, the device agents and the service replicas.")
 
-    def _announce(self, bind: str) -> None:
+    def _announce(self, bind: str, serve_bind: str) -> None:
         lines = [
             "",
             f"Quartermaster is running at http://{bind}/  (Ctrl-C stops everything)",
             f"Sign in as any of these users, password {DEMO_PASSWORD!r}:",
             *(f"  {u.username:<6} {u.role.label}{' of ' + u.team if u.team else ''}" for u in USERS),
             f"API docs: http://{bind}/api/docs/   Metrics: http://{bind}/metrics   SLOs (as adam): http://{bind}/slo/",
+            f"Services answer at the data plane: http://{serve_bind}/serve/<organization>/<team>/<service>/",
             "",
         ]
         self.stdout.write("\n".join(lines))

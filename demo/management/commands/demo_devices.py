@@ -4,10 +4,10 @@
 It runs ``--devices`` real device agents (``deploy/edge_agent.py``, one process each, state under
 ``<VAR_DIR>/demo-devices``; ``demo/devices.py``) against the demo's web server, restarting any that dies
 (``demo/supervisor.py``). Their held polls wait ``--poll-wait`` seconds: each agent holds one of the web
-server's threads while it waits (the demo's has 2 x 16), so six agents leave most of them to people and to
-the service's relayed requests. Now and then (``--offline-chance`` per half minute, one at a time) an agent
-is paused for ``OFFLINE_SECONDS`` (SIGSTOP, then SIGCONT), so the fleet page shows a device going offline and
-coming back. Beside them, a thread sends the service ``grasp-policy`` its load (``demo/traffic.py``).
+server's threads while it waits (the demo's has 2 x 16), so six agents leave most of them to people. Now and
+then (``--offline-chance`` per half minute, one at a time) an agent is paused for ``OFFLINE_SECONDS``
+(SIGSTOP, then SIGCONT), so the fleet page shows a device going offline and coming back. Beside them, a thread
+sends the service ``grasp-policy`` its load (``demo/traffic.py``) through the data plane (``SERVE_PUBLIC_URL``).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class Command(BaseCommand):
         supervisor = Supervisor(commands, log=self._log)
         threads = [threading.Thread(target=self._offline_spells, args=(supervisor, stopping, options), daemon=True)]
         if not options["no_traffic"]:
-            url = f"{server}/serve/{DEMO_SLUG}/{inference.TEAM}/{inference.SERVICE}/v1/predict"
+            url = f"{settings.SERVE_PUBLIC_URL}/serve/{DEMO_SLUG}/{inference.TEAM}/{inference.SERVICE}/v1/predict"
             threads.append(threading.Thread(target=Traffic(url, self._log).run, args=(stopping,), daemon=True))
         for thread in threads:
             thread.start()
