@@ -345,9 +345,11 @@ def latest_checkpoint(job: Job) -> Checkpoint | None:
     return Checkpoint.objects.filter(job=job).order_by("-reported_at", "-pk").first()
 
 
-def importable(location: str) -> Path | None:
-    """The file ``location`` names, when it is a regular file under one of ``ARTIFACT_IMPORT_ROOTS`` (after
-    following links: a link out of the roots does not count); else None."""
+def importable(location: str, team: Team) -> Path | None:
+    """The file ``location`` names, when it is a regular file in ``team``'s own part of an import root,
+    ``<root>/<organization>/<team>/`` (after following links: a link out of it does not count); else None.
+    An import root is shared by every team, and a job reports whatever location it likes: a team publishes the
+    bytes of its own files only."""
     text = location.removeprefix("file://") if location.startswith("file:///") else location
     if not text.startswith("/"):
         return None
@@ -355,8 +357,8 @@ def importable(location: str) -> Path | None:
         path = Path(text).resolve(strict=True)
     except (OSError, RuntimeError):
         return None
-    roots = [Path(root).resolve() for root in settings.ARTIFACT_IMPORT_ROOTS]
-    if not path.is_file() or not any(path.is_relative_to(root) for root in roots):
+    areas = [(Path(root) / team.organization.slug / team.slug).resolve() for root in settings.ARTIFACT_IMPORT_ROOTS]
+    if not path.is_file() or not any(path.is_relative_to(area) for area in areas):
         return None
     return path
 
@@ -378,9 +380,9 @@ def publish_from_job(
     actor: User, model: Model, job: Job, what: Publication, *, http: HttpRequest | None = None
 ) -> ModelVersion:
     """A version of ``model`` from ``job``'s latest checkpoint (the job ended: succeeded, or failed or was
-    cancelled after a checkpoint). A checkpoint the portal can read (a file under ``ARTIFACT_IMPORT_ROOTS``)
-    is copied into the store; any other is recorded by its location, with the size and checksum the caller
-    gives (not stored: no device or replica can load it)."""
+    cancelled after a checkpoint). A checkpoint the portal can read in the team's own part of an import root
+    (``importable``) is copied into the store; any other is recorded by its location, with the size and checksum
+    the caller gives (not stored: no device or replica can load it)."""
     policy.require(actor, "model.publish", model)
     what = _normalized(what)
     errors = _publication_errors(model, what)
@@ -389,7 +391,7 @@ def publish_from_job(
     if errors:
         raise ValidationError(errors)
     assert checkpoint is not None
-    source = importable(checkpoint.location)
+    source = importable(checkpoint.location, model.team)
     label = f"{checkpoint.location}" + (f" (step {checkpoint.step})" if checkpoint.step is not None else "")
     if source is None:
         size, sha256, stored = what.size_bytes or 0, what.sha256, False

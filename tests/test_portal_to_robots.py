@@ -115,9 +115,10 @@ class Portal:
 def portal(fleet: Fleet, live_server: Any, settings: Any, tmp_path: Path) -> Iterator[Portal]:  # noqa: F811
     settings.PUBLIC_URL = live_server.url  # where jobs, replicas and agents reach the portal
     settings.ARTIFACT_ROOT = tmp_path / "store"
-    imports = (tmp_path / "checkpoints").resolve()
-    imports.mkdir()
-    settings.ARTIFACT_IMPORT_ROOTS = [imports]
+    root = (tmp_path / "checkpoints").resolve()
+    imports = root / "demo" / "vision"  # the team's own part of the import root
+    imports.mkdir(parents=True)
+    settings.ARTIFACT_IMPORT_ROOTS = [root]
     settings.EDGE_POLL_SECONDS = 2
     yield Portal(str(live_server.url), fleet, imports, tmp_path)
     for path in fleet.state_dir.glob("*.json"):  # no replica process outlives the test, whatever it asserted

@@ -23,6 +23,7 @@ from tests.scheduler.conftest import Fleet, fleet  # noqa: F401 - the fleet fixt
 class Store:
     root: Path  # ARTIFACT_ROOT
     imports: Path  # an ARTIFACT_IMPORT_ROOTS directory
+    own: Path  # vision's part of it (<imports>/demo/vision): a team publishes its own files only
 
     def files(self) -> list[Path]:
         """Every file kept in the store (partial writes included)."""
@@ -35,7 +36,9 @@ def store(settings: Any, tmp_path: Path) -> Store:
     imports = tmp_path / "checkpoints"
     imports.mkdir()
     settings.ARTIFACT_IMPORT_ROOTS = [imports]
-    return Store(settings.ARTIFACT_ROOT, imports)
+    own = imports / "demo" / "vision"
+    own.mkdir(parents=True)
+    return Store(settings.ARTIFACT_ROOT, imports, own)
 
 
 def sha(data: bytes) -> str:

@@ -38,7 +38,7 @@ def qm(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 def test_publish_list_versions_download(server: Fleet, store: Store, tmp_path: Path, capsys: Any) -> None:
-    checkpoint = store.imports / "step-500.pt"
+    checkpoint = store.own / "step-500.pt"
     checkpoint.write_bytes(WEIGHTS)
     job = ended_job(server, str(checkpoint))
     status, out, err = qm(capsys, "model", "publish", str(job.pk), "--model", "resnet", "--metrics", '{"acc": 0.9}')

@@ -23,7 +23,7 @@ def page(world: World, user: str = "alice") -> Client:
 
 
 def test_one_click_from_a_finished_job(world: World, store: Store, fleet: Fleet) -> None:
-    checkpoint = store.imports / "final.pt"
+    checkpoint = store.own / "final.pt"
     checkpoint.write_bytes(b"weights")
     job = ended_job(fleet, str(checkpoint))
     client = page(world)

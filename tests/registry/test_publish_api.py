@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
 
 from registry.models import Model, ModelVersion
 from scheduler.models import Job
@@ -133,7 +134,7 @@ def test_neither_file_nor_job(world: World, api: Any) -> None:
 
 
 def test_publish_from_a_job_copies_a_readable_checkpoint(world: World, api: Any, store: Store, fleet: Fleet) -> None:
-    checkpoint = store.imports / "run-7" / "step-500.pt"
+    checkpoint = store.own / "run-7" / "step-500.pt"
     checkpoint.parent.mkdir()
     checkpoint.write_bytes(WEIGHTS)
     job = ended_job(fleet, str(checkpoint))
@@ -160,14 +161,40 @@ def test_publish_from_a_job_copies_a_readable_checkpoint(world: World, api: Any,
     assert (again.json()["stored"], again.json()["version"]) == (True, "2")
 
 
+def test_a_job_publishes_no_other_teams_file(world: World, api: Any, store: Store, fleet: Fleet) -> None:
+    """The import root is shared: a vision job that reports robotics' file (or the organization's, or another
+    organization's, or a link to one from its own part) as its checkpoint publishes none of its bytes."""
+    theirs = {}
+    for where in ("demo/robotics", "demo", "rival/intruders"):
+        area = store.imports / where
+        area.mkdir(parents=True, exist_ok=True)
+        theirs[where] = area / "weights.pt"
+        theirs[where].write_bytes(f"{where}'s weights".encode())
+    (store.own / "borrowed.pt").symlink_to(theirs["demo/robotics"])
+    model = vision_model(world)
+    for location in [*(str(p) for p in theirs.values()), str(store.own / "borrowed.pt")]:
+        job = ended_job(fleet, location)
+        page = Client()
+        page.force_login(world.users["alice"])
+        assert page.get(f"/models/publish/?job={job.pk}").context["importable"] is False
+        made = api("alice").post(
+            f"/api/v1/models/{model.pk}/versions/",
+            {"job": job.pk, "sha256": sha(location.encode()), "size_bytes": 1},
+            format="json",
+        )
+        assert made.status_code == 201, made.content
+        assert (made.json()["stored"], made.json()["download_url"]) == (False, None), location
+    assert store.files() == []  # not one byte of theirs in the store
+
+
 def test_a_checkpoint_the_portal_cannot_read_is_recorded_by_location(
     world: World, api: Any, store: Store, fleet: Fleet, tmp_path: Any
 ) -> None:
     outside = tmp_path / "elsewhere.pt"
     outside.write_bytes(b"secret of the server")
-    (store.imports / "link.pt").symlink_to(outside)  # a link out of the import root does not count
+    (store.own / "link.pt").symlink_to(outside)  # a link out of the import root does not count
     model = vision_model(world)
-    for location in ("s3://bucket/run/step-500", str(outside), str(store.imports / "link.pt"), "relative/x.pt"):
+    for location in ("s3://bucket/run/step-500", str(outside), str(store.own / "link.pt"), "relative/x.pt"):
         job = ended_job(fleet, location)
         given = sha(location.encode())
         made = api("alice").post(
