@@ -60,9 +60,18 @@ def create_group(
 
 
 def issue_enrolment_token(
-    actor: User, group: DeviceGroup, *, hours: int | None = None, http: HttpRequest | None = None
+    actor: User,
+    group: DeviceGroup,
+    *,
+    hours: int | None = None,
+    device: Device | None = None,
+    http: HttpRequest | None = None,
 ) -> tuple[EnrolmentToken, str]:
-    """A single-use token for one device to join ``group``; returns the row and the raw token (shown once)."""
+    """A single-use token for one device to join ``group``; returns the row and the raw token (shown once).
+    With ``device``, the token re-enrols that device only (in its own group): the one way back for a revoked
+    device, and so the lead's explicit act of restoring it, audited as such."""
+    if device is not None:
+        group = device.group
     policy.require(actor, "device.token.issue", group)
     hours = TOKEN_HOURS_DEFAULT if hours is None else hours
     if not 1 <= hours <= TOKEN_HOURS_MAX:
@@ -72,16 +81,20 @@ def issue_enrolment_token(
         token = EnrolmentToken.objects.create(
             team_id=group.team_id,
             group=group,
+            device=device,
             key_hash=key_hash,
             hint=hint,
             expires_at=timezone.now() + timedelta(hours=hours),
             created_by=actor,
         )
+        changes: dict[str, Any] = {"token": hint, "expires_at": token.expires_at.isoformat()}
+        if device is not None:
+            changes.update(device=device.name, revoked=device.revoked_at is not None)
         audit.record(
-            "device.token_issued",
+            "device.token_issued" if device is None else "device.reenrolment_allowed",
             actor=actor,
-            target=group,
-            changes={"token": hint, "expires_at": token.expires_at.isoformat()},
+            target=group if device is None else device,
+            changes=changes,
             request=http,
         )
     return token, raw
@@ -122,6 +135,7 @@ def enrol(token: str, name: str, hardware: dict[str, Any], software: dict[str, A
         if row.expires_at <= now:
             raise ValidationError({"token": "This enrolment token has expired; ask for a new one."})
         device = Device.objects.select_for_update().filter(team_id=row.team_id, name=name).first()
+        _may_enrol(row, device, name)
         if device is None:
             device = Device.objects.create(
                 team_id=row.team_id,
@@ -136,16 +150,44 @@ def enrol(token: str, name: str, hardware: dict[str, Any], software: dict[str, A
             )
             what = "enrolled"
         else:
-            device.group_id = row.group_id
+            restored = device.revoked_at is not None
             device.credential_hash, device.credential_prefix = credential_hash, prefix
             device.hardware, device.software = hardware or device.hardware, software or device.software
             device.enrolled_at, device.last_seen_at, device.revoked_at = now, now, None
             device.save()
             what = "re-enrolled"
+            audit.record(
+                "device.reenrolled",
+                actor=None,
+                target=device,
+                organization=device.team.organization,
+                changes={"name": device.name, "token": row.hint, "restored": restored},
+            )
         row.used_at, row.used_by = now, device
         row.save(update_fields=["used_at", "used_by"])
         DeviceEvent.objects.create(device=device, at=now, status=what, detail=f"token {row.hint}…")
     return Enrolment(device, raw)
+
+
+def _may_enrol(row: EnrolmentToken, device: Device | None, name: str) -> None:
+    """Whether ``row`` may enrol the device ``name`` (``device``, when the team has one of that name). A token
+    issued for a device enrols that one only; a group's token enrols a new device, or re-enrols one of its own
+    group that is not revoked: never another group's device (it would move it), never a revoked one (a lead
+    restores it by issuing a token for it)."""
+    if row.device_id is not None:
+        if device is None or device.pk != row.device_id:
+            raise ValidationError({"name": "This enrolment token is for another device."})
+        return
+    if device is None:
+        return
+    if device.revoked_at is not None:
+        raise ValidationError(
+            {"name": f"Device {name} was revoked: a lead of its team re-enrols it by issuing a token for it."}
+        )
+    if device.group_id != row.group_id:
+        raise ValidationError(
+            {"name": f"Device {name} is in another group: re-enrol it with a token of its group or issued for it."}
+        )
 
 
 def authenticate(credential: str) -> Device | None:

@@ -61,6 +61,11 @@ class EnrolmentToken(models.Model):
     expires_at = models.DateTimeField()
     used_at = models.DateTimeField(null=True, blank=True)
     used_by = models.ForeignKey("Device", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    #: The device this token re-enrols (a re-imaged robot, or a revoked one its lead restores); none: a new device
+    #: of ``group``, or one already in it.
+    device = models.ForeignKey(
+        "Device", on_delete=models.CASCADE, null=True, blank=True, related_name="enrolment_tokens"
+    )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 

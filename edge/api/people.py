@@ -161,7 +161,7 @@ class DeviceGroupViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveMo
 class EnrolmentTokenSerializer(serializers.ModelSerializer[EnrolmentToken]):
     class Meta:
         model = EnrolmentToken
-        fields = ["id", "team", "group", "hint", "expires_at", "used_at", "used_by", "created_at"]
+        fields = ["id", "team", "group", "device", "hint", "expires_at", "used_at", "used_by", "created_at"]
         read_only_fields = fields
 
 
@@ -173,8 +173,20 @@ class NewEnrolmentTokenSerializer(EnrolmentTokenSerializer):
 
 
 class EnrolmentTokenCreateSerializer(StrictSerializer):
-    group = ScopedRelatedField(queryset=DeviceGroup.objects.all())
+    group = ScopedRelatedField(
+        queryset=DeviceGroup.objects.all(), required=False, help_text="The group a new device joins."
+    )
+    device = ScopedRelatedField(
+        queryset=Device.objects.all(),
+        required=False,
+        help_text="The device the token re-enrols, and no other (a revoked one is restored by it).",
+    )
     hours = serializers.IntegerField(required=False, min_value=1, max_value=devices.TOKEN_HOURS_MAX)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if ("group" in attrs) == ("device" in attrs):
+            raise serializers.ValidationError({"group": "Give a group (a new device) or a device (to re-enrol it)."})
+        return attrs
 
 
 class EnrolmentTokenViewSet(TenantViewSet, mixins.ListModelMixin, mixins.CreateModelMixin):
@@ -194,8 +206,10 @@ class EnrolmentTokenViewSet(TenantViewSet, mixins.ListModelMixin, mixins.CreateM
         form = EnrolmentTokenCreateSerializer(data=request.data, context=self.get_serializer_context())
         form.is_valid(raise_exception=True)
         data = form.validated_data
+        device = data.get("device")
+        group = device.group if device is not None else data["group"]
         token, raw = devices.issue_enrolment_token(
-            self.actor, data["group"], hours=data.get("hours"), http=request._request
+            self.actor, group, hours=data.get("hours"), device=device, http=request._request
         )
         body = dict(NewEnrolmentTokenSerializer(token).data)
         body["token"] = raw

@@ -79,8 +79,18 @@ def device_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
             "online": presence.is_online(device),
             "history": history,
             "can_revoke": policy.can(request.user, "device.revoke", device) and device.revoked_at is None,
+            "can_reenrol": policy.can(request.user, "device.token.issue", device.group),
         },
     )
+
+
+@login_required
+@require_POST
+def device_reenrol(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    """A token that re-enrols this device only (a re-imaged robot; a revoked one, restored)."""
+    device = _device(request, pk)
+    token, raw = devices.issue_enrolment_token(request.user, device.group, device=device, http=request)
+    return render(request, "edge/token_new.html", {"token": token, "raw": raw, "groups": [], "errors": {}})
 
 
 @login_required

@@ -78,7 +78,9 @@ def publish(request: AuthenticatedHttpRequest) -> HttpResponse:
         "form": form,
         "job": job,
         "checkpoint": checkpoint,
-        "importable": checkpoint is not None and actions.importable(checkpoint.location, job.team) is not None,
+        "importable": checkpoint is not None
+        and job is not None
+        and actions.importable(checkpoint.location, job.team) is not None,
         "existing": [m.name for m in queries.models_for(request.user).filter(team__in=teams)],
     }
     return render(request, "registry/publish.html", context, status=status)

@@ -876,6 +876,9 @@ ROWS: list[Row] = [
         url=_edge_pk("edge_device")),
     row("device-revoke", "POST", "device",              "in  p   p   404 p   p   404 404 404",
         perm="device.revoke", ok="302", url=_edge_pk("edge_device")),
+    # A token that re-enrols one device (the way back for a revoked one): issued by those who issue its group's.
+    row("device-reenrol", "POST", "device",             "in  p   p   404 p   p   404 404 404",
+        perm="device.token.issue", ok="200", url=_edge_pk("edge_device")),
     row("device-token-new", "GET", None,                "in  200 200 200 200 200 -   -   -"),
     row("device-token-new", "POST", "group",            "in  p   p   400 p   p   400 400 400",
         perm="device.token.issue", ok="200",
@@ -913,6 +916,8 @@ ROWS: list[Row] = [
     row("api:enrolmenttoken-list", "GET", None,         "in  200 200 200 200 200 -   -   -"),
     row("api:enrolmenttoken-list", "POST", "group",     "in  p   p   400 p   p   400 400 400",
         perm="device.token.issue", ok="201", body=lambda s: {"group": edge(s, "edge_group").pk}),
+    row("api:enrolmenttoken-list", "POST", "device",    "in  p   p   400 p   p   400 400 400",
+        perm="device.token.issue", ok="201", body=lambda s: {"device": edge(s, "edge_device").pk}),
     row("api:rollout-list", "GET", None,                "in  200 200 200 200 200 -   -   -"),
     row("api:rollout-list", "POST", "group",            "in  p   p   400 p   p   400 400 400",
         perm="rollout.start", ok="201", body=_start_body),

@@ -20,7 +20,8 @@ from edge import devices, rollouts
 from edge.models import Device, DeviceEvent, DeviceGroup, EnrolmentToken
 from registry import artifacts
 from registry.models import Model, ModelVersion
-from tenancy.models import Team
+from tenancy import actions as tenancy_actions
+from tenancy.models import AuditLog, Team
 from tests.conftest import World, api_client
 
 pytestmark = pytest.mark.django_db
@@ -118,6 +119,46 @@ def test_re_enrolling_a_name_replaces_the_credential_and_keeps_history(world: Wo
         "re-enrolled",
         "enrolled",
     ]
+
+
+def test_a_token_takes_over_no_device_of_another_group_nor_a_revoked_one(world: World) -> None:
+    """Any unused token of a team used to re-enrol any device of the team by its name: moved to the token's
+    group, its revocation cleared. Now a group's token re-enrols only its own group's devices, and a revoked
+    device comes back only by a token its lead issued for it (audited)."""
+    lab_a, lab_b = group_of(world), group_of(world, name="lab-b")
+    robot, _ = enrolled(world, lab_a, "robot-07")
+    refused = enrol(token_for(world, lab_b), "robot-07")  # another group's token: no move, no new credential
+    assert refused.status_code == 400
+    assert "another group" in refused.json()["error"]["fields"]["name"][0]
+    devices.revoke_device(world.users["lena"], robot)
+    for token in (token_for(world, lab_a), token_for(world, lab_b)):  # a revoked one: not by any group's token
+        answer = enrol(token, "robot-07")
+        assert answer.status_code == 400
+        assert "revoked" in answer.json()["error"]["fields"]["name"][0]
+    robot.refresh_from_db()
+    assert (robot.group, robot.revoked_at is not None) == (lab_a, True)
+    assert EnrolmentToken.objects.filter(used_at__isnull=False).count() == 1  # the refusals used no token
+
+    # The lead restores it: a token for that device alone, which enrols no other name.
+    issued = APIClient()
+    _, raw = tenancy_actions.issue_token(world.users["lena"], name="tests")
+    issued.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    made = issued.post("/api/v1/enrolment-tokens/", {"device": robot.pk}, format="json")
+    assert made.status_code == 201, made.json()
+    assert (made.json()["device"], made.json()["group"]) == (robot.pk, lab_a.pk)
+    assert enrol(made.json()["token"], "robot-99").status_code == 400  # not another device
+    back = enrol(made.json()["token"], "robot-07")
+    assert back.status_code == 201, back.json()
+    robot.refresh_from_db()
+    assert (robot.group, robot.revoked_at) == (lab_a, None)
+    audited = list(AuditLog.objects.filter(action__startswith="device.").values_list("action", flat=True))
+    assert "device.reenrolment_allowed" in audited
+    assert AuditLog.objects.get(action="device.reenrolled").changes["restored"] is True
+    # A researcher may not issue it; another team's device is not found.
+    alice = api_client(world.users["alice"])
+    assert alice.post("/api/v1/enrolment-tokens/", {"device": robot.pk}, format="json").status_code == 403
+    trent = api_client(world.users["trent"])
+    assert trent.post("/api/v1/enrolment-tokens/", {"device": robot.pk}, format="json").status_code == 400
 
 
 def test_bad_missing_and_revoked_credentials_are_401(world: World) -> None:
