@@ -199,7 +199,9 @@ def _username_for(claims: dict[str, Any]) -> str:
 
 def sign_in(claims: dict[str, Any], *, refresh_token: str | None, request: HttpRequest | None = None) -> User | None:
     """The user the provider vouched for with `claims` (found by issuer and subject, or created), with their
-    memberships synced to the groups; inactive (and so refused) when they end up with no role."""
+    memberships synced to the groups; inactive (and so refused) when they end up with no role. Someone new whose
+    groups give no role here is refused without an account being made: an unsaved, inactive user is returned,
+    so that anyone the provider knows cannot fill the user table by signing in."""
     subject = str(claims.get("sub") or "")
     if not subject:
         return None
@@ -212,6 +214,8 @@ def sign_in(claims: dict[str, Any], *, refresh_token: str | None, request: HttpR
             .first()
         )
         email = str(claims.get("email") or "")[:254]
+        if identity is None and not grants_for(groups_of(claims)):  # the callback audits the refusal
+            return get_user_model()(username=_username_for(claims), email=email, is_active=False)
         if identity is None:
             user = get_user_model().objects.create_user(_username_for(claims), email=email)
             user.set_unusable_password()

@@ -52,6 +52,24 @@ class ProviderBackend(OIDCAuthenticationBackend):  # type: ignore[misc]
         self._token_info = super().get_token(payload)
         return self._token_info
 
+    def retrieve_matching_jwk(self, token: str) -> Any:
+        """The provider's key for ``token``: its header is read first, and a token signed with another algorithm
+        than the configured one, or naming no key (``kid``), is refused as a bad request (the library indexed
+        the header's ``kid`` and the keys' own, a 500 for a token or a key set without one)."""
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.InvalidTokenError as exc:
+            raise SuspiciousOperation(f"The ID token is not a signed JWT: {exc}") from None
+        algorithm = header.get("alg")
+        if algorithm != settings.OIDC_RP_SIGN_ALGO:
+            raise SuspiciousOperation(f"The ID token is signed with {algorithm!r}, not {settings.OIDC_RP_SIGN_ALGO}.")
+        if not isinstance(header.get("kid"), str) or not header["kid"]:
+            raise SuspiciousOperation("The ID token names no key (kid) of the provider's to verify it with.")
+        try:
+            return super().retrieve_matching_jwk(token)
+        except (KeyError, TypeError, ValueError, jwt.PyJWTError) as exc:
+            raise SuspiciousOperation(f"The provider's keys could not be read: {exc!r}") from None
+
     def verify_token(self, token: str, **kwargs: Any) -> dict[str, Any]:
         try:
             payload: dict[str, Any] = super().verify_token(token, **kwargs)
@@ -117,6 +135,8 @@ class ProviderCallbackView(OIDCAuthenticationCallbackView):  # type: ignore[misc
             error = self.request.GET.get("error_description") or self.request.GET.get("error")
             why = f"the provider answered: {error[:200]}" if error else "the provider's answer could not be verified"
         user = getattr(self, "user", None)
+        if user is not None and user.pk is None:  # someone new whom no group maps: no account was made
+            user = None
         audit.record(
             "auth.login_failed",
             actor=None,

@@ -171,6 +171,24 @@ def test_a_user_whose_groups_give_no_role_is_deactivated_at_sign_in(
     assert AuditLog.objects.filter(action="user.reactivated").count() == 1
 
 
+def test_someone_new_whose_groups_give_no_role_leaves_no_account_behind(
+    mapped: World, oidc_settings: LoopbackProvider
+) -> None:
+    oidc_settings.set_accounts({"dave": account("pw", ["unmapped", "left-the-lab"])})
+    users = User.objects.count()
+    for _ in range(3):
+        assert sign_in(Client(), "dave") == (302, "/login/")
+    assert User.objects.count() == users  # nobody made, inactive or not
+    assert not User.objects.filter(provider_identity__subject="dave").exists()
+    refused = AuditLog.objects.filter(action="auth.login_failed")
+    assert refused.count() == 3
+    assert all(identity.NO_MAPPED_GROUP in entry.reason and entry.target_id == "" for entry in refused)
+    # Mapped later, the same person signs in and gets an account then.
+    oidc_settings.set_groups("dave", ["ml-vision"])
+    assert sign_in(Client(), "dave") == (302, "/")
+    assert User.objects.filter(provider_identity__subject="dave", is_active=True).exists()
+
+
 def test_a_user_deactivated_by_hand_stays_out(mapped: World, oidc_settings: LoopbackProvider) -> None:
     oidc_settings.set_accounts({"carol": account("pw", ["ml-vision"])})
     sign_in(Client(), "carol")
@@ -398,3 +416,64 @@ def test_an_expired_id_token_is_a_bad_request_not_an_error(settings) -> None:
     other_audience = jwt.encode({**claims, "aud": "another-app", "exp": int(time.time()) + 60}, key, algorithm="RS256")
     with pytest.raises(SuspiciousOperation, match="not issued by the configured provider for this client"):
         backend.verify_token(other_audience, nonce="n")
+
+
+def test_an_id_token_naming_no_key_or_another_algorithm_is_a_bad_request(settings) -> None:
+    """The provider's keys are fetched from its JWKS endpoint (a server of this test's); a token whose header
+    names no key, or is signed with another algorithm than the configured one, is refused as a bad request
+    before any key is looked up (the library's lookup answered a token without a kid with a 500)."""
+    import json
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import jwt
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from django.core.exceptions import SuspiciousOperation
+
+    from tenancy.provider import ProviderBackend
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    public = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    jwks = json.dumps({"keys": [{**public, "kid": "k1", "alg": "RS256", "use": "sig"}]}).encode()
+
+    class Keys(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(jwks)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Keys)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        settings.OIDC_RP_IDP_SIGN_KEY = None
+        settings.OIDC_OP_JWKS_ENDPOINT = f"http://127.0.0.1:{server.server_address[1]}/jwks"
+        settings.OIDC_ISSUER, settings.OIDC_RP_CLIENT_ID = "https://id.example.org", "qm"
+        claims = {
+            "iss": "https://id.example.org",
+            "aud": "qm",
+            "sub": "carol",
+            "nonce": "n",
+            "exp": int(time.time()) + 60,
+        }
+        backend = ProviderBackend()
+        good = jwt.encode(claims, key, algorithm="RS256", headers={"kid": "k1"})
+        assert backend.verify_token(good, nonce="n")["sub"] == "carol"
+        for token, said in [
+            (jwt.encode(claims, key, algorithm="RS256"), "names no key"),
+            (jwt.encode(claims, key, algorithm="RS256", headers={"kid": ""}), "names no key"),
+            (
+                jwt.encode(claims, "a-shared-secret-of-32-bytes-long!", algorithm="HS256", headers={"kid": "k1"}),
+                "'HS256'",
+            ),
+            (jwt.encode(claims, None, algorithm="none"), "'none'"),
+            ("not.a.jwt", "not a signed JWT"),
+        ]:
+            with pytest.raises(SuspiciousOperation, match=said):
+                backend.verify_token(token, nonce="n")
+    finally:
+        server.shutdown()
