@@ -470,7 +470,7 @@ def test_an_id_token_naming_no_key_or_another_algorithm_is_a_bad_request(setting
                 jwt.encode(claims, "a-shared-secret-of-32-bytes-long!", algorithm="HS256", headers={"kid": "k1"}),
                 "'HS256'",
             ),
-            (jwt.encode(claims, None, algorithm="none"), "'none'"),
+            (jwt.encode(claims, "", algorithm="none"), "'none'"),
             ("not.a.jwt", "not a signed JWT"),
         ]:
             with pytest.raises(SuspiciousOperation, match=said):
