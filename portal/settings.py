@@ -336,6 +336,8 @@ AUTH_PASSWORD_VALIDATORS = [
 # with too many failed sign-ins: django-axes' backend comes first, before any backend that checks a password.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
+    # Guesses at one username from many addresses wait their turn (tenancy/signin.py).
+    "tenancy.signin.UsernameBackoff",
     "django.contrib.auth.backends.ModelBackend",
     # The identity provider's callback (OpenID Connect, below); off unless configured.
     "tenancy.provider.ProviderBackend",

@@ -1,6 +1,8 @@
 """Sign-in lockouts, on every way in (the sign-in page, the admin's, the API's token endpoint): too many wrong
-passwords from one client address, or for one username, and even the right password is refused, with 429 and
-Retry-After, until the cool-off has passed. X-Forwarded-For changes the address only behind a trusted proxy."""
+passwords from one client address, or for one username from one address, and even the right password is
+refused there, with 429 and Retry-After, until the cool-off has passed; guesses at one username from many
+addresses slow it down (1 s, 2, 4… at most a minute) but never lock its owner out, nor end their sessions or
+tokens. X-Forwarded-For changes the address only behind a trusted proxy."""
 
 from __future__ import annotations
 
@@ -12,10 +14,12 @@ import pytest
 from axes.models import AccessAttempt
 from django.contrib.auth import authenticate
 from django.contrib.auth.models import User
+from django.db.models import F
 from django.test import Client, RequestFactory
 from rest_framework.test import APIClient
 
 from common.client import client_address
+from tenancy import actions as tenancy_actions
 from tenancy.models import ApiToken, AuditLog
 from tests.test_settings_env import manage
 
@@ -62,7 +66,8 @@ def assert_locked_out(response: Any, way: str) -> None:
         error = response.json()["error"]
         assert (error["status"], error["code"]) == (429, "locked_out")
         assert error["message"] == (
-            "Too many failed sign-ins from this address or for this username. Try again in 15 minutes."
+            "Too many failed sign-ins from this address, or for this username from this address. "
+            "Try again in 15 minutes."
         )
     else:
         assert "Too many failed sign-ins" in response.content.decode()
@@ -115,19 +120,45 @@ def test_behind_a_trusted_proxy_its_forwarded_address_is_the_client(settings: An
 
 
 @pytest.mark.parametrize("way", WAYS)
-def test_a_username_is_locked_out_whatever_address_the_guesses_come_from(way: str) -> None:
+def test_guesses_at_a_username_from_many_addresses_slow_it_down_and_lock_nobody_out(way: str) -> None:
     sign_in, ok, wrong = WAYS[way]
-    for n in range(LIMIT - 1):
+    session = Client()
+    session.force_login(User.objects.get(username="root"))
+    _, raw = tenancy_actions.issue_token(User.objects.get(username="root"), name="held")
+    for n in range(LIMIT):
         assert sign_in("root", "guess", REMOTE_ADDR=f"192.0.2.{n}").status_code == wrong
-    assert sign_in("root", "guess", REMOTE_ADDR="192.0.2.99").status_code == 429
-    assert_locked_out(sign_in("root", PASSWORD, REMOTE_ADDR="198.51.100.1"), way)
-    # Those addresses each failed once: another user signs in from them.
+    # The limit reached from many addresses: each further try waits 1 s, then 2, 4... after the last failure
+    # (a refused try counts too).
+    slowed = sign_in("root", "guess", REMOTE_ADDR="192.0.2.99")
+    assert (slowed.status_code, slowed["Retry-After"]) == (429, "1")
+    assert "for this username, from many addresses" in slowed.content.decode()
+    waits = []
+    for n in range(6):
+        back_in_time(60)  # the wait has passed: one more guess is let through, and counted
+        assert sign_in("root", "guess", REMOTE_ADDR=f"198.51.100.{n}").status_code == wrong
+        waits.append(sign_in("root", PASSWORD, REMOTE_ADDR=f"198.51.100.{n}")["Retry-After"])
+    assert waits == ["4", "16", "60", "60", "60", "60"]  # doubling with each failure, at most a minute
+    # Never a lockout: its owner, from an address of their own, signs in once the wait has passed...
+    back_in_time(60)
+    assert sign_in("root", PASSWORD, REMOTE_ADDR="203.0.113.5").status_code == ok
+    # ... and what they held all along kept working: their session and their API token.
+    assert session.get("/admin/").status_code == 200
+    assert APIClient(HTTP_AUTHORIZATION=f"Bearer {raw}").get("/api/v1/me/").status_code == 200
+    # Those addresses each failed once or twice: another user signs in from them.
     assert sign_in("ops", PASSWORD, REMOTE_ADDR="192.0.2.0").status_code == ok
 
 
+def test_a_username_is_locked_out_only_at_the_address_that_guessed() -> None:
+    for _ in range(LIMIT):
+        api("root", "guess", REMOTE_ADDR="192.0.2.66")
+    assert_locked_out(api("root", PASSWORD, REMOTE_ADDR="192.0.2.66"), "api")
+    back_in_time(60)  # past the username's wait
+    assert api("root", PASSWORD, REMOTE_ADDR="192.0.2.77").status_code == 201
+
+
 def back_in_time(seconds: int) -> None:
-    """As if the last failure had been ``seconds`` ago."""
-    AccessAttempt.objects.update(attempt_time=AccessAttempt.objects.get().attempt_time - timedelta(seconds=seconds))
+    """As if every failure had been ``seconds`` earlier."""
+    AccessAttempt.objects.update(attempt_time=F("attempt_time") - timedelta(seconds=seconds))
 
 
 def test_the_lockout_ends_after_the_cool_off() -> None:
