@@ -941,6 +941,19 @@ class Cycle:
             room = np.where(closed, 0, room)
         if holds is not None:
             room = held_fits(holds, rows, head_shape, end, room)
+            # Beside its own workers on a held node, the head has the slack they leave: both are checked
+            # against a reservation's slack together, never each against all of it.
+            for row, count in pairs:
+                position = np.flatnonzero(rows == row)
+                if len(position) and end > holds.start[row]:
+                    left = (
+                        int(holds.slack_accel[row]) - count * shape.accelerators * shape.milli,
+                        int(holds.slack_cpu[row]) - count * shape.cpu,
+                        int(holds.slack_memory[row]) - count * shape.memory,
+                    )
+                    needs = (head_shape.accelerators * WHOLE, head_shape.cpu, head_shape.memory)
+                    if any(have < need for have, need in zip(left, needs, strict=True)):
+                        room[position[0]] = 0
         return head_row(state, rows, room, pairs, shape, first, head_shape)
 
     def _windows(self, job: Job, state: FreeState, t: float) -> Maintenance | None:

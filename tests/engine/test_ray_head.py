@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from scheduler.engine import schedule
 from scheduler.engine.model import (
     Cluster,
     Cohort,
     Job,
+    Maintenance,
     Node,
     PendingReason,
     Queue,
@@ -106,3 +109,25 @@ def test_a_job_after_a_ray_job_sees_the_heads_capacity_taken() -> None:
     check(snap, decisions)
     assert [a.job for a in decisions.admissions] == ["ray"]
     assert [p.job for p in decisions.pending] == ["later"]
+
+
+def test_a_head_beside_its_workers_on_a_held_node_fits_the_reservations_slack_with_them() -> None:
+    """A found case: an urgent job must wait out a maintenance window, so a reservation holds 4 of a node's 8
+    GPUs from the window's end; a later job whose 1/4-GPU worker and 4-GPU head would share that node was
+    checked against the slack (4 GPUs) member by member, each fitting, and admitted across the reservation
+    with 4.25 GPUs. Now the head counts what its workers already take of the slack there."""
+    fleet = (Node("n0", "c0", H100, (1000,) * 8, 64_000, 262_144, 64_000, 262_144),)
+    urgent = Job("urgent", "q", "urgent", NOW, accelerators=4, time_limit=60, preemptible=False)
+    later = Job(
+        "later", "q", "normal", NOW + 1, accelerators=1, accel_milli=250, time_limit=600, head=(4, 16_000, 65_536)
+    )
+    snap = replace(
+        snapshot(urgent, later, fleet=fleet),
+        tiers=(Tier("normal", 10), Tier("urgent", 100, preemptible=False)),
+        maintenance=(Maintenance("c0", (), NOW, NOW + 60),),
+    )
+    decisions = schedule(snap)
+    check(snap, decisions)  # no admission overlaps a reservation
+    (reservation,) = [r for r in decisions.reservations if r.job == "urgent"]
+    assert reservation.start >= NOW + 60  # after the window (rounded up to the planning quantum)
+    assert "later" not in {a.job for a in decisions.admissions}
