@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 
 from clusters import actions, sync
@@ -151,10 +150,11 @@ def test_tpu_at_a_closed_port_is_unreachable(world: World, tpu: TpuServer, healt
 
 
 @pytest.mark.slurm
-def test_slurm_with_a_wrong_jwt_is_an_authentication_error(world: World, slurm_lab: SlurmLab, healthy: Cluster) -> None:
+def test_slurm_with_a_wrong_jwt_is_an_authentication_error(
+    world: World, slurm_lab: SlurmLab, healthy: Cluster, operator: Any
+) -> None:
     adam = world.users["adam"]
     # slurm_conf names a file on the Quartermaster host: its operator (a superuser) registers the lab.
-    operator = User.objects.create_superuser("operator", password="pw")
     cluster = actions.create_cluster(
         operator,
         world.org,
