@@ -19,7 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from edge import devices, presence, rollouts
-from edge.models import Device, DeviceDeployment, DeviceGroup, EnrolmentToken, Rollout, RolloutEvent
+from edge.models import Device, DeviceDeployment, DeviceGroup, EnrolmentToken, Rollout, RolloutEvent, Status
 from registry.models import ModelVersion
 from scheduler.api.serializers import StrictSerializer
 from tenancy.api.serializers import ScopedRelatedField
@@ -48,6 +48,9 @@ class GroupSerializer(serializers.ModelSerializer[DeviceGroup]):
 
 class DeviceSerializer(serializers.ModelSerializer[Device]):
     group = serializers.SerializerMethodField()
+    last_status = serializers.ChoiceField(
+        choices=Status.choices, allow_blank=True, read_only=True, help_text='What it last reported; "" before.'
+    )
     online = serializers.SerializerMethodField()
     running = serializers.SerializerMethodField()
     previous = serializers.SerializerMethodField()

@@ -17,7 +17,6 @@ from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
@@ -85,6 +84,8 @@ class RefField(serializers.Field):  # type: ignore[type-arg]
 
 
 extend_schema_field({"oneOf": [{"type": "string"}, {"type": "integer"}]})(RefField)
+#: An amount of money as the API writes it: a decimal string to the cent (never a float).
+MONEY = {"type": "string", "format": "decimal", "pattern": r"^-?\d+\.\d{2}$", "example": "12.50"}
 
 
 def find(queryset: QuerySet[Any], ref: int | str) -> list[Any]:
@@ -439,6 +440,11 @@ class AttemptSerializer(serializers.ModelSerializer[Attempt]):
 
     cluster: serializers.SlugRelatedField[Cluster] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     cost = serializers.SerializerMethodField()
+    # "" where there is none: declared so (a blank choice; text, not a URI), as the answer holds it.
+    stop_reason = serializers.ChoiceField(choices=Attempt.Stop.choices, allow_blank=True, read_only=True)
+    dashboard_url = serializers.CharField(
+        read_only=True, help_text='The cluster\'s page of it (a Ray dashboard); "" if none.'
+    )
     nodes = serializers.SerializerMethodField()
     state = serializers.SerializerMethodField(help_text="Where it stands or how it ended, in words.")
     ended_because = serializers.SerializerMethodField(
@@ -474,7 +480,7 @@ class AttemptSerializer(serializers.ModelSerializer[Attempt]):
         ]
         read_only_fields = fields
 
-    @extend_schema_field(OpenApiTypes.DECIMAL)
+    @extend_schema_field(MONEY)
     def get_cost(self, attempt: Attempt) -> str:
         return str(costs.attempt_cost(attempt))
 
@@ -657,7 +663,7 @@ class JobListSerializer(serializers.ModelSerializer[Job]):
         current = _current(job)
         return current.cluster.slug if current else None
 
-    @extend_schema_field({"type": "string", "format": "decimal", "pattern": r"^-?\d+\.\d{2}$", "example": "12.50"})
+    @extend_schema_field(MONEY)
     def get_cost_so_far(self, job: Job) -> str:
         return str(costs.cost_so_far(job))
 
@@ -687,6 +693,9 @@ class DependencySerializer(serializers.ModelSerializer[Dependency]):
 class JobSerializer(JobListSerializer):
     clusters: serializers.SlugRelatedField[Cluster] = serializers.SlugRelatedField(
         slug_field="slug", many=True, read_only=True
+    )
+    session_app = serializers.ChoiceField(
+        choices=Job.SessionApp.choices, allow_blank=True, read_only=True, help_text='The app of a session; "" else.'
     )
     cpu = serializers.SerializerMethodField(help_text="Cores per worker.")
     memory_gib = serializers.SerializerMethodField(help_text="GiB per worker.")
