@@ -72,10 +72,16 @@ def _down(base: str) -> bool:
         return True
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports (held together while chosen, so no two are the same)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 class Output:
@@ -100,7 +106,7 @@ class Output:
 
 @pytest.mark.worker
 def test_demo_command_serves_the_portal_survives_a_killed_worker_and_stops_on_ctrl_c(tmp_path: Path) -> None:
-    port, serve_port = _free_port(), _free_port()
+    port, serve_port = _free_ports(2)
     # The replicas (run as nobody) work where any user may pass: not under tmp_path, which only root may enter.
     replicas = Path(tempfile.mkdtemp(prefix="qm-demo-replicas-"))
     replicas.chmod(0o755)
@@ -124,16 +130,18 @@ def test_demo_command_serves_the_portal_survives_a_killed_worker_and_stops_on_ct
     output = Output(demo)
     base = f"http://127.0.0.1:{port}"
     try:
+        # The web server and the data plane start side by side: each answers its health check when it is up.
         deadline = time.monotonic() + 90
-        while True:
-            assert demo.poll() is None, output.text
-            try:
-                if requests.get(f"{base}/healthz/", timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass  # not listening yet, or still starting its workers
-            assert time.monotonic() < deadline, "the demo did not come up in 90 s"
-            time.sleep(0.3)
+        for health in (f"{base}/healthz/", f"http://127.0.0.1:{serve_port}/healthz"):
+            while True:
+                assert demo.poll() is None, output.text
+                try:
+                    if requests.get(health, timeout=2).status_code == 200:
+                        break
+                except requests.RequestException:
+                    pass  # not listening yet, or still starting its workers (or loading its table)
+                assert time.monotonic() < deadline, f"{health} did not answer in 90 s: {output.text[-3000:]}"
+                time.sleep(0.3)
         assert requests.get(f"{base}/login/", timeout=5).status_code == 200
         assert requests.get(f"{base}/static/css/portal.css", timeout=5).status_code == 200
         token = requests.post(f"{base}/api/v1/auth/token/", json={"username": "lena", "password": "demo"}, timeout=5)
