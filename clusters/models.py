@@ -143,6 +143,8 @@ class Node(models.Model):
     #: Domain per topology level of the cluster, e.g. {"block": "b1", "rack": "r07"}.
     topology = models.JSONField(default=dict, blank=True)
     labels = models.JSONField(default=dict, blank=True)
+    #: Where the node is reached, as the cluster reports it (IP addresses and DNS names, ``NodeInfo.addresses``).
+    addresses = models.JSONField(default=list, blank=True)
     state = models.CharField(max_length=20, choices=State.choices, default=State.SCHEDULABLE)
     ready = models.BooleanField(default=True)
     healthy = models.BooleanField(default=True)

@@ -49,6 +49,7 @@ COPIED = (
     "memory_used",
     "topology",
     "labels",
+    "addresses",
     "ready",
     "heartbeat_at",
     "present",
@@ -205,6 +206,7 @@ def _apply(cluster: Cluster, inventory: Inventory) -> tuple[int, int, int, int]:
             "memory_used": info.memory_used,
             "topology": dict(info.topology),
             "labels": dict(info.labels),
+            "addresses": list(info.addresses),
             "ready": info.ready,
             "heartbeat_at": info.heartbeat,
             "present": True,
@@ -238,6 +240,7 @@ _PG_TYPES = {
     "memory_used": "bigint",
     "topology": "jsonb",
     "labels": "jsonb",
+    "addresses": "jsonb",
     "ready": "boolean",
     "present": "boolean",
     "heartbeat_at": "timestamptz",
@@ -263,7 +266,7 @@ def _update(cluster: Cluster, changed: list[Node]) -> None:
     table = Node._meta.db_table
     typed = [("name", "text"), *((c, _PG_TYPES.get(c, "integer")) for c in columns)]
     rows = (
-        [node.name, *(json.dumps(v) if isinstance(v, dict) else v for v in (getattr(node, c) for c in columns))]
+        [node.name, *(json.dumps(v) if isinstance(v, (dict, list)) else v for v in (getattr(node, c) for c in columns))]
         for node in changed
     )
     with connection.cursor() as cursor, staged(cursor, "node_sync", typed, rows):

@@ -157,13 +157,16 @@ class Policy:
     """Which destinations one kind of outbound request may reach.
 
     ``purpose`` names the requests in messages ("cluster endpoints"); ``loopback_setting`` and
-    ``private_setting`` name the settings that would allow what is refused, for the message to say."""
+    ``private_setting`` name the settings that would allow what is refused, for the message to say.
+    ``networks``, when given, are the only networks reached beyond loopback (``networks_setting`` names them)."""
 
     purpose: str
     allow_loopback: bool
     allow_private: bool
     loopback_setting: str = ""
     private_setting: str = ""
+    networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    networks_setting: str = ""
 
     # -- judging addresses and names
 
@@ -186,6 +189,9 @@ class Policy:
                 return "a reserved address"
             if not form.is_global and not self.allow_private:
                 return "a private network address" + self._hint(self.private_setting)
+            if self.networks and not any(form in network for network in self.networks):
+                where = f" ({self.networks_setting})" if self.networks_setting else ""
+                return "outside the networks allowed" + where
         return None
 
     @staticmethod
@@ -401,13 +407,16 @@ def for_replicas() -> Policy:
     """Service replicas (``serving``): the addresses their programs report (``Attempt.serve_url``), probed by
     the control loop and reached by the endpoint. They are the cluster's nodes, on private networks as cluster
     endpoints are; loopback (replicas run by the simulated backend on this machine) only with
-    REPLICAS_ALLOW_LOOPBACK (default on outside production)."""
+    REPLICAS_ALLOW_LOOPBACK (default on outside production); only the clusters' node networks when
+    REPLICAS_NETWORKS names them."""
     return Policy(
         purpose="service replicas",
         allow_loopback=bool(getattr(settings, "REPLICAS_ALLOW_LOOPBACK", False)),
         allow_private=bool(getattr(settings, "REPLICAS_ALLOW_PRIVATE", True)),
         loopback_setting="REPLICAS_ALLOW_LOOPBACK",
         private_setting="REPLICAS_ALLOW_PRIVATE",
+        networks=tuple(getattr(settings, "REPLICAS_NETWORKS", ())),
+        networks_setting="REPLICAS_NETWORKS",
     )
 
 

@@ -7,6 +7,7 @@ file holding the value (Docker and Kubernetes secrets), and wins over `NAME`.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -67,6 +68,28 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if value is None:
         return list(default)
     return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def env_ports(name: str, default: tuple[int, int]) -> tuple[int, int]:
+    """A range of TCP ports ``FIRST-LAST``, both included, within 1024-65535."""
+    value = env_str(name)
+    if value is None:
+        return default
+    first, _, last = value.partition("-")
+    if not (first.strip().isdigit() and last.strip().isdigit()) or not 1024 <= int(first) <= int(last) <= 65535:
+        raise ImproperlyConfigured(f"{name}={value!r} is not a port range FIRST-LAST within 1024-65535")
+    return int(first), int(last)
+
+
+def env_networks(name: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """A comma-separated list of networks in CIDR notation (``10.20.0.0/16,fd00::/64``); empty when unset."""
+    networks = []
+    for item in env_list(name, []):
+        try:
+            networks.append(ipaddress.ip_network(item))
+        except ValueError:
+            raise ImproperlyConfigured(f"{name}: {item!r} is not a network in CIDR notation (10.20.0.0/16)") from None
+    return tuple(networks)
 
 
 def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:

@@ -21,7 +21,17 @@ from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.utils import get_random_secret_key
 
-from portal.env import env_bool, env_choice, env_int, env_list, env_str, env_url, require_strong_secret
+from portal.env import (
+    env_bool,
+    env_choice,
+    env_int,
+    env_list,
+    env_networks,
+    env_ports,
+    env_str,
+    env_url,
+    require_strong_secret,
+)
 
 # Lets Django's generic classes (ModelAdmin[Team], QuerySet[Job]) be subscripted at run time, as the types say.
 django_stubs_ext.monkeypatch()
@@ -66,6 +76,9 @@ WEBHOOKS_ALLOW_PRIVATE = env_bool("WEBHOOKS_ALLOW_PRIVATE", False)
 # machine outside production (the simulated backend runs replicas as local processes).
 REPLICAS_ALLOW_PRIVATE = env_bool("REPLICAS_ALLOW_PRIVATE", True)
 REPLICAS_ALLOW_LOOPBACK = env_bool("REPLICAS_ALLOW_LOOPBACK", not PRODUCTION)
+#: Where replicas may be at all, when set: the clusters' node networks (CIDRs); private addresses elsewhere are
+#: refused (loopback stays with REPLICAS_ALLOW_LOOPBACK).
+REPLICAS_NETWORKS = env_networks("REPLICAS_NETWORKS")
 # Node health probes: at most one report per node this often.
 PROBE_MIN_INTERVAL_SECONDS = env_int("PROBE_MIN_INTERVAL_SECONDS", 10, minimum=1)
 # Days the probes' per-minute GPU samples are kept: billing's idle cost reads them, so at least the last
@@ -312,6 +325,9 @@ SERVE_STARTUP_SECONDS = env_int("SERVE_STARTUP_SECONDS", 600, minimum=1)
 #: How long a draining replica may finish its requests before it is stopped.
 SERVE_DRAIN_SECONDS = env_int("SERVE_DRAIN_SECONDS", 30, minimum=0)
 SERVE_MAX_REPLICAS = env_int("SERVE_MAX_REPLICAS", 20, minimum=1)
+#: The ports handed out to service replicas whose service names none (each active replica its own): a replica's
+#: program listens on the one it was given, and reports no other (``scheduler/replicas.py``).
+SERVE_REPLICA_PORTS = env_ports("SERVE_REPLICA_PORTS", (20000, 29999))
 SERVICE_SAMPLE_DAYS = env_int("SERVICE_SAMPLE_DAYS", 14, minimum=1)
 
 # --- Metrics ----------------------------------------------------------------------------------------------

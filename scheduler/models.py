@@ -343,8 +343,12 @@ class Attempt(models.Model):
     #: the session reported (``POST .../session/``) and whether it said it ended idle (``scheduler/sessions.py``).
     session_secret_ciphertext = models.BinaryField(default=b"", blank=True, editable=False)
     session_url = models.URLField(max_length=500, blank=True)
-    #: Where a service replica's program listens, as it reported with the job token (``http://node:port/``).
+    #: Where a service replica's program listens, as it reported with the job token (``http://node:port/``): an
+    #: address of a node it was placed on, on the port it was handed (``serve_port``; ``scheduler/replicas.py``).
     serve_url = models.URLField(max_length=500, blank=True)
+    #: The port a service replica's attempt was handed at its first dispatch: its service's own, else one of
+    #: ``SERVE_REPLICA_PORTS`` no other active replica holds. 0 until then, and for other jobs.
+    serve_port = models.PositiveIntegerField(default=0)
     session_ended_idle = models.BooleanField(default=False)
 
     objects = TenantManager()

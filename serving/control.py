@@ -33,6 +33,7 @@ from django.utils import timezone
 
 from common import outbound
 from scheduler import actions as jobs
+from scheduler import replicas as replica_jobs
 from scheduler import utilization
 from scheduler.models import Attempt, Job
 from scheduler.states import PLACED, WAITING
@@ -89,11 +90,14 @@ def tick_service(service_id: int, now: datetime | None = None) -> bool:
 
 
 def follow(service: Service) -> list[Replica]:
-    """The service's replicas that are not gone, each with its job's address; those whose job ended are gone."""
+    """The service's replicas that are not gone, each with its job's address (while it is still one of its node's
+    on the port it was handed, as the inventory knows them now); those whose job ended are gone."""
     replicas = list(service.replicas.exclude(state=R.GONE).select_related("job", "revision"))
     running = {
-        a.job_id: a.serve_url
-        for a in Attempt.objects.filter(job__in=[r.job_id for r in replicas], outcome=Attempt.Outcome.ACTIVE)
+        a.job_id: _checked(a)
+        for a in Attempt.objects.filter(
+            job__in=[r.job_id for r in replicas], outcome=Attempt.Outcome.ACTIVE
+        ).select_related("cluster")
         if a.serve_url
     }
     kept = []
@@ -110,6 +114,17 @@ def follow(service: Service) -> list[Replica]:
             Replica.objects.filter(pk=replica.pk).update(url=url)
         kept.append(replica)
     return kept
+
+
+def _checked(attempt: Attempt) -> str:
+    """The attempt's reported address, or "" when it is no longer where the replica may be (its node's addresses
+    changed since it reported)."""
+    try:
+        replica_jobs.check_address(attempt, attempt.serve_url)
+    except ValidationError as refused:
+        log.warning("job %s: its replica's address %s is not used: %s", attempt.job_id, attempt.serve_url, refused)
+        return ""
+    return attempt.serve_url
 
 
 # --- 2. probe -------------------------------------------------------------------------------------------------

@@ -146,6 +146,21 @@ def test_the_settings_make_the_policies(settings: Any) -> None:
         outbound.for_clusters().check("http://127.0.0.1/")
 
 
+def test_replicas_only_on_the_node_networks_when_the_operator_names_them(settings: Any) -> None:
+    outbound.for_replicas().check("http://10.99.0.7:20001/")  # private networks, by default
+    settings.REPLICAS_NETWORKS = (ipaddress.ip_network("10.20.0.0/16"), ipaddress.ip_network("fd00::/64"))
+    settings.REPLICAS_ALLOW_LOOPBACK = True
+    policy = outbound.for_replicas()
+    policy.check("http://10.20.3.4:20001/")
+    policy.check("http://[fd00::7]:20001/")
+    policy.check("http://127.0.0.1:20001/")  # loopback stays with its own setting
+    for url in ("http://10.99.0.7:20001/", "http://172.16.0.1:20001/", "http://93.184.216.34/"):
+        with pytest.raises(outbound.Refused, match=r"outside the networks allowed \(REPLICAS_NETWORKS\)"):
+            policy.check(url)
+    with pytest.raises(outbound.Refused, match="a cloud metadata service"):
+        policy.check("http://169.254.169.254/")
+
+
 # ---------------------------------------------------------------------------------------- connections
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.env import env_bool, env_choice, env_int, env_list, env_str
+from portal.env import env_bool, env_choice, env_int, env_list, env_networks, env_ports, env_str
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -64,6 +64,15 @@ def manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def test_port_ranges_and_networks(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert env_ports("QM_TEST_PORTS", (20000, 29999)) == (20000, 29999)
+    monkeypatch.setenv("QM_TEST_PORTS", "31000-31099")
+    assert env_ports("QM_TEST_PORTS", (20000, 29999)) == (31000, 31099)
+    assert env_networks("QM_TEST_NETWORKS") == ()
+    monkeypatch.setenv("QM_TEST_NETWORKS", " 10.20.0.0/16, fd00::/64 ,")
+    assert [str(n) for n in env_networks("QM_TEST_NETWORKS")] == ["10.20.0.0/16", "fd00::/64"]
+
+
 def test_embedded_defaults_need_nothing(tmp_path: Path) -> None:
     script = (
         "from django.conf import settings as s; "
@@ -105,6 +114,9 @@ def test_production_passes_check_deploy(tmp_path: Path) -> None:
         ({"QM_ENV": "staging"}, "QM_ENV='staging' must be one of"),
         ({"DATABASE_URL": "nosuchdb://x"}, "DATABASE_URL"),
         ({"EMAIL_PORT": "smtp"}, "EMAIL_PORT='smtp' is not an integer"),
+        ({"SERVE_REPLICA_PORTS": "80-90"}, "SERVE_REPLICA_PORTS='80-90' is not a port range FIRST-LAST within 1024"),
+        ({"SERVE_REPLICA_PORTS": "30000-20000"}, "SERVE_REPLICA_PORTS='30000-20000' is not a port range"),
+        ({"REPLICAS_NETWORKS": "10.0.0.0/8,nodes"}, "REPLICAS_NETWORKS: 'nodes' is not a network in CIDR notation"),
     ],
 )
 def test_bad_settings_fail_at_start_naming_the_variable(tmp_path: Path, env: dict[str, str], message: str) -> None:

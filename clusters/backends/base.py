@@ -166,6 +166,10 @@ class NodeInfo:
     #: Free-form facts from the cluster (Slurm state flags, Kubernetes labels), for display.
     labels: Mapping[str, str] = field(default_factory=dict)
     heartbeat: datetime | None = None  # when the node last reported, if the cluster says
+    #: Where the node is reached, as the cluster knows it: IP addresses and DNS names (Kubernetes'
+    #: ``status.addresses``, Slurm's NodeAddr and NodeHostname). A service replica's address must be one of its
+    #: node's (``scheduler/replicas.py``).
+    addresses: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

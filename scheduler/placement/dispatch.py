@@ -31,7 +31,7 @@ from clusters.backends.base import Backend, BackendError, DryRun, JobSpec, NotFo
 from clusters.secrets import CredentialsError
 from clusters.sync import backend_for
 from common import metrics
-from scheduler import checkpoints, lifecycle, sessions
+from scheduler import checkpoints, lifecycle, replicas, sessions
 from scheduler.models import Assignment, Attempt, Job
 from scheduler.placement import outcomes
 
@@ -110,7 +110,7 @@ def spec_for(attempt: Attempt) -> JobSpec:
         session_idle_minutes=(job.session_idle_minutes or 0) if job.kind == Job.Kind.SESSION else 0,
         # this attempt's own, made once (a retried dispatch hands the cluster the same one)
         session_secret=sessions.secret_for(attempt) if job.kind == Job.Kind.SESSION else "",
-        serve_port=job.serve_port if job.kind == Job.Kind.SERVICE else 0,
+        serve_port=replicas.hand_out_port(attempt),  # 0 but for a service replica
         serve_health_path=job.serve_health_path if job.kind == Job.Kind.SERVICE else "",
     )
 

@@ -169,6 +169,10 @@ def add_node(
         "status": {
             "capacity": capacity,
             "allocatable": allocatable,
+            "addresses": [
+                {"type": "InternalIP", "address": f"10.0.0.{10 + len(kube.nodes)}"},
+                {"type": "Hostname", "address": name},
+            ],
             "conditions": [
                 condition(
                     "MemoryPressure", *(pressure if memory_pressure else ("False", "KubeletHasSufficientMemory", ""))

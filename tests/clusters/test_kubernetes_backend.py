@@ -108,6 +108,9 @@ def test_inventory_maps_quantities_labels_and_readiness(kube):
     assert h100.labels["nvidia.com/gpu.family"] == "hopper"
     assert h100.heartbeat is not None
     assert h100.heartbeat.tzinfo is not None
+    # where it is reached: its status.addresses, in the API's order (a replica may report only these)
+    assert h100.addresses[0].startswith("10.0.0.")
+    assert h100.addresses[1:] == ("h100-a",)
 
     # In use: what the bound, unfinished pods request (the notebook's init container counts as its 4 cores).
     assert (h100.accelerators_used, h100.cpu_used, h100.memory_used) == (

@@ -104,6 +104,7 @@ def test_inventory_reports_the_four_nodes_with_eight_h100_each(slurm_lab: SlurmL
         assert 0 <= info.accelerators_used <= 8
         assert info.labels["partition"] == "gpu"
         assert info.labels["state"] in ("idle", "mixed", "allocated")
+        assert info.addresses == ("127.0.0.1", "localhost")  # the lab's NodeAddr and NodeHostname
     assert node(slurm_lab.backend(), "lab-node3").ready  # only dry runs touch lab-node3
     assert node(slurm_lab.backend(), "lab-node3").schedulable
     assert load("slurm") is SlurmBackend
@@ -607,7 +608,14 @@ def test_slurmrestd_refusing_the_credentials_is_an_authentication_failure(
 
 def test_a_well_formed_answer_reads_into_node_info(fake_restd: Callable[..., SlurmBackend]) -> None:
     nodes = [
-        {**NODE, "gres_used": "gpu:a100:3(IDX:0-2)", "alloc_cpus": 2, "alloc_memory": 300},
+        {
+            **NODE,
+            "gres_used": "gpu:a100:3(IDX:0-2)",
+            "alloc_cpus": 2,
+            "alloc_memory": 300,
+            "address": "10.1.0.4",
+            "hostname": "n1",
+        },
         {**NODE, "name": "n2", "state": "down", "state_flags": ["NOT_RESPONDING"], "reason": "dead"},
         {**NODE, "name": "n3", "state": "mixed", "state_flags": ["DRAIN"], "gres": "(null)"},
     ]
@@ -626,6 +634,8 @@ def test_a_well_formed_answer_reads_into_node_info(fake_restd: Callable[..., Slu
     assert (n1.ready, n1.schedulable, dict(n1.labels)) == (True, True, {"state": "idle", "partition": "p"})
     assert (n2.ready, n2.schedulable, n2.labels["reason"]) == (False, True, "dead")
     assert (n3.ready, n3.schedulable, n3.accelerator, n3.accelerators) == (True, False, "", 0)
+    # NodeAddr and NodeHostname, where slurm.conf gives them (a replica may report only these)
+    assert n1.addresses == ("10.1.0.4", "n1")
 
 
 JOB = {"job_id": 7, "name": "qm-x", "nodes": "n1", "exit_code": 0, "state_reason": "None"}

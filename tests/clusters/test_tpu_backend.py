@@ -155,6 +155,7 @@ def test_inventory_maps_slices_to_nodes(server: TpuServer) -> None:
     assert existing.labels["tpu/topology"] == "2x2x2"
     assert existing.labels["tpu/provisioned"] == "true"
     assert existing.accelerators_used == 0
+    assert existing.addresses == ("10.0.1.2", "10.0.1.3")  # its two hosts' network endpoints
 
     repairing = nodes["train-b"]
     assert (repairing.accelerators, repairing.accelerators_allocatable) == (4, 0)
@@ -177,6 +178,7 @@ def test_inventory_maps_slices_to_nodes(server: TpuServer) -> None:
     assert (slot.cpu, slot.memory) == (4 * 208_000, 4 * 458_752)  # four hosts of four chips
     assert slot.ready
     assert slot.schedulable
+    assert slot.addresses == ()  # not made yet: nowhere to be reached
     assert slot.labels == {
         "tpu/accelerator-type": "v5p-32",
         "tpu/topology": "2x2x4",

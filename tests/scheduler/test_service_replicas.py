@@ -20,6 +20,7 @@ from django.core.exceptions import ValidationError
 from clusters import sync
 from clusters.backends.simulated import replicas as simulated_replicas
 from clusters.models import Cluster
+from common import outbound
 from scheduler import actions, replicas
 from scheduler.checkpoints import token_for
 from scheduler.models import Attempt, Job
@@ -114,6 +115,9 @@ def test_the_endpoint_report_takes_the_current_attempts_address_only(no_leftover
     assert job.state == Job.State.RUNNING, list(job.events.values_list("message", flat=True))
     assert "Service replica submitted" in job.events.first().message  # type: ignore[union-attr]
     attempt = job.attempts.get(number=job.attempt)
+    port = attempt.serve_port  # handed out at its dispatch, from SERVE_REPLICA_PORTS
+    first, last = settings.SERVE_REPLICA_PORTS
+    assert first <= port <= last
     client = job_token(attempt)
     url = f"{JOBS}{job.pk}/endpoint/"
 
@@ -123,13 +127,14 @@ def test_the_endpoint_report_takes_the_current_attempts_address_only(no_leftover
     assert client.post(url, {}, format="json").status_code == 400
     assert replicas.current_url(job) == ""
 
-    taken = client.post(url, {"url": "http://10.0.0.7:8123"}, format="json")
+    taken = client.post(url, {"url": f"http://127.0.0.1:{port}"}, format="json")  # its node's, on its port
     assert taken.status_code == 201, taken.json()
-    assert replicas.current_url(job) == "http://10.0.0.7:8123/"
+    assert replicas.current_url(job) == f"http://127.0.0.1:{port}/"
 
     other = replica(fleet, name="other", spread_group="")
     fleet.cycle()
     other_attempt = other.attempts.get()
+    assert other_attempt.serve_port not in (0, port)  # each active replica a port of its own
     wrong = job_token(other_attempt).post(url, {"url": "http://10.0.0.8:1/"}, format="json")
     assert wrong.status_code == 403
     assert api_client().post(url, {"url": "http://10.0.0.8:1/"}, format="json").status_code == 401
@@ -137,7 +142,71 @@ def test_the_endpoint_report_takes_the_current_attempts_address_only(no_leftover
     actions.cancel_job(fleet.user("alice"), job, "done")
     fenced = client.post(url, {"url": "http://10.0.0.9:1/"}, format="json")
     assert fenced.status_code == 403, fenced.json()
-    assert Attempt.objects.get(pk=attempt.pk).serve_url == "http://10.0.0.7:8123/"
+    assert Attempt.objects.get(pk=attempt.pk).serve_url == f"http://127.0.0.1:{port}/"
+
+
+@pytest.mark.django_db
+def test_a_replica_may_report_only_its_nodes_address_on_the_port_it_was_handed(
+    no_leftovers: Fleet, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The review's attack: a replica's own token pointed the public endpoint at another listener of the
+    portal's host (127.0.0.1:8227) and at the cloud metadata service. Each is refused, naming why, and nothing is
+    stored; a DNS name the cluster reports for the node counts with what it resolves to."""
+    settings.PUBLIC_URL = "http://127.0.0.1:9/"
+    fleet = no_leftovers
+    job = replica(fleet)
+    fleet.cycle()
+    fleet.follow()
+    attempt = Job.objects.get(pk=job.pk).attempts.get()
+    node = attempt.assignments.get().node
+    assert node.addresses == ["127.0.0.1"]  # the simulated cluster's nodes are this machine
+    port = attempt.serve_port
+    client = job_token(attempt)
+    url = f"{JOBS}{job.pk}/endpoint/"
+
+    def refused(address: str, words: str) -> None:
+        answer = client.post(url, {"url": address}, format="json")
+        assert answer.status_code == 400, answer.json()
+        assert words in answer.json()["error"]["fields"]["url"][0], answer.json()
+        assert Attempt.objects.get(pk=attempt.pk).serve_url == ""
+
+    refused("http://127.0.0.1:8227/", f"handed port {port} to listen on, not 8227")
+    refused("http://127.0.0.1/", f"handed port {port} to listen on, not 80")
+    metadata = f"169.254.169.254 is not an address of the node(s) this replica runs on ({node.name}"
+    refused(f"http://169.254.169.254:{port}/", metadata)
+    refused(f"http://10.0.0.7:{port}/", "their addresses: 127.0.0.1")
+    refused(f"http://localhost:{port}/", "localhost is not an address")  # a name is not its node's address
+
+    # The cluster reports the node by a DNS name: an address it resolves to is the node's.
+    node.addresses = ["gpu-07.cluster.internal"]
+    node.save(update_fields=["addresses"])
+    resolved = {"gpu-07.cluster.internal": ["10.20.0.7"]}
+    monkeypatch.setattr(outbound, "resolver", lambda host, port: resolved[host])
+    refused(f"http://10.20.0.8:{port}/", "their addresses: gpu-07.cluster.internal")
+    taken = client.post(url, {"url": f"http://10.20.0.7:{port}/"}, format="json")
+    assert taken.status_code == 201, taken.json()
+    assert client.post(url, {"url": f"http://gpu-07.cluster.internal:{port}/"}, format="json").status_code == 201
+
+    # A node the inventory knows no address of: nothing is taken, and the message says why.
+    node.addresses = []
+    node.save(update_fields=["addresses"])
+    answer = client.post(url, {"url": f"http://10.20.0.7:{port}/"}, format="json")
+    assert answer.status_code == 400
+    assert "reports no address for them" in answer.json()["error"]["fields"]["url"][0]
+
+
+@pytest.mark.django_db
+def test_a_retried_dispatch_keeps_the_port_and_a_service_port_is_the_services(no_leftovers: Fleet) -> None:
+    fleet = no_leftovers
+    fixed = replica(fleet, serve_port=8080)
+    free = replica(fleet, name="other", spread_group="")
+    fleet.cycle()
+    fixed_attempt, free_attempt = (Job.objects.get(pk=j.pk).attempts.get() for j in (fixed, free))
+    assert fixed_attempt.serve_port == 8080
+    assert replicas.hand_out_port(free_attempt) == free_attempt.serve_port != 0  # kept, not handed again
+    plain = fleet.submit(name="batch", accelerators=0, cpu=500, memory=512)
+    fleet.cycle()
+    assert Job.objects.get(pk=plain.pk).attempts.get().serve_port == 0
 
 
 # --- the whole path --------------------------------------------------------------------------------------------

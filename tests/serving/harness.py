@@ -34,7 +34,7 @@ SERVER = r"""
 import json, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-name, health, delay = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+name, health, delay, port = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -60,7 +60,7 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
-server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
 print(server.server_address[1], flush=True)
 server.serve_forever()
 """
@@ -77,9 +77,12 @@ class Plant:
     processes: dict[int, subprocess.Popen[str]] = field(default_factory=dict)
     now: datetime = field(default_factory=timezone.now)
 
-    def start(self, name: str, health: int = 200, delay: float = 0.0) -> tuple[subprocess.Popen[str], str]:
+    def start(self, name: str, port: int, health: int = 200, delay: float = 0.0) -> tuple[subprocess.Popen[str], str]:
+        """A replica's process on ``port`` (the one its attempt was handed: the only one it may report)."""
         process = subprocess.Popen(
-            [sys.executable, str(self.script), name, str(health), str(delay)], stdout=subprocess.PIPE, text=True
+            [sys.executable, str(self.script), name, str(health), str(delay), str(port)],
+            stdout=subprocess.PIPE,
+            text=True,
         )
         assert process.stdout is not None
         port = int(process.stdout.readline())
@@ -93,9 +96,11 @@ class Plant:
             if replica.job.state != Job.State.RUNNING or replica.job_id in self.processes:
                 continue
             health, delay = self.behaviour.get(replica.revision.number, (200, 0.0))
-            process, url = self.start(f"replica-{replica.pk}-r{replica.revision.number}", health, delay)
+            attempt = Attempt.objects.get(job=replica.job, number=replica.job.attempt)
+            name = f"replica-{replica.pk}-r{replica.revision.number}"
+            process, url = self.start(name, attempt.serve_port, health, delay)
             self.processes[replica.job_id] = process
-            Attempt.objects.filter(job=replica.job, number=replica.job.attempt).update(serve_url=url)
+            Attempt.objects.filter(pk=attempt.pk).update(serve_url=url)
 
     def tick(self, service: Service, seconds: float = 5.0) -> Service:
         """Advance the control loop's clock by ``seconds`` and run one tick, then place what it asked for."""
@@ -150,9 +155,10 @@ def plant(fleet: Fleet, tmp_path: Path) -> Iterator[Plant]:
 def service_fields(**more: Any) -> dict[str, Any]:
     return {
         "image": "ghcr.io/lab/serve:1",
-        # What the simulated cluster runs for each replica: a program that waits (``Plant`` serves for it).
+        # What the simulated cluster runs for each replica: a program that waits (``Plant`` serves for it, on the
+        # port each replica is handed).
         "command": ["sleep", "600"],
-        "port": 8000,
+        "port": 0,
         "health_path": "/healthz",
         "accelerators": 1,
         "max_replicas": 4,

@@ -47,7 +47,29 @@ def test_a_service_starts_its_minimum_and_its_replica_becomes_ready(fleet: Fleet
     assert job.env["QM_SERVICE"] == "chat"
     assert job.env["QM_REVISION"] == "1"
     assert job.serve_health_path == "/healthz"
-    assert job.serve_port == 8000
+    assert job.serve_port == 0  # the service names no port: each replica is handed one
+    attempt = job.attempts.get()
+    assert replica.url == f"http://127.0.0.1:{attempt.serve_port}/"
+
+
+def test_a_replica_whose_node_no_longer_has_its_address_gets_no_traffic(fleet: Fleet, plant: Plant) -> None:
+    """Checked when used: the control loop takes a replica's address for the data plane only while it is still
+    one of its node's as the inventory knows them (a node renumbered since the replica reported is not followed
+    to an address that may now be another machine's)."""
+    service = make(fleet, min_replicas=1)
+    service = plant.settle(service, 2)
+    [replica] = ready(service)
+    node = replica.job.attempts.get().assignments.get().node
+    node.addresses = ["10.44.0.9"]  # what a sync would now copy from the cluster
+    node.save(update_fields=["addresses"])
+    service = plant.tick(service)
+    replica.refresh_from_db()
+    assert replica.url == ""  # the data plane's table has only replicas with an address (serving/dataplane/source.py)
+    node.addresses = ["127.0.0.1"]  # the inventory says so again: it is followed again
+    node.save(update_fields=["addresses"])
+    service = plant.tick(service)
+    replica.refresh_from_db()
+    assert replica.url.startswith("http://127.0.0.1:")
 
 
 def test_replicas_follow_a_load_step_up_and_back_down(fleet: Fleet, plant: Plant) -> None:

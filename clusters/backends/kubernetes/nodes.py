@@ -123,6 +123,13 @@ def _conditions(node: Any) -> dict[str, Any]:
     return {c.type: c for c in (status.conditions or [])} if status is not None else {}
 
 
+def _addresses(node: Any) -> tuple[str, ...]:
+    """The node's ``status.addresses`` (InternalIP, ExternalIP, Hostname, InternalDNS ...), in the API's order."""
+    status = node.status
+    found = [a.address for a in (status.addresses or [])] if status is not None else []
+    return tuple(dict.fromkeys(a for a in found if isinstance(a, str) and a))
+
+
 @dataclass(frozen=True, slots=True)
 class Usage:
     """What the pods bound to a node request: accelerators, millicores, MiB (rounded up)."""
@@ -248,6 +255,7 @@ def node_info(
         ready=ready is not None and ready.status == "True",
         schedulable=not (node.spec is not None and node.spec.unschedulable),
         labels=labels,
+        addresses=_addresses(node),
         heartbeat=heartbeat(ready, lease),
     )
     return info, (_accelerator(model, labels) if info.accelerator else None)

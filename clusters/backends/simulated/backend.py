@@ -237,7 +237,8 @@ class SimulatedBackend(Backend):
             held = _held(state["jobs"], time.time())
         nodes = []
         for i in range(self.size):
-            node = fleet.node(self.profile, self.seed, i, self.busy)
+            # Its nodes are this machine, where its service replicas listen (``replicas.ADDRESS``).
+            node = replace(fleet.node(self.profile, self.seed, i, self.busy), addresses=(replicas.ADDRESS,))
             if node.name in held:
                 node = fleet.holding(node, *held[node.name])
             if node.name in self.down or node.name in cordoned:

@@ -495,6 +495,10 @@ class SlurmBackend(Backend):
             schedulable=schedulable,
             labels=labels,
             topology=dict((domains or {}).get(name, {})),
+            # NodeAddr and NodeHostname (each the node's name when slurm.conf leaves it out)
+            addresses=tuple(
+                dict.fromkeys(a for a in (_field(raw, k, str, where, "") for k in ("address", "hostname")) if a)
+            ),
         )
 
     def _job(self, backend_id: str) -> Mapping[str, Any]:

@@ -598,6 +598,15 @@ class TpuBackend(Backend):
             ready=node.state == State.READY,
             schedulable=(ours or bool(lent)) and node.state not in UNSCHEDULABLE,
             labels=labels,
+            # its hosts' internal addresses, and external ones where the slice has them
+            addresses=tuple(
+                dict.fromkeys(
+                    address
+                    for endpoint in node.network_endpoints
+                    for address in (endpoint.ip_address, endpoint.access_config.external_ip)
+                    if address
+                )
+            ),
         )
 
     def _lent_to(self, node: tpu_v2.Node) -> str:
