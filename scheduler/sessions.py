@@ -4,8 +4,11 @@ submitter opens from the portal (docs/jobs.md, "Interactive sessions").
 A session is placed like any job (preemptible, in the lowest tier its team may use unless it names one, at most
 ``SESSION_MAX_HOURS``). Each attempt gets a **secret** of its own, made when it is first dispatched
 (``secret_for``) and kept encrypted like secret environment values (``clusters.secrets``): the cluster starts
-the app with it, and it is shown to nobody but the submitter, inside the link that opens the session
-(``open_link``: ``/jobs/<id>/open/``, ``qm open``). The program the cluster runs (``clusters/backends/slurm/
+the app with it, and it is shown to nobody, not even in a URL: the link that opens the session (``open_link``:
+``/jobs/<id>/open/``, ``qm open``) carries a **one-time code** made from it (``one_time_code``: it expires in
+``CODE_SECONDS`` and opens the session once; the app's sign-in on the node, ``clusters/backends/slurm/session.py``,
+takes nothing else from a URL), so a link left in a browser's history, a proxy's log or a ``Referer`` opens
+nothing. The program the cluster runs (``clusters/backends/slurm/
 session.py``) reports where the app listens with the attempt's job token (``report``: ``POST
 /api/v1/jobs/{id}/session/``), and, when the app shut itself down after ``session_idle_minutes`` without
 activity, that it ended idle: the job then succeeds "after N minutes idle" (``ended_words``).
@@ -16,7 +19,10 @@ so a teammate or a lead who may see the job may not use it.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import secrets
+import time
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode, urlsplit
 
@@ -35,6 +41,12 @@ if TYPE_CHECKING:
 URL_MAX = Attempt._meta.get_field("session_url").max_length or 500
 #: Where each app opens: JupyterLab's workspace, or a terminal of it.
 OPENS_AT = {Job.SessionApp.JUPYTERLAB: "lab", Job.SessionApp.SHELL: "lab/terminals/1"}
+
+
+#: How long a link that opens a session works (once).
+CODE_SECONDS = 120
+#: The link's query parameter holding the code (``session.AUTH`` on the node reads it).
+CODE_PARAMETER = "qm_code"
 
 
 class NotReady(Exception):
@@ -126,8 +138,17 @@ def current(job: Job) -> Attempt | None:
     )
 
 
+def one_time_code(secret: str, now: float | None = None) -> str:
+    """A code that opens the session started with ``secret`` once, until ``CODE_SECONDS`` from ``now``:
+    ``<expiry>.<nonce>.<HMAC-SHA256 of both, keyed by the secret>`` (checked by ``session.AUTH`` on the node)."""
+    expires = int((time.time() if now is None else now) + CODE_SECONDS)
+    nonce = secrets.token_urlsafe(16)
+    mac = hmac.new(secret.encode(), f"{expires}.{nonce}".encode(), hashlib.sha256).hexdigest()
+    return f"{expires}.{nonce}.{mac}"
+
+
 def open_link(user: AnyUser, job: Job) -> str:
-    """The address that opens ``job``'s session, its secret in it (Jupyter's ``?token=``): for its submitter
+    """The address that opens ``job``'s session once, a one-time code in it (``one_time_code``): for its submitter
     only (``PermissionDenied`` for anyone else; the caller has already made another team's job a 404), and
     only while it runs with an address (``NotReady``)."""
     policy.require(user, "job.session.open", job)
@@ -146,4 +167,4 @@ def open_link(user: AnyUser, job: Job) -> str:
     except CredentialsError:
         raise NotReady(f"Session #{job.pk}'s secret cannot be read with the current key; start it again.") from None
     opens_at = OPENS_AT.get(Job.SessionApp(job.session_app), "lab")
-    return f"{attempt.session_url}{opens_at}?{urlencode({'token': secret})}"
+    return f"{attempt.session_url}{opens_at}?{urlencode({CODE_PARAMETER: one_time_code(secret)})}"

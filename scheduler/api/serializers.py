@@ -585,7 +585,9 @@ class EndpointReportSerializer(StrictSerializer):
 
 
 class SessionLinkSerializer(serializers.Serializer[Any]):
-    url = serializers.CharField(help_text="Opens the session, its secret in it: for its submitter's eyes only.")
+    url = serializers.CharField(
+        help_text="Opens the session once, within 2 minutes (a one-time code in it): for its submitter's eyes only."
+    )
 
 
 class ExitReportedSerializer(serializers.ModelSerializer[Attempt]):

@@ -365,8 +365,8 @@ class JobViewSet(JobLogsMixin, TenantViewSet, mixins.ListModelMixin, mixins.Retr
             409: OpenApiResponse(description="Not a session, or it does not run with an address yet."),
         },
         description=(
-            "The link that opens an interactive session, its secret in it (`qm open`): for its submitter only, "
-            "while it runs and its app has said where it listens."
+            "The link that opens an interactive session once, a one-time code in it (`qm open`): for its submitter "
+            "only, while it runs and its app has said where it listens."
         ),
     )
     @extend_schema(

@@ -707,7 +707,7 @@ ROWS: list[Row] = [
         body=lambda s: {"url": "http://10.0.0.7:8888/"}),
     row("api:job-endpoint", "POST", "job",              "in  403 403 404 403 403 404 404 404",
         body=lambda s: {"url": "http://10.0.0.7:8123/"}),
-    # The link that opens a session, its secret in it: its submitter's alone (409 here: this job is no session).
+    # The link that opens a session (a one-time code in it): its submitter's alone (409 here: this job is no session).
     row("api:job-session", "GET", "job",                "in  p   p   404 p   p   404 404 404",
         perm="job.session.open", ok="409", owner="res", writes=False),
     row("api:job-cancel", "POST", "job",                "in  p   p   404 p   p   404 404 404",

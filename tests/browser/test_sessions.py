@@ -71,8 +71,8 @@ def test_researcher_starts_a_session_from_the_form_and_opens_it(
     shot(page, "session-open-button")
     opened = page.request.get(f"/jobs/{job.pk}/open/", max_redirects=0)
     assert opened.status == 302
-    assert opened.headers["location"].startswith("http://10.0.0.7:8888/lab?token=")
-    assert opened.headers["location"].split("token=")[1] not in page.content()
+    assert opened.headers["location"].startswith("http://10.0.0.7:8888/lab?qm_code=")
+    assert opened.headers["location"].split("qm_code=")[1] not in page.content()
 
     # The team's lead sees the session run, and no button: only alice may open it.
     page.context.clear_cookies()

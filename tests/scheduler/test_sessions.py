@@ -6,6 +6,9 @@ as succeeded, through the API, the pages and ``qm open``. The real JupyterLab ru
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -224,10 +227,16 @@ def test_a_session_reports_its_address_and_opens_for_its_submitter_only(fleet: F
     # the submitter opens it: the API's link (qm open) and the page's redirect, the secret in them only
     link = api("alice").get(f"{JOBS}{job.pk}/session/").json()["url"]
     assert link.startswith("http://10.0.0.7:8888/lab?")
-    assert parse_qs(urlsplit(link).query)["token"] == [secret]
+    [code] = parse_qs(urlsplit(link).query)["qm_code"]  # a one-time code made from the secret, not the secret
+    expires, nonce, mac = code.split(".")
+    assert 0 < int(expires) - time.time() <= sessions.CODE_SECONDS
+    assert mac == hmac.new(secret.encode(), f"{expires}.{nonce}".encode(), hashlib.sha256).hexdigest()
+    assert secret not in link
     alice = signed_in(fleet, "alice")
     opened = alice.get(f"/jobs/{job.pk}/open/")
-    assert (opened.status_code, opened["Location"], opened["Cache-Control"]) == (302, link, "no-store")
+    assert (opened.status_code, opened["Cache-Control"]) == (302, "no-store")
+    assert opened["Location"].startswith("http://10.0.0.7:8888/lab?qm_code=")
+    assert opened["Location"] != link  # a code of its own each time
     page = alice.get(f"/jobs/{job.pk}/").content.decode()
     assert 'data-testid="open-session"' in page
     assert "Open JupyterLab" in page
@@ -251,7 +260,7 @@ def test_a_session_reports_its_address_and_opens_for_its_submitter_only(fleet: F
 def test_a_shell_session_opens_on_a_terminal(fleet: Fleet, api: Any) -> None:
     job, attempt = running_session(fleet, session_app="shell")
     job_token(attempt).post(f"{JOBS}{job.pk}/session/", {"url": "http://10.0.0.7:8888/"}, format="json")
-    assert "/lab/terminals/1?token=" in api("alice").get(f"{JOBS}{job.pk}/session/").json()["url"]
+    assert "/lab/terminals/1?qm_code=" in api("alice").get(f"{JOBS}{job.pk}/session/").json()["url"]
 
 
 def test_a_session_that_ended_idle_succeeds_saying_so_and_its_token_reports_no_more(fleet: Fleet, api: Any) -> None:
@@ -306,4 +315,4 @@ def test_qm_submits_and_opens_a_session(server: Fleet, tmp_path: Path, capsys: A
     sessions.report(job, attempt.number, "http://10.0.0.7:8888/")
     status, out, err = qm(capsys, "open", str(job.pk))
     assert status == 0, err
-    assert out.strip() == sessions.open_link(server.user("alice"), Job.objects.get(pk=job.pk))
+    assert out.strip().startswith("http://10.0.0.7:8888/lab?qm_code=")  # a link that opens it once

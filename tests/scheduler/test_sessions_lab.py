@@ -18,6 +18,7 @@ from django.test import Client
 
 from clusters import sync
 from clusters.models import Cluster
+from scheduler import sessions
 from scheduler.models import Job
 from scheduler.placement import feasibility, follow
 from tests.clusters.slurm_lab import SlurmLab, unavailable
@@ -104,7 +105,7 @@ def test_a_jupyterlab_session_runs_opens_keeps_its_files_and_ends_when_idle(
     attempt = job.attempts.get(number=job.attempt)
     assert attempt.session_url.startswith("http://127.0.0.1:"), attempt.session_url
 
-    # another team's researcher: 404; the owner: a redirect to JupyterLab with the secret
+    # another team's researcher: 404; the owner: a redirect to JupyterLab with a one-time code, not the secret
     outsider = Client()
     outsider.force_login(fleet.user("bob"))
     assert outsider.get(f"/jobs/{job.pk}/open/").status_code == 404
@@ -113,15 +114,28 @@ def test_a_jupyterlab_session_runs_opens_keeps_its_files_and_ends_when_idle(
     answer = owner.get(f"/jobs/{job.pk}/open/")
     assert answer.status_code == 302
     link = answer["Location"]
-    assert link.startswith(f"{attempt.session_url}lab?token=")
-    secret = link.split("token=", 1)[1]
+    assert link.startswith(f"{attempt.session_url}lab?qm_code=")
+    secret = sessions.secret_for(attempt)
+    assert secret not in link
     assert secret not in owner.get(f"/jobs/{job.pk}/").content.decode()
 
-    opened = requests.get(link, timeout=20)
-    assert opened.status_code == 200, opened.text[:500]
-    assert "JupyterLab" in opened.text
+    def signed_in(url: str) -> bool:
+        """Whether a browser with no cookies yet that opens ``url`` is then signed in to JupyterLab."""
+        with requests.Session() as browser:
+            opened = browser.get(url, timeout=20)
+            assert opened.status_code == 200, opened.text[:500]
+            return browser.get(f"{attempt.session_url}api/status", timeout=10).status_code == 200
+
+    assert signed_in(link)  # JupyterLab, and its cookie
+    assert not signed_in(link)  # once only: the link from a browser's history opens nothing
+    assert not signed_in(f"{attempt.session_url}lab?token={secret}")  # nor the secret in a URL
+    stale = sessions.one_time_code(secret, now=time.time() - sessions.CODE_SECONDS - 120)
+    assert not signed_in(f"{attempt.session_url}lab?qm_code={stale}")
+    forged = sessions.one_time_code("not-the-secret")
+    assert not signed_in(f"{attempt.session_url}lab?qm_code={forged}")
+    assert signed_in(owner.get(f"/jobs/{job.pk}/open/")["Location"])  # a new link opens it again
     assert requests.get(f"{attempt.session_url}api/status", timeout=10).status_code == 403  # no secret, no entry
-    headers = {"Authorization": f"token {secret}"}
+    headers = {"Authorization": f"token {secret}"}  # a program with the secret: in a header
     status = requests.get(f"{attempt.session_url}api/status", headers=headers, timeout=10)
     assert status.status_code == 200, status.text
     notebook = {"type": "notebook", "content": {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}}

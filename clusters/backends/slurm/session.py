@@ -14,7 +14,9 @@ The script:
    ``session_idle_minutes`` with no kernel and no activity (``ServerApp.shutdown_no_activity_timeout``), and
    kernels and terminals idle that long are culled first (``MappingKernelManager.cull_idle_timeout``, connected
    ones too, and ``TerminalManager.cull_inactive_timeout``), so an abandoned session is reclaimed; an open
-   browser tab polls the server and counts as activity;
+   browser tab polls the server and counts as activity. JupyterLab signs people in with ``AUTH``, an identity
+   provider written beside the job: a one-time code from the portal's link (``scheduler.sessions.one_time_code``)
+   or the secret in an ``Authorization`` header, never the secret in a URL;
 3. once JupyterLab answers, reports its address (``options["session_url"]``, a template of ``{address}``,
    ``{node}`` and ``{port}``, where browsers reach nodes through a proxy; ``http://{address}:{port}/`` by
    default) to ``POST $QM_API_URL/api/v1/jobs/<id>/session/`` with the attempt's job token;
@@ -103,8 +105,13 @@ def script(spec: JobSpec, options: Mapping[str, Any]) -> str:
         '"$QM_SESSION_ADDRESS" "$(hostname -s)" "$QM_SESSION_PORT")',
         "export QM_SESSION_ADDRESS QM_SESSION_PORT",
         'QM_SESSION_LOG="${TMPDIR:-/tmp}/qm-session-$SLURM_JOB_ID.log"',
+        # how JupyterLab signs people in (``AUTH``), in a directory only this job's user may read
+        'QM_SESSION_AUTH=$(mktemp -d) || { echo "qm: cannot make a temporary directory" >&2; exit 1; }',
+        f"cat >\"$QM_SESSION_AUTH/{AUTH_MODULE}.py\" <<'QM_END'\n{AUTH}\nQM_END",
         # the secret from the environment only; Jupyter reads JUPYTER_TOKEN itself
-        'JUPYTER_TOKEN="$QM_SESSION_TOKEN" jupyter lab --no-browser --ip="$QM_SESSION_ADDRESS" '
+        'JUPYTER_TOKEN="$QM_SESSION_TOKEN" PYTHONPATH="$QM_SESSION_AUTH${PYTHONPATH:+:$PYTHONPATH}" '
+        'jupyter lab --no-browser --ip="$QM_SESSION_ADDRESS" '
+        f"--ServerApp.identity_provider_class={AUTH_MODULE}.OneTimeCode "
         '--port="$QM_SESSION_PORT" --port-retries=0 --ServerApp.root_dir="$QM_SESSION_DIR" '
         "--ServerApp.allow_remote_access=True --ServerApp.open_browser=False "
         # nothing fetched from the internet while it runs (the extension manager searches PyPI; the news feed);
@@ -134,7 +141,7 @@ def script(spec: JobSpec, options: Mapping[str, Any]) -> str:
         f'  echo "qm: the session ended after {idle // 60} min idle" >&2',
         "  qm_session_report " + shlex.quote(json.dumps({"ended": "idle"})) + " || true",
         "fi",
-        'cat "$QM_SESSION_LOG" >&2; rm -f "$QM_SESSION_LOG"',
+        'cat "$QM_SESSION_LOG" >&2; rm -f "$QM_SESSION_LOG"; rm -rf "$QM_SESSION_AUTH"',
         'exit "$QM_EXIT"',
     ]
     return "\n".join(lines) + "\n"
@@ -156,6 +163,43 @@ FREE_PORT = "import socket, sys; s = socket.socket(); s.bind((sys.argv[1], 0)); 
 
 #: The session's address from the cluster's template.
 FILL = "import sys; print(sys.argv[1].format(address=sys.argv[2], node=sys.argv[3], port=sys.argv[4]))"
+
+#: The module of ``AUTH`` (on JupyterLab's PYTHONPATH).
+AUTH_MODULE = "qm_session_auth"
+#: JupyterLab's identity provider: who opens the portal's link (``?qm_code=<expiry>.<nonce>.<HMAC-SHA256 keyed by
+#: the secret>``, ``scheduler.sessions.one_time_code``) is signed in (JupyterLab's cookie) if the code is good,
+#: unexpired (a minute of clock skew allowed) and not used before; a program may send the secret in an
+#: ``Authorization: token`` header. A ``?token=`` in a URL signs in nobody.
+AUTH = """import hashlib, hmac, time
+from jupyter_server.auth.identity import IdentityProvider
+
+SKEW = 60
+
+
+class OneTimeCode(IdentityProvider):
+    used = {}
+
+    def get_token(self, handler):
+        code = handler.get_argument("qm_code", "")
+        if code:
+            return self.token if self.redeem(code, time.time()) else ""
+        match = self.auth_header_pat.match(handler.request.headers.get("Authorization", ""))
+        return match.group(2) if match else ""
+
+    def redeem(self, code, now):
+        expires, _, rest = code.partition(".")
+        nonce, _, mac = rest.partition(".")
+        if not (expires.isdigit() and nonce and mac and self.token) or not now <= int(expires) + SKEW:
+            return False
+        good = hmac.new(self.token.encode(), (expires + "." + nonce).encode(), hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(good, mac):
+            return False
+        for old in [n for n, until in self.used.items() if until < now]:
+            del self.used[old]
+        if nonce in self.used:
+            return False
+        self.used[nonce] = int(expires) + SKEW
+        return True"""
 
 #: Wait until JupyterLab answers ``api/status`` with the secret, at most argv[2] seconds, while it runs.
 WAIT_FOR_APP = """import os, sys, time, urllib.request
