@@ -112,3 +112,24 @@ REQUEST_SECONDS = Histogram(
 def status_class(code: int) -> str:
     """``404`` -> ``"4xx"``: the status as a label of five values."""
     return f"{code // 100}xx"
+
+
+# --- the data plane (serving/dataplane/) ---------------------------------------------------------------------
+DATAPLANE_REQUESTS = Histogram(
+    "qm_dataplane_request_duration_seconds",
+    "Time the data plane took to answer a request to a service, by status class and by who answered: a replica "
+    "(relayed), or the data plane itself (refused: no token, no such service, rate or waiting limits, no replica "
+    "in time, a replica that failed).",
+    ["status", "by"],
+    buckets=FAST_BUCKETS,
+)
+DATAPLANE_WAITING = Gauge(
+    "qm_dataplane_waiting_requests",
+    "Requests the data plane holds now, waiting for their turn or for a replica to start.",
+    multiprocess_mode="livesum",
+)
+DATAPLANE_TABLE_LOADED = Gauge(
+    "qm_dataplane_table_loaded_timestamp_seconds",
+    "When the data plane last read its routing table (Unix time); it keeps serving the last one meanwhile.",
+    multiprocess_mode="max",
+)

@@ -24,7 +24,11 @@ A request goes through, in order:
 
 Every request is counted in memory (``serving.load.Tally``) and the counts are added to the services' load once
 a second (``source.flush``), where the autoscaler reads them; counts that could not be added are kept for the
-next flush. ``GET /healthz`` answers whether a table is loaded and how old it is.
+next flush. ``GET /healthz`` answers whether a table is loaded and how old it is. Each answer is measured
+(``qm_dataplane_request_duration_seconds`` by status class and by who answered), as are the requests held
+(``qm_dataplane_waiting_requests``) and the table's last load (``common/metrics.py``), in
+``PROMETHEUS_MULTIPROC_DIR``: the portal's ``/metrics`` shows them where the processes share it (the demo), and a
+``manage.py serve_metrics`` beside the data plane elsewhere (its Kubernetes pod); never on the public port.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from typing import Any, Protocol, Self
 import aiohttp
 from aiohttp import web
 
+from common import metrics
 from serving.dataplane.table import (
     CREDENTIALS,
     HOP_BY_HOP,
@@ -191,6 +196,7 @@ class DataPlane:
             return
         self.routes, self.by_service = routes, {route.service: route for route in routes.values()}
         self.loaded_at = self.clock()
+        metrics.DATAPLANE_TABLE_LOADED.set_to_current_time()
         self.changed.set()
         self.changed = asyncio.Event()
 
@@ -213,22 +219,30 @@ class DataPlane:
     # --- a request ------------------------------------------------------------------------------------------
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        response, by = await self._answer(request)
+        status = metrics.status_class(response.status)
+        metrics.DATAPLANE_REQUESTS.labels(status, by).observe(time.perf_counter() - started)
+        return response
+
+    async def _answer(self, request: web.Request) -> tuple[web.StreamResponse, str]:
+        """The answer, and who gave it: ``replica`` or ``plane``."""
         try:
             route = await self._admit(request)
         except Refusal as refusal:
-            return refusal.response()
+            return refusal.response(), "plane"
         gate = self._gate(route.service)
         try:
             await self._turn(route, gate)
         except Refusal as refusal:
             self.tally.refused(route.service)
-            return refusal.response()
+            return refusal.response(), "plane"
         try:
             upstreams = await self._upstreams(route)
-            return await self._relay(request, route, upstreams)
+            return await self._relay(request, route, upstreams), "replica"
         except Refusal as refusal:
             self.tally.refused(route.service)
-            return refusal.response()
+            return refusal.response(), "plane"
         finally:
             self._release(gate)
 
@@ -302,7 +316,7 @@ class DataPlane:
         self._room_to_wait(route, gate)
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         gate.waiting.append(turn)
-        self.waiting += 1
+        self._held(+1)
         try:
             await asyncio.wait_for(asyncio.shield(turn), self.limits.queue_seconds)
         except TimeoutError:
@@ -314,11 +328,15 @@ class DataPlane:
                 self._release(gate)
             raise
         finally:
-            self.waiting -= 1
+            self._held(-1)
             if not turn.done():
                 turn.cancel()
             if turn in gate.waiting:
                 gate.waiting.remove(turn)
+
+    def _held(self, change: int) -> None:
+        self.waiting += change
+        metrics.DATAPLANE_WAITING.set(self.waiting)
 
     def _release(self, gate: Gate) -> None:
         while gate.waiting:
@@ -335,7 +353,7 @@ class DataPlane:
             return current.upstreams
         gate = self._gate(route.service)
         self._room_to_wait(route, gate)
-        self.waiting += 1
+        self._held(+1)
         gate.cold += 1
         deadline = self.clock() + self.limits.cold_start_seconds
         try:
@@ -354,7 +372,7 @@ class DataPlane:
                 with contextlib.suppress(TimeoutError):  # a new table, or a second gone: look again
                     await asyncio.wait_for(self.changed.wait(), min(left, 1.0))
         finally:
-            self.waiting -= 1
+            self._held(-1)
             gate.cold -= 1
 
     async def _ask_for_replica(self, service: int) -> None:

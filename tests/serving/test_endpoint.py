@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import requests
 from django.db import connections
+from prometheus_client import REGISTRY
 
 from serving import actions, dataplane
 from serving.dataplane.table import Limits
@@ -111,6 +112,28 @@ def test_who_may_call_it_and_what_it_forwards(fleet: Fleet, plant: Plant, plane:
     assert stopped.status_code == 503
     assert "stopped" in stopped.json()["detail"]
     assert stopped.headers["Retry-After"]
+
+
+def test_every_answer_is_measured_by_who_gave_it(fleet: Fleet, plant: Plant, plane: Plane, alice: Caller) -> None:
+    """``qm_dataplane_request_duration_seconds`` counts each answer by status class and by who answered (a replica
+    relayed, or the data plane itself); its table's last load is a gauge (the DataPlaneTableStale alert)."""
+
+    def answered(status: str, by: str) -> float:
+        labels = {"status": status, "by": by}
+        return REGISTRY.get_sample_value("qm_dataplane_request_duration_seconds_count", labels) or 0.0
+
+    service = make(fleet)
+    plant.settle(service, 2)
+    before = {key: answered(*key) for key in (("2xx", "replica"), ("4xx", "plane"))}
+    for _ in range(3):
+        assert alice.get("x").status_code == 200
+    assert Caller(plane, fleet).get().status_code == 401
+    assert answered("2xx", "replica") == before[("2xx", "replica")] + 3
+    assert answered("4xx", "plane") == before[("4xx", "plane")] + 1
+    loaded = REGISTRY.get_sample_value("qm_dataplane_table_loaded_timestamp_seconds")
+    assert loaded is not None
+    assert time.time() - loaded < 5
+    assert REGISTRY.get_sample_value("qm_dataplane_waiting_requests") == 0
 
 
 def test_a_service_accounts_scope_decides_what_it_may_send(fleet: Fleet, plant: Plant, plane: Plane) -> None:
