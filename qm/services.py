@@ -44,6 +44,12 @@ SCALING = (
     ("--scale-down-window", "scale_down_window", int, "seconds"),
 )
 
+#: Its own limits at the data plane; 0 gives it the data plane's again.
+LIMITS = (
+    ("--max-inflight", "max_inflight", int, "its requests at its replicas at once (0: the data plane's limit)"),
+    ("--max-rps", "max_rps", int, "its requests a second (0: the data plane's limit, if any)"),
+)
+
 
 def _add(parser: argparse.ArgumentParser, options: tuple[tuple[str, str, type, str], ...]) -> None:
     for flag, field, kind, text in options:
@@ -100,6 +106,7 @@ class Commands:
             body["clusters"] = args.cluster
         if args.public is not None:
             body["public"] = args.public
+        body.update({field: value or None for field, value in _body(args, LIMITS).items()})
         return body
 
     def do_create(self, args: argparse.Namespace, settings: Settings, client: Client) -> int:
@@ -241,6 +248,7 @@ def register(command: Callable[[str, Callable[..., int], str], argparse.Argument
 
     def program(parser: argparse.ArgumentParser) -> None:
         _add(parser, PROGRAM)
+        _add(parser, LIMITS)
         parser.add_argument("--env", action="append", metavar="NAME=VALUE", help="an environment variable (repeat)")
         parser.add_argument("--cluster", action="append", help="a cluster it may run on (repeat; none: any)")
         parser.add_argument("--public", action=argparse.BooleanOptionalAction, default=None, help="no token needed")

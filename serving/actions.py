@@ -60,7 +60,7 @@ SCALING_FIELDS = (
     "scale_down_window",
 )
 #: The rest of a service that may change after it is made.
-OTHER_FIELDS = ("tier", "clusters", "public")
+OTHER_FIELDS = ("tier", "clusters", "public", "max_inflight", "max_rps")
 #: Defaults of a new service's fields (the models' defaults, in one place for the form and the API).
 DEFAULTS: dict[str, Any] = {
     "project": None,
@@ -84,12 +84,16 @@ DEFAULTS: dict[str, Any] = {
     "scale_down_window": 300,
     "clusters": [],
     "public": False,
+    "max_inflight": None,
+    "max_rps": None,
 }
 #: A replica runs until it is stopped: its job's time limit is the longest a job may have.
 REPLICA_TIME_LIMIT = submission.MAX_TIME_LIMIT
 #: Retries of a replica's job after a node or cluster failure (the control loop replaces it after that).
 REPLICA_RETRIES = 3
 MAX_WINDOW = 3600
+#: The most requests a second a service may allow itself where the operator sets no limit (``SERVE_MAX_RPS``).
+MAX_RPS = 1_000_000
 #: The scheduler's names of a replica request's fields, where they differ from a service's.
 SCHEDULER_NAMES = {"serve_port": "port", "serve_health_path": "health_path", "time_limit": "tier"}
 
@@ -254,6 +258,28 @@ def other_errors(team: Team, fields: Mapping[str, Any]) -> dict[str, str]:
         errors["clusters"] = "Choose clusters of the team's organization."
     if not isinstance(fields.get("public", False), bool):
         errors["public"] = "Public is true or false."
+    errors.update(limit_errors(fields))
+    return errors
+
+
+def limits_allowed() -> tuple[int, int]:
+    """The most a service may set: requests in flight, and requests a second (the operator's limit where there is
+    one, else ``MAX_RPS``)."""
+    rps = int(getattr(settings, "SERVE_MAX_RPS", 0))
+    return int(getattr(settings, "SERVE_MAX_INFLIGHT", 256)), rps or MAX_RPS
+
+
+def limit_errors(fields: Mapping[str, Any]) -> dict[str, str]:
+    """What is wrong with a service's own limits at the data plane (None: the operator's)."""
+    inflight, rps = limits_allowed()
+    errors: dict[str, str] = {}
+    for name, words, high in (
+        ("max_inflight", "requests at its replicas at once", inflight),
+        ("max_rps", "requests a second", rps),
+    ):
+        value = fields.get(name)
+        if value is not None and (error := _int_error(value, words, 1, high)):
+            errors[name] = f"{error.rstrip('.')}, or none (the data plane's own limit)."
     return errors
 
 
@@ -322,6 +348,8 @@ def create_service(actor: User, *, team: Team, name: str, http: HttpRequest | No
         created_at=now,
         tier=fields["tier"] or default_tier(team),
         public=fields["public"],
+        max_inflight=fields["max_inflight"],
+        max_rps=fields["max_rps"],
         **{k: fields[k] for k in SCALING_FIELDS},
     )
     revision = _revision_of(service, fields, 1, actor, now)
@@ -362,7 +390,13 @@ def update_service(actor: User, service: Service, *, http: HttpRequest | None = 
     latest = service.revisions.order_by("-number").first() or current
     program = {**program_of(latest), **{k: v for k, v in given.items() if k in PROGRAM_FIELDS}}
     scaling = {**scaling_of(service), **{k: v for k, v in given.items() if k in SCALING_FIELDS}}
-    other: dict[str, Any] = {"tier": service.tier, "clusters": list(service.clusters.all()), "public": service.public}
+    other: dict[str, Any] = {
+        "tier": service.tier,
+        "clusters": list(service.clusters.all()),
+        "public": service.public,
+        "max_inflight": service.max_inflight,
+        "max_rps": service.max_rps,
+    }
     other.update({k: v for k, v in given.items() if k in OTHER_FIELDS})
     errors = {**scaling_errors(scaling), **program_errors(service.team, program), **other_errors(service.team, other)}
     if errors:
@@ -373,6 +407,8 @@ def update_service(actor: User, service: Service, *, http: HttpRequest | None = 
         **scaling,
         "tier": other["tier"] or default_tier(service.team),
         "public": other["public"],
+        "max_inflight": other["max_inflight"],
+        "max_rps": other["max_rps"],
     }.items():
         setattr(service, name, value)
     revision = None
@@ -388,7 +424,9 @@ def update_service(actor: User, service: Service, *, http: HttpRequest | None = 
         service.last_request_at = locked.last_request_at
         service.save()
         service.clusters.set(other["clusters"])
-        changes: dict[str, Any] = {k: v for k, v in given.items() if k in SCALING_FIELDS or k == "public"}
+        changes: dict[str, Any] = {
+            k: v for k, v in given.items() if k in SCALING_FIELDS or k in ("public", "max_inflight", "max_rps")
+        }
         if revision is not None:
             _supersede_rollout(service, f"Replaced by revision {revision.number} before its rollout finished.")
             if service.state == Service.State.ACTIVE:

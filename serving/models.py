@@ -68,6 +68,10 @@ class Service(models.Model):
     desired_replicas = models.PositiveIntegerField(default=0)
     #: Whether the endpoint answers without an API token.
     public = models.BooleanField(default=False)
+    #: Its own limits at the data plane, within the operator's (None: the operator's, ``SERVE_MAX_INFLIGHT`` and
+    #: ``SERVE_MAX_RPS``): requests at its replicas at once, and requests a second.
+    max_inflight = models.PositiveIntegerField(null=True, blank=True)
+    max_rps = models.PositiveIntegerField(null=True, blank=True)
     #: When the last request reached the endpoint (scale to zero counts from it).
     last_request_at = models.DateTimeField(null=True, blank=True)
     #: What the control loop could not do, in words (a replica refused by a quota, a rollout rolled back); ""

@@ -52,7 +52,7 @@ SCALING = (
     "scale_up_window",
     "scale_down_window",
 )
-OTHER = ("tier", "clusters", "public")
+OTHER = ("tier", "clusters", "public", "max_inflight", "max_rps")
 #: What a change may name (the team, the project and the name are fixed once the service exists).
 CHANGEABLE = (*PROGRAM, *SCALING, *OTHER)
 CREATE = ("team", "project", "name", *CHANGEABLE)
@@ -231,8 +231,9 @@ def _convert(given: dict[str, Any], out: dict[str, Any], errors: dict[str, str])
     for name in ("port", "accelerators", "min_replicas", "max_replicas", "scale_up_window", "scale_down_window"):
         if name in given:
             out[name] = _int(given[name], errors, name)
-    if "scale_to_zero_after" in given:
-        out["scale_to_zero_after"] = _int(given["scale_to_zero_after"], errors, "scale_to_zero_after", null=True)
+    for name in ("scale_to_zero_after", "max_inflight", "max_rps"):
+        if name in given:
+            out[name] = _int(given[name], errors, name, null=True)
     if "target" in given:
         out["target"] = _number(given["target"], errors, "target")
     if "cpu" in given:

@@ -81,6 +81,8 @@ class ServiceSerializer(serializers.ModelSerializer[Service]):
             "name",
             "state",
             "public",
+            "max_inflight",
+            "max_rps",
             "endpoint",
             "created_by",
             "created_at",
@@ -211,6 +213,16 @@ class ServiceChangeSerializer(ScaleSerializer):
     tier = serializers.CharField(required=False, allow_null=True, help_text="A priority tier's name.")
     clusters = serializers.ListField(child=serializers.CharField(), required=False, help_text="Slugs; none: any.")
     public = serializers.BooleanField(required=False, help_text="The endpoint answers without a token.")
+    max_inflight = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        help_text="Its requests at its replicas at once, at most the data plane's SERVE_MAX_INFLIGHT (null: that).",
+    )
+    max_rps = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        help_text="Its requests a second, at most the data plane's SERVE_MAX_RPS where set (null: that, or none).",
+    )
 
 
 class ServiceCreateSerializer(ServiceChangeSerializer):

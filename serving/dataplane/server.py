@@ -59,6 +59,7 @@ from serving.dataplane.table import (
     Route,
     Upstream,
     bearer,
+    own,
 )
 from serving.load import Tally
 
@@ -231,7 +232,7 @@ class DataPlane:
             route = await self._admit(request)
         except Refusal as refusal:
             return refusal.response(), "plane"
-        gate = self._gate(route.service)
+        gate = self._gate(route)
         try:
             await self._turn(route, gate)
         except Refusal as refusal:
@@ -269,7 +270,7 @@ class DataPlane:
             raise Refusal(404, f"No service {match['service']} in team {match['team']}.")
         if route.stopped:
             raise Refusal(503, f"Service {route.name} is stopped.", Retry_After=str(RETRY_AFTER * 6))
-        bucket = self._gate(route.service).bucket
+        bucket = self._gate(route).bucket
         if not bucket.take(self.clock()):
             self.tally.refused(route.service)
             wait = max(1, round(bucket.wait() + 0.5))
@@ -296,10 +297,12 @@ class DataPlane:
             return verdict
         return await asyncio.shield(pending)
 
-    def _gate(self, service: int) -> Gate:
-        gate = self.gates.get(service)
+    def _gate(self, route: Route) -> Gate:
+        limits = own(self.limits, route.max_inflight, route.max_rps)
+        gate = self.gates.get(route.service)
         if gate is None:
-            gate = self.gates[service] = Gate(self.limits)
+            gate = self.gates[route.service] = Gate(limits)
+        gate.adopt(limits)
         return gate
 
     def _room_to_wait(self, route: Route, gate: Gate) -> None:
@@ -351,7 +354,7 @@ class DataPlane:
         current = self.by_service.get(route.service, route)
         if current.upstreams:
             return current.upstreams
-        gate = self._gate(route.service)
+        gate = self._gate(route)
         self._room_to_wait(route, gate)
         self._held(+1)
         gate.cold += 1

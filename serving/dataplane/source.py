@@ -59,10 +59,12 @@ def table() -> dict[Key, Route]:
             log.warning("replica %s of service %s: its address is refused: %s", replica, service, refused)
             continue
         upstreams[service].append(Upstream(replica, url, revision))
-    services = Service.objects.values_list("pk", "team__organization__slug", "team__slug", "name", "public", "state")
+    services = Service.objects.values_list(
+        "pk", "team__organization__slug", "team__slug", "name", "public", "state", "max_inflight", "max_rps"
+    )
     return {
-        (org, team, name): Route(pk, name, public, state == Service.State.STOPPED, tuple(upstreams[pk]))
-        for pk, org, team, name, public, state in services
+        (org, team, name): Route(pk, name, public, state == Service.State.STOPPED, tuple(upstreams[pk]), inflight, rps)
+        for pk, org, team, name, public, state, inflight, rps in services
     }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 #: Methods a request may be sent with to a second replica when the first refused the connection.
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
@@ -52,6 +52,9 @@ class Route:
     public: bool
     stopped: bool
     upstreams: tuple[Upstream, ...] = ()
+    #: Its own limits (``Service.max_inflight``, ``max_rps``; None: the data plane's).
+    max_inflight: int | None = None
+    max_rps: int | None = None
 
 
 Key = tuple[str, str, str]  # organization slug, team slug, service name
@@ -77,6 +80,16 @@ class Limits:
     timeout_seconds: float = 300.0
     connect_seconds: float = 5.0
     max_body: int = 32 << 20
+
+
+def own(limits: Limits, max_inflight: int | None, max_rps: int | None) -> Limits:
+    """A service's limits: its own where it set them (``Service.max_inflight``, ``max_rps``), never beyond the
+    data plane's."""
+    inflight = min(max_inflight, limits.max_inflight) if max_inflight else limits.max_inflight
+    if not max_rps:
+        return replace(limits, max_inflight=inflight)
+    rps = min(float(max_rps), limits.max_rps) if limits.max_rps > 0 else float(max_rps)
+    return replace(limits, max_inflight=inflight, max_rps=rps, burst=int(rps))  # a second's worth at once
 
 
 @dataclass
@@ -122,6 +135,12 @@ class Gate:
 
     def free(self) -> bool:
         return self.inflight < self.limits.max_inflight
+
+    def adopt(self, limits: Limits) -> None:
+        """Take ``limits`` (the service's were changed): what is in flight and waiting stays."""
+        if limits != self.limits:
+            self.limits = limits
+            self.bucket.rate, self.bucket.burst = limits.max_rps, float(limits.burst)
 
 
 class Chooser:

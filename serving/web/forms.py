@@ -45,6 +45,16 @@ class ServiceForm(forms.Form):
         help_text="Default: the team's highest tier that is not preempted, else the organization's default.",
     )
     public = forms.BooleanField(required=False, help_text="The endpoint answers without an API token.")
+    max_inflight = forms.CharField(
+        required=False,
+        label="Requests at once",
+        help_text="At its replicas at the same time; more wait their turn. Empty: the data plane's limit.",
+    )
+    max_rps = forms.CharField(
+        required=False,
+        label="Requests a second",
+        help_text="More are told to come back later (429). Empty: the data plane's limit, if any.",
+    )
 
     def __init__(self, *args: Any, teams: list[Team], service: Service | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -79,6 +89,8 @@ class ServiceForm(forms.Form):
         body["scale_to_zero_after"] = data["scale_to_zero_after"] or None
         body["model_version"] = data["model_version"] or None
         body["public"] = bool(data["public"])
+        body["max_inflight"] = data["max_inflight"] or None
+        body["max_rps"] = data["max_rps"] or None
         body["tier"] = data["tier"] or None
         env: dict[str, str] = {}
         errors: dict[str, list[str]] = {}
@@ -120,6 +132,8 @@ def initial_of(service: Service) -> dict[str, Any]:
         "target": f"{service.target:g}",
         "scale_to_zero_after": service.scale_to_zero_after or "",
         "public": service.public,
+        "max_inflight": service.max_inflight or "",
+        "max_rps": service.max_rps or "",
         "tier": service.tier.name if service.tier else "",
     }
 

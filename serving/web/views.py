@@ -20,7 +20,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from common.types import AuthenticatedHttpRequest
-from serving import actions, figures, requests
+from serving import actions, dataplane, figures, requests
+from serving.dataplane.table import own
 from serving.models import Revision, Service
 from serving.web.charts import load_chart
 from serving.web.forms import ScaleForm, ServiceForm, initial_of
@@ -106,6 +107,7 @@ def _render(request: AuthenticatedHttpRequest, service: Service, status: int = 2
         "service": service,
         "endpoint": endpoint,
         "summary": figures.summaries([service])[service.pk],
+        "limits": own(dataplane.limits(), service.max_inflight, service.max_rps),
         "last_hour": figures.last_hour(service, now),
         "replicas": figures.replica_rows(service),
         "revisions": service.revisions.select_related("created_by").order_by("-number"),

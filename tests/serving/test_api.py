@@ -63,7 +63,19 @@ def test_bad_input_is_a_400_naming_every_field_and_writes_nothing(fleet: Fleet, 
     assert {"min_replicas", "port", "health_path"} <= set(fields)
     assert create(api, name="Not A Slug").json()["error"]["fields"].keys() == {"name"}
     assert create(api, team="intruders").json()["error"]["fields"] == {"team": ["No team 'intruders'."]}
+    limits = create(api, max_inflight=0, max_rps="fast").json()["error"]["fields"]
+    assert set(limits) == {"max_rps"}  # its type first
+    assert "or none" in create(api, max_inflight=10**6).json()["error"]["fields"]["max_inflight"][0]
     assert not Service.objects.exists()
+
+
+def test_a_service_sets_its_own_limits_and_drops_them(fleet: Fleet, api: Any) -> None:  # noqa: F811
+    body = create(api, max_inflight=16, max_rps=40).json()
+    assert (body["max_inflight"], body["max_rps"]) == (16, 40)
+    changed = api("alice").patch(f"{URL}{body['id']}/", {"max_rps": None}, format="json")
+    assert changed.status_code == 200, changed.json()
+    assert (changed.json()["max_inflight"], changed.json()["max_rps"]) == (16, None)
+    assert AuditLog.objects.filter(action="service.updated").latest("pk").changes == {"max_rps": None}
 
 
 def test_change_rolls_out_a_new_revision_and_scale_stop_start(fleet: Fleet, api: Any) -> None:  # noqa: F811

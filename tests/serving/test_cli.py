@@ -37,6 +37,12 @@ def test_a_service_from_create_to_rollback(server: Fleet, capsys: pytest.Capture
     assert "(0.5 cores, 1.0 GiB)" in out
     status, out, _ = qm(capsys, "service", "update", "vision/chat-api", "--image", "ghcr.io/lab/serve:2")
     assert (status, out) == (0, f"Updated service {service.pk} (chat-api); rolling out revision 2.\n")
+    assert qm(capsys, "service", "update", "chat-api", "--max-inflight", "8", "--max-rps", "20")[0] == 0
+    service.refresh_from_db()
+    assert (service.max_inflight, service.max_rps) == (8, 20)
+    assert qm(capsys, "service", "update", "chat-api", "--max-rps", "0")[0] == 0  # the data plane's again
+    service.refresh_from_db()
+    assert (service.max_inflight, service.max_rps) == (8, None)
     status, out, _ = qm(capsys, "service", "scale", str(service.pk), "--max", "5")
     assert out == "Service chat-api scales between 1 and 5 replicas (rps target 15.0 per replica).\n"
     assert qm(capsys, "service", "stop", "chat-api")[1] == "Stopped service chat-api: stopped.\n"

@@ -235,3 +235,30 @@ def test_rps_counts_the_requests_that_arrive_not_only_those_answered(fleet: Flee
     assert sample is not None
     assert (sample.requests, sample.rps, sample.inflight) == (90, 18.0, 240)
     assert service.desired_replicas == 4
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "words"),
+    [
+        ({"max_inflight": 0}, "max_inflight", "between 1 and 256, or none"),
+        ({"max_inflight": 257}, "max_inflight", "between 1 and 256, or none"),
+        ({"max_inflight": "many"}, "max_inflight", "whole number"),
+        ({"max_rps": 0}, "max_rps", "between 1 and"),
+    ],
+)
+def test_a_services_own_limits_stay_within_the_data_planes(
+    fleet: Fleet, fields: dict[str, Any], field: str, words: str
+) -> None:
+    with pytest.raises(ValidationError) as raised:
+        make(fleet, **fields)
+    assert words in " ".join(raised.value.message_dict[field])
+    assert not Service.objects.exists()
+
+
+def test_a_service_may_not_allow_itself_more_than_the_operators_rate(fleet: Fleet, settings: Any) -> None:
+    settings.SERVE_MAX_RPS = 50
+    with pytest.raises(ValidationError) as raised:
+        make(fleet, max_rps=51)
+    assert "between 1 and 50" in " ".join(raised.value.message_dict["max_rps"])
+    service = make(fleet, max_rps=50, max_inflight=8)
+    assert (service.max_rps, service.max_inflight) == (50, 8)

@@ -323,3 +323,25 @@ def test_a_service_past_its_rate_is_told_when_to_come_back(fleet: Fleet, plant: 
     assert int(limited.headers["Retry-After"]) >= 1
     assert again.status_code == 200
     del service
+
+
+def test_a_service_sets_its_own_limits_within_the_data_planes(fleet: Fleet, plant: Plant) -> None:
+    """A service's own concurrency and rate (``max_inflight``, ``max_rps``) hold for it alone; changed, they take
+    effect at the data plane's next table (none waits here: a request beyond is refused at once)."""
+    plant.behaviour[1] = (200, 0.5)
+    service = make(fleet, max_inflight=1)
+    other = actions.create_service(
+        fleet.user("alice"), team=fleet.world.teams["vision"], name="other", **service_fields(max_rps=1)
+    )
+    plant.settle(service, 2)
+    plant.settle(other, 2)
+    with _limited(queue_per_service=0) as plane:
+        alice, elsewhere = Caller(plane, fleet, "alice"), Caller(plane, fleet, "alice")
+        elsewhere.base = elsewhere.base.replace("/chat/", "/other/")
+        assert sorted(a.status_code for a in _together(alice, 2)) == [200, 503]  # its own: one at a time
+        statuses = [elsewhere.get("x").status_code for _ in range(3)]
+        assert statuses[0] == 200
+        assert 429 in statuses  # its own rate: one a second
+        actions.update_service(fleet.user("alice"), service, max_inflight=None)
+        time.sleep(0.3)  # the data plane's next table
+        assert sorted(a.status_code for a in _together(alice, 2)) == [200, 200]  # the data plane's 256 again
