@@ -33,6 +33,8 @@ _DIGITS = re.compile(r"[0-9]+")
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 #: C0 controls but tab, line feed and carriage return; and UTF-16 surrogates, which no UTF-8 text holds.
 _REFUSED = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff]")
+#: What text a parameter may hold, as the API's schema says it (an ECMA-262 pattern: no refused control character).
+TEXT_PATTERN = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f]*$"
 
 #: The instants every supported database stores: PostgreSQL's ``timestamptz`` goes further, but Python's
 #: ``datetime`` (and so Django and SQLite) stops at years 1 and 9999; a day inside each end, so that showing

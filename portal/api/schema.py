@@ -8,6 +8,8 @@
 - Ids in paths are declared with their range (``common.params.MAX_ID``).
 - Every query parameter allows an empty value: an empty one is as if it were not given (django-filter's
   rule, and ``common.params``'s), which is what a page's form sends for a field left blank.
+- A text query parameter holds no control character (``params.TEXT_PATTERN``): the edge refuses them
+  (``portal.middleware.RefuseBadInput``), and the schema says so.
 """
 
 from __future__ import annotations
@@ -87,6 +89,9 @@ class AutoSchema(openapi.AutoSchema):
                 schema.setdefault("maximum", params.MAX_ID)
             if parameter.get("in") == "query":
                 parameter.setdefault("allowEmptyValue", True)
+                text = schema.get("items", {}) if schema.get("type") == "array" else schema
+                if text.get("type") == "string" and not text.keys() & {"enum", "format", "pattern"}:
+                    text["pattern"] = params.TEXT_PATTERN
         return parameters
 
     def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:
