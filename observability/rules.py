@@ -287,6 +287,27 @@ PANELS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
         "ops",
         (('sum by (route) (rate(qm_http_request_duration_seconds_count{status="5xx"}[5m]))', "{{route}}"),),
     ),
+    (
+        "Data plane: answers per second by status and who answered",
+        "ops",
+        (("sum by (status, by) (rate(qm_dataplane_request_duration_seconds_count[5m]))", "{{status}} {{by}}"),),
+    ),
+    (
+        "Data plane: p95 latency by who answered",
+        "s",
+        (
+            (
+                "histogram_quantile(0.95, sum by (le, by) (rate(qm_dataplane_request_duration_seconds_bucket[5m])))",
+                "{{by}}",
+            ),
+        ),
+    ),
+    ("Data plane: requests held", "none", (("sum(qm_dataplane_waiting_requests)", "waiting"),)),
+    (
+        "Data plane: routing table age",
+        "s",
+        (("time() - max by (instance) (qm_dataplane_table_loaded_timestamp_seconds)", "{{instance}}"),),
+    ),
 )
 
 
