@@ -143,13 +143,17 @@ def pytest_collection_modifyitems(config: Any, items: list[pytest.Item]) -> Iter
 def _concurrent(item: pytest.Item) -> bool:
     """Whether the test serves requests, runs a worker or starts threads over committed data: what one database
     does differently from another (SQLite has one writer at a time and one lock for the file; PostgreSQL locks
-    rows). The Slurm labs' tests are left out: what they test is the lab's, and they take a quarter hour."""
+    rows). The Slurm labs' tests are left out: what they test is the lab's, and they take a quarter hour. So are
+    the browser tests: one person's clicks through pages, whose requests the live-server tests of the API and
+    the demo's own test already put to SQLite concurrently."""
+    if item.get_closest_marker("browser"):
+        return False
     fixtures = set(getattr(item, "fixturenames", ()))
     django_db = item.get_closest_marker("django_db")
     return bool(
         fixtures & {"live_server", "transactional_db"}
         or (django_db is not None and django_db.kwargs.get("transaction"))
-        or any(item.get_closest_marker(name) for name in ("worker", "browser", "fuzz"))
+        or any(item.get_closest_marker(name) for name in ("worker", "fuzz"))
     )
 
 

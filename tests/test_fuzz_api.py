@@ -12,7 +12,8 @@ id is pointed at a token issued for it. ``positive_data_acceptance`` also expect
 that a team must exist, that a change needs a reason or which characters text may hold, so input the schema
 allows may still be refused, by name, as bad input.
 
-Run it alone with ``pytest tests/test_fuzz_api.py -s``; with another seed: ``QM_FUZZ_SEED=7``. Its figures
+Run it alone with ``pytest tests/test_fuzz_api.py -s``; with another seed: ``QM_FUZZ_SEED=7``; with more or fewer
+cases: ``QM_FUZZ_EXAMPLES`` (CI's second run, on the embedded defaults, takes 2). Its figures
 (requests answered, test cases, findings per role) are printed and written to ``var/schemathesis.json``
 (under ``QM_VAR_DIR``), as xdist does not show a passing test's output.
 """
@@ -38,7 +39,7 @@ pytestmark = pytest.mark.fuzz
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "openapi.yaml"
-MAX_EXAMPLES = 5
+MAX_EXAMPLES = int(os.environ.get("QM_FUZZ_EXAMPLES", "5"))
 SEED = int(os.environ.get("QM_FUZZ_SEED", "1"))
 ROLES = {"alice": "researcher", "adam": "admin"}
 #: Failures that judge input leniency, not answers (see the module's docstring).

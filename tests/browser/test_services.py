@@ -8,6 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
@@ -16,6 +17,7 @@ from serving.models import Service, ServiceSample
 from tenancy.models import Organization
 from tests.browser.conftest import sign_in_as
 
+pytestmark = pytest.mark.browser
 SHOTS = Path(tempfile.gettempdir()) / "qm-shots" / "services"
 
 
