@@ -118,12 +118,12 @@ def system_resolver(host: str, port: int) -> list[str]:
 resolver: Callable[[str, int], list[str]] = system_resolver
 
 
-def _plain_host(host: str) -> str:
+def plain_host(host: str) -> str:
     """The host as names and addresses compare: without brackets, trailing dots or case."""
     return host.strip().strip("[]").rstrip(".").lower()
 
 
-def _literal(host: str) -> Address | None:
+def literal(host: str) -> Address | None:
     try:
         return ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:
@@ -202,21 +202,19 @@ class Policy:
         """Every address ``host`` resolves to, each checked; ``Refused`` if any is refused (a name with one bad
         address among good ones is refused: which one a connection gets is not ours to choose).
         ``socket.gaierror`` when the name does not resolve."""
-        plain = _plain_host(host)
+        plain = plain_host(host)
         if plain in METADATA_NAMES:
             raise Refused(f"{plain} is a cloud metadata service; {self.purpose} may not reach it.")
-        literal = _literal(plain)
+        given = literal(plain)
         found = (
-            [literal]
-            if literal is not None
-            else [ipaddress.ip_address(a.split("%", 1)[0]) for a in resolver(plain, port)]
+            [given] if given is not None else [ipaddress.ip_address(a.split("%", 1)[0]) for a in resolver(plain, port)]
         )
         if not found:
             raise socket.gaierror(socket.EAI_NONAME, f"{plain} has no address")
         for address in found:
             why = self.why_refused(address)
             if why is not None:
-                if literal is None:
+                if given is None:
                     log.warning("outbound: %s resolves to %s, %s: refused for %s", plain, address, why, self.purpose)
                     raise Refused(f"{plain} resolves to {why}; {self.purpose} may not reach it.")
                 raise Refused(f"{plain} is {why}; {self.purpose} may not reach it.")

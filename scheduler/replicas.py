@@ -18,7 +18,6 @@ listener on its node, at another machine or at the portal's own.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import random
 from urllib.parse import urlsplit
@@ -111,8 +110,8 @@ def check_address(attempt: Attempt, url: str) -> None:
         handed = f"port {attempt.serve_port}" if attempt.serve_port else "no port yet"
         raise ValidationError({"url": f"This replica was handed {handed} to listen on, not {port}."})
     nodes = list(Node.objects.filter(pk__in=attempt.assignments.values("node")).order_by("name"))
-    host = _plain(parts.hostname or "")
-    known = {_plain(a) for node in nodes for a in node.addresses if isinstance(a, str)}
+    host = outbound.plain_host(parts.hostname or "")
+    known = {outbound.plain_host(a) for node in nodes for a in node.addresses if isinstance(a, str)}
     if host in known or host in _resolved(known - {host}):
         return
     names = ", ".join(n.name for n in nodes) or "none"
@@ -122,21 +121,14 @@ def check_address(attempt: Attempt, url: str) -> None:
     )
 
 
-def _plain(host: str) -> str:
-    return host.strip().strip("[]").rstrip(".").lower()
-
-
 def _resolved(names: set[str]) -> set[str]:
     """The addresses the DNS names among ``names`` resolve to (a name that does not resolve adds nothing)."""
     found: set[str] = set()
     for name in names:
-        try:
-            ipaddress.ip_address(name.split("%", 1)[0])
+        if outbound.literal(name) is not None:
             continue  # an address, not a name
-        except ValueError:
-            pass
         try:
-            found.update(_plain(a) for a in outbound.resolver(name, 0))
+            found.update(outbound.plain_host(a) for a in outbound.resolver(name, 0))
         except OSError:
             continue
     return found
