@@ -1,7 +1,7 @@
 """The live cluster view's data: every node of a cluster in one query, grouped by topology in Python.
 
 A node's use counts every placement: the cluster's report, or what our placements hold there where that is
-more (``scheduler/occupancy.py``, one more query).
+more (``clusters/occupancy.py``, one more query).
 
 Built for 10,000 nodes per render: one ``values_list`` query with the topology keys extracted by the
 database (no model instances, no JSON parsing here) and one pass that groups the nodes and writes each
@@ -25,8 +25,8 @@ from django.db.models import Q
 from django.db.models.fields.json import KeyTextTransform
 from django.utils.safestring import SafeString, mark_safe
 
+from clusters import occupancy
 from clusters.models import Cluster, Node
-from scheduler import occupancy
 from tenancy.scoping import Action
 
 if TYPE_CHECKING:

@@ -36,11 +36,11 @@ from django.core.exceptions import ValidationError
 from django.db.models import F, Q, Sum
 
 from clusters import actions as cluster_actions
-from clusters import sync
+from clusters import occupancy, sync
 from clusters.backends.simulated.backend import RUN_SECONDS_ENV, SimulatedBackend
 from clusters.models import OPEN_DRAINS, Cluster, Drain, Node
 from governance.models import PriorityTier
-from scheduler import actions, occupancy, submission
+from scheduler import actions, submission
 from scheduler.engine.model import PendingReason
 from scheduler.models import Assignment, Attempt, Job
 from scheduler.states import WAITING

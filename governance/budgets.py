@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -44,15 +44,12 @@ from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
 from django.core.validators import validate_email
 from django.db import IntegrityError, transaction
-from django.db.models import DurationField, Q, Sum, Value
-from django.db.models.functions import Greatest, Least
+from django.db.models import Q
 from django.utils import timezone
 
 from common import enqueue, outbound, webhooks
-from governance import quotas
+from governance import placed, quotas
 from governance.models import Budget, BudgetAlert, QuotaChange
-from scheduler.engine import model as m
-from scheduler.models import Attempt
 from tenancy import policy
 from tenancy.models import Project, Team
 from tenancy.scoping import Role
@@ -91,79 +88,6 @@ def month_of(now: datetime) -> tuple[datetime, datetime]:
 # ----------------------------------------------------------------------------------------------- use
 
 
-@dataclass
-class Use:
-    """A budget's month: accelerator-hours and money used so far, what running jobs may still use (until
-    their time limits, within the month), and the use of the recent window the forecast is drawn from."""
-
-    hours: float = 0.0
-    money: float = 0.0
-    committed_hours: float = 0.0
-    committed_money: float = 0.0
-    recent_hours: float = 0.0
-    recent_money: float = 0.0
-
-
-def _overlap(start: datetime, end: datetime, lo: datetime, hi: datetime) -> float:
-    return max(0.0, (min(end, hi) - max(start, lo)).total_seconds())
-
-
-def use_of(budgets: Iterable[Budget], now: datetime | None = None) -> dict[int, Use]:
-    """The month's use of each of ``budgets`` (by pk). Ended attempts are summed by the database, grouped by
-    what multiplies their time (team, project, accelerators, price); live ones, far fewer, are read one by one
-    for what they may still use."""
-    budgets = list(budgets)
-    now = now or timezone.now()
-    start, end = month_of(now)
-    recent_from = max(start, now - FORECAST_WINDOW)
-    teams = {b.team_id for b in budgets}
-    by_team: defaultdict[int, Use] = defaultdict(Use)
-    by_project: defaultdict[int, Use] = defaultdict(Use)
-
-    def add(row: dict[str, Any], used: float, recent: float, ahead: float) -> None:
-        accelerators = row["job__workers"] * row["job__accelerators"] * row["job__accelerator_milli"] / 1000 / 3600
-        price = float(row["cost_per_hour"]) / 3600
-        for use in (by_team[row["job__team_id"]], by_project[row["job__project_id"]]):
-            use.hours += accelerators * used
-            use.money += price * used
-            use.recent_hours += accelerators * recent
-            use.recent_money += price * recent
-            use.committed_hours += accelerators * ahead
-            use.committed_money += price * ahead
-
-    shape = (
-        "job__team_id",
-        "job__project_id",
-        "job__workers",
-        "job__accelerators",
-        "job__accelerator_milli",
-        "cost_per_hour",
-    )
-    until_now = Least("ended_at", Value(now))
-    ended = (
-        Attempt.objects.filter(job__team__in=teams, ended_at__gt=start, admitted_at__lt=now)
-        .values(*shape)
-        .annotate(
-            used=Sum(until_now - Greatest("admitted_at", Value(start)), output_field=DurationField()),
-            recent=Sum(
-                until_now - Greatest("admitted_at", Value(recent_from)),
-                output_field=DurationField(),
-                filter=Q(ended_at__gt=recent_from),
-            ),
-        )
-        .order_by()
-    )
-    for row in ended:
-        recent = row["recent"].total_seconds() if row["recent"] is not None else 0.0
-        add(row, row["used"].total_seconds(), recent, 0.0)
-    live = Attempt.objects.filter(job__team__in=teams, outcome=Attempt.Outcome.ACTIVE, ended_at=None)
-    for row in live.values(*shape, "admitted_at", "job__time_limit"):
-        admitted = row["admitted_at"]
-        ahead = _overlap(now, admitted + timedelta(seconds=row["job__time_limit"]), now, end)
-        add(row, _overlap(admitted, now, start, now), _overlap(admitted, now, recent_from, now), ahead)
-    return {b.pk: (by_project[b.project_id] if b.project_id else by_team[b.team_id]) for b in budgets}
-
-
 @dataclass(frozen=True)
 class Standing:
     """Where one measure of a budget stands this month, for pages, the API and alerts."""
@@ -183,7 +107,7 @@ class Standing:
         return MEASURE_WORDS[self.measure]
 
 
-def standings(budget: Budget, use: Use, now: datetime | None = None) -> list[Standing]:
+def standings(budget: Budget, use: placed.Use, now: datetime | None = None) -> list[Standing]:
     """Each limited measure of ``budget`` against its month's ``use``."""
     now = now or timezone.now()
     start, end = month_of(now)
@@ -208,50 +132,8 @@ def standings(budget: Budget, use: Use, now: datetime | None = None) -> list[Sta
 # ---------------------------------------------------------------------------------------- the engine
 
 
-def budget_name(team_id: int, project_id: int | None) -> str:
-    """The engine's name of the budget of a team, or of one of its projects (``Job.budgets``)."""
-    return f"project:{project_id}" if project_id is not None else f"team:{team_id}"
-
-
-def snapshot_budgets(organization_id: int, now: datetime) -> dict[str, m.Budget]:
-    """What each hard budget of the organization has left for the engine: its limit less the month's use and
-    less what running jobs may still use before their time limits."""
-    hard = list(Budget.objects.filter(team__organization=organization_id, hard=True).select_related("team", "project"))
-    if not hard:
-        return {}
-    uses = use_of(hard, now)
-    until = month_of(now)[1].timestamp()
-    result = {}
-    for budget in hard:
-        use = uses[budget.pk]
-        accel = money = None
-        if budget.accelerator_hours is not None:
-            accel = int((float(budget.accelerator_hours) - use.hours - use.committed_hours) * 3600 * 1000)
-        if budget.amount is not None:
-            money = float(budget.amount) - use.money - use.committed_money
-        never = budget.accelerator_hours == 0 or budget.amount == 0
-        result[budget_name(budget.team_id, budget.project_id)] = m.Budget(accel, money, until, str(budget), never)
-    return result
-
-
-def never_budgets(organization_id: int) -> dict[str, m.Budget]:
-    """The organization's hard budgets whose limit is zero, as the engine sees them over any month: nothing
-    such a budget limits can ever be used (the submission check)."""
-    found = Budget.objects.filter(team__organization=organization_id, hard=True).filter(
-        Q(accelerator_hours=0) | Q(amount=0)
-    )
-    return {
-        budget_name(b.team_id, b.project_id): m.Budget(
-            0 if b.accelerator_hours == 0 else None, 0.0 if b.amount == 0 else None, label=str(b), never=True
-        )
-        for b in found
-    }
-
-
-def charged_to(budgets: Mapping[str, m.Budget], team_id: int, project_id: int | None) -> tuple[str, ...]:
-    """The hard budgets a job of ``team_id`` (and ``project_id``) is charged to."""
-    names = [budget_name(team_id, None)] + ([budget_name(team_id, project_id)] if project_id is not None else [])
-    return tuple(name for name in names if name in budgets)
+def scope_of(budget: Budget) -> str:
+    return f"project {budget.project.name}" if budget.project else "the team"
 
 
 # ------------------------------------------------------------------------------------------- changes
@@ -389,7 +271,7 @@ def below_use(team: Team, project: Project | None, new: Mapping[str, Any], row: 
     """Refuse (``ValidationError`` by measure, code ``BELOW_USE``) a limit below this month's use so far: what a
     hard budget then does (keep every new job waiting) or a soft one (alert at once) should be chosen knowingly."""
     budget = row if row is not None else Budget(team=team, project=project)
-    use = use_of([budget])[budget.pk]
+    use = placed.use_of([budget])[budget.pk]
     errors = {}
     for measure, used, step in (("accelerator_hours", use.hours, HOURS), ("amount", use.money, MONEY)):
         limit = new[measure]
@@ -450,7 +332,7 @@ def raise_alerts(now: datetime | None = None) -> list[BudgetAlert]:
     ):
         raised[(budget_id, measure, _text(limit))].add(kind)
     new = []
-    uses = use_of(budgets, now)
+    uses = placed.use_of(budgets, now)
     for budget in budgets:
         for standing in standings(budget, uses[budget.pk], now):
             done = raised[(budget.pk, standing.measure, _text(standing.limit))]
@@ -582,13 +464,10 @@ def undelivered(older_than: timedelta = timedelta(minutes=2), now: datetime | No
 
 __all__ = [
     "Standing",
-    "Use",
     "deliver",
     "month_of",
     "permission",
     "raise_alerts",
     "set_budget",
-    "snapshot_budgets",
     "standings",
-    "use_of",
 ]

@@ -1,5 +1,5 @@
 """Budget burn as Prometheus gauges, computed at scrape time: how much of each team's monthly budget is used
-so far (``budgets.use_of``, the same figures as the budget pages and alerts). Team slugs are bounded by the
+so far (``placed.use_of``, the same figures as the budget pages and alerts). Team slugs are bounded by the
 configuration, so they may be labels. Names and labels: docs/operations.md#metrics."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from datetime import datetime
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from governance import budgets
+from governance import budgets, placed
 from governance.models import Budget
 
 
@@ -21,7 +21,7 @@ def collect(now: datetime) -> Iterator[Metric]:
         labels=["organization", "team", "measure"],
     )
     team_budgets = list(Budget.objects.filter(project=None).select_related("team__organization").order_by("pk"))
-    uses = budgets.use_of(team_budgets, now)
+    uses = placed.use_of(team_budgets, now)
     for budget in team_budgets:
         for standing in budgets.standings(budget, uses[budget.pk], now):
             ratio = float(standing.used / standing.limit) if standing.limit else float(standing.used > 0)

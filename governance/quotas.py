@@ -23,7 +23,6 @@ team as a whole borrows and lends as its admin-set limits say.
 from __future__ import annotations
 
 from decimal import Decimal, InvalidOperation
-from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -33,10 +32,8 @@ from django.utils import timezone
 
 from clusters.models import AcceleratorType
 from common.validation import REQUIRED, check_max_length, message_of
-from governance import signals
+from governance import placed, signals
 from governance.models import Cohort, MemberLimit, PriorityTier, Queue, Quota, QuotaChange, WatchAction
-from scheduler.models import Job
-from scheduler.states import PLACED
 from tenancy import audit, policy
 from tenancy.models import Membership, Organization, Project, Team
 
@@ -681,15 +678,6 @@ def _tier_values(tier: PriorityTier) -> dict[str, Any]:
 BELOW_USE = "below_use"
 
 
-def member_holds(team: Team, member: User) -> Decimal:
-    """The accelerators ``member``'s placed jobs in ``team`` hold now (as the engine counts a member's limit)."""
-    held = Fraction(0)
-    placed = Job.objects.filter(team=team, submitted_by=member, state__in=PLACED)
-    for workers, accelerators, milli in placed.values_list("workers", "accelerators", "accelerator_milli"):
-        held += Fraction(workers * accelerators * milli, 1000)
-    return (Decimal(held.numerator) / Decimal(held.denominator)).quantize(Decimal("0.001"))
-
-
 def set_member_limit(
     actor: User,
     team: Team,
@@ -717,7 +705,7 @@ def set_member_limit(
         old = row.accelerators if row is not None else None
         if old == amount:
             return None
-        held = member_holds(team, member)
+        held = placed.member_holds(team, member)
         if not confirm and amount is not None and amount < held:
             raise ValidationError(
                 {

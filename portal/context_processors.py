@@ -6,23 +6,14 @@ from django.http import HttpRequest
 
 from portal import navigation as main_navigation
 from tenancy import policy
-from tenancy.scoping import Role
 
 #: What pages offer beside the navigation, by the policy: ``may.workers_view`` and so on in templates.
 OFFERED = ("cluster.create", "workers.view")
 
 
-def request_roles(request: HttpRequest) -> set[Role]:
-    """The signed-in user's roles, computed once per request."""
-    if not hasattr(request, "_qm_roles"):
-        request._qm_roles = policy.roles_of(request.user)  # type: ignore[attr-defined]
-    roles: set[Role] = request._qm_roles  # type: ignore[attr-defined]
-    return roles
-
-
 def navigation(request: HttpRequest) -> dict[str, Any]:
     """The user's roles, and the main navigation's links for them (``portal/navigation.py``)."""
-    roles = request_roles(request)
+    roles = policy.request_roles(request)
     user = request.user
     links = []
     if user.is_authenticated:

@@ -6,8 +6,8 @@ from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooMany
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
+from common.api.errors import api_not_found, api_server_error, error_body
 from common.params import BadParameter
-from portal.api.errors import api_not_found, api_server_error, error_body
 
 #: What Django refuses before a view runs because the request is too large (``DATA_UPLOAD_MAX_*``).
 TOO_LARGE = (RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent)

@@ -33,8 +33,9 @@ from billing.reports import month_label
 from clusters.models import OPEN_DRAINS, Cluster, Drain, Node
 from governance import budgets
 from governance.models import Budget, BudgetAlert
-from governance.usage import Row, organization_usage
+from governance.usage import Row
 from observability import rules, slo
+from scheduler.governed import organization_usage, use_of
 from scheduler.models import Job
 from scheduler.queues import REASON_LABELS, describe_resources
 from scheduler.states import ACTIVE, PLACED
@@ -149,7 +150,7 @@ def teams_led(user: User, now: dt.datetime) -> list[TeamStanding]:
     team_budgets = list(
         Budget.objects.for_user(user, Action.VIEW).filter(team__in=teams).select_related("project", "team")
     )
-    uses = budgets.use_of(team_budgets, now)
+    uses = use_of(team_budgets, now)
     result = []
     for team in teams:
         rows = [row for row in usage[team.organization_id].of_team(team.pk) if row.own is not None or row.used]

@@ -3,7 +3,7 @@
 ``RefuseBadInput`` answers a request whose path, query string or form body holds a character no field may
 hold (``params.refused_character``: NUL, which PostgreSQL cannot store, other control characters, lone
 surrogates) with a 400 naming the parameter, before any view or database sees it. The API's bodies are
-checked by its parsers (``portal.api.parsers``), which DRF runs when a view reads them; form bodies of the
+checked by its parsers (``common.api.parsers``), which DRF runs when a view reads them; form bodies of the
 API are left to them too, so that DRF still answers a form sent to a JSON-only endpoint with a 415.
 
 A ``params.BadParameter`` raised by a page's view becomes the same 400 (the API's error handler answers it

@@ -340,6 +340,11 @@ METRICS_TOKEN = env_str("METRICS_TOKEN") or ""
 # The organization's accelerator rates as placement reads them (``scheduler/placement/prices.py``): billing's
 # price book. The scheduler never imports billing; this is the one place that joins them.
 PLACEMENT_PRICES = "billing.prices.placement_prices"
+# What governance's pages and checks read of the work placed under quotas and budgets
+# (``governance/placed.py``): the scheduler's answers. Governance never imports the scheduler.
+GOVERNANCE_PLACED = "scheduler.governed"
+# What our placements hold on nodes, for the clusters' node pages and live view (``clusters/occupancy.py``).
+CLUSTERS_PLACED = "scheduler.occupancy"
 
 # --- Authentication -------------------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
@@ -427,21 +432,21 @@ CELERY_BEAT_SCHEDULE["check-provider-accounts"] = {
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # First, so unauthenticated requests get 401 with `WWW-Authenticate: Bearer`, not 403.
-        "portal.api.authentication.ApiTokenAuthentication",
+        "tenancy.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     # A service account's token is narrowed to its scope (read, submit, admin) here and only here.
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated", "portal.api.scopes.TokenScope"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated", "tenancy.scopes.TokenScope"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.Pagination",
+    "DEFAULT_PAGINATION_CLASS": "common.api.pagination.Pagination",
     # DRF's parsers with the body checked at the edge: nesting depth, NUL and other refused characters.
     "DEFAULT_PARSER_CLASSES": [
-        "portal.api.parsers.JSONParser",
-        "portal.api.parsers.FormParser",
-        "portal.api.parsers.MultiPartParser",
+        "common.api.parsers.JSONParser",
+        "common.api.parsers.FormParser",
+        "common.api.parsers.MultiPartParser",
     ],
-    "DEFAULT_SCHEMA_CLASS": "portal.api.schema.AutoSchema",
-    "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "common.api.schema.AutoSchema",
+    "EXCEPTION_HANDLER": "common.api.errors.exception_handler",
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
 SPECTACULAR_SETTINGS = {

@@ -9,8 +9,8 @@ from django.views.decorators.http import require_GET
 
 from common.types import AuthenticatedHttpRequest
 from portal import home as sections
-from portal.context_processors import request_roles
 from tenancy.models import Membership
+from tenancy.policy import request_roles
 from tenancy.tasks import last_heartbeat
 
 

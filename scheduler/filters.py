@@ -1,12 +1,10 @@
-"""FilterSets for jobs, shared by the job pages, the API and the ``qm`` CLI (through the API); and for queues
-and the history of quota changes (the quotas API)."""
+"""FilterSets for jobs, shared by the job pages, the API and the ``qm`` CLI (through the API)."""
 
 from __future__ import annotations
 
 import django_filters
 from django.db.models import QuerySet
 
-from governance.models import Queue, QuotaChange
 from scheduler.models import Job
 from scheduler.states import ACTIVE, FINAL
 from tenancy.filters import IdFilter, SlugOrIdFilter
@@ -47,24 +45,3 @@ class JobFilter(django_filters.FilterSet):
         if value == "me":
             return queryset.filter(submitted_by=self.request.user) if self.request else queryset.none()
         return queryset.filter(submitted_by__username=value)
-
-
-# --- quotas: the queues API and the history of quota changes (``governance/api/quotas.py``) -------------------
-
-
-class QueueFilter(django_filters.FilterSet):
-    team = SlugOrIdFilter(field_name="team", help_text="A team's slug or id.")
-
-    class Meta:
-        model = Queue
-        fields = ["team"]
-
-
-class QuotaChangeFilter(django_filters.FilterSet):
-    team = SlugOrIdFilter(field_name="team", help_text="A team's slug or id.")
-    queue = IdFilter(field_name="queue", help_text="A queue's id.")
-    kind = django_filters.ChoiceFilter(choices=QuotaChange.Kind.choices)
-
-    class Meta:
-        model = QuotaChange
-        fields = ["team", "queue", "kind"]

@@ -1,37 +1,19 @@
-"""What Quartermaster's own placements hold on nodes, for the node pages and the live view.
-
-A node's use as the pages show it is the one the placement snapshot reasons with: the larger of what the
-cluster last reported and what our placed attempts hold there (``placement/snapshot.py``). A job placed a
-moment ago is not in the cluster's report until the next sync, and a cluster that does not count our jobs in
-its report (or counts them late) must not show a node a job fills as idle. Only counts leave this module: no
-job or team is named, so a page may add them to nodes whoever reads it.
-"""
+"""What Quartermaster's own placements hold on nodes: the scheduler's answers to ``clusters/occupancy.py``
+(``CLUSTERS_PLACED`` names this module), which says what the node pages and the live view make of them."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import Q, QuerySet
 
 from clusters.models import Node
+from clusters.occupancy import Held, in_use
 from scheduler.models import Assignment, Attempt
 from scheduler.states import PLACED
 
-
-@dataclass(frozen=True, slots=True)
-class Held:
-    """What placed attempts hold on one node: accelerators (one shared by fractions counts once), millicores
-    and MiB."""
-
-    accelerators: int = 0
-    cpu: int = 0
-    memory: int = 0
-
-
-NOTHING = Held()
+__all__ = ["beyond_reports", "held"]
 
 
 def _placed_on(where: Q) -> QuerySet[Assignment]:
@@ -54,21 +36,6 @@ def held(where: Q) -> dict[int, Held]:
         cpu[node] += millicores
         memory[node] += mib
     return {node: Held(len(indexes[node]), cpu[node], memory[node]) for node in cpu}
-
-
-def in_use(reported: int, ours: int) -> int:
-    """A node's use as the snapshot counts it: the cluster's report, or our own placements where more."""
-    return max(reported, ours)
-
-
-def use_of(node: Node, ours: Mapping[int, Held]) -> Held:
-    """The node's use as the pages show it: per resource, its cluster's report or our placements where more."""
-    mine = ours.get(node.pk, NOTHING)
-    return Held(
-        in_use(node.accelerators_used, mine.accelerators),
-        in_use(node.cpu_used, mine.cpu),
-        in_use(node.memory_used, mine.memory),
-    )
 
 
 def beyond_reports(where: Q, key: str) -> dict[Any, int]:

@@ -221,7 +221,7 @@ class ServiceAccount(models.Model):
 
     It is a user of its own (no password, no sign-in) holding one membership in its team, so tenancy
     (`for_user`, `can`) treats it like a member: a lead for the admin scope, a researcher otherwise. The
-    scope then narrows what its token may do, in one place (`portal.api.scopes`).
+    scope then narrows what its token may do, in one place (`tenancy.scopes`).
     """
 
     class Scope(models.TextChoices):

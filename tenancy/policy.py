@@ -35,6 +35,8 @@ from tenancy.models import Membership
 from tenancy.scoping import Role, TenancyRules
 
 if TYPE_CHECKING:
+    from django.http import HttpRequest
+
     from common.types import AnyUser
 
 QS = TypeVar("QS", bound=models.QuerySet[Any])
@@ -331,3 +333,11 @@ def members(team: models.Model, *roles: Role) -> models.QuerySet[Membership]:
     """The memberships of ``team`` with one of ``roles`` (whom a team's news goes to: its leads, for budget
     alerts)."""
     return Membership.objects.filter(team=team.pk, role__in=sorted(roles))
+
+
+def request_roles(request: HttpRequest) -> set[Role]:
+    """The signed-in user's roles, computed once per request."""
+    if not hasattr(request, "_qm_roles"):
+        request._qm_roles = roles_of(request.user)  # type: ignore[attr-defined]
+    roles: set[Role] = request._qm_roles  # type: ignore[attr-defined]
+    return roles

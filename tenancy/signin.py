@@ -39,7 +39,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from portal.api.errors import error_body
+from common.api.errors import error_body
 
 #: The longest a username's guesses from many addresses wait between tries, in seconds.
 MAX_WAIT = 60

@@ -11,10 +11,10 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.test import APIClient
 
-from portal.api.authentication import ApiTokenAuthentication
-from portal.api.scopes import TokenScope
 from tenancy import actions
+from tenancy.authentication import ApiTokenAuthentication
 from tenancy.models import ApiToken, AuditLog, Membership, ServiceAccount
+from tenancy.scopes import TokenScope
 from tests.conftest import World, api_client
 
 pytestmark = pytest.mark.django_db

@@ -28,8 +28,8 @@ from billing import attribution, params, prices, reports
 from billing.attribution import Attribution, hours, money
 from billing.models import MeterState, Overhead, Price
 from tenancy import policy
-from tenancy.api.views import TenantViewSet
 from tenancy.models import Organization
+from tenancy.rest import TenantViewSet
 
 MONTH = OpenApiParameter("month", OpenApiTypes.STR, description="YYYY-MM (UTC); default: this month.")
 ORG = OpenApiParameter("organization", OpenApiTypes.STR, description="Id or slug; default: your first.")

@@ -22,7 +22,7 @@ from rest_framework.views import APIView
 from billing.forecast import HORIZONS, LEVELS
 from billing.forecast_history import finance_organizations, forecast_organization
 from clusters.models import AcceleratorType
-from governance.api.quotas import ERROR
+from common.api.serializers import ERROR
 from tenancy.models import Organization
 
 HOURS = "accelerator-hours"

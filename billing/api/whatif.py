@@ -21,11 +21,11 @@ from rest_framework.routers import SimpleRouter
 
 from billing import params, whatif
 from billing.models import WhatIf
-from portal.api.parsers import JSONParser
-from scheduler.api.serializers import StrictSerializer
+from common.api.parsers import JSONParser
+from common.api.serializers import StrictSerializer
 from tenancy import policy
-from tenancy.api.views import TenantViewSet
 from tenancy.filters import SlugOrIdFilter
+from tenancy.rest import TenantViewSet
 
 ERROR = OpenApiResponse(description="`{error: {status, code, message, fields}}`")
 

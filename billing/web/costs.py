@@ -40,13 +40,13 @@ from billing.attribution import Attribution, hours, money, month_bounds
 from billing.models import CapacityType, Overhead, Price
 from billing.web.forms import OverheadForm, PriceForm
 from common.types import AuthenticatedHttpRequest
-from governance import budgets
+from common.web.forms import apply_errors
+from governance import budgets, placed
+from governance.budgets import scope_of
 from governance.models import Budget
-from governance.web.budgets import scope_of
 from tenancy import policy
 from tenancy.models import Organization, Team
 from tenancy.scoping import Action
-from tenancy.web.forms import apply_errors
 
 TOP_JOBS = 10
 TEAM_JOBS = 25
@@ -229,7 +229,7 @@ def budget_burn(request: AuthenticatedHttpRequest, organization: Organization, m
         .filter(team__organization=organization)
         .select_related("team", "project")
     )
-    uses = budgets.use_of(found, at)
+    uses = placed.use_of(found, at)
     rows = []
     for budget in found:
         for standing in budgets.standings(budget, uses[budget.pk], at):

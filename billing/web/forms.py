@@ -1,6 +1,6 @@
 """Forms of the price book page: they only lay the fields out and carry what was typed. Every value is judged
 by ``billing/prices.py`` (``set_price``, ``set_overhead``), whose ``ValidationError`` is put beside each field
-(``tenancy.web.forms.apply_errors``); so the fields here are plain text and unchecked selects, and the page shows
+(``common.web.forms.apply_errors``); so the fields here are plain text and unchecked selects, and the page shows
 the same messages the API gives."""
 
 from __future__ import annotations

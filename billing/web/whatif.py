@@ -28,9 +28,9 @@ from billing.models import WhatIf
 from billing.whatif_replay import in_service
 from clusters.models import AcceleratorType, Cluster, Node
 from common.types import AuthenticatedHttpRequest
+from common.web.forms import apply_errors
 from tenancy.models import Organization
 from tenancy.scoping import Action
-from tenancy.web.forms import apply_errors
 
 PER_PAGE = 20
 #: Colours by name, as static/js/charts.js knows them.

@@ -28,11 +28,11 @@ from clusters.api import serializers as s
 from clusters.models import OPEN_DRAINS, Cluster, Drain, MaintenanceWindow, Node
 from clusters.web.filters import FleetNodeFilter, MaintenanceWindowFilter
 from common import params
-from portal.api.errors import error_body
-from portal.api.parsers import JSONParser
-from scheduler.api.serializers import find
+from common.api.errors import error_body
+from common.api.parsers import JSONParser
+from common.api.serializers import find
 from tenancy import policy
-from tenancy.api.views import TenantViewSet
+from tenancy.rest import TenantViewSet
 from tenancy.scoping import Action
 
 ERROR = OpenApiResponse(description="`{error: {status, code, message, fields}}`")

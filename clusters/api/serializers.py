@@ -19,7 +19,7 @@ from clusters import capabilities
 from clusters.actions import MAX_GRACE, MAX_REASON, SECRET_OPTION
 from clusters.models import Cluster, Drain, MaintenanceWindow, Node
 from common import params
-from scheduler.api.serializers import RefField, StrictCharField, StrictSerializer
+from common.api.serializers import RefField, StrictCharField, StrictSerializer
 
 CORES = Decimal(1000)
 GIB = Decimal(1024)

@@ -26,7 +26,7 @@ from rest_framework.views import APIView
 
 from clusters import probe
 from clusters.models import Node, ProbeToken
-from portal.api.authentication import LAST_USED_RESOLUTION
+from tenancy.authentication import LAST_USED_RESOLUTION
 from tenancy.models import hash_token
 
 CLOCK_SKEW = timedelta(minutes=5)

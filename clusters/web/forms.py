@@ -13,8 +13,8 @@ from django.db.models import QuerySet
 from clusters.actions import CLEAR, LIMITS, MAX_GRACE, MAX_REASON, PREFERENCE, SECRET_OPTION, TIMEOUT_SECONDS
 from clusters.models import Cluster
 from common import params
+from common.web.forms import apply_errors
 from tenancy.models import Organization
-from tenancy.web.forms import apply_errors
 
 
 class ReasonForm(forms.Form):

@@ -27,17 +27,16 @@ from django.utils.cache import patch_cache_control
 from django.views.decorators.gzip import gzip_page
 from django.views.decorators.http import require_GET, require_POST
 
-from clusters import actions, capabilities
+from clusters import actions, capabilities, occupancy
 from clusters.live import ALLOCATION_STEPS, MARKED_STATES, UNHEALTHY, live_view
 from clusters.models import AcceleratorType, Cluster, Drain, HealthCheckResult, MaintenanceWindow, Node, ProbeToken
 from clusters.web.filters import NodeFilter
 from clusters.web.forms import ClusterForm, DrainForm, MaintenanceForm, ProbeTokenForm, ReasonForm
 from common.types import AuthenticatedHttpRequest
-from scheduler import occupancy
+from common.web.forms import apply_errors
 from tenancy import policy
 from tenancy.models import Organization
 from tenancy.scoping import Action
-from tenancy.web.forms import apply_errors
 
 NODES_PER_PAGE = 50
 RECENT_DRAINS = 10
@@ -81,7 +80,7 @@ def cluster_list(request: AuthenticatedHttpRequest) -> HttpResponse:
         totals[cluster_id][0] += nodes
         totals[cluster_id][1] += used or 0
         totals[cluster_id][2] += total or 0
-    # Our placements the clusters' reports do not count yet (``scheduler/occupancy.py``).
+    # Our placements the clusters' reports do not count yet (``clusters/occupancy.py``).
     where = Q(cluster__in=[c.pk for c in clusters], present=True)
     for cluster_id, accelerators in occupancy.beyond_reports(where, "cluster_id").items():
         totals[cluster_id][1] += accelerators
@@ -137,7 +136,7 @@ def _render_cluster(
         .annotate(nodes=Count("node"), total=Sum("node__accelerators"), used=Sum("node__accelerators_used"))
         .order_by("name")
     )
-    # Every placement counts, the clusters' reports or ours where more (``scheduler/occupancy.py``).
+    # Every placement counts, the clusters' reports or ours where more (``clusters/occupancy.py``).
     beyond = occupancy.beyond_reports(Q(cluster=cluster, present=True), "accelerator_id")
     for accelerator_type in accelerator_types:
         accelerator_type.used = (accelerator_type.used or 0) + beyond.get(accelerator_type.pk, 0)

@@ -19,11 +19,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from common.api.serializers import StrictSerializer
 from edge import devices
 from edge.models import Device, Status
 from edge.presence import poll_seconds
 from registry import artifacts, downloads
-from scheduler.api.serializers import StrictSerializer
 
 ERROR = OpenApiResponse(description="`{error: {status, code, message, fields}}`")
 LONG_POLL_STEP = 1.0

@@ -18,13 +18,12 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from common.api.serializers import StrictSerializer
 from edge import devices, presence, rollouts
 from edge.models import Device, DeviceDeployment, DeviceGroup, EnrolmentToken, Rollout, RolloutEvent, Status
 from registry.models import ModelVersion
-from scheduler.api.serializers import StrictSerializer
-from tenancy.api.serializers import ScopedRelatedField
-from tenancy.api.views import TenantViewSet
 from tenancy.models import Team
+from tenancy.rest import ScopedRelatedField, TenantViewSet
 
 ERROR = OpenApiResponse(description="`{error: {status, code, message, fields}}`")
 

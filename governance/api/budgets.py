@@ -2,7 +2,7 @@
 changed or removed, their alerts, and a team's member limits.
 
 Thin, as ``quota_api``: everything is read through ``for_user`` (another team's budget, or a team or project
-the user cannot see, is a 404); the month's use comes from ``budgets.use_of``, once per answer; changes go
+the user cannot see, is a 404); the month's use comes from ``placed.use_of``, once per answer; changes go
 through ``budgets.set_budget`` and ``quotas.set_member_limit``. Who may is asked before the body is judged
 (403); then the body is judged as a whole (400 naming each bad field, unknown fields too; nothing written).
 
@@ -28,16 +28,16 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from common import params
+from common.api.parsers import JSONParser
+from common.api.serializers import ERROR, StrictSerializer
 from common.validation import REQUIRED
-from governance import budgets, quotas
-from governance.api.quotas import ERROR, amount
+from governance import budgets, placed, quotas
+from governance.api.quotas import amount
 from governance.models import Budget, BudgetAlert, MemberLimit
-from portal.api.parsers import JSONParser
-from scheduler.api.serializers import StrictSerializer
 from tenancy import policy
-from tenancy.api.views import TenantViewSet
 from tenancy.filters import IdFilter, SlugOrIdFilter
 from tenancy.models import Membership, Project, Team
+from tenancy.rest import TenantViewSet
 from tenancy.scoping import Action
 
 TEAM_ID = OpenApiParameter("team_id", OpenApiTypes.INT, OpenApiParameter.PATH, description="The team's id.")
@@ -110,7 +110,7 @@ class BudgetSerializer(serializers.ModelSerializer[Budget]):
 
     @extend_schema_field(StandingSerializer(many=True))
     def get_standings(self, budget: Budget) -> list[dict[str, Any]]:
-        uses: dict[int, budgets.Use] = self.context["uses"]
+        uses: dict[int, placed.Use] = self.context["uses"]
         found = budgets.standings(budget, uses[budget.pk], self.context["now"])
         return [dict(StandingSerializer(s).data) for s in found]
 
@@ -262,7 +262,7 @@ class BudgetViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMi
         now = now or timezone.now()
         context = {
             **self.get_serializer_context(),
-            "uses": budgets.use_of(found, now),
+            "uses": placed.use_of(found, now),
             "now": now,
             "readers": Readers(self.actor),
         }

@@ -13,22 +13,20 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.db.models import QuerySet
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import mixins, serializers
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from governance import quotas, usage
+from common.api.parsers import JSONParser
+from common.api.serializers import ERROR, StrictSerializer
+from governance import placed, quotas, usage
+from governance.filters import QueueFilter, QuotaChangeFilter
 from governance.models import Cohort, Queue, Quota, QuotaChange
-from portal.api.parsers import JSONParser
-from scheduler.api.serializers import StrictSerializer
-from scheduler.filters import QueueFilter, QuotaChangeFilter
 from tenancy import policy
-from tenancy.api.views import TenantViewSet
+from tenancy.rest import TenantViewSet
 from tenancy.scoping import Action
-
-ERROR = OpenApiResponse(description="`{error: {status, code, message, fields}}`")
 
 
 def amount(**kwargs: Any) -> serializers.DecimalField:
@@ -161,7 +159,7 @@ def rows_of(queues: Iterable[Queue]) -> dict[int, list[usage.Row]]:
     organizations = {q.team.organization_id: q.team.organization for q in queues}
     rows: dict[int, list[usage.Row]] = {}
     for organization in organizations.values():
-        for row in usage.organization_usage(organization).rows:
+        for row in placed.organization_usage(organization).rows:
             if row.queue_id in wanted:
                 rows.setdefault(row.queue_id, []).append(row)
     return rows

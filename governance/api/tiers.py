@@ -12,14 +12,13 @@ from rest_framework import exceptions, mixins, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from common.api.parsers import JSONParser
+from common.api.serializers import ERROR, StrictSerializer
 from governance import quotas
-from governance.api.quotas import ERROR
 from governance.models import PriorityTier, WatchAction
-from portal.api.parsers import JSONParser
-from scheduler.api.serializers import StrictSerializer
 from tenancy import policy
-from tenancy.api.views import TenantViewSet
 from tenancy.models import Organization, Team
+from tenancy.rest import TenantViewSet
 from tenancy.scoping import Action
 
 

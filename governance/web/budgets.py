@@ -3,7 +3,7 @@ chart and its recent alerts) and its members' limits, both changed in place by t
 project's budget on the organization's page.
 
 Thin, as ``quotas.py``: budgets, alerts, members and limits are read through ``for_user``; the month's use
-comes from ``budgets.use_of``, once per request; every change goes through ``budgets.set_budget`` or
+comes from ``placed.use_of``, once per request; every change goes through ``budgets.set_budget`` or
 ``quotas.set_member_limit``, which say who may (403) and what is valid (400, the message by its field, nothing
 written). The pages only ask the policy (``tenancy.policy``) which controls to show.
 
@@ -32,14 +32,14 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
 from common.types import AuthenticatedHttpRequest
-from governance import budgets, quotas
+from common.web.forms import apply_errors
+from governance import budgets, placed, quotas
 from governance.models import Budget, BudgetAlert, MemberLimit
 from governance.web import pages
 from governance.web.forms import TEAM_BUDGET, BudgetForm
 from tenancy import policy
 from tenancy.models import Membership, Organization, Project, Team
 from tenancy.scoping import Action
-from tenancy.web.forms import apply_errors
 
 RECENT_ALERTS = 10
 MEASURE_LABELS = {"accelerator_hours": "Accelerator-hours", "amount": "Money"}
@@ -122,10 +122,6 @@ def target_of(budget: Budget) -> str:
     return f"project:{budget.project_id}" if budget.project_id else TEAM_BUDGET
 
 
-def scope_of(budget: Budget) -> str:
-    return f"project {budget.project.name}" if budget.project else "the team"
-
-
 class Setters:
     """Whom the policy lets set which budget (``budgets.permission``), asked once per team and kind of budget
     (a team's own, or a project's: the rule names no particular project)."""
@@ -144,7 +140,7 @@ class Setters:
 def budget_rows(user: User, found: Iterable[Budget], now: datetime, setters: Setters | None = None) -> list[BudgetRow]:
     """The rows of ``found`` (with their teams and projects), the month's use from one ``use_of``."""
     found = list(found)
-    uses = budgets.use_of(found, now)
+    uses = placed.use_of(found, now)
     setters = setters or Setters(user)
     rows = []
     for budget in found:
@@ -154,7 +150,7 @@ def budget_rows(user: User, found: Iterable[Budget], now: datetime, setters: Set
         rows.append(
             BudgetRow(
                 budget=budget,
-                scope=scope_of(budget),
+                scope=budgets.scope_of(budget),
                 target=target,
                 lines=[_line(s) for s in standings],
                 alerted=_alerted(budget),
@@ -226,7 +222,7 @@ def _alert_rows(alerts: Iterable[BudgetAlert], setters: Setters) -> list[dict[st
         rows.append(
             {
                 "alert": alert,
-                "scope": scope_of(budget),
+                "scope": budgets.scope_of(budget),
                 "measure": MEASURE_LABELS[alert.measure],
                 "spent": figure(alert.spent, alert.measure),
                 "limit": figure(alert.limit, alert.measure, exact=True),

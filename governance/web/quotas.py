@@ -32,16 +32,15 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from common import params
 from common.types import AuthenticatedHttpRequest
-from governance import quotas, usage
+from common.web.forms import apply_errors
+from governance import placed, quotas, usage
 from governance.models import Cohort, Queue, Quota, QuotaChange
 from governance.web import budgets as budget_views
 from governance.web import pages
 from governance.web.forms import TEAM_QUEUE, CohortForm, CohortQuotaForm, TeamQuotaForm
-from scheduler.queues import queue_context
 from tenancy import policy
 from tenancy.models import Organization, Team
 from tenancy.scoping import Action
-from tenancy.web.forms import apply_errors
 
 HISTORY_PER_PAGE = 20
 LIMIT_LABELS = {"nominal": "nominal", "borrowing_limit": "may borrow", "lending_limit": "may lend"}
@@ -267,7 +266,7 @@ def _render_team(request: AuthenticatedHttpRequest, team: Team, status: int = 20
         .order_by("project__name")
     )
     queues.sort(key=lambda q: (q.project_id is not None, q.name))
-    rows = usage.team_usage(team)
+    rows = placed.team_usage(team)
     fields = {q.pk: quotas.quota_fields(request.user, q) for q in queues}
     held = policy.granted(request.user, team, "quota.set", "quota.lend")
     admin, governs = "quota.set" in held, "quota.lend" in held
@@ -276,7 +275,7 @@ def _render_team(request: AuthenticatedHttpRequest, team: Team, status: int = 20
         "rows": [_row_context(row, fields.get(row.queue_id, frozenset()), team) for row in rows],
         **_chart_context(team, rows),
         "policies": [_policy_context(request, q, team) for q in queues],
-        "states": [queue_context(request, q.pk, jobs_only=True) for q in queues],
+        "states": [placed.queue_jobs(request, q.pk) for q in queues],
         "quota_form": extra.get("quota_form") or (TeamQuotaForm(team, admin=admin) if governs else None),
         "governs": governs,
         **budget_views.budgets_context(request, team, target=request.GET.get("target")),
@@ -296,7 +295,7 @@ def team_quotas(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
 @require_GET
 def team_chart(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     team = pages.team(request, pk)
-    return render(request, "governance/quotas/_chart.html", _chart_context(team, usage.team_usage(team)))
+    return render(request, "governance/quotas/_chart.html", _chart_context(team, placed.team_usage(team)))
 
 
 @login_required
@@ -360,7 +359,7 @@ def _cell(
     status: int = 200,
     headers: dict[str, str] | None = None,
 ) -> HttpResponse:
-    rows = usage.organization_usage(team.organization).of_queue(queue.pk)
+    rows = placed.organization_usage(team.organization).of_queue(queue.pk)
     row = next((r for r in rows if r.flavor == flavor and r.resource == resource), None)
     if row is None:  # a quota removed with nothing left to show, or a flavor that is not there
         row = usage.Row(
@@ -469,7 +468,7 @@ def _render_org(request: AuthenticatedHttpRequest, status: int = 200, **forms: A
     budgets_of = budget_views.org_budgets(request, organizations)
     sections = []
     for org in organizations:
-        found = usage.organization_usage(org)
+        found = placed.organization_usage(org)
         admin = policy.can(request.user, "quota.set", org)
         editable = frozenset(quotas.LIMITS) if admin else frozenset()
         teams = {t.pk: t for t in Team.objects.for_user(request.user, Action.VIEW).filter(organization=org)}
@@ -555,7 +554,7 @@ def _cohort_cell(
     status: int = 200,
     headers: dict[str, str] | None = None,
 ) -> HttpResponse:
-    found = usage.organization_usage(cohort.organization)
+    found = placed.organization_usage(cohort.organization)
     row = _find_cohort_row(found.cohorts, cohort.pk, flavor, resource)
     if row is None:
         row = usage.CohortRow(

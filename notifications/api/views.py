@@ -18,11 +18,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from common.api.parsers import JSONParser
+from common.api.serializers import StrictSerializer
 from notifications import outbox, preferences
 from notifications.events import EVENTS
 from notifications.models import Channel, Notification, Preference
-from portal.api.parsers import JSONParser
-from scheduler.api.serializers import StrictSerializer
 from tenancy import policy
 from tenancy.models import Team
 from tenancy.scoping import Action

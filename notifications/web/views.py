@@ -13,6 +13,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from common.types import AuthenticatedHttpRequest
+from common.web.forms import apply_errors
 from notifications import outbox, preferences
 from notifications.events import DEFAULT_WAIT_HOURS, EVENTS
 from notifications.models import Channel, Notification
@@ -20,7 +21,6 @@ from notifications.web.forms import ChoicesForm, word
 from tenancy import policy
 from tenancy.models import Team
 from tenancy.scoping import Action
-from tenancy.web.forms import apply_errors
 
 RECENT = 20
 

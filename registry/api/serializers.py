@@ -11,9 +11,9 @@ from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from common.api.serializers import RefField, StrictCharField, StrictSerializer
 from registry import queries
 from registry.models import Model, ModelVersion
-from scheduler.api.serializers import RefField, StrictCharField, StrictSerializer
 
 
 class VersionSerializer(serializers.ModelSerializer[ModelVersion]):

@@ -26,19 +26,19 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.api.authentication import ApiTokenAuthentication
-from portal.api.parsers import JSONParser, MultiPartParser
-from portal.api.scopes import TokenScope
+from common.api.parsers import JSONParser, MultiPartParser
+from common.api.serializers import find
 from registry import actions, downloads, queries
 from registry.api import serializers as s
 from registry.models import Model, ModelVersion
-from scheduler.api.authentication import JobTokenAuthentication, JobTokenOrSignedIn
-from scheduler.api.serializers import find
+from scheduler.authentication import JobTokenAuthentication, JobTokenOrSignedIn
 from scheduler.checkpoints import JobToken
 from scheduler.models import Job
 from tenancy import policy
-from tenancy.api.views import SignedInViewSet, TenantViewSet
+from tenancy.authentication import ApiTokenAuthentication
 from tenancy.models import Team
+from tenancy.rest import SignedInViewSet, TenantViewSet
+from tenancy.scopes import TokenScope
 from tenancy.scoping import Action
 
 if TYPE_CHECKING:

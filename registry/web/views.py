@@ -19,13 +19,13 @@ from django.shortcuts import get_object_or_404, redirect, render
 
 from common import params
 from common.types import AuthenticatedHttpRequest
+from common.web.forms import apply_errors
 from registry import actions, queries
 from registry.models import ModelVersion
 from registry.web.forms import PublishForm
 from scheduler.models import Job
 from tenancy import policy
 from tenancy.scoping import Action
-from tenancy.web.forms import apply_errors
 
 
 @login_required

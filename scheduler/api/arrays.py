@@ -22,14 +22,15 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from portal.api.errors import error_body
-from portal.api.parsers import JSONParser
+from common.api.errors import error_body
+from common.api.parsers import JSONParser
+from common.api.serializers import StrictSerializer
 from scheduler import arrays, pipelines
-from scheduler.api.serializers import API_FIELD_NAMES, JobSubmissionSerializer, StrictSerializer
+from scheduler.api.serializers import API_FIELD_NAMES, JobSubmissionSerializer
 from scheduler.models import Dependency, DependencyFailure, Job, JobArray
 from scheduler.submission import JobRequest
 from scheduler.sweeps import ARRAY_FIELDS, ArrayRequest
-from tenancy.api.views import TenantViewSet
+from tenancy.rest import TenantViewSet
 
 ERROR = OpenApiResponse(description="`{error: {status, code, message, fields}}`")
 #: How many tasks an array's detail lists (the rest: ``/api/v1/jobs/?array=<id>``).

@@ -34,7 +34,7 @@ from clusters.backends.base import (
 )
 from clusters.secrets import CredentialsError
 from common import params
-from portal.api.errors import error_body
+from common.api.errors import error_body
 from scheduler.models import Job
 from scheduler.placement import logs
 

@@ -16,15 +16,22 @@ from typing import Any, ClassVar
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.settings import api_settings
 
 from clusters.models import Cluster
-from common import params
-from common.validation import check_max_length, message_of, unknown_fields
+from common.api.serializers import (
+    MONEY,
+    RefField,
+    StrictCharField,
+    StrictFloatField,
+    StrictIntegerField,
+    StrictSerializer,
+    find,
+)
+from common.validation import check_max_length, message_of
 from governance.models import PriorityTier
 from scheduler import actions, costs, submission
 from scheduler.actions import teams_for_submission, tiers_for
@@ -53,52 +60,6 @@ class DurationField(serializers.Field):  # type: ignore[type-arg]
 extend_schema_field({"oneOf": [{"type": "integer"}, {"type": "string", "example": "2h"}]})(DurationField)
 
 
-class StrictCharField(serializers.CharField):
-    """A string and only a string: DRF's CharField would turn 8 into "8" and True into an error, quietly
-    accepting a YAML number where text was meant."""
-
-    default_error_messages = {"not_a_string": "Not a string."}
-
-    def to_internal_value(self, data: Any) -> str:
-        if not isinstance(data, str):
-            self.fail("not_a_string")
-        return super().to_internal_value(data)
-
-
-class RefField(serializers.Field):  # type: ignore[type-arg]
-    """An object by slug (a string) or by id (a number). A string of digits that no slug matches is taken as
-    an id too, so ``--team 7`` on a command line works, but a slug always wins over an id."""
-
-    default_error_messages = {"invalid": "Give a slug or an id."}
-
-    def to_internal_value(self, data: Any) -> int | str:
-        if isinstance(data, int) and not isinstance(data, bool):
-            return data
-        if isinstance(data, str) and data.strip() and len(data) <= 60:
-            return data.strip()
-        self.fail("invalid")
-        raise AssertionError  # unreachable: fail() raises
-
-    def to_representation(self, value: Any) -> Any:
-        return value
-
-
-extend_schema_field({"oneOf": [{"type": "string"}, {"type": "integer"}]})(RefField)
-#: An amount of money as the API writes it: a decimal string to the cent (never a float).
-MONEY = {"type": "string", "format": "decimal", "pattern": r"^-?\d+\.\d{2}$", "example": "12.50"}
-
-
-def find(queryset: QuerySet[Any], ref: int | str) -> list[Any]:
-    """Up to two rows of ``queryset`` that ``ref`` names (two: it is ambiguous)."""
-    if isinstance(ref, int):
-        return list(queryset.filter(pk=ref)[:2]) if params.as_id(ref) else []
-    by_slug = list(queryset.filter(slug=ref)[:2])
-    pk = params.as_id(ref)
-    if by_slug or pk is None:
-        return by_slug
-    return list(queryset.filter(pk=pk)[:2])
-
-
 def amount(unit: Unit, **kwargs: Any) -> serializers.DecimalField:
     """A field typed in people's units (cores, GiB, a fraction), with the unit's bounds."""
     return serializers.DecimalField(
@@ -113,25 +74,6 @@ def text(name: str, **kwargs: Any) -> StrictCharField:
 
 def _strings(**kwargs: Any) -> serializers.ListField:
     return serializers.ListField(child=StrictCharField(max_length=200), required=False, **kwargs)
-
-
-class StrictSerializer(serializers.Serializer[Any]):
-    """A request body whose unknown fields are refused by name (a misspelt field must not pass for one left
-    out), in the same answer as what is wrong with the known ones."""
-
-    def to_internal_value(self, data: Any) -> Any:
-        unknown: dict[str, list[str]] = {}
-        if isinstance(data, Mapping):
-            unknown = unknown_fields(data, self.fields)
-        try:
-            value = super().to_internal_value(data)
-        except serializers.ValidationError as error:
-            if unknown and isinstance(error.detail, dict):
-                raise serializers.ValidationError({**error.detail, **unknown}) from error
-            raise
-        if unknown:
-            raise serializers.ValidationError(unknown)
-        return value
 
 
 class KindField(serializers.ChoiceField):
@@ -511,15 +453,6 @@ class CheckpointSerializer(serializers.ModelSerializer[Checkpoint]):
         read_only_fields = fields
 
 
-class StrictIntegerField(serializers.IntegerField):
-    """A JSON number that is whole, and only that: DRF's IntegerField would take "12" and True."""
-
-    def to_internal_value(self, data: Any) -> int:
-        if isinstance(data, bool) or not isinstance(data, int | float) or data != int(data):
-            self.fail("invalid")
-        return int(super().to_internal_value(data))
-
-
 class CheckpointReportSerializer(StrictSerializer):
     """What a job reports: where its checkpoint is and, optionally, how far it got. The rest of the checks
     (a location on one line, at most 500 characters; a step not below 0) are ``checkpoints.report``'s."""
@@ -528,15 +461,6 @@ class CheckpointReportSerializer(StrictSerializer):
     step = StrictIntegerField(
         required=False, allow_null=True, default=None, help_text="How far it got: a step, an epoch, a count."
     )
-
-
-class StrictFloatField(serializers.FloatField):
-    """A JSON number, and only that: DRF's FloatField would take "1.5" and True."""
-
-    def to_internal_value(self, data: Any) -> float:
-        if isinstance(data, bool) or not isinstance(data, int | float):
-            self.fail("invalid")
-        return float(super().to_internal_value(data))
 
 
 class ProgressReportSerializer(StrictSerializer):

@@ -31,19 +31,19 @@ from rest_framework.response import Response
 from rest_framework.serializers import Serializer
 
 from common import params
-from portal.api.authentication import ApiTokenAuthentication
-from portal.api.errors import error_body
-from portal.api.parsers import JSONParser
-from portal.api.scopes import TokenScope
+from common.api.errors import error_body
+from common.api.parsers import JSONParser
 from scheduler import actions, debug, replicas, sessions, submission
 from scheduler.api import serializers as s
-from scheduler.api.authentication import JobTokenAuthentication, JobTokenOrSignedIn
 from scheduler.api.logs import JobLogsMixin
+from scheduler.authentication import JobTokenAuthentication, JobTokenOrSignedIn
 from scheduler.checkpoints import AlreadyReported, JobToken, TooSoon, report, report_exit, report_progress
 from scheduler.filters import JobFilter
 from scheduler.models import Assignment, Attempt, Checkpoint, Dependency, Job, JobEvent
 from scheduler.placement import feasibility
-from tenancy.api.views import TenantViewSet
+from tenancy.authentication import ApiTokenAuthentication
+from tenancy.rest import TenantViewSet
+from tenancy.scopes import TokenScope
 
 ERROR = OpenApiResponse(description="`{error: {status, code, message, fields}}`")
 

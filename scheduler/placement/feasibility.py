@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
-from governance.budgets import charged_to, never_budgets
 from governance.models import MemberLimit, PriorityTier, Queue
 from scheduler.engine import model as m
 from scheduler.engine import schedule
 from scheduler.models import LoopState
+from scheduler.placement.budgets import charged_to, never_budgets
 from scheduler.placement.snapshot import Index, build, engine_job, fleet, governance, owner
 from tenancy.models import Organization
 

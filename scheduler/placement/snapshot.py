@@ -26,11 +26,11 @@ from clusters import capabilities
 from clusters.backends.base import LENT_TO
 from clusters.backends.tpu.accelerators import shape_of
 from clusters.models import Cluster, MaintenanceWindow, Node
-from governance import budgets
 from governance.models import Cohort, MemberLimit, PriorityTier, Queue, Quota
 from scheduler.engine import model as m
 from scheduler.engine.explain import array_limit_words
 from scheduler.models import Assignment, Attempt, Checkpoint, Job, JobArray, LoopState
+from scheduler.placement import budgets
 from scheduler.placement.prices import prices as price_book
 from scheduler.states import PLACED, WAITING
 from tenancy.models import Organization

@@ -22,8 +22,8 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from portal.api.errors import error_body
-from portal.api.parsers import JSONParser
+from common.api.errors import error_body
+from common.api.parsers import JSONParser
 from serving import actions, figures, requests
 from serving.api.serializers import (
     ERROR,

@@ -3,8 +3,8 @@ the routing table, whether a token may call a service, the counts it adds to the
 demand of a service at zero replicas.
 
 Who may call a service is decided as the portal decides it: the token as the API takes it
-(``portal.api.authentication.usable_token``), the service through the one scoping path
-(``Service.objects.for_user``), a service account's scope by ``portal.api.scopes.allows``.
+(``tenancy.authentication.usable_token``), the service through the one scoping path
+(``Service.objects.for_user``), a service account's scope by ``tenancy.scopes.allows``.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from django import db
 
 from common import outbound
-from portal.api import scopes
-from portal.api.authentication import usable_token
 from serving import load
 from serving.dataplane.table import Key, Route, Upstream
 from serving.models import Replica, Service
+from tenancy import scopes
+from tenancy.authentication import usable_token
 from tenancy.models import ServiceAccount
 from tenancy.scoping import Action
 

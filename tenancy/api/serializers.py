@@ -9,18 +9,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from tenancy.models import ApiToken, AuditLog, Membership, Organization, Project, Role, ServiceAccount, Team
-from tenancy.scoping import Action
-
-
-class ScopedRelatedField(serializers.PrimaryKeyRelatedField):  # type: ignore[type-arg]
-    """A foreign key by id, accepted only when the requesting user can see the object.
-
-    An id the user may not see gets the same answer as one that does not exist.
-    """
-
-    def get_queryset(self) -> Any:
-        request = self.context["request"]
-        return self.queryset.for_user(request.user, Action.VIEW)  # type: ignore[union-attr]
+from tenancy.rest import ScopedRelatedField
 
 
 class OrganizationSerializer(serializers.ModelSerializer[Organization]):

@@ -5,44 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import authenticate
-from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import mixins, status, viewsets
+from rest_framework import mixins, status
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.api.errors import error_body
-from portal.api.scopes import TokenScope
+from common.api.errors import error_body
 from tenancy import actions
 from tenancy.api import serializers as s
 from tenancy.filters import AuditLogFilter, MembershipFilter, ProjectFilter, TeamFilter
 from tenancy.models import ApiToken, AuditLog, Membership, Organization, Project, ServiceAccount, Team
-from tenancy.scoping import Action
-
-
-class SignedInViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
-    """A viewset behind IsAuthenticated; `actor` is the signed-in user, typed as such."""
-
-    @property
-    def actor(self) -> User:
-        assert isinstance(self.request.user, User)
-        return self.request.user
-
-
-class TenantViewSet(SignedInViewSet):
-    """Every tenant endpoint derives from this: its rows are exactly those `for_user` lets the user see.
-
-    An object outside that set is a 404, whatever the verb. Changes go through `tenancy.actions`, which
-    answer 403 when the user may see the object but not change it.
-    """
-
-    model: type[Any]
-
-    def get_queryset(self) -> QuerySet[Any]:
-        return self.model.objects.for_user(self.request.user, Action.VIEW)  # type: ignore[no-any-return]
+from tenancy.rest import SignedInViewSet, TenantViewSet
+from tenancy.scopes import TokenScope
 
 
 class OrganizationViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):

@@ -4,21 +4,12 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib.auth.forms import AuthenticationForm
-from django.core.exceptions import ValidationError
 
 from tenancy.actions import MAX_TOKEN_DAYS
 from tenancy.models import ServiceAccount, Team
 from tenancy.scoping import Role
 
 TEAM_ROLE_CHOICES = [(Role.RESEARCHER.value, Role.RESEARCHER.label), (Role.LEAD.value, Role.LEAD.label)]
-
-
-def apply_errors(form: forms.Form, exc: ValidationError) -> None:
-    """Put an action's ValidationError on the form, on the named fields where the form has them."""
-    errors = exc.message_dict if hasattr(exc, "error_dict") else {"__all__": exc.messages}
-    for field, messages in errors.items():
-        for message in messages:
-            form.add_error(field if field in form.fields else None, message)
 
 
 class LoginForm(AuthenticationForm):

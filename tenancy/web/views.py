@@ -19,10 +19,11 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from common.types import AuthenticatedHttpRequest
-from portal.context_processors import request_roles
+from common.web.forms import apply_errors
 from tenancy import actions, audit, identity, policy
 from tenancy.filters import AuditPageFilter
 from tenancy.models import ApiToken, AuditLog, GroupMapping, Membership, Organization, ServiceAccount, Team
+from tenancy.policy import request_roles
 from tenancy.scoping import Action
 from tenancy.web.forms import (
     AddMemberForm,
@@ -32,7 +33,6 @@ from tenancy.web.forms import (
     RoleForm,
     ServiceAccountForm,
     TokenForm,
-    apply_errors,
 )
 
 

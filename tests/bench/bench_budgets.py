@@ -5,7 +5,7 @@
 
 Creates a throwaway organization with ``--teams`` teams of ``--projects`` projects each, a hard budget on every
 team and project, and ``--attempts`` attempts this month (a tenth still running, the rest ended), bulk-inserted.
-Then times, ``--repeat`` times each: ``budgets.snapshot_budgets`` (what every placement cycle adds to its
+Then times, ``--repeat`` times each: ``placement_budgets.snapshot_budgets`` (what every placement cycle adds to its
 snapshot: one read of the month's attempts of budgeted teams) and ``budgets.raise_alerts`` (the beat's check,
 every five minutes). Prints one JSON object with p50/min/max in milliseconds. The organization is removed
 afterwards. Without ``DATABASE_URL`` it runs on a fresh SQLite database in a temporary folder.
@@ -58,6 +58,7 @@ def bench(attempts: int, teams: int, projects: int, repeat: int) -> dict[str, An
     from governance import budgets
     from governance.models import Budget, BudgetAlert, PriorityTier, Queue
     from scheduler.models import Attempt, Job
+    from scheduler.placement import budgets as placement_budgets
     from tenancy.models import Organization, Project, Team
 
     rnd = random.Random(1)
@@ -129,7 +130,7 @@ def bench(attempts: int, teams: int, projects: int, repeat: int) -> dict[str, An
             ],
             batch_size=5000,
         )
-        snapshot_times, left = _timed(lambda: budgets.snapshot_budgets(org.pk, now), repeat)
+        snapshot_times, left = _timed(lambda: placement_budgets.snapshot_budgets(org.pk, now), repeat)
         alert_times, _ = _timed(lambda: budgets.raise_alerts(now), repeat)
         return {
             "attempts": attempts,

@@ -16,7 +16,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from governance import budgets, quotas
+from governance import budgets, placed, quotas
 from governance.models import Budget, BudgetAlert, MemberLimit, QuotaChange
 from scheduler import actions
 from tenancy.models import AuditLog, Project
@@ -165,13 +165,13 @@ def test_the_team_page_shows_where_each_budget_stands(budgeted: Fleet) -> None:
 def test_usage_is_computed_once_per_page(budgeted: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
     """Once by the page's budgets (the placement preview may ask too, for hard budgets: not counted here)."""
     calls = []
-    use_of = budgets.use_of
+    use_of = placed.use_of
 
     def counted(found: Any, now: Any = None) -> Any:
         calls.append(sys._getframe(1).f_globals["__name__"])
         return use_of(found, now)
 
-    monkeypatch.setattr(budgets, "use_of", counted)
+    monkeypatch.setattr(placed, "use_of", counted)
     assert signed_in(budgeted, "lena").get(url(budgeted)).status_code == 200
     assert calls.count("governance.web.budgets") == 1
     assert signed_in(budgeted, "fiona").get("/quotas/").status_code == 200
@@ -358,7 +358,7 @@ def test_a_lead_sets_and_clears_a_members_limit_in_place(budgeted: Fleet) -> Non
     assert re.findall(r'<input form="[^"]+" name="(\w+)"', form) == ["accelerators", "reason"]
 
     # alice's jobs hold 5 accelerators (4 + 1): a limit of 4 is refused once, saying so, until confirmed.
-    held = quotas.member_holds(budgeted.world.teams["vision"], alice)
+    held = placed.member_holds(budgeted.world.teams["vision"], alice)
     assert held == 5
     warned = lena.post(row_url, {"accelerators": "4", "reason": "one node at a time"})
     assert warned.status_code == 400

@@ -12,7 +12,7 @@ from django.core import mail
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
 
-from governance import budgets
+from governance import budgets, placed
 from governance.models import Budget, BudgetAlert, QuotaChange
 from scheduler.models import Attempt, Job
 from scheduler.states import PLACED
@@ -89,7 +89,7 @@ def test_a_months_use_counts_each_attempts_part_inside_the_month(fleet: Fleet) -
     team_budget = make_budget(fleet, accelerator_hours=100)
     project_budget = make_budget(fleet, project=project, amount=50)
 
-    uses = budgets.use_of([team_budget, project_budget], NOV_15)
+    uses = placed.use_of([team_budget, project_budget], NOV_15)
     team, mine = uses[team_budget.pk], uses[project_budget.pk]
     assert (team.hours, team.money) == pytest.approx((4 * 2 + 1 * 2, 8.0 * 2 + 2.5 * 2))
     assert (team.committed_hours, team.committed_money) == pytest.approx((2, 5.0))

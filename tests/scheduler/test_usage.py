@@ -1,7 +1,7 @@
-"""Quota usage as the quota pages show it (``governance/usage.py``): per queue, flavor and resource, the quota
-beside what is used, borrowed, lent and asked for, with exact numbers from real placements; the lending
-rule and the pending-demand rule on hand-made engine trees; and the query count, which does not grow with
-the number of rows."""
+"""Quota usage as the quota pages show it (``governance/usage.py``, made by ``scheduler/governed.py``): per queue,
+flavor and resource, the quota beside what is used, borrowed, lent and asked for, with exact numbers from real
+placements; the lending rule and the pending-demand rule on hand-made engine trees; and the query count, which
+does not grow with the number of rows."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 
 from governance import quotas, usage
 from governance.models import Cohort, Queue
-from scheduler import actions
+from scheduler import actions, governed
 from scheduler.engine import model as m
 from scheduler.engine.quota import QuotaTree
 from scheduler.placement import feasibility
@@ -75,7 +75,7 @@ def rows_by_key(rows: list[usage.Row]) -> dict[tuple[str, str, str], usage.Row]:
 
 
 def test_used_borrowed_and_lent_follow_the_engines_tree(pool: Fleet) -> None:
-    rows = rows_by_key(usage.organization_usage(pool.org).rows)
+    rows = rows_by_key(governed.organization_usage(pool.org).rows)
     # Robotics holds 12 of its 8; the 4 it borrows come from the idle quota of the others in the cohort,
     # Vision's 12 idle and Language's 8 idle, in proportion: 12/20 and 8/20 of 4.
     assert values(rows[("robotics", H100, "accelerator")]) == (8, 8, 12, 4, 0, 0)
@@ -89,7 +89,7 @@ def test_used_borrowed_and_lent_follow_the_engines_tree(pool: Fleet) -> None:
 
 def test_a_lending_limit_keeps_the_rest_of_the_quota_home(pool: Fleet) -> None:
     give(pool, team_queue(pool, "vision"), H100, 16, lending_limit=2)
-    rows = rows_by_key(usage.organization_usage(pool.org).rows)
+    rows = rows_by_key(governed.organization_usage(pool.org).rows)
     # Vision lends at most 2; Language's 8 and those 2 cover Robotics' 4 in proportion (2/10 and 8/10).
     assert rows[("vision", H100, "accelerator")].lent == Decimal("0.8")
     assert rows[("language", H100, "accelerator")].lent == Decimal("3.2")
@@ -103,7 +103,7 @@ def test_pending_demand_counts_each_waiting_job_under_one_flavor(pool: Fleet) ->
     pool.submit("alice", name="p-any", accelerators=1, accelerator_milli=250)
     pool.submit("alice", name="p-cpu", accelerators=0, cpu=4000, workers=3)
     pool.submit("bob", name="p-h100", accelerator_types=[H100], accelerators=8)
-    rows = rows_by_key(usage.organization_usage(pool.org).rows)
+    rows = rows_by_key(governed.organization_usage(pool.org).rows)
     assert rows[("vision", A100, "accelerator")].pending == 8
     assert rows[("vision", H100, "accelerator")].pending == Decimal("0.25")
     assert rows[("robotics", H100, "accelerator")].pending == 8
@@ -116,7 +116,7 @@ def test_cpu_and_memory_rows_appear_where_a_quota_rations_them(pool: Fleet) -> N
     quotas.set_quota(
         pool.user("adam"), team_queue(pool, "vision"), flavor=H100, resource="cpu", nominal=6, reason="cores"
     )
-    rows = rows_by_key(usage.organization_usage(pool.org).rows)
+    rows = rows_by_key(governed.organization_usage(pool.org).rows)
     # Governed now: Vision's 8 cores against 6 (2 borrowed), Robotics' 3 x 2 cores against none.
     assert values(rows[("vision", H100, "cpu")]) == (6, 6, 8, 2, 0, 0)
     assert values(rows[("robotics", H100, "cpu")]) == (None, 0, 6, 6, 0, 0)
@@ -128,7 +128,7 @@ def test_a_split_team_keeps_its_own_share_and_the_cohort_tree_adds_up(pool: Flee
     project = pool.world.project("vision")
     detection = quotas.project_queue(pool.user("lena"), project, reason="own share")
     quotas.set_quota(pool.user("lena"), detection, flavor=H100, nominal=10, reason="own share")
-    result = usage.organization_usage(pool.org)
+    result = governed.organization_usage(pool.org)
     rows = rows_by_key(result.of_team(pool.world.teams["vision"].pk))
     # The team's queue shows the team's quota (16) and keeps, as its own, what the project was not given.
     team_row = rows[("vision", H100, "accelerator")]
@@ -149,14 +149,14 @@ def test_a_split_team_keeps_its_own_share_and_the_cohort_tree_adds_up(pool: Flee
 def test_queries_do_not_grow_with_rows(pool: Fleet) -> None:
     feasibility.forget(pool.org)  # read afresh each time, not from the snapshot kept for 10 s
     with CaptureQueriesContext(connection) as few:
-        usage.organization_usage(pool.org)
+        governed.organization_usage(pool.org)
     for i in range(6):
         pool.submit("alice", name=f"more-{i}", accelerator_types=[A100], accelerators=1)
     give(pool, team_queue(pool, "vision"), A100, 4)
     give(pool, team_queue(pool, "robotics"), A100, 4)
     feasibility.forget(pool.org)
     with CaptureQueriesContext(connection) as more:
-        rows = usage.organization_usage(pool.org).rows
+        rows = governed.organization_usage(pool.org).rows
     assert len(rows) > 4
     # A fixed number of reads of the fleet, governance and jobs (the snapshot's maintenance windows and their
     # nodes, exclusions, checkpoint clusters and arrays' limits among them), whatever the number of rows.
@@ -190,7 +190,7 @@ def tree_of(cohorts: list[m.Cohort], queues: list[m.Queue], used: dict[str, int]
         pending=(),
         config=m.Config(),
     )
-    return usage.charged_tree(snap, {(queue, "gpu"): [amount, 0, 0] for queue, amount in used.items()})
+    return governed.charged_tree(snap, {(queue, "gpu"): [amount, 0, 0] for queue, amount in used.items()})
 
 
 def quota(nominal: int, borrow: int | None = None, lend: int | None = None) -> m.Quotas:
@@ -204,7 +204,7 @@ def test_lending_is_shared_down_a_two_level_tree() -> None:
         [m.Queue("a", "left", quota(10)), m.Queue("b", "left", quota(10, lend=4)), m.Queue("c", "right", quota(6))],
         {"a": 2, "c": 14},
     )
-    lent = usage.lent(tree)
+    lent = governed.lent(tree)
     fr = tree.fr("gpu", 0)
     # left has 8 idle of a's and 4 of b's; right's c borrows 8 through root, all from left, shared 8:4.
     assert lent[(tree.index["left"], fr)] == 8
@@ -217,7 +217,7 @@ def test_a_cohorts_own_quota_lends_beside_its_members_in_proportion() -> None:
     tree = tree_of(
         [m.Cohort("pool", None, quota(6))], [m.Queue("a", "pool", quota(2)), m.Queue("b", "pool", quota(4))], {"b": 7}
     )
-    lent = usage.lent(tree)
+    lent = governed.lent(tree)
     fr = tree.fr("gpu", 0)
     # b borrows 3 of the 8 idle (the cohort's own 6 and a's 2): a lends 2 x 3/8.
     assert lent[(tree.index["a"], fr)] == Fraction(3, 4)
@@ -241,7 +241,7 @@ def test_pending_demand_rule() -> None:
         pending=tuple(jobs),
         config=m.Config(),
     )
-    demand = usage.pending_demand(snap)
+    demand = governed.pending_demand(snap)
     assert demand == {
         ("q", "a100", "accelerator"): 8000,
         ("q", "a100", "cpu"): 2000,

@@ -1,6 +1,6 @@
 """The API's OpenAPI schema: drf-spectacular's, with what it cannot see said once for every operation.
 
-- Every operation documents its 4xx answers in the one error shape (``portal.api.errors``): 400, 401, 403
+- Every operation documents its 4xx answers in the one error shape (``common.api.errors``): 400, 401, 403
   and 404 everywhere, 413 and 415 where a body is sent, 429 where a throttle applies; a 4xx an operation
   declares with a description only gets the shape too.
 - A read-only field is nullable where the model field behind it is (``actor`` of a system event, ``team`` of

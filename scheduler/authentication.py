@@ -46,7 +46,7 @@ class JobTokenOrSignedIn(BasePermission):
 
 
 class JobTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
-    target_class = "scheduler.api.authentication.JobTokenAuthentication"
+    target_class = "scheduler.authentication.JobTokenAuthentication"
     name = "jobToken"
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, str]:

@@ -1,5 +1,5 @@
 """`Authorization: Bearer <token>` authentication against hashed API tokens (personal or a service account's;
-what a service account's token may do is `portal.api.scopes`)."""
+what a service account's token may do is `tenancy.scopes`)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
 
 
 class ApiTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
-    target_class = "portal.api.authentication.ApiTokenAuthentication"
+    target_class = "tenancy.authentication.ApiTokenAuthentication"
     name = "bearerAuth"
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
