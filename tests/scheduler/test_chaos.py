@@ -49,6 +49,9 @@ SEED = int(os.environ.get("QM_CHAOS_SEED", "7"))
 #: Jobs submitted stop while this many are still unfinished: the run keeps the quota contended without
 #: piling up a backlog that the final phase would take minutes to drain.
 BACKLOG = 12
+#: How kombu's Redis transport fails when it closes a lost connection whose client it already cleared: the
+#: worker ends (celery/kombu#582, still there in kombu 5); its supervisor starts another.
+KOMBU_CLOSE_CRASH = "'NoneType' object has no attribute 'hostname'"
 
 
 def _free_port() -> int:
@@ -320,7 +323,11 @@ class Worker:
         """Send ``signum`` to the worker; whether it ended within ``seconds``."""
         if self.pid is None:
             return True
-        os.kill(self.pid, signum)
+        try:
+            os.kill(self.pid, signum)
+        except ProcessLookupError:  # it ended by itself, and was reaped
+            self.pid = None
+            return True
         deadline = time.monotonic() + seconds
         while self.alive():
             if time.monotonic() > deadline:
@@ -456,6 +463,11 @@ def test_killing_the_worker_anywhere_loses_nothing_and_runs_nothing_twice(  # no
         submit(f"after-{what}-restart")  # work for the next cycle
         deadline = time.monotonic() + 60
         while not LoopState.objects.filter(organization=fleet.org, last_cycle_at__gt=after).exists():
+            if not worker.alive() and what == "Redis" and KOMBU_CLOSE_CRASH in worker.tail():
+                # kombu's Redis transport, closing the lost connection, can fail on its own cleared client and
+                # end the worker (celery/kombu#582); its supervisor starts another, as here: nothing is lost.
+                restarts["worker, after kombu's crash on the lost connection"] += 1
+                worker.start(rng.randrange(2**32))
             assert worker.alive(), f"the worker died when {what} restarted: {worker.tail()}"
             assert time.monotonic() < deadline, f"no placement cycle within 60 s of {what}'s restart: {worker.tail()}"
             if not worker.busy():
@@ -496,7 +508,7 @@ def test_killing_the_worker_anywhere_loses_nothing_and_runs_nothing_twice(  # no
             worker.close()
 
     assert kills == KILLS
-    assert restarts == {"PostgreSQL": 1, "Redis": 1}
+    assert restarts["PostgreSQL"] == restarts["Redis"] == 1
     # Every job succeeded once on the clusters: at most one attempt per job ran to its end there.
     ran: Counter[str] = Counter()
     for key, record in cluster_jobs(fleet).items():
@@ -516,6 +528,7 @@ def test_killing_the_worker_anywhere_loses_nothing_and_runs_nothing_twice(  # no
         "worker_starts": worker.starts,
         "postgresql_restarts": restarts["PostgreSQL"],
         "redis_restarts": restarts["Redis"],
+        "workers_ended_by_kombu_on_redis_restart": restarts["worker, after kombu's crash on the lost connection"],
         "seconds": round(time.monotonic() - began, 1),
         "kills_landed": dict(landed.most_common()),
         "tasks_failed": dict(worker.failed_tasks()),
