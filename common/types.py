@@ -10,6 +10,7 @@ AnyUser = User | AnonymousUser
 
 
 class AuthenticatedHttpRequest(HttpRequest):
-    """The request of a view behind `login_required`: its user is a real account."""
+    """The request of a page behind sign-in (every page not marked `login_not_required`:
+    `portal.middleware.LoginRequired`): its user is a real account."""
 
     user: User

@@ -172,6 +172,8 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # Deny by default: every page needs a signed-in user unless its view is marked login_not_required.
+    "portal.middleware.LoginRequired",
     # Before any view reads input (its 400 page needs the user): NUL and other refused characters are a 400.
     "portal.middleware.RefuseBadInput",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",

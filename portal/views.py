@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
@@ -14,7 +13,6 @@ from tenancy.policy import request_roles
 from tenancy.tasks import last_heartbeat
 
 
-@login_required
 @require_GET
 def home(request: AuthenticatedHttpRequest) -> HttpResponse:
     roles = request_roles(request)

@@ -19,9 +19,11 @@ import requests
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.backends import ModelBackend
+from django.contrib.auth.decorators import login_not_required
 from django.core.exceptions import SuspiciousOperation
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
+from django.utils.decorators import method_decorator
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 
@@ -110,6 +112,7 @@ def _refuse(request: HttpRequest, why: str) -> None:
     request._qm_sign_in_refused = why  # type: ignore[attr-defined]
 
 
+@method_decorator(login_not_required, name="dispatch")
 class ProviderSignInView(OIDCAuthenticationRequestView):  # type: ignore[misc]
     """Redirects to the provider's sign-in, with state, nonce and a PKCE challenge (S256)."""
 
@@ -120,6 +123,7 @@ class ProviderSignInView(OIDCAuthenticationRequestView):  # type: ignore[misc]
         return response
 
 
+@method_decorator(login_not_required, name="dispatch")
 class ProviderCallbackView(OIDCAuthenticationCallbackView):  # type: ignore[misc]
     """Where the provider sends the browser back; a refused sign-in returns to the sign-in page, saying why."""
 

@@ -27,7 +27,6 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -412,7 +411,6 @@ def _showback(organization: Organization, month: Attribution, teams: list[Team])
     }
 
 
-@login_required
 @require_GET
 def costs(request: AuthenticatedHttpRequest) -> HttpResponse:
     organizations = _organizations(request)
@@ -437,7 +435,6 @@ def costs(request: AuthenticatedHttpRequest) -> HttpResponse:
     return render(request, "billing/costs.html", context)
 
 
-@login_required
 @require_GET
 def team_costs(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """One team's statement: its lines per project, user, cluster, accelerator type and capacity type, its days
@@ -623,7 +620,6 @@ def _changeable(request: AuthenticatedHttpRequest, kind: str, pk: int) -> Any:
     return get_object_or_404(rows.select_related("organization"), pk=pk)
 
 
-@login_required
 @require_http_methods(["GET", "POST"])
 def edit(request: AuthenticatedHttpRequest, kind: str, pk: int) -> HttpResponse:
     """A row of the book (``kind``: price or overhead): its form (GET), or the row changed, every field given
@@ -647,7 +643,6 @@ def edit(request: AuthenticatedHttpRequest, kind: str, pk: int) -> HttpResponse:
     return render(request, "billing/prices_edit.html", context, status=status)
 
 
-@login_required
 @require_http_methods(["GET", "POST"])
 def delete(request: AuthenticatedHttpRequest, kind: str, pk: int) -> HttpResponse:
     """Asks to confirm (GET), then deletes the row (POST)."""
@@ -660,7 +655,6 @@ def delete(request: AuthenticatedHttpRequest, kind: str, pk: int) -> HttpRespons
     return _back_to_book(request, organization, f"{kind}s", f"{NOUNS[kind]} deleted: {what}.")
 
 
-@login_required
 @require_http_methods(["GET", "POST"])
 def price_book(request: AuthenticatedHttpRequest) -> HttpResponse:
     """The book and the shared costs (GET), or a row added to the book (POST: the row's fields)."""
@@ -670,7 +664,6 @@ def price_book(request: AuthenticatedHttpRequest) -> HttpResponse:
     return render(request, "billing/prices.html", _book_context(request, organization, organizations))
 
 
-@login_required
 @require_POST
 def overhead_add(request: AuthenticatedHttpRequest) -> HttpResponse:
     return _add(request, "overhead")

@@ -12,7 +12,6 @@ from __future__ import annotations
 from datetime import date, timedelta
 from typing import Any
 
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
 from django.shortcuts import render
@@ -185,7 +184,6 @@ def forecasts_context(organizations: list[Organization], horizon: str) -> dict[s
     }
 
 
-@login_required
 @require_GET
 def capacity(request: AuthenticatedHttpRequest) -> HttpResponse:
     """The page (``?horizon=12w`` or ``6m``); an htmx request gets the forecasts section alone."""

@@ -15,7 +15,6 @@ from typing import Any
 
 from django import forms
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Count, Sum
@@ -90,7 +89,6 @@ def _organizations(request: AuthenticatedHttpRequest) -> list[Organization]:
     return organizations
 
 
-@login_required
 @require_http_methods(["GET", "POST"])
 def what_if_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     organizations = _organizations(request)
@@ -129,13 +127,11 @@ def _what_if(request: AuthenticatedHttpRequest, pk: int) -> WhatIf:
     return what_if
 
 
-@login_required
 @require_GET
 def what_if_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return render(request, "billing/whatif_detail.html", status_context(_what_if(request, pk)))
 
 
-@login_required
 @require_GET
 def what_if_status(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """The polled partial: progress while it runs, the comparison once done."""

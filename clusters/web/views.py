@@ -8,18 +8,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from functools import wraps
 from http import HTTPStatus
 from typing import Any
-from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Count, Q, Sum
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -61,7 +58,6 @@ def _visible_node(request: AuthenticatedHttpRequest, pk: int) -> Node:
 # --- Clusters -------------------------------------------------------------------------------------------
 
 
-@login_required
 @require_GET
 def cluster_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     clusters = list(Cluster.objects.for_user(request.user, Action.VIEW).select_related("organization"))
@@ -179,7 +175,6 @@ def _render_cluster(
     return render(request, "clusters/cluster_detail.html", context, status=status)
 
 
-@login_required
 @require_GET
 def cluster_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return _render_cluster(request, _visible_cluster(request, pk))
@@ -192,7 +187,6 @@ def _administered_cluster(request: AuthenticatedHttpRequest, pk: int) -> Cluster
     return cluster
 
 
-@login_required
 def cluster_create(request: AuthenticatedHttpRequest) -> HttpResponse:
     organizations = policy.permitted(request.user, "cluster.create", Organization.objects.all())
     if not organizations.exists():
@@ -225,7 +219,6 @@ def _given(credentials: dict[str, str] | str | None) -> dict[str, str] | None:
     return credentials if isinstance(credentials, dict) else None
 
 
-@login_required
 def cluster_edit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     cluster = _administered_cluster(request, pk)
     if cluster.kind == Cluster.Kind.SIMULATED:
@@ -247,7 +240,6 @@ def cluster_edit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return render(request, "clusters/cluster_form.html", {"form": form, "cluster": cluster}, status=status)
 
 
-@login_required
 @require_POST
 def cluster_sync(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     cluster = _administered_cluster(request, pk)
@@ -260,7 +252,6 @@ def cluster_sync(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return redirect("cluster-detail", pk=cluster.pk)
 
 
-@login_required
 @require_POST
 def cluster_maintenance(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     cluster = _administered_cluster(request, pk)
@@ -291,7 +282,6 @@ def cluster_maintenance(request: AuthenticatedHttpRequest, pk: int) -> HttpRespo
     return _render_cluster(request, cluster, HTTPStatus.BAD_REQUEST, maintenance_form=form)
 
 
-@login_required
 @require_POST
 def probe_token_create(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     cluster = _administered_cluster(request, pk)
@@ -310,7 +300,6 @@ def probe_token_create(request: AuthenticatedHttpRequest, pk: int) -> HttpRespon
     return _render_cluster(request, cluster, HTTPStatus.BAD_REQUEST, probe_token_form=form)
 
 
-@login_required
 @require_POST
 def probe_token_revoke(request: AuthenticatedHttpRequest, pk: int, token_pk: int) -> HttpResponse:
     cluster = _administered_cluster(request, pk)
@@ -335,7 +324,6 @@ def _live_context(request: AuthenticatedHttpRequest, cluster: Cluster) -> dict[s
     }
 
 
-@login_required
 @require_GET
 def cluster_live(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     cluster = _visible_cluster(request, pk)
@@ -346,22 +334,6 @@ def cluster_live(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return render(request, "clusters/cluster_live.html", context)
 
 
-def _signed_out_poll(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """When the session runs out while htmx polls, send the whole page to sign-in (``HX-Redirect``)
-    rather than swap the sign-in form in place of the tiles; other requests get ``login_required``."""
-    guarded = login_required(view)
-
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not request.user.is_authenticated and request.headers.get("HX-Request") == "true":
-            page = reverse("cluster-live", kwargs=kwargs)
-            return HttpResponse(headers={"HX-Redirect": f"{reverse('login')}?{urlencode({'next': page})}"})
-        return guarded(request, *args, **kwargs)
-
-    return wrapper
-
-
-@_signed_out_poll
 @require_GET
 @gzip_page
 def cluster_live_tiles(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
@@ -396,7 +368,6 @@ def _render_node(request: AuthenticatedHttpRequest, node: Node, status: int = 20
     return render(request, "clusters/node_detail.html", context, status=status)
 
 
-@login_required
 @require_GET
 def node_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return _render_node(request, _visible_node(request, pk))
@@ -432,7 +403,6 @@ def _now(node: Node) -> str:
     return f"{node.name} is {node.get_state_display().lower()}."
 
 
-@login_required
 @require_POST
 def node_cordon(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     def cordon(node: Node, values: dict[str, Any]) -> object:
@@ -441,7 +411,6 @@ def node_cordon(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return _change_node(request, pk, "cordon", cordon, _now)
 
 
-@login_required
 @require_POST
 def node_drain(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     def drain(node: Node, values: dict[str, Any]) -> object:
@@ -451,7 +420,6 @@ def node_drain(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return _change_node(request, pk, "drain", drain, _now, DrainForm)
 
 
-@login_required
 @require_POST
 def node_resume(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     def resume(node: Node, values: dict[str, Any]) -> object:

@@ -16,7 +16,6 @@ from http import HTTPStatus
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -36,7 +35,6 @@ def _id(value: str | None) -> int | None:
     return int(value) if value and value.isdigit() else None
 
 
-@login_required
 def fleet(request: AuthenticatedHttpRequest) -> HttpResponse:
     groups = DeviceGroup.objects.for_user(request.user, Action.VIEW).select_related("team").order_by("name")
     rows = Device.objects.for_user(request.user, Action.VIEW).select_related("group", "running_version__model")
@@ -67,7 +65,6 @@ def _device(request: AuthenticatedHttpRequest, pk: int) -> Device:
     return device
 
 
-@login_required
 def device_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     device = _device(request, pk)
     history = device.events.select_related("version__model")[:HISTORY]
@@ -84,7 +81,6 @@ def device_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     )
 
 
-@login_required
 @require_POST
 def device_reenrol(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """A token that re-enrols this device only (a re-imaged robot; a revoked one, restored)."""
@@ -93,7 +89,6 @@ def device_reenrol(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return render(request, "edge/token_new.html", {"token": token, "raw": raw, "groups": [], "errors": {}})
 
 
-@login_required
 @require_POST
 def device_revoke(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     device = _device(request, pk)
@@ -102,7 +97,6 @@ def device_revoke(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return redirect("device-detail", pk=device.pk)
 
 
-@login_required
 def token_new(request: AuthenticatedHttpRequest) -> HttpResponse:
     visible = list(DeviceGroup.objects.for_user(request.user, Action.VIEW).select_related("team").order_by("name"))
     groups = [g for g in visible if policy.can(request.user, "device.token.issue", g)]
@@ -125,13 +119,11 @@ def token_new(request: AuthenticatedHttpRequest) -> HttpResponse:
     return render(request, "edge/token_new.html", context, status=status)
 
 
-@login_required
 def rollout_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     rows = Rollout.objects.for_user(request.user, Action.VIEW).select_related("group", "version__model")
     return render(request, "edge/rollouts.html", {"rollouts": rows.order_by("-created_at")[:200]})
 
 
-@login_required
 def rollout_new(request: AuthenticatedHttpRequest) -> HttpResponse:
     source = request.POST if request.method == "POST" else request.GET
     visible = list(DeviceGroup.objects.for_user(request.user, Action.VIEW).order_by("name"))
@@ -206,7 +198,6 @@ def _rollout(request: AuthenticatedHttpRequest, pk: int) -> Rollout:
     return rollout
 
 
-@login_required
 def rollout_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     rollout = _rollout(request, pk)
     deployments = list(rollout.deployments.select_related("device", "from_version"))
@@ -251,7 +242,6 @@ ACTIONS = {
 }
 
 
-@login_required
 @require_POST
 def rollout_control(request: AuthenticatedHttpRequest, pk: int, verb: str) -> HttpResponse:
     if verb not in ACTIONS:

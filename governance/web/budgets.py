@@ -22,7 +22,6 @@ from http import HTTPStatus
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpResponse
@@ -296,7 +295,6 @@ def budgets_context(
     }
 
 
-@login_required
 @require_http_methods(["GET", "POST"])
 def team_budgets(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """The team's budgets section (GET; ``?target=team`` or ``project:<id>`` opens the form on that budget), or
@@ -374,7 +372,6 @@ def members_context(request: AuthenticatedHttpRequest, team: Team) -> dict[str, 
     return {"members": [_member_context(m, limits.get(m.user_id), editable, team) for m in members]}
 
 
-@login_required
 @require_http_methods(["GET", "POST"])
 def member_limit(request: AuthenticatedHttpRequest, pk: int, user: int) -> HttpResponse:
     """One member's row: read (GET), as a form (GET ``?edit=1``), or their limit set (POST: ``accelerators``,

@@ -21,7 +21,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse
@@ -285,20 +284,17 @@ def _render_team(request: AuthenticatedHttpRequest, team: Team, status: int = 20
     return render(request, "governance/quotas/team.html", context, status=status)
 
 
-@login_required
 @require_GET
 def team_quotas(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return _render_team(request, pages.team(request, pk))
 
 
-@login_required
 @require_GET
 def team_chart(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     team = pages.team(request, pk)
     return render(request, "governance/quotas/_chart.html", _chart_context(team, placed.team_usage(team)))
 
 
-@login_required
 @require_GET
 def team_history(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     team = pages.team(request, pk)
@@ -306,7 +302,6 @@ def team_history(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return render(request, "governance/quotas/_history.html", context)
 
 
-@login_required
 @require_http_methods(["GET", "POST"])
 def quota_cell(request: AuthenticatedHttpRequest, pk: int, queue: int) -> HttpResponse:
     """One quota row of a team's queue: read (GET), as a form (GET ``?edit=1``), or changed (POST: the flavor,
@@ -387,7 +382,6 @@ def _cell(
     return pages.render_page(request, "governance/quotas/_row.html", context, status=status, headers=headers)
 
 
-@login_required
 @require_http_methods(["GET", "POST"])
 def queue_policy(request: AuthenticatedHttpRequest, pk: int, queue: int) -> HttpResponse:
     """A queue's policy row: read, as a form, or changed through ``quotas.set_policy`` (only the fields
@@ -427,7 +421,6 @@ def queue_policy(request: AuthenticatedHttpRequest, pk: int, queue: int) -> Http
     )
 
 
-@login_required
 @require_POST
 def team_quota_new(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """The "give a project a sub-quota, or set a quota" form: a project's queue is made on first use."""
@@ -514,13 +507,11 @@ def _cohort_row_context(row: usage.CohortRow, admin: bool) -> dict[str, Any]:
     }
 
 
-@login_required
 @require_GET
 def org_quotas(request: AuthenticatedHttpRequest) -> HttpResponse:
     return _render_org(request)
 
 
-@login_required
 @require_http_methods(["GET", "POST"])
 def cohort_cell(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """One quota row of a cohort, read, as a form or changed: as ``quota_cell`` for a team's queue."""
@@ -580,7 +571,6 @@ def _cohort_cell(
     return pages.render_page(request, "governance/quotas/_cohort_row.html", context, status=status, headers=headers)
 
 
-@login_required
 @require_POST
 def cohort_new(request: AuthenticatedHttpRequest) -> HttpResponse:
     org = _posted_organization(request)
@@ -604,7 +594,6 @@ def cohort_new(request: AuthenticatedHttpRequest) -> HttpResponse:
     return _render_org(request, HTTPStatus.BAD_REQUEST, cohort_form=form, organization=org.pk)
 
 
-@login_required
 @require_POST
 def cohort_quota_new(request: AuthenticatedHttpRequest) -> HttpResponse:
     org = _posted_organization(request)

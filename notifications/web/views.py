@@ -6,7 +6,6 @@ from __future__ import annotations
 from http import HTTPStatus
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -25,7 +24,6 @@ from tenancy.scoping import Action
 RECENT = 20
 
 
-@login_required
 def settings_page(request: AuthenticatedHttpRequest) -> HttpResponse:
     team = preferences.home_team(request.user)
     defaults = preferences.resolve(None, preferences.team_defaults(team) if team else None)
@@ -65,7 +63,6 @@ def settings_page(request: AuthenticatedHttpRequest) -> HttpResponse:
     )
 
 
-@login_required
 @require_POST
 def send_test(request: AuthenticatedHttpRequest) -> HttpResponse:
     made = outbox.send_test(request.user)
@@ -77,7 +74,6 @@ def send_test(request: AuthenticatedHttpRequest) -> HttpResponse:
     return redirect("notification-settings")
 
 
-@login_required
 def team_defaults(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     team = get_object_or_404(Team.objects.for_user(request.user, Action.VIEW), pk=pk)
     can_set = policy.can(request.user, preferences.SET_DEFAULTS, team)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
 from django.shortcuts import render
@@ -14,7 +13,6 @@ from tenancy import policy
 from tenancy.models import Organization
 
 
-@login_required
 def slo_page(request: AuthenticatedHttpRequest) -> HttpResponse:
     organizations = policy.permitted(request.user, "slo.view", Organization.objects.order_by("name"))
     if not organizations.exists():

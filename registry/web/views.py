@@ -12,7 +12,6 @@ from http import HTTPStatus
 from typing import Any, BinaryIO, cast
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -28,7 +27,6 @@ from tenancy import policy
 from tenancy.scoping import Action
 
 
-@login_required
 def model_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     models = list(queries.models_for(request.user))
     rows = [(model, queries.latest(model)) for model in models]
@@ -36,7 +34,6 @@ def model_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     return render(request, "registry/model_list.html", {"rows": rows, "may_publish": may_publish})
 
 
-@login_required
 def model_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     model = get_object_or_404(queries.models_for(request.user), pk=pk)
     versions = list(queries.versions_of(model))
@@ -47,7 +44,6 @@ def model_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     )
 
 
-@login_required
 def publish(request: AuthenticatedHttpRequest) -> HttpResponse:
     """Publish a version: of the job named by ``?job=`` (its latest checkpoint), else of an uploaded file."""
     job = None

@@ -11,7 +11,6 @@ from http import HTTPStatus
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import HttpResponse
@@ -58,13 +57,11 @@ def _render(request: AuthenticatedHttpRequest, array: JobArray, status: int = 20
     return render(request, "scheduler/array_detail.html", context, status=status)
 
 
-@login_required
 @require_GET
 def array_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return _render(request, _visible_array(request, pk))
 
 
-@login_required
 @require_POST
 def array_cancel(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     array = _visible_array(request, pk)
@@ -80,7 +77,6 @@ def array_cancel(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return _render(request, array, HTTPStatus.BAD_REQUEST, cancel_form=form)
 
 
-@login_required
 @require_POST
 def array_requeue(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     array = _visible_array(request, pk)

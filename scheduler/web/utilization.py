@@ -7,7 +7,6 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from django.contrib.auth.decorators import login_required
 from django.db.models import Prefetch
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, render
@@ -73,7 +72,6 @@ def utilization_chart(series: dict[str, Any]) -> dict[str, Any]:
     return {"data": data, "layout": layout}
 
 
-@login_required
 @require_GET
 def job_utilization(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """The job page's utilization panel: a chart and the summary per attempt."""
@@ -94,7 +92,6 @@ def job_utilization(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return render(request, "scheduler/_job_utilization.html", context)
 
 
-@login_required
 @require_GET
 def team_efficiency(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """A team's least efficient jobs over the last ``days`` (7 by default, at most 92): the lowest mean GPU

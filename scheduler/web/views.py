@@ -15,17 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from functools import wraps
 from http import HTTPStatus
 from typing import Any
-from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -66,25 +63,6 @@ def _visible_job(request: AuthenticatedHttpRequest, pk: int) -> Job:
 def _reason_label(job: Job) -> str:
     """Why the job waits, in a few words; "" for a job that is not waiting (its old reason is over)."""
     return REASON_LABELS.get(job.pending_reason, "") if job.state in WAITING else ""
-
-
-def _signed_out_poll(page: str) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
-    """A poll after the session ran out sends the whole page to sign-in (``HX-Redirect``, back to ``page``
-    after) instead of swapping the sign-in form into the table; other requests get ``login_required``."""
-
-    def decorate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-        guarded = login_required(view)
-
-        @wraps(view)
-        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            if not request.user.is_authenticated and request.headers.get("HX-Request") == "true":
-                target = reverse(page, kwargs=kwargs)
-                return HttpResponse(headers={"HX-Redirect": f"{reverse('login')}?{urlencode({'next': target})}"})
-            return guarded(request, *args, **kwargs)
-
-        return wrapper
-
-    return decorate
 
 
 def _duration(seconds: int) -> str:
@@ -131,7 +109,6 @@ def _list_context(request: AuthenticatedHttpRequest) -> tuple[dict[str, Any], in
     return context, status
 
 
-@login_required
 @require_GET
 def job_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     context, status = _list_context(request)
@@ -139,7 +116,6 @@ def job_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     return render(request, "scheduler/job_list.html", context, status=status)
 
 
-@_signed_out_poll("job-list")
 @require_GET
 def job_rows(request: AuthenticatedHttpRequest) -> HttpResponse:
     """The list's table body alone: what the list polls while its tab is visible."""
@@ -242,13 +218,11 @@ def _render_job(request: AuthenticatedHttpRequest, job: Job, status: int = 200, 
     return render(request, "scheduler/job_detail.html", context, status=status)
 
 
-@login_required
 @require_GET
 def job_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return _render_job(request, _visible_job(request, pk))
 
 
-@login_required
 @require_GET
 def job_debug(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """Everything about one job that helps tell what happened (``scheduler/debug.py``; ``qm debug``)."""
@@ -256,14 +230,12 @@ def job_debug(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return render(request, "scheduler/job_debug.html", {"job": job, "found": debug.gather(job)})
 
 
-@_signed_out_poll("job-detail")
 @require_GET
 def job_state(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """The job page's state block alone: polled while the job is active and the tab visible."""
     return render(request, "scheduler/_job_state.html", _state_context(request, _visible_job(request, pk)))
 
 
-@_signed_out_poll("job-detail")
 @require_GET
 def job_output(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """The job page's output panel (``scheduler/output.py``); ``?follow=1``: a follower's step, the new lines."""
@@ -285,7 +257,6 @@ def job_output(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return render(request, f"scheduler/{partial}", context)
 
 
-@login_required
 @require_GET
 def job_open(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """Open an interactive session: a redirect to its app with its secret, for its submitter only (another
@@ -302,7 +273,6 @@ def job_open(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return response
 
 
-@login_required
 @require_POST
 def job_cancel(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     job = _visible_job(request, pk)
@@ -340,7 +310,6 @@ def _intervene(
     return _render_job(request, job, HTTPStatus.BAD_REQUEST, intervene_form=form, intervention=name)
 
 
-@login_required
 @require_POST
 def job_preempt(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return _intervene(
@@ -353,7 +322,6 @@ def job_preempt(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     )
 
 
-@login_required
 @require_POST
 def job_requeue(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return _intervene(request, pk, "requeue", actions.requeue_job, "Job #{job.pk} is requeued for one more try.")
@@ -392,7 +360,6 @@ def _judged(
     return job_request, missing, None if form.errors else queue_and_tier
 
 
-@login_required
 def job_new(request: AuthenticatedHttpRequest) -> HttpResponse:
     _refuse_non_submitters(request)
     if request.method != "POST":
@@ -438,7 +405,6 @@ class Estimate:
     message: str = ""
 
 
-@login_required
 @require_POST
 def job_preview(request: AuthenticatedHttpRequest) -> HttpResponse:
     """The form posted as it is typed: its field errors (swapped in beside their fields) and, when the
@@ -464,7 +430,6 @@ def job_preview(request: AuthenticatedHttpRequest) -> HttpResponse:
     return render(request, "scheduler/_preview.html", context)
 
 
-@login_required
 @require_GET
 def job_clone(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     job = _visible_job(request, pk)
@@ -501,14 +466,12 @@ def _queue_list_context(request: AuthenticatedHttpRequest) -> tuple[dict[str, An
     return context, status
 
 
-@login_required
 @require_GET
 def queue_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     context, status = _queue_list_context(request)
     return render(request, "scheduler/queue_list.html", context, status=status)
 
 
-@_signed_out_poll("queue-list")
 @require_GET
 def queue_rows(request: AuthenticatedHttpRequest) -> HttpResponse:
     """The queue list's table body alone: polled while its tab is visible, as the job list is."""
@@ -516,13 +479,11 @@ def queue_rows(request: AuthenticatedHttpRequest) -> HttpResponse:
     return render(request, "scheduler/_queue_rows.html", context, status=status)
 
 
-@login_required
 @require_GET
 def queue_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return render(request, "scheduler/queue_detail.html", queue_context(request, pk))
 
 
-@_signed_out_poll("queue-detail")
 @require_GET
 def queue_state(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """The queue page's usage and jobs alone (``?jobs_only=1``: the jobs alone): polled while its tab is

@@ -5,10 +5,12 @@ its own, never by the portal's web processes. A request that reaches the portal 
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.auth.decorators import login_not_required
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 
+@login_not_required
 @csrf_exempt
 def endpoint(request: HttpRequest, organization: str, team: str, service: str, path: str = "") -> JsonResponse:
     there = f"{settings.SERVE_PUBLIC_URL}/serve/{organization}/{team}/{service}/{path}"

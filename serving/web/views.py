@@ -12,7 +12,6 @@ from http import HTTPStatus
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -40,7 +39,6 @@ def _visible(request: AuthenticatedHttpRequest, pk: int) -> Service:
     return service
 
 
-@login_required
 @require_GET
 def service_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     services = list(
@@ -54,7 +52,6 @@ def service_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     return render(request, "serving/service_list.html", context)
 
 
-@login_required
 @require_http_methods(["GET", "POST"])
 def service_new(request: AuthenticatedHttpRequest) -> HttpResponse:
     teams = requests.service_teams(request.user)
@@ -77,7 +74,6 @@ def service_new(request: AuthenticatedHttpRequest) -> HttpResponse:
     return render(request, "serving/service_form.html", {"form": form, "service": None}, status=status)
 
 
-@login_required
 @require_http_methods(["GET", "POST"])
 def service_edit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     service = _visible(request, pk)
@@ -121,13 +117,11 @@ def _render(request: AuthenticatedHttpRequest, service: Service, status: int = 2
     return render(request, "serving/service_detail.html", context, status=status)
 
 
-@login_required
 @require_GET
 def service_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return _render(request, _visible(request, pk))
 
 
-@login_required
 @require_POST
 def service_scale(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     service = _visible(request, pk)
@@ -154,19 +148,16 @@ def _change(request: AuthenticatedHttpRequest, pk: int, change: Any, done: str) 
     return redirect("service-detail", pk=service.pk)
 
 
-@login_required
 @require_POST
 def service_stop(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return _change(request, pk, actions.stop_service, "Stopping service {name}: its replicas are cancelled.")
 
 
-@login_required
 @require_POST
 def service_start(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return _change(request, pk, actions.start_service, "Starting service {name}.")
 
 
-@login_required
 @require_POST
 def service_rollback(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return _change(request, pk, actions.rollback, "Rolling back service {name}.")

@@ -2,6 +2,7 @@
 service accounts, the identity provider's group mappings, API tokens and the audit log."""
 
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_not_required
 from django.urls import path
 
 from tenancy import provider
@@ -9,7 +10,7 @@ from tenancy.web import views
 
 urlpatterns = [
     path("login/", views.LoginView.as_view(), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("logout/", login_not_required(auth_views.LogoutView.as_view()), name="logout"),
     path("oidc/authenticate/", provider.ProviderSignInView.as_view(), name="oidc-authenticate"),
     path("oidc/callback/", provider.ProviderCallbackView.as_view(), name="oidc-callback"),
     path("healthz/", views.healthz, name="healthz"),

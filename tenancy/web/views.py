@@ -9,7 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
-from django.contrib.auth.decorators import login_required
+from django.contrib.auth.decorators import login_not_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db import connection
@@ -51,6 +51,7 @@ class LoginView(auth_views.LoginView):
         return response
 
 
+@login_not_required
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
     """Liveness and readiness: 200 when the database answers."""
@@ -65,7 +66,6 @@ def healthz(request: HttpRequest) -> JsonResponse:
 # --- Teams ----------------------------------------------------------------------------------------------
 
 
-@login_required
 def team_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     teams = Team.objects.for_user(request.user, Action.VIEW).select_related("organization")
     return render(request, "portal/team_list.html", {"teams": teams})
@@ -103,12 +103,10 @@ def _render_team(request: AuthenticatedHttpRequest, team: Team, status: int = 20
     return render(request, "portal/team_detail.html", context, status=status)
 
 
-@login_required
 def team_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return _render_team(request, _visible_team(request, pk))
 
 
-@login_required
 @require_POST
 def project_create(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     team = _visible_team(request, pk)
@@ -124,7 +122,6 @@ def project_create(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return _render_team(request, team, HTTPStatus.BAD_REQUEST, project_form=form)
 
 
-@login_required
 @require_POST
 def member_add(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     team = _visible_team(request, pk)
@@ -148,7 +145,6 @@ def _visible_membership(request: AuthenticatedHttpRequest, pk: int) -> Membershi
     return membership
 
 
-@login_required
 @require_POST
 def member_role(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     membership = _visible_membership(request, pk)
@@ -166,7 +162,6 @@ def member_role(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return _render_team(request, membership.team, HTTPStatus.BAD_REQUEST, role_form_error=form.errors)
 
 
-@login_required
 @require_POST
 def member_remove(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     membership = _visible_membership(request, pk)
@@ -184,7 +179,6 @@ def member_remove(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return redirect("team-detail", pk=team_id) if team_id else redirect("home")
 
 
-@login_required
 @require_POST
 def service_account_create(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     team = _visible_team(request, pk)
@@ -201,7 +195,6 @@ def service_account_create(request: AuthenticatedHttpRequest, pk: int) -> HttpRe
     return _render_team(request, team, HTTPStatus.BAD_REQUEST, service_account_form=form)
 
 
-@login_required
 @require_POST
 def service_account_revoke(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     account: ServiceAccount = get_object_or_404(
@@ -238,12 +231,10 @@ def _render_identity(
     return render(request, "portal/identity.html", context, status=status)
 
 
-@login_required
 def identity_page(request: AuthenticatedHttpRequest) -> HttpResponse:
     return _render_identity(request)
 
 
-@login_required
 @require_POST
 def group_mapping_create(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     organization: Organization = get_object_or_404(Organization.objects.for_user(request.user, Action.VIEW), pk=pk)
@@ -259,7 +250,6 @@ def group_mapping_create(request: AuthenticatedHttpRequest, pk: int) -> HttpResp
     return _render_identity(request, HTTPStatus.BAD_REQUEST, {organization.pk: form})
 
 
-@login_required
 @require_POST
 def group_mapping_remove(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     mapping: GroupMapping = get_object_or_404(GroupMapping.objects.for_user(request.user, Action.VIEW), pk=pk)
@@ -271,7 +261,6 @@ def group_mapping_remove(request: AuthenticatedHttpRequest, pk: int) -> HttpResp
 # --- API tokens -----------------------------------------------------------------------------------------
 
 
-@login_required
 def token_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = TokenForm(request.POST or None)
     new_token = None
@@ -293,7 +282,6 @@ def token_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     )
 
 
-@login_required
 @require_POST
 def token_revoke(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     token = get_object_or_404(ApiToken, pk=pk, user=request.user)
@@ -317,7 +305,6 @@ def _audit_entries(request: AuthenticatedHttpRequest) -> tuple[AuditPageFilter, 
     return filterset, filterset.qs, HTTPStatus.OK
 
 
-@login_required
 def audit_log(request: AuthenticatedHttpRequest) -> HttpResponse:
     filterset, entries, status = _audit_entries(request)
     page = Paginator(entries, 50).get_page(request.GET.get("page"))
@@ -328,7 +315,6 @@ def audit_log(request: AuthenticatedHttpRequest) -> HttpResponse:
     return render(request, "portal/audit_log.html", context, status=status)
 
 
-@login_required
 @require_GET
 def audit_log_csv(request: AuthenticatedHttpRequest) -> HttpResponse | StreamingHttpResponse:
     """The audit log as CSV under the page's filters (every page of them), newest first; a bad filter is a 400

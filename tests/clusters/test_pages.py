@@ -92,7 +92,10 @@ def test_anonymous_is_sent_to_sign_in(world: World, fleet: dict[str, Cluster]):
 
 def test_a_poll_after_the_session_ran_out_sends_the_page_to_sign_in(world: World, fleet: dict[str, Cluster]):
     cluster = fleet["onprem-h100"]
-    response = Client().get(f"/clusters/{cluster.pk}/live/tiles/", headers={"HX-Request": "true"})
+    page = f"http://testserver/clusters/{cluster.pk}/live/"
+    response = Client().get(
+        f"/clusters/{cluster.pk}/live/tiles/", headers={"HX-Request": "true", "HX-Current-URL": page}
+    )
     assert response.status_code == 200
     assert response["HX-Redirect"] == f"/login/?next=%2Fclusters%2F{cluster.pk}%2Flive%2F"
     assert response.content == b""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 from django.contrib.auth.models import User
@@ -134,13 +135,20 @@ def test_anonymous_is_sent_to_sign_in_and_a_poll_to_the_page(fleet: Fleet) -> No
         response = Client().get(path)
         assert response.status_code == 302, path
         assert response["Location"].startswith("/login/?next="), path
-    poll = Client().get(f"/jobs/{job.pk}/state/", headers={"HX-Request": "true"})
-    assert poll["HX-Redirect"] == f"/login/?next=%2Fjobs%2F{job.pk}%2F"
-    assert Client().get("/jobs/rows/", headers={"HX-Request": "true"})["HX-Redirect"] == "/login/?next=%2Fjobs%2F"
-    queue_poll = Client().get(f"/jobs/queues/{job.queue_id}/state/", headers={"HX-Request": "true"})
-    assert queue_poll["HX-Redirect"] == f"/login/?next=%2Fjobs%2Fqueues%2F{job.queue_id}%2F"
-    rows_poll = Client().get("/jobs/queues/rows/", headers={"HX-Request": "true"})
-    assert rows_poll["HX-Redirect"] == "/login/?next=%2Fjobs%2Fqueues%2F"
+    # A poll sends the page htmx polls from (``HX-Current-URL``, as htmx names it) to sign-in, and back there.
+    for fragment, page in [
+        (f"/jobs/{job.pk}/state/", f"/jobs/{job.pk}/"),
+        ("/jobs/rows/", "/jobs/?state=active"),
+        (f"/jobs/queues/{job.queue_id}/state/", f"/jobs/queues/{job.queue_id}/"),
+        ("/jobs/queues/rows/", "/jobs/queues/"),
+    ]:
+        poll = Client().get(fragment, headers={"HX-Request": "true", "HX-Current-URL": f"http://testserver{page}"})
+        assert (poll.status_code, poll.content) == (200, b""), fragment
+        assert poll["HX-Redirect"] == f"/login/?{urlencode({'next': page})}", fragment
+    # Without it (or naming another site), to sign-in alone: ``next`` never leaves the site.
+    for current in ({}, {"HX-Current-URL": "https://evil.example"}):
+        poll = Client().get("/jobs/rows/", headers={"HX-Request": "true", **current})
+        assert poll["HX-Redirect"] == "/login/", current
 
 
 def test_another_teams_job_is_404_everywhere(fleet: Fleet) -> None:
