@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 
 from prometheus_client import Counter, Gauge, Histogram, values
 
@@ -133,3 +134,47 @@ DATAPLANE_TABLE_LOADED = Gauge(
     "When the data plane last read its routing table (Unix time); it keeps serving the last one meanwhile.",
     multiprocess_mode="max",
 )
+
+# --- the other loops: serving's control loop, the notification outbox, edge rollouts --------------------------
+#: The loops ``LOOP_ROUND_FINISHED`` names, with how often the beat runs each (``CELERY_BEAT_SCHEDULE``).
+LOOPS = ("serving", "notifications", "edge_rollouts")
+LOOP_ROUND_FINISHED = Gauge(
+    "qm_loop_round_finished_timestamp_seconds",
+    "When a background loop last finished a round (Unix time): serving's control loop (every 5 s), the "
+    "notification outbox (every 30 s), edge rollouts' steps (every 5 s).",
+    ["loop"],
+    multiprocess_mode="max",
+)
+LOOP_ROUND_SECONDS = Histogram(
+    "qm_loop_round_seconds", "Time one round of a background loop took.", ["loop"], buckets=FAST_BUCKETS
+)
+SERVING_ACTIONS = Counter(
+    "qm_serving_actions_total",
+    "What serving's control loop did: replicas started, stopped (drained) or cancelled, revisions promoted or "
+    "rolled back.",
+    ["action"],
+)
+NOTIFICATIONS = Counter(
+    "qm_notifications_total",
+    "Notifications made, and their deliveries by result: sent, retry (a failed try, another is owed), given_up.",
+    ["event"],
+)
+EDGE_ROLLOUT_MOVES = Counter(
+    "qm_edge_rollout_moves_total", "Edge rollouts' changes of state, by the state reached.", ["state"]
+)
+
+
+class LoopRound:
+    """``with LoopRound("serving"):`` times one round of a background loop and, when it finishes, records when."""
+
+    def __init__(self, loop: str) -> None:
+        assert loop in LOOPS, loop
+        self.loop = loop
+
+    def __enter__(self) -> None:
+        self.started = time.perf_counter()
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: object) -> None:
+        LOOP_ROUND_SECONDS.labels(self.loop).observe(time.perf_counter() - self.started)
+        if kind is None:
+            LOOP_ROUND_FINISHED.labels(self.loop).set(time.time())

@@ -34,6 +34,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from common import metrics
 from edge.models import (
     DeploymentState,
     Device,
@@ -419,6 +420,7 @@ def _move(rollout: Rollout, to: RolloutState) -> None:
             {"state": f"Rollout #{rollout.pk} is {state.label.lower()}; it cannot be {to.label.lower()}."}
         )
     rollout.state = to
+    transaction.on_commit(metrics.EDGE_ROLLOUT_MOVES.labels(str(to.value)).inc)
 
 
 def _event(rollout: Rollout, kind: str, message: str, actor: User | None, at: datetime) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from common import metrics
 from edge import rollouts
 from edge.models import Rollout, RolloutState
 
@@ -12,7 +13,8 @@ from edge.models import Rollout, RolloutState
 @shared_task
 def advance_rollouts() -> int:
     """Step each running rollout under its row lock; safe to run twice (each step re-reads the rollout)."""
-    ids = list(Rollout.objects.filter(state=RolloutState.RUNNING).values_list("pk", flat=True))
-    for rollout_id in ids:
-        rollouts.advance(rollout_id)
+    with metrics.LoopRound("edge_rollouts"):
+        ids = list(Rollout.objects.filter(state=RolloutState.RUNNING).values_list("pk", flat=True))
+        for rollout_id in ids:
+            rollouts.advance(rollout_id)
     return len(ids)

@@ -37,7 +37,7 @@ from django.db.models.functions import Greatest
 from django.urls import reverse
 from django.utils import timezone
 
-from common import enqueue, outbound, webhooks
+from common import enqueue, metrics, outbound, webhooks
 from notifications import events as ev
 from notifications.models import Channel, Notification, OutboxCursor, Preference
 from notifications.preferences import Book, Resolved, home_team
@@ -98,7 +98,11 @@ _READ = (
 def collect(now: datetime | None = None) -> list[int]:
     """One round: the notifications owed for new job events and for jobs waiting too long are made, and their
     delivery queued. Returns the ids made now. Safe to run twice at once."""
-    now = now or timezone.now()
+    with metrics.LoopRound("notifications"):
+        return _collect(now or timezone.now())
+
+
+def _collect(now: datetime) -> list[int]:
     cursor = _cursor()
     after = JobEvent.objects.filter(pk__gt=cursor.last_id)
     rows = list(after.filter(ev.worth_reading()).select_related("job__team").only(*_READ).order_by("pk")[:BATCH])
@@ -120,6 +124,7 @@ def collect(now: datetime | None = None) -> list[int]:
     )
     for pk in made:
         enqueue.send(DELIVER_TASK, pk)
+    metrics.NOTIFICATIONS.labels("made").inc(len(made))
     return made
 
 
@@ -345,9 +350,12 @@ def deliver(notification_id: int, now: datetime | None = None) -> bool:
         n.save(update_fields=["sent_at", "sent_to", "attempts", "last_error"])
     if n.sent_at is None:
         if n.attempts >= MAX_ATTEMPTS:
+            metrics.NOTIFICATIONS.labels("given_up").inc()
             log.warning("notification %s given up after %s attempts: %s", n.pk, n.attempts, n.last_error)
             return False
+        metrics.NOTIFICATIONS.labels("retry").inc()
         raise DeliveryFailed(n.last_error)
+    metrics.NOTIFICATIONS.labels("sent").inc()
     return True
 
 

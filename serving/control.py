@@ -31,7 +31,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from common import outbound
+from common import metrics, outbound
 from scheduler import actions as jobs
 from scheduler import replicas as replica_jobs
 from scheduler import utilization
@@ -62,8 +62,9 @@ def tick_all(now: datetime | None = None) -> int:
         Q(state=Service.State.ACTIVE) | Q(replicas__state__in=[*LIVE, R.DRAINING])
     ).values_list("pk", flat=True)
     done = 0
-    for service_id in sorted(set(ids)):
-        done += tick_service(service_id, now)
+    with metrics.LoopRound("serving"):
+        for service_id in sorted(set(ids)):
+            done += tick_service(service_id, now)
     return done
 
 
@@ -326,6 +327,7 @@ def _submit(service: Service, revision: Revision, index: int) -> bool:
         Service.objects.filter(pk=service.pk).update(message=f"Could not start a replica: {words}")
         log.warning("service %s: replica refused: %s", service.name, words)
         return False
+    metrics.SERVING_ACTIONS.labels("started").inc()
     if service.message:
         Service.objects.filter(pk=service.pk).update(message="")
         service.message = ""
@@ -337,6 +339,7 @@ def _stop(service: Service, replica: Replica, now: datetime, why: str, *, drain:
     if drain and replica.state == R.READY:
         Replica.objects.filter(pk=replica.pk).update(state=R.DRAINING, drain_started_at=now)
         replica.state = R.DRAINING
+        metrics.SERVING_ACTIONS.labels("drained").inc()
         log.info("service %s: draining replica %s: %s", service.name, replica.pk, why)
         return
     _cancel(service, replica, why)
@@ -357,6 +360,7 @@ def _cancel(service: Service, replica: Replica, why: str) -> None:
     if job.state in WAITING | PLACED:
         with contextlib.suppress(ValidationError):  # it ended meanwhile
             jobs.cancel_job(service.created_by, job, f"Replica of service {service.name} stopped: {why}.")
+    metrics.SERVING_ACTIONS.labels("stopped").inc()
     log.info("service %s: stopped replica %s: %s", service.name, replica.pk, why)
 
 
@@ -380,6 +384,7 @@ def _rollout_failed(service: Service, rolling: Revision, new: Sequence[Replica])
         Service.objects.filter(pk=service.pk).update(message=reason)
     for replica in new:
         _cancel(service, replica, "its revision was rolled back")
+    metrics.SERVING_ACTIONS.labels("rolled_back").inc()
     log.warning("service %s: %s", service.name, reason)
     return True
 
@@ -390,6 +395,7 @@ def _promote(service: Service, current: Revision, rolling: Revision) -> None:
         Revision.objects.filter(pk=rolling.pk).update(state=Revision.State.ACTIVE, reason="")
         Service.objects.filter(pk=service.pk).update(revision=rolling)
     service.revision = rolling
+    metrics.SERVING_ACTIONS.labels("promoted").inc()
     log.info("service %s: revision %s rolled out", service.name, rolling.number)
 
 

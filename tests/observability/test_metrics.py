@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from datetime import timedelta
@@ -271,3 +272,22 @@ def test_a_pod_without_a_web_server_serves_its_processes_metrics_with_the_token(
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_each_background_loop_records_its_rounds(db: Any) -> None:
+    """Serving's control loop, the notification outbox and edge rollouts each time a round and say when it
+    finished (``qm_loop_round_finished_timestamp_seconds``: what ServingControlSilent and BackgroundLoopSilent
+    read)."""
+    from common import metrics
+    from edge.tasks import advance_rollouts
+    from notifications import outbox
+    from serving import control
+
+    before = {loop: value("qm_loop_round_seconds_count", loop=loop) for loop in metrics.LOOPS}
+    started = time.time()
+    control.tick_all()
+    outbox.collect()
+    advance_rollouts()
+    for loop in metrics.LOOPS:
+        assert value("qm_loop_round_seconds_count", loop=loop) == before[loop] + 1, loop
+        assert value("qm_loop_round_finished_timestamp_seconds", loop=loop) >= started, loop

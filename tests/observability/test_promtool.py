@@ -34,7 +34,7 @@ def test_promtool_checks_the_rules() -> None:
         [prometheus_binary("promtool"), "check", "rules", str(RULES)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 37 rules found" in result.stdout
+    assert "SUCCESS: 40 rules found" in result.stdout
 
 
 def test_promtool_unit_tests_pass() -> None:
@@ -54,6 +54,9 @@ def test_every_alert_is_unit_tested_and_has_its_runbook_section() -> None:
         "ClusterSyncStale",
         "MeterLagging",
         "DataPlaneTableStale",
+        "ServingControlSilent",
+        "BackgroundLoopSilent",
+        "NotificationsGivenUp",
         "MetricsScrapeFailing",
     }
     tested = set()
@@ -99,6 +102,11 @@ def test_the_dashboard_queries_every_metric_family() -> None:
         "qm_meter_lag_seconds",
         "qm_budget_used_ratio",
         "qm_http_request_duration_seconds",
+        "qm_loop_round_finished_timestamp_seconds",
+        "qm_loop_round_seconds",
+        "qm_serving_actions_total",
+        "qm_notifications_total",
+        "qm_edge_rollout_moves_total",
     ):
         assert family in text
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
+from prometheus_client import REGISTRY
 
 from scheduler.models import Job
 from serving import actions
@@ -115,9 +116,14 @@ def test_a_dead_replica_is_replaced(fleet: Fleet, plant: Plant) -> None:
     assert Job.objects.get(pk=first.job_id).state == Job.State.CANCELLED
 
 
+def actions_counted(action: str) -> float:
+    return REGISTRY.get_sample_value("qm_serving_actions_total", {"action": action}) or 0.0
+
+
 def test_a_rolling_update_replaces_replicas_one_at_a_time(fleet: Fleet, plant: Plant) -> None:
     service = make(fleet, min_replicas=2, max_replicas=2)
     service = plant.settle(service, 2)
+    promoted = actions_counted("promoted")
     actions.update_service(fleet.user("alice"), service, image="ghcr.io/lab/serve:2")
     most = 0
     for _ in range(12):
@@ -130,12 +136,14 @@ def test_a_rolling_update_replaces_replicas_one_at_a_time(fleet: Fleet, plant: P
     assert service.revision.number == 2
     assert [r.revision.number for r in ready(service)] == [2, 2]
     assert Revision.objects.get(service=service, number=1).state == Revision.State.SUPERSEDED
+    assert actions_counted("promoted") == promoted + 1  # qm_serving_actions_total
 
 
 def test_a_bad_revision_is_rolled_back(fleet: Fleet, plant: Plant) -> None:
     service = make(fleet, min_replicas=1, max_replicas=1)
     service = plant.settle(service, 2)
     plant.behaviour[2] = (500, 0.0)  # revision 2's health path answers 500
+    rolled_back = actions_counted("rolled_back")
     actions.update_service(fleet.user("alice"), service, image="ghcr.io/lab/serve:broken")
     for _ in range(6):
         service = plant.tick(service)
@@ -146,6 +154,7 @@ def test_a_bad_revision_is_rolled_back(fleet: Fleet, plant: Plant) -> None:
     assert service.revision.number == 1
     assert [r.revision.number for r in ready(service)] == [1]
     assert not service.replicas.filter(revision=bad).exclude(state=Replica.State.GONE).exists()
+    assert actions_counted("rolled_back") == rolled_back + 1
 
 
 def test_stop_and_start(fleet: Fleet, plant: Plant) -> None:
