@@ -8,7 +8,8 @@ from common.params import IdConverter
 from portal import views
 from serving.web.endpoint import endpoint
 
-# Before the apps' URLs are read: every id in a path is ``<id:…>``, never ``<int:…>`` (tests/test_ids_in_urls.py).
+# Before the apps' URLs are read: every id in a path is ``<id:…>``, never ``<int:…>``
+# (tests/portal/test_ids_in_urls.py).
 register_converter(IdConverter, "id")
 
 urlpatterns = [

@@ -17,7 +17,7 @@ same ``team_field`` and ``org_field`` paths `for_user` filters by). Ask with `ca
 permissions, for a page that offers some controls and not others) and `permitted` (a queryset narrowed to
 the objects the user may change). Each call reads the user's memberships in the object's organization once.
 
-No role is compared anywhere else (``tests/test_policy.py`` checks the code for role queries outside this
+No role is compared anywhere else (``tests/tenancy/test_policy.py`` checks the code for role queries outside this
 module), and the authorization matrix (``tests/authz``) computes its expected answers from this table.
 """
 

@@ -248,7 +248,7 @@ def api_member(s: Side) -> dict[str, Any]:
 def stranger(s: Side) -> dict[str, Any]:
     # A user of the other organization: nobody here may add them, and the answer is the one for a name that
     # does not exist (400 naming the username), so that it tells nothing about who exists elsewhere (that the
-    # two answers are the same, word for word, is tests/test_member_adding.py's).
+    # two answers are the same, word for word, is tests/tenancy/test_member_adding.py's).
     return {"username": s["stranger"].username, "role": "researcher"}
 
 
@@ -403,7 +403,7 @@ ROWS: list[Row] = [
     row("service-account-revoke", "POST", "service_account",
                                                         "in  404 p   404 404 p   404 404 404",
         perm="service_account.revoke", ok="302"),
-    # Sign-in through the identity provider: off unless configured (tests/test_oidc_signin.py runs it on)
+    # Sign-in through the identity provider: off unless configured (tests/tenancy/test_oidc_signin.py runs it on)
     row("oidc-authenticate", "GET", None,               "404 404 404 404 404 404 -   -   -"),
     row("oidc-callback", "GET", None,                   "404 404 404 404 404 404 -   -   -",
         query=lambda s: {"code": "matrix", "state": "matrix"}),

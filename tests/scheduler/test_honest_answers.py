@@ -173,7 +173,7 @@ def test_an_api_request_for_too_much_memory_names_the_memory_field(fleet: Fleet,
 
 def test_a_hard_budget_of_zero_refuses_accelerator_jobs_at_submission(fleet: Fleet, api: Any) -> None:
     """A limit of zero covers nothing, this month or the next: refused, not left waiting for a new month."""
-    from tests.scheduler.test_budgets import make_budget
+    from tests.governance.test_budgets import make_budget
 
     make_budget(fleet, accelerator_hours=0, hard=True)
     refused = api("alice").post(JOBS, {**BODY, "accelerators": 1}, format="json")

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from scheduler.models import Job
+from tests.governance.test_quota_api import H100, team_queue
 from tests.scheduler.conftest import Fleet
 from tests.scheduler.test_api import BODY, JOBS
-from tests.scheduler.test_quota_api import H100, team_queue
-from tests.test_service_accounts import bearer, service_token
+from tests.tenancy.test_service_accounts import bearer, service_token
 
 pytestmark = pytest.mark.django_db
 

@@ -16,12 +16,12 @@ import pytest
 from common import outbound
 from governance import budgets
 from governance.models import Budget, BudgetAlert
+from tests.common.test_outbound import Recorder, serve
 from tests.conftest import api_client
+from tests.governance.test_budgets import NOV_15
 from tests.scheduler.conftest import Fleet
-from tests.scheduler.test_budgets import NOV_15
-from tests.test_outbound import Recorder, serve
 
-__all__ = ["serve"]  # the loopback receivers of tests/test_outbound.py, as a fixture here too
+__all__ = ["serve"]  # the loopback receivers of tests/common/test_outbound.py, as a fixture here too
 
 
 def alert_for(fleet: Fleet, url: str) -> BudgetAlert:

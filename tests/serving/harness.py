@@ -5,7 +5,7 @@ process of the test's (answering with its revision's behaviour, set per test), a
 set to it, as the program would report it with the job token. What the simulated cluster itself starts for the
 job (its command, a ``sleep``) is stopped when the test ends. That the cluster runs a replica's own program and
 that the program's report reaches the attempt is proven by tests/scheduler/test_service_replicas.py and, with
-the whole loop, by tests/test_portal_to_robots.py.
+the whole loop, by tests/portal/test_portal_to_robots.py.
 """
 
 from __future__ import annotations

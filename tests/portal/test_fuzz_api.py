@@ -13,7 +13,7 @@ that a team must exist, that a change needs a reason or which characters text ma
 allows may still be refused, by name, as bad input.
 
 Each role runs the phases ``PHASES`` gives it (the admin every one). Run it alone with
-``pytest tests/test_fuzz_api.py -s``; with another seed: ``QM_FUZZ_SEED=7``; with more or fewer
+``pytest tests/portal/test_fuzz_api.py -s``; with another seed: ``QM_FUZZ_SEED=7``; with more or fewer
 cases: ``QM_FUZZ_EXAMPLES`` (CI's second run, on the embedded defaults, takes 2). Its figures
 (requests answered, test cases, findings per role) are printed and written to ``var/schemathesis.json``
 (under ``QM_VAR_DIR``), as xdist does not show a passing test's output.
@@ -38,7 +38,7 @@ from tests.conftest import World
 
 pytestmark = pytest.mark.fuzz
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "openapi.yaml"
 MAX_EXAMPLES = int(os.environ.get("QM_FUZZ_EXAMPLES", "5"))
 SEED = int(os.environ.get("QM_FUZZ_SEED", "1"))

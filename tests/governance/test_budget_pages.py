@@ -20,8 +20,8 @@ from governance import budgets, placed, quotas
 from governance.models import Budget, BudgetAlert, MemberLimit, QuotaChange
 from scheduler import actions
 from tenancy.models import AuditLog, Project
+from tests.governance.test_budgets import NOV_15, placed_attempt
 from tests.scheduler.conftest import Fleet
-from tests.scheduler.test_budgets import NOV_15, placed_attempt
 
 pytestmark = pytest.mark.django_db
 

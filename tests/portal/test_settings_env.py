@@ -12,7 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from portal.env import env_bool, env_choice, env_int, env_list, env_networks, env_ports, env_str
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_bool_accepts_the_usual_spellings_and_refuses_others(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,8 +16,8 @@ from governance import budgets
 from governance.models import Budget, BudgetAlert, MemberLimit, QuotaChange
 from tenancy.models import AuditLog, Project
 from tests.conftest import api_client
+from tests.governance.test_budgets import NOV_15, placed_attempt
 from tests.scheduler.conftest import Fleet
-from tests.scheduler.test_budgets import NOV_15, placed_attempt
 
 pytestmark = pytest.mark.django_db
 

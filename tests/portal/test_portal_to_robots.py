@@ -58,7 +58,7 @@ from serving.dataplane.server import DataPlane, InThread
 from tenancy import actions as tenancy_actions
 from tests.scheduler.conftest import Fleet, fleet  # noqa: F401 - the simulated fleet fixture
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MODEL_SERVER = ROOT / "deploy" / "model_server.py"
 MODEL = "grasp-policy"  # the training jobs' name, and so the model's (the publish form's default)
 AGENTS = 8

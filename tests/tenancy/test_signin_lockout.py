@@ -21,7 +21,7 @@ from rest_framework.test import APIClient
 from common.client import client_address
 from tenancy import actions as tenancy_actions
 from tenancy.models import ApiToken, AuditLog
-from tests.test_settings_env import manage
+from tests.portal.test_settings_env import manage
 
 LIMIT = 4
 PASSWORD = "correct horse"

@@ -25,7 +25,7 @@ from scheduler import submission
 from scheduler.api.serializers import JobSubmissionSerializer
 from scheduler.web.forms import JobForm
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("portal", "common", "tenancy", "clusters", "governance", "scheduler", "billing", "qm")
 #: Where a message's own words end: its first placeholder.
 PLACEHOLDER = re.compile(r"%\(|\{")

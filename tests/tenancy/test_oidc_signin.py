@@ -320,7 +320,7 @@ def test_the_mapping_page_is_read_by_organization_admins_and_changed_by_the_inst
 
 
 def test_configuration_is_checked_at_start(tmp_path: Path) -> None:
-    from tests.test_settings_env import STRONG_KEY, manage
+    from tests.portal.test_settings_env import STRONG_KEY, manage
 
     missing = manage("check", QM_VAR_DIR=str(tmp_path), OIDC_CLIENT_ID="qm", OIDC_ISSUER="https://id.example.org")
     assert missing.returncode != 0

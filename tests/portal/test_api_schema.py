@@ -9,7 +9,7 @@ from django.core.management import call_command
 
 pytestmark = pytest.mark.each_database  # differs by database: CI runs it on both
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_committed_schema_is_current(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from clusters.backends.simulated.replicas import members
 from demo.tenancy import USERS, seed_demo
 from tenancy.models import Membership, Organization, Project, Team
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_seed_is_idempotent(db) -> None:  # type: ignore[no-untyped-def]

@@ -22,7 +22,7 @@ from tenancy import policy
 from tenancy.models import Membership, Organization, Team
 from tenancy.scoping import Role
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 #: The product's packages (demo data and the benchmarks' synthetic fleets make memberships by design).
 PRODUCT = (
     "portal",

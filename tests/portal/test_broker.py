@@ -3,7 +3,7 @@
 The same scenarios fail on kombu's own filesystem transport (unreadable half-written messages, a message
 lost with the consumer that held it, bindings lost); to see it:
 
-    python -m tests.test_broker kombu.transport.filesystem:Transport
+    python -m tests.portal.test_broker kombu.transport.filesystem:Transport
 """
 
 from __future__ import annotations
@@ -227,7 +227,7 @@ def test_concurrent_bindings_are_all_kept_and_tables_always_readable(tmp_path: P
 def test_every_process_takes_the_embedded_broker_unless_another_is_configured(
     tmp_path: Path, env: dict[str, str], transport: str
 ) -> None:
-    from tests.test_settings_env import manage
+    from tests.portal.test_settings_env import manage
 
     script = (
         "from portal.celery import app; t = type(app.connection_for_write().transport); print(t.__module__, t.__name__)"

@@ -1,6 +1,6 @@
 """The demo's model, service and devices (demo/inference.py, demo/devices.py, demo/traffic.py): seeded once,
 tokens issued only to devices that need one, the load sent as a user's requests, replica processes ended with
-the demo. `tests/test_demo.py` runs the whole demo with them."""
+the demo. `tests/demo/test_demo.py` runs the whole demo with them."""
 
 from __future__ import annotations
 

@@ -16,8 +16,8 @@ from django.test import Client, override_settings
 
 from common import params
 from tenancy.models import AuditLog, Project
+from tests.common.test_bad_input import nothing_written
 from tests.conftest import World, api_client
-from tests.test_bad_input import nothing_written
 
 pytestmark = pytest.mark.each_database  # differs by database: CI runs it on both
 

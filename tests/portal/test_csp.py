@@ -4,7 +4,7 @@ from this site only; and the stylesheet that lets Plotly run under it.
 Plotly injects its own CSS as a ``<style>`` element unless the page has an element with the id
 ``plotly.js-style-global`` and the class ``no-inline-styles``: ``templates/base.html`` links
 ``static/vendor/plotly/plotly.css`` so, and that file holds the rules of the vendored bundle. Updating
-Plotly: ``python -m tests.test_csp`` writes the file again from the new bundle (the test below says when).
+Plotly: ``python -m tests.portal.test_csp`` writes the file again from the new bundle (the test below says when).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from django.test import Client
 if TYPE_CHECKING:
     from tests.conftest import World
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "static" / "vendor" / "plotly" / "plotly-basic.min.js"
 PLOTLY_CSS = ROOT / "static" / "vendor" / "plotly" / "plotly.css"
 EXPECTED = {
@@ -81,14 +81,14 @@ def plotly_rules(bundle: str) -> list[tuple[str, str]]:
 
 def plotly_css(bundle: str) -> str:
     header = (
-        f"/* Plotly's own rules, from {BUNDLE.name} (written by `python -m tests.test_csp`): linked by\n"
+        f"/* Plotly's own rules, from {BUNDLE.name} (written by `python -m tests.portal.test_csp`): linked by\n"
         "   templates/base.html so that Plotly injects no <style> the Content-Security-Policy would refuse. */\n"
     )
     return header + "".join(f"{selector} {{{declarations}}}\n" for selector, declarations in plotly_rules(bundle))
 
 
 def test_plotly_css_holds_the_bundles_rules() -> None:
-    assert PLOTLY_CSS.read_text() == plotly_css(BUNDLE.read_text()), "run `python -m tests.test_csp`"
+    assert PLOTLY_CSS.read_text() == plotly_css(BUNDLE.read_text()), "run `python -m tests.portal.test_csp`"
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
+TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 #: Those that lay out the page's head themselves: the base, and Swagger UI's page (drf-spectacular's).
 HEADS = {"base.html", "portal/api_docs.html"}
 COMMENT = re.compile(r"\{#.*?#\}|\{% comment %\}.*?\{% endcomment %\}", re.DOTALL)

@@ -102,7 +102,7 @@ def test_audit_page_shows_only_own_organization(world: World) -> None:
 
 
 def test_home_shows_each_role_its_section(world: World) -> None:
-    """Each role's section of the home page (``portal/home.py``; tests/test_home.py has their figures)."""
+    """Each role's section of the home page (``portal/home.py``; tests/portal/test_home.py has their figures)."""
     for username, section in [
         ("alice", "home-work"),
         ("lena", "home-team-vision"),
