@@ -1,5 +1,5 @@
 """The services API's representations, in people's units (cores, GiB) as the job API's, and the request
-bodies as the schema documents them (``serving/requests.py`` reads them)."""
+bodies as the schema documents them (``serving/submission.py`` reads them)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field, inline_serializer
 from rest_framework import serializers
 
-from serving import figures, requests
+from serving import figures, submission
 from serving.models import Revision, Service
 
 ERROR = inline_serializer(
@@ -52,10 +52,10 @@ class RevisionSerializer(serializers.ModelSerializer[Revision]):
         read_only_fields = fields
 
     def get_cpu(self, revision: Revision) -> float:
-        return requests.cores(revision.cpu)
+        return submission.cores(revision.cpu)
 
     def get_memory_gib(self, revision: Revision) -> float:
-        return requests.gib(revision.memory)
+        return submission.gib(revision.memory)
 
 
 class ServiceSerializer(serializers.ModelSerializer[Service]):

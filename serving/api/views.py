@@ -2,7 +2,7 @@
 
 List and create; read, change (a change of the program rolls out a new revision) and delete (stops it: its
 replicas are cancelled, the service and its revisions stay); ``scale``, ``stop``, ``start``, ``rollback``;
-its replicas and its load over time (``samples/?since=``). Bodies are ``serving/requests.py``'s (cores, GiB,
+its replicas and its load over time (``samples/?since=``). Bodies are ``serving/submission.py``'s (cores, GiB,
 names); changes are ``serving.actions``'; another team's service is a 404 whatever the verb.
 """
 
@@ -24,7 +24,7 @@ from rest_framework.response import Response
 
 from common.api.errors import error_body
 from common.api.parsers import JSONParser
-from serving import actions, figures, requests
+from serving import actions, figures, submission
 from serving.api.serializers import (
     ERROR,
     SAMPLE,
@@ -49,7 +49,7 @@ def _body(request: Request) -> dict[str, Any]:
 
 
 def _invalid(error: DjangoValidationError) -> exceptions.ValidationError:
-    return exceptions.ValidationError(requests.api_errors(error))
+    return exceptions.ValidationError(submission.api_errors(error))
 
 
 class ServiceViewSet(
@@ -110,7 +110,7 @@ class ServiceViewSet(
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         try:
-            team, name, fields = requests.creation(self.actor, _body(request))
+            team, name, fields = submission.creation(self.actor, _body(request))
             service = actions.create_service(self.actor, team=team, name=name, http=request._request, **fields)
         except DjangoValidationError as error:
             raise _invalid(error) from error
@@ -124,7 +124,7 @@ class ServiceViewSet(
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         service = self.get_object()
         try:
-            fields = requests.change(service, _body(request))
+            fields = submission.change(service, _body(request))
             actions.update_service(self.actor, service, http=request._request, **fields)
         except DjangoValidationError as error:
             raise _invalid(error) from error
@@ -152,7 +152,7 @@ class ServiceViewSet(
         """Change how the service scales: its bounds, metric, target and windows."""
         service = self.get_object()
         try:
-            fields = requests.scaling(_body(request))
+            fields = submission.scaling(_body(request))
             actions.scale(self.actor, service, http=request._request, **fields)
         except DjangoValidationError as error:
             raise _invalid(error) from error

@@ -1,5 +1,5 @@
 """The service form (new and edit): text fields as people type them, turned into the request
-``serving/requests.py`` reads (the API's body), so the pages and the API refuse the same things in the same
+``serving/submission.py`` reads (the API's body), so the pages and the API refuse the same things in the same
 words. Errors come back by the request's field names, which are this form's."""
 
 from __future__ import annotations

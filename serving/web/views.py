@@ -2,7 +2,7 @@
 replicas, load and latency over time, cost, revisions, and the buttons that scale, stop, start and roll back).
 
 Thin: services are looked up through ``Service.objects.for_user`` (another team's is a 404); the form's body
-is ``serving/requests.py``'s, the changes ``serving.actions``', the figures ``serving/figures.py``'s.
+is ``serving/submission.py``'s, the changes ``serving.actions``', the figures ``serving/figures.py``'s.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from common.types import AuthenticatedHttpRequest
-from serving import actions, dataplane, figures, requests
+from serving import actions, dataplane, figures, submission
 from serving.dataplane.table import own
 from serving.models import Revision, Service
 from serving.web.charts import load_chart
@@ -48,25 +48,25 @@ def service_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     )
     summaries = figures.summaries(services)
     rows = [(service, summaries[service.pk]) for service in services]
-    context = {"rows": rows, "may_create": bool(requests.service_teams(request.user))}
+    context = {"rows": rows, "may_create": bool(submission.service_teams(request.user))}
     return render(request, "serving/service_list.html", context)
 
 
 @require_http_methods(["GET", "POST"])
 def service_new(request: AuthenticatedHttpRequest) -> HttpResponse:
-    teams = requests.service_teams(request.user)
+    teams = submission.service_teams(request.user)
     if not teams:
         raise PermissionDenied("You may not create services in any team.")
     form = ServiceForm(request.POST or None, teams=teams)
     if request.method == "POST" and form.is_valid():
         body, own = form.request()
         try:
-            team, name, fields = requests.creation(request.user, body)
+            team, name, fields = submission.creation(request.user, body)
             if own:
                 raise ValidationError(own)
             service = actions.create_service(request.user, team=team, name=name, http=request, **fields)
         except ValidationError as error:
-            form.add_errors({**requests.api_errors(error), **own})
+            form.add_errors({**submission.api_errors(error), **own})
         else:
             messages.success(request, f"Created service {service.name}: its replicas start within seconds.")
             return redirect("service-detail", pk=service.pk)
@@ -82,12 +82,12 @@ def service_edit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         body, own = form.request()
         try:
-            fields = requests.change(service, body)
+            fields = submission.change(service, body)
             if own:
                 raise ValidationError(own)
             actions.update_service(request.user, service, http=request, **fields)
         except ValidationError as error:
-            form.add_errors({**requests.api_errors(error), **own})
+            form.add_errors({**submission.api_errors(error), **own})
         else:
             messages.success(request, f"Saved service {service.name}.")
             return redirect("service-detail", pk=service.pk)
@@ -128,9 +128,9 @@ def service_scale(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     form = ScaleForm(request.POST)
     if form.is_valid():
         try:
-            actions.scale(request.user, service, http=request, **requests.scaling(form.cleaned_data))
+            actions.scale(request.user, service, http=request, **submission.scaling(form.cleaned_data))
         except ValidationError as error:
-            for name, words in requests.api_errors(error).items():
+            for name, words in submission.api_errors(error).items():
                 form.add_error(name if name in form.fields else None, " ".join(words))
         else:
             messages.success(request, f"Service {service.name} now scales between its new bounds.")
