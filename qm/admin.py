@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from qm.cli import Client, Settings
+    from qm.client import Client, Settings
 
 OK = 0
 DURATION = re.compile(r"([0-9]{1,9})([smhd]?)", re.IGNORECASE)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from qm.admin import Lent
 
 if TYPE_CHECKING:
-    from qm.cli import Client, Settings
+    from qm.client import Client, Settings
 
 OK = 0
 

@@ -24,7 +24,7 @@ import requests
 from qm.admin import Lent
 
 if TYPE_CHECKING:
-    from qm.cli import Client, Settings
+    from qm.client import Client, Settings
 
 OK, FAILED, BAD_INPUT = 0, 1, 2
 CHUNK = 1 << 20

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from qm.admin import Lent
 
 if TYPE_CHECKING:
-    from qm.cli import Client, Settings
+    from qm.client import Client, Settings
 
 OK = 0
 #: Options shared by create and update: (flag, the API's field, type, help).

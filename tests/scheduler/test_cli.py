@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from qm import cli
+from qm import cli, client
 from scheduler import actions
 from scheduler.models import Job
 from tenancy import actions as portal_actions
@@ -335,7 +335,7 @@ def test_login_keeps_the_token_for_this_server_only(
     status, _, err = qm(capsys, "login", "--username", "alice", "--password-stdin")
     assert status == 2
     assert "password: Wrong username or password." in err
-    assert not cli.config_path().exists()
+    assert not client.config_path().exists()
 
     monkeypatch.setattr("sys.stdin", io.StringIO("demo\n"))
     status, out, err = qm(capsys, "login", "--username", "alice", "--password-stdin")
