@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -189,3 +190,31 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if table:
         terminalreporter.section("fault-injection matrix")
         terminalreporter.write_line(table)
+
+
+@contextmanager
+def broker_down() -> Iterator[None]:
+    """Celery sending to a broker nothing listens on (a task that cannot be queued), then back as it was: its
+    broker, retries and eager mode restored, and the connection pools it made for the dead broker dropped (the
+    app keeps them), so that a later test's worker in the same process reaches the real broker."""
+    from portal.celery import app
+
+    names = ("task_always_eager", "broker_url", "broker_connection_retry", "broker_connection_max_retries")
+    saved = {name: app.conf[name] for name in names}
+
+    def drop_pools() -> None:
+        app._pool = None  # type: ignore[attr-defined]  # Celery resets these after a fork, as here
+        app.amqp._producer_pool = None  # type: ignore[attr-defined]
+
+    drop_pools()
+    app.conf.update(
+        task_always_eager=False,
+        broker_url="redis://127.0.0.1:1/0",  # nothing listens there
+        broker_connection_retry=False,
+        broker_connection_max_retries=0,
+    )
+    try:
+        yield
+    finally:
+        app.conf.update(saved)
+        drop_pools()

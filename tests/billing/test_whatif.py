@@ -22,7 +22,7 @@ from scheduler.simulation import jobs as policies
 from scheduler.simulation.events import SimJob, Simulation, fits_empty
 from tenancy.models import AuditLog
 from tests.billing import whatif_history as h
-from tests.conftest import World
+from tests.conftest import World, broker_down
 
 pytestmark = pytest.mark.django_db
 
@@ -335,24 +335,14 @@ def test_what_ifs_abandoned_for_a_day_are_given_up(world: World) -> None:
 
 
 def test_a_lost_task_is_sent_again_but_not_at_every_beat(world: World) -> None:
-    from portal.celery import app
-
     cluster, _ = h.cluster(world.org, nodes=2)
     what_if = _ask(world, cluster, 1)
     assert whatif.requeue_stale() == []  # just asked for: its task is on its way
     WhatIf.objects.filter(pk=what_if.pk).update(created_at=timezone.now() - timedelta(minutes=5))
-    app.conf.task_always_eager = False
-    previous = app.conf.broker_url
-    app.conf.broker_url = "redis://127.0.0.1:1/0"  # type: ignore[misc]  # nothing listens: a lost task
-    app.conf.broker_connection_retry = False
-    app.conf.broker_connection_max_retries = 0
-    try:
+    with broker_down():  # a lost task
         assert whatif.requeue_stale() == [what_if.pk]
         assert whatif.requeue_stale() == []  # sent a moment ago: a long queue for a worker piles up no copies
         later = timezone.now() + whatif.RESEND_AFTER + timedelta(seconds=1)
         assert whatif.requeue_stale(now=later) == [what_if.pk]
-    finally:
-        app.conf.broker_url = previous  # type: ignore[misc]
-        app.conf.task_always_eager = True
     assert WhatIf.objects.get(pk=what_if.pk).status == WhatIf.Status.QUEUED
     assert tasks.run_what_if(what_if.pk) == "done"  # a queued row is taken whatever its resend time

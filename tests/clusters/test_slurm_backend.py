@@ -347,11 +347,18 @@ def test_drain_requeues_the_running_job_resume_undoes_it_and_a_down_node_is_not_
         assert backend.cordon("lab-node4", "") is None  # Slurm insists on a reason; the backend gives one
         assert node(backend, "lab-node4").labels["reason"] == "cordoned by Quartermaster"
 
-        # a node Slurm marks down is not ready (a failed node would be; the lab cannot fail one quickly)
+        # a node Slurm marks down is not ready (a failed node would be; the lab cannot fail one quickly). The lab
+        # returns a down node to service when its slurmd registers again (ReturnToService=2), which may happen
+        # between two reads: each read is judged when Slurm still says down in it.
         backend.cancel(job)
-        backend._scontrol("update", "NodeName=lab-node4", "State=DOWN", "Reason=qm test: down", what="lab-node4")
-        assert not node(backend, "lab-node4").ready
-        ready = {s.node: s for s in backend.health() if s.check == "ready"}
+        for _ in range(5):
+            backend._scontrol("update", "NodeName=lab-node4", "State=DOWN", "Reason=qm test: down", what="lab-node4")
+            down = node(backend, "lab-node4")
+            ready = {s.node: s for s in backend.health() if s.check == "ready"}
+            if down.labels["state"].startswith("down") and ready["lab-node4"].message.startswith("down"):
+                break
+        assert down.labels["state"].startswith("down"), down.labels
+        assert not down.ready
         assert not ready["lab-node4"].ok
         assert ready["lab-node4"].message.startswith("down")  # "down (NOT_RESPONDING)" just after a resume
         assert ready["lab-node4"].message.endswith(": qm test: down")

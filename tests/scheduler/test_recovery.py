@@ -17,6 +17,7 @@ from governance.models import PriorityTier
 from scheduler import actions
 from scheduler.models import Attempt, Job
 from scheduler.placement import dispatch, follow, loop, recover
+from tests.conftest import broker_down
 from tests.scheduler.conftest import Fleet, states
 
 pytestmark = pytest.mark.django_db
@@ -235,14 +236,7 @@ def test_a_job_the_cluster_forgot_is_requeued(fleet: Fleet) -> None:
 def test_a_broker_that_is_down_never_fails_a_committed_change(
     fleet: Fleet, django_capture_on_commit_callbacks: Any
 ) -> None:
-    from portal.celery import app
-
-    app.conf.task_always_eager = False
-    previous = app.conf.broker_url
-    app.conf.broker_url = "redis://127.0.0.1:1/0"  # type: ignore[misc]  # nothing listens there
-    app.conf.broker_connection_retry = False
-    app.conf.broker_connection_max_retries = 0
-    try:
+    with broker_down():
         with django_capture_on_commit_callbacks(execute=True):
             job = fleet.submit()  # the wake-up cannot be queued
         with django_capture_on_commit_callbacks(execute=True):
@@ -251,9 +245,6 @@ def test_a_broker_that_is_down_never_fails_a_committed_change(
         attempt = Attempt.objects.get(job=job)
         with django_capture_on_commit_callbacks(execute=True):
             actions.cancel_job(fleet.user("alice"), job)  # nor the cleanup
-    finally:
-        app.conf.broker_url = previous  # type: ignore[misc]
-        app.conf.task_always_eager = True
     job.refresh_from_db()
     attempt.refresh_from_db()
     assert job.state == Job.State.CANCELLED
