@@ -5,7 +5,7 @@ attempt ends, priced at the attempt's cost per hour (``costs.py``, until billing
 is each attempt's part of that span inside the month (UTC calendar months). A team's budget counts all of
 the team's jobs; a project's budget counts the jobs of that project.
 
-**Hard budgets** (``snapshot_budgets``): what is left for the engine is the limit less what was used this
+**Hard budgets** (``scheduler/placement/budgets.py``): what is left for the engine is the limit less what was used this
 month and less what running jobs may still use before their time limits (within the month). A job whose own
 use until its time limit (within the month) does not fit waits, with reason ``budget`` (the engine's
 ``budgets.py``). Running jobs are never stopped for a budget.
