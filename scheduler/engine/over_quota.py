@@ -56,22 +56,22 @@ import numpy as np
 
 from . import explain
 from .model import ACCEL, CPU, Preemption, PreemptionReason
-from .preemption import Running
+from .preemption import Preemptor, Running
 from .running import Policy
 
 if TYPE_CHECKING:
-    from .cycle import Cycle
+    from .state import CycleState
 
 #: (resource, column) pairs of one flavor, as ``QuotaTree.frs`` gives them.
 Columns = list[tuple[int, int]]
 
 
-def reclaim_over_quota(cycle: Cycle) -> None:
+def reclaim_over_quota(cycle: CycleState, preemptor: Preemptor) -> None:
     """Preempt what the tree nodes hold beyond their potential; a no-op (one scan) when none does."""
     quota = cycle.quota
     if not quota.over_potential():
         return
-    policy = cycle.preemptor.policy()
+    policy = preemptor.policy()
     work = cycle.work
     evicting: defaultdict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0, 0])
     for k in np.flatnonzero(~policy.staying & (policy.queue >= 0)).tolist():
@@ -82,7 +82,7 @@ def reclaim_over_quota(cycle: Cycle) -> None:
                 total[r] += amount
     for (q, flavor), total in evicting.items():
         quota.charge(q, flavor, total, -1)
-    phase = _Reclaim(cycle, policy)
+    phase = _Reclaim(cycle, policy, preemptor.victims)
     try:
         if not evicting or quota.over_potential():
             phase.run()
@@ -92,7 +92,6 @@ def reclaim_over_quota(cycle: Cycle) -> None:
             quota.charge(victim.queue, victim.workload.flavor, victim.usage)
         for (q, flavor), total in evicting.items():
             quota.charge(q, flavor, total)
-    preemptor = cycle.preemptor
     for victim, why in zip(phase.chosen, phase.why, strict=True):
         preemptor.victims.add(victim.workload.id)
         preemptor.leaving.append(victim)
@@ -105,8 +104,10 @@ def reclaim_over_quota(cycle: Cycle) -> None:
 class _Reclaim:
     """One pass over the tree, with evicting work out of it; victims leave the tree as they are chosen."""
 
-    def __init__(self, cycle: Cycle, policy: Policy) -> None:
+    def __init__(self, cycle: CycleState, policy: Policy, victims: set[str]) -> None:
         self.cycle = cycle
+        #: Work already asked to stop, by earlier cycles' preemptors or this phase.
+        self.victims = victims
         self.quota = cycle.quota
         self.policy = policy
         self.usage = cycle.work.usage
@@ -143,7 +144,7 @@ class _Reclaim:
         index = index[p.preemptible[index] & p.staying[index] & self.under[n][p.queue[index]]]
         # Lower tier first, then the newest: admitted last, then (for work admitted in the same cycle) submitted last.
         index = index[np.lexsort((-index, -p.submitted[index], -p.admitted[index], p.priority[index]))]
-        victims = self.cycle.preemptor.victims
+        victims = self.victims
         workloads = self.cycle.work.workloads
         return [k for k in index.tolist() if k not in self.taken and workloads[k].id not in victims]
 

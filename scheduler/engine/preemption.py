@@ -48,7 +48,8 @@ from .quota import Mode
 from .running import Policy, RunningWork
 
 if TYPE_CHECKING:
-    from .cycle import Cycle, Placement
+    from .routing import Placement
+    from .state import CycleState
 
 
 @dataclass(frozen=True, slots=True, eq=False)  # compared by identity
@@ -94,10 +95,10 @@ class _Work:
 
 
 class Preemptor:
-    def __init__(self, cycle: Cycle) -> None:
+    def __init__(self, cycle: CycleState) -> None:
         # A weak reference: the cycle owns its preemptor, and a cycle of references would leave the whole
         # cycle's state to the garbage collector instead of freeing it when ``schedule`` returns.
-        self.cycle: Cycle = cast("Cycle", weakref.proxy(cycle))
+        self.cycle: CycleState = cast("CycleState", weakref.proxy(cycle))
         self.victims: set[str] = set()
         self.attempts = 0
         self._candidate_lists: dict[tuple[object, ...], list[int]] = {}  # positions in ``_Work``
@@ -171,7 +172,7 @@ class Preemptor:
         cycle = self.cycle
         work = self._by_cost(flavor)
         enough = 16 * cycle.config.max_victims  # _candidates keeps half of these after dropping victims
-        mine = np.isin(work.cluster, cycle._allowed_clusters(job, flavor)) & (work.queue >= 0)
+        mine = np.isin(work.cluster, cycle.router.allowed_clusters(job, flavor)) & (work.queue >= 0)
         own = mine & (work.queue == qi)
         if queue.within_queue is WithinQueue.NEVER:
             own[:] = False
@@ -188,7 +189,7 @@ class Preemptor:
             others &= work.priority < tier.priority
         chosen_others = np.flatnonzero(others)
         if queue.reclaim is Reclaim.FAIR_SHARING:  # among equals, the queue with the largest share first
-            share = {q: cycle._queue_share(q) for q in np.unique(work.queue[chosen_others]).tolist()}
+            share = {q: cycle.queue_share(q) for q in np.unique(work.queue[chosen_others]).tolist()}
             shares = np.array([share[q] for q in work.queue[chosen_others].tolist()], np.float64)
             chosen_others = chosen_others[
                 np.lexsort((chosen_others, -shares, work.priority[chosen_others], work.staying[chosen_others]))
@@ -266,7 +267,7 @@ class Preemptor:
         if not enough:
             return None
         everyone = cycle.work.stopped(cycle.table.free, [r.index for r in candidates])
-        target = cycle.place(job, shape, flavor, everyone, cycle.now, cycle.timeline.holds, pack=False)
+        target = cycle.router.place(job, shape, flavor, everyone, cycle.now, cycle.timeline.holds, pack=False)
         if target is None:
             return None
         # Victims are stopped in a scratch copy of the free state, so that the cycle's own state and its
@@ -274,7 +275,7 @@ class Preemptor:
         work = cycle.table.free.copy()
 
         def placement() -> Placement | None:
-            return cycle.place(job, shape, flavor, work, cycle.now, cycle.timeline.holds, pack=False)
+            return cycle.router.place(job, shape, flavor, work, cycle.now, cycle.timeline.holds, pack=False)
 
         def greedy(order: list[Running]) -> tuple[list[Running], Placement | None]:
             """Stop candidates in ``order`` until the job fits. Quota is cheap to check after every step;
@@ -425,6 +426,6 @@ class Preemptor:
         root, tree = cycle.quota.root(qi), cycle.quota.root
         waited = chosen or [r for r in self.leaving if r.workload.flavor == flavor and tree(r.queue) == root]
         start = cycle.now + max((r.grace for r in waited), default=0)
-        cycle._pend(
+        cycle.pend(
             job, PendingReason.WAITING_FOR_PREEMPTION, position=position, estimate=start, facts={"victims": len(waited)}
         )

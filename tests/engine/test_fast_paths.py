@@ -69,8 +69,8 @@ def test_quick_fit_test_never_turns_away_a_job_that_fits(snapshot: Snapshot) -> 
         for job in snapshot.pending:
             shape = Shape.of(job)
             for flavor in table.flavors:
-                for c in cycle._allowed_clusters(job, flavor):
-                    rows = cycle._rows(flavor, c)
+                for c in cycle.router.allowed_clusters(job, flavor):
+                    rows = cycle.router.rows(flavor, c)
                     levels = table.clusters[c].levels
                     if not len(rows) or lacks_level(levels, job.topology):
                         continue
@@ -80,7 +80,7 @@ def test_quick_fit_test_never_turns_away_a_job_that_fits(snapshot: Snapshot) -> 
                         if job.workers == 1
                         else can_spread(table, rows, fits, levels, job.topology, job.workers)
                     )
-                    quick = cycle._may_fit(state, shape, job.workers, flavor, c)
+                    quick = cycle.router.may_fit(state, shape, job.workers, flavor, c)
                     assert quick or not room, (job, flavor, c)
                     if job.workers == 1 and not job.cpu and not job.memory:
                         assert quick == room, (job, flavor, c)  # the case where the quick test is exact

@@ -1,0 +1,1 @@
+"""Notifications's writes: every change to its tables goes through a module of this package."""
