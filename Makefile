@@ -59,6 +59,7 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/python -m tools.sizes
 
 ## Sort the imports and format the code as `make lint` wants them (ruff's safe fixes of imports, then its formatter).
 fmt: $(VENV)/.installed-dev

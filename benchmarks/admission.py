@@ -29,7 +29,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from clusters import sync
+from clusters.actions import sync
 from clusters.models import AcceleratorType, Cluster, Node
 from governance.models import Cohort, PriorityTier, Queue, Quota
 from scheduler import actions, submission
@@ -78,7 +78,7 @@ def setup(queues: int, cohorts: int, jobs: int, seed: int) -> tuple[Organization
             organization=org,
             name=f"bench-{c}",
             slug=f"bench-{c}",
-            kind=Cluster.Kind.SIMULATED,
+            kind="simulated",
             endpoint=f"sim://bench-{c}",
             region="eu",
             levels=["ib_block", "rack"],

@@ -22,10 +22,11 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from clusters import sync
+from clusters.actions import sync
 from clusters.models import AcceleratorType, Cluster
 from governance.models import PriorityTier, Queue
-from scheduler import arrays, submission
+from scheduler import submission
+from scheduler.actions import arrays
 from scheduler.models import Job, JobArray
 from scheduler.placement import feasibility, loop
 from scheduler.sweeps import ArrayRequest
@@ -60,7 +61,7 @@ def setup(nodes: int) -> tuple[Organization, Team, Any]:
         organization=org,
         name="bench-arrays",
         slug="bench-arrays",
-        kind=Cluster.Kind.SIMULATED,
+        kind="simulated",
         endpoint="sim://bench-arrays",
         region="eu",
         levels=["ib_block", "rack"],

@@ -1,4 +1,4 @@
-"""What a round of the notifications' outbox costs (``notifications/outbox.py``): the admission benchmark's
+"""What a round of the notifications' outbox costs (``notifications/actions/outbox.py``): the admission benchmark's
 organization, ``jobs`` jobs of ``users`` researchers across its teams, each job with a full life of job events
 (admitted, placing, running, then succeeded or failed), and every researcher told of every event by e-mail.
 The rounds that read them are timed with their queries counted, then a round with nothing new (the steady state
@@ -18,7 +18,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from benchmarks import admission
-from notifications import outbox
+from notifications.actions import outbox
 from notifications.events import EVENTS
 from notifications.models import Notification, OutboxCursor, Preference
 from scheduler.models import Job, JobEvent

@@ -44,8 +44,8 @@ from django.contrib.auth.models import User
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
-from edge import devices as edge_devices
-from edge import rollouts
+from edge.actions import devices as edge_devices
+from edge.actions import rollouts
 from edge.models import Device, DeviceGroup, Rollout, RolloutState
 from edge.presence import online_since
 from registry import artifacts

@@ -37,13 +37,14 @@ from django.core.wsgi import get_wsgi_application
 from django.db import connections
 
 from benchmarks import loadgen
-from clusters import sync
+from clusters.actions import sync
 from clusters.models import Cluster
 from demo.supervisor import stop_replicas
 from governance.models import PriorityTier
 from scheduler.models import Attempt
 from scheduler.placement import dispatch, follow, loop
-from serving import actions, control, dataplane
+from serving import actions, dataplane
+from serving.actions import control
 from serving.dataplane import source
 from serving.dataplane.server import DataPlane, InThread
 from serving.models import Replica, Service
@@ -147,7 +148,7 @@ def _world(state_dir: Path, nodes: int) -> tuple[Organization, Team, Any, Cluste
             organization=org,
             name=SLUG,
             slug=SLUG,
-            kind=Cluster.Kind.SIMULATED,
+            kind="simulated",
             endpoint=f"sim://{SLUG}",
             region="bench",
             options=options,

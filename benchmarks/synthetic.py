@@ -7,6 +7,10 @@ team queues whose nominal quota adds up to the fleet's capacity, running workloa
 (within quota, mostly preemptible tiers) and a pending mix of single, fractional, multi-GPU and gang jobs.
 `advance(snapshot, decisions, seconds)` applies one cycle's decisions and moves the clock, so a benchmark
 can run consecutive cycles without a database.
+
+Size: one generator of a whole synthetic fleet (clusters, flavors, teams and their quota tree, running work that
+fills the fleet to a target, and the pending queue), kept together so that a benchmark's world is read in one place;
+it is not product code.
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ from django.core.cache import cache
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from clusters import actions, sync
+from clusters import actions
+from clusters.actions import sync
 from clusters.models import AcceleratorType, Cluster, GpuSample, Node
 from scheduler import utilization
 from tenancy.models import Membership, Organization
@@ -87,7 +88,7 @@ def run(nodes: int, gpus: int, rounds: int, interval: int, gang: int, history_ho
             organization=org,
             name=SLUG,
             slug=SLUG,
-            kind=Cluster.Kind.SIMULATED,
+            kind="simulated",
             endpoint=f"sim://{SLUG}-{time.time()}",
             region="bench",
             options={"profile": "h100-onprem", "nodes": nodes, "busy": 0.0, "seed": 1},

@@ -38,6 +38,10 @@ parts of usage, not charges on top: totals do not change.
 
 Allocation needs the whole organization's month; what a person is shown is then cut to what they may
 see (``visible_to``): their teams' lines for researchers and leads, everything for finance and admins.
+
+Size: one attribution, end to end: lines, pools, the split of idle capacity and overhead, apportioning to the cent,
+and the per-job costs that must tie to it; kept together so that the arithmetic that makes totals tie is read in one
+place.
 """
 
 from __future__ import annotations
@@ -55,9 +59,9 @@ from django.db import connection
 from django.db.models import BigIntegerField, F, Q, Sum
 from django.db.models.functions import Cast
 
-from billing.metering import midnight
+from billing.actions.metering import midnight
+from billing.actions.prices import Key, RateBook, version
 from billing.models import CapacityRecord, Overhead, UsageRecord
-from billing.prices import Key, RateBook, version
 from clusters.models import AcceleratorType, Cluster
 from common.types import AnyUser
 from scheduler import utilization

@@ -38,6 +38,9 @@ last week (the last 7 days, or the last weekly total) as a baseline the model sh
 
 This module is the arithmetic, without a database; ``forecast_history`` reads the history and caches an
 organization's forecast.
+
+Size: the forecast arithmetic without a database: candidate models, fitting, blocks, intervals and the backtests
+that judge them; the backtest (``Backtest``, ``backtest``, ``mape``, ``wape``, ``coverage``) would split out first.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The meter's lag as a Prometheus gauge, computed at scrape time from each organization's ``MeterState``:
-usage is recorded by the minute (``billing/metering.py``), so a meter that stops shows here long before a
+usage is recorded by the minute (``billing/actions/metering.py``), so a meter that stops shows here long before a
 statement is wrong; an organization whose meter never ran counts from its creation. Names and labels:
 docs/operations.md#metrics."""
 

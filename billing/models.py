@@ -2,10 +2,10 @@
 
 - ``Price``: what an accelerator-hour of one flavor on one cluster costs, by capacity type (on-demand,
   reserved, spot for cloud capacity; on-prem, derived from purchase price, depreciation, power and hosting),
-  from an effective day on. Changed only through ``billing/prices.py`` (audited).
+  from an effective day on. Changed only through ``billing/actions/prices.py`` (audited).
 - ``Overhead``: shared monthly cost that no accelerator-hour carries (staff, storage, network, support).
 - ``UsageRecord``: one attempt's hold on one node during one UTC day, exact to the second, written by the
-  meter (``billing/metering.py``) from the jobs' placements; unique per (attempt, node, day), so metering
+  meter (``billing/actions/metering.py``) from the jobs' placements; unique per (attempt, node, day), so metering
   again never counts anything twice.
 - ``CapacityRecord``: one node's presence in the fleet during (part of) one UTC day, sampled by the meter.
 
@@ -218,7 +218,7 @@ class MeterState(models.Model):
 class WhatIf(models.Model):
     """A capacity what-if for procurement: the last ``days`` days of the organization's job history replayed
     through the simulator on today's fleet and on the fleet with ``nodes`` more (or fewer, when negative)
-    nodes of ``flavor`` in ``cluster``. Run by a Celery task (``billing/whatif.py``) that reports progress."""
+    nodes of ``flavor`` in ``cluster``. Run by a Celery task (``billing/actions/whatif.py``) that reports progress."""
 
     class Status(models.TextChoices):
         QUEUED = "queued", "Queued"

@@ -1,4 +1,4 @@
-"""Billing's Celery tasks. Thin: the what-if tasks take ids and call ``billing.whatif``, which claims its row;
+"""Billing's Celery tasks. Thin: the what-if tasks take ids and call ``billing.actions.whatif``, which claims its row;
 the meter's runs are idempotent and take turns per organization. A task run twice, or killed anywhere,
 does no harm."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from billing import metering, whatif
+from billing.actions import metering, whatif
 from tenancy.models import Organization
 
 __all__ = ["meter", "reconcile", "requeue_what_ifs", "run_what_if"]
@@ -26,7 +26,7 @@ def requeue_what_ifs() -> int:
 
 @shared_task(ignore_result=True)
 def meter() -> dict[str, int]:
-    """On the beat, every minute: one metering run per organization (``billing.metering.meter``)."""
+    """On the beat, every minute: one metering run per organization (``billing.actions.metering.meter``)."""
     runs = [metering.meter(org) for org in Organization.objects.all()]
     return {"attempts": sum(r.attempts for r in runs), "usage_records": sum(r.usage_records for r in runs)}
 

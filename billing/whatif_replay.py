@@ -1,4 +1,4 @@
-"""The replay behind a capacity what-if (``billing/whatif.py``): the organization's last ``days`` days of jobs
+"""The replay behind a capacity what-if (``billing/actions/whatif.py``): the organization's last ``days`` days of jobs
 through the simulator (``scheduler.simulation``) with the production engine, on today's fleet and on one with
 N nodes of a flavor added to (or removed from) a cluster, measured side by side. No HTTP, no writes.
 

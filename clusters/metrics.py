@@ -1,6 +1,6 @@
 """The fleet's state as Prometheus gauges, computed at scrape time: how old each cluster's last good sync
 is, its failed syncs in a row, and nodes by state and health. Syncs are counted where they happen
-(``clusters/sync.py``: ``qm_cluster_syncs_total``). Names and labels: docs/operations.md#metrics."""
+(``clusters/actions/sync.py``: ``qm_cluster_syncs_total``). Names and labels: docs/operations.md#metrics."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The fleet as Quartermaster knows it: clusters, their nodes and accelerators, health and drains.
 
 Rows here are written by the sync task (what the clusters report) and by admins' actions (drains,
-maintenance windows); every write goes through ``clusters/actions.py`` or ``clusters/sync.py``.
+maintenance windows); every write goes through ``clusters/actions/``.
 Clusters belong to an organization: every member may view them, only organization admins change them.
 """
 
@@ -13,6 +13,7 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
+from clusters.backends import kinds
 from clusters.secrets import decrypt, encrypt
 from tenancy.models import Organization, new_token
 from tenancy.scoping import ALL_ROLES, Action, Role, TenancyRules, TenantManager
@@ -25,12 +26,6 @@ class ClusterTenancy(TenancyRules):
 
 
 class Cluster(models.Model):
-    class Kind(models.TextChoices):
-        SIMULATED = "simulated", "Simulated"
-        SLURM = "slurm", "Slurm"
-        KUBERNETES = "kubernetes", "Kubernetes"
-        TPU = "tpu", "Google Cloud TPU"
-
     class Status(models.TextChoices):
         NEW = "new", "Not synced yet"
         HEALTHY = "healthy", "Healthy"
@@ -41,7 +36,8 @@ class Cluster(models.Model):
     organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="clusters")
     name = models.CharField(max_length=120)
     slug = models.SlugField(max_length=60)
-    kind = models.CharField(max_length=20, choices=Kind.choices)
+    #: One of ``clusters.backends.kinds.KINDS``: each kind's descriptor says all that differs by kind.
+    kind = models.CharField(max_length=20, choices=kinds.choices)
     endpoint = models.CharField(max_length=500, blank=True, help_text="API URL; empty for a simulated cluster.")
     region = models.CharField(max_length=60)
     #: Topology level names, widest first, e.g. ["block", "rack", "nvlink"]; the node is the implicit last.
@@ -247,7 +243,7 @@ class GpuSample(models.Model):
     power_limit_w = models.FloatField(null=True, blank=True)
     sm_clock_mhz = models.FloatField(null=True, blank=True)
     memory_clock_mhz = models.FloatField(null=True, blank=True)
-    #: NVML's clocks-event (throttle) reasons bitmask; names in ``clusters.probe.THROTTLE_REASONS``.
+    #: NVML's clocks-event (throttle) reasons bitmask; names in ``clusters.actions.probe.THROTTLE_REASONS``.
     throttle_reasons = models.BigIntegerField(null=True, blank=True)
 
     objects = TenantManager()

@@ -10,9 +10,10 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from clusters import health, maintenance, sync
+from clusters import actions, maintenance
+from clusters.actions import health, sync
 from clusters.backends.base import AuthenticationFailed, BackendError, NotFound
-from clusters.models import OPEN_DRAINS, Cluster, Drain, GpuSample, Node
+from clusters.models import OPEN_DRAINS, Cluster, Drain, Node
 from clusters.secrets import CredentialsError
 
 
@@ -50,13 +51,11 @@ def apply_drain(self: Any, drain_id: int) -> str:
         # A node the cluster does not know, or credentials it refuses, will not mend by waiting.
         permanent = isinstance(error, NotFound | AuthenticationFailed | CredentialsError)
         if permanent or self.request.retries >= self.max_retries:
-            Drain.objects.filter(pk=drain_id, state=drain.state).update(
-                state=Drain.State.FAILED, message=message, finished_at=timezone.now()
-            )
+            actions.note_drain_try(drain, message, failed=True)
             return str(Drain.State.FAILED)
-        Drain.objects.filter(pk=drain_id, state=drain.state).update(message=message)
+        actions.note_drain_try(drain, message)
         raise self.retry(countdown=60 * 2**self.request.retries) from error
-    Drain.objects.filter(pk=drain_id, state=drain.state).update(message="")
+    actions.note_drain_try(drain, "")
     return str(drain.state)
 
 
@@ -67,7 +66,7 @@ def apply_resume(self: Any, node_id: int) -> str:
     if Drain.objects.filter(node=node, state__in=OPEN_DRAINS).exists():
         return str(node.state)  # cordoned or drained again since
     # Not held: resume it on the cluster, even if a sync that read the cluster first marked it cordoned again
-    # (the next sync then sees it schedulable; clusters/sync.py ``_state``).
+    # (the next sync then sees it schedulable; clusters/actions/sync.py ``_state``).
     try:
         sync.backend_for(node.cluster).resume(node.name)
     except (BackendError, CredentialsError) as error:
@@ -96,18 +95,8 @@ def apply_maintenance_windows() -> dict[str, int]:
     return asdict(maintenance.apply_windows())
 
 
-#: Rows one pruning statement deletes: short transactions, whatever the backlog.
-PRUNE_BATCH = 50_000
-
-
 @shared_task
 def prune_gpu_samples() -> int:
     """On the beat: delete GPU samples older than ``GPU_SAMPLE_DAYS``, in batches; how many went. Billing
     reads utilization from the samples, so the default keeps the last full month's statement whole."""
-    before = timezone.now() - timedelta(days=settings.GPU_SAMPLE_DAYS)
-    deleted = 0
-    while True:
-        batch = list(GpuSample.objects.filter(at__lt=before).values_list("pk", flat=True)[:PRUNE_BATCH])
-        if not batch:
-            return deleted
-        deleted += GpuSample.objects.filter(pk__in=batch).delete()[0]
+    return actions.prune_gpu_samples(timezone.now() - timedelta(days=settings.GPU_SAMPLE_DAYS))

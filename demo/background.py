@@ -36,7 +36,8 @@ from django.core.exceptions import ValidationError
 from django.db.models import F, Q, Sum
 
 from clusters import actions as cluster_actions
-from clusters import occupancy, sync
+from clusters import occupancy
+from clusters.actions import sync
 from clusters.backends.simulated.backend import RUN_SECONDS_ENV, SimulatedBackend
 from clusters.models import OPEN_DRAINS, Cluster, Drain, Node
 from governance.models import PriorityTier
@@ -179,7 +180,7 @@ def seed_researchers(org: Organization) -> dict[str, User]:
 
 
 def _fleet(org: Organization) -> Q:
-    return Q(cluster__organization=org, cluster__kind=Cluster.Kind.SIMULATED, present=True, accelerators__gt=0)
+    return Q(cluster__organization=org, cluster__kind="simulated", present=True, accelerators__gt=0)
 
 
 def utilization(org: Organization) -> tuple[int, int]:
@@ -225,7 +226,7 @@ def submit_one(org: Organization, rng: random.Random, users: dict[str, User]) ->
 
 def _simulated(org: Organization) -> list[tuple[Cluster, SimulatedBackend]]:
     out = []
-    for cluster in Cluster.objects.filter(organization=org, kind=Cluster.Kind.SIMULATED).order_by("pk"):
+    for cluster in Cluster.objects.filter(organization=org, kind="simulated").order_by("pk"):
         backend = sync.backend_for(cluster)
         if isinstance(backend, SimulatedBackend):
             out.append((cluster, backend))

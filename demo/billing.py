@@ -21,11 +21,11 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from billing import metering, prices
+from billing.actions import metering, prices
 from billing.models import CapacityType, Overhead, Price
 from clusters.models import AcceleratorType, Cluster, Node
 from governance.models import PriorityTier, Queue
-from scheduler import lifecycle
+from scheduler.actions import lifecycle
 from scheduler.models import Assignment, Attempt, Job, JobEvent
 from tenancy.models import Organization, Project, Team
 

@@ -21,7 +21,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from edge import devices as edge
+from edge.actions import devices as edge
 from edge.models import Device, DeviceGroup, EnrolmentToken
 from tenancy.models import Organization, Team
 

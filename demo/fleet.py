@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from clusters import sync
+from clusters.actions import sync
 from clusters.models import Cluster
 from tenancy.models import Organization
 
@@ -38,7 +38,7 @@ def seed_demo_fleet(org: Organization) -> list[Cluster]:
             slug=slug,
             defaults={
                 "name": name,
-                "kind": Cluster.Kind.SIMULATED,
+                "kind": "simulated",
                 "endpoint": f"sim://{slug}",
                 "region": region,
                 "levels": levels,
@@ -55,5 +55,5 @@ def seed_demo_fleet(org: Organization) -> list[Cluster]:
 
 def sync_demo_fleet(org: Organization) -> None:
     """Read the demo clusters' inventories now, rather than at the first beat."""
-    for cluster in Cluster.objects.filter(organization=org, kind=Cluster.Kind.SIMULATED):
+    for cluster in Cluster.objects.filter(organization=org, kind="simulated"):
         sync.sync_cluster(cluster.pk)

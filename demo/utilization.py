@@ -8,7 +8,7 @@ they do on an H100 (``tests/clusters/data/probe-h100-activity.json``: 72 W and 3
 1980 MHz flat out).
 
 Running jobs are read every ``--interval`` seconds by ``manage.py demo_probe`` (a child of ``manage.py
-demo``), through ``clusters.probe.record``: the path a real probe's report takes once it is accepted. The
+demo``), through ``clusters.actions.probe.record``: the path a real probe's report takes once it is accepted. The
 last hours of the seeded history get their samples written directly, minute by minute.
 """
 
@@ -21,8 +21,8 @@ from collections.abc import Iterable, Mapping
 
 from django.db.models import Q
 
-from clusters import probe
-from clusters.models import Cluster, GpuSample, Node
+from clusters.actions import probe
+from clusters.models import GpuSample, Node
 from scheduler.models import Assignment, Attempt
 from tenancy.models import Organization
 
@@ -92,10 +92,10 @@ def probe_running(org: Organization, now: dt.datetime) -> int:
         attempt__outcome=Attempt.Outcome.ACTIVE,
         attempt__started_at__isnull=False,
         node__cluster__organization=org,
-        node__cluster__kind=Cluster.Kind.SIMULATED,
+        node__cluster__kind="simulated",
     ).values_list("node_id", "attempt__job_id", "accelerators")
     held = _held(rows)
-    simulated = Node.objects.filter(cluster__organization=org, cluster__kind=Cluster.Kind.SIMULATED, present=True)
+    simulated = Node.objects.filter(cluster__organization=org, cluster__kind="simulated", present=True)
     for node in simulated.filter(Q(pk__in=held) | Q(probe_reported_at__isnull=False)):
         gpus = readings(node.accelerators, held[node.pk], now) if node.pk in held else quiet(node.accelerators)
         probe.record(node, probe.Report(node.name, now, gpus, "", node.accelerators))
@@ -109,7 +109,7 @@ def seed_history_samples(org: Organization, since: dt.datetime, until: dt.dateti
     rows = (
         Assignment.objects.filter(
             node__cluster__organization=org,
-            node__cluster__kind=Cluster.Kind.SIMULATED,
+            node__cluster__kind="simulated",
             attempt__started_at__lt=until,
         )
         .filter(Q(attempt__ended_at=None) | Q(attempt__ended_at__gt=since))

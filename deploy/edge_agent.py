@@ -22,6 +22,8 @@ exponential backoff and jitter (``--backoff-max``); the agent does not exit on t
 
     python3 edge_agent.py --server https://qm.example.org --state-dir /var/lib/qm-agent \\
         --enrol-token <token> --name robot-07 [--health-command CMD] [--poll-wait 30] [--once]
+
+Size: the device agent is one file on purpose: it is copied onto a robot as it is, with no package and no Django.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ every GPU: temperature, uncorrected ECC errors (volatile), the XID errors NVML r
 report, and how many NVLink links are down; and how busy each GPU is: utilization (GPU and memory
 controller, %), memory used and total (bytes), power draw and limit (W), SM and memory clocks (MHz) and
 the clocks-event (throttle) reasons bitmask, each left out where the GPU does not support it. The portal
-judges the readings (``clusters/probe.py``), keeps the activity as per-minute samples, and
+judges the readings (``clusters/actions/probe.py``), keeps the activity as per-minute samples, and
 drains the node when they fail; this script only reads and reports. When NVML cannot be read (no driver,
 a GPU fallen off the bus) it reports that, which fails the node's ``nvml`` check.
 

@@ -181,7 +181,7 @@ class RolloutState(models.TextChoices):
         return self in (RolloutState.RUNNING, RolloutState.PAUSED)
 
     def can_become(self, other: RolloutState) -> bool:
-        """The transitions a rollout may make (``edge/rollouts.py`` makes them)."""
+        """The transitions a rollout may make (``edge/actions/rollouts.py`` makes them)."""
         return other in TRANSITIONS[self]
 
 
@@ -197,7 +197,7 @@ TRANSITIONS: dict[RolloutState, frozenset[RolloutState]] = {
 
 
 class Rollout(models.Model):
-    """One model version sent to one group in phases (``edge/rollouts.py`` drives it)."""
+    """One model version sent to one group in phases (``edge/actions/rollouts.py`` drives it)."""
 
     State = RolloutState
 

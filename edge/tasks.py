@@ -6,7 +6,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from common import metrics
-from edge import rollouts
+from edge.actions import rollouts
 from edge.models import Rollout, RolloutState
 
 

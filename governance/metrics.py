@@ -9,7 +9,8 @@ from datetime import datetime
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from governance import budgets, placed
+from governance import placed
+from governance.actions import budgets
 from governance.models import Budget
 
 

@@ -265,7 +265,7 @@ class BudgetAlert(models.Model):
 class QuotaChange(models.Model):
     """One change to how a team or the organization is governed (a quota, a queue's policy, a cohort), with
     who made it, why, and the values before and after: the history team leads and admins read. Written only
-    by ``governance/quotas.py``, next to the audit log entry of the same change."""
+    by ``governance/actions/quotas.py``, next to the audit log entry of the same change."""
 
     class Kind(models.TextChoices):
         QUOTA = "quota", "Quota"

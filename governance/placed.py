@@ -47,7 +47,7 @@ class Placed(Protocol):
         ...
 
     def use_of(self, budgets: Iterable[Budget], now: datetime | None = None) -> dict[int, Use]:
-        """The month's use of each of ``budgets``, by pk (``governance/budgets.py`` says what counts)."""
+        """The month's use of each of ``budgets``, by pk (``governance/actions/budgets.py`` says what counts)."""
         ...
 
     def member_holds(self, team: Team, member: User) -> Decimal:

@@ -4,7 +4,7 @@
 leads). ``Notification`` is one message to one user by one channel; its ``key`` says what it is about (a job
 event, a job waiting too long, a test) and the unique constraint on user, key and channel is what makes each be
 made once, however often or concurrently the outbox is read. ``OutboxCursor`` is how far the job events have
-been read (``notifications/outbox.py``).
+been read (``notifications/actions/outbox.py``).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from common import enqueue
-from notifications import outbox
+from notifications.actions import outbox
 
 
 @shared_task(

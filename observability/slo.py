@@ -8,7 +8,7 @@ Two kinds of SLI:
   buckets at the threshold.
 - **time**: the loop was not silent, each cluster was freshly synced, minute by minute. Prometheus
   evaluates the collectors' gauges each minute (subqueries); the portal keeps one ``SloSample`` per
-  organization, SLO and minute (``observability/sampling.py``, on the beat), and counts a minute without
+  organization, SLO and minute (``observability/actions/sampling.py``, on the beat), and counts a minute without
   a sample as bad for the loop (no sample means no beat, and no beat means no loop).
 
 The error budget is ``1 - objective`` of the events over ``BUDGET_WINDOW``; a burn rate is the error ratio

@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.utils import timezone
 
-from observability import sampling
+from observability.actions import sampling
 
 
 @shared_task

@@ -5,7 +5,7 @@ One section per role the user holds, each with a link to the page that does that
 - **researcher**: their running and waiting jobs (the engine's reason, position and estimated start), their
   failures of the last seven days, and what they and their teams have spent this month;
 - **lead**: per team they lead, quota in use against nominal (``governance.usage``) and where each budget
-  stands this month (``governance.budgets``);
+  stands this month (``governance.actions.budgets``);
 - **finance**: per organization, the month so far: cost to date, a forecast at the recent pace, the costliest
   teams and the month's downloads;
 - **admin**: per organization, fleet health (clusters synced, nodes by state and health, open drains), the
@@ -31,7 +31,7 @@ from django.utils import timezone
 from billing import attribution
 from billing.reports import month_label
 from clusters.models import OPEN_DRAINS, Cluster, Drain, Node
-from governance import budgets
+from governance.actions import budgets
 from governance.models import Budget, BudgetAlert
 from governance.usage import Row
 from observability import rules, slo

@@ -286,20 +286,20 @@ CELERY_BEAT_SCHEDULE = {
     "follow-clusters": {"task": "scheduler.tasks.follow_clusters", "schedule": 15.0},
     # Stragglers and hangs of running jobs, from their progress reports (``scheduler/watch``).
     "watch-jobs": {"task": "scheduler.tasks.watch_jobs", "schedule": 60.0},
-    # Budget alerts at 50/80/100% and on the month's forecast (``governance/budgets.py``).
+    # Budget alerts at 50/80/100% and on the month's forecast (``governance/actions/budgets.py``).
     "check-budgets": {"task": "scheduler.tasks.check_budgets", "schedule": 300.0},
-    # Notifications of job events, by e-mail and webhook, as each user chose (``notifications/outbox.py``).
+    # Notifications of job events, by e-mail and webhook, as each user chose (``notifications/actions/outbox.py``).
     "notify": {"task": "notifications.tasks.notify", "schedule": 30.0},
     # Billing: the meter, its hourly proof against the placements, and what-ifs whose worker died.
     "meter": {"task": "billing.tasks.meter", "schedule": 60.0},
     "reconcile-meter": {"task": "billing.tasks.reconcile", "schedule": crontab(minute=41)},
     "requeue-what-ifs": {"task": "billing.tasks.requeue_what_ifs", "schedule": 60.0},
-    # One minute of the time-based SLOs (observability/sampling.py).
+    # One minute of the time-based SLOs (observability/actions/sampling.py).
     "sample-slos": {"task": "observability.tasks.sample_slos", "schedule": 60.0},
-    # Services: measure, probe, scale and roll out every 5 s (serving/control.py); old samples pruned hourly.
+    # Services: measure, probe, scale and roll out every 5 s (serving/actions/control.py); old samples pruned hourly.
     "serve-control": {"task": "serving.tasks.control_tick", "schedule": 5.0},
     "serve-prune-samples": {"task": "serving.tasks.prune_samples", "schedule": crontab(minute=29)},
-    # Edge rollouts' time-based steps: a phase held back by devices offline past its grace (edge/rollouts.py).
+    # Edge rollouts' time-based steps: a phase held back by devices offline past its grace (edge/actions/rollouts.py).
     "advance-rollouts": {"task": "edge.tasks.advance_rollouts", "schedule": 5.0},
 }
 
@@ -328,7 +328,7 @@ SERVE_STARTUP_SECONDS = env_int("SERVE_STARTUP_SECONDS", 600, minimum=1)
 SERVE_DRAIN_SECONDS = env_int("SERVE_DRAIN_SECONDS", 30, minimum=0)
 SERVE_MAX_REPLICAS = env_int("SERVE_MAX_REPLICAS", 20, minimum=1)
 #: The ports handed out to service replicas whose service names none (each active replica its own): a replica's
-#: program listens on the one it was given, and reports no other (``scheduler/replicas.py``).
+#: program listens on the one it was given, and reports no other (``scheduler/actions/replicas.py``).
 SERVE_REPLICA_PORTS = env_ports("SERVE_REPLICA_PORTS", (20000, 29999))
 SERVICE_SAMPLE_DAYS = env_int("SERVICE_SAMPLE_DAYS", 14, minimum=1)
 
@@ -341,7 +341,7 @@ METRICS_TOKEN = env_str("METRICS_TOKEN") or ""
 # --- Placement ------------------------------------------------------------------------------------------
 # The organization's accelerator rates as placement reads them (``scheduler/placement/prices.py``): billing's
 # price book. The scheduler never imports billing; this is the one place that joins them.
-PLACEMENT_PRICES = "billing.prices.placement_prices"
+PLACEMENT_PRICES = "billing.actions.prices.placement_prices"
 # What governance's pages and checks read of the work placed under quotas and budgets
 # (``governance/placed.py``): the scheduler's answers. Governance never imports the scheduler.
 GOVERNANCE_PLACED = "scheduler.governed"
@@ -478,7 +478,7 @@ SPECTACULAR_SETTINGS = {
         "NodeStateEnum": "clusters.models.Node.State",
         "DrainStateEnum": "clusters.models.Drain.State",
         "DrainKindEnum": "clusters.models.Drain.Kind",
-        "ClusterKindEnum": "clusters.models.Cluster.Kind",
+        "ClusterKindEnum": "clusters.backends.kinds.choices",
         "ClusterStatusEnum": "clusters.models.Cluster.Status",
         "StatusEnum": "billing.models.WhatIf.Status",  # its name before clusters had a status too
         "JobKindEnum": "scheduler.models.Job.Kind",

@@ -9,6 +9,10 @@ wins: ``--url`` / ``--token``, then ``QM_URL`` / ``QM_TOKEN``, then the file ``q
 by). Exit status: 0 done, 1 refused or failed (and ``follow`` of a job that did not succeed), 2 bad input.
 The token is never printed. ``qm checkpoint`` is the exception to all of this: it runs inside a job and
 reads what Quartermaster started the job with (``QM_API_URL``, ``QM_JOB_TOKEN``, ``QM_JOB_ID``) instead.
+
+Size: the argument parser of every ``qm`` command (``build_parser``) and the job commands it dispatches to; the
+other commands already live in their own modules (``qm/admin.py``, ``qm/services.py`` ...), and the job-file reading
+(``JobFile``, ``load_job_file``) would split out next.
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ from registry import artifacts
 from registry.models import Model, ModelVersion
 from scheduler.models import Checkpoint, Job
 from scheduler.states import FINAL
-from tenancy import audit, policy
+from tenancy import policy
+from tenancy.actions import audit
 from tenancy.models import Team
 
 if TYPE_CHECKING:

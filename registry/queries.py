@@ -7,7 +7,7 @@ from django.db.models import Count, Prefetch, QuerySet
 
 from common.types import AnyUser
 from registry.models import Model, ModelVersion
-from scheduler.checkpoints import JobToken
+from scheduler.actions.checkpoints import JobToken
 from scheduler.models import Attempt, Job
 from scheduler.states import PLACED
 from tenancy.scoping import Action

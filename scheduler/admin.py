@@ -62,7 +62,7 @@ class JobAdmin(admin.ModelAdmin[Job]):
 
 @admin.register(QuotaChange)
 class QuotaChangeAdmin(admin.ModelAdmin[QuotaChange]):
-    """The quota history, read-only: it is written by ``governance/quotas.py`` alongside each change."""
+    """The quota history, read-only: it is written by ``governance/actions/quotas.py`` alongside each change."""
 
     list_display = ["created_at", "actor_name", "subject", "reason"]
     list_filter = ["organization", "kind", "team"]

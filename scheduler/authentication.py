@@ -17,7 +17,7 @@ from rest_framework import authentication, exceptions
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
-from scheduler.checkpoints import TOKEN_PREFIX, JobToken, parse_token
+from scheduler.actions.checkpoints import TOKEN_PREFIX, JobToken, parse_token
 
 
 class JobTokenAuthentication(authentication.BaseAuthentication):

@@ -1,9 +1,9 @@
 """Jobs: what a researcher asked for, its attempts on the clusters and the nodes each was given, its timeline,
 and the placement loop's own state per organization.
 
-A job's life is in ``lifecycle.py`` (its states and the moves between them); rows change only through
-``scheduler/actions.py`` (people) and ``scheduler/placement/`` (the placement loop). What governs jobs (queues,
-quotas, tiers, budgets) is the ``governance`` app's.
+A job's life is in ``actions/lifecycle.py`` (its states and the moves between them); rows change only through
+``scheduler/actions/`` (people and the loops) and ``scheduler/placement/`` (the placement loop's commit). What
+governs jobs (queues, quotas, tiers, budgets) is the ``governance`` app's.
 """
 
 from __future__ import annotations
@@ -340,11 +340,13 @@ class Attempt(models.Model):
     dashboard_url = models.URLField(max_length=500, blank=True)
     #: An interactive session's attempt: the secret its app was started with (generated for this attempt,
     #: encrypted like secret values, handed only to the cluster and to the submitter's open link), the address
-    #: the session reported (``POST .../session/``) and whether it said it ended idle (``scheduler/sessions.py``).
+    #: the session reported (``POST .../session/``) and whether it said it ended idle
+    #: (``scheduler/actions/sessions.py``).
     session_secret_ciphertext = models.BinaryField(default=b"", blank=True, editable=False)
     session_url = models.URLField(max_length=500, blank=True)
     #: Where a service replica's program listens, as it reported with the job token (``http://node:port/``): an
-    #: address of a node it was placed on, on the port it was handed (``serve_port``; ``scheduler/replicas.py``).
+    #: address of a node it was placed on, on the port it was handed (``serve_port``;
+    #: ``scheduler/actions/replicas.py``).
     serve_url = models.URLField(max_length=500, blank=True)
     #: The port a service replica's attempt was handed at its first dispatch: its service's own, else one of
     #: ``SERVE_REPLICA_PORTS`` no other active replica holds. 0 until then, and for other jobs.

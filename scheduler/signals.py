@@ -1,4 +1,4 @@
-"""What the placement loop does when governance changes (``governance.signals.changed``).
+"""What the placement loop does when governance changes (``governance.actions.changed``).
 
 Pages read the snapshot kept for previews: it is dropped at once (the changing request's own reads see the
 change) and again at the commit (a read by another request in between kept the old one); then the loop is woken
@@ -12,7 +12,7 @@ from typing import Any
 from django.db import transaction
 from django.dispatch import receiver
 
-from governance.signals import changed
+from governance.actions import changed
 from scheduler.actions import wake_loop
 from scheduler.placement import feasibility
 from tenancy.models import Organization

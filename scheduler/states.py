@@ -6,7 +6,7 @@
     failed -> requeued                                          (retry policy, resume from checkpoint)
     requeued -> running                                         (failed over, then reattached to the old copy)
 
-Plain definitions, imported by the model (``Job.State``) and by ``lifecycle.py``, which makes the moves.
+Plain definitions, imported by the model (``Job.State``) and by ``actions/lifecycle.py``, which makes the moves.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ text; ``CORES``, ``GIB`` and ``FRACTION`` convert the units people type (``parse
 clusters, whether it can ever fit). The ``qm`` CLI has no copy: it sends what the job file says and shows
 the API's answer, which names an unknown field and the closest known one
 (``common.validation.unknown_fields``).
+
+Size: the one definition of a job request (``JobRequest``, ``Field``) and every check of its fields, by kind of work
+(Ray, sessions, services); kept together so that one file says what a request may hold.
 """
 
 from __future__ import annotations

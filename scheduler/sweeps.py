@@ -5,7 +5,7 @@ The tasks are given one of three ways: an index range (``"0-99"``, ``"0-99:2"``,
 (the cartesian product of parameter lists, ``{"lr": [0.1, 0.01], "depth": [2, 4]}``: four tasks) or a list
 of parameter dicts. ``tasks`` expands the request into ``(index, params)`` pairs; ``shape_errors`` says
 what is wrong with it by field, as ``submission.shape_errors`` does for the job request it wraps. The
-actions (``scheduler/arrays.py``) and the form, the API and ``qm`` all use these.
+actions (``scheduler/actions/arrays.py``) and the form, the API and ``qm`` all use these.
 """
 
 from __future__ import annotations

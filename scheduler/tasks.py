@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from clusters.models import Cluster
 from common import enqueue
-from governance import budgets
+from governance.actions import budgets
 from scheduler.models import Attempt
 from scheduler.placement import dispatch, follow, loop, recover
 from scheduler.watch.rounds import watch_round

@@ -2,7 +2,7 @@
 the assignments of the attempts that held each node at the time.
 
 **The rule.** An attempt *holds* its GPUs on a node from its admission to its end, as the meter counts
-them (``billing/metering.py``). Time is cut into buckets (an hour for billing's monthly sums, a minute or
+them (``billing/actions/metering.py``). Time is cut into buckets (an hour for billing's monthly sums, a minute or
 more for plots). In one bucket of one node:
 
 - ``M`` is the minutes with a reading, ``B`` the busy GPU-minutes (the sum over readings of utilization /
@@ -38,8 +38,8 @@ from typing import Any
 from django.db import connection
 from django.db.models import Q
 
+from clusters.actions.probe import throttle_names
 from clusters.models import GpuSample, Node
-from clusters.probe import throttle_names
 from scheduler.models import Assignment, Attempt, Job
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)

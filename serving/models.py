@@ -5,7 +5,7 @@ A ``Service`` is a team's program serving HTTP behind one stable endpoint
 port, health path, resources, optionally a
 registry model version); a change of any of those makes a new revision, rolled out one replica at a time.
 Each ``Replica`` is one job of kind ``service`` (``scheduler.Job``): quotas, budgets, tiers and placement apply
-to it as to any job. The control loop (``serving/control.py``) measures, probes, scales and reconciles.
+to it as to any job. The control loop (``serving/actions/control.py``) measures, probes, scales and reconciles.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from serving import control
+from serving.actions import control
 
 
 @shared_task(ignore_result=True)

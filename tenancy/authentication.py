@@ -3,18 +3,14 @@ what a service account's token may do is `tenancy.scopes`)."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
-from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
+from tenancy import actions
 from tenancy.models import ApiToken, hash_token
-
-# Writing last_used_at on every request would turn each read into a write; once a minute is enough.
-LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
 def usable_token(raw: str) -> ApiToken | None:
@@ -25,9 +21,7 @@ def usable_token(raw: str) -> ApiToken | None:
     token = usable.filter(key_hash=hash_token(raw)).first()
     if token is None or not token.user.is_active:
         return None
-    now = timezone.now()
-    if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
-        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    actions.note_token_use(token)
     return token
 
 

@@ -313,7 +313,7 @@ class ApiToken(models.Model):
 
 
 class AuditLog(models.Model):
-    """Who did what to which object, from where. Written only through `tenancy.audit.record`."""
+    """Who did what to which object, from where. Written only through `tenancy.actions.audit.record`."""
 
     organization = models.ForeignKey(
         Organization, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit_entries"

@@ -4,7 +4,7 @@ through mozilla-django-oidc, beside local accounts.
 The library runs the flow (state, nonce, PKCE verifier, code exchange, the ID token's signature against the
 provider's keys). This module adds what it leaves out — the ID token's issuer and audience are checked, users
 are found by issuer and subject (never by e-mail, which would let a provider account take over a local one),
-the provider's refresh token is kept sealed — and hands the claims to `tenancy.identity.sign_in`, which syncs
+the provider's refresh token is kept sealed — and hands the claims to `tenancy.actions.identity.sign_in`, which syncs
 memberships to the groups claim and refuses users who end up with no role. The callback view still calls
 Django's `authenticate()` with the request, so sign-in throttling hooks it as it hooks the password form.
 """
@@ -27,7 +27,7 @@ from django.utils.decorators import method_decorator
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 
-from tenancy import audit, identity
+from tenancy.actions import audit, identity
 
 logger = logging.getLogger(__name__)
 

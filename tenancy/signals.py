@@ -8,7 +8,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.signals import user_logged_in, user_logged_out, user_login_failed
 from django.dispatch import receiver
 
-from tenancy import audit
+from tenancy.actions import audit
 
 
 @receiver(user_logged_in)

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import socket
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from celery import shared_task
 from django.core.cache import cache
-from django.db.models import Q
 from django.utils import timezone
 
-from tenancy import identity
-from tenancy.models import ApiToken
+from tenancy import actions
+from tenancy.actions import identity
 
 HEARTBEAT_CACHE_KEY = "qm:worker-heartbeat"
-# Revoked and expired tokens stay listed for a while, so their owners can see what happened to them.
-TOKEN_RETENTION = timedelta(days=90)
 
 
 @shared_task
@@ -38,12 +35,10 @@ def last_heartbeat() -> dict[str, Any] | None:
 @shared_task
 def expire_api_tokens() -> int:
     """Delete tokens that were revoked or expired more than the retention period ago."""
-    cutoff = timezone.now() - TOKEN_RETENTION
-    deleted, _ = ApiToken.objects.filter(Q(revoked_at__lt=cutoff) | Q(expires_at__lt=cutoff)).delete()
-    return deleted
+    return actions.expire_tokens()
 
 
 @shared_task
 def check_provider_accounts() -> dict[str, int]:
-    """Deactivate users the identity provider no longer knows (``tenancy.identity``); nothing when it is off."""
+    """Deactivate users the identity provider no longer knows (``tenancy.actions.identity``); nothing when it is off."""
     return identity.check_provider_accounts()

@@ -8,12 +8,21 @@
   under ``if TYPE_CHECKING:`` included; each cycle is named with one import for each step of it.
 - ``own_entry_points``: an app's pages and API (``<app>.web``, ``<app>.api``) are imported only from within
   the app itself and from the ``shell`` (the URL configurations): no app imports another app's views.
+- ``writes_in_actions``: the database is written only from an app's ``actions`` (a module ``actions.py`` or a
+  package ``actions/``) and from the ``writers`` named with their reason in ``pyproject.toml``. A write is a call
+  the ORM spells one way: ``save()`` or ``delete()`` with no positional argument (a model's or a form's), a
+  queryset's ``create``/``update``/``delete``/``select_for_update`` (the receiver reads as a queryset:
+  ``objects``, ``filter(...)``, ``all()`` ...), and ``bulk_create``, ``bulk_update``, ``get_or_create``,
+  ``update_or_create`` anywhere. A dictionary's ``update`` or a workbook's ``save(path)`` is not one.
 """
 
 from __future__ import annotations
 
+import ast
+import fnmatch
 import itertools
 from collections.abc import Iterator
+from pathlib import Path
 from typing import cast
 
 import grimp
@@ -179,6 +188,90 @@ class OwnEntryPointsContract(Contract):
 
         output.print_error("Another app's pages or API imported (move what they share below both):")
         for line in check.metadata["imports"]:
+            output.indent_cursor()
+            output.print_error(line, bold=False)
+        output.new_line()
+
+
+#: Calls that write whatever they are called on (no other library in the code spells them).
+ALWAYS_WRITES = {"bulk_create", "bulk_update", "get_or_create", "update_or_create", "select_for_update"}
+#: Calls that write when called on a queryset.
+QUERYSET_WRITES = {"create", "update", "delete"}
+#: What a queryset's receiver reads like: a manager or a method that returns a queryset.
+QUERYSET_STEPS = {
+    "objects", "filter", "exclude", "all", "select_related", "prefetch_related", "order_by", "annotate",
+    "values", "values_list", "only", "defer", "using", "distinct", "select_for_update", "none",
+}  # fmt: skip
+
+
+def _reads_as_queryset(node: ast.expr) -> bool:
+    while True:
+        if isinstance(node, ast.Call):
+            node = node.func
+        elif isinstance(node, ast.Attribute):
+            if node.attr in QUERYSET_STEPS:
+                return True
+            node = node.value
+        else:
+            return False
+
+
+def writes_in(source: str) -> list[tuple[int, str]]:
+    """The ORM writes of one module's source: (line, the call as written), in the order of the file."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        verb, receiver = node.func.attr, node.func.value
+        write = (
+            verb in ALWAYS_WRITES
+            or (verb in {"save", "delete"} and not node.args)
+            or (verb in QUERYSET_WRITES and _reads_as_queryset(receiver))
+        )
+        if write:
+            found.append((node.lineno, ast.unparse(node).split("\n")[0][:100]))
+    return sorted(found)
+
+
+def _source_of(root: Path, module: str) -> Path | None:
+    base = root.joinpath(*module.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+class WritesInActionsContract(Contract):
+    type_name = "writes_in_actions"
+
+    packages = fields.ListField(subfield=fields.StringField())
+    writers = fields.ListField(subfield=fields.StringField(), required=False, default=[])
+    root = fields.StringField(required=False, default=".")
+
+    def check(self, graph: grimp.ImportGraph, verbose: bool) -> ContractCheck:
+        root = Path(cast("str", self.root))
+        writers = cast("list[str]", self.writers)
+        broken: list[str] = []
+        for package in cast("list[str]", self.packages):
+            if package not in graph.modules:
+                continue
+            for module in sorted(graph.find_descendants(package) | {package}):
+                parts = module.split(".")
+                if "actions" in parts or "migrations" in parts:
+                    continue
+                if any(module == w or fnmatch.fnmatchcase(module, w) for w in writers):
+                    continue
+                path = _source_of(root, module)
+                if path is None:
+                    continue
+                broken.extend(f"{module} l.{line}: {call}" for line, call in writes_in(path.read_text()))
+        return ContractCheck(kept=not broken, metadata={"writes": broken})
+
+    def render_broken_contract(self, check: ContractCheck) -> None:
+        from importlinter.application import output
+
+        output.print_error("Writes outside an app's actions (move them into its actions module or package):")
+        for line in check.metadata["writes"]:
             output.indent_cursor()
             output.print_error(line, bold=False)
         output.new_line()

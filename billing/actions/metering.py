@@ -41,7 +41,8 @@ from django.db.models import Min, Q
 from django.utils import timezone
 
 from billing.models import CapacityRecord, CapacityType, MeterState, UsageRecord
-from clusters.models import AcceleratorType, Cluster, Node
+from clusters.backends import kinds
+from clusters.models import AcceleratorType, Node
 from scheduler.models import Assignment, Attempt
 from tenancy.models import Organization
 
@@ -81,7 +82,9 @@ def capacity_type(labels: Mapping[str, Any], cluster_kind: str, cluster_options:
     configured = _SPELLINGS.get(str(cluster_options.get("capacity_type", "")).lower())
     if configured is not None:
         return configured
-    if cluster_kind == Cluster.Kind.TPU or any(k.startswith(_CLOUD_LABEL_PREFIXES) for k in labels):
+    if kinds.get(cluster_kind).capacity_type == kinds.ON_DEMAND or any(
+        k.startswith(_CLOUD_LABEL_PREFIXES) for k in labels
+    ):
         return CapacityType.ON_DEMAND
     return CapacityType.ON_PREM
 

@@ -29,7 +29,8 @@ from billing.models import WhatIf
 from billing.whatif_replay import change_errors, in_service, what_if_result
 from clusters.models import AcceleratorType, Cluster, Node
 from common import enqueue, params
-from tenancy import audit, policy
+from tenancy import policy
+from tenancy.actions import audit
 from tenancy.models import Organization
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,8 @@ from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 from rest_framework.views import APIView
 
-from billing import attribution, params, prices, reports
+from billing import attribution, params, reports
+from billing.actions import prices
 from billing.attribution import Attribution, hours, money
 from billing.models import MeterState, Overhead, Price
 from tenancy import policy

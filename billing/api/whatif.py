@@ -4,7 +4,7 @@ new one; ``what-ifs/<id>/`` is one of them with its status, progress and, once d
 Finance and admins only (``WhatIf``'s tenancy): anyone else lists nothing and gets 404 for a what-if, and 403 on
 POST, asked before the body is judged. A POST answers 201 with the queued row; the replay runs in a Celery task
 (``billing.tasks.run_what_if``), so poll the row until its status is ``done`` or ``failed``. Bad values answer
-400 naming each field (``billing.whatif.check``), unknown fields too, and nothing is written.
+400 naming each field (``billing.actions.whatif.check``), unknown fields too, and nothing is written.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
-from billing import params, whatif
+from billing import params
+from billing.actions import whatif
 from billing.models import WhatIf
 from common.api.parsers import JSONParser
 from common.api.serializers import StrictSerializer

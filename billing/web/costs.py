@@ -8,12 +8,15 @@
 - ``/billing/teams/<id>/``: one team's statement (another team's is a 404 for its non-members).
 - ``/billing/prices/``: the price book and shared overhead, for finance and admins (others 403, as the
   organization's quota page; a row they may not change is a 404). Every change goes through
-  ``billing/prices.py``, which says who may and names each bad field (400, the message beside the field).
+  ``billing/actions/prices.py``, which says who may and names each bad field (400, the message beside the field).
 
 Thin: figures come from ``attribution.kept`` (one allocation per organization and month, kept a minute) and
 the costliest jobs from ``attribution.kept_job_costs`` (kept as long), and are formatted here; query strings
 are read by ``billing/params.py`` (a bad month is a 400 naming it); the downloads are the API's
 (``billing/api/costs.py``), which serve the same ``Attribution``.
+
+Size: Finance's pages (the month's chargeback and showback, a team's costs, the price book and its edits); the
+price-book views would split out first.
 """
 
 from __future__ import annotations
@@ -34,14 +37,16 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from billing import attribution, params, prices, reports
+from billing import attribution, params, reports
+from billing.actions import prices
 from billing.attribution import Attribution, hours, money, month_bounds
 from billing.models import CapacityType, Overhead, Price
 from billing.web.forms import OverheadForm, PriceForm
 from common.types import AuthenticatedHttpRequest
 from common.web.forms import apply_errors
-from governance import budgets, placed
-from governance.budgets import scope_of
+from governance import placed
+from governance.actions import budgets
+from governance.actions.budgets import scope_of
 from governance.models import Budget
 from tenancy import policy
 from tenancy.models import Organization, Team
@@ -581,7 +586,7 @@ def _back_to_book(
     return redirect(f"{reverse('price-book')}{query}#{anchor}")
 
 
-#: The two kinds of rows the book's pages change, each through its own actions in ``billing/prices.py``.
+#: The two kinds of rows the book's pages change, each through its own actions in ``billing/actions/prices.py``.
 MODELS: dict[str, type[Price] | type[Overhead]] = {"price": Price, "overhead": Overhead}
 SETTERS: dict[str, Callable[..., Any]] = {"price": prices.set_price, "overhead": prices.set_overhead}
 DELETERS: dict[str, Callable[..., None]] = {"price": prices.delete_price, "overhead": prices.delete_overhead}
@@ -604,7 +609,7 @@ def _form(kind: str, organization: Organization, data: Any = None, row: Any = No
 def _add(request: AuthenticatedHttpRequest, kind: str) -> HttpResponse:
     organization, organizations = _book_organization(request)
     form = _form(kind, organization, request.POST)
-    form.is_valid()  # free text: billing/prices.py judges it
+    form.is_valid()  # free text: billing/actions/prices.py judges it
     try:
         row = SETTERS[kind](request.user, organization, form.values(), None, http=request)
     except ValidationError as exc:

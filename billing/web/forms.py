@@ -1,5 +1,5 @@
 """Forms of the price book page: they only lay the fields out and carry what was typed. Every value is judged
-by ``billing/prices.py`` (``set_price``, ``set_overhead``), whose ``ValidationError`` is put beside each field
+by ``billing/actions/prices.py`` (``set_price``, ``set_overhead``), whose ``ValidationError`` is put beside each field
 (``common.web.forms.apply_errors``); so the fields here are plain text and unchecked selects, and the page shows
 the same messages the API gives."""
 
@@ -11,8 +11,8 @@ from typing import Any
 
 from django import forms
 
+from billing.actions.prices import ON_PREM_FIELDS, OVERHEAD_FIELDS, PRICE_FIELDS
 from billing.models import CapacityType, Overhead, Price
-from billing.prices import ON_PREM_FIELDS, OVERHEAD_FIELDS, PRICE_FIELDS
 from clusters.models import AcceleratorType, Cluster
 from tenancy.models import Organization
 

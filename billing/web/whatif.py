@@ -22,7 +22,7 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
-from billing import whatif
+from billing.actions import whatif
 from billing.models import WhatIf
 from billing.whatif_replay import in_service
 from clusters.models import AcceleratorType, Cluster, Node

@@ -6,6 +6,10 @@ committed.
 Each action raises ``ValidationError`` naming the field for bad input and ``PermissionDenied`` when the
 actor may see the node but not change it; both leave the database as it was. ``actor=None`` is the
 auto-drain policy acting on its own.
+
+Size: every change to a cluster and its nodes (drains, cordons, maintenance windows, probe tokens, the cluster's own
+definition and credentials); the cluster definition (``create_cluster``, ``update_cluster`` and their checks) would
+split out first.
 """
 
 from __future__ import annotations
@@ -23,13 +27,13 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
-from clusters import capabilities
-from clusters.backends.slurm import backend as slurm_options
-from clusters.models import OPEN_DRAINS, Cluster, Drain, MaintenanceWindow, Node, ProbeToken
+from clusters.backends import kinds
+from clusters.models import OPEN_DRAINS, Cluster, Drain, GpuSample, MaintenanceWindow, Node, ProbeToken
 from clusters.secrets import CredentialsError
-from common import enqueue, outbound, params
+from common import enqueue, outbound
 from common.validation import REQUIRED, check_max_length, message_of
-from tenancy import audit, policy
+from tenancy import policy
+from tenancy.actions import LAST_USED_RESOLUTION, audit
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -266,14 +270,6 @@ def cancel_maintenance(actor: User, window: MaintenanceWindow, *, http: HttpRequ
 
 #: ``update_cluster(..., credentials=CLEAR)`` removes the stored credentials.
 CLEAR = "clear"
-#: Credential keys each kind's backend reads (see its module): required, optional, and alternatives
-#: (exactly one of them). Giving one alternative replaces the others; the rest merge with what is stored.
-CREDENTIAL_KEYS: dict[str, dict[str, tuple[str, ...]]] = {
-    Cluster.Kind.SIMULATED: {"required": (), "optional": (), "one_of": ()},
-    Cluster.Kind.SLURM: {"required": ("user", "token"), "optional": (), "one_of": ()},
-    Cluster.Kind.KUBERNETES: {"required": ("token",), "optional": ("ca_cert",), "one_of": ()},
-    Cluster.Kind.TPU: {"required": (), "optional": (), "one_of": ("service_account_json", "access_token")},
-}
 #: Option names never stored in the clear: secrets belong in the encrypted credentials.
 SECRET_OPTION = re.compile(r"secret|password|passwd|token|credential|private|api_?key", re.IGNORECASE)
 #: Options that name a file or program on the Quartermaster host itself (the simulated state file, the
@@ -315,7 +311,7 @@ def _text(fields: dict[str, Any], name: str, limit: int, *, required: bool = Tru
 
 def _endpoint(kind: str, given: Any) -> str:
     endpoint = "" if given is None else str(given).strip()
-    if kind == Cluster.Kind.SIMULATED:
+    if not kinds.get(kind).endpoint:
         # Empty, or a sim:// name that keeps this simulated cluster's state apart (as the demo's do).
         if endpoint and not re.fullmatch(r"sim://[A-Za-z0-9._-]{1,100}", endpoint):
             raise ValidationError({"endpoint": "A simulated cluster has no endpoint (leave it empty)."})
@@ -372,29 +368,6 @@ def _seconds(fields: dict[str, Any], name: str) -> int:
     return int(given)
 
 
-def _check_tpu_options(options: Mapping[str, Any]) -> None:
-    """A TPU cluster names its Google Cloud project and zone, and the slices Quartermaster may hold."""
-    missing = [key for key in ("project", "zone") if not isinstance(options.get(key), str) or not options[key]]
-    if missing:
-        raise ValidationError(
-            {"options": f"A TPU cluster needs {' and '.join(missing)} (its Google Cloud project and zone)."}
-        )
-    from clusters.backends.base import BackendError
-    from clusters.backends.tpu.backend import parse_slices
-
-    try:
-        slots = parse_slices(options.get("slices"))
-    except BackendError as error:
-        raise ValidationError({"options": f"{str(error)[0].upper()}{str(error)[1:]}."}) from None
-    if not slots:
-        raise ValidationError(
-            {
-                "options": "A TPU cluster needs slices: how many slices of each type Quartermaster may hold "
-                'at once (its reservation or quota), e.g. {"v5p-32": 2, "v5litepod-8/2x4": 4}.'
-            }
-        )
-
-
 def _options(actor: User, kind: str, options: Any, stored: dict[str, Any]) -> dict[str, Any]:
     if options is None:
         options = {}
@@ -410,38 +383,24 @@ def _options(actor: User, kind: str, options: Any, stored: dict[str, Any]) -> di
         raise ValidationError(
             {"options": f"{', '.join(host)} names a path on the Quartermaster host: only its operators set it."}
         )
-    if kind == Cluster.Kind.TPU:
-        _check_tpu_options(options)
-    elif kind == Cluster.Kind.SIMULATED:
-        from clusters.backends.simulated.fleet import PROFILES
-
-        profile = options.get("profile", "h100-onprem")
-        if profile not in PROFILES:
-            raise ValidationError({"options": f"profile must be one of {', '.join(PROFILES)}."})
-        nodes = options.get("nodes", 16)
-        if isinstance(nodes, bool) or not isinstance(nodes, int) or not 0 <= nodes <= 100_000:
-            raise ValidationError({"options": "nodes must be a whole number from 0 to 100000."})
-    elif kind == Cluster.Kind.KUBERNETES:
-        namespace = options.get("namespace", "default")
-        if not isinstance(namespace, str) or not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", namespace):
-            raise ValidationError({"options": "namespace must be a Kubernetes namespace name."})
-    elif kind == Cluster.Kind.SLURM and (problem := slurm_options.invalid_options(options)):
-        raise ValidationError({"options": problem})
-    if problem := capabilities.invalid_options(kind, options):
+    if problem := kinds.get(kind).check_options(options):
         raise ValidationError({"options": problem})
     return options
 
 
 def _credentials(kind: str, given: Mapping[str, str], stored: dict[str, str]) -> dict[str, str]:
-    """The credentials to store: the given non-blank values over the stored ones. Messages name keys only."""
-    keys = CREDENTIAL_KEYS[kind]
+    """The credentials to store: the given non-blank values over the stored ones (the keys the kind's descriptor
+    names: required, optional, and alternatives of which exactly one is given; giving one alternative replaces
+    the others). Messages name keys only."""
+    described = kinds.get(kind)
+    keys = {need: described.keys(need) for need in ("required", "optional", "one_of")}
     allowed = {*keys["required"], *keys["optional"], *keys["one_of"]}
     given = {str(k): str(v) for k, v in given.items() if v is not None and str(v).strip()}
     unknown = sorted(set(given) - allowed)
     if unknown:
         expected = ", ".join(sorted(allowed)) or "none"
         raise ValidationError(
-            {"credentials": f"{Cluster.Kind(kind).label} credentials take {expected}; not {', '.join(unknown)}."}
+            {"credentials": f"{described.label} credentials take {expected}; not {', '.join(unknown)}."}
         )
     if not given:
         return stored
@@ -451,27 +410,12 @@ def _credentials(kind: str, given: Mapping[str, str], stored: dict[str, str]) ->
     merged.update(given)
     missing = [k for k in keys["required"] if k not in merged]
     if missing:
-        label, needed = Cluster.Kind(kind).label, " and ".join(keys["required"])
+        label, needed = described.label, " and ".join(keys["required"])
         raise ValidationError({"credentials": f"{label} credentials need {needed}: give {', '.join(missing)} too."})
     if keys["one_of"] and sum(k in merged for k in keys["one_of"]) != 1:
         raise ValidationError({"credentials": f"Give one of {' or '.join(keys['one_of'])}."})
-    if kind == Cluster.Kind.TPU and "service_account_json" in merged:
-        try:
-            key = params.parse_json(merged["service_account_json"], "credentials")
-        except params.BadParameter:
-            key = None
-        if not isinstance(key, dict) or key.get("type") != "service_account":
-            raise ValidationError({"credentials": "service_account_json must be a service-account key file (JSON)."})
-        # google-auth posts to the key's token_uri to get tokens: the same rules as the endpoint (and the
-        # backend checks again when it connects).
-        token_uri = key.get("token_uri")
-        if token_uri is not None:
-            if not isinstance(token_uri, str):
-                raise ValidationError({"credentials": "service_account_json: token_uri must be a URL."})
-            try:
-                outbound.for_clusters().check(token_uri)
-            except outbound.Refused as refused:
-                raise ValidationError({"credentials": f"service_account_json: token_uri: {refused}"}) from None
+    if problem := described.check_credentials(merged):
+        raise ValidationError({"credentials": problem})
     return merged
 
 
@@ -493,8 +437,8 @@ def create_cluster(
         actor, "cluster.create", organization, f"Only organization admins of {organization} register clusters."
     )
     kind = str(fields.get("kind") or "")
-    if kind not in Cluster.Kind.values:
-        raise ValidationError({"kind": f"Choose one of {', '.join(Cluster.Kind.values)}."})
+    if kind not in kinds.KINDS:
+        raise ValidationError({"kind": f"Choose one of {', '.join(kinds.KINDS)}."})
     _check_simulated(actor, kind, organization)
     cluster = Cluster(organization=organization, kind=kind, **_validated(actor, kind, fields, {}))
     if Cluster.objects.filter(organization=organization, slug=cluster.slug).exists():
@@ -521,8 +465,9 @@ def create_cluster(
 
 
 def _check_simulated(actor: User, kind: str, target: Organization | Cluster) -> None:
-    """A simulated cluster: the installation's operators only, and only where the installation runs them."""
-    if kind != Cluster.Kind.SIMULATED:
+    """A kind for operators only (a simulated cluster): the installation's operators only, and only where the
+    installation runs them."""
+    if not kinds.get(kind).operators_only:
         return
     policy.require(actor, "cluster.simulated.set", target)
     if not settings.SIMULATED_CLUSTERS:
@@ -655,3 +600,33 @@ def revoke_probe_token(actor: User, token: ProbeToken, *, http: HttpRequest | No
                 request=http,
             )
     return token
+
+
+def note_probe_token_use(token: ProbeToken) -> None:
+    """Record that a node probe used ``token``, to the minute (as API tokens: ``LAST_USED_RESOLUTION``)."""
+    now = timezone.now()
+    if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+        ProbeToken.objects.filter(pk=token.pk).update(last_used_at=now)
+
+
+def note_drain_try(drain: Drain, message: str, *, failed: bool = False) -> None:
+    """What the cluster said to the latest try of a cordon (``message``, empty once it took), unless the drain
+    moved on meanwhile; ``failed`` gives up on it (the cluster refuses for good, or every retry was spent)."""
+    fields: dict[str, Any] = {"message": message}
+    if failed:
+        fields.update(state=Drain.State.FAILED, finished_at=timezone.now())
+    Drain.objects.filter(pk=drain.pk, state=drain.state).update(**fields)
+
+
+#: Rows one pruning statement deletes: short transactions, whatever the backlog.
+PRUNE_BATCH = 50_000
+
+
+def prune_gpu_samples(before: datetime) -> int:
+    """Delete GPU samples taken before ``before``, in batches; how many went."""
+    deleted = 0
+    while True:
+        batch = list(GpuSample.objects.filter(at__lt=before).values_list("pk", flat=True)[:PRUNE_BATCH])
+        if not batch:
+            return deleted
+        deleted += GpuSample.objects.filter(pk__in=batch).delete()[0]

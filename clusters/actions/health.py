@@ -23,7 +23,8 @@ from datetime import datetime, timedelta
 from django.db.models import Q
 from django.utils import timezone
 
-from clusters import actions, sync
+from clusters import actions
+from clusters.actions import sync
 from clusters.backends.base import BackendError, HealthSignal
 from clusters.models import Cluster, Drain, HealthCheckResult, Node
 from clusters.secrets import CredentialsError

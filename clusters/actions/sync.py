@@ -23,7 +23,8 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from clusters.backends.base import Backend, BackendError, Inventory, NodeInfo, load
+from clusters.backends.base import Backend, BackendError, Inventory, NodeInfo
+from clusters.backends.kinds import load
 from clusters.models import OPEN_DRAINS, AcceleratorType, Cluster, Drain, Node, TopologyDomain
 from clusters.secrets import CredentialsError
 from common import metrics

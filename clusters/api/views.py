@@ -24,9 +24,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from clusters import probe
+from clusters import actions
+from clusters.actions import probe
 from clusters.models import Node, ProbeToken
-from tenancy.authentication import LAST_USED_RESOLUTION
 from tenancy.models import hash_token
 
 CLOCK_SKEW = timedelta(minutes=5)
@@ -49,9 +49,7 @@ class ProbeTokenAuthentication(authentication.BaseAuthentication):
         )
         if token is None:
             raise exceptions.AuthenticationFailed("Invalid or revoked probe token.")
-        now = timezone.now()
-        if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
-            ProbeToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        actions.note_probe_token_use(token)
         return None, token
 
     def authenticate_header(self, request: Request) -> str:

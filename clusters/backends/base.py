@@ -20,7 +20,8 @@ Every backend:
   check their arguments and return what they would have done, without calling the cluster; reads still
   read;
 - makes ``submit`` idempotent on ``JobSpec.id`` (submitting the same id twice returns the first job);
-- is imported lazily through ``load(kind)``, so a deployment without, say, the TPU client never imports it.
+- is imported lazily through ``kinds.load(kind)`` (its kind's descriptor names it), so a deployment without,
+  say, the TPU client never imports it.
 
 **A job's output** (``logs``): one page of one worker's output at a time, never a whole log. A page is asked
 for from the start, from an ``offset`` (the ``next_offset`` of the page before, opaque to the caller: a byte
@@ -35,7 +36,6 @@ saying where the job's output may be instead. Where each backend reads from: doc
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -45,7 +45,6 @@ from typing import Any, ClassVar
 
 from common import outbound
 
-KINDS = ("simulated", "slurm", "kubernetes", "tpu")
 #: The label (``NodeInfo.labels``) of a node its owner lends to one team only: that team's slug. The placement
 #: loop places only that team's jobs there (docs/scheduling.md §Nodes lent to a team).
 LENT_TO = "qm/lent-to"
@@ -168,7 +167,7 @@ class NodeInfo:
     heartbeat: datetime | None = None  # when the node last reported, if the cluster says
     #: Where the node is reached, as the cluster knows it: IP addresses and DNS names (Kubernetes'
     #: ``status.addresses``, Slurm's NodeAddr and NodeHostname). A service replica's address must be one of its
-    #: node's (``scheduler/replicas.py``).
+    #: node's (``scheduler/actions/replicas.py``).
     addresses: tuple[str, ...] = ()
 
 
@@ -379,12 +378,3 @@ class Backend:
     def resume(self, node: str) -> DryRun | None:
         """Undo cordon or drain."""
         raise NotImplementedError
-
-
-def load(kind: str) -> type[Backend]:
-    """The backend class for ``kind``, imported only now (``clusters.backends.<kind>``)."""
-    if kind not in KINDS:
-        raise ValueError(f"unknown cluster kind {kind!r}; choose from {', '.join(KINDS)}")
-    module = importlib.import_module(f"clusters.backends.{kind}")
-    backend: type[Backend] = module.BACKEND
-    return backend

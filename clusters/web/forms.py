@@ -11,6 +11,8 @@ from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
 from clusters.actions import CLEAR, LIMITS, MAX_GRACE, MAX_REASON, PREFERENCE, SECRET_OPTION, TIMEOUT_SECONDS
+from clusters.backends import kinds
+from clusters.backends.kinds import Credential
 from clusters.models import Cluster
 from common import params
 from common.web.forms import apply_errors
@@ -81,12 +83,28 @@ class SecretTextarea(forms.Textarea):
         return super().get_context(name, None, {"autocomplete": "off", "spellcheck": "false", **(attrs or {})})
 
 
-#: The credential fields per kind: form field -> the key the backend reads (see CREDENTIAL_KEYS).
-CREDENTIAL_FIELDS: dict[str, dict[str, str]] = {
-    Cluster.Kind.SLURM: {"slurm_user": "user", "slurm_token": "token"},
-    Cluster.Kind.KUBERNETES: {"kubernetes_token": "token", "kubernetes_ca_cert": "ca_cert"},
-    Cluster.Kind.TPU: {"tpu_service_account_json": "service_account_json", "tpu_access_token": "access_token"},
-}
+def credential_fields() -> dict[str, dict[str, str]]:
+    """Per kind, its credential fields: form field (``<kind>_<key>``) -> the key its backend reads, as its
+    descriptor names them (``clusters.backends.kinds``)."""
+    return {
+        kind.name: {f"{kind.name}_{credential.key}": credential.key for credential in kind.credentials}
+        for kind in kinds.every()
+        if kind.credentials
+    }
+
+
+def _credential_field(credential: Credential) -> forms.CharField:
+    if credential.multiline:
+        widget: forms.Widget = SecretTextarea(attrs={"rows": 3})
+    else:
+        widget = SecretInput(attrs={"type": "text"}) if credential.visible else SecretInput()
+    return forms.CharField(
+        label=credential.label,
+        required=False,
+        max_length=credential.max_length,
+        widget=widget,
+        help_text=credential.help_text,
+    )
 
 
 def _shown(options: Any) -> Any:
@@ -103,7 +121,7 @@ class ClusterForm(forms.Form):
 
     name = forms.CharField(max_length=LIMITS["name"])
     slug = forms.SlugField(max_length=LIMITS["slug"], required=False, help_text="Left empty, it is made from the name.")
-    kind = forms.ChoiceField(choices=Cluster.Kind.choices)
+    kind = forms.ChoiceField(choices=kinds.choices)
     endpoint = forms.CharField(
         max_length=LIMITS["endpoint"],
         required=False,
@@ -120,8 +138,9 @@ class ClusterForm(forms.Form):
         required=False,
         max_length=20_000,
         widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
-        help_text='A JSON object: e.g. {"partition": "gpu"} for Slurm, {"project": "...", "zone": "..."} '
-        'for TPU, {"profile": "h100-onprem", "nodes": 16} for a simulated cluster.',
+        help_text="A JSON object, e.g. "
+        + "; ".join(f"{kind.label}: {kind.options_example}" for kind in kinds.every() if kind.options_example)
+        + ".",
     )
     preference = forms.IntegerField(
         min_value=PREFERENCE[0],
@@ -146,38 +165,6 @@ class ClusterForm(forms.Form):
         label="Start timeout",
         help_text="How long a job may take to have every worker running before it is requeued whole: "
         "seconds or e.g. 15m (a minute to a week).",
-    )
-    slurm_user = forms.CharField(
-        label="Slurm user", required=False, max_length=200, widget=SecretInput(attrs={"type": "text"})
-    )
-    slurm_token = forms.CharField(
-        label="Slurm JWT",
-        required=False,
-        max_length=20_000,
-        widget=SecretInput(),
-        help_text="From scontrol token username=<user> lifespan=<seconds>.",
-    )
-    kubernetes_token = forms.CharField(
-        label="Bearer token",
-        required=False,
-        max_length=20_000,
-        widget=SecretInput(),
-        help_text="A service account's token.",
-    )
-    kubernetes_ca_cert = forms.CharField(
-        label="CA certificate (PEM, optional)",
-        required=False,
-        max_length=50_000,
-        widget=SecretTextarea(attrs={"rows": 3}),
-    )
-    tpu_service_account_json = forms.CharField(
-        label="Service-account key (JSON)",
-        required=False,
-        max_length=50_000,
-        widget=SecretTextarea(attrs={"rows": 3}),
-    )
-    tpu_access_token = forms.CharField(
-        label="or an OAuth access token", required=False, max_length=20_000, widget=SecretInput()
     )
     clear_credentials = forms.BooleanField(
         required=False, label="Clear the stored credentials", help_text="Removes them; nothing else is changed."
@@ -207,6 +194,10 @@ class ClusterForm(forms.Form):
                 "start_timeout": cluster.start_timeout,
             }
         super().__init__(*args, **kwargs)
+        for kind in kinds.every():  # each kind's credentials, as its descriptor asks for them
+            for credential in kind.credentials:
+                self.fields[f"{kind.name}_{credential.key}"] = _credential_field(credential)
+        self.order_fields([name for name in self.fields if name != "clear_credentials"])
         self.cluster = cluster
         self.organizations = organizations
         if organizations is not None and organizations.count() > 1:
@@ -216,13 +207,13 @@ class ClusterForm(forms.Form):
         if cluster is None:
             del self.fields["clear_credentials"]
             if not simulated:
-                kinds = self.fields["kind"]
-                assert isinstance(kinds, forms.ChoiceField)
-                kinds.choices = [c for c in Cluster.Kind.choices if c[0] != Cluster.Kind.SIMULATED]
+                offered = self.fields["kind"]
+                assert isinstance(offered, forms.ChoiceField)
+                offered.choices = [(k.name, k.label) for k in kinds.every() if not k.operators_only]
         else:
             del self.fields["kind"]  # fixed once registered
-            for kind, fields in CREDENTIAL_FIELDS.items():
-                for field in fields if kind != cluster.kind else ():
+            for name, fields in credential_fields().items():
+                for field in fields if name != cluster.kind else ():
                     del self.fields[field]
 
     def setting_fields(self) -> list[forms.BoundField]:
@@ -245,8 +236,8 @@ class ClusterForm(forms.Form):
     def credential_groups(self) -> list[tuple[str, list[forms.BoundField]]]:
         """(kind label, its credential fields) for the template, one fieldset per kind."""
         return [
-            (Cluster.Kind(kind).label, [self[f] for f in fields])
-            for kind, fields in CREDENTIAL_FIELDS.items()
+            (kinds.get(kind).label, [self[f] for f in fields])
+            for kind, fields in credential_fields().items()
             if all(f in self.fields for f in fields)
         ]
 
@@ -265,10 +256,10 @@ class ClusterForm(forms.Form):
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
         kind = self.cluster.kind if self.cluster is not None else cleaned.get("kind")
-        for other, fields in CREDENTIAL_FIELDS.items():
+        for other, fields in credential_fields().items():
             for field in fields if other != kind else ():
                 if field in self.fields and (cleaned.get(field) or "").strip():
-                    self.add_error(field, f"Only for {Cluster.Kind(other).label} clusters; this one is not.")
+                    self.add_error(field, f"Only for {kinds.get(other).label} clusters; this one is not.")
         return cleaned
 
     def organization(self) -> Organization:
@@ -296,7 +287,7 @@ class ClusterForm(forms.Form):
         if self.cleaned_data.get("clear_credentials"):
             return CLEAR
         kind = self.cluster.kind if self.cluster is not None else self.cleaned_data["kind"]
-        given = {key: self.cleaned_data[field] for field, key in CREDENTIAL_FIELDS.get(kind, {}).items()}
+        given = {key: self.cleaned_data[field] for field, key in credential_fields().get(kind, {}).items()}
         return {key: value for key, value in given.items() if value.strip()} or None
 
     def apply_errors(self, exc: ValidationError) -> None:
@@ -304,7 +295,7 @@ class ClusterForm(forms.Form):
         error goes to the kind's first credential field."""
         if hasattr(exc, "error_dict") and "credentials" in exc.error_dict:
             kind = self.cluster.kind if self.cluster is not None else self.cleaned_data.get("kind", "")
-            field = next((f for f in CREDENTIAL_FIELDS.get(kind, {}) if f in self.fields), "credentials")
+            field = next((f for f in credential_fields().get(kind, {}) if f in self.fields), "credentials")
             errors = dict(exc.error_dict)
             errors[field] = errors.pop("credentials")
             exc = ValidationError(errors)

@@ -25,6 +25,7 @@ from django.views.decorators.gzip import gzip_page
 from django.views.decorators.http import require_GET, require_POST
 
 from clusters import actions, capabilities, occupancy
+from clusters.backends import kinds
 from clusters.live import ALLOCATION_STEPS, MARKED_STATES, UNHEALTHY, live_view
 from clusters.models import AcceleratorType, Cluster, Drain, HealthCheckResult, MaintenanceWindow, Node, ProbeToken
 from clusters.web.filters import NodeFilter
@@ -162,7 +163,7 @@ def _render_cluster(
         "windows": windows,
         "can_change": can_change,
         "can_edit": can_change
-        and (cluster.kind != Cluster.Kind.SIMULATED or policy.can(request.user, "cluster.simulated.set", cluster)),
+        and (not kinds.get(cluster.kind).operators_only or policy.can(request.user, "cluster.simulated.set", cluster)),
         "maintenance_form": extra.get("maintenance_form") or MaintenanceForm(auto_id="maintenance_%s"),
         "probe_token_form": extra.get("probe_token_form") or ProbeTokenForm(auto_id="probe_token_%s"),
         # Probe tokens are for admins' eyes only (their Tenancy says so); others get an empty list.
@@ -191,7 +192,7 @@ def cluster_create(request: AuthenticatedHttpRequest) -> HttpResponse:
     organizations = policy.permitted(request.user, "cluster.create", Organization.objects.all())
     if not organizations.exists():
         raise PermissionDenied("Only organization admins register clusters.")
-    if request.POST.get("kind") == Cluster.Kind.SIMULATED:
+    if request.POST.get("kind") in kinds.KINDS and kinds.get(str(request.POST["kind"])).operators_only:
         policy.require(request.user, "cluster.simulated.set", organizations[0])
     simulated = settings.SIMULATED_CLUSTERS and policy.can(request.user, "cluster.simulated.set", organizations[0])
     form = ClusterForm(request.POST or None, organizations=organizations, simulated=simulated)
@@ -221,7 +222,7 @@ def _given(credentials: dict[str, str] | str | None) -> dict[str, str] | None:
 
 def cluster_edit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     cluster = _administered_cluster(request, pk)
-    if cluster.kind == Cluster.Kind.SIMULATED:
+    if kinds.get(cluster.kind).operators_only:
         policy.require(request.user, "cluster.simulated.set", cluster)
     form = ClusterForm(request.POST or None, cluster=cluster)
     status = 200

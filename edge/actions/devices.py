@@ -4,7 +4,7 @@
 People's actions (``create_group``, ``issue_enrolment_token``, ``revoke_device``) are authorized through the
 policy and audited. The device's own (``enrol``, ``touch``, ``record_report``) are authorized by what it
 holds: a one-time token, then its credential (``edge/api/device.py`` checks it). A report is judged by the
-rollout that targeted the device, in the same transaction (``edge/rollouts.py``).
+rollout that targeted the device, in the same transaction (``edge/actions/rollouts.py``).
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from edge import rollouts
+from edge.actions import rollouts
 from edge.models import Device, DeviceEvent, DeviceGroup, EnrolmentToken, Health, Status
 from edge.presence import poll_seconds
 from registry.models import ModelVersion
-from tenancy import audit, policy
+from tenancy import policy
+from tenancy.actions import audit
 from tenancy.models import Team, hash_token
 
 if TYPE_CHECKING:

@@ -49,7 +49,8 @@ from edge.models import (
 )
 from edge.presence import online_since
 from registry.models import ModelVersion
-from tenancy import audit, policy
+from tenancy import policy
+from tenancy.actions import audit
 
 if TYPE_CHECKING:
     from datetime import datetime

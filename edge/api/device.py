@@ -20,7 +20,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from common.api.serializers import StrictSerializer
-from edge import devices
+from edge.actions import devices
 from edge.models import Device, Status
 from edge.presence import poll_seconds
 from registry import artifacts, downloads

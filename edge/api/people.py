@@ -3,8 +3,8 @@ enrolment tokens (the token in the 201 answer only) and rollouts (start, list, d
 roll back).
 
 Thin: rows come from ``for_user`` (another team's device, group or rollout is a 404 for every verb, and absent
-from lists); changes go through ``edge/devices.py`` and ``edge/rollouts.py``, which ask the policy (403) and
-audit. Bad input is a 400 naming the field, and changes nothing.
+from lists); changes go through ``edge/actions/devices.py`` and ``edge/actions/rollouts.py``, which ask the policy
+(403) and audit. Bad input is a 400 naming the field, and changes nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from common.api.serializers import StrictSerializer
-from edge import devices, presence, rollouts
+from edge import presence
+from edge.actions import devices, rollouts
 from edge.models import Device, DeviceDeployment, DeviceGroup, EnrolmentToken, Rollout, RolloutEvent, Status
 from registry.models import ModelVersion
 from tenancy.models import Team

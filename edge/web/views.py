@@ -5,7 +5,7 @@ counts by state, failures against the threshold, its timeline, and the buttons t
 roll back).
 
 Thin: rows come from ``for_user`` (another team's device or rollout is a 404), changes go through
-``edge/devices.py`` and ``edge/rollouts.py`` (403 where the policy refuses, 400 with the form's errors).
+``edge/actions/devices.py`` and ``edge/actions/rollouts.py`` (403 where the policy refuses, 400 with the form's errors).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from common.types import AuthenticatedHttpRequest
-from edge import devices, presence, rollouts
+from edge import presence
+from edge.actions import devices, rollouts
 from edge.models import Device, DeviceGroup, Rollout
 from registry.models import ModelVersion
 from tenancy import policy

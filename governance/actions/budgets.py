@@ -48,7 +48,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from common import enqueue, outbound, webhooks
-from governance import placed, quotas
+from governance import placed
+from governance.actions import quotas
 from governance.models import Budget, BudgetAlert, QuotaChange
 from tenancy import policy
 from tenancy.models import Project, Team

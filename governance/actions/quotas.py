@@ -18,6 +18,10 @@ How project sub-quotas reach the engine (``snapshot.governance``): a team with p
 cohort holding the team's quota; the projects' queues and the team's own queue sit under it, the team's
 queue holding what the projects were not given. Projects lend each other what they do not use, and the
 team as a whole borrows and lends as its admin-set limits say.
+
+Size: every change to the quota tree (quotas, project shares, queue policies, cohorts, tiers, member limits) with
+its checks and its history row; the changes share ``record`` (the change with history) and the checks, and would
+split by object (tiers, cohorts) next.
 """
 
 from __future__ import annotations
@@ -32,9 +36,11 @@ from django.utils import timezone
 
 from clusters.models import AcceleratorType
 from common.validation import REQUIRED, check_max_length, message_of
-from governance import placed, signals
+from governance import placed
+from governance.actions import changed
 from governance.models import Cohort, MemberLimit, PriorityTier, Queue, Quota, QuotaChange, WatchAction
-from tenancy import audit, policy
+from tenancy import policy
+from tenancy.actions import audit
 from tenancy.models import Membership, Organization, Project, Team
 
 if TYPE_CHECKING:
@@ -122,7 +128,7 @@ def record(
     audit.record(
         action, actor=actor, target=target, organization=organization, changes=changes, reason=reason, request=http
     )
-    signals.changed.send(sender=QuotaChange, organization=organization)
+    changed.send(sender=QuotaChange, organization=organization)
     return change
 
 

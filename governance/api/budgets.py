@@ -31,7 +31,8 @@ from common import params
 from common.api.parsers import JSONParser
 from common.api.serializers import ERROR, StrictSerializer
 from common.validation import REQUIRED
-from governance import budgets, placed, quotas
+from governance import placed
+from governance.actions import budgets, quotas
 from governance.api.quotas import amount
 from governance.models import Budget, BudgetAlert, MemberLimit
 from tenancy import policy

@@ -2,7 +2,7 @@
 quota changes.
 
 Thin, like the rest of the API: queues and history come from ``for_user`` (another team's queue is a 404 for
-every verb); the usage from ``governance.usage``; every change goes through ``governance.quotas``, which says
+every verb); the usage from ``governance.usage``; every change goes through ``governance.actions.quotas``, which says
 who may change what (403, asked before the body is judged) and what a valid change is (400 naming each bad
 field, nothing written). Amounts are in people's units: accelerators, CPU cores, GiB.
 """
@@ -21,7 +21,8 @@ from rest_framework.response import Response
 
 from common.api.parsers import JSONParser
 from common.api.serializers import ERROR, StrictSerializer
-from governance import placed, quotas, usage
+from governance import placed, usage
+from governance.actions import quotas
 from governance.filters import QueueFilter, QuotaChangeFilter
 from governance.models import Cohort, Queue, Quota, QuotaChange
 from tenancy import policy

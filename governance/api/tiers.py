@@ -14,7 +14,7 @@ from rest_framework.response import Response
 
 from common.api.parsers import JSONParser
 from common.api.serializers import ERROR, StrictSerializer
-from governance import quotas
+from governance.actions import quotas
 from governance.models import PriorityTier, WatchAction
 from tenancy import policy
 from tenancy.models import Organization, Team

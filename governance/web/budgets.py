@@ -32,7 +32,8 @@ from django.views.decorators.http import require_http_methods
 
 from common.types import AuthenticatedHttpRequest
 from common.web.forms import apply_errors
-from governance import budgets, placed, quotas
+from governance import placed
+from governance.actions import budgets, quotas
 from governance.models import Budget, BudgetAlert, MemberLimit
 from governance.web import pages
 from governance.web.forms import TEAM_BUDGET, BudgetForm

@@ -1,5 +1,5 @@
 """Forms of the quota pages. They check shape only (a choice among what the user may see, a reason given);
-``governance/quotas.py`` judges the amounts, the names and who may change what."""
+``governance/actions/quotas.py`` judges the amounts, the names and who may change what."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 from django import forms
 
 from clusters.models import AcceleratorType
+from governance.actions.quotas import MAX_REASON
 from governance.models import Cohort, Quota
-from governance.quotas import MAX_REASON
 from tenancy.models import Organization, Project, Team
 from tenancy.scoping import Action
 

@@ -3,12 +3,15 @@ the history of its quota changes, edited in place by its lead or an admin; the o
 cohort tree for its admins and finance. The budgets and member limits on these pages are ``budgets.py``'s.
 
 Thin: teams, queues, cohorts and history are looked up through ``for_user`` (another team's page is a 404);
-the numbers come from ``governance.usage``; every change goes through ``governance.quotas``, which decides
+the numbers come from ``governance.usage``; every change goes through ``governance.actions.quotas``, which decides
 who may change what (403) and what a valid change is (400 with the message by its field, nothing written).
 The pages only ask it which controls to show.
 
 In-place edits are htmx requests: the row comes back as a small form (GET ``?edit=1``), is posted, and comes
 back as the row again with ``HX-Trigger: quotas-changed``, on which the chart and the history reload.
+
+Size: the quota pages of a team and of the organization (rows, cells, charts, history, cohort rows); the
+organization's cohort pages would split out first.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from common import params
 from common.types import AuthenticatedHttpRequest
 from common.web.forms import apply_errors
-from governance import placed, quotas, usage
+from governance import placed, usage
+from governance.actions import quotas
 from governance.models import Cohort, Queue, Quota, QuotaChange
 from governance.web import budgets as budget_views
 from governance.web import pages

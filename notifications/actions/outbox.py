@@ -39,9 +39,9 @@ from django.utils import timezone
 
 from common import enqueue, metrics, outbound, webhooks
 from notifications import events as ev
+from notifications.actions.preferences import Book, Resolved, home_team
 from notifications.models import Channel, Notification, OutboxCursor, Preference
-from notifications.preferences import Book, Resolved, home_team
-from scheduler import arrays
+from scheduler.actions import arrays
 from scheduler.models import Job, JobArray, JobEvent
 from scheduler.states import FINAL
 from scheduler.states import JobState as S

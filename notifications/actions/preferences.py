@@ -18,7 +18,8 @@ from django.utils import timezone
 from common import webhooks
 from notifications.events import DEFAULT_WAIT_HOURS, EVENTS, MAX_WAIT_HOURS
 from notifications.models import Channel, Preference
-from tenancy import audit, policy
+from tenancy import policy
+from tenancy.actions import audit
 from tenancy.models import Team
 
 if TYPE_CHECKING:

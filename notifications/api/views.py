@@ -1,6 +1,6 @@
 """The notifications API: a user's own choices, a team's defaults, their recent notifications, and a test.
 
-Thin: choices are judged and written by ``notifications/preferences.py`` (a 400 naming each bad field, nothing
+Thin: choices are judged and written by ``notifications/actions/preferences.py`` (a 400 naming each bad field, nothing
 written), teams are found through ``for_user`` (another organization's team, or one the user cannot see, is a
 404) and a team's defaults are set only by who the policy allows (403). A team's webhook URL may be a secret:
 only those who may set the defaults read it.
@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 
 from common.api.parsers import JSONParser
 from common.api.serializers import StrictSerializer
-from notifications import outbox, preferences
+from notifications.actions import outbox, preferences
 from notifications.events import EVENTS
 from notifications.models import Channel, Notification, Preference
 from tenancy import policy

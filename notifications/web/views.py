@@ -13,7 +13,7 @@ from django.views.decorators.http import require_POST
 
 from common.types import AuthenticatedHttpRequest
 from common.web.forms import apply_errors
-from notifications import outbox, preferences
+from notifications.actions import outbox, preferences
 from notifications.events import DEFAULT_WAIT_HOURS, EVENTS
 from notifications.models import Channel, Notification
 from notifications.web.forms import ChoicesForm, word

@@ -31,8 +31,8 @@ from common.api.serializers import find
 from registry import actions, downloads, queries
 from registry.api import serializers as s
 from registry.models import Model, ModelVersion
+from scheduler.actions.checkpoints import JobToken
 from scheduler.authentication import JobTokenAuthentication, JobTokenOrSignedIn
-from scheduler.checkpoints import JobToken
 from scheduler.models import Job
 from tenancy import policy
 from tenancy.authentication import ApiTokenAuthentication

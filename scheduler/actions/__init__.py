@@ -24,12 +24,14 @@ from clusters.secrets import CredentialsError
 from common import enqueue
 from common.validation import check_max_length, message_of
 from governance.models import PriorityTier, Queue
-from scheduler import checkpoints, lifecycle, submission
+from scheduler import submission
+from scheduler.actions import checkpoints, lifecycle
 from scheduler.models import Attempt, Job
 from scheduler.placement import feasibility
 from scheduler.states import PLACED, WAITING
 from scheduler.submission import JobRequest
-from tenancy import audit, policy
+from tenancy import policy
+from tenancy.actions import audit
 from tenancy.models import Project, Team
 
 if TYPE_CHECKING:

@@ -24,11 +24,13 @@ from django.db.models import Case, Count, IntegerField, QuerySet, Value, When
 from django.utils import timezone
 
 from common.staging import staged
-from scheduler import actions, lifecycle, sweeps
+from scheduler import actions, sweeps
+from scheduler.actions import lifecycle
 from scheduler.models import Job, JobArray, JobEvent, key_suffix
 from scheduler.states import FINAL, PLACED, WAITING
 from scheduler.sweeps import ArrayRequest
-from tenancy import audit, policy
+from tenancy import policy
+from tenancy.actions import audit
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User

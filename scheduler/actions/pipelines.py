@@ -20,11 +20,12 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from scheduler import actions, arrays, sweeps
+from scheduler import actions, sweeps
+from scheduler.actions import arrays
 from scheduler.models import Dependency, DependencyFailure, Job, JobArray
 from scheduler.submission import JobRequest
 from scheduler.sweeps import ArrayRequest
-from tenancy import audit
+from tenancy.actions import audit
 from tenancy.scoping import Action
 
 if TYPE_CHECKING:

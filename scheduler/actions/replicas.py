@@ -12,8 +12,8 @@ Where a replica may say it listens is not its to choose: each attempt is **hande
 (``hand_out_port``: its service's own, else one of ``SERVE_REPLICA_PORTS`` no other active replica holds), and
 its address must be **one of its node's** as the cluster's inventory knows them (``Node.addresses``), on that
 port (``check_address``). That is checked when the program reports and again each time the control loop takes
-the address for the data plane (``serving/control.py``), so a replica cannot point the public endpoint at another
-listener on its node, at another machine or at the portal's own.
+the address for the data plane (``serving/actions/control.py``), so a replica cannot point the public endpoint at
+another listener on its node, at another machine or at the portal's own.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from django.db import transaction
 
 from clusters.models import Node
 from common import outbound
-from scheduler.checkpoints import fence
+from scheduler.actions.checkpoints import fence
+from scheduler.actions.sessions import check_url
 from scheduler.models import Attempt, Job
-from scheduler.sessions import check_url
 from scheduler.states import JobState
 
 log = logging.getLogger(__name__)

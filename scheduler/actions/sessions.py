@@ -30,7 +30,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from clusters.secrets import SESSION_SECRET, CredentialsError, decrypt, encrypt
-from scheduler.checkpoints import fence
+from scheduler.actions.checkpoints import fence
 from scheduler.models import Attempt, Job
 from scheduler.states import JobState
 from tenancy import policy

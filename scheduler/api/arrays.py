@@ -3,7 +3,7 @@
 other (docs/jobs.md §Arrays and sweeps, §Pipelines).
 
 Thin like the jobs API: arrays come from ``JobArray.objects.for_user`` (another team's array is a 404),
-changes go through ``scheduler/arrays.py`` and ``scheduler/pipelines.py``. Each step's (and an array's)
+changes go through ``scheduler/actions/arrays.py`` and ``scheduler/actions/pipelines.py``. Each step's (and an array's)
 job request is the jobs API's own submission (``JobSubmissionSerializer``), its errors named
 ``job.<field>`` (``steps.<step>.job.<field>`` in a pipeline).
 """
@@ -25,7 +25,7 @@ from rest_framework.response import Response
 from common.api.errors import error_body
 from common.api.parsers import JSONParser
 from common.api.serializers import StrictSerializer
-from scheduler import arrays, pipelines
+from scheduler.actions import arrays, pipelines
 from scheduler.api.serializers import API_FIELD_NAMES, JobSubmissionSerializer
 from scheduler.models import Dependency, DependencyFailure, Job, JobArray
 from scheduler.submission import JobRequest

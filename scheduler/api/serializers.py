@@ -6,6 +6,9 @@ may see; everything else about a request (ranges, whether it can ever fit) is ``
 the web form, the API and the ``qm`` CLI refuse the same things with the same words. Both are asked at once
 (``checked_request``): a request with a field of the wrong type has its other fields judged by the action
 too, so one answer names every bad field.
+
+Size: the job's API shapes, the submission and every read of a job, attempt and event; what a running job reports
+with its token (checkpoints, progress, exit, sessions, endpoints) would split out first.
 """
 
 from __future__ import annotations

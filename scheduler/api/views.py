@@ -8,7 +8,7 @@ preemption or requeue through ``actions.preempt_job`` / ``actions.requeue_job``;
 the change is a 409. The serializers convert between the units people use and the engine's.
 
 Checkpoints and the exit code are reported by the job itself, with its attempt's token
-(``scheduler.checkpoints``): the two endpoints that take a job token, and ones no person's token may report
+(``scheduler.actions.checkpoints``): the two endpoints that take a job token, and ones no person's token may report
 to (docs/jobs.md says why).
 """
 
@@ -33,11 +33,12 @@ from rest_framework.serializers import Serializer
 from common import params
 from common.api.errors import error_body
 from common.api.parsers import JSONParser
-from scheduler import actions, debug, replicas, sessions, submission
+from scheduler import actions, debug, submission
+from scheduler.actions import replicas, sessions
+from scheduler.actions.checkpoints import AlreadyReported, JobToken, TooSoon, report, report_exit, report_progress
 from scheduler.api import serializers as s
 from scheduler.api.logs import JobLogsMixin
 from scheduler.authentication import JobTokenAuthentication, JobTokenOrSignedIn
-from scheduler.checkpoints import AlreadyReported, JobToken, TooSoon, report, report_exit, report_progress
 from scheduler.filters import JobFilter
 from scheduler.models import Assignment, Attempt, Checkpoint, Dependency, Job, JobEvent
 from scheduler.placement import feasibility

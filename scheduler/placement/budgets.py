@@ -1,6 +1,6 @@
 """Budgets as placement reads them: a budget's month so far (``use_of``, also what governance's budget pages and
 alerts show, through ``governance/placed.py``) and what each hard budget has left for the engine. What counts
-is ``governance/budgets.py``'s docstring."""
+is ``governance/actions/budgets.py``'s docstring."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from django.db.models import DurationField, Q, Sum, Value
 from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
-from governance.budgets import FORECAST_WINDOW, month_of
+from governance.actions.budgets import FORECAST_WINDOW, month_of
 from governance.models import Budget
 from governance.placed import Use
 from scheduler.engine import model as m

@@ -27,11 +27,11 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from clusters.actions.sync import backend_for
 from clusters.backends.base import Backend, BackendError, DryRun, JobSpec, NotFound, permanent
 from clusters.secrets import CredentialsError
-from clusters.sync import backend_for
 from common import metrics
-from scheduler import checkpoints, lifecycle, replicas, sessions
+from scheduler.actions import checkpoints, lifecycle, replicas, sessions
 from scheduler.models import Assignment, Attempt, Job
 from scheduler.placement import outcomes
 

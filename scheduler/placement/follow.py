@@ -35,12 +35,13 @@ from functools import partial
 from django.db import transaction
 from django.utils import timezone
 
+from clusters.actions.sync import backend_for
+from clusters.backends import kinds
 from clusters.backends.base import Backend, BackendError, Failure, JobState, JobStatus, NotFound
 from clusters.models import Cluster
 from clusters.secrets import CredentialsError
-from clusters.sync import backend_for
 from common import enqueue
-from scheduler import lifecycle, sessions
+from scheduler.actions import lifecycle, sessions
 from scheduler.models import Attempt, Job
 from scheduler.placement import measure, outcomes
 from scheduler.placement.dispatch import cancel_there
@@ -62,11 +63,10 @@ FAILURES = {
 }
 #: Failures that show while the job is still pending there, and will not mend.
 NEVER_STARTS = frozenset({Failure.IMAGE_PULL, Failure.INVALID})
-#: Cluster kinds where a job that failed keeps what it ran on until it is deleted: a Cloud TPU queued resource
-#: stays (FAILED, SUSPENDED, or ACTIVE over a broken slice) and holds its slots. Its failed attempts are
-#: cancelled there afterwards (``cleanup_pending``), which deletes it; elsewhere a failed job holds nothing
-#: and is left for its logs.
-LEAVES_BEHIND = frozenset({Cluster.Kind.TPU})
+# On kinds whose failed jobs keep what they ran on until deleted (``Kind.leaves_behind``: a Cloud TPU queued
+# resource stays FAILED, SUSPENDED, or ACTIVE over a broken slice, holding its slots), failed attempts are
+# cancelled there afterwards (``cleanup_pending``), which deletes them; elsewhere a failed job holds nothing
+# and is left for its logs.
 
 
 @dataclass
@@ -186,7 +186,7 @@ def report_state(attempt: Attempt, status: JobStatus, now: datetime, report: Fol
     elif status.state == JobState.FAILED:
         reason = FAILURES.get(Failure(status.reason), "job_failed") if status.reason in Failure else "job_failed"
         words = _failed_words(reason, status, where)
-        left = attempt.cluster.kind in LEAVES_BEHIND
+        left = kinds.get(attempt.cluster.kind).leaves_behind
         report.ended += outcomes.end(attempt, reason, words, now, exit_code=status.exit_code, cleanup_pending=left)
     elif status.state == JobState.CANCELLED:
         if status.reason == Failure.PREEMPTED:

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from django.db.models import Count, Q
 
-from scheduler import lifecycle
+from scheduler.actions import lifecycle
 from scheduler.engine.explain import array_limit_words, dependency_words
 from scheduler.engine.model import PendingReason
 from scheduler.models import Dependency, DependencyFailure, Job, JobArray

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 
+from clusters.actions.sync import backend_for
 from clusters.backends.base import LogChunk
-from clusters.sync import backend_for
 from scheduler.models import Attempt, Job
 
 #: What a request may name as a worker and as an offset (the API and the job page check them alike).

@@ -33,7 +33,7 @@ from django.utils import timezone
 
 from common import enqueue
 from common.staging import staged
-from scheduler import lifecycle
+from scheduler.actions import lifecycle
 from scheduler.engine import model as m
 from scheduler.engine import schedule
 from scheduler.models import Assignment, Attempt, Job, JobEvent, LoopState
@@ -153,6 +153,7 @@ def apply(
     """Write the cycle's admissions and preemptions; None (and nothing written) if another cycle applied
     since the snapshot. Returns (new generation, admitted, preempted, skipped)."""
     with transaction.atomic():
+        LoopState.objects.get_or_create(organization=organization)  # the first cycle of an organization
         generation = index.generation + 1
         claimed = LoopState.objects.filter(organization=organization, generation=index.generation).update(
             generation=generation

@@ -36,7 +36,7 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from scheduler import checkpoints, lifecycle
+from scheduler.actions import checkpoints, lifecycle
 from scheduler.models import Attempt, Job
 from scheduler.placement import measure
 from scheduler.states import PLACED

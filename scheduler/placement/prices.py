@@ -2,7 +2,7 @@
 
 The price book is billing's, and billing reads the scheduler's models, so the scheduler never imports billing:
 ``PLACEMENT_PRICES`` in the settings names the function that gives the organization's rates on a day
-(``billing.prices.placement_prices``: today's rate per cluster, flavor and capacity type, 0 where the book has
+(``billing.actions.prices.placement_prices``: today's rate per cluster, flavor and capacity type, 0 where the book has
 none). Anything with the same ``of`` will do, e.g. a flat price list for a fleet without billing.
 """
 

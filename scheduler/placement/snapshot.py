@@ -107,8 +107,8 @@ def build(
     """The snapshot of ``organization`` at ``now`` and the index to apply its decisions with; the waiting
     jobs in ``blocked`` (unmet dependencies: ``gates.settle``) are left out, with their messages."""
     now = now or timezone.now()
-    state, _ = LoopState.objects.get_or_create(organization=organization)
-    index = Index(generation=state.generation)
+    generation = LoopState.objects.filter(organization=organization).values_list("generation", flat=True).first()
+    index = Index(generation=generation or 0)
     placed = _placed_assignments(organization)
     clusters, nodes, every_flavor = fleet(organization, index, placed)
     tiers, cohorts, queues = governance(organization, every_flavor, index)

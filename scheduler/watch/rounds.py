@@ -34,7 +34,8 @@ from django.utils import timezone
 from clusters import actions as cluster_actions
 from common import metrics
 from governance.models import WatchAction
-from scheduler import actions, lifecycle, utilization
+from scheduler import actions, utilization
+from scheduler.actions import lifecycle
 from scheduler.models import Assignment, Attempt, Job, JobEvent, Progress
 from scheduler.placement import dispatch
 from scheduler.states import JobState

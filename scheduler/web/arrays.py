@@ -2,7 +2,7 @@
 failed tasks for its owner, its team's lead and admins (docs/jobs.md §Arrays and sweeps).
 
 Thin: the array is looked up through ``JobArray.objects.for_user`` (another team's array is a 404), changes go
-through ``scheduler/arrays.py``.
+through ``scheduler/actions/arrays.py``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from common.types import AuthenticatedHttpRequest
-from scheduler import arrays
+from scheduler.actions import arrays
 from scheduler.models import Job, JobArray
 from scheduler.queues import REASON_LABELS
 from scheduler.web.forms import CancelForm

@@ -1,6 +1,10 @@
 """Forms of the job pages. They take what people type (cores, GiB, hours and minutes, KEY=VALUE lines) and
 turn it into a ``JobRequest``; ``scheduler.actions`` validates meaning and permission, and its errors come
-back beside the fields here (``apply_action_errors``)."""
+back beside the fields here (``apply_action_errors``).
+
+Size: the submit form holds every field of every kind of work (``JobForm``); the list filters (``JobListFilter``,
+``QueueListFilter``) would split out first.
+"""
 
 from __future__ import annotations
 

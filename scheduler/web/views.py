@@ -30,7 +30,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from common.types import AuthenticatedHttpRequest
 from governance.models import PriorityTier, Queue
-from scheduler import actions, arrays, costs, debug, lifecycle, output, pipelines, replicas, sessions
+from scheduler import actions, costs, debug, output
+from scheduler.actions import arrays, lifecycle, pipelines, replicas, sessions
 from scheduler.attempts import checkpoint_counts, reason_words, state_words
 from scheduler.models import Assignment, Attempt, Checkpoint, Job
 from scheduler.placement import feasibility

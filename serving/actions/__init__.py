@@ -4,7 +4,7 @@ One transaction each, authorized through ``tenancy/policy.py`` (``service.create
 on a service), validated as a whole (a ``ValidationError`` naming every bad field, nothing written) and audited.
 The program of a service is checked as the job request of one of its replicas (``replica_request``) by the
 scheduler's own validation, feasibility included, so a service that could never place a replica is refused at
-once with the engine's words. The control loop (``serving/control.py``) does the rest after the commit.
+once with the engine's words. The control loop (``serving/actions/control.py``) does the rest after the commit.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from scheduler import submission
 from scheduler.models import Job
 from scheduler.submission import JobRequest
 from serving.models import Revision, Service
-from tenancy import audit, policy
+from tenancy import policy
+from tenancy.actions import audit
 from tenancy.models import Project, Team
 
 if TYPE_CHECKING:

@@ -33,8 +33,8 @@ from django.utils import timezone
 
 from common import metrics, outbound
 from scheduler import actions as jobs
-from scheduler import replicas as replica_jobs
 from scheduler import utilization
+from scheduler.actions import replicas as replica_jobs
 from scheduler.models import Attempt, Job
 from scheduler.states import PLACED, WAITING
 from serving import actions, autoscale, load

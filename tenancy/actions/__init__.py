@@ -19,7 +19,8 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from common.validation import check_max_length, message_of, required
-from tenancy import audit, policy
+from tenancy import policy
+from tenancy.actions import audit
 from tenancy.models import ApiToken, GroupMapping, Membership, Organization, Project, ServiceAccount, Team
 from tenancy.scoping import TEAM_ROLES, Role
 
@@ -433,3 +434,23 @@ def revoke_service_account(actor: User, account: ServiceAccount, *, http: HttpRe
         audit.record(
             "service_account.revoked", actor=actor, target=account, changes={"name": account.name}, request=http
         )
+
+
+#: How finely a token's last use is kept: writing it on every request would turn each read into a write.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+#: How long a revoked or expired token stays listed (its owner sees what happened to it) before it is deleted.
+TOKEN_RETENTION = timedelta(days=90)
+
+
+def note_token_use(token: ApiToken) -> None:
+    """Record that ``token`` was just used, to the minute (``LAST_USED_RESOLUTION``)."""
+    now = timezone.now()
+    if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+
+
+def expire_tokens() -> int:
+    """Delete tokens revoked or expired more than ``TOKEN_RETENTION`` ago; how many went."""
+    cutoff = timezone.now() - TOKEN_RETENTION
+    deleted, _ = ApiToken.objects.filter(Q(revoked_at__lt=cutoff) | Q(expires_at__lt=cutoff)).delete()
+    return deleted

@@ -40,7 +40,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from common.sealed import seal, unseal
-from tenancy import audit
+from tenancy.actions import audit
 from tenancy.models import GroupMapping, Membership, Organization, ProviderIdentity
 from tenancy.scoping import TEAM_ROLES, Role
 

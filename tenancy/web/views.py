@@ -20,7 +20,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from common.types import AuthenticatedHttpRequest
 from common.web.forms import apply_errors
-from tenancy import actions, audit, identity, policy
+from tenancy import actions, policy
+from tenancy.actions import audit, identity
 from tenancy.filters import AuditPageFilter
 from tenancy.models import ApiToken, AuditLog, GroupMapping, Membership, Organization, ServiceAccount, Team
 from tenancy.policy import request_roles

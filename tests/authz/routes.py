@@ -695,7 +695,7 @@ ROWS: list[Row] = [
     row("api:job-utilization", "GET", "job",            "in  200 200 404 200 200 404 404 404"),
     row("api:job-checkpoints", "GET", "job",            "in  200 200 404 200 200 404 404 404"),
     row("api:job-logs", "GET", "job",                   "in  200 200 404 200 200 404 404 404"),
-    # Reported by the job itself with its attempt's token (scheduler/checkpoints.py): no person may, whatever
+    # Reported by the job itself with its attempt's token (scheduler/actions/checkpoints.py): no person may, whatever
     # the role; a job the user cannot see is still a 404.
     row("api:job-checkpoints", "POST", "job",           "in  403 403 404 403 403 404 404 404",
         body=lambda s: {"location": "s3://matrix/run"}),

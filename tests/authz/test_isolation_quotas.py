@@ -17,7 +17,7 @@ from django.test import Client
 from django.utils import timezone
 
 from clusters.models import AcceleratorType
-from governance import budgets, quotas
+from governance.actions import budgets, quotas
 from governance.models import Budget, BudgetAlert, Cohort, MemberLimit, Queue, Quota, QuotaChange
 from scheduler import actions
 from tenancy.models import AuditLog, Project

@@ -23,16 +23,16 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from billing import prices
+from billing.actions import prices
 from billing.models import Overhead, Price, WhatIf
 from clusters import actions as cluster_actions
 from clusters.models import AcceleratorType, Cluster, MaintenanceWindow, Node
 from demo.tenancy import seed_demo
-from governance import budgets, quotas
+from governance.actions import budgets, quotas
 from governance.models import Budget, BudgetAlert, Cohort, MemberLimit, PriorityTier, Queue, QuotaChange
 from registry import actions as registry_actions
 from scheduler import actions as job_actions
-from scheduler import arrays
+from scheduler.actions import arrays
 from scheduler.models import Checkpoint, Job, LoopState
 from scheduler.states import JobState
 from scheduler.submission import JobRequest

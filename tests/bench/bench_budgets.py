@@ -55,7 +55,7 @@ def bench(attempts: int, teams: int, projects: int, repeat: int) -> dict[str, An
     from django.utils import timezone
 
     from clusters.models import Cluster
-    from governance import budgets
+    from governance.actions import budgets
     from governance.models import Budget, BudgetAlert, PriorityTier, Queue
     from scheduler.models import Attempt, Job
     from scheduler.placement import budgets as placement_budgets
@@ -72,7 +72,7 @@ def bench(attempts: int, teams: int, projects: int, repeat: int) -> dict[str, An
             organization=org,
             name="bench",
             slug="bench",
-            kind=Cluster.Kind.SIMULATED,
+            kind="simulated",
             endpoint=f"sim://bench-budgets-{stamp}",
             region="bench",
         )

@@ -283,7 +283,7 @@ def bench_database(records: int, repeat: int) -> dict[str, Any]:
             organization=org,
             name="bench",
             slug="bench",
-            kind=Cluster.Kind.SIMULATED,
+            kind="simulated",
             endpoint=f"sim://bench-forecast-{stamp}",
             region="bench",
         )

@@ -3,7 +3,7 @@
     .venv/bin/python tests/bench/bench_live_view.py --nodes 10000 --renders 9
 
 Creates a simulated cluster (profile h100-onprem: InfiniBand blocks of 32 nodes, racks of 4; 40% busy),
-syncs it with ``clusters.sync.sync_cluster``, then calls the live view's two views (the full page and the
+syncs it with ``clusters.actions.sync.sync_cluster``, then calls the live view's two views (the full page and the
 partial that htmx polls) as an organization admin and times each render: the one query, the grouping, the
 template and the partial's compression, but not the network or middleware. Prints one JSON object with
 p50/min/max in milliseconds.
@@ -55,7 +55,7 @@ def bench(nodes: int, renders: int) -> dict[str, Any]:
     from django.test import RequestFactory
     from django.test.utils import CaptureQueriesContext
 
-    from clusters import sync
+    from clusters.actions import sync
     from clusters.live import live_view
     from clusters.models import AcceleratorType, Cluster
     from clusters.web import views
@@ -71,7 +71,7 @@ def bench(nodes: int, renders: int) -> dict[str, Any]:
             organization=org,
             name="bench",
             slug="bench",
-            kind=Cluster.Kind.SIMULATED,
+            kind="simulated",
             endpoint=f"sim://bench-live-{stamp}",
             region="bench",
             levels=["ib_block", "rack"],

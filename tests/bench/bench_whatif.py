@@ -43,7 +43,8 @@ def bench(jobs: int, nodes: int, add: int, days: int, load: float, seed: int, en
     from django.db import connection
     from django.utils import timezone
 
-    from billing import whatif, whatif_replay
+    from billing import whatif_replay
+    from billing.actions import whatif
     from billing.models import WhatIf
     from clusters.models import AcceleratorType, Cluster, Node
     from governance.models import PriorityTier, Queue
@@ -62,7 +63,7 @@ def bench(jobs: int, nodes: int, add: int, days: int, load: float, seed: int, en
             organization=org,
             name="bench",
             slug="bench",
-            kind=Cluster.Kind.SIMULATED,
+            kind="simulated",
             endpoint=f"sim://bench-whatif-{stamp}",
             region="bench",
             levels=["rack"],

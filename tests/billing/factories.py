@@ -8,7 +8,7 @@ from decimal import Decimal
 
 from django.utils import timezone
 
-from billing.metering import capacity_type
+from billing.actions.metering import capacity_type
 from billing.models import Price
 from clusters.models import AcceleratorType, Cluster
 from scheduler.placement import feasibility

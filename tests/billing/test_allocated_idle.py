@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from openpyxl import load_workbook
 
-from billing import attribution, metering
+from billing import attribution
+from billing.actions import metering
 from clusters.models import Node
 from scheduler.models import Assignment, Job
 from tests.billing.test_attribution import price_everything

@@ -11,10 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from billing import attribution, metering, prices
+from billing import attribution
+from billing.actions import metering, prices
+from billing.actions.prices import RateBook
 from billing.attribution import Names, apportion
 from billing.models import CapacityType, Overhead
-from billing.prices import RateBook
 from clusters.models import Node
 from scheduler.models import Assignment
 from tests.billing.conftest import placed

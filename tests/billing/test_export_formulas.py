@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from openpyxl import load_workbook
 
-from billing import metering, reports
+from billing import reports
+from billing.actions import metering
 from tenancy import actions
 from tests.billing.conftest import placed
 from tests.billing.test_attribution import price_everything

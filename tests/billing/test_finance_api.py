@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from openpyxl import load_workbook
 
-from billing import metering, prices
+from billing.actions import metering, prices
 from billing.models import Overhead, Price
 from tenancy.models import AuditLog
 from tests.billing.conftest import placed

@@ -1,6 +1,6 @@
 """Finance's pages: the month's costs (chargeback for finance: every team, adding up to the fleet's total;
 showback for researchers and leads: their team only, nothing of another), a team's statement, and the price
-book (cloud and on-prem rows added, changed and deleted through ``billing/prices.py``, audited; bad rows back
+book (cloud and on-prem rows added, changed and deleted through ``billing/actions/prices.py``, audited; bad rows back
 with 400 and each message beside its field; nobody but finance and admins writes anything)."""
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ from django.http import FileResponse
 from django.test import Client
 from openpyxl import load_workbook
 
-from billing import attribution, metering, prices
+from billing import attribution
+from billing.actions import metering, prices
 from billing.models import Overhead, Price
 from billing.web.costs import rate_text
 from billing.web.forms import PriceForm
 from clusters.models import Node
-from governance import budgets
+from governance.actions import budgets
 from tenancy.models import AuditLog
 from tests.billing.conftest import placed
 from tests.scheduler.conftest import Fleet

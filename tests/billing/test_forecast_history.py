@@ -150,7 +150,7 @@ def lab(world: World) -> Lab:
         organization=org,
         name="lab",
         slug="lab",
-        kind=Cluster.Kind.SIMULATED,
+        kind="simulated",
         endpoint="sim://forecast-lab",
         region="eu",
     )

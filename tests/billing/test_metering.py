@@ -8,9 +8,9 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 from django.db.models import Sum
 
-from billing import metering
+from billing.actions import metering
 from billing.models import CapacityRecord, CapacityType, MeterState, UsageRecord
-from clusters.models import Cluster, Node
+from clusters.models import Node
 from scheduler.models import Assignment, Attempt
 from tests.billing.conftest import placed
 from tests.scheduler.conftest import Fleet
@@ -196,14 +196,14 @@ def test_backfill_gives_present_nodes_capacity_up_to_their_first_record(fleet: F
 @pytest.mark.parametrize(
     ("labels", "kind", "options", "expected"),
     [
-        ({"karpenter.sh/capacity-type": "spot"}, Cluster.Kind.KUBERNETES, {}, CapacityType.SPOT),
-        ({"cloud.google.com/gke-spot": "true"}, Cluster.Kind.KUBERNETES, {}, CapacityType.SPOT),
-        ({"cloud.google.com/reservation-name": "r1"}, Cluster.Kind.KUBERNETES, {}, CapacityType.RESERVED),
-        ({"cloud.google.com/gke-nodepool": "gpu"}, Cluster.Kind.KUBERNETES, {}, CapacityType.ON_DEMAND),
-        ({"quartermaster.io/capacity-type": "reserved"}, Cluster.Kind.SLURM, {}, CapacityType.RESERVED),
-        ({}, Cluster.Kind.TPU, {}, CapacityType.ON_DEMAND),
-        ({}, Cluster.Kind.SLURM, {}, CapacityType.ON_PREM),
-        ({}, Cluster.Kind.KUBERNETES, {"capacity_type": "spot"}, CapacityType.SPOT),
+        ({"karpenter.sh/capacity-type": "spot"}, "kubernetes", {}, CapacityType.SPOT),
+        ({"cloud.google.com/gke-spot": "true"}, "kubernetes", {}, CapacityType.SPOT),
+        ({"cloud.google.com/reservation-name": "r1"}, "kubernetes", {}, CapacityType.RESERVED),
+        ({"cloud.google.com/gke-nodepool": "gpu"}, "kubernetes", {}, CapacityType.ON_DEMAND),
+        ({"quartermaster.io/capacity-type": "reserved"}, "slurm", {}, CapacityType.RESERVED),
+        ({}, "tpu", {}, CapacityType.ON_DEMAND),
+        ({}, "slurm", {}, CapacityType.ON_PREM),
+        ({}, "kubernetes", {"capacity_type": "spot"}, CapacityType.SPOT),
     ],
 )
 def test_capacity_type_from_labels_then_the_cluster(

@@ -9,9 +9,9 @@ from decimal import Decimal
 
 from django.apps import apps
 
-from billing import prices
+from billing.actions import prices
+from billing.actions.prices import RateBook
 from billing.models import CapacityType, Price
-from billing.prices import RateBook
 from clusters.models import Cluster, Node
 from scheduler.placement import feasibility, snapshot
 from tests.billing.factories import priced

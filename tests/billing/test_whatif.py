@@ -11,7 +11,8 @@ import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
 
-from billing import tasks, whatif, whatif_replay
+from billing import tasks, whatif_replay
+from billing.actions import whatif
 from billing.models import WhatIf
 from clusters.models import Cluster, Node
 from scheduler.engine.model import Cluster as EngineCluster

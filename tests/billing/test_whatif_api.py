@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from billing import whatif
+from billing.actions import whatif
 from billing.models import WhatIf
 from clusters.models import Cluster
 from tests.billing import whatif_history as h

@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from billing import whatif
+from billing.actions import whatif
 from billing.models import WhatIf
 from clusters.models import Cluster
 from tests.billing import whatif_history as h

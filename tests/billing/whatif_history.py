@@ -23,7 +23,7 @@ def cluster(
         organization=org,
         name=slug,
         slug=slug,
-        kind=Cluster.Kind.SIMULATED,
+        kind="simulated",
         endpoint=f"sim://{slug}",
         region="eu-west",
         levels=["rack"],

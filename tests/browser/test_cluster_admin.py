@@ -68,7 +68,7 @@ def test_admin_adds_a_kubernetes_cluster_and_its_token_is_never_shown(page: Page
     shot(page, "added-detail")
 
     cluster.refresh_from_db()
-    assert cluster.kind == Cluster.Kind.KUBERNETES
+    assert cluster.kind == "kubernetes"
     assert cluster.levels == ["zone", "rack"]
     assert cluster.credentials() == {"token": TOKEN}
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from clusters import sync
+from clusters.actions import sync
 from clusters.models import Cluster
 from demo.jobs import H100, seed_governance
 from governance.models import PriorityTier

@@ -13,7 +13,8 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Browser, Page, expect
 
-from tenancy import actions, identity
+from tenancy import actions
+from tenancy.actions import identity
 from tenancy.models import AuditLog, Membership
 from tests.browser.conftest import sign_in_as
 from tests.oidc.fixtures import LoopbackProvider, account, oidc_provider, oidc_settings

@@ -193,7 +193,7 @@ def test_lead_sets_a_project_budget_and_a_members_limit(page: Page, governed: di
 
 
 def test_finance_reads_every_budget_of_the_organization(page: Page, governed: dict[str, Cluster]) -> None:
-    from governance import budgets
+    from governance.actions import budgets
 
     adam = User.objects.get(username="adam")
     teams = {t.slug: t for t in Team.objects.filter(organization__slug="demo")}

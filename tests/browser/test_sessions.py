@@ -14,7 +14,7 @@ import requests
 from playwright.sync_api import Page, expect
 
 from clusters.models import Cluster
-from scheduler.checkpoints import token_for
+from scheduler.actions.checkpoints import token_for
 from scheduler.models import Job
 from scheduler.placement import dispatch, follow, loop
 from tests.browser.conftest import sign_in_as

@@ -17,7 +17,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
-from billing import whatif
+from billing.actions import whatif
 from billing.models import WhatIf
 from clusters.models import AcceleratorType, Cluster
 from tenancy.models import Team

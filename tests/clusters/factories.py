@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from clusters import sync
+from clusters.actions import sync
 from clusters.models import Cluster
 from tenancy.models import Organization
 
@@ -27,7 +27,7 @@ def simulated_cluster(
         organization=org,
         name=slug,
         slug=slug,
-        kind=Cluster.Kind.SIMULATED,
+        kind="simulated",
         endpoint=f"sim://{slug}",
         region="eu",
         levels=list(levels),
@@ -54,7 +54,7 @@ def kubernetes_cluster(
         organization=org,
         name=slug,
         slug=slug,
-        kind=Cluster.Kind.KUBERNETES,
+        kind="kubernetes",
         endpoint=url,
         region="eu",
         options={"namespace": "research", **options},
@@ -71,7 +71,7 @@ def tpu_cluster(org: Organization, slug: str, url: str, *, synced: bool = True, 
     """A Cloud TPU cluster whose API is ``url`` (the fake in ``tpu_server.py``, anonymous); ``options`` need
     ``project`` and ``zone``."""
     cluster = Cluster.objects.create(
-        organization=org, name=slug, slug=slug, kind=Cluster.Kind.TPU, endpoint=url, region="eu", options=options
+        organization=org, name=slug, slug=slug, kind="tpu", endpoint=url, region="eu", options=options
     )
     if synced:
         result = sync.sync_cluster(cluster.pk)
@@ -87,7 +87,7 @@ def slurm_cluster(
         organization=org,
         name=slug,
         slug=slug,
-        kind=Cluster.Kind.SLURM,
+        kind="slurm",
         endpoint=endpoint,
         region="eu",
         options=options,

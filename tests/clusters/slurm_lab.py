@@ -25,7 +25,7 @@ from typing import Any, TextIO
 import pytest
 import requests
 
-from clusters.backends.slurm import SlurmBackend
+from clusters.backends.slurm.backend import SlurmBackend
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "deploy" / "slurm-lab"
 NODES = ("lab-node1", "lab-node2", "lab-node3", "lab-node4")

@@ -19,7 +19,8 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.test import Client
 from django.utils import timezone
 
-from clusters import actions, sync
+from clusters import actions
+from clusters.actions import sync
 from clusters.backends.simulated import backend as simulated
 from clusters.models import Cluster, MaintenanceWindow, Node, ProbeToken
 from tenancy.models import AuditLog, hash_token
@@ -47,7 +48,7 @@ def clusters(world: World) -> dict[str, Cluster]:
             organization=world.org,
             name="Sim H100",
             slug="sim",
-            kind=Cluster.Kind.SIMULATED,
+            kind="simulated",
             endpoint="sim://admin-sim",
             region="eu",
             levels=["ib_block", "rack"],
@@ -57,7 +58,7 @@ def clusters(world: World) -> dict[str, Cluster]:
             organization=world.org,
             name="Slurm A100",
             slug="slurm",
-            kind=Cluster.Kind.SLURM,
+            kind="slurm",
             endpoint="http://slurm.example.org:6820",
             region="eu",
             options={"partition": "gpu"},
@@ -66,7 +67,7 @@ def clusters(world: World) -> dict[str, Cluster]:
             organization=world.other_org,
             name="Rival",
             slug="rival",
-            kind=Cluster.Kind.SIMULATED,
+            kind="simulated",
             endpoint="sim://admin-rival",
             region="mars",
             options={"profile": "a100-slurm", "nodes": 4},

@@ -15,12 +15,12 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.test import Client
 
-from clusters import actions, sync
+from clusters import actions
+from clusters.actions import sync
 from clusters.backends.base import AuthenticationFailed, BadResponse, NotAllowed, Unreachable
-from clusters.backends.kubernetes import KubernetesBackend
-from clusters.backends.slurm import SlurmBackend
-from clusters.backends.tpu import TpuBackend
-from clusters.backends.tpu.backend import SCOPES
+from clusters.backends.kubernetes.backend import KubernetesBackend
+from clusters.backends.slurm.backend import SlurmBackend
+from clusters.backends.tpu.backend import SCOPES, TpuBackend
 from clusters.models import Cluster
 from common import outbound
 from tests.clusters.kube_server import TOKEN as KUBE_TOKEN

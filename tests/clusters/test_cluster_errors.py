@@ -1,5 +1,5 @@
 """Bad input end to end: a cluster registered with wrong credentials, a closed port or a server that
-answers garbage, synced through ``clusters.sync.sync_cluster`` against the real Slurm lab and the faithful
+answers garbage, synced through ``clusters.actions.sync.sync_cluster`` against the real Slurm lab and the faithful
 Kubernetes and TPU servers.
 
 Each time the cluster says what went wrong in words (authentication, unreachable, bad response) on its
@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from clusters import actions, sync
+from clusters import actions
+from clusters.actions import sync
 from clusters.backends.simulated import backend as simulated
 from clusters.models import Cluster, Node
 from tenancy.models import AuditLog

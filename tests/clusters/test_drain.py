@@ -9,7 +9,8 @@ import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
 
-from clusters import actions, sync
+from clusters import actions
+from clusters.actions import sync
 from clusters.models import Cluster, Drain, Node
 from demo.fleet import seed_demo_fleet, sync_demo_fleet
 from scheduler.placement import recover

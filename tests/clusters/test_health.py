@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from clusters import actions, health
+from clusters import actions
+from clusters.actions import health
 from clusters.backends.base import HealthSignal
 from clusters.models import Cluster, Drain, HealthCheckResult, Node
 from tenancy.models import Organization

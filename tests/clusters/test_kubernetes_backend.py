@@ -24,10 +24,10 @@ from clusters.backends.base import (
     NotFound,
     Refused,
     Unreachable,
-    load,
     permanent,
 )
-from clusters.backends.kubernetes import KubernetesBackend
+from clusters.backends.kinds import load
+from clusters.backends.kubernetes.backend import KubernetesBackend
 from clusters.backends.kubernetes.jobs import JOB_ID_ANNOTATION, KUEUE_QUEUE_LABEL, job_name
 from clusters.backends.kubernetes.nodes import parse_quantity
 from tests.clusters.kube_server import (

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from clusters.backends.base import DryRun, Failure, InvalidJob, JobState, NotFound, Refused
-from clusters.backends.kubernetes import KubernetesBackend
+from clusters.backends.kubernetes.backend import KubernetesBackend
 from clusters.backends.kubernetes.jobs import JOB_ID_ANNOTATION, KUEUE_QUEUE_LABEL
 from clusters.backends.kubernetes.rayjobs import DEFAULT_RAY_IMAGE
 from tests.clusters import kube_crds

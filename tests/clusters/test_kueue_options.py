@@ -10,7 +10,8 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.test import Client
 
-from clusters import actions, capabilities
+from clusters import actions
+from clusters.backends import kinds
 from clusters.models import Cluster
 from tests.conftest import World
 
@@ -35,7 +36,7 @@ pytestmark = pytest.mark.django_db
     ],
 )
 def test_kueue_options_are_checked(options: dict[str, Any], words: str) -> None:
-    problem = capabilities.invalid_options("kubernetes", options)
+    problem = kinds.get("kubernetes").check_options(options)
     assert problem.startswith(words) if words else problem == ""
 
 

@@ -11,7 +11,8 @@ import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
 
-from clusters import actions, health, maintenance
+from clusters import actions, maintenance
+from clusters.actions import health
 from clusters.models import Cluster, Drain, MaintenanceWindow, Node
 from tenancy.models import AuditLog
 from tests.clusters.factories import simulated_cluster

@@ -16,7 +16,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from clusters import sync
+from clusters.actions import sync
 from clusters.live import allocation_class, domain_label
 from clusters.models import Cluster, Drain, HealthCheckResult, Node
 from demo.fleet import seed_demo_fleet, sync_demo_fleet
@@ -38,7 +38,7 @@ def fleet(world: World, settings: Any, tmp_path: Path) -> dict[str, Cluster]:
         organization=world.other_org,
         name="Rival secret cluster",
         slug="rival",
-        kind=Cluster.Kind.SIMULATED,
+        kind="simulated",
         endpoint="sim://rival-pages",
         region="mars-1",
         levels=["rack"],
@@ -167,7 +167,7 @@ def test_list_keeps_to_its_query_budget_whatever_the_number_of_clusters(
         assert client.get("/clusters/").status_code == 200
     for i in range(5):
         Cluster.objects.create(
-            organization=world.org, name=f"Extra {i}", slug=f"extra-{i}", kind=Cluster.Kind.SIMULATED, region="x"
+            organization=world.org, name=f"Extra {i}", slug=f"extra-{i}", kind="simulated", region="x"
         )
     with django_assert_max_num_queries(6):
         assert "Extra 4" in client.get("/clusters/").content.decode()

@@ -16,7 +16,8 @@ from django.core.cache import cache
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from clusters import actions, health
+from clusters import actions
+from clusters.actions import health
 from clusters.models import Cluster, HealthCheckResult, Node
 from tests.clusters.factories import simulated_cluster
 from tests.conftest import World

@@ -19,8 +19,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from clusters import tasks
+from clusters.actions.probe import throttle_names
 from clusters.models import Cluster, GpuSample, Node
-from clusters.probe import throttle_names
 from tests.clusters import test_probe
 
 # The probe tests' fixtures: a simulated cluster whose nodes may report now, and a client with its probe token.

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from clusters.actions.sync import reported_levels
 from clusters.backends.base import (
     AuthenticationFailed,
     BackendError,
@@ -36,16 +37,15 @@ from clusters.backends.base import (
     NodeInfo,
     NotFound,
     Unreachable,
-    load,
     permanent,
 )
-from clusters.backends.slurm import SlurmBackend, versions
+from clusters.backends.kinds import load
 from clusters.backends.slurm import backend as slurm_backend
+from clusters.backends.slurm import versions
 from clusters.backends.slurm.backend import InvalidJob as SlurmInvalidJob
-from clusters.backends.slurm.backend import invalid_options
+from clusters.backends.slurm.backend import SlurmBackend, invalid_options
 from clusters.backends.slurm.parse import expand_hostlist, failure, gpu_gres, job_state, topology
 from clusters.backends.slurm.script import apptainer_image, batch_script, enroot_image
-from clusters.sync import reported_levels
 from tests.clusters.slurm_lab import NODES, SlurmLab, mint_token
 
 slurm = pytest.mark.slurm

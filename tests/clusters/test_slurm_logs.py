@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from clusters.backends.base import BadOffset, JobState, LogsUnavailable, NotFound, Unreachable
-from clusters.backends.slurm import SlurmBackend
-from clusters.backends.slurm.backend import invalid_options
+from clusters.backends.slurm.backend import SlurmBackend, invalid_options
 from tests.clusters.slurm_lab import SlurmLab, mint_token
 from tests.clusters.test_slurm_backend import spec, wait_for
 from tests.clusters.test_slurm_ray import PROGRAM, RAY_OPTIONS, ended, ray_spec, wait_until

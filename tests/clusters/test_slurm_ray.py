@@ -13,8 +13,8 @@ import pytest
 import requests
 
 from clusters.backends.base import InvalidJob, JobSpec, JobState, JobStatus
-from clusters.backends.slurm import SlurmBackend
 from clusters.backends.slurm import ray as slurm_ray
+from clusters.backends.slurm.backend import SlurmBackend
 from clusters.backends.slurm.script import batch_script
 from clusters.backends.slurm.versions import LEGACY
 from tests.clusters.slurm_lab import SlurmLab

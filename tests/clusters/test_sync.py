@@ -11,8 +11,9 @@ from django.test.utils import override_settings
 from django.utils import timezone
 
 from clusters import actions as cluster_actions
-from clusters import sync
-from clusters.backends.base import Inventory, NodeInfo, load
+from clusters.actions import sync
+from clusters.backends.base import Inventory, NodeInfo
+from clusters.backends.kinds import load
 from clusters.backends.simulated import backend as simulated
 from clusters.models import AcceleratorType, Cluster, Node, TopologyDomain
 from tenancy.models import Organization

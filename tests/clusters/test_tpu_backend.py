@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from clusters.backends import base
+from clusters.backends import kinds
 from clusters.backends.base import (
     AuthenticationFailed,
     BackendError,
@@ -27,9 +27,8 @@ from clusters.backends.base import (
     Unreachable,
     permanent,
 )
-from clusters.backends.tpu import TpuBackend
 from clusters.backends.tpu.accelerators import UnknownAcceleratorType, chips
-from clusters.backends.tpu.backend import JOB_LABEL, TEAM_LABEL, queued_resource_id
+from clusters.backends.tpu.backend import JOB_LABEL, TEAM_LABEL, TpuBackend, queued_resource_id
 from tests.clusters.tpu_server import ACCELERATOR_CONFIG_TYPE, ApiError, TpuServer
 
 
@@ -121,7 +120,7 @@ def test_queued_resource_ids_are_dns_safe_and_stable() -> None:
 
 
 def test_loads_lazily_by_kind() -> None:
-    assert base.load("tpu") is TpuBackend
+    assert kinds.load("tpu") is TpuBackend
 
 
 def test_project_and_zone_are_required() -> None:

@@ -58,7 +58,7 @@ def test_a_lent_slice_is_its_teams_capacity_and_busy_while_it_runs_a_job(server:
 
 
 def test_a_job_on_a_lent_slice_is_told_through_its_metadata_the_owners_keys_kept(server: TpuServer) -> None:
-    backend_id = backend(server).submit(lent())
+    backend_id = str(backend(server).submit(lent()))
     assert backend_id == "qm-42=lab-a"
     assert not server.queued_resources  # nothing is provisioned
     (patch,) = patches(server)
@@ -157,7 +157,7 @@ def test_multislice_over_a_slot_and_a_lent_slice(server: TpuServer) -> None:
         backend(server).submit(spec)
     assert server.metadata("lab-a")[RUN_KEY] == "qm-42:lab-a"
     assert backend(server).find("42") is None
-    backend_id = backend(server).submit(spec)
+    backend_id = str(backend(server).submit(spec))
     assert backend_id == "qm-42:lab-a"
     assert backend(server).find("42") == backend_id
     (qr,) = server.queued_resources.values()

@@ -310,7 +310,7 @@ def living(db, settings, tmp_path: Path):  # type: ignore[no-untyped-def]
 
 def _place_and_start(org) -> None:  # type: ignore[no-untyped-def]
     """A placement cycle, each admitted attempt dispatched, then the clusters followed and synced."""
-    from clusters import sync
+    from clusters.actions import sync
     from clusters.models import Cluster
     from scheduler.models import Attempt
     from scheduler.placement import dispatch, follow, loop
@@ -382,7 +382,7 @@ def test_a_health_event_drains_a_node_and_it_comes_back(living, monkeypatch) -> 
 
     from django.utils import timezone
 
-    from clusters import health
+    from clusters.actions import health
     from clusters.models import Drain, Node
     from demo import background
 

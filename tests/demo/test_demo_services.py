@@ -93,7 +93,7 @@ def test_versions_come_from_finished_jobs_when_there_are_some(demo_org) -> None:
 def test_enrolment_tokens_are_issued_once_and_only_to_devices_without_a_credential(demo_org) -> None:  # type: ignore[no-untyped-def]
     from django.utils import timezone
 
-    from edge import devices as edge
+    from edge.actions import devices as edge
     from edge.models import Device, DeviceGroup, EnrolmentToken
 
     tokens = devices.enrolment_tokens(demo_org)

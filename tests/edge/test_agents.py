@@ -20,8 +20,8 @@ import pytest
 from django.utils import timezone
 
 from benchmarks import rollout
-from edge import devices as edge_devices
-from edge import rollouts as edge_rollouts
+from edge.actions import devices as edge_devices
+from edge.actions import rollouts as edge_rollouts
 from edge.models import Device, RolloutState
 from registry import artifacts
 from registry.models import Model

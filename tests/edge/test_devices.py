@@ -16,7 +16,7 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from edge import devices, rollouts
+from edge.actions import devices, rollouts
 from edge.models import Device, DeviceEvent, DeviceGroup, EnrolmentToken
 from registry import artifacts
 from registry.models import Model, ModelVersion

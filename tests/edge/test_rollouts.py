@@ -15,7 +15,8 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from edge import rollouts, tasks
+from edge import tasks
+from edge.actions import rollouts
 from edge.models import Device, DeviceDeployment, DeviceGroup, Rollout
 from registry.models import ModelVersion
 from tenancy.models import AuditLog

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from governance import budgets
+from governance.actions import budgets
 from governance.models import Budget, BudgetAlert, MemberLimit, QuotaChange
 from tenancy.models import AuditLog, Project
 from tests.conftest import api_client

@@ -16,7 +16,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from governance import budgets, placed, quotas
+from governance import placed
+from governance.actions import budgets, quotas
 from governance.models import Budget, BudgetAlert, MemberLimit, QuotaChange
 from scheduler import actions
 from tenancy.models import AuditLog, Project

@@ -12,7 +12,8 @@ from django.core import mail
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
 
-from governance import budgets, placed
+from governance import placed
+from governance.actions import budgets
 from governance.models import Budget, BudgetAlert, QuotaChange
 from scheduler.models import Attempt, Job
 from scheduler.states import PLACED

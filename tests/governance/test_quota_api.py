@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from governance import quotas
+from governance.actions import quotas
 from governance.models import Cohort, Queue, Quota, QuotaChange
 from scheduler import actions
 from tenancy.models import AuditLog

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from governance import quotas
+from governance.actions import quotas
 from governance.models import Cohort, Queue, Quota, QuotaChange
 from scheduler import actions
 from tenancy.models import AuditLog, Project

@@ -11,7 +11,7 @@ import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 
 from clusters.models import AcceleratorType
-from governance import quotas
+from governance.actions import quotas
 from governance.models import Cohort, MemberLimit, PriorityTier, Queue, Quota, QuotaChange
 from scheduler import actions
 from scheduler.models import Attempt, Job

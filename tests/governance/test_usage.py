@@ -14,7 +14,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from governance import quotas, usage
+from governance import usage
+from governance.actions import quotas
 from governance.models import Cohort, Queue
 from scheduler import actions, governed
 from scheduler.engine import model as m

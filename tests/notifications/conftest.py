@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from notifications import outbox
+from notifications.actions import outbox
 from notifications.models import OutboxCursor
 from scheduler.models import JobEvent
 from tests.scheduler.conftest import fleet  # noqa: F401 - the fleet fixture

@@ -13,9 +13,10 @@ from django.db import connection
 from django.utils import timezone
 
 from common import webhooks
-from notifications import events, outbox, preferences, tasks
+from notifications import events, tasks
+from notifications.actions import outbox, preferences
 from notifications.models import Notification, OutboxCursor, Preference
-from scheduler import lifecycle
+from scheduler.actions import lifecycle
 from scheduler.models import Attempt, Job
 from scheduler.watch.rounds import HUNG, STRAGGLER
 from tenancy.models import Membership
@@ -322,7 +323,7 @@ def test_the_beat_queues_again_what_is_owed_and_not_given_up_on(
 def test_a_finished_array_is_told_once_when_its_last_task_ends_and_again_after_a_requeue(
     fleet: Fleet, cursor: OutboxCursor
 ) -> None:
-    from scheduler import arrays
+    from scheduler.actions import arrays
     from tests.scheduler.test_arrays import submit
 
     alice = fleet.user("alice")

@@ -280,8 +280,8 @@ def test_each_background_loop_records_its_rounds(db: Any) -> None:
     read)."""
     from common import metrics
     from edge.tasks import advance_rollouts
-    from notifications import outbox
-    from serving import control
+    from notifications.actions import outbox
+    from serving.actions import control
 
     before = {loop: value("qm_loop_round_seconds_count", loop=loop) for loop in metrics.LOOPS}
     started = time.time()

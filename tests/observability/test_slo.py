@@ -12,7 +12,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from observability import sampling, slo
+from observability import slo
+from observability.actions import sampling
 from observability.models import SloSample
 from scheduler.models import Attempt, Job, JobEvent, LoopState
 from scheduler.placement import outcomes

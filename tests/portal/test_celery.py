@@ -59,7 +59,7 @@ def wait_for(condition: Callable[[], bool], seconds: float = 20) -> bool:
 def test_real_worker_runs_tasks_from_the_broker(world: World) -> None:
     cache.delete(tasks.HEARTBEAT_CACHE_KEY)
     dead, _ = actions.issue_token(world.users["bob"], name="dead")
-    ApiToken.objects.filter(pk=dead.pk).update(revoked_at=timezone.now() - tasks.TOKEN_RETENTION - timedelta(days=1))
+    ApiToken.objects.filter(pk=dead.pk).update(revoked_at=timezone.now() - actions.TOKEN_RETENTION - timedelta(days=1))
     with real_worker() as queue:
         tasks.record_heartbeat.apply_async(queue=queue)
         tasks.expire_api_tokens.apply_async(queue=queue)

@@ -21,7 +21,7 @@ from django.utils import timezone
 from billing import attribution
 from clusters import actions as cluster_actions
 from clusters.models import Cluster, Drain, Node
-from governance import budgets, quotas
+from governance.actions import budgets, quotas
 from observability import slo
 from scheduler import actions
 from scheduler.models import Attempt, Job

@@ -50,9 +50,10 @@ from django.test import Client
 
 from benchmarks import rollout as fleet_of_agents
 from clusters.backends.simulated import replicas as simulated_replicas
-from scheduler.checkpoints import token_for
+from scheduler.actions.checkpoints import token_for
 from scheduler.models import Attempt
-from serving import control, dataplane
+from serving import dataplane
+from serving.actions import control
 from serving.dataplane import source
 from serving.dataplane.server import DataPlane, InThread
 from tenancy import actions as tenancy_actions

@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
-from clusters import sync
+from clusters.actions import sync
+from clusters.actions.sync import backend_for
 from clusters.backends import simulated
 from clusters.backends.base import BackendError, JobState, NotFound
 from clusters.models import Cluster
-from clusters.sync import backend_for
 from scheduler.models import Attempt, Job
 from scheduler.placement import feasibility, follow, recover, snapshot
 from tests.scheduler.conftest import Fleet
@@ -105,7 +105,7 @@ class Scenario:
 
     def refuse_on_simulated(self, message: str) -> None:
         """Every simulated cluster of the fleet refuses what is submitted to it, in ``message``'s words."""
-        for cluster in Cluster.objects.filter(organization=self.fleet.org, kind=Cluster.Kind.SIMULATED):
+        for cluster in Cluster.objects.filter(organization=self.fleet.org, kind="simulated"):
             state_file = cluster.options["state_file"]
             simulated.inject(cluster.endpoint, "submit_refused", state_file=state_file, message=message)
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler import arrays, pipelines, submission
+from scheduler import submission
+from scheduler.actions import arrays, pipelines
+from scheduler.actions.pipelines import After, PipelineRequest, Step
 from scheduler.models import Job, JobArray
-from scheduler.pipelines import After, PipelineRequest, Step
 from scheduler.sweeps import ArrayRequest
 from tests.scheduler.conftest import Fleet
 from tests.scheduler.test_pages import form_data, signed_in

@@ -11,7 +11,8 @@ from django.core.exceptions import PermissionDenied, ValidationError
 
 from clusters.backends.simulated import backend as simulated
 from clusters.backends.simulated.backend import SimulatedBackend
-from scheduler import arrays, submission, sweeps
+from scheduler import submission, sweeps
+from scheduler.actions import arrays
 from scheduler.models import Job, JobArray, JobEvent
 from scheduler.placement import snapshot
 from scheduler.sweeps import ArrayRequest

@@ -16,7 +16,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from qm import cli
-from scheduler import checkpoints
+from scheduler.actions import checkpoints
 from scheduler.models import Attempt, Checkpoint, Job
 from scheduler.placement import snapshot
 from tenancy import actions as portal_actions

@@ -392,7 +392,7 @@ def test_dry_run_names_the_member_limit_and_show_counts_the_next_job_as_one(
 ) -> None:
     """The same answers as the page: the dry run is held by alice's own limit (not "start now"), and the job
     next in line is #1, as the job page says."""
-    from governance import quotas
+    from governance.actions import quotas
 
     team = server.world.teams["vision"]
     quotas.set_member_limit(server.user("lena"), team, server.user("alice"), 1, reason="share")

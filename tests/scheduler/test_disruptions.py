@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from clusters import actions as cluster_actions
+from clusters.actions.sync import backend_for
 from clusters.backends.base import JobState
 from clusters.models import Drain, Node
-from clusters.sync import backend_for
 from scheduler.models import Attempt, Job
 from scheduler.placement import recover
 from tests.scheduler.conftest import Fleet

@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
-from scheduler import checkpoints
+from scheduler.actions import checkpoints
 from scheduler.models import Attempt, Job
 from tests.scheduler.conftest import Fleet
 from tests.scheduler.test_checkpoints import as_job, next_attempt, running

@@ -26,11 +26,11 @@ from typing import Any
 import pytest
 
 from clusters import actions as cluster_actions
+from clusters.actions.sync import backend_for
 from clusters.backends.base import JobState
-from clusters.backends.slurm import SlurmBackend
 from clusters.backends.slurm import ray as slurm_ray
+from clusters.backends.slurm.backend import SlurmBackend
 from clusters.models import Cluster, Node
-from clusters.sync import backend_for
 from scheduler import actions
 from scheduler.models import Attempt, Job
 from scheduler.states import FINAL

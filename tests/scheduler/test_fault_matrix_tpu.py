@@ -24,7 +24,7 @@ import pytest
 
 from clusters import actions as cluster_actions
 from clusters.models import Cluster
-from scheduler import checkpoints
+from scheduler.actions import checkpoints
 from scheduler.models import Attempt, Job
 from tests.clusters.factories import tpu_cluster
 from tests.clusters.tpu_server import ApiError, TpuServer

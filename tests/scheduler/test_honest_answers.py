@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from governance import quotas
+from governance.actions import quotas
 from scheduler import actions
 from scheduler.engine import schedule
 from scheduler.models import Job

@@ -18,9 +18,9 @@ from django.core.exceptions import ValidationError
 from django.test import Client
 from django.utils import timezone
 
+from clusters.actions.sync import backend_for
 from clusters.backends.base import JobState
 from clusters.models import Node
-from clusters.sync import backend_for
 from scheduler import actions
 from scheduler.models import Attempt, Job, JobEvent
 from scheduler.placement import recover

@@ -127,7 +127,7 @@ def test_a_cluster_that_keeps_no_output_says_so(fleet: Fleet, api: Any) -> None:
     """A Slurm cluster without log_dir: the backend says what an admin can do, as a 404 the CLI shows."""
     job = fleet.submit("alice")
     slurm = Cluster.objects.create(
-        organization=fleet.org, name="hpc", slug="hpc", kind=Cluster.Kind.SLURM, endpoint="http://127.0.0.1:9"
+        organization=fleet.org, name="hpc", slug="hpc", kind="slurm", endpoint="http://127.0.0.1:9"
     )
     Attempt.objects.create(job=job, number=1, cluster=slurm, admitted_at=timezone.now(), backend_id="12")
     response = logs(api, job)

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from clusters.actions.sync import backend_for
 from clusters.backends.base import JobState
 from clusters.models import AcceleratorType
-from clusters.sync import backend_for
 from governance.models import Quota
 from scheduler import actions, tasks
 from scheduler.engine import schedule

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ValidationError
 
-from clusters import sync
+from clusters.actions import sync
+from clusters.actions.sync import backend_for
 from clusters.backends.base import JobState
 from clusters.models import Cluster
-from clusters.sync import backend_for
 from scheduler.models import Attempt, Job
 from scheduler.placement import feasibility, follow
 from tests.clusters.slurm_lab import SlurmLab
@@ -99,7 +99,7 @@ def test_a_job_runs_to_success_on_the_real_slurm_lab(fleet: Fleet, slurm_lab: Sl
         organization=fleet.org,
         name="Slurm lab",
         slug="slurm-lab",
-        kind=Cluster.Kind.SLURM,
+        kind="slurm",
         endpoint=slurm_lab.endpoint,
         region="eu",
         options=slurm_lab.options,

@@ -10,9 +10,10 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from clusters.backends.simulated import backend as simulated
-from scheduler import pipelines, submission
+from scheduler import submission
+from scheduler.actions import pipelines
+from scheduler.actions.pipelines import After, PipelineRequest, Step
 from scheduler.models import Dependency, Job, JobArray
-from scheduler.pipelines import After, PipelineRequest, Step
 from scheduler.sweeps import ArrayRequest
 from tenancy.models import AuditLog
 from tests.scheduler.conftest import Fleet

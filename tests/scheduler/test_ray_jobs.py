@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from clusters import sync
+from clusters.actions import sync
 from clusters.backends.base import JobState, JobStatus
 from clusters.models import Cluster
 from scheduler.models import Attempt, Job
@@ -279,7 +279,7 @@ def test_a_ray_job_runs_on_real_ray_through_the_loop_and_its_exit_code_comes_bac
         organization=fleet.org,
         name="Slurm lab",
         slug="slurm-lab",
-        kind=Cluster.Kind.SLURM,
+        kind="slurm",
         endpoint=slurm_lab_2205.endpoint,
         region="eu",
         options={**slurm_lab_2205.options, "workdir": str(tmp_path), **RAY_OPTIONS},

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from clusters.actions.sync import backend_for
 from clusters.backends.base import JobState, NotFound
 from clusters.models import Cluster, Node
-from clusters.sync import backend_for
 from governance.models import PriorityTier
 from scheduler import actions
 from scheduler.models import Attempt, Job

@@ -13,7 +13,7 @@ from django.core import mail
 from django.db.models import Max
 
 from clusters.backends.simulated import backend as simulated
-from notifications import outbox
+from notifications.actions import outbox
 from notifications.models import Notification
 from scheduler.models import Job, JobArray
 from tests.conftest import api_client

@@ -17,12 +17,13 @@ import pytest
 import requests
 from django.core.exceptions import ValidationError
 
-from clusters import sync
+from clusters.actions import sync
 from clusters.backends.simulated import replicas as simulated_replicas
 from clusters.models import Cluster
 from common import outbound
-from scheduler import actions, replicas
-from scheduler.checkpoints import token_for
+from scheduler import actions
+from scheduler.actions import replicas
+from scheduler.actions.checkpoints import token_for
 from scheduler.models import Attempt, Job
 from scheduler.placement import feasibility, follow
 from tests.clusters.conftest import slurm_lab_2205  # noqa: F401 - the Slurm 22.05 lab
@@ -257,7 +258,7 @@ def test_a_replica_runs_on_the_real_slurm_lab_reports_answers_and_is_gone_after_
         organization=fleet.org,
         name="Slurm lab",
         slug="slurm-lab",
-        kind=Cluster.Kind.SLURM,
+        kind="slurm",
         endpoint=slurm_lab_2205.endpoint,
         region="eu",
         options={**slurm_lab_2205.options, "workdir": str(tmp_path)},

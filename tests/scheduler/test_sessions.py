@@ -16,13 +16,12 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from clusters.backends.base import InvalidJob, JobSpec
-from clusters.backends.slurm import SlurmBackend
 from clusters.backends.slurm import session as slurm_session
-from clusters.backends.slurm.backend import invalid_options
+from clusters.backends.slurm.backend import SlurmBackend, invalid_options
 from clusters.backends.slurm.script import batch_script
 from governance.models import PriorityTier
-from scheduler import sessions
-from scheduler.checkpoints import token_for
+from scheduler.actions import sessions
+from scheduler.actions.checkpoints import token_for
 from scheduler.models import Attempt, Job
 from scheduler.placement import dispatch
 from tests.conftest import api_client

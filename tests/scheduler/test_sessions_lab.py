@@ -16,9 +16,9 @@ import pytest
 import requests
 from django.test import Client
 
-from clusters import sync
+from clusters.actions import sync
 from clusters.models import Cluster
-from scheduler import sessions
+from scheduler.actions import sessions
 from scheduler.models import Job
 from scheduler.placement import feasibility, follow
 from tests.clusters.slurm_lab import SlurmLab, unavailable
@@ -66,7 +66,7 @@ def test_a_jupyterlab_session_runs_opens_keeps_its_files_and_ends_when_idle(
         organization=fleet.org,
         name="Slurm lab",
         slug="slurm-lab",
-        kind=Cluster.Kind.SLURM,
+        kind="slurm",
         endpoint=slurm_lab.endpoint,
         region="eu",
         options={

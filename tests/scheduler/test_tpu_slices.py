@@ -15,9 +15,9 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from clusters.actions.sync import sync_cluster
 from clusters.models import Cluster
-from clusters.sync import sync_cluster
-from scheduler import checkpoints
+from scheduler.actions import checkpoints
 from scheduler.models import Attempt, Job
 from scheduler.placement import feasibility
 from tests.clusters.factories import tpu_cluster

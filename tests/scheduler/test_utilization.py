@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from clusters import probe
+from clusters.actions import probe
 from clusters.models import Node
 from scheduler import utilization
 from scheduler.models import Assignment, Attempt, Job

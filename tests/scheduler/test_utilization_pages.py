@@ -83,7 +83,7 @@ def test_the_demo_probes_report_running_jobs_through_the_probes_path(fleet: Flee
 def test_a_demo_node_that_falls_idle_keeps_reporting_and_stays_healthy(fleet: Fleet) -> None:
     """A real probe goes on reporting when its node falls idle; the demo's does too (GPUs there, no activity,
     so no samples), and the health round does not fail the node for a quiet probe."""
-    from clusters import health
+    from clusters.actions import health
 
     job = fleet.submit(accelerators=8, name="demo-train")
     fleet.cycle()

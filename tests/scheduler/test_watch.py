@@ -16,7 +16,7 @@ from django.utils import timezone
 from clusters.models import Drain, GpuSample, Node
 from governance.models import PriorityTier, WatchAction
 from qm import cli
-from scheduler import checkpoints
+from scheduler.actions import checkpoints
 from scheduler.models import Attempt, Job, JobEvent, Progress
 from scheduler.watch.rounds import watch_round
 from tests.scheduler.conftest import Fleet

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from common import outbound
-from governance import budgets
+from governance.actions import budgets
 from governance.models import Budget, BudgetAlert
 from tests.common.test_outbound import Recorder, serve
 from tests.conftest import api_client
@@ -115,7 +115,7 @@ def test_every_failure_reads_the_same_to_the_lead_and_the_log_says_why(
     answering, _ = serve(503)
     alert = alert_for(fleet, f"http://127.0.0.1:{closed}/hook")
     errors = []
-    with caplog.at_level(logging.WARNING, logger="governance.budgets"):
+    with caplog.at_level(logging.WARNING, logger="governance.actions.budgets"):
         for url in (
             f"http://127.0.0.1:{closed}/hook",
             f"http://127.0.0.1:{answering}/hook",

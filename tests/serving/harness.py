@@ -21,9 +21,10 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from clusters import sync
+from clusters.actions import sync
 from scheduler.models import Attempt, Job
-from serving import control, dataplane
+from serving import dataplane
+from serving.actions import control
 from serving.dataplane import source
 from serving.dataplane.server import DataPlane, InThread
 from serving.dataplane.table import Limits

@@ -11,7 +11,8 @@ from html import unescape
 
 from django.test import Client
 
-from tenancy import actions, audit
+from tenancy import actions
+from tenancy.actions import audit
 from tenancy.models import AuditLog
 from tests.conftest import World, api_client
 from tests.scheduler.conftest import Fleet, fleet  # noqa: F401 - the fixture, for submissions

@@ -15,7 +15,8 @@ from django.db import connection
 from django.test import Client
 
 from common.sealed import unseal
-from tenancy import actions, identity
+from tenancy import actions
+from tenancy.actions import identity
 from tenancy.models import AuditLog, GroupMapping, Membership, ProviderIdentity
 from tenancy.scoping import Role
 from tests.conftest import World, api_client

@@ -9,6 +9,7 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
+from tenancy import actions as tenancy_actions
 from tenancy import tasks
 from tenancy.models import ApiToken, AuditLog
 from tests.conftest import World, api_client
@@ -98,7 +99,7 @@ def test_last_used_is_recorded(world: World) -> None:
 def test_expire_task_deletes_only_long_dead_tokens(world: World) -> None:
     from tenancy import actions
 
-    long_ago = timezone.now() - tasks.TOKEN_RETENTION - timedelta(days=1)
+    long_ago = timezone.now() - tenancy_actions.TOKEN_RETENTION - timedelta(days=1)
     actions.issue_token(world.users["bob"], name="live")
     dead, _ = actions.issue_token(world.users["bob"], name="dead")
     recent, _ = actions.issue_token(world.users["bob"], name="recently revoked")

@@ -106,7 +106,7 @@ def _world(teams: int, nodes: int) -> Organization:
             organization=org,
             name=slug,
             slug=slug,
-            kind=Cluster.Kind.SIMULATED,
+            kind="simulated",
             region="eu",
             options={"capacity_type": kind},
         )

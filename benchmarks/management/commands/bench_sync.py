@@ -13,7 +13,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from clusters import sync
+from clusters.actions import sync
 from clusters.models import AcceleratorType, Cluster
 from tenancy.models import Organization
 
@@ -31,7 +31,7 @@ class Command(BaseCommand):
                 organization=org,
                 name="bench",
                 slug="bench",
-                kind=Cluster.Kind.SIMULATED,
+                kind="simulated",
                 endpoint=f"sim://bench-{time.time()}",
                 region="bench",
                 levels=["ib_block", "rack"],

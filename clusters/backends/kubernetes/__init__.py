@@ -1,11 +1,6 @@
 """Kubernetes backend: nodes and their GPU topology, cordon/drain through evictions, gangs as Indexed Jobs.
 
-Imported only through ``clusters.backends.load("kubernetes")``, so a deployment without Kubernetes clusters
-never imports the client.
+The kind's descriptor is ``kind.py``; the backend (``backend.py``, and with it the Kubernetes client) is imported
+only through ``clusters.backends.kinds.load("kubernetes")``, so a deployment without Kubernetes clusters never
+imports the client.
 """
-
-from clusters.backends.kubernetes.backend import KubernetesBackend
-
-BACKEND = KubernetesBackend
-
-__all__ = ["BACKEND", "KubernetesBackend"]

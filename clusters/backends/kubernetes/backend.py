@@ -33,6 +33,10 @@ The service account needs, cluster-wide: nodes get/list/patch, pods list, pods/e
 ``kube-node-lease`` (optional, for prompt heartbeats); in the namespace: jobs create/get/delete, pods delete
 (``signal``); rayjobs create/get/delete (``ray.io``) for Ray jobs; in Kueue mode, workloads list
 (``kueue.x-k8s.io``; without it ``status`` cannot give Kueue's words, only the Job's).
+
+Size: one backend, one API: Jobs, RayJobs, Kueue workloads, pod logs, evictions and node patches, each with the
+API's own error shapes; the RayJob half (``_submit_rayjob``, ``_rayjob_status``, ``_cancel_rayjob``) would split out
+first.
 """
 
 from __future__ import annotations

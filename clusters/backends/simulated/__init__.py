@@ -3,6 +3,4 @@ injected on demand (``inject``, ``clear``; see ``backend.py``)."""
 
 from .backend import SimulatedBackend, clear, inject
 
-BACKEND = SimulatedBackend
-
-__all__ = ["BACKEND", "SimulatedBackend", "clear", "inject"]
+__all__ = ["SimulatedBackend", "clear", "inject"]

@@ -1,7 +1,2 @@
-"""Slurm clusters through slurmrestd (Slurm 22.05, ``openapi/v0.0.38``, JWT); see ``backend.py``."""
-
-from clusters.backends.slurm.backend import SlurmBackend
-
-BACKEND = SlurmBackend
-
-__all__ = ["BACKEND", "SlurmBackend"]
+"""Slurm clusters through slurmrestd (Slurm 22.05 to 24.11, JWT): the kind's descriptor is ``kind.py``, the
+backend ``backend.py``."""

@@ -45,6 +45,10 @@ start (a pending reason Slurm will not clear by itself is ``Failure.INVALID``).
 
 Jobs are named ``qm-<JobSpec.id>``: that name is the idempotency key ``submit`` looks for. Slurm forgets a
 finished job after ``MinJobAge`` (300 s by default), so a resubmission after that starts a new job.
+
+Size: one backend, one API: slurmrestd's version negotiation, node and job reads, the job properties a request
+becomes, scontrol for what the REST API cannot do, and Slurm's own error words; the request-building
+(``_job_properties``, ``invalid_options``) would split out first.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The batch script Slurm runs for a ``JobSpec``: its script or command, in a container when it names an image.
 
 Slurm runs no images itself. A cluster configured with a container runtime (``options["container_runtime"]``,
-the names in ``clusters.capabilities.SLURM_RUNTIMES``) runs a job with an image through it:
+the names in ``RUNTIMES``) runs a job with an image through it:
 
 - ``pyxis`` (NVIDIA's SPANK plugin, with enroot): ``srun --container-image=<image> <command>``, once per
   worker. A registry-qualified image is given as enroot spells it (``ghcr.io#acme/train:1.4``);
@@ -22,7 +22,9 @@ from typing import Any
 
 from clusters.backends.base import InvalidJob, JobSpec
 from clusters.backends.slurm import ray, service, session
-from clusters.capabilities import SLURM_RUNTIMES
+
+#: Container runtimes a Slurm cluster may be configured with (``options["container_runtime"]``).
+RUNTIMES = ("pyxis", "apptainer")
 
 #: Marks the end of a job's script in the here-document that writes it out; quoted, so nothing expands.
 END_OF_SCRIPT = "QM_END_OF_JOB_SCRIPT"
@@ -63,10 +65,10 @@ def _in_container(spec: JobSpec, options: Mapping[str, Any]) -> str:
             f"job {spec.id} names image {spec.image}, and this Slurm cluster runs no containers (no container "
             "runtime is configured)"
         )
-    if chosen not in SLURM_RUNTIMES:
+    if chosen not in RUNTIMES:
         raise InvalidJob(
             f"job {spec.id} names an image, and this cluster's container_runtime {chosen!r} is not one of "
-            f"{', '.join(SLURM_RUNTIMES)}"
+            f"{', '.join(RUNTIMES)}"
         )
     lines = ["#!/bin/bash", "set -e"]
     if spec.script:

@@ -15,8 +15,8 @@ The script:
    kernels and terminals idle that long are culled first (``MappingKernelManager.cull_idle_timeout``, connected
    ones too, and ``TerminalManager.cull_inactive_timeout``), so an abandoned session is reclaimed; an open
    browser tab polls the server and counts as activity. JupyterLab signs people in with ``AUTH``, an identity
-   provider written beside the job: a one-time code from the portal's link (``scheduler.sessions.one_time_code``)
-   or the secret in an ``Authorization`` header, never the secret in a URL;
+   provider written beside the job: a one-time code from the portal's link (``one_time_code`` of
+   ``scheduler.actions.sessions``) or the secret in an ``Authorization`` header, never the secret in a URL;
 3. once JupyterLab answers, reports its address (``options["session_url"]``, a template of ``{address}``,
    ``{node}`` and ``{port}``, where browsers reach nodes through a proxy; ``http://{address}:{port}/`` by
    default) to ``POST $QM_API_URL/api/v1/jobs/<id>/session/`` with the attempt's job token;
@@ -167,7 +167,7 @@ FILL = "import sys; print(sys.argv[1].format(address=sys.argv[2], node=sys.argv[
 #: The module of ``AUTH`` (on JupyterLab's PYTHONPATH).
 AUTH_MODULE = "qm_session_auth"
 #: JupyterLab's identity provider: who opens the portal's link (``?qm_code=<expiry>.<nonce>.<HMAC-SHA256 keyed by
-#: the secret>``, ``scheduler.sessions.one_time_code``) is signed in (JupyterLab's cookie) if the code is good,
+#: the secret>``, ``scheduler.actions.sessions.one_time_code``) is signed in (JupyterLab's cookie) if the code is good,
 #: unexpired (a minute of clock skew allowed) and not used before; a program may send the secret in an
 #: ``Authorization: token`` header. A ``?token=`` in a URL signs in nobody.
 AUTH = """import hashlib, hmac, time

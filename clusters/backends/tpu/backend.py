@@ -68,6 +68,10 @@ UNAVAILABLE, DEADLINE_EXCEEDED and INTERNAL are transient. ``status`` gives a FA
 with ``Failure.UNSCHEDULABLE`` (no capacity) or ``Failure.INVALID``, a slice Cloud TPU took back (SUSPENDED by
 the service) as ``Failure.PREEMPTED``, and an ACTIVE queued resource one of whose slices is broken
 (preempted, terminated, repairing, gone) as ``Failure.NODE_LOST``.
+
+Size: one backend speaks one API, and Cloud TPU's is wide: queued resources with their slices, spot and
+reservations, lent slices, start-up scripts, and the failure modes each has; the pure parsing of names and slices
+above ``TpuBackend`` would split out first (issue 32 item 4 makes each backend kind one folder with its descriptor).
 """
 
 from __future__ import annotations
