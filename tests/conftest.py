@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from hypothesis import settings as hypothesis_settings
 from rest_framework.test import APIClient
 
 from demo.tenancy import seed_demo
@@ -23,6 +24,11 @@ from tenancy import actions
 from tenancy.models import Membership, Organization, Project, Team
 from tenancy.scoping import Role
 from tests import live_server, xdist_groups
+
+# The property tests assert properties, not timings: an example slowed by the rest of a parallel suite must not
+# fail for its time (Hypothesis's default 200 ms deadline). ``--hypothesis-profile`` still chooses another.
+hypothesis_settings.register_profile("quartermaster", deadline=None)
+hypothesis_settings.load_profile("quartermaster")
 
 # The live server answers at once and reads chunked bodies, as gunicorn does (tests/live_server.py).
 live_server.install()

@@ -25,9 +25,8 @@ from django.utils import timezone
 from governance.models import MemberLimit, PriorityTier, Queue
 from scheduler.engine import model as m
 from scheduler.engine import schedule
-from scheduler.models import LoopState
 from scheduler.placement.budgets import charged_to, never_budgets
-from scheduler.placement.snapshot import Index, build, engine_job, fleet, governance, owner
+from scheduler.placement.snapshot import Index, build, engine_job, fleet, governance, loop_generation, owner
 from tenancy.models import Organization
 
 if TYPE_CHECKING:
@@ -112,7 +111,7 @@ def _idle_snapshot(organization: Organization) -> m.Snapshot:
 def current_snapshot(organization: Organization) -> m.Snapshot:
     """Today's snapshot: the cached one while no cycle applied since and it is younger than ``PREVIEW_TTL``
     (for previews and the quota pages; a change of quotas or budgets drops it, ``forget``)."""
-    generation = LoopState.objects.filter(organization=organization).values_list("generation", flat=True).first()
+    generation = loop_generation(organization)
     now = time.monotonic()
     with _lock:
         cached = _current.get(organization.pk)

@@ -98,6 +98,12 @@ def _free(accelerators: int, ours: dict[int, int], foreign: int) -> tuple[int, .
     return tuple(free)
 
 
+def loop_generation(organization: Organization) -> int:
+    """How many cycles the organization's loop has applied (0 before its first, when it has no row yet)."""
+    generation = LoopState.objects.filter(organization=organization).values_list("generation", flat=True).first()
+    return generation or 0
+
+
 def build(
     organization: Organization,
     now: datetime | None = None,
@@ -107,8 +113,7 @@ def build(
     """The snapshot of ``organization`` at ``now`` and the index to apply its decisions with; the waiting
     jobs in ``blocked`` (unmet dependencies: ``gates.settle``) are left out, with their messages."""
     now = now or timezone.now()
-    generation = LoopState.objects.filter(organization=organization).values_list("generation", flat=True).first()
-    index = Index(generation=generation or 0)
+    index = Index(generation=loop_generation(organization))
     placed = _placed_assignments(organization)
     clusters, nodes, every_flavor = fleet(organization, index, placed)
     tiers, cohorts, queues = governance(organization, every_flavor, index)
