@@ -3,9 +3,10 @@ Prometheus recording and alerting rules, ``observability/rules.py``) and as a co
 own rows (for the SLO page, which works without Prometheus). docs/operations.md#slos explains them.
 
 Two kinds of SLI:
-- **events**: jobs admitted, attempts started. The portal counts them from jobs, attempts and their timeline
-  (a job still waiting past the threshold counts as bad already); Prometheus from the histograms'
-  buckets at the threshold.
+- **events**: jobs admitted, attempts started, inference requests answered. The portal counts them from jobs,
+  attempts and their timeline (a job still waiting past the threshold counts as bad already) and from the
+  services' samples; Prometheus from the histograms' buckets at the threshold, and the data plane's requests
+  by status class.
 - **time**: the loop was not silent, each cluster was freshly synced, minute by minute. Prometheus
   evaluates the collectors' gauges each minute (subqueries); the portal keeps one ``SloSample`` per
   organization, SLO and minute (``observability/actions/sampling.py``, on the beat), and counts a minute without
@@ -26,6 +27,7 @@ from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Sum
 from observability.models import SloSample
 from scheduler.models import Attempt, Job, JobEvent
 from scheduler.placement.measure import OVER_QUOTA
+from serving.models import ServiceSample
 from tenancy.models import Organization
 
 BUDGET_WINDOW = timedelta(days=30)
@@ -127,6 +129,17 @@ def count_starts(organization: Organization, since: datetime, until: datetime) -
     return counts["good"], counts["good"] + counts["late"] + counts["never"]
 
 
+def count_serving(organization: Organization, since: datetime, until: datetime) -> tuple[int, int]:
+    """Requests to the organization's services, as the control loop sampled what the data plane counted: those
+    answered without a server error (good) of all (``serving.load``: a 429 past a service's own rate is good,
+    a 5xx from a replica or from the data plane for want of one is bad)."""
+    sums = ServiceSample.objects.filter(
+        service__team__organization=organization, at__gte=since, at__lt=until
+    ).aggregate(requests=Sum("requests"), errors=Sum("errors"))
+    total = sums["requests"] or 0
+    return total - min(sums["errors"] or 0, total), total
+
+
 def _sampled(name: str, *, missing_is_bad: bool) -> Counter:
     def count(organization: Organization, since: datetime, until: datetime) -> tuple[int, int]:
         rows = SloSample.objects.filter(organization=organization, slo=name, minute__gte=since, minute__lt=until)
@@ -183,6 +196,16 @@ SLOS: tuple[Slo, ...] = (
         good=f"sum_over_time((count(qm_placement_loop_silence_seconds <= {SILENCE_SECONDS}) or vector(0))[$window:1m])",
         total="sum_over_time(count(qm_placement_loop_silence_seconds)[$window:1m])",
         count=_sampled("loop", missing_is_bad=True),
+    ),
+    Slo(
+        name="serving",
+        title="Inference requests answered",
+        description="99.5% of the requests to services' endpoints are answered without a server error (a 5xx from "
+        "a replica, or from the data plane for want of one); a 429 past a service's own rate keeps its promise.",
+        objective=0.995,
+        good='sum(rate(qm_dataplane_request_duration_seconds_count{status!="5xx"}[$window]))',
+        total="sum(rate(qm_dataplane_request_duration_seconds_count[$window]))",
+        count=count_serving,
     ),
 )
 

@@ -1,7 +1,9 @@
 """The load a service carries, as the data plane counts it and the control loop reads it (docs/services.md).
 
 **Counters** live in the Django cache (Redis in production, files in the demo): per service the requests (as
-they arrive), errors and in-flight requests, and a latency histogram (``BUCKETS_MS``, as they end: p50 and p95
+they arrive; a request the data plane retried on another replica counts once), errors (answered with a server
+error, 5xx: by a replica, or by the data plane for want of one; a 429 past the service's own rate is not one)
+and in-flight requests, and a latency histogram (``BUCKETS_MS``, as they end: p50 and p95
 are read from it, to the bucket's upper bound); per replica its in-flight requests (a draining replica is
 stopped once it has none). The data plane (``serving/dataplane/``) counts in its own memory (a ``Tally``) and
 adds what it counted here once a second (``add``); the control loop reads and subtracts what it read each tick
@@ -40,10 +42,12 @@ class Tally:
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
 
-    def begin(self, service_id: int, replica_id: int) -> None:
+    def begin(self, service_id: int, replica_id: int, *, retry: bool = False) -> None:
         """A request sent to a replica: counted as it arrives, so a service slower than its load counts the
-        load it is asked to carry (its rps), not the answers it manages."""
-        self.counts[service_key(service_id, "requests")] += 1
+        load it is asked to carry (its rps), not the answers it manages. A ``retry`` (the same request, sent on
+        to another replica after the first could not be reached) is not counted again."""
+        if not retry:
+            self.counts[service_key(service_id, "requests")] += 1
         self.counts[service_key(service_id, "inflight")] += 1
         self.counts[replica_key(replica_id)] += 1
 
@@ -55,10 +59,13 @@ class Tally:
         bucket = next(i for i, bound in enumerate(BUCKETS_MS) if elapsed_ms <= bound)
         self.counts[service_key(service_id, f"ms{bucket}")] += 1
 
-    def refused(self, service_id: int) -> None:
-        """A request the data plane answered itself with an error (no replica, a limit, none answered)."""
+    def refused(self, service_id: int, *, error: bool = True) -> None:
+        """A request the data plane answered itself: with a server error (no replica in time, too many waiting,
+        a stopped service), or not (``error=False``: a 429 past the service's own rate, which keeps its
+        promise to its callers)."""
         self.counts[service_key(service_id, "requests")] += 1
-        self.counts[service_key(service_id, "errors")] += 1
+        if error:
+            self.counts[service_key(service_id, "errors")] += 1
 
     def take(self) -> dict[str, int]:
         """The increments counted so far (none of zero), forgotten here."""

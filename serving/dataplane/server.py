@@ -239,11 +239,15 @@ class DataPlane:
             self.tally.refused(route.service)
             return refusal.response(), "plane"
         try:
-            upstreams = await self._upstreams(route)
-            return await self._relay(request, route, upstreams), "replica"
-        except Refusal as refusal:
-            self.tally.refused(route.service)
-            return refusal.response(), "plane"
+            try:
+                upstreams = await self._upstreams(route)
+            except Refusal as refusal:  # no replica in time: nothing was sent
+                self.tally.refused(route.service)
+                return refusal.response(), "plane"
+            try:
+                return await self._relay(request, route, upstreams), "replica"
+            except Refusal as refusal:  # counted as it was sent, and as it failed (``Tally.begin``, ``end``)
+                return refusal.response(), "plane"
         finally:
             self._release(gate)
 
@@ -269,10 +273,11 @@ class DataPlane:
         if route is None:
             raise Refusal(404, f"No service {match['service']} in team {match['team']}.")
         if route.stopped:
+            self.tally.refused(route.service)
             raise Refusal(503, f"Service {route.name} is stopped.", Retry_After=str(RETRY_AFTER * 6))
         bucket = self._gate(route).bucket
         if not bucket.take(self.clock()):
-            self.tally.refused(route.service)
+            self.tally.refused(route.service, error=False)
             wait = max(1, round(bucket.wait() + 0.5))
             raise Refusal(429, f"Service {route.name} takes no more requests a second.", Retry_After=str(wait))
         return route
@@ -402,9 +407,9 @@ class DataPlane:
         query = request.query_string
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.limits.connect_seconds)
         tries = self.chooser.order(upstreams)[: 2 if method in IDEMPOTENT else 1]
-        for upstream in tries:
+        for tried, upstream in enumerate(tries):
             url = upstream.url.rstrip("/") + "/" + path.lstrip("/") + (f"?{query}" if query else "")
-            self.tally.begin(route.service, upstream.replica)
+            self.tally.begin(route.service, upstream.replica, retry=tried > 0)
             self.chooser.sent(upstream.replica)
             started = self.clock()
             error = True
@@ -419,7 +424,8 @@ class DataPlane:
                 except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as failed:
                     log.info("service %s: replica %s did not answer: %s", route.service, upstream.replica, failed)
                     if isinstance(failed, aiohttp.ClientConnectorError) and upstream is not tries[-1]:
-                        continue  # never reached it: the next replica may take it
+                        error = False  # never reached it: the next replica may take it, and the request
+                        continue  # fails only if that one fails too
                     raise Refusal(
                         502, f"No replica of service {route.name} answered.", Retry_After=str(RETRY_AFTER)
                     ) from None

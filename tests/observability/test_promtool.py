@@ -34,7 +34,7 @@ def test_promtool_checks_the_rules() -> None:
         [prometheus_binary("promtool"), "check", "rules", str(RULES)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 40 rules found" in result.stdout
+    assert "SUCCESS: 48 rules found" in result.stdout
 
 
 def test_promtool_unit_tests_pass() -> None:

@@ -17,7 +17,10 @@ from observability.actions import sampling
 from observability.models import SloSample
 from scheduler.models import Attempt, Job, JobEvent, LoopState
 from scheduler.placement import outcomes
+from serving import actions as serving_actions
+from serving.models import ServiceSample
 from tests.scheduler.conftest import Fleet, fleet  # noqa: F401 - the fleet fixture
+from tests.serving.harness import service_fields
 
 
 def back(seconds: float) -> Any:
@@ -94,6 +97,21 @@ def test_samples_of_the_loop_and_the_clusters_and_a_missing_minute(fleet: Fleet)
     assert loop_counter(fleet.org, start, start + timedelta(minutes=4)) == (1, 4)
     # The clusters count only in the minutes sampled (both fresh: the fixture synced them just now).
     assert sync_counter(fleet.org, start, start + timedelta(minutes=4)) == (4, 4)
+
+
+def test_inference_requests_count_from_the_services_samples(fleet: Fleet) -> None:  # noqa: F811
+    """What the control loop sampled of each service's load: the errors (server errors) are the bad events."""
+    service = serving_actions.create_service(
+        fleet.user("alice"), team=fleet.world.teams["vision"], name="chat", **service_fields()
+    )
+    now = timezone.now()
+    for minutes, requests, errors in ((1, 100, 2), (2, 50, 0), (30, 10, 10)):
+        at = now - timedelta(minutes=minutes)
+        ServiceSample.objects.create(service=service, at=at, requests=requests, errors=errors)
+    count = slo.BY_NAME["serving"].count
+    assert count(fleet.org, now - timedelta(minutes=10), now) == (148, 150)
+    assert count(fleet.org, now - timedelta(hours=1), now) == (148, 160)
+    assert count(fleet.world.other_org, now - timedelta(hours=1), now) == (0, 0)  # another organization's
 
 
 def test_budget_left_and_burn_rates(fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
