@@ -26,7 +26,8 @@ from governance.models import MemberLimit, PriorityTier, Queue
 from scheduler.engine import model as m
 from scheduler.engine import schedule
 from scheduler.placement.budgets import charged_to, never_budgets
-from scheduler.placement.snapshot import Index, build, engine_job, fleet, governance, loop_generation, owner
+from scheduler.placement.jobs import engine_job, owner
+from scheduler.placement.snapshot import Index, build, fleet, governance, loop_generation
 from tenancy.models import Organization
 
 if TYPE_CHECKING:

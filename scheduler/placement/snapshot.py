@@ -31,6 +31,7 @@ from scheduler.engine import model as m
 from scheduler.engine.explain import array_limit_words
 from scheduler.models import Assignment, Attempt, Checkpoint, Job, JobArray, LoopState
 from scheduler.placement import budgets
+from scheduler.placement.jobs import PENDING_COLUMNS, engine_job, owner, ts
 from scheduler.placement.prices import prices as price_book
 from scheduler.states import PLACED, WAITING
 from tenancy.models import Organization
@@ -63,10 +64,6 @@ class Index:
     #: Arrays at their limit: pk -> (limit, the waiting tasks read); the tasks not read are told by
     #: ``gates.write_array_limits``.
     full_arrays: dict[int, tuple[int, list[int]]] = field(default_factory=dict)
-
-
-def _ts(value: datetime | None) -> float:
-    return value.timestamp() if value else 0.0
 
 
 def _quotas(rows: list[dict[str, Any]]) -> m.Quotas:
@@ -138,11 +135,6 @@ def build(
         maintenance=maintenance(organization, now, config.backfill_window),
     )
     return snapshot, index
-
-
-def owner(team_id: int, user_id: int | None) -> str:
-    """The engine's name for a member of a team (per-member limits): ``"<team pk>:<user pk>"``."""
-    return f"{team_id}:{user_id}"
 
 
 def _placed_assignments(organization: Organization) -> list[dict[str, Any]]:
@@ -381,14 +373,14 @@ def _running(
                 cluster=a["cluster__slug"],
                 flavor=a["flavor"],
                 assignments=tuple(assignments.get(a["pk"], ())),
-                admitted_at=_ts(a["admitted_at"]),
+                admitted_at=ts(a["admitted_at"]),
                 time_limit=a["job__time_limit"],
-                submitted_at=_ts(a["job__submitted_at"]),
+                submitted_at=ts(a["job__submitted_at"]),
                 preemptible=a["job__preemptible"] and preemptible_tier.get(a["job__tier__name"], True),
                 evicting=a["job__state"] == Job.State.PREEMPTING,
                 owner=owner(a["job__team_id"], a["job__submitted_by_id"]),
                 spread_group=a["job__spread_group"],
-                last_checkpoint_at=_ts(a["last_checkpoint_at"]) if a["last_checkpoint_at"] else None,
+                last_checkpoint_at=ts(a["last_checkpoint_at"]) if a["last_checkpoint_at"] else None,
             )
         )
     return tuple(running)
@@ -410,7 +402,7 @@ def maintenance(organization: Organization, now: datetime, window: int) -> tuple
     ).values_list("maintenancewindow_id", "node__cluster__slug", "node__name"):
         nodes[pk].append(f"{slug}/{name}")
     return tuple(
-        m.Maintenance(slug, tuple(sorted(nodes.get(pk, ()))), _ts(start), _ts(end)) for pk, slug, start, end in rows
+        m.Maintenance(slug, tuple(sorted(nodes.get(pk, ()))), ts(start), ts(end)) for pk, slug, start, end in rows
     )
 
 
@@ -497,42 +489,7 @@ def _pending(
         )
     read: dict[int, list[int]] = defaultdict(list)
     pending = []
-    for j in jobs.values(
-        "pk",
-        "state",
-        "attempt",
-        "queue__name",
-        "tier__name",
-        "submitted_at",
-        "workers",
-        "accelerators",
-        "accelerator_milli",
-        "cpu",
-        "memory",
-        "accelerator_types",
-        "regions",
-        "topology_level",
-        "topology_mode",
-        "time_limit",
-        "max_price_per_hour",
-        "preemptible",
-        "tier__preemptible",
-        "image",
-        "data_locality",
-        "pending_reason",
-        "pending_message",
-        "queue_position",
-        "estimated_start",
-        "team_id",
-        "team__slug",
-        "project_id",
-        "submitted_by_id",
-        *HEAD_FIELDS,
-        "tpu_type",
-        "tpu_topology",
-        "array_id",
-        "spread_group",
-    ).order_by("submitted_at", "pk"):
+    for j in jobs.values(*PENDING_COLUMNS).order_by("submitted_at", "pk"):
         index.waiting[j["pk"]] = (
             j["state"],
             j["attempt"],
@@ -555,50 +512,3 @@ def _pending(
         pending.append(engine_job(j))
     index.full_arrays = {pk: (limits[pk], read[pk]) for pk in limits if len(read[pk]) >= slots[pk]}
     return tuple(pending)
-
-
-def engine_job(j: dict[str, Any]) -> m.Job:
-    """The engine's view of a job from its field values (a ``values()`` row, or a request being checked)."""
-    level = j["topology_level"]
-    price = j["max_price_per_hour"]
-    tpu_type = j.get("tpu_type") or ""
-    # A TPU slice comes whole, its hosts' CPU and memory with it: the job asks for the slice's chips only.
-    cpu, memory = (0, 0) if tpu_type else (j["cpu"], j["memory"])
-    return m.Job(
-        id=str(j.get("pk") or "new"),
-        queue=j["queue__name"],
-        tier=j["tier__name"],
-        submitted_at=_ts(j["submitted_at"]),
-        workers=j["workers"],
-        accelerators=j["accelerators"],
-        accel_milli=j["accelerator_milli"],
-        cpu=cpu,
-        memory=memory,
-        flavors=tuple(j["accelerator_types"]),
-        clusters=tuple(sorted(j["clusters"])),
-        regions=tuple(j["regions"]),
-        topology=m.Topology(level, m.TopologyMode(j["topology_mode"])) if level else None,
-        time_limit=j["time_limit"],
-        max_price_per_hour=float(price) if price is not None else None,
-        preemptible=j["preemptible"],
-        needs=capabilities.need(j["image"]) if "image" in j else "",
-        excluded=j.get("excluded", ()),
-        locality=j.get("locality") or j.get("data_locality") or None,
-        owner=owner(j["team_id"], j["submitted_by_id"]) if "team_id" in j else "",
-        budgets=j.get("budgets", ()),
-        head=head_of(j),
-        shape=shape_of(tpu_type, j.get("tpu_topology") or "") if tpu_type else "",
-        team=j.get("team__slug") or "",
-        spread_group=j.get("spread_group") or "",
-    )
-
-
-#: The fields of a job that say whether it has a Ray head, and its shape.
-HEAD_FIELDS = ("kind", "head_accelerators", "head_cpu", "head_memory")
-
-
-def head_of(j: dict[str, Any]) -> tuple[int, int, int]:
-    """A Ray job's head as the engine counts it (whole accelerators, millicores, MiB); (0, 0, 0) for others."""
-    if j.get("kind") != Job.Kind.RAY:
-        return (0, 0, 0)
-    return (j["head_accelerators"], j["head_cpu"], j["head_memory"])
