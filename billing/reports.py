@@ -25,26 +25,13 @@ from openpyxl.styles import Font
 from openpyxl.worksheet._write_only import WriteOnlyWorksheet
 
 from billing.attribution import Attribution, JobCost, hours, money
+from billing.columns import AMOUNTS, JOB_AMOUNTS, exact, titles
 
 #: Columns of allocated-but-idle cost (``attribution``'s module says how they are reckoned; ``IDLE_RULE``).
 WASTE = ("measured GPU utilization", "allocated idle (part of usage)", "unmeasured (part of usage)")
 STATEMENT_BY = ("project", "user", "cluster", "flavor", "capacity_type")
-STATEMENT_HEADER = (
-    "month",
-    "team",
-    "project",
-    "user",
-    "cluster",
-    "flavor",
-    "capacity type",
-    "accelerator-hours",
-    "usage",
-    "idle share",
-    "overhead share",
-    "total",
-    *WASTE,
-)
-FLEET_HEADER = ("month", "team", "accelerator-hours", "usage", "idle share", "overhead share", "total", *WASTE)
+STATEMENT_HEADER = ("month", "team", "project", "user", "cluster", "flavor", "capacity type", *titles(AMOUNTS), *WASTE)
+FLEET_HEADER = ("month", "team", *titles(AMOUNTS), *WASTE)
 POOL_HEADER = (
     "month",
     "cluster",
@@ -58,8 +45,8 @@ POOL_HEADER = (
     "idle",
     "priced",
 )
-DAY_HEADER = ("day", "team", "accelerator-hours", "usage", "idle share", "overhead share", "total")
-JOB_HEADER = ("job", "name", "team", "project", "user", "accelerator-hours", "usage", *WASTE)
+DAY_HEADER = ("day", "team", *titles(AMOUNTS))
+JOB_HEADER = ("job", "name", "team", "project", "user", *titles(JOB_AMOUNTS), *WASTE)
 RULE = (
     "Usage: accelerator-hours at the price book's rate for the day, cluster, flavor and capacity type. "
     "Idle capacity of a pool (cluster, flavor, capacity type) is shared by the pool's users in proportion to "
@@ -81,7 +68,7 @@ def month_label(month: dt.date) -> str:
 
 
 def _amounts(row: dict[str, Any]) -> list[Any]:
-    return [hours(row["milli_seconds"]), *(money(row[k]) for k in ("usage", "idle", "overhead", "total"))]
+    return list(exact(AMOUNTS, row))
 
 
 def utilization_cell(measured: int, busy: int) -> Decimal | None:
@@ -178,8 +165,7 @@ def job_rows(attribution: Attribution, jobs: Iterable[JobCost]) -> Iterator[Row]
             names.of("team", job.team),
             names.of("project", job.project),
             names.of("user", job.user),
-            hours(job.milli_seconds),
-            money(job.cost),
+            *exact(JOB_AMOUNTS, {"milli_seconds": job.milli_seconds, "cost": job.cost}),
             utilization_cell(*attribution.job_measures.get(job.job, (0, 0, 0))[1:]),
             *(money(cents) for cents in attribution.job_split(job.job, job.cost)),
         ]

@@ -24,7 +24,7 @@ from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 from rest_framework.views import APIView
 
-from billing import attribution, params, reports
+from billing import attribution, columns, params, reports
 from billing.actions import prices
 from billing.attribution import Attribution, hours, money
 from billing.models import MeterState, Overhead, Price
@@ -51,13 +51,7 @@ def month_of(request: Request, *extra: str) -> tuple[Organization, Attribution]:
 
 
 def amounts(row: Mapping[str, Any]) -> dict[str, str]:
-    return {
-        "accelerator_hours": str(hours(row["milli_seconds"])),
-        "usage": str(money(row["usage"])),
-        "idle_share": str(money(row["idle"])),
-        "overhead_share": str(money(row["overhead"])),
-        "total": str(money(row["total"])),
-    }
+    return columns.answered(columns.AMOUNTS, row)
 
 
 def fleet_figures(month: Attribution) -> dict[str, str]:
@@ -137,8 +131,7 @@ class JobCostsView(APIView):
                 "team": names.of("team", j.team),
                 "project": names.of("project", j.project),
                 "user": names.of("user", j.user),
-                "accelerator_hours": str(hours(j.milli_seconds)),
-                "usage": str(money(j.cost)),
+                **columns.answered(columns.JOB_AMOUNTS, {"milli_seconds": j.milli_seconds, "cost": j.cost}),
             }
             for j in attribution.kept_job_costs(organization.pk, month.month, teams, limit)
         ]

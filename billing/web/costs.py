@@ -37,7 +37,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from billing import attribution, params, reports
+from billing import attribution, columns, params, reports
 from billing.actions import prices
 from billing.attribution import Attribution, hours, money, month_bounds
 from billing.models import CapacityType, Overhead, Price
@@ -83,14 +83,9 @@ def rate_text(rate: Any) -> str:
     return f"{int(whole):,}.{places.ljust(2, '0')}"
 
 
-def figures(row: Mapping[str, int]) -> dict[str, str]:
-    return {
-        "hours": hours_of(row["milli_seconds"]),
-        "usage": amount(row["usage"]),
-        "idle": amount(row["idle"]),
-        "overhead": amount(row["overhead"]),
-        "total": amount(row["total"]),
-    }
+def figures(row: Mapping[str, int]) -> dict[str, Any]:
+    """A row's amounts for a page (``columns.AMOUNTS``): by name, and as the ``cells`` of its table row."""
+    return columns.shown(columns.AMOUNTS, row)
 
 
 # --- what every costs page shares ---------------------------------------------------------------------------
@@ -213,8 +208,7 @@ def job_rows(month: Attribution, jobs: Iterable[attribution.JobCost], with_team:
                 "team": names.of("team", job.team) if with_team else "",
                 "project": names.of("project", job.project),
                 "user": names.of("user", job.user),
-                "hours": hours_of(job.milli_seconds),
-                "cost": amount(job.cost),
+                **columns.shown(columns.JOB_AMOUNTS, {"milli_seconds": job.milli_seconds, "cost": job.cost}),
             }
         )
     return rows
@@ -338,7 +332,7 @@ def _chargeback(organization: Organization, month: Attribution, teams: list[Team
         row["share"] = percent(row["total_cents"], month.fleet_total)
     unallocated = month.unallocated
     fleet = month.fleet_totals()
-    idle, overhead = fleet["idle"], fleet["overhead"]
+    idle = fleet["idle"]
     headline = [
         ("Fleet total", amount(month.fleet_total), "capacity cost + shared overhead"),
         ("Capacity cost", amount(month.capacity_cost), f"{percent(totals['usage'], month.capacity_cost)} used"),
@@ -359,13 +353,7 @@ def _chargeback(organization: Organization, month: Attribution, teams: list[Team
     return {
         "headline": headline,
         "team_rows": team_rows,
-        "team_totals": {
-            "hours": hours_of(totals["milli_seconds"]),
-            "usage": amount(totals["usage"]),
-            "idle": amount(idle),
-            "overhead": amount(overhead),
-            "total": amount(month.fleet_total),
-        },
+        "team_totals": figures(fleet),  # the fleet summary's own total row (``reports.fleet_rows``)
         "unallocated": unallocated
         and {
             "idle": amount(month.unallocated_idle),
@@ -433,6 +421,8 @@ def costs(request: AuthenticatedHttpRequest) -> HttpResponse:
         "month": month_nav(first, organization, several),
         "fleet": month.fleet_visible,
         "budget": budget_burn(request, organization, first),
+        "amount_columns": columns.AMOUNTS,
+        "job_columns": columns.JOB_AMOUNTS,
     }
     context.update(
         _chargeback(organization, month, teams) if month.fleet_visible else _showback(organization, month, teams)
@@ -488,6 +478,8 @@ def team_costs(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         "chart": chart,
         "jobs": job_rows(month, attribution.kept_job_costs(organization.pk, first, [team.pk], TEAM_JOBS), False),
         "most_jobs": TEAM_JOBS,
+        "amount_columns": columns.AMOUNTS,
+        "job_columns": columns.JOB_AMOUNTS,
         "downloads": downloads(organization, first, team),
         "back": f"{reverse('costs')}?{_query(month=reports.month_label(first))}",
     }

@@ -5,6 +5,7 @@ with 400 and each message beside its field; nobody but finance and admins writes
 
 from __future__ import annotations
 
+import csv
 import io
 import re
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ from django.http import FileResponse
 from django.test import Client
 from openpyxl import load_workbook
 
-from billing import attribution
+from billing import attribution, columns
 from billing.actions import metering, prices
 from billing.models import Overhead, Price
 from billing.web.costs import rate_text
@@ -192,6 +193,30 @@ def test_the_fleet_summary_linked_from_the_page_adds_up_to_the_total_shown(coste
     assert (
         sum(Decimal(str(row[total])) for row in teams) == Decimal(str(fleet_line[total])) == figure(body, "fleet-total")
     )
+
+
+def test_every_amount_column_is_the_same_on_the_page_in_the_download_and_in_the_api(costed: Fleet) -> None:
+    """The amount columns are declared once (``billing/columns.py``): each team's figure under each of them is the
+    same on the costs page, in the fleet summary's CSV and in the costs API, under the same title and name."""
+    client = signed_in(costed, "fiona")
+    body = client.get(COSTS).content.decode()
+    page = dict(re.findall(r'<tr data-testid="team-row" data-team="([\w-]+)">(.*?)</tr>', body, re.S))
+    headings = re.search(r'data-testid="team-costs".*?<thead>(.*?)</thead>', body, re.S)
+    assert headings is not None
+    assert [c.heading for c in columns.AMOUNTS] == re.findall(r'class="num">([^<]+)</th>', headings.group(1))[:5]
+    download = client.get("/api/v1/billing/fleet.csv?month=2026-10&organization=demo")
+    header, *lines = csv.reader(io.StringIO(b"".join(download.streaming_content).decode()))
+    by_team = {line[1]: dict(zip(header, line, strict=True)) for line in lines}
+    api = client.get("/api/v1/billing/costs/?month=2026-10&group_by=team").json()
+    answered = {row["team_name"]: row for row in api["rows"]}
+    names = {team.slug: team.name for team in costed.world.teams.values()}
+    for slug in ("vision", "robotics"):
+        name = names[slug]
+        for column in columns.AMOUNTS:
+            shown = cell(page[slug], column.key)
+            assert Decimal(by_team[name][column.title]) == Decimal(answered[name][column.key]), (slug, column.key)
+            places = Decimal("0.1") if column.unit == columns.HOURS else Decimal("0.01")
+            assert shown == Decimal(answered[name][column.key]).quantize(places), (slug, column.key)
 
 
 @pytest.mark.parametrize("username", ["alice", "lena"])
