@@ -12,11 +12,12 @@ id is pointed at a token issued for it. ``positive_data_acceptance`` also expect
 that a team must exist, that a change needs a reason or which characters text may hold, so input the schema
 allows may still be refused, by name, as bad input.
 
-Each role runs the phases ``PHASES`` gives it (the admin every one). Run it alone with
+Each role runs the phases ``PHASES`` gives it (the admin every one), as a test of its own, so that xdist runs
+the two roles side by side on two workers (each with its own live server and database). Run it alone with
 ``pytest tests/portal/test_fuzz_api.py -s``; with another seed: ``QM_FUZZ_SEED=7``; with more or fewer
 cases: ``QM_FUZZ_EXAMPLES`` (CI's second run, on the embedded defaults, takes 2). Its figures
-(requests answered, test cases, findings per role) are printed and written to ``var/schemathesis.json``
-(under ``QM_VAR_DIR``), as xdist does not show a passing test's output.
+(requests answered, test cases, findings) are printed and written to ``var/schemathesis-<role>.json`` (under
+``QM_VAR_DIR``), as xdist does not show a passing test's output.
 """
 
 from __future__ import annotations
@@ -117,36 +118,42 @@ def _schemathesis(
     return done.returncode, done.stdout + done.stderr, json.loads(report.read_text()) if report.exists() else {}
 
 
+@pytest.mark.parametrize(("username", "role"), list(ROLES.items()))
 def test_schemathesis_finds_no_server_error_or_schema_violation(
-    transactional_db: Any, live_server: Any, world: World, api_requests: list[str], tmp_path: Path, capsys: Any
+    transactional_db: Any,
+    live_server: Any,
+    world: World,
+    api_requests: list[str],
+    tmp_path: Path,
+    capsys: Any,
+    username: str,
+    role: str,
 ) -> None:
-    figures: dict[str, Any] = {"seed": SEED, "max_examples": MAX_EXAMPLES, "roles": {}}
-    for username, role in ROLES.items():
-        user = world.users[username]
-        _, token = actions.issue_token(user, name=f"schemathesis ({role})")
-        sacrificial, _ = actions.issue_token(user, name="schemathesis: revoked by the run")
-        before = len(api_requests)
-        folder = tmp_path / role
-        folder.mkdir()
-        status, output, report = _schemathesis(live_server.url, token, sacrificial.pk, PHASES[role], folder)
-        cases = report.get("test_cases", {})
-        figures["roles"][role] = {
-            "requests": len(api_requests) - before,
-            "phases": PHASES[role],
-            "test_cases": cases.get("generated"),
-            "findings": {f["code"]: f["count"] for f in report.get("failures", [])},
-            "seconds": round(report.get("running_time", 0)),
-        }
-        (settings.VAR_DIR / "schemathesis.json").write_text(json.dumps(figures, indent=1))
+    user = world.users[username]
+    _, token = actions.issue_token(user, name=f"schemathesis ({role})")
+    sacrificial, _ = actions.issue_token(user, name="schemathesis: revoked by the run")
+    status, output, report = _schemathesis(live_server.url, token, sacrificial.pk, PHASES[role], tmp_path)
+    cases = report.get("test_cases", {})
+    figures = {
+        "seed": SEED,
+        "max_examples": MAX_EXAMPLES,
+        "role": role,
+        "requests": len(api_requests),
+        "phases": PHASES[role],
+        "test_cases": cases.get("generated"),
+        "findings": {f["code"]: f["count"] for f in report.get("failures", [])},
+        "seconds": round(report.get("running_time", 0)),
+    }
+    (settings.VAR_DIR / f"schemathesis-{role}.json").write_text(json.dumps(figures, indent=1))
+    with capsys.disabled():
+        print(f"\nschemathesis (seed {SEED}, {MAX_EXAMPLES} examples) as {role}: {figures}")
+    failed = [f for f in report.get("failures", []) if f["type"] not in LENIENCY]
+    lenient = [f"{f['code']} {f['title']}: {', '.join(f['operations'])}" for f in report.get("failures", [])]
+    assert report, f"Schemathesis as {role} wrote no report (exit {status}):\n{output[-20000:]}"
+    assert not failed, f"Schemathesis as {role} (seed {SEED}):\n{output[-20000:]}"
+    assert not report["errors"], f"Schemathesis as {role} (seed {SEED}):\n{output[-20000:]}"
+    assert report["operations"]["tested"] > 50, report["operations"]
+    assert len(api_requests) > (5000 if "coverage" in PHASES[role] else 300), figures
+    if lenient:
         with capsys.disabled():
-            print(f"\nschemathesis (seed {SEED}, {MAX_EXAMPLES} examples) as {role}: {figures['roles'][role]}")
-        failed = [f for f in report.get("failures", []) if f["type"] not in LENIENCY]
-        lenient = [f"{f['code']} {f['title']}: {', '.join(f['operations'])}" for f in report.get("failures", [])]
-        assert report, f"Schemathesis as {role} wrote no report (exit {status}):\n{output[-20000:]}"
-        assert not failed, f"Schemathesis as {role} (seed {SEED}):\n{output[-20000:]}"
-        assert not report["errors"], f"Schemathesis as {role} (seed {SEED}):\n{output[-20000:]}"
-        assert report["operations"]["tested"] > 50, report["operations"]
-        assert len(api_requests) - before > (5000 if "coverage" in PHASES[role] else 300), figures
-        if lenient:
-            with capsys.disabled():
-                print("  reported, not failed: " + "; ".join(lenient))
+            print("  reported, not failed: " + "; ".join(lenient))
