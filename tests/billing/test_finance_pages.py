@@ -204,7 +204,7 @@ def test_every_amount_column_is_the_same_on_the_page_in_the_download_and_in_the_
     headings = re.search(r'data-testid="team-costs".*?<thead>(.*?)</thead>', body, re.S)
     assert headings is not None
     assert [c.heading for c in columns.AMOUNTS] == re.findall(r'class="num">([^<]+)</th>', headings.group(1))[:5]
-    download = client.get("/api/v1/billing/fleet.csv?month=2026-10&organization=demo")
+    download: Any = client.get("/api/v1/billing/fleet.csv?month=2026-10&organization=demo")
     header, *lines = csv.reader(io.StringIO(b"".join(download.streaming_content).decode()))
     by_team = {line[1]: dict(zip(header, line, strict=True)) for line in lines}
     api = client.get("/api/v1/billing/costs/?month=2026-10&group_by=team").json()
