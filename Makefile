@@ -33,7 +33,7 @@ demo: $(VENV)/.installed-runtime
 	$(BIN)/python manage.py demo --bind 127.0.0.1:$(PORT)
 
 ## Run the tests: PostgreSQL/Redis when DATABASE_URL/REDIS_URL point at them, embedded defaults otherwise. The
-## tests of each Slurm lab run on one worker, one after another (tests/conftest.py); the slowest are listed.
+## tests of the Slurm labs run on one worker, one after another (tests/conftest.py); the slowest are listed.
 ## TEST_ARGS picks some (CI runs the tests that differ by database on the embedded defaults too:
 ## TEST_ARGS='-m each_database'). TEST_WORKERS xdist workers, twice the cores by default: many tests wait on
 ## what they started (a Slurm lab's jobs, live servers, workers), and with one worker per core the cores sat

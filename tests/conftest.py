@@ -129,16 +129,17 @@ def _fresh_cache() -> None:
 def pytest_collection_modifyitems(config: Any, items: list[pytest.Item]) -> Iterator[None]:
     """Group and order the suite for xdist (``--dist loadgroup``, as ``make test`` runs it).
 
-    The tests that use a Slurm lab run one after another on one worker per lab (the groups
-    ``slurm-lab-22.05`` and ``slurm-lab-24.11``): a lab's tests share its nodes, and some take a node out
-    (DRAIN, DOWN), which requeues or kills whatever another test runs there; the two labs share nothing, so
-    their tests run side by side (``tests/xdist_groups.py`` tells xdist's scheduler the groups under pytest
-    9.2). The longest go first, so that each starts on a worker of its own while the other workers share the
-    rest: the API fuzzing, then the Slurm groups. pytest-django's order is kept otherwise;
-    a test after one whose changes were committed finds the tables emptied, as after any such test."""
+    The tests that use a Slurm lab run one after another on one worker (the group ``slurm-lab``): they share
+    the labs' nodes, and some take a node out (DRAIN, DOWN), which requeues or kills whatever another test
+    runs there (``tests/xdist_groups.py`` tells xdist's scheduler the groups under pytest 9.2). (A group per
+    lab, the two side by side, made CI's suite slower, 16:25 against 15:29: the suite is bound by the two
+    cores, and both labs at once only added load.) The longest go first, so that each starts on a worker of
+    its own while the other workers share the rest: the API fuzzing (a test per role), then the Slurm group.
+    pytest-django's order is kept otherwise; a test after one whose changes were committed finds the tables
+    emptied, as after any such test."""
     for item in items:
-        if lab := _slurm_lab(item):
-            item.add_marker(pytest.mark.xdist_group(f"slurm-lab-{lab}"))
+        if any(name.startswith("slurm_lab") for name in getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("slurm-lab"))
         elif _concurrent(item):
             item.add_marker(pytest.mark.each_database)
     xdist_groups.write(config, items)
@@ -146,18 +147,6 @@ def pytest_collection_modifyitems(config: Any, items: list[pytest.Item]) -> Iter
     items.sort(
         key=lambda item: 0 if item.get_closest_marker("fuzz") else 1 if item.get_closest_marker("xdist_group") else 2
     )
-
-
-def _slurm_lab(item: pytest.Item) -> str:
-    """The version of the Slurm lab a test uses ("" for none): ``slurm_lab`` runs a test on each lab in turn
-    (its parameter says which), ``slurm_lab_2205`` on the 22.05 lab alone."""
-    names = getattr(item, "fixturenames", ())
-    if "slurm_lab_2205" in names:
-        return "22.05"
-    if "slurm_lab" in names:
-        callspec = getattr(item, "callspec", None)
-        return str(callspec.params["slurm_lab"]) if callspec is not None else "all"
-    return ""
 
 
 def _concurrent(item: pytest.Item) -> bool:
