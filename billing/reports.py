@@ -110,6 +110,12 @@ def statement_days(attribution: Attribution, team: int) -> Iterator[Row]:
         yield [row["day"], name, *_amounts(row)]
 
 
+def unallocated_row(attribution: Attribution) -> dict[str, int]:
+    """What stayed unallocated as a row of amounts: idle capacity and overhead with no usage to share them."""
+    idle, overhead = attribution.unallocated_idle, attribution.unallocated_overhead
+    return {"milli_seconds": 0, "usage": 0, "idle": idle, "overhead": overhead, "total": idle + overhead}
+
+
 def fleet_rows(attribution: Attribution) -> Iterator[Row]:
     """Every team's month, what stayed unallocated, and the fleet's total (which they add up to)."""
     label = month_label(attribution.month)
@@ -119,11 +125,7 @@ def fleet_rows(attribution: Attribution) -> Iterator[Row]:
         yield [
             label,
             "Unallocated (no usage this month)",
-            Decimal("0.000"),
-            money(0),
-            money(attribution.unallocated_idle),
-            money(attribution.unallocated_overhead),
-            money(attribution.unallocated),
+            *_amounts(unallocated_row(attribution)),
             None,
             money(0),
             money(0),

@@ -289,7 +289,7 @@ def budget_burn(request: AuthenticatedHttpRequest, organization: Organization, m
 def _team_rows(teams: Iterable[Team], month: Attribution, organization: Organization) -> list[dict[str, Any]]:
     """A row per team (zeros for a team without usage), with its statement's page and downloads."""
     by_team = {row["team"]: row for row in month.rollup(["team"])}
-    zero = {"milli_seconds": 0, "usage": 0, "idle": 0, "overhead": 0, "total": 0}
+    zero = dict.fromkeys((column.source for column in columns.AMOUNTS), 0)
     rows = []
     for team in teams:
         found = by_team.get(team.pk, zero)
@@ -354,12 +354,7 @@ def _chargeback(organization: Organization, month: Attribution, teams: list[Team
         "headline": headline,
         "team_rows": team_rows,
         "team_totals": figures(fleet),  # the fleet summary's own total row (``reports.fleet_rows``)
-        "unallocated": unallocated
-        and {
-            "idle": amount(month.unallocated_idle),
-            "total": amount(unallocated),
-            "overhead": amount(month.unallocated_overhead),
-        },
+        "unallocated": unallocated and figures(reports.unallocated_row(month)),
         "cost_chart": stacked_days(days, _by_day(month.rollup(["day", "team"]), lambda r: r["team_name"]), "Cost"),
         "idle_chart": idle_chart,
         "pools": [_pool_row(p, names) for p in pools],

@@ -203,7 +203,8 @@ def test_every_amount_column_is_the_same_on_the_page_in_the_download_and_in_the_
     page = dict(re.findall(r'<tr data-testid="team-row" data-team="([\w-]+)">(.*?)</tr>', body, re.S))
     headings = re.search(r'data-testid="team-costs".*?<thead>(.*?)</thead>', body, re.S)
     assert headings is not None
-    assert [c.heading for c in columns.AMOUNTS] == re.findall(r'class="num">([^<]+)</th>', headings.group(1))[:5]
+    shown_headings = re.findall(r'class="num">([^<]+)</th>', headings.group(1))
+    assert [c.heading for c in columns.AMOUNTS] == shown_headings[: len(columns.AMOUNTS)]
     download: Any = client.get("/api/v1/billing/fleet.csv?month=2026-10&organization=demo")
     header, *lines = csv.reader(io.StringIO(b"".join(download.streaming_content).decode()))
     by_team = {line[1]: dict(zip(header, line, strict=True)) for line in lines}
