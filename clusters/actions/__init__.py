@@ -33,7 +33,7 @@ from clusters.secrets import CredentialsError
 from common import enqueue, outbound
 from common.validation import REQUIRED, check_max_length, message_of
 from tenancy import policy
-from tenancy.actions import LAST_USED_RESOLUTION, audit
+from tenancy.actions import audit, use_is_news
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -605,7 +605,7 @@ def revoke_probe_token(actor: User, token: ProbeToken, *, http: HttpRequest | No
 def note_probe_token_use(token: ProbeToken) -> None:
     """Record that a node probe used ``token``, to the minute (as API tokens: ``LAST_USED_RESOLUTION``)."""
     now = timezone.now()
-    if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+    if use_is_news(token.last_used_at, now):
         ProbeToken.objects.filter(pk=token.pk).update(last_used_at=now)
 
 

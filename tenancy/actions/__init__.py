@@ -7,7 +7,7 @@ Views and API endpoints call these and only these to change data. Each action ra
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -442,10 +442,15 @@ LAST_USED_RESOLUTION = timedelta(minutes=1)
 TOKEN_RETENTION = timedelta(days=90)
 
 
+def use_is_news(last_used_at: datetime | None, now: datetime) -> bool:
+    """Whether a token's use at ``now`` is worth writing down (``LAST_USED_RESOLUTION``)."""
+    return last_used_at is None or now - last_used_at > LAST_USED_RESOLUTION
+
+
 def note_token_use(token: ApiToken) -> None:
     """Record that ``token`` was just used, to the minute (``LAST_USED_RESOLUTION``)."""
     now = timezone.now()
-    if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+    if use_is_news(token.last_used_at, now):
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
 
 
