@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -69,22 +68,25 @@ def _require_provider() -> str:
     pytest.skip(f"{missing}; OpenID Connect sign-in tests skipped")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def _issuer_once_listening(process: subprocess.Popen[bytes], log: Path) -> str:
+    """The issuer the provider prints once it serves requests (on a port it chose: nothing can take it first)."""
+    deadline = time.monotonic() + 90  # node loads oidc-provider and makes an RSA key: slow on a busy machine
+    while time.monotonic() < deadline and process.poll() is None:
+        for line in log.read_text().splitlines():
+            if line.startswith("listening "):
+                return line.removeprefix("listening ").strip()
+        time.sleep(0.2)
+    pytest.fail(f"the test identity provider did not start: {log.read_text()}")
 
 
 @pytest.fixture(scope="session")
 def oidc_provider(live_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoopbackProvider]:
     node = _require_provider()
-    port = _free_port()
     accounts_file = tmp_path_factory.mktemp("oidc") / "accounts.json"
     accounts_file.write_text("{}")
     redirect_uris = [f"{base}/oidc/callback/" for base in ("http://testserver", live_server.url)]
     env = {
         **os.environ,
-        "PORT": str(port),
         "CLIENT_ID": CLIENT_ID,
         "CLIENT_SECRET": CLIENT_SECRET,
         "REDIRECT_URIS": ",".join(redirect_uris),
@@ -93,17 +95,9 @@ def oidc_provider(live_server: Any, tmp_path_factory: pytest.TempPathFactory) ->
     log = accounts_file.with_name("provider.log")
     with log.open("w") as output:
         process = subprocess.Popen([node, str(HERE / "provider.mjs")], env=env, stdout=output, stderr=subprocess.STDOUT)
-    issuer = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                discovery = requests.get(f"{issuer}/.well-known/openid-configuration", timeout=2).json()
-                break
-            except requests.RequestException:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"the test identity provider did not start: {log.read_text()}")
-                time.sleep(0.2)
+        issuer = _issuer_once_listening(process, log)
+        discovery = requests.get(f"{issuer}/.well-known/openid-configuration", timeout=30).json()
         endpoints = {
             name: discovery[key]
             for name, key in (

@@ -1,17 +1,19 @@
 // A real OpenID provider for the sign-in tests: panva's oidc-provider (OpenID Certified), on loopback.
 //
-// The tests start it with: PORT, CLIENT_ID, CLIENT_SECRET, REDIRECT_URIS (comma-separated) and ACCOUNTS_FILE,
+// The tests start it with: CLIENT_ID, CLIENT_SECRET, REDIRECT_URIS (comma-separated) and ACCOUNTS_FILE,
 // a JSON object {username: {password, claims: {...}}} read again at every look-up, so a test changes a user's
-// groups or removes the user by rewriting the file. PKCE (S256) is required of the client. It prints
-// "listening <issuer>" once it serves requests.
+// groups or removes the user by rewriting the file. PKCE (S256) is required of the client. It listens on a port
+// the system picks (no other process can take it between a choice and a bind) and prints "listening <issuer>"
+// once it serves requests.
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
 
 import Provider, { interactionPolicy } from 'oidc-provider';
 
-const port = Number(process.env.PORT);
-const issuer = `http://127.0.0.1:${port}`;
+const server = http.createServer((req, res) => route(req, res));
+await new Promise((resolve) => { server.listen(0, '127.0.0.1', resolve); });
+const issuer = `http://127.0.0.1:${server.address().port}`;
 const accountsFile = process.env.ACCOUNTS_FILE;
 const accounts = () => JSON.parse(fs.readFileSync(accountsFile, 'utf8'));
 
@@ -113,7 +115,8 @@ async function interaction(req, res, submitted) {
 }
 
 const handle = provider.callback();
-http.createServer((req, res) => {
+
+function route(req, res) {
   const match = new URL(req.url, issuer).pathname.match(/^\/interaction\/[^/]+(\/login)?$/);
   if (!match) {
     handle(req, res);
@@ -123,4 +126,6 @@ http.createServer((req, res) => {
     res.statusCode = 500;
     res.end(String(error));
   });
-}).listen(port, '127.0.0.1', () => console.log(`listening ${issuer}`));
+}
+
+console.log(`listening ${issuer}`);
