@@ -13,9 +13,11 @@ Decisions, each a choice a reader of the result should know:
   named ``<cluster>/what-if-<k>``. **Removing** N takes out that flavor's nodes in that cluster that take work,
   the last by name first (deterministic; names usually grow with age, so the newest racks go first).
 - **The workload** is every job of the organization submitted in the window ``[now - days, now)``, at its
-  submission time (seconds from the window's start), with its shape, queue, tier, time limit, accepted
-  accelerator types (narrowed by its queue's flavor order, as the engine narrows them), allowed clusters
-  (named clusters and regions) and required topology. Its duration is the time it held capacity: over its
+  submission time (seconds from the window's start), as the placement loop's engine sees it
+  (``scheduler.placement.jobs.engine_job`` on the same columns): its shape, queue, tier, time limit, price limit,
+  preemptibility, topology, Ray head, TPU slice shape, team and spread group, its accepted accelerator types
+  narrowed by its queue's flavor order (as the engine narrows them) and its allowed clusters (named clusters and
+  regions). Its duration is the time it held capacity: over its
   attempts, the end (or now, for one still running) less the start (or the admission, when the cluster never
   reported a start). A job waiting now that never ran replays with its time limit; a job that ended without
   ever running (cancelled, or failed before it started) is left out. A job that no node could ever hold, or
@@ -50,6 +52,7 @@ from clusters.models import Cluster, Node
 from scheduler.engine import model as m
 from scheduler.models import Attempt, Job
 from scheduler.placement import snapshot
+from scheduler.placement.jobs import REQUEST_COLUMNS, engine_job
 from scheduler.simulation.events import Outcome, SimJob, Simulation
 from scheduler.simulation.jobs import Quartermaster
 from scheduler.states import WAITING
@@ -166,24 +169,8 @@ def history(organization: Organization, start: datetime, end: datetime, queues: 
     regions = dict(Cluster.objects.filter(organization=organization).values_list("slug", "region"))
     queue_flavors = {q.name: q.flavors for q in queues}
     workload = Workload([], [], 0, 0, [])
-    for j in jobs_of.values(
-        "pk",
-        "state",
-        "submitted_at",
-        "workers",
-        "accelerators",
-        "accelerator_milli",
-        "cpu",
-        "memory",
-        "accelerator_types",
-        "regions",
-        "topology_level",
-        "topology_mode",
-        "time_limit",
-        "queue__name",
-        "tier__name",
-    ).order_by("submitted_at", "pk"):
-        pk, name = j["pk"], str(j["pk"])
+    for j in jobs_of.values("state", *REQUEST_COLUMNS).order_by("submitted_at", "pk"):
+        pk = j["pk"]
         duration = ran.get(pk, 0.0)
         if pk in first:
             workload.observed_waits.append(max(0.0, (first[pk] - j["submitted_at"]).total_seconds()))
@@ -193,33 +180,24 @@ def history(organization: Organization, start: datetime, end: datetime, queues: 
                 continue
             duration = float(j["time_limit"])
             workload.at_limit += 1
-        types = set(j["accelerator_types"])
-        flavors = tuple(f for f in queue_flavors.get(j["queue__name"], ()) if not types or f in types)
+        request = engine_job({**j, "clusters": ()})
+        types = set(request.flavors)
+        flavors = tuple(f for f in queue_flavors.get(request.queue, ()) if not types or f in types)
         clusters = set(regions)
         if named.get(pk):
             clusters &= named[pk]
-        if j["regions"]:
-            clusters &= {slug for slug, region in regions.items() if region in j["regions"]}
+        if request.regions:
+            clusters &= {slug for slug, region in regions.items() if region in request.regions}
         if not flavors or not clusters:
-            workload.never_fits.append(name)
+            workload.never_fits.append(request.id)
             continue
-        level = j["topology_level"]
         workload.jobs.append(
-            SimJob(
-                id=name,
+            SimJob.of(
+                request,
                 submitted=_ts(j["submitted_at"], start),
                 duration=max(1.0, duration),
-                workers=j["workers"],
-                accelerators=j["accelerators"],
-                accel_milli=j["accelerator_milli"],
-                cpu=j["cpu"],
-                memory=j["memory"],
-                queue=j["queue__name"],
-                tier=j["tier__name"],
-                time_limit=max(1, j["time_limit"]),
                 flavors=flavors,
                 clusters=tuple(sorted(clusters)) if len(clusters) < len(regions) else (),
-                topology=m.Topology(level, m.TopologyMode(j["topology_mode"])) if level else None,
             )
         )
     return workload

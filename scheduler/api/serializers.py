@@ -13,6 +13,7 @@ with its token (checkpoints, progress, exit, sessions, endpoints) would split ou
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -310,37 +311,6 @@ def _clusters(team: Team, attrs: dict[str, Any], errors: dict[str, str]) -> None
         attrs["clusters"] = [found[slug] for slug in slugs if slug in found]
 
 
-#: Fields that go to ``JobRequest`` as they are (the others are converted from people's units).
-AS_GIVEN = (
-    "project",
-    "accelerator_types",
-    "accelerators",
-    "workers",
-    "topology_level",
-    "topology_mode",
-    "tier",
-    "preemptible",
-    "checkpoint_location",
-    "data_locality",
-    "clusters",
-    "regions",
-    "max_price_per_hour",
-    "image",
-    "command",
-    "script",
-    "env",
-    "secret_env",
-    "secret_env_from",
-    "max_retries",
-    "kind",
-    "entrypoint",
-    "runtime_env",
-    "head_accelerators",
-    "tpu_type",
-    "tpu_topology",
-    "session_app",
-    "session_idle_minutes",
-)
 #: Fields in people's units: the API's name and the unit it converts from.
 PEOPLE_UNITS = {
     "accelerator_fraction": submission.FRACTION,
@@ -349,6 +319,16 @@ PEOPLE_UNITS = {
     "head_cpu": submission.HEAD_CORES,
     "head_memory_gib": submission.HEAD_GIB,
 }
+#: What ``job_request`` gives apart from the other fields (required, or taken from a header too).
+GIVEN_APART = ("team", "name", "time_limit", "idempotency_key")
+#: Fields that go to ``JobRequest`` as they are: every field of the serializer the request has by the same name,
+#: but those in people's units and those given apart. A new request field the API takes is declared once, above.
+_REQUEST_FIELDS = {f.name for f in dataclasses.fields(JobRequest)}
+AS_GIVEN = tuple(
+    name
+    for name in JobSubmissionSerializer._declared_fields
+    if name in _REQUEST_FIELDS and name not in PEOPLE_UNITS and name not in GIVEN_APART
+)
 #: ``actions.validate`` names JobRequest's fields; the API's names for those in other units.
 API_FIELD_NAMES = submission.API_NAMES
 

@@ -1,6 +1,7 @@
-"""The engine's view of a job (``engine_job``), and the columns of a waiting job the placement snapshot reads
-for it (``PENDING_COLUMNS``): one builder for the loop's snapshot and the previews (``feasibility``), so a job
-field the engine uses is read in one place (docs/extending.md, "A job field the engine and the backends use").
+"""The engine's view of a job (``engine_job``), the columns it reads (``REQUEST_COLUMNS``) and those of a waiting
+job the placement snapshot reads (``PENDING_COLUMNS``): one builder for the loop's snapshot, the previews
+(``feasibility``) and the what-if replay of past jobs (``billing/whatif_replay.py``), so a job field the engine
+uses is read in one place (docs/extending.md, "A job field the engine and the backends use").
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ from scheduler.models import Job
 
 #: The fields of a job that say whether it has a Ray head, and its shape.
 HEAD_FIELDS = ("kind", "head_accelerators", "head_cpu", "head_memory")
-#: What the snapshot reads of each waiting job: what ``engine_job`` needs, and the loop's own bookkeeping (its
-#: state, attempt and last pending words, written back only when they change; its array, budgets and locality).
-PENDING_COLUMNS = (
+#: The columns of a job ``engine_job`` reads: what was asked (the placement snapshot, and the what-if replay of
+#: past jobs, read these). ``clusters``, ``excluded``, ``budgets`` and ``locality`` are the readers' own (they
+#: come from other tables).
+REQUEST_COLUMNS = (
     "pk",
-    "state",
-    "attempt",
     "queue__name",
     "tier__name",
+    "tier__preemptible",
     "submitted_at",
     "workers",
     "accelerators",
@@ -36,22 +37,28 @@ PENDING_COLUMNS = (
     "time_limit",
     "max_price_per_hour",
     "preemptible",
-    "tier__preemptible",
     "image",
     "data_locality",
-    "pending_reason",
-    "pending_message",
-    "queue_position",
-    "estimated_start",
     "team_id",
     "team__slug",
-    "project_id",
     "submitted_by_id",
     *HEAD_FIELDS,
     "tpu_type",
     "tpu_topology",
-    "array_id",
     "spread_group",
+)
+#: What the snapshot reads of each waiting job: the request, and the loop's own bookkeeping (its state, attempt
+#: and last pending words, written back only when they change; its array and project, for limits and budgets).
+PENDING_COLUMNS = (
+    *REQUEST_COLUMNS,
+    "state",
+    "attempt",
+    "pending_reason",
+    "pending_message",
+    "queue_position",
+    "estimated_start",
+    "project_id",
+    "array_id",
 )
 
 
@@ -88,7 +95,8 @@ def engine_job(j: dict[str, Any]) -> m.Job:
         topology=m.Topology(level, m.TopologyMode(j["topology_mode"])) if level else None,
         time_limit=j["time_limit"],
         max_price_per_hour=float(price) if price is not None else None,
-        preemptible=j["preemptible"],
+        # Preemptible when the job allows it and its tier does (a request being checked has no tier column).
+        preemptible=j["preemptible"] and j.get("tier__preemptible", True),
         needs=capabilities.need(j["image"]) if "image" in j else "",
         excluded=j.get("excluded", ()),
         locality=j.get("locality") or j.get("data_locality") or None,

@@ -505,7 +505,6 @@ def _pending(
                 continue
         j["clusters"] = allowed_clusters.get(j["pk"], ())
         j["excluded"] = excluded.get(j["pk"], ())
-        j["preemptible"] = j["preemptible"] and j["tier__preemptible"]
         j["locality"] = j["data_locality"] or checkpointed.get(j["pk"], "")
         if hard_budgets:
             j["budgets"] = budgets.charged_to(hard_budgets, j["team_id"], j["project_id"])

@@ -36,7 +36,7 @@ from typing import Protocol
 
 import numpy as np
 
-from scheduler.engine.model import WHOLE, Assignment, Cluster, Node, Topology
+from scheduler.engine.model import WHOLE, Assignment, Cluster, Job, Node, Topology
 
 
 class SimulationError(RuntimeError):
@@ -66,10 +66,38 @@ class SimJob:
     flavors: tuple[str, ...] = ()
     clusters: tuple[str, ...] = ()
     topology: Topology | None = None
+    #: The engine's view of the job as it was asked for, when it is one of the portal's own (``of``): the
+    #: Quartermaster policy plans with all of it (price limit, preemptibility, owner, Ray head, TPU shape, team,
+    #: spread group). None for a trace's job, which the fields above describe whole.
+    request: Job | None = None
 
     def __post_init__(self) -> None:
         if self.time_limit <= 0:
             object.__setattr__(self, "time_limit", max(1, math.ceil(self.duration)))
+
+    @classmethod
+    def of(
+        cls, request: Job, submitted: float, duration: float, flavors: tuple[str, ...], clusters: tuple[str, ...]
+    ) -> SimJob:
+        """The job ``request`` (``scheduler.placement.jobs.engine_job``) to replay from ``submitted`` for
+        ``duration`` seconds, on those of ``flavors`` and ``clusters`` (empty: any) it may use."""
+        return cls(
+            id=request.id,
+            submitted=submitted,
+            duration=duration,
+            workers=request.workers,
+            accelerators=request.accelerators,
+            accel_milli=request.accel_milli,
+            cpu=request.cpu,
+            memory=request.memory,
+            queue=request.queue,
+            tier=request.tier,
+            time_limit=max(1, request.time_limit),
+            flavors=flavors,
+            clusters=clusters,
+            topology=request.topology,
+            request=request,
+        )
 
     @property
     def gpus(self) -> float:

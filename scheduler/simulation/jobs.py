@@ -27,7 +27,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from scheduler.engine import schedule
 from scheduler.engine.model import (
@@ -270,21 +270,36 @@ class Quartermaster:
             done = job.duration - waiting_remaining
             self.tiers.setdefault(job.tier, Tier(job.tier, 0))
             self.queues.setdefault(job.queue, Queue(job.queue, cohort=None, flavors=(FLAVOR,)))
-            engine_job = Job(
-                id=job.id,
-                queue=job.queue,
-                tier=job.tier,
-                submitted_at=job.submitted,
-                workers=job.workers,
-                accelerators=job.accelerators,
-                accel_milli=job.accel_milli,
-                cpu=job.cpu,
-                memory=job.memory,
-                time_limit=max(1, math.ceil(job.time_limit - done)),
-                flavors=job.flavors,
-                clusters=job.clusters,
-                topology=job.topology,
-            )
+            time_limit = max(1, math.ceil(job.time_limit - done))
+            if job.request is not None:
+                # The portal's own job: as it was asked, on the flavors and clusters the replay left it (its
+                # regions are in those), charged to no budget the simulation keeps.
+                engine_job = replace(
+                    job.request,
+                    submitted_at=job.submitted,
+                    time_limit=time_limit,
+                    flavors=job.flavors,
+                    clusters=job.clusters,
+                    regions=(),
+                    excluded=(),
+                    budgets=(),
+                )
+            else:
+                engine_job = Job(
+                    id=job.id,
+                    queue=job.queue,
+                    tier=job.tier,
+                    submitted_at=job.submitted,
+                    workers=job.workers,
+                    accelerators=job.accelerators,
+                    accel_milli=job.accel_milli,
+                    cpu=job.cpu,
+                    memory=job.memory,
+                    time_limit=time_limit,
+                    flavors=job.flavors,
+                    clusters=job.clusters,
+                    topology=job.topology,
+                )
             known = self._jobs[job.id] = (waiting_remaining, engine_job)
         return known[1]
 

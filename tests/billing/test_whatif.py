@@ -118,6 +118,24 @@ def test_the_workload_counts_what_ran_and_leaves_out_what_never_did(world: World
     assert all(q.quotas == {} and q.cohort is None for q in queues)
 
 
+def test_the_replay_sees_each_job_as_the_placement_loop_does(world: World) -> None:
+    cluster, _ = h.cluster(world.org, nodes=1)
+    team, alice = world.teams["vision"], world.users["alice"]
+    now = timezone.now()
+    job = h.job(team, alice, now - timedelta(hours=3), where=cluster)
+    Job.objects.filter(pk=job.pk).update(max_price_per_hour=12.5, spread_group="svc", preemptible=True)
+    job.tier.preemptible = False
+    job.tier.save()
+    _, queues = whatif_replay.governance(world.org, whatif_replay.today_fleet(world.org).every_flavor)
+    [replayed] = whatif_replay.history(world.org, now - timedelta(days=1), now, queues).jobs
+    request = replayed.request
+    assert request is not None and request.id == str(job.pk)
+    # What the simulator's own fields cannot say travels in the engine's view of the job.
+    assert (request.max_price_per_hour, request.spread_group, request.team) == (12.5, "svc", "vision")
+    assert request.preemptible is False  # its tier is not preemptible, as the placement loop reads it
+    assert (replayed.workers, replayed.accelerators, replayed.time_limit) == (1, 8, 4 * 3600)
+
+
 def test_todays_fleet_is_the_nodes_that_take_work(world: World) -> None:
     cluster, _ = h.cluster(world.org, nodes=4)
     Node.objects.filter(cluster=cluster, name="n01").update(state=Node.State.DRAINED)
