@@ -10,9 +10,9 @@ by). Exit status: 0 done, 1 refused or failed (and ``follow`` of a job that did 
 The token is never printed. ``qm checkpoint`` is the exception to all of this: it runs inside a job and
 reads what Quartermaster started the job with (``QM_API_URL``, ``QM_JOB_TOKEN``, ``QM_JOB_ID``) instead.
 
-Size: the argument parser of every ``qm`` command (``build_parser``) and the job commands it dispatches to; the
-other commands already live in their own modules (``qm/admin.py``, ``qm/services.py`` ...), and the job-file reading
-(``JobFile``, ``load_job_file``) would split out next.
+The job commands are here with the argument parser of every command (``build_parser``); the other commands live in
+their own modules (``qm/admin.py``, ``qm/arrays.py``, ``qm/services.py``, ``qm/models_cmd.py``), how jobs are shown
+in ``qm/show.py``, job files in ``qm/jobfile.py``, and the API client in ``qm/client.py``.
 """
 
 from __future__ import annotations
@@ -20,20 +20,14 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
-import math
 import os
 import platform
 import re
 import sys
 import time
 import webbrowser
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
-
-import yaml
 
 from qm import admin, arrays, models_cmd, services
 from qm.client import (
@@ -42,322 +36,15 @@ from qm.client import (
     FAILED,
     FINAL,
     OK,
-    WAITING,
     Client,
     CliError,
     Settings,
+    field_messages,
     save_config,
     settings_from,
 )
-
-# --------------------------------------------------------------------------------------- job files
-
-
-class JobFileLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, reading numbers as YAML 1.2 and JSON do: ``1e999`` is a number (too big: refused
-    as not finite), not the text PyYAML's YAML 1.1 rules would make of it."""
-
-
-JobFileLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:\.[0-9]+|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)$"),
-    list("-+.0123456789"),
-)
-FLOAT_TAG = "tag:yaml.org,2002:float"
-
-
-@dataclass
-class JobFile:
-    """A job file's fields, and the line each top-level key is on (to point at it when the API refuses it)."""
-
-    name: str
-    fields: dict[str, Any]
-    lines: dict[str, int]
-
-    def refused(self, error: CliError) -> CliError:
-        """The API's refusal with each field's line in this file (the API alone knows the fields: an unknown
-        one is named there, with the closest known name)."""
-        for key, messages in error.fields.items():
-            if key in self.lines:
-                error.fields[key] = [f"{message} (line {self.lines[key]})" for message in _messages(messages)]
-        return error
-
-
-def read_job_file(name: str, stdin: TextIO | None = None) -> dict[str, Any]:
-    """A job file's fields: a YAML mapping of the API's submission fields (``load_job_file``)."""
-    return load_job_file(name, stdin).fields
-
-
-def load_job_file(name: str, stdin: TextIO | None = None) -> JobFile:
-    """A job file: a YAML mapping of the API's submission fields (which fields there are is the API's to
-    say). Malformed YAML, a repeated key, an anchor or alias, or a number that is not finite (``.nan``,
-    ``.inf``, ``1e999``) is refused here, with its line, before anything is sent."""
-    try:
-        text = (stdin or sys.stdin).read() if name == "-" else Path(name).read_text()
-    except (OSError, UnicodeDecodeError) as error:
-        raise CliError(f"Cannot read {name}: {getattr(error, 'strerror', None) or error}", status=BAD_INPUT) from None
-    try:
-        if unsendable := unsendable_values(text):
-            raise CliError(f"{name}: {', '.join(unsendable)}: cannot be sent as it is.", unsendable, BAD_INPUT)
-        root = yaml.compose(text, Loader=JobFileLoader)
-    except yaml.YAMLError as error:
-        raise CliError(f"{name}: not valid YAML: {_yaml_problem(error)}", status=BAD_INPUT) from None
-    if root is None:
-        raise CliError(f"{name} is empty: it should map fields to values (name: train, ...).", status=BAD_INPUT)
-    if not isinstance(root, yaml.MappingNode):
-        raise CliError(
-            f"{name}, line {root.start_mark.line + 1}: the file should map fields to values (name: train, ...).",
-            status=BAD_INPUT,
-        )
-    problems: dict[str, list[str]] = {}
-    seen: dict[str, int] = {}
-    for key_node, _ in root.value:
-        line = key_node.start_mark.line + 1
-        key = key_node.value if isinstance(key_node, yaml.ScalarNode) else "?"
-        if key in seen:
-            problems[key] = [f"line {line}: given twice (first on line {seen[key]})."]
-        seen.setdefault(key, line)
-    if problems:
-        raise CliError(f"{name}: {', '.join(problems)} not allowed here.", problems, BAD_INPUT)
-    try:
-        data = yaml.load(text, Loader=JobFileLoader)  # noqa: S506 - a SafeLoader, with YAML 1.2 numbers
-    except yaml.YAMLError as error:
-        raise CliError(f"{name}: not valid YAML: {_yaml_problem(error)}", status=BAD_INPUT) from None
-    assert isinstance(data, dict)
-    return JobFile(name, data, seen)
-
-
-@dataclass
-class _Collection:
-    """Where the event walk of ``unsendable_values`` is: in a mapping (at a key or at its value) or a list."""
-
-    path: str
-    mapping: bool
-    at_key: bool = True
-    key: str = "?"
-    index: int = 0
-
-    def child(self) -> str:
-        if not self.mapping:
-            return f"{self.path}[{self.index}]"
-        return f"{self.path}.{self.key}" if self.path else self.key
-
-    def advance(self) -> None:
-        if self.mapping:
-            self.at_key = not self.at_key
-        else:
-            self.index += 1
-
-
-def unsendable_values(text: str) -> dict[str, list[str]]:
-    """What a job file holds that must not be sent, by key (``env.SEED``, ``command[2]``), each with its
-    line: anchors and aliases (a few lines of them can expand to gigabytes, and a key that quietly repeats
-    another's value is not what anyone reviewing the file reads), and numbers that are not finite (JSON has
-    none; the server would read them as something else or not at all). Read from the parser's events, so
-    nothing is expanded or built first."""
-    problems: dict[str, list[str]] = {}
-    loader = JobFileLoader(text)
-    stack: list[_Collection] = []
-    try:
-        while loader.check_event():
-            event = loader.get_event()  # type: ignore[no-untyped-call]
-            if isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-                stack.pop()
-                if stack:
-                    stack[-1].advance()
-                continue
-            if not isinstance(event, yaml.NodeEvent):
-                continue
-            here = stack[-1] if stack else None
-            is_key = here is not None and here.mapping and here.at_key
-            where = (here.path if is_key else here.child()) if here is not None else ""
-            line = f"line {event.start_mark.line + 1}" if event.start_mark else "a line"
-            if isinstance(event, yaml.AliasEvent) or event.anchor is not None:
-                problems.setdefault(where or "(the file)", []).append(
-                    f"{line}: YAML anchors and aliases are not allowed; write the value out."
-                )
-            if isinstance(event, yaml.ScalarEvent) and not is_key and _not_finite(loader, event):
-                problems.setdefault(where or "(the file)", []).append(
-                    f"{line}: {event.value!r} is not a finite number."
-                )
-            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-                stack.append(_Collection(where, isinstance(event, yaml.MappingStartEvent)))
-                continue
-            if here is not None:
-                if is_key:
-                    here.key = event.value if isinstance(event, yaml.ScalarEvent) else "?"
-                here.advance()
-    finally:
-        loader.dispose()
-    return problems
-
-
-def _not_finite(loader: JobFileLoader, event: yaml.ScalarEvent) -> bool:
-    tag = event.tag
-    if tag in (None, "!"):
-        tag = loader.resolve(yaml.ScalarNode, event.value, event.implicit)  # type: ignore[no-untyped-call]
-    if tag != FLOAT_TAG:
-        return False
-    try:
-        number = loader.construct_yaml_float(yaml.ScalarNode(FLOAT_TAG, event.value))
-    except ValueError:
-        return False  # not a number at all: the loader says so after this
-    return not math.isfinite(number)
-
-
-def _yaml_problem(error: yaml.YAMLError) -> str:
-    mark = getattr(error, "problem_mark", None)
-    problem = getattr(error, "problem", None) or str(error)
-    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else problem
-
-
-# ----------------------------------------------------------------------------------------- display
-
-
-def when(value: str | None) -> str:
-    """An API timestamp in this machine's time zone, to the second."""
-    if not value:
-        return "-"
-    try:
-        return datetime.fromisoformat(value).astimezone().strftime("%Y-%m-%d %H:%M:%S")
-    except ValueError:
-        return value
-
-
-def duration(seconds: int) -> str:
-    parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if seconds >= size:
-            parts.append(f"{seconds // size}{unit}")
-            seconds %= size
-    return "".join(parts) or "0s"
-
-
-def resources(job: Mapping[str, Any]) -> str:
-    """``2 x 8 H100-SXM-80GB``, ``0.25 (any type)``, ``4 x CPU only``."""
-    types = "/".join(job.get("accelerator_types") or []) or "(any type)"
-    if not job["accelerators"]:
-        what = "CPU only"
-    elif job["accelerator_fraction"] < 1:
-        what = f"{job['accelerator_fraction']:g} {types}"
-    else:
-        what = f"{job['accelerators']} {types}"
-    return f"{job['workers']} x {what}" if job["workers"] > 1 else what
-
-
-def note(job: Mapping[str, Any]) -> str:
-    """What a list row says beside the state: why it waits, or where it runs."""
-    if job["state"] in WAITING:
-        return job.get("pending_message") or "waiting for the next placement cycle"
-    if job.get("cluster"):
-        return f"on {job['cluster']}, cost so far {job['cost_so_far']}"
-    return ""
-
-
-def table(rows: Sequence[Sequence[str]], out: TextIO, indent: str = "") -> None:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        line = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-        print(indent + line.rstrip(), file=out)
-
-
-def event_line(event: Mapping[str, Any]) -> str:
-    move = f"{event['from_state'] or '-'} -> {event['to_state']}"
-    text = f"  {event['message']}" if event["message"] else ""
-    return f"{when(event['created_at'])}  {move:<22} {event['reason']:<12}{text}"
-
-
-def program(job: Mapping[str, Any]) -> str:
-    """What a job runs, in a few words: a Ray job's entrypoint and head, an image and command, or a script."""
-    if job.get("kind") == "ray":
-        head = f"{job['head_accelerators']} accelerators, {job['head_cpu']:g} cores, {job['head_memory_gib']:g} GiB"
-        return f"Ray: {job['entrypoint']} (head: {head})"
-    if job.get("kind") == "session":
-        return (
-            f"an interactive session ({job.get('session_app')}, ends after {job.get('session_idle_minutes')} min idle)"
-        )
-    return " ".join([job["image"], *job["command"]]) if job["image"] else "a batch script"
-
-
-def describe(job: Mapping[str, Any], out: TextIO) -> None:
-    """``qm show``: a job in plain words, one labelled line each."""
-    where = job["team"] + (f", project {job['project']}" if job["project"] else "")
-    cores = f"{job['cpu']:g} core" + ("" if job["cpu"] == 1 else "s")
-    asks = f"{resources(job)}; {cores} and {job['memory_gib']:g} GiB per worker"
-    asks += f"; time limit {duration(job['time_limit'])}" + ("" if job["preemptible"] else "; not preemptible")
-    runs = program(job)
-    lines = [
-        ("state", f"{job['state']} since {when(job['state_changed_at'])}"),
-        ("team", f"{where}; queue {job['queue']}, tier {job['tier']}"),
-        ("submitted", f"{when(job['submitted_at'])} by {job['submitted_by']}"),
-        ("asks for", asks),
-        ("runs", runs),
-    ]
-    if job.get("data_locality"):
-        lines.append(("data near", job["data_locality"]))
-    if job["topology_level"]:
-        lines.append(("topology", f"one {job['topology_level']} ({job['topology_mode']})"))
-    if job["state"] in WAITING:
-        lines.append(("waiting", job["pending_message"] or "Waiting for the next placement cycle."))
-        if job["queue_position"] is not None:
-            lines.append(("position", f"#{job['queue_position']} in the queue (#1 starts next)"))
-        if job["estimated_start"]:
-            lines.append(("est. start", when(job["estimated_start"])))
-    placement = job.get("placement")
-    if placement:
-        flavor = placement["flavor"] or "CPU only"
-        lines.append(("placement", f"{placement['cluster']}, {flavor}, {placement['cost_per_hour']} per hour"))
-        lines.append(("admitted", when(placement["admitted_at"])))
-        if placement["started_at"]:
-            lines.append(("started", when(placement["started_at"])))
-        for node in placement["nodes"]:
-            workers = f"{node['workers']} worker" + ("s" if node["workers"] != 1 else "")
-            lines.append(("node", f"{node['name']}: {workers}, {len(node['accelerators'])} accelerators"))
-    lines += dashboard(job)
-    lines.append(("cost so far", str(job["cost_so_far"])))
-    if job["finished_at"]:
-        lines.append(("finished", when(job["finished_at"])))
-    if job["message"]:
-        lines.append(("message", job["message"]))
-    checkpoint = job.get("last_checkpoint")
-    if checkpoint:
-        step = f", step {checkpoint['step']}" if checkpoint["step"] is not None else ""
-        at = f"{when(checkpoint['reported_at'])}, attempt {checkpoint['attempt']}"
-        lines.append(("checkpoint", f"{checkpoint['location']}{step} ({at})"))
-    print(f"Job {job['id']}: {job['name']}", file=out)
-    for label, value in lines:
-        print(f"  {label:<12} {value}", file=out)
-    if job["attempts"]:
-        print("Attempts:", file=out)
-        table([ATTEMPT_COLUMNS, *(attempt_row(a) for a in job["attempts"])], out, indent="  ")
-
-
-def dashboard(job: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """Where to watch the job's current attempt (its Ray dashboard), if it is placed and the cluster says."""
-    current = next((a for a in job["attempts"] if a["number"] == job["attempt"]), None)
-    if job.get("placement") and current and current.get("dashboard_url"):
-        return [("dashboard", current["dashboard_url"])]
-    return []
-
-
-ATTEMPT_COLUMNS = ("#", "CLUSTER", "NODES", "STATE", "STARTED", "ENDED", "CKPTS", "COST", "WHY IT ENDED")
-
-
-def attempt_row(attempt: Mapping[str, Any]) -> tuple[str, ...]:
-    """One attempt as ``qm show`` lists it: where, what became of it and why."""
-    nodes = ",".join(node["name"] for node in attempt["nodes"]) or "-"
-    return (
-        str(attempt["number"]),
-        attempt["cluster"],
-        nodes,
-        attempt["state"],
-        when(attempt["started_at"]),
-        when(attempt["ended_at"]),
-        str(attempt["checkpoints"]),
-        str(attempt["cost"]),
-        attempt["ended_because"] or "-",
-    )
-
+from qm.jobfile import JobFile, load_job_file, read_runtime_env
+from qm.show import describe, event_line, note, resources, table, when
 
 # ---------------------------------------------------------------------------------------- commands
 
@@ -393,22 +80,8 @@ def ray_fields(args: argparse.Namespace) -> dict[str, Any]:
         if getattr(args, option) is not None:
             fields[name] = getattr(args, option)
     if args.runtime_env:
-        fields["runtime_env"] = _runtime_env(args.runtime_env)
+        fields["runtime_env"] = read_runtime_env(args.runtime_env)
     return fields
-
-
-def _runtime_env(name: str) -> Any:
-    """A Ray runtime environment from a JSON or YAML file (JSON is YAML); the API judges what it holds."""
-    try:
-        text = Path(name).read_text()
-    except (OSError, UnicodeDecodeError) as error:
-        message = f"Cannot read {name}: {getattr(error, 'strerror', None) or error}"
-        raise CliError(message, {"runtime_env": [message]}, BAD_INPUT) from None
-    try:
-        return yaml.load(text, Loader=JobFileLoader)  # noqa: S506 - a SafeLoader, with YAML 1.2 numbers
-    except yaml.YAMLError as error:
-        message = f"{name}: not valid JSON or YAML: {_yaml_problem(error)}"
-        raise CliError(message, {"runtime_env": [message]}, BAD_INPUT) from None
 
 
 def cmd_submit(args: argparse.Namespace, settings: Settings, client: Client) -> int:
@@ -877,23 +550,11 @@ def main(argv: Sequence[str] | None = None, *, sleep: Callable[[float], None] = 
     except CliError as error:
         print(f"qm: {error.message}", file=sys.stderr)
         for name, messages in error.fields.items():
-            for message in _messages(messages):
+            for message in field_messages(messages):
                 print(f"  {name}: {message}", file=sys.stderr)
         return error.status
     except KeyboardInterrupt:
         return 130
-
-
-def _messages(value: Any, prefix: str = "") -> Iterator[str]:
-    """Field messages, nested ones (``env: DEBUG: Not a string.``) flattened."""
-    if isinstance(value, dict):
-        for key, inner in value.items():
-            yield from _messages(inner, f"{prefix}{key}: ")
-    elif isinstance(value, list):
-        for item in value:
-            yield from _messages(item, prefix)
-    else:
-        yield f"{prefix}{value}"
 
 
 if __name__ == "__main__":

@@ -154,3 +154,15 @@ class Client:
     def rows(self, path: str, params: Mapping[str, Any] | None = None) -> Iterator[dict[str, Any]]:
         for answer in self.pages(path, params):
             yield from answer["results"]
+
+
+def field_messages(value: Any, prefix: str = "") -> Iterator[str]:
+    """Field messages, nested ones (``env: DEBUG: Not a string.``) flattened."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield from field_messages(inner, f"{prefix}{key}: ")
+    elif isinstance(value, list):
+        for item in value:
+            yield from field_messages(item, prefix)
+    else:
+        yield f"{prefix}{value}"

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from qm import cli, client
+from qm import cli, client, jobfile
 from scheduler import actions
 from scheduler.models import Job
 from tenancy import actions as portal_actions
@@ -270,7 +270,7 @@ def test_an_unknown_key_is_named_by_the_server_with_its_line(
 
 
 def test_numbers_read_as_yaml_1_2_and_quoted_text_stays_text(tmp_path: Path) -> None:
-    data = cli.read_job_file(job_file(tmp_path, JOB + "cpu: 1e1\nmax_price_per_hour: 2.5e+1\nenv: {N: '1e999'}\n"))
+    data = jobfile.read_job_file(job_file(tmp_path, JOB + "cpu: 1e1\nmax_price_per_hour: 2.5e+1\nenv: {N: '1e999'}\n"))
     assert (data["cpu"], data["max_price_per_hour"], data["env"]) == (10.0, 25.0, {"N": "1e999"})
 
 
