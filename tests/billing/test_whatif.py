@@ -129,7 +129,8 @@ def test_the_replay_sees_each_job_as_the_placement_loop_does(world: World) -> No
     _, queues = whatif_replay.governance(world.org, whatif_replay.today_fleet(world.org).every_flavor)
     [replayed] = whatif_replay.history(world.org, now - timedelta(days=1), now, queues).jobs
     request = replayed.request
-    assert request is not None and request.id == str(job.pk)
+    assert request is not None
+    assert request.id == str(job.pk)
     # What the simulator's own fields cannot say travels in the engine's view of the job.
     assert (request.max_price_per_hour, request.spread_group, request.team) == (12.5, "svc", "vision")
     assert request.preemptible is False  # its tier is not preemptible, as the placement loop reads it
