@@ -133,6 +133,10 @@ class Tier:
     preemptible: bool = True
     #: Seconds a victim of this tier gets between the stop signal and the kill, to checkpoint.
     grace_seconds: int = 300
+    #: The longest a job of this tier should wait, in seconds (0: no bound). Past it the job is *overdue*: it
+    #: goes ahead of every job of its priority that is not, oldest first, so that it is first to get a
+    #: reservation of the capacity it waits for (docs/scheduling.md §A bound on waiting).
+    max_wait: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -358,13 +358,14 @@ class Quartermaster:
         )
 
 
-def policies(clusters: Sequence[Cluster]) -> dict[str, Callable[[], Policy]]:
-    """Each policy by name, as a factory (a policy keeps state through one simulation)."""
+def policies(clusters: Sequence[Cluster], max_wait: float = 0.0) -> dict[str, Callable[[], Policy]]:
+    """Each policy by name, as a factory (a policy keeps state through one simulation); ours with one tier,
+    ``normal``, whose bound on waiting is ``max_wait`` seconds (0: none)."""
     return {
         "fifo": fifo,
         "sjf": sjf,
         "tiresias": Tiresias,
-        DEFAULT_POLICY: lambda: Quartermaster(clusters),
+        DEFAULT_POLICY: lambda: Quartermaster(clusters, tiers=(Tier("normal", 0, max_wait=max_wait),)),
     }
 
 
@@ -447,6 +448,8 @@ class Replay:
     jobs: tuple[SimJob, ...]
     outages: tuple[Outage, ...] = ()
     cycle_seconds: float = 60.0
+    #: Our policy's bound on waiting (``Tier.max_wait``), in seconds; 0: none.
+    max_wait: float = 0.0
 
 
 def run_jobs(
@@ -455,7 +458,7 @@ def run_jobs(
     progress: Callable[[str, int], None] | None = None,
 ) -> dict[str, object]:
     """Every policy on the replay; the report ``simulate jobs --json`` prints."""
-    factories = policies(replay.clusters)
+    factories = policies(replay.clusters, replay.max_wait)
     unknown = [n for n in names if n not in factories]
     if unknown:
         raise ValueError(f"unknown policy {', '.join(unknown)}; choose from {', '.join(factories)}")

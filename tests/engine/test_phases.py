@@ -338,6 +338,60 @@ def test_a_higher_tier_still_comes_before_a_shorter_job():
     assert set(admitted(d)) == {"long-urgent"}
 
 
+def bounded(snap: Snapshot, max_wait: float) -> Snapshot:
+    """``snap`` with the normal tier's bound on waiting set to ``max_wait`` seconds."""
+    tiers = tuple(replace(t, max_wait=max_wait) if t.name == "normal" else t for t in snap.tiers)
+    return replace(snap, tiers=tiers)
+
+
+def test_a_job_past_its_tiers_bound_on_waiting_goes_before_shorter_ones():
+    # The long job has waited 1,000 s; the short one (submitted a minute later) would pass it (short first).
+    nodes = (node("n1"),)
+    pending = (
+        job("long", at=0, accelerators=8, time_limit=7200),
+        job("short", at=60, accelerators=8, time_limit=600),
+    )
+    snap = snapshot(nodes, (queue("a"),), pending, backfill=False)
+    assert set(admitted(schedule(snap))) == {"short"}
+    assert set(admitted(schedule(bounded(snap, max_wait=1200)))) == {"short"}  # not yet overdue
+    assert set(admitted(schedule(bounded(snap, max_wait=900)))) == {"long"}
+
+
+def test_an_overdue_job_passes_fair_sharing_but_not_a_higher_tier():
+    # Queue a borrows 8 GPUs from b (its share is above b's): b's job comes first, unless a's is overdue.
+    nodes = (node("n1"), node("n2", free=0), node("n3", free=0))
+    work = (running("a-1", "n2", queue="a", tier="normal"), running("a-2", "n3", queue="a", tier="normal"))
+    queues = (queue("a", quota=8), queue("b", quota=24))
+    pending = (job("a-late", queue="a", at=0, accelerators=8), job("b-new", queue="b", at=500, accelerators=8))
+    snap = snapshot(nodes, queues, pending, work, backfill=False, short_first=0.0)
+    assert "b-new" in admitted(schedule(snap))
+    assert "a-late" not in admitted(schedule(snap))
+    assert "a-late" in admitted(schedule(bounded(snap, max_wait=900)))
+    urgent = replace(snap, pending=(*pending, job("urgent", tier="urgent", at=900, accelerators=8)))
+    assert set(admitted(schedule(bounded(urgent, max_wait=900)))) >= {"urgent"}
+    assert "a-late" not in admitted(schedule(bounded(urgent, max_wait=900)))
+
+
+def test_an_overdue_job_is_first_to_get_a_reservation():
+    # Both gangs wait for n2; one reservation a cycle. Short first gives it to the short gang, the bound to the
+    # long one that has waited past it.
+    nodes = (node("n1", free=0), node("n2", free=0))
+    work = (
+        running("busy-1", "n1", tier="normal", admitted_at=NOW - 1800, time_limit=3600),
+        running("busy-2", "n2", tier="normal", admitted_at=NOW - 1800, time_limit=3600),
+    )
+    pending = (
+        job("long-gang", at=0, workers=2, accelerators=8, time_limit=4 * 3600),
+        job("short-gang", at=300, workers=2, accelerators=8, time_limit=600),
+    )
+    snap = snapshot(nodes, (queue("a"),), pending, work, reservations=1)
+    assert reasons(schedule(snap))["short-gang"] is PendingReason.RESERVED
+    assert reasons(schedule(snap))["long-gang"] is not PendingReason.RESERVED
+    d = schedule(bounded(snap, max_wait=900))
+    assert reasons(d)["long-gang"] is PendingReason.RESERVED
+    assert reasons(d)["short-gang"] is not PendingReason.RESERVED
+
+
 # ---------------------------------------------------------------------------------------------- backfill
 
 

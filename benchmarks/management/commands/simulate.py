@@ -165,6 +165,12 @@ class Command(BaseCommand):
             choices=jobs.POLICY_NAMES,
             help="A policy to run; repeat for several (default: all).",
         )
+        replay.add_argument(
+            "--max-wait-hours",
+            type=float,
+            default=0.0,
+            help="Our policy's bound on waiting (its tier's max_wait), in hours; 0 (the default): none.",
+        )
         replay.add_argument("--json", action="store_true", help="Print one JSON object instead of a table.")
 
         watch = modes.add_parser(
@@ -243,5 +249,6 @@ class Command(BaseCommand):
                 bar.set_postfix_str(policy, refresh=False)
                 bar.update()
 
-            report = jobs.run_jobs(jobs.Replay(clusters, fleet, workload, outages), policies, progress)
+            replay = jobs.Replay(clusters, fleet, workload, outages, max_wait=options["max_wait_hours"] * 3600)
+            report = jobs.run_jobs(replay, policies, progress)
         self.stdout.write(json.dumps(report) if options["json"] else jobs_table(report))
