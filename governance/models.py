@@ -336,6 +336,11 @@ class PriorityTier(models.Model):
     #: last checkpoint (a straggler's node drained, so the gang restarts without it), or both.
     on_straggler = models.CharField(max_length=10, choices=WatchAction.choices, default=WatchAction.NOTIFY)
     on_hang = models.CharField(max_length=10, choices=WatchAction.choices, default=WatchAction.NOTIFY)
+    #: The longest its jobs should wait, in seconds; past it a job goes ahead of its tier's others and is first to
+    #: get a reservation (docs/scheduling.md §A bound on waiting). None: no bound.
+    max_wait = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(600), MaxValueValidator(30 * 24 * 3600)]
+    )
     #: Teams that may use the tier; none named means every team.
     teams = models.ManyToManyField(Team, blank=True, related_name="priority_tiers")
     is_default = models.BooleanField(default=False)

@@ -548,11 +548,14 @@ TIER_FIELDS = (
     "failover_after",
     "on_straggler",
     "on_hang",
+    "max_wait",
     "is_default",
     "teams",
 )
 #: The range of a tier's failover delay, in seconds (a minute to a week), as ``Cluster.failover_after``.
 FAILOVER_RANGE = (60, 7 * 24 * 3600)
+#: The range of a tier's bound on waiting, in seconds (ten minutes to thirty days).
+MAX_WAIT_RANGE = (600, 30 * 24 * 3600)
 MAX_TIER_VALUE = 1_000_000
 
 
@@ -567,6 +570,7 @@ def set_tier(
     failover_after: Any = None,
     on_straggler: Any = WatchAction.NOTIFY,
     on_hang: Any = WatchAction.NOTIFY,
+    max_wait: Any = None,
     teams: Any = (),
     is_default: Any = False,
     reason: str,
@@ -575,7 +579,8 @@ def set_tier(
     """Create the priority tier ``name`` of ``organization``, or change it (admins). ``teams``: the teams that
     may use it (none: every team). ``failover_after``: seconds its jobs on a silent cluster wait before they
     are restarted elsewhere (None: each cluster's own delay). ``on_straggler``, ``on_hang``: what follows when
-    one of its jobs is flagged (``WatchAction``). A new default tier takes over from the old one.
+    one of its jobs is flagged (``WatchAction``). ``max_wait``: seconds its jobs should wait at most before they go
+    ahead of its others and get a reservation first (None: no bound). A new default tier takes over from the old one.
     Jobs already submitted keep their tier; the change orders them from the next placement cycle. Returns
     None if nothing changed."""
     policy.require(actor, "tier.set", organization)
@@ -592,6 +597,7 @@ def set_tier(
             errors[field] = f"A whole number from {low} to {high}."
         new[field] = number
     new |= _tier_policy(failover_after, on_straggler, on_hang, errors)
+    new["max_wait"] = _seconds_or_none(max_wait, MAX_WAIT_RANGE, "no bound", "max_wait", errors)
     for field, flag in (("preemptible", preemptible), ("is_default", is_default)):
         if not isinstance(flag, bool):
             errors[field] = "true or false."
@@ -640,20 +646,27 @@ def set_tier(
 
 def _tier_policy(failover_after: Any, on_straggler: Any, on_hang: Any, errors: dict[str, str]) -> dict[str, Any]:
     """A tier's failover delay and what follows a straggler or a hang, checked (``errors`` by field)."""
-    new: dict[str, Any] = {"failover_after": None}
-    if failover_after is not None and failover_after != "":
-        number = _whole(failover_after) if not isinstance(failover_after, bool) else None
-        low, high = FAILOVER_RANGE
-        if number is None or not low <= number <= high:
-            errors["failover_after"] = (
-                f"A whole number of seconds from {low} to {high}, or null for each cluster's own."
-            )
-        new["failover_after"] = number
+    new: dict[str, Any] = {
+        "failover_after": _seconds_or_none(
+            failover_after, FAILOVER_RANGE, "each cluster's own", "failover_after", errors
+        )
+    }
     for field, action in (("on_straggler", on_straggler), ("on_hang", on_hang)):
         if action not in WatchAction.values:
             errors[field] = f"One of {', '.join(WatchAction.values)}."
         new[field] = action
     return new
+
+
+def _seconds_or_none(raw: Any, bounds: tuple[int, int], none: str, field: str, errors: dict[str, str]) -> int | None:
+    """A tier's optional number of seconds within ``bounds`` (None or "": not set; ``none`` says what that means)."""
+    if raw is None or raw == "":
+        return None
+    number = _whole(raw) if not isinstance(raw, bool) else None
+    low, high = bounds
+    if number is None or not low <= number <= high:
+        errors[field] = f"A whole number of seconds from {low} to {high}, or null for {none}."
+    return number
 
 
 def _whole(raw: Any) -> int | None:
@@ -672,6 +685,7 @@ def _tier_values(tier: PriorityTier) -> dict[str, Any]:
         "failover_after": tier.failover_after,
         "on_straggler": tier.on_straggler,
         "on_hang": tier.on_hang,
+        "max_wait": tier.max_wait,
         "is_default": tier.is_default,
         "teams": sorted(tier.teams.values_list("slug", flat=True)),
     }

@@ -40,6 +40,7 @@ class TierSerializer(serializers.ModelSerializer[PriorityTier]):
             "failover_after",
             "on_straggler",
             "on_hang",
+            "max_wait",
             "is_default",
             "teams",
         ]
@@ -69,6 +70,13 @@ class TierWriteSerializer(StrictSerializer):
         default=WatchAction.NOTIFY,
         help_text="When one of its jobs stops making progress: tell the owner, restart it from its last "
         "checkpoint, or both.",
+    )
+    max_wait = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="The longest its jobs should wait, in seconds (600 to 2,592,000): past it a job goes ahead of the "
+        "tier's others and is first to get a reservation of the capacity it waits for; null: no bound.",
     )
     is_default = serializers.BooleanField(default=False)
     teams = serializers.ListField(child=serializers.CharField(), default=list, help_text="Team slugs; none: all.")

@@ -42,6 +42,11 @@ def when(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
 
 
+def _hours(seconds: float) -> str:
+    """A bound in words: ``90 min``, ``6 h``, ``1.5 h``."""
+    return f"{seconds / 60:g} min" if seconds < 3600 else f"{seconds / 3600:g} h"
+
+
 def units(job: Job) -> str:
     """What a job's accelerators are called in a message: a TPU slice's are its chips."""
     return "TPU chips" if job.shape else "accelerators"
@@ -103,9 +108,15 @@ def message(reason: PendingReason, job: Job, facts: Mapping[str, object]) -> str
         case PendingReason.CAPACITY:
             return f"Quota allows it, but no free {flavors} nodes can take {shape} right now.{_until(facts)}"
         case PendingReason.RESERVED:
+            overdue = (
+                f" It has waited longer than its tier's bound of {_hours(float(str(facts['overdue'])))}, so it goes "
+                "ahead of the tier's other jobs."
+                if facts.get("overdue")
+                else ""
+            )
             return (
                 f"Capacity on {facts.get('where', flavors)} is reserved for it from about "
-                f"{when(float(str(facts['start'])))}, when running jobs reach their time limits."
+                f"{when(float(str(facts['start'])))}, when running jobs reach their time limits.{overdue}"
             )
         case PendingReason.WAITING_FOR_PREEMPTION:
             return (

@@ -256,9 +256,9 @@ def governance(
     """Priority tiers, the cohort tree and the queues with their quotas."""
     tiers = []
     for t in PriorityTier.objects.filter(organization=organization).values(
-        "name", "value", "preemptible", "grace_seconds"
+        "name", "value", "preemptible", "grace_seconds", "max_wait"
     ):
-        tiers.append(m.Tier(t["name"], t["value"], t["preemptible"], t["grace_seconds"]))
+        tiers.append(m.Tier(t["name"], t["value"], t["preemptible"], t["grace_seconds"], float(t["max_wait"] or 0)))
         index.grace[t["name"]] = t["grace_seconds"]
 
     quota_fields = ("flavor__name", "resource", "nominal", "borrowing_limit", "lending_limit")

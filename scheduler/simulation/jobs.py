@@ -358,14 +358,18 @@ class Quartermaster:
         )
 
 
-def policies(clusters: Sequence[Cluster], max_wait: float = 0.0) -> dict[str, Callable[[], Policy]]:
-    """Each policy by name, as a factory (a policy keeps state through one simulation); ours with one tier,
-    ``normal``, whose bound on waiting is ``max_wait`` seconds (0: none)."""
+def policies(
+    clusters: Sequence[Cluster], max_wait: float = 0.0, config: Config | None = None
+) -> dict[str, Callable[[], Policy]]:
+    """Each policy by name, as a factory (a policy keeps state through one simulation); ours with ``config``
+    (the engine's defaults if None) and one tier, ``normal``, whose bound on waiting is ``max_wait`` seconds
+    (0: none)."""
+    tiers = (Tier("normal", 0, max_wait=max_wait),)
     return {
         "fifo": fifo,
         "sjf": sjf,
         "tiresias": Tiresias,
-        DEFAULT_POLICY: lambda: Quartermaster(clusters, tiers=(Tier("normal", 0, max_wait=max_wait),)),
+        DEFAULT_POLICY: lambda: Quartermaster(clusters, config, tiers),
     }
 
 
@@ -450,6 +454,8 @@ class Replay:
     cycle_seconds: float = 60.0
     #: Our policy's bound on waiting (``Tier.max_wait``), in seconds; 0: none.
     max_wait: float = 0.0
+    #: Our policy's engine configuration; None: the engine's defaults.
+    config: Config | None = None
 
 
 def run_jobs(
@@ -458,7 +464,7 @@ def run_jobs(
     progress: Callable[[str, int], None] | None = None,
 ) -> dict[str, object]:
     """Every policy on the replay; the report ``simulate jobs --json`` prints."""
-    factories = policies(replay.clusters, replay.max_wait)
+    factories = policies(replay.clusters, replay.max_wait, replay.config)
     unknown = [n for n in names if n not in factories]
     if unknown:
         raise ValueError(f"unknown policy {', '.join(unknown)}; choose from {', '.join(factories)}")

@@ -390,6 +390,8 @@ def test_an_overdue_job_is_first_to_get_a_reservation():
     d = schedule(bounded(snap, max_wait=900))
     assert reasons(d)["long-gang"] is PendingReason.RESERVED
     assert reasons(d)["short-gang"] is not PendingReason.RESERVED
+    (said,) = (p.message for p in d.pending if p.job == "long-gang")
+    assert "longer than its tier's bound of 15 min" in said
 
 
 # ---------------------------------------------------------------------------------------------- backfill

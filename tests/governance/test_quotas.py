@@ -319,6 +319,24 @@ def test_member_limits_are_set_by_the_lead_or_an_admin_within_the_team(fleet: Fl
 # ----------------------------------------------------------------------------------------- priority tiers
 
 
+def test_a_tiers_bound_on_waiting_is_kept_with_history_and_reaches_the_engine(fleet: Fleet) -> None:
+    org, adam = fleet.org, fleet.user("adam")
+    change = quotas.set_tier(adam, org, name="batch", value=10, max_wait=6 * 3600, reason="no job waits past 6 h")
+    assert change is not None
+    assert change.after["max_wait"] == 6 * 3600
+    change = quotas.set_tier(adam, org, name="batch", value=10, max_wait="", reason="no bound after all")
+    assert change is not None
+    assert (change.before, change.after) == ({"max_wait": 6 * 3600}, {"max_wait": None})
+    for bad in (599, 31 * 24 * 3600, "soon", 1.5, True):
+        with pytest.raises(ValidationError) as refused:
+            quotas.set_tier(adam, org, name="batch", value=10, max_wait=bad, reason="x")
+        assert set(refused.value.message_dict) == {"max_wait"}
+    assert PriorityTier.objects.get(organization=org, name="batch").max_wait is None
+    quotas.set_tier(adam, org, name="batch", value=10, max_wait="7200", reason="two hours")
+    tiers, _, _ = snapshot.governance(org, (), snapshot.Index(generation=0))
+    assert {t.name: t.max_wait for t in tiers}["batch"] == 7200.0
+
+
 def test_an_admin_creates_and_changes_a_tier_with_history(fleet: Fleet) -> None:
     org, adam = fleet.org, fleet.user("adam")
     vision = fleet.world.teams["vision"]
@@ -386,8 +404,17 @@ def test_only_admins_change_tiers_and_bad_values_are_named(fleet: Fleet) -> None
             value="1.5",
             grace_seconds=-1,
             preemptible="no",
+            max_wait=60,
             teams=[fleet.world.teams["intruders"]],
             reason="",
         )
-    assert set(refused.value.message_dict) == {"name", "value", "grace_seconds", "preemptible", "teams", "reason"}
+    assert set(refused.value.message_dict) == {
+        "name",
+        "value",
+        "grace_seconds",
+        "preemptible",
+        "max_wait",
+        "teams",
+        "reason",
+    }
     assert list(PriorityTier.objects.values()) == before

@@ -46,6 +46,12 @@ def test_an_admin_creates_then_changes_a_tier(world: World) -> None:
     assert changed.status_code == 200
     assert PriorityTier.objects.get(name="deadline").value == 600
     assert [c.kind for c in QuotaChange.objects.all()] == ["tier", "tier"]
+    bounded = adam.post("/api/v1/tiers/", {**body, "value": 600, "max_wait": 6 * 3600, "reason": "6 h"}, format="json")
+    assert (bounded.status_code, bounded.json()["max_wait"]) == (200, 6 * 3600)
+    too_short = adam.post("/api/v1/tiers/", {**body, "max_wait": 60, "reason": "1 min"}, format="json")
+    assert too_short.status_code == 400
+    assert set(too_short.json()["error"]["fields"]) == {"max_wait"}
+    assert PriorityTier.objects.get(name="deadline").max_wait == 6 * 3600
 
 
 @pytest.mark.parametrize("username", ["alice", "lena", "fiona"])

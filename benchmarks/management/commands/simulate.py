@@ -15,6 +15,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
+from scheduler.engine.model import Config
 from scheduler.simulation import jobs, packing, stragglers
 from scheduler.simulation.events import SIZES, Outage
 from scheduler.simulation.traces import TraceError, read_nodes, read_philly, read_pods, read_vc_nodes
@@ -171,6 +172,12 @@ class Command(BaseCommand):
             default=0.0,
             help="Our policy's bound on waiting (its tier's max_wait), in hours; 0 (the default): none.",
         )
+        replay.add_argument(
+            "--short-first",
+            type=float,
+            default=None,
+            help="Our policy's short-first aging (the engine's Config.short_first; default: the engine's own).",
+        )
         replay.add_argument("--json", action="store_true", help="Print one JSON object instead of a table.")
 
         watch = modes.add_parser(
@@ -249,6 +256,9 @@ class Command(BaseCommand):
                 bar.set_postfix_str(policy, refresh=False)
                 bar.update()
 
-            replay = jobs.Replay(clusters, fleet, workload, outages, max_wait=options["max_wait_hours"] * 3600)
+            config = Config(short_first=options["short_first"]) if options["short_first"] is not None else None
+            replay = jobs.Replay(
+                clusters, fleet, workload, outages, max_wait=options["max_wait_hours"] * 3600, config=config
+            )
             report = jobs.run_jobs(replay, policies, progress)
         self.stdout.write(json.dumps(report) if options["json"] else jobs_table(report))
