@@ -90,10 +90,11 @@ def _coin(draw: st.DrawFn) -> bool:
 
 def _tiers(draw: st.DrawFn) -> tuple[Tier, ...]:
     graces = (0, 60, 300, 900)
+    bounds = (0.0, 0.0, 3600.0, 6 * 3600.0, 43_200.0)  # bounds on waiting: pending jobs are up to a day old
     return (
-        Tier("low", 0, preemptible=True, grace_seconds=_pick(draw, graces)),
-        Tier("normal", 10, preemptible=True, grace_seconds=_pick(draw, graces)),
-        Tier("batch", 10, preemptible=True, grace_seconds=_pick(draw, graces)),
+        Tier("low", 0, preemptible=True, grace_seconds=_pick(draw, graces), max_wait=_pick(draw, bounds)),
+        Tier("normal", 10, preemptible=True, grace_seconds=_pick(draw, graces), max_wait=_pick(draw, bounds)),
+        Tier("batch", 10, preemptible=True, grace_seconds=_pick(draw, graces), max_wait=_pick(draw, bounds)),
         Tier("urgent", 100, preemptible=False, grace_seconds=_pick(draw, graces)),
     )
 

@@ -66,6 +66,24 @@ def test_contended_fleet_keeps_every_guarantee(snapshot: Snapshot) -> None:
 
 @PROPERTY
 @given(snapshots())
+def test_overdue_jobs_are_considered_before_the_rest_of_their_priority(snapshot: Snapshot) -> None:
+    # docs/scheduling.md §A bound on waiting: in the cycle's order, a job past its tier's max_wait comes after
+    # no job of its priority that is not, and still after every job of a higher priority.
+    decisions = schedule(snapshot)
+    tiers, queues = {t.name: t for t in snapshot.tiers}, {q.name for q in snapshot.queues}
+    jobs = {j.id: j for j in snapshot.pending}
+    keys = []
+    for job_id in decisions.order:
+        job = jobs.get(job_id)
+        if job is None or job.tier not in tiers or job.queue not in queues:
+            continue
+        tier = tiers[job.tier]
+        keys.append((-tier.priority, not 0 < tier.max_wait <= snapshot.now - job.submitted_at))
+    assert keys == sorted(keys)
+
+
+@PROPERTY
+@given(snapshots())
 def test_same_snapshot_same_decisions(snapshot: Snapshot) -> None:
     assert schedule(snapshot) == schedule(snapshot)
 
