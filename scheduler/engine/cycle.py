@@ -410,9 +410,9 @@ class Cycle:
                         "where": f"{flavor} in {reserved.cluster}",
                         "cluster": reserved.cluster,
                     }
-                    bound = self.tiers[job.tier].max_wait
-                    if 0 < bound <= self.snapshot.now - job.submitted_at:
-                        facts["overdue"] = bound  # it went first for it: say so
+                    tier = self.tiers[job.tier]
+                    if tier.overdue(job.submitted_at, self.snapshot.now):
+                        facts["overdue"] = tier.max_wait  # it went first for it: say so
                     reason = PendingReason.RESERVED
                     if verdict.reason is PendingReason.MAINTENANCE:  # say why it waits, and until when
                         reason, facts = verdict.reason, {**verdict.facts, "reserved": reserved.start}

@@ -138,6 +138,10 @@ class Tier:
     #: reservation of the capacity it waits for (docs/scheduling.md §A bound on waiting).
     max_wait: float = 0.0
 
+    def overdue(self, submitted_at: float, now: float) -> bool:
+        """Whether a job of this tier submitted at ``submitted_at`` has waited past its bound by ``now``."""
+        return 0 < self.max_wait <= now - submitted_at
+
 
 @dataclass(frozen=True, slots=True)
 class Cohort:

@@ -46,7 +46,7 @@ def in_order(cycle: CycleState) -> Iterator[tuple[Job, Tier, Queue]]:
     tier_of = [tiers[job.tier] for job in jobs]
     neg_priority = [-tier.priority for tier in tier_of]
     now, aging = cycle.snapshot.now, cycle.config.short_first
-    late = [0 if 0 < tier.max_wait <= now - job.submitted_at else 1 for job, tier in zip(jobs, tier_of, strict=True)]
+    late = [0 if tier.overdue(job.submitted_at, now) else 1 for job, tier in zip(jobs, tier_of, strict=True)]
     submitted = [
         job.submitted_at + aging * job.time_limit if aging and late[k] else job.submitted_at
         for k, job in enumerate(jobs)
