@@ -47,6 +47,7 @@ from contextlib import contextmanager
 from . import explain
 from .backfill import Timeline
 from .budgets import Ledger
+from .fairshare import memory_terms
 from .fgd import Fragmentation, Shape, workload_mix
 from .maintenance import Maintenance
 from .model import (
@@ -160,6 +161,8 @@ class Cycle:
         self._failed: Failures[Verdict] = Failures()
         self._no_room: Failures[tuple[Verdict, Floor]] = Failures()
         self._share: dict[int, float] = {}
+        #: Per tree node, what its recent use adds to its share (``fairshare.py``), fixed for the cycle.
+        self.memory = memory_terms(self.quota, self.queues, snapshot.usage, self.config.usage_weight)
         #: Grows each time quota usage changes for good (``quota_changed``): what was derived from it is stale.
         self.quota_epoch = 0
         self._modes: dict[tuple[int, str, tuple[int, int, int]], tuple[int, Mode]] = {}
@@ -180,6 +183,7 @@ class Cycle:
             weight = self.queues[self.quota.names[queue]].weight
             raw = self.quota.share(queue)
             share = raw / weight if weight > 0 else (float("inf") if raw > 0 else 0.0)
+            share += self.memory[queue]
             self._share[queue] = share
         return share
 

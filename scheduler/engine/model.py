@@ -314,6 +314,10 @@ class Budget:
 @dataclass(frozen=True, slots=True)
 class Config:
     fair_sharing: bool = True
+    #: How much a queue's recent use beyond its fair part (``Snapshot.usage``) adds to its share, where shares
+    #: are compared (``fairshare.py``): 1 weighs a queue that used a tenth more of its siblings' recent use than
+    #: it is entitled to like one borrowing a tenth of its cohort's capacity now. 0: shares forget.
+    usage_weight: float = 1.0
     #: Plan start times for blocked jobs and keep lower-priority jobs off their capacity (docs/scheduling.md
     #: §Backfill and reservations).
     backfill: bool = True
@@ -393,6 +397,9 @@ class Snapshot:
     budgets: Mapping[str, Budget] = field(default_factory=dict)
     #: Maintenance windows that have not ended and start within the backfill window.
     maintenance: tuple[Maintenance, ...] = ()
+    #: Recent use per queue: accelerator-hours decayed with the organization's half-life to ``now``
+    #: (``fairshare.py``). Queues left out used nothing lately.
+    usage: Mapping[str, float] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------------------------- decisions

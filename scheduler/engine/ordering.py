@@ -3,7 +3,8 @@
 Each queue's jobs by (tier priority, overdue first, aged submit time, id), where the aged submit time is the submit
 time plus ``Config.short_first`` times the time limit (short jobs first, with aging) and an overdue job (one that
 has waited its tier's ``max_wait``) keeps its own submit time; across queues a heap over the queue heads by (tier
-priority, overdue first, then the queue's weighted dominant resource share, then aged submit time, id). An overdue
+priority, overdue first, then the queue's weighted dominant resource share plus its memory of recent use
+(``fairshare.py``), then aged submit time, id). An overdue
 job thus passes fair sharing and short-first alike, but never a higher tier.
 """
 

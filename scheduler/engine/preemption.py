@@ -6,7 +6,8 @@ Candidates, per the preemptor's queue policy:
 - other queues' jobs in the same cohort tree, only while that queue is over its nominal quota of the
   flavor (it is borrowing) — reason *reclaim* (classical: lower priority only, or any priority), or
   *fair sharing*, where a victim is taken only if the preemptor's queue, with the job, would still have
-  no larger a share than the victim's queue without the victim (Kueue's LessThanOrEqualToFinalShare).
+  no larger a share than the victim's queue without the victim (Kueue's LessThanOrEqualToFinalShare),
+  each share with its queue's memory of recent use (``fairshare.py``).
 Never: non-preemptible tiers or jobs, jobs already chosen this cycle, other cohort trees.
 
 Order (cheapest first): work already stopping; other queues before one's own; lower priority; *least
@@ -381,12 +382,13 @@ class Preemptor:
         self.leaving.extend(r for r in victims if not r.workload.evicting)
 
     def _fair_to_take(self, r: Running, queue: Queue, qi: int, flavor: str, request: tuple[int, int, int]) -> bool:
-        """Kueue's rule: take ``r`` only if our share with the job stays at most theirs without ``r``."""
-        quota = self.cycle.quota
-        mine = quota.share(qi, flavor, request) / (queue.weight or 1e-9)
+        """Kueue's rule: take ``r`` only if our share with the job stays at most theirs without ``r`` (each
+        share with its queue's memory term, ``fairshare.py``)."""
+        quota, memory = self.cycle.quota, self.cycle.memory
+        mine = quota.share(qi, flavor, request) / (queue.weight or 1e-9) + memory[qi]
         quota.charge(r.queue, flavor, r.usage, -1)
         victim_queue = self.cycle.queues[quota.names[r.queue]]
-        theirs = quota.share(r.queue) / (victim_queue.weight or 1e-9)
+        theirs = quota.share(r.queue) / (victim_queue.weight or 1e-9) + memory[r.queue]
         quota.charge(r.queue, flavor, r.usage)
         return mine <= theirs
 

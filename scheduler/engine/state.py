@@ -27,6 +27,8 @@ class CycleState(Protocol):
     queues: dict[str, Queue]
     table: NodeTable
     quota: QuotaTree
+    #: Per tree node, what its recent use adds to its share this cycle (``fairshare.py``).
+    memory: list[float]
     work: RunningWork
     #: Running work by flavor, as indexes into ``work``.
     running: defaultdict[str, list[int]]
@@ -40,7 +42,7 @@ class CycleState(Protocol):
     stats: defaultdict[str, int]
 
     def queue_share(self, queue: int) -> float:
-        """Queue ``queue``'s weighted dominant resource share now."""
+        """Queue ``queue``'s weighted dominant resource share now, plus its memory term."""
         ...
 
     def quota_changed(self, qi: int) -> None:

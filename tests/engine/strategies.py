@@ -407,6 +407,7 @@ def snapshots(
         # Tight limits on the victim search now and then, so that its give-up paths run too.
         preemption_attempts=1 if _rare(draw, 8) else 16,
         max_victims=1 if _rare(draw, 8) else 64,
+        usage_weight=_pick(draw, (1.0, 0.0, 3.0)),
     )
     return Snapshot(
         now=NOW,
@@ -422,6 +423,8 @@ def snapshots(
         member_limits={o: _pick(draw, (0, 1000, 4000, 16_000)) for o in OWNERS if _rare(draw, 3)},
         # Hard budgets now and then: nothing left, some accelerator-hours or money, a period ending soon.
         budgets={name: _budget(draw) for name in BUDGETS if _coin(draw)},
+        # Recent use now and then (docs/scheduling.md §Memory: recent use counts), for some queues.
+        usage={q.name: _pick(draw, (0.0, 2.0, 40.0, 900.0)) for q in queues if _rare(draw, 2)},
     )
 
 

@@ -84,6 +84,18 @@ def test_overdue_jobs_are_considered_before_the_rest_of_their_priority(snapshot:
 
 @PROPERTY
 @given(snapshots())
+def test_only_the_parts_of_recent_use_count(snapshot: Snapshot) -> None:
+    # docs/scheduling.md §Memory: recent use counts. Recent use is judged as parts of the siblings' use, so
+    # decaying all of it alike (to the snapshot's moment: a factor, here an exact one) changes no decision; and a
+    # weight of 0 is memory switched off.
+    doubled = replace(snapshot, usage={name: 2 * hours for name, hours in snapshot.usage.items()})
+    assert schedule(doubled) == schedule(snapshot)
+    if snapshot.config.usage_weight == 0:
+        assert schedule(replace(snapshot, usage={})) == schedule(snapshot)
+
+
+@PROPERTY
+@given(snapshots())
 def test_same_snapshot_same_decisions(snapshot: Snapshot) -> None:
     assert schedule(snapshot) == schedule(snapshot)
 
