@@ -275,6 +275,7 @@ class QuotaChange(models.Model):
         MEMBER = "member", "Member limit"
         BUDGET = "budget", "Budget"
         TIER = "tier", "Priority tier"
+        FAIR_SHARE = "fair_share", "Fair share"
 
     organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="quota_changes")
     #: The team whose queue changed; empty for organization-level changes (cohorts), which only
@@ -362,14 +363,66 @@ class PriorityTier(models.Model):
         return self.name
 
 
+class FairShare(models.Model):
+    """How an organization's fair sharing remembers use (docs/scheduling.md §Fair sharing): its half-life, and
+    how much recent use beyond a queue's fair part weighs in its share. No row: the defaults. ``kept_with`` is
+    the half-life the queues' ``QueueUsage`` were kept with; the meter rebuilds them from the usage records
+    when it differs (a new half-life, or the first run)."""
+
+    DEFAULT_HALF_LIFE = 7 * 24 * 3600
+    HALF_LIFE_RANGE = (3600, 365 * 24 * 3600)
+    DEFAULT_USAGE_WEIGHT = 1.0
+    USAGE_WEIGHT_RANGE = (0.0, 10.0)
+
+    organization = models.OneToOneField(Organization, on_delete=models.CASCADE, related_name="fair_share")
+    half_life = models.PositiveIntegerField(
+        default=DEFAULT_HALF_LIFE,
+        validators=[MinValueValidator(HALF_LIFE_RANGE[0]), MaxValueValidator(HALF_LIFE_RANGE[1])],
+        help_text="Seconds after which an hour of use counts half.",
+    )
+    usage_weight = models.FloatField(
+        default=DEFAULT_USAGE_WEIGHT,
+        validators=[MinValueValidator(USAGE_WEIGHT_RANGE[0]), MaxValueValidator(USAGE_WEIGHT_RANGE[1])],
+        help_text="How much recent use beyond a queue's fair part adds to its share; 0: shares forget.",
+    )
+    kept_with = models.PositiveIntegerField(null=True, blank=True)
+
+    objects = TenantManager()
+    Tenancy = OrgTenancy
+
+    def __str__(self) -> str:
+        return f"{self.organization}: half-life {self.half_life} s, weight {self.usage_weight}"
+
+
+class QueueUsage(models.Model):
+    """A queue's recent use: accelerator-hours, each weighted by ``2 ** -(age / half-life)``, as of ``as_of``.
+    Kept by the meter from its usage records, in the same transaction (``billing.actions.metering``); decayed to
+    the moment a snapshot is taken (``scheduler.placement.snapshot``)."""
+
+    queue = models.OneToOneField(Queue, on_delete=models.CASCADE, primary_key=True, related_name="recent_use")
+    accelerator_hours = models.FloatField(default=0.0)
+    as_of = models.DateTimeField()
+
+    objects = TenantManager()
+
+    class Tenancy(TenancyRules):
+        team_field = "queue__team"
+        org_field = "queue__team__organization"
+
+    def __str__(self) -> str:
+        return f"{self.queue}: {self.accelerator_hours:.1f} accelerator-hours as of {self.as_of:%Y-%m-%d %H:%M}"
+
+
 __all__ = [
     "Budget",
     "BudgetAlert",
     "Cohort",
+    "FairShare",
     "MemberLimit",
     "OrgTenancy",
     "PriorityTier",
     "Queue",
+    "QueueUsage",
     "Quota",
     "QuotaChange",
 ]

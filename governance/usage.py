@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 
+from governance.fairshare import words
 from governance.models import Quota
 
 #: ``Quota.Resource``'s names, in the engine's order (``engine.model.RESOURCES``).
@@ -134,14 +135,83 @@ class CohortNode:
     children: list[CohortNode] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """Where a queue stands in fair sharing (docs/scheduling.md §Fair sharing), as the next cycle sees it: the
+    share the cycle compares (lower goes first, among jobs of one priority tier) is what it borrows now plus
+    what its recent use adds."""
+
+    queue_id: int
+    queue: str
+    #: Decayed accelerator-hours of its recent use.
+    recent: float
+    #: Of the recent use of the queues beside it (its cohort's, or the top level's), its part; and its fair part
+    #: (its weight times its nominal accelerators, over theirs). None: none of them used anything.
+    portion: float | None
+    entitlement: float
+    #: Its weighted dominant resource share now (0-1000: thousandths of its cohort's lendable capacity).
+    borrowing: float
+    #: What recent use adds to the share: the organization's weight of recent use times the sum of its own
+    #: standing and each cohort's above it.
+    memory: float
+    #: Each cohort above it whose recent use differs from its fair part: (name, its part, its fair part).
+    cohorts: tuple[tuple[str, float, float], ...]
+    #: Its place among the organization's queues by share (1: first), and how many there are.
+    rank: int
+    of: int
+    half_life: int
+    usage_weight: float
+
+    @property
+    def share(self) -> float:
+        return self.borrowing + self.memory
+
+    @property
+    def why(self) -> str:
+        """Why it ranks where it does, in words."""
+        said = []
+        if self.borrowing:
+            said.append(f"It borrows {self.borrowing:.0f} thousandths of its cohort's lendable capacity now.")
+        else:
+            said.append("It borrows nothing now.")
+        if self.usage_weight <= 0:
+            said.append("Recent use does not count: the organization's weight of recent use is 0.")
+        elif self.portion is None:
+            said.append("Neither it nor the queues beside it used anything lately, so only borrowing counts.")
+        else:
+            said.append(
+                f"It used {self.portion:.0%} of the recent accelerator-hours of the queues beside it "
+                f"(half-life {words(self.half_life)}), against a fair part of {self.entitlement:.0%}."
+            )
+            for name, portion, entitled in self.cohorts:
+                said.append(
+                    f"Its cohort {name} used {portion:.0%} of its siblings' against a fair part of {entitled:.0%}."
+                )
+            if round(self.memory):
+                verb = "adds" if self.memory > 0 else "takes"
+                said.append(f"That {verb} {abs(self.memory):.0f} {'to' if self.memory > 0 else 'off'} its share.")
+        place = "first" if self.rank == 1 else f"{_ordinal(self.rank)}"
+        said.append(
+            f"Share {self.share:.0f}: its waiting jobs come {place} of {self.of} queues among jobs of one priority "
+            "tier (the lower the share, the sooner)."
+        )
+        return " ".join(said)
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 @dataclass(slots=True)
 class Usage:
-    """An organization's quota usage: rows per queue (in team, queue, flavor, resource order) and the cohort
-    tree (roots first, with their children)."""
+    """An organization's quota usage: rows per queue (in team, queue, flavor, resource order), the cohort
+    tree (roots first, with their children), and where each queue stands in fair sharing (by queue id)."""
 
     rows: list[Row]
     cohorts: list[CohortNode]
     flavors: tuple[str, ...]
+    standings: dict[int, Standing] = field(default_factory=dict)
 
     def of_team(self, team_id: int) -> list[Row]:
         return [row for row in self.rows if row.team_id == team_id]
@@ -150,4 +220,4 @@ class Usage:
         return [row for row in self.rows if row.queue_id == queue_id]
 
 
-__all__ = ["RESOURCES", "CohortNode", "CohortRow", "Row", "Usage", "people"]
+__all__ = ["RESOURCES", "CohortNode", "CohortRow", "Row", "Standing", "Usage", "people"]

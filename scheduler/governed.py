@@ -19,9 +19,11 @@ from typing import Any
 from django.contrib.auth.models import User
 
 from common.types import AuthenticatedHttpRequest
+from governance.actions import fairshare
 from governance.models import Cohort, Queue, Quota
-from governance.usage import RESOURCES, CohortNode, CohortRow, Row, Usage, people
+from governance.usage import RESOURCES, CohortNode, CohortRow, Row, Standing, Usage, people
 from scheduler.engine import model as m
+from scheduler.engine.fairshare import memory_terms, standings
 from scheduler.engine.quota import QuotaTree
 from scheduler.models import Job
 from scheduler.placement import feasibility
@@ -178,7 +180,60 @@ def organization_usage(organization: Organization) -> Usage:
             )
 
     cohorts = _cohort_tree(organization, tree, cohort_quota_rows, usage, queues, lent_by, governed)
-    return Usage(rows=rows, cohorts=cohorts, flavors=every_flavor)
+    return Usage(
+        rows=rows, cohorts=cohorts, flavors=every_flavor, standings=_standings(organization, snap, tree, queues)
+    )
+
+
+def _standings(
+    organization: Organization, snap: m.Snapshot, tree: QuotaTree, queues: list[dict[str, Any]]
+) -> dict[int, Standing]:
+    """Each queue's place in fair sharing, with the cycle's own arithmetic (``engine.fairshare``,
+    ``Cycle.queue_share``)."""
+    engine_queue = {q.name: q for q in snap.queues}
+    weight = snap.config.usage_weight
+    terms = memory_terms(tree, engine_queue, snap.usage, weight)
+    standing = standings(tree, engine_queue, snap.usage)
+    setting = fairshare.setting(organization)
+    known = [q for q in queues if q["name"] in tree.index]
+
+    def borrowing(name: str) -> float:
+        raw, w = tree.share(tree.index[name]), engine_queue[name].weight
+        return raw / w if w > 0 else (float("inf") if raw > 0 else 0.0)
+
+    share = {q["name"]: borrowing(q["name"]) + terms[tree.index[q["name"]]] for q in known}
+    ranked = sorted(share, key=lambda name: (share[name], name))
+    out = {}
+    for q in known:
+        i = tree.index[q["name"]]
+        siblings = (
+            tree.children[p]
+            if (p := tree.parent[i]) is not None
+            else [x for x, up in enumerate(tree.parent) if up is None]
+        )
+        used = any(standing[x].recent > 0 for x in siblings)
+        above = []
+        node = tree.parent[i]
+        while node is not None:
+            s = standing[node]
+            if round(s.standing):
+                above.append((tree.names[node], s.portion, s.entitlement))
+            node = tree.parent[node]
+        out[q["pk"]] = Standing(
+            queue_id=q["pk"],
+            queue=q["name"],
+            recent=round(standing[i].recent, 3),
+            portion=round(standing[i].portion, 4) if used else None,
+            entitlement=round(standing[i].entitlement, 4),
+            borrowing=round(borrowing(q["name"]), 1),
+            memory=round(terms[i], 1),
+            cohorts=tuple(above),
+            rank=ranked.index(q["name"]) + 1,
+            of=len(ranked),
+            half_life=setting.half_life,
+            usage_weight=weight,
+        )
+    return out
 
 
 def _cohort_tree(

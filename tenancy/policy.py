@@ -114,6 +114,7 @@ PERMISSIONS: dict[str, Grant] = {
     "cohort.set": grant(A, denied="Only an organization admin may shape the cohort tree."),  # Organization, Cohort
     "cohort.quota.set": grant(A, denied="Only an organization admin may change a cohort's quota."),  # a Cohort
     "tier.set": grant(A, denied="Only an organization admin may change priority tiers."),  # an Organization
+    "fair_share.set": grant(A, denied="Only an organization admin may change how fair sharing remembers."),  # an Org
     "member_limit.set": grant(A, team=[L], denied="Only a lead of {obj} or an admin may set its members' limits."),
     "budget.set": grant(A, denied="Team {obj}'s budget is set by an organization admin."),  # a Team
     "budget.project.set": grant(  # a Team

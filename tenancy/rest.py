@@ -8,8 +8,9 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
-from rest_framework import serializers, viewsets
+from rest_framework import exceptions, serializers, viewsets
 
+from tenancy.models import Organization
 from tenancy.scoping import Action
 
 
@@ -20,6 +21,21 @@ class SignedInViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
     def actor(self) -> User:
         assert isinstance(self.request.user, User)
         return self.request.user
+
+
+def organization_named(actor: User, slug: str | None) -> Organization:
+    """The organization a request names by its slug (404 if the actor cannot see it), or the actor's only one
+    (400 asking for the slug when the actor belongs to several)."""
+    visible = Organization.objects.for_user(actor, Action.VIEW)
+    if slug:
+        found = visible.filter(slug=slug).first()
+        if found is None:
+            raise exceptions.NotFound(f"No organization {slug!r}.")
+        return found  # type: ignore[no-any-return]
+    mine = list(visible[:2])
+    if len(mine) != 1:
+        raise exceptions.ValidationError({"organization": ["Name the organization (its slug)."]})
+    return mine[0]  # type: ignore[no-any-return]
 
 
 class TenantViewSet(SignedInViewSet):

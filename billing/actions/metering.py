@@ -15,6 +15,13 @@ and every attempt admitted since shortly before the previous run began (so one a
 between two runs is not missed). ``reconcile`` checks the result against the placements and re-meters
 what differs.
 
+**Recent use** (fair share with memory, docs/scheduling.md §Fair sharing). In the transaction that writes an
+attempt's records, the meter values the records it replaces and those it writes at the run's moment
+(``scheduler.engine.fairshare.hours``) and adds the difference to each queue's decayed accelerator-hours
+(``governance.actions.fairshare.keep``). Every run and repair takes its turn on the organization's fair-share
+row, so a change is counted once; what was kept is the value of every record there is, at every run. A new
+half-life (or none kept yet) rebuilds it from the records (``remember``).
+
 **Capacity.** Nodes have no history of their own, so the meter samples: each run extends the open
 record of every present node with accelerators to the run's time (closing it at midnight and opening
 the next day's), and closes the record of a node that left at its last sighting. A node's flavor,
@@ -43,6 +50,9 @@ from django.utils import timezone
 from billing.models import CapacityRecord, CapacityType, MeterState, UsageRecord
 from clusters.backends import kinds
 from clusters.models import AcceleratorType, Node
+from governance.actions import fairshare
+from governance.models import FairShare
+from scheduler.engine.fairshare import hours
 from scheduler.models import Assignment, Attempt
 from tenancy.models import Organization
 
@@ -195,6 +205,11 @@ def meter_attempts(organization: Organization, attempt_ids: Iterable[int], now: 
             for record in usage_records(attempt, milli.get(attempt.pk, {}), nodes, now, flavors, organization.pk)
         ]
         with transaction.atomic():
+            memory = remember(organization, now)
+            replaced = UsageRecord.objects.filter(attempt_id__in=chunk).values_list(
+                "job__queue_id", "milli", "start", "end"
+            )
+            change = _valued(replaced, now, memory.half_life, sign=-1)
             UsageRecord.objects.bulk_create(
                 records,
                 batch_size=1000,
@@ -211,8 +226,41 @@ def meter_attempts(organization: Organization, attempt_ids: Iterable[int], now: 
                 if (attempt_id, node_id, day) not in keep
             ]
             UsageRecord.objects.filter(pk__in=stale).delete()
+            queue_of = {a.pk: a.job.queue_id for a in attempts}
+            written_now = [(queue_of[r.attempt_id], r.milli, r.start, r.end) for r in records]
+            for queue_id, value in _valued(written_now, now, memory.half_life).items():
+                change[queue_id] = change.get(queue_id, 0.0) + value
+            fairshare.keep(memory, change, now)
         written += len(records)
     return written
+
+
+def _valued(
+    holds: Iterable[tuple[int, int, datetime, datetime]], at: datetime, half_life: float, sign: int = 1
+) -> dict[int, float]:
+    """Per queue, the recent use of ``holds`` (queue id, milli, start, end) valued at ``at``, times ``sign``."""
+    out: dict[int, float] = defaultdict(float)
+    for queue_id, milli, start, end in holds:
+        out[queue_id] += sign * hours(milli, start.timestamp(), end.timestamp(), at.timestamp(), half_life)
+    return out
+
+
+#: Records older than this many half-lives are left out of a rebuild: they count less than a billionth.
+FORGOTTEN = 30
+
+
+def remember(organization: Organization, now: datetime, *, rebuild: bool = False) -> FairShare:
+    """Lock the organization's fair-share row for this transaction (metering runs and repairs take turns on it);
+    when the queues' recent use was kept with another half-life (a new one, or never kept), or ``rebuild`` says
+    so (records were repaired), rebuild it from the usage records first (docs/scheduling.md §Fair sharing)."""
+    memory = fairshare.lock(organization)
+    if rebuild or memory.kept_with != memory.half_life:
+        since = now - timedelta(seconds=FORGOTTEN * memory.half_life)
+        records = UsageRecord.objects.filter(organization=organization, end__gt=since).values_list(
+            "job__queue_id", "milli", "start", "end"
+        )
+        fairshare.keep(memory, _valued(records.iterator(), now, memory.half_life), now, rebuilt=True)
+    return memory
 
 
 def _extend(record: CapacityRecord, until: datetime) -> list[CapacityRecord]:
@@ -373,6 +421,7 @@ def meter(organization: Organization, now: datetime | None = None) -> MeterRun:
         attempt_ids |= set(
             UsageRecord.objects.filter(organization=organization, closed=False).values_list("attempt_id", flat=True)
         )
+        remember(organization, now)
         written = meter_attempts(organization, attempt_ids, now)
         capacity = meter_capacity(organization, now)
         MeterState.objects.filter(pk=state.pk).update(last_run_started_at=now, last_run_finished_at=timezone.now())
@@ -492,5 +541,10 @@ def reconcile(organization: Organization, since: datetime | None = None, repair:
         result.metered_milli_seconds += metered
         result.mismatched.extend(wrong)
         result.unrepaired.extend(still)
+    if result.mismatched and repair:
+        # Records were damaged or lost behind the meter's back, so what was kept of them is wrong too.
+        with transaction.atomic():
+            MeterState.objects.select_for_update().get(pk=state.pk)
+            remember(organization, until, rebuild=True)
     MeterState.objects.filter(pk=state.pk).update(last_reconciled_at=now, last_reconciliation=result.as_dict())
     return result

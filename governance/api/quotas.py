@@ -58,11 +58,31 @@ class QuotaRowSerializer(serializers.Serializer[Any]):
     governed = serializers.BooleanField(help_text="Whether any quota of the organization rations this column.")
 
 
+class FairShareStandingSerializer(serializers.Serializer[Any]):
+    """Where a queue stands in fair sharing (``governance/usage.py``'s ``Standing``; docs/scheduling.md §Fair
+    sharing)."""
+
+    share = serializers.FloatField(help_text="What the next cycle compares: lower goes first among one tier's jobs.")
+    borrowing = serializers.FloatField(help_text="Its weighted dominant resource share now (thousandths).")
+    memory = serializers.FloatField(help_text="What its recent use (and its cohorts') adds to the share.")
+    recent_accelerator_hours = serializers.FloatField(source="recent", help_text="Decayed with the half-life.")
+    portion = serializers.FloatField(
+        allow_null=True, help_text="Its part of the recent use of the queues beside it; null: none of them used any."
+    )
+    entitlement = serializers.FloatField(help_text="Its fair part: weight times nominal accelerators, over theirs.")
+    rank = serializers.IntegerField(help_text="Its place among the organization's queues by share (1: first).")
+    of = serializers.IntegerField()
+    half_life = serializers.IntegerField(help_text="Seconds.")
+    usage_weight = serializers.FloatField()
+    why = serializers.CharField()
+
+
 class QueueSerializer(serializers.ModelSerializer[Queue]):
     team = serializers.SlugRelatedField[Any](slug_field="slug", read_only=True)
     project = serializers.SlugRelatedField[Any](slug_field="slug", read_only=True, allow_null=True)
     cohort = serializers.SlugRelatedField[Any](slug_field="name", read_only=True, allow_null=True)
     quotas = serializers.SerializerMethodField()
+    fair_share = serializers.SerializerMethodField()
 
     class Meta:
         model = Queue
@@ -77,13 +97,22 @@ class QueueSerializer(serializers.ModelSerializer[Queue]):
             "reclaim",
             "weight",
             "quotas",
+            "fair_share",
         ]
         read_only_fields = fields
 
     @extend_schema_field(QuotaRowSerializer(many=True))
     def get_quotas(self, queue: Queue) -> list[dict[str, Any]]:
-        rows: dict[int, list[usage.Row]] = self.context.get("rows", {})
-        return [dict(QuotaRowSerializer(row).data) for row in rows.get(queue.pk, [])]
+        found: dict[int, usage.Usage] = self.context.get("usage", {})
+        org = found.get(queue.team.organization_id)
+        return [dict(QuotaRowSerializer(row).data) for row in org.of_queue(queue.pk)] if org else []
+
+    @extend_schema_field(FairShareStandingSerializer(allow_null=True))
+    def get_fair_share(self, queue: Queue) -> dict[str, Any] | None:
+        found: dict[int, usage.Usage] = self.context.get("usage", {})
+        org = found.get(queue.team.organization_id)
+        standing = org.standings.get(queue.pk) if org else None
+        return dict(FairShareStandingSerializer(standing).data) if standing else None
 
 
 class QuotaChangeSerializer(serializers.ModelSerializer[QuotaChange]):
@@ -154,16 +183,10 @@ class PolicyWriteSerializer(StrictSerializer):
 # --- filters and views -------------------------------------------------------------------------------------
 
 
-def rows_of(queues: Iterable[Queue]) -> dict[int, list[usage.Row]]:
-    """The usage rows of ``queues``, one ``organization_usage`` per organization among them."""
-    wanted = {q.pk for q in queues}
+def usage_of(queues: Iterable[Queue]) -> dict[int, usage.Usage]:
+    """The usage of each organization among ``queues`` (by organization id), one ``organization_usage`` each."""
     organizations = {q.team.organization_id: q.team.organization for q in queues}
-    rows: dict[int, list[usage.Row]] = {}
-    for organization in organizations.values():
-        for row in placed.organization_usage(organization).rows:
-            if row.queue_id in wanted:
-                rows.setdefault(row.queue_id, []).append(row)
-    return rows
+    return {pk: placed.organization_usage(org) for pk, org in organizations.items()}
 
 
 class QueueViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
@@ -180,7 +203,7 @@ class QueueViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMix
         return super().get_queryset().select_related("team__organization", "project", "cohort").order_by("pk")
 
     def _answer(self, queues: list[Queue], many: bool) -> Any:
-        context = {**self.get_serializer_context(), "rows": rows_of(queues)}
+        context = {**self.get_serializer_context(), "usage": usage_of(queues)}
         return QueueSerializer(queues if many else queues[0], many=many, context=context).data
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -240,7 +263,7 @@ class QueueViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMix
         row = next(
             (
                 r
-                for r in rows_of([queue]).get(queue.pk, [])
+                for r in placed.organization_usage(queue.team.organization).of_queue(queue.pk)
                 if (r.flavor, r.resource) == (data["flavor"], data["resource"])
             ),
             None,

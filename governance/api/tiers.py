@@ -17,9 +17,8 @@ from common.api.serializers import ERROR, StrictSerializer
 from governance.actions import quotas
 from governance.models import PriorityTier, WatchAction
 from tenancy import policy
-from tenancy.models import Organization, Team
-from tenancy.rest import TenantViewSet
-from tenancy.scoping import Action
+from tenancy.models import Team
+from tenancy.rest import TenantViewSet, organization_named
 
 
 class TierSerializer(serializers.ModelSerializer[PriorityTier]):
@@ -91,18 +90,6 @@ class TierViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixi
     def get_queryset(self) -> QuerySet[PriorityTier]:
         return super().get_queryset().select_related("organization").prefetch_related("teams").order_by("-value")
 
-    def _organization(self, slug: str | None) -> Organization:
-        visible = Organization.objects.for_user(self.actor, Action.VIEW)
-        if slug:
-            found = visible.filter(slug=slug).first()
-            if found is None:
-                raise exceptions.NotFound(f"No organization {slug!r}.")
-            return found  # type: ignore[no-any-return]
-        mine = list(visible[:2])
-        if len(mine) != 1:
-            raise exceptions.ValidationError({"organization": ["Name the organization (its slug)."]})
-        return mine[0]  # type: ignore[no-any-return]
-
     @extend_schema(
         request=TierWriteSerializer,
         responses={200: TierSerializer, 201: TierSerializer, 400: ERROR, 403: ERROR, 404: ERROR},
@@ -110,7 +97,7 @@ class TierViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixi
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         data = request.data if isinstance(request.data, dict) else {}
-        organization = self._organization(data.get("organization"))
+        organization = organization_named(self.actor, data.get("organization"))
         policy.require(self.actor, "tier.set", organization)
         body = TierWriteSerializer(data=request.data)
         body.is_valid(raise_exception=True)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from django import forms
@@ -133,6 +134,25 @@ class CohortForm(forms.Form):
         self.fields["parent"].choices = [("", "— a root of the tree —")] + [  # type: ignore[attr-defined]
             (pk, c.name) for pk, c in self.cohorts.items()
         ]
+
+
+class FairShareForm(forms.Form):
+    """How fair sharing remembers (docs/scheduling.md §Memory: recent use counts): the half-life in days."""
+
+    half_life_days = forms.DecimalField(
+        label="Half-life (days)",
+        min_value=Decimal("0.0417"),
+        max_value=365,
+        decimal_places=4,
+        help_text="After this long an hour of use counts half (an hour to a year).",
+    )
+    usage_weight = forms.FloatField(
+        label="Weight of recent use",
+        min_value=0,
+        max_value=10,
+        help_text="How much recent use beyond a queue's fair part adds to its share; 0: shares forget.",
+    )
+    reason = forms.CharField(label="Reason", max_length=MAX_REASON, help_text="Kept in the quota history.")
 
 
 def visible_cohorts(organization: Organization, user: Any) -> list[Cohort]:

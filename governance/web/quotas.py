@@ -36,11 +36,12 @@ from common import params
 from common.types import AuthenticatedHttpRequest
 from common.web.forms import apply_errors
 from governance import placed, usage
-from governance.actions import quotas
+from governance.actions import fairshare, quotas
+from governance.fairshare import words
 from governance.models import Cohort, Queue, Quota, QuotaChange
 from governance.web import budgets as budget_views
 from governance.web import pages
-from governance.web.forms import TEAM_QUEUE, CohortForm, CohortQuotaForm, TeamQuotaForm
+from governance.web.forms import TEAM_QUEUE, CohortForm, CohortQuotaForm, FairShareForm, TeamQuotaForm
 from tenancy import policy
 from tenancy.models import Organization, Team
 from tenancy.scoping import Action
@@ -269,7 +270,8 @@ def _render_team(request: AuthenticatedHttpRequest, team: Team, status: int = 20
         .order_by("project__name")
     )
     queues.sort(key=lambda q: (q.project_id is not None, q.name))
-    rows = placed.team_usage(team)
+    usage = placed.organization_usage(team.organization)
+    rows = usage.of_team(team.pk)
     fields = {q.pk: quotas.quota_fields(request.user, q) for q in queues}
     held = policy.granted(request.user, team, "quota.set", "quota.lend")
     admin, governs = "quota.set" in held, "quota.lend" in held
@@ -278,6 +280,7 @@ def _render_team(request: AuthenticatedHttpRequest, team: Team, status: int = 20
         "rows": [_row_context(row, fields.get(row.queue_id, frozenset()), team) for row in rows],
         **_chart_context(team, rows),
         "policies": [_policy_context(request, q, team) for q in queues],
+        "standings": [usage.standings[q.pk] for q in queues if q.pk in usage.standings],
         "states": [placed.queue_jobs(request, q.pk) for q in queues],
         "quota_form": extra.get("quota_form") or (TeamQuotaForm(team, admin=admin) if governs else None),
         "governs": governs,
@@ -488,6 +491,11 @@ def _render_org(request: AuthenticatedHttpRequest, status: int = 200, **forms: A
                 "chart_id": f"organization-{org.pk}-chart",
                 "figure_id": f"organization-{org.pk}-chart-figure",
                 "budgets": budgets_of[org.pk],
+                "fair_share": fairshare.setting(org),
+                "half_life": words(fairshare.setting(org).half_life),
+                "fair_share_form": (forms.get("fair_share_form") if posted_for == org.pk else None)
+                or _fair_share_form(org),
+                "standings": sorted(found.standings.values(), key=lambda s: s.rank),
             }
         )
     return render(request, "governance/quotas/org.html", {"sections": sections}, status=status)
@@ -596,6 +604,36 @@ def cohort_new(request: AuthenticatedHttpRequest) -> HttpResponse:
             messages.success(request, f"Cohort {cohort.name} created.")
             return redirect("org-quotas")
     return _render_org(request, HTTPStatus.BAD_REQUEST, cohort_form=form, organization=org.pk)
+
+
+def _fair_share_form(org: Organization) -> FairShareForm:
+    current = fairshare.setting(org)
+    days = (Decimal(current.half_life) / 86400).quantize(Decimal("0.0001")).normalize()
+    return FairShareForm(initial={"half_life_days": days, "usage_weight": current.usage_weight})
+
+
+@require_POST
+def fair_share(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """An admin sets the half-life and the weight of recent use (``fairshare.set_fair_share``)."""
+    org = _posted_organization(request)
+    form = FairShareForm(request.POST)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            fairshare.set_fair_share(
+                request.user,
+                org,
+                half_life=round(data["half_life_days"] * 86400),
+                usage_weight=data["usage_weight"],
+                reason=data["reason"],
+                http=request,
+            )
+        except ValidationError as exc:
+            apply_errors(form, exc)
+        else:
+            messages.success(request, "Fair share set: it counts from the next placement cycle.")
+            return redirect("org-quotas")
+    return _render_org(request, HTTPStatus.BAD_REQUEST, fair_share_form=form, organization=org.pk)
 
 
 @require_POST

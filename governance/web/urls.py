@@ -17,6 +17,7 @@ urlpatterns = [
     path("teams/<id:pk>/quotas/members/<id:user>/", budget_views.member_limit, name="team-member-limit"),
     path("quotas/", views.org_quotas, name="org-quotas"),
     path("quotas/cohorts/", views.cohort_new, name="cohort-create"),
+    path("quotas/fair-share/", views.fair_share, name="fair-share"),
     path("quotas/cohorts/quotas/", views.cohort_quota_new, name="cohort-quota-new"),
     path("quotas/cohorts/<id:pk>/quota/", views.cohort_cell, name="cohort-quota-cell"),
 ]

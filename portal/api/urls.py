@@ -5,6 +5,7 @@ from clusters.api.fleet import ClusterViewSet, MaintenanceWindowViewSet, NodeVie
 from clusters.api.views import ProbeReportView
 from edge.api.people import DeviceGroupViewSet, DeviceViewSet, EnrolmentTokenViewSet, RolloutViewSet
 from governance.api.budgets import BudgetAlertViewSet, BudgetViewSet, MemberLimitViewSet
+from governance.api.fairshare import FairShareViewSet
 from governance.api.quotas import QueueViewSet, QuotaChangeViewSet
 from governance.api.tiers import TierViewSet
 from scheduler.api.arrays import ArrayViewSet, PipelineViewSet
@@ -27,6 +28,7 @@ router.register("pipelines", PipelineViewSet, basename="pipeline")
 router.register("queues", QueueViewSet, basename="queue")
 router.register("quota-changes", QuotaChangeViewSet, basename="quotachange")
 router.register("tiers", TierViewSet, basename="tier")
+router.register("fair-share", FairShareViewSet, basename="fair-share")
 router.register("budgets", BudgetViewSet, basename="budget")
 router.register("budget-alerts", BudgetAlertViewSet, basename="budgetalert")
 router.register("clusters", ClusterViewSet, basename="cluster")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, cast
@@ -26,7 +26,8 @@ from clusters import capabilities
 from clusters.backends.base import LENT_TO
 from clusters.backends.tpu.accelerators import shape_of
 from clusters.models import Cluster, MaintenanceWindow, Node
-from governance.models import Cohort, MemberLimit, PriorityTier, Queue, Quota
+from governance.fairshare import decay
+from governance.models import Cohort, FairShare, MemberLimit, PriorityTier, Queue, QueueUsage, Quota
 from scheduler.engine import model as m
 from scheduler.engine.explain import array_limit_words
 from scheduler.models import Assignment, Attempt, Checkpoint, Job, JobArray, LoopState
@@ -117,7 +118,8 @@ def build(
     running = _running(organization, tiers, index, placed)
     hard_budgets = budgets.snapshot_budgets(organization.pk, now)
     pending = _pending(organization, now, index, hard_budgets, blocked or {})
-    config = config or m.Config()
+    memory = FairShare.objects.filter(organization=organization).first() or FairShare()
+    config = replace(config or m.Config(), usage_weight=memory.usage_weight)
     limits = MemberLimit.objects.filter(team__organization=organization).values_list("team", "user", "accelerators")
     member_limits = {owner(team, user): int(amount * 1000) for team, user, amount in limits}
     snapshot = m.Snapshot(
@@ -133,8 +135,17 @@ def build(
         member_limits=member_limits,
         budgets=hard_budgets,
         maintenance=maintenance(organization, now, config.backfill_window),
+        usage=recent_use(organization, now, memory.kept_with or memory.half_life),
     )
     return snapshot, index
+
+
+def recent_use(organization: Organization, now: datetime, half_life: float) -> dict[str, float]:
+    """Each queue's recent use as the meter kept it, decayed to ``now`` (with the half-life it was kept with)."""
+    rows = QueueUsage.objects.filter(queue__team__organization=organization).values_list(
+        "queue__name", "accelerator_hours", "as_of"
+    )
+    return {name: decay(hours, as_of, now, half_life) for name, hours, as_of in rows if hours > 0}
 
 
 def _placed_assignments(organization: Organization) -> list[dict[str, Any]]:

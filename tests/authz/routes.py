@@ -761,6 +761,10 @@ ROWS: list[Row] = [
         perm="tier.set", ok="201",
         body=lambda s: {"organization": s.org.slug, "name": "matrix-high", "value": 90, "reason": "matrix"}),
     row("api:tier-detail", "GET", "tier",               "in  200 200 200 200 200 404 404 404"),
+    row("api:fair-share-list", "GET", None,             "in  200 200 200 200 200 -   -   -"),
+    row("api:fair-share-list", "POST", "org",           "in  p   p   p   p   p   404 404 404",
+        perm="fair_share.set", ok="200",
+        body=lambda s: {"organization": s.org.slug, "half_life": 86400, "reason": "matrix"}),
     # The API: clusters, nodes, maintenance windows (a window is planned on a cluster the body names: an admin of
     # the other organization is told it has no such cluster, anyone else that they plan nothing).
     row("api:cluster-list", "GET", None,                "in  200 200 200 200 200 -   -   -"),
