@@ -222,6 +222,7 @@ class Outcome:
             "never_fits": len(self.never_fits),
             "stuck": len(self.stuck),
             "by_gpus": by_size(done),
+            "by_queue": by_queue(done),
         }
 
 
@@ -241,6 +242,22 @@ def by_size(done: Sequence[JobRecord]) -> dict[str, dict[str, float]]:
                 "max_wait_s": round(float(waits.max()), 1),
             }
     return sizes
+
+
+def by_queue(done: Sequence[JobRecord]) -> dict[str, dict[str, float]]:
+    """Per queue (a Philly virtual cluster, a team): its jobs' average completion time and wait."""
+    queues: dict[str, dict[str, float]] = {}
+    for queue in sorted({r.job.queue for r in done}):
+        group = [r for r in done if r.job.queue == queue]
+        jct = np.array([r.finished - r.job.submitted for r in group if r.finished is not None])
+        waits = np.array([r.waited for r in group])
+        queues[queue] = {
+            "jobs": len(group),
+            "avg_jct_s": round(float(jct.mean()), 1),
+            "avg_wait_s": round(float(waits.mean()), 1),
+            "max_wait_s": round(float(waits.max()), 1),
+        }
+    return queues
 
 
 def may_use(node: Node, job: SimJob) -> bool:
@@ -297,6 +314,9 @@ class Simulation:
         #: With ``keep_runs``: every run once it ended, as (start, end, accelerators, cluster, flavor), so a
         #: caller can measure use over a window of its choosing, by flavor or by day.
         self.runs: list[tuple[float, float, float, str, str]] | None = [] if keep_runs else None
+        #: Every run once it ended, as (queue, accelerators, start, end): the simulation's meter, from which a
+        #: policy keeps each queue's recent use (``jobs.Quartermaster``).
+        self.ended: list[tuple[str, float, float, float]] = []
         self.never_fits: list[str] = []
         fits: dict[tuple[object, ...], bool] = {}  # by shape: a long history repeats a few shapes many times
         for job in jobs:
@@ -471,6 +491,7 @@ class Simulation:
         self._busy += ran
         if self.runs is not None:
             self.runs.append((run.started, self.now, run.job.gpus, run.cluster, run.flavor))
+        self.ended.append((run.job.queue, run.job.gpus, run.started, self.now))
         self.records[run.job.id].attained += ran
 
     # ------------------------------------------------------------------------------------ for policies

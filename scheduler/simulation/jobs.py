@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from scheduler.engine import schedule
+from scheduler.engine.fairshare import hours
 from scheduler.engine.model import (
     WHOLE,
     Assignment,
@@ -231,9 +232,16 @@ class Quartermaster:
         config: Config | None = None,
         tiers: Sequence[Tier] = (),
         queues: Sequence[Queue] = (),
+        half_life: float = 0.0,
     ) -> None:
         self.clusters = tuple(clusters)
         self.config = config or Config()
+        #: Recent use as the product's meter keeps it (docs/scheduling.md §Memory: recent use counts), with this
+        #: half-life in seconds; 0: none kept, shares forget.
+        self.half_life = half_life
+        self._closed: dict[str, float] = {}  # per queue: ended runs' recent use as of ``_closed_at``
+        self._closed_at = 0.0
+        self._seen = 0  # how many of ``Simulation.ended`` are in ``_closed``
         self.tiers = {t.name: t for t in tiers}
         self.queues = {q.name: q for q in queues}
         #: Whether a queue keeps a quota: fixed here (queues that ``_job`` adds for unknown names keep none).
@@ -303,6 +311,21 @@ class Quartermaster:
             known = self._jobs[job.id] = (waiting_remaining, engine_job)
         return known[1]
 
+    def recent_use(self, sim: Simulation) -> dict[str, float]:
+        """Each queue's recent use now: its ended runs, folded in once (the meter's records), and its running
+        ones up to now, valued exactly as the product's meter values usage records."""
+        h, now = self.half_life, sim.now
+        factor = 2.0 ** (-(now - self._closed_at) / h)
+        closed = {queue: amount * factor for queue, amount in self._closed.items()}
+        for queue, gpus, start, end in sim.ended[self._seen :]:
+            closed[queue] = closed.get(queue, 0.0) + hours(gpus * 1000, start, end, now, h)
+        self._closed, self._closed_at, self._seen = closed, now, len(sim.ended)
+        recent = dict(closed)
+        for run in sim.running.values():
+            queue = run.job.queue
+            recent[queue] = recent.get(queue, 0.0) + hours(run.job.gpus * 1000, run.started, now, now, h)
+        return recent
+
     def plan(self, sim: Simulation, arrived: Sequence[str]) -> Plan:
         if not sim.waiting and not self._quotas:
             # Nobody waits and no quota is kept: the engine could only admit or preempt for a waiting job (its
@@ -350,6 +373,7 @@ class Quartermaster:
                 running=tuple(running),
                 pending=pending,
                 config=self.config,
+                usage=self.recent_use(sim) if self.half_life else {},
             )
         )
         return Plan(
@@ -359,17 +383,17 @@ class Quartermaster:
 
 
 def policies(
-    clusters: Sequence[Cluster], max_wait: float = 0.0, config: Config | None = None
+    clusters: Sequence[Cluster], max_wait: float = 0.0, config: Config | None = None, half_life: float = 0.0
 ) -> dict[str, Callable[[], Policy]]:
     """Each policy by name, as a factory (a policy keeps state through one simulation); ours with ``config``
-    (the engine's defaults if None) and one tier, ``normal``, whose bound on waiting is ``max_wait`` seconds
-    (0: none)."""
+    (the engine's defaults if None), one tier, ``normal``, whose bound on waiting is ``max_wait`` seconds
+    (0: none), and each queue's recent use kept with ``half_life`` seconds (0: none)."""
     tiers = (Tier("normal", 0, max_wait=max_wait),)
     return {
         "fifo": fifo,
         "sjf": sjf,
         "tiresias": Tiresias,
-        DEFAULT_POLICY: lambda: Quartermaster(clusters, config, tiers),
+        DEFAULT_POLICY: lambda: Quartermaster(clusters, config, tiers, half_life=half_life),
     }
 
 
@@ -456,6 +480,8 @@ class Replay:
     max_wait: float = 0.0
     #: Our policy's engine configuration; None: the engine's defaults.
     config: Config | None = None
+    #: The half-life of our policy's recent use per queue, in seconds; 0: none kept.
+    half_life: float = 0.0
 
 
 def run_jobs(
@@ -464,7 +490,7 @@ def run_jobs(
     progress: Callable[[str, int], None] | None = None,
 ) -> dict[str, object]:
     """Every policy on the replay; the report ``simulate jobs --json`` prints."""
-    factories = policies(replay.clusters, replay.max_wait, replay.config)
+    factories = policies(replay.clusters, replay.max_wait, replay.config, replay.half_life)
     unknown = [n for n in names if n not in factories]
     if unknown:
         raise ValueError(f"unknown policy {', '.join(unknown)}; choose from {', '.join(factories)}")

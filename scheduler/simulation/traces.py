@@ -132,7 +132,8 @@ class TraceJob:
 
 def read_philly(path: str | Path, vc: str | None = None) -> list[TraceJob]:
     """The Philly job table (``timestamp,duration,num_gpus,gpu_time,cluster``), in submission order,
-    optionally only one virtual cluster's jobs. Times are seconds after the first of the jobs returned."""
+    optionally only some virtual clusters' jobs (``vc``: one name, or several separated by commas). Times are
+    seconds after the first of the jobs returned."""
     path = Path(path)
     rows = []
     for line, row in _rows(path, ("timestamp", "duration", "num_gpus", "cluster")):
@@ -150,10 +151,13 @@ def read_philly(path: str | Path, vc: str | None = None) -> list[TraceJob]:
         rows.append((submitted, line, duration, _int(path, line, row, "num_gpus", 1), row["cluster"].strip()))
     if not rows:
         raise TraceError(f"{path}: no jobs")
-    chosen = sorted(r for r in rows if vc is None or r[4] == vc)
-    if not chosen:
+    wanted = None if vc is None else {name.strip() for name in vc.split(",")}
+    chosen = sorted(r for r in rows if wanted is None or r[4] in wanted)
+    missing = sorted((wanted or set()) - {r[4] for r in chosen})
+    if not chosen or missing:
         clusters = sorted({r[4] for r in rows})
-        raise TraceError(f"{path}: no jobs in virtual cluster {vc!r}; it has {', '.join(clusters)}")
+        named = ", ".join(repr(name) for name in missing) or repr(vc)
+        raise TraceError(f"{path}: no jobs in virtual cluster {named}; it has {', '.join(clusters)}")
     start = chosen[0][0]
     return [TraceJob(f"job-{line}", t - start, duration, gpus, cluster) for t, line, duration, gpus, cluster in chosen]
 

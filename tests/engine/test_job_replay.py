@@ -13,6 +13,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from scheduler.engine import fairshare
 from scheduler.engine.model import Assignment, Cluster, Node, Queue, Tier
 from scheduler.simulation import jobs
 from scheduler.simulation.events import JobRecord, Outage, Plan, Policy, SimJob, Simulation, SimulationError
@@ -303,3 +304,51 @@ def test_the_jobs_command_refuses_bad_input_with_the_reason(trace: Path, argumen
     base.update(dict(zip(arguments[::2], arguments[1::2], strict=True)))
     with pytest.raises(CommandError, match=message):
         call_command("simulate", "jobs", *[x for pair in base.items() for x in pair])
+
+
+# ------------------------------------------------------------------------------- memory in the replay
+
+
+def test_with_memory_the_queue_that_used_less_lately_goes_first() -> None:
+    # Team a held the node for 1000 s; then both teams want it, a first. Without memory first come, first served;
+    # with it (docs/scheduling.md §Memory: recent use counts), b, which used nothing.
+    clusters, nodes = fleet(8)
+    queues = (Queue("a", None, flavors=("gpu",)), Queue("b", None, flavors=("gpu",)))
+    workload = [
+        SimJob("a-long", 0, 1000, accelerators=8, queue="a"),
+        SimJob("a-next", 900, 100, accelerators=8, queue="a"),
+        SimJob("b-next", 950, 100, accelerators=8, queue="b"),
+    ]
+    forgets = replay((clusters, nodes), workload, jobs.Quartermaster(clusters, queues=queues))
+    assert forgets["a-next"].first_start == 1000
+    remembers = replay((clusters, nodes), workload, jobs.Quartermaster(clusters, queues=queues, half_life=3600))
+    assert remembers["b-next"].first_start == 1000
+    assert remembers["a-next"].first_start == 1100
+
+
+def test_the_replays_recent_use_is_every_run_valued_as_the_meter_values_records() -> None:
+    clusters, nodes = fleet(4, 4)
+    workload = [SimJob(f"j{i}", 37 * i, 200 + 13 * i, accelerators=1 + i % 4, queue="ab"[i % 2]) for i in range(40)]
+    policy = jobs.Quartermaster(clusters, half_life=900)
+    simulation = Simulation(clusters, nodes, workload, policy, cycle_seconds=60)
+    simulation.run()
+    kept = policy.recent_use(simulation)  # folded in a run at a time, cycle after cycle
+    direct: dict[str, float] = {}
+    for queue, gpus, begun, ended in simulation.ended:
+        direct[queue] = direct.get(queue, 0.0) + fairshare.hours(gpus * 1000, begun, ended, simulation.now, 900)
+    assert kept.keys() == direct.keys() == {"a", "b"}
+    for queue, value in direct.items():
+        assert kept[queue] == pytest.approx(value, rel=1e-9)
+
+
+def test_the_jobs_command_replays_several_virtual_clusters_on_one_fleet_with_memory(trace: Path) -> None:
+    (trace.parent / "philly_vc_node_count.csv").write_text("vc,node num\nvc1,4\nother,1\n")
+    out = StringIO()
+    arguments = ["--trace", str(trace), "--vc", "vc1,other", "--policy", jobs.DEFAULT_POLICY, "--half-life-hours", "24"]
+    call_command("simulate", "jobs", *arguments, "--json", stdout=out)
+    report = json.loads(out.getvalue())
+    assert (report["nodes"], report["jobs"]) == (5, 61)
+    assert set(report["policies"][jobs.DEFAULT_POLICY]["by_queue"]) == {"vc1", "other"}
+    out = StringIO()
+    call_command("simulate", "jobs", *arguments, stdout=out)
+    assert "JCT / wait" in out.getvalue()

@@ -85,6 +85,16 @@ def jobs_table(report: dict[str, Any]) -> str:
             size = f["by_gpus"].get(label)
             cells.append(f"{hours(size['avg_wait_s'])} / {hours(size['max_wait_s'])}" if size else "-")
         rows.append(f"{name:<15}" + "".join(f"{c:>22}" for c in cells))
+    queues = sorted({q for f in report["policies"].values() for q in f.get("by_queue", {})})
+    if len(queues) > 1:
+        rows.append("")
+        rows.append(f"{'JCT / wait':<15}" + "".join(f"{q:>22}" for q in queues))
+        for name, f in report["policies"].items():
+            cells = []
+            for q in queues:
+                got = f["by_queue"].get(q)
+                cells.append(f"{hours(got['avg_jct_s'])} / {hours(got['avg_wait_s'])}" if got else "-")
+            rows.append(f"{name:<15}" + "".join(f"{c:>22}" for c in cells))
     rows.append(
         f"{report['nodes']} nodes, {report['gpus']} GPUs, {report['jobs']} jobs; * ours. "
         "JCT: submission to completion; wait: time spent waiting (avg / max per gang size)."
@@ -137,7 +147,12 @@ class Command(BaseCommand):
             description=jobs.__doc__,
         )
         replay.add_argument("--trace", required=True, help="philly.csv (timestamp,duration,num_gpus,...,cluster).")
-        replay.add_argument("--vc", required=True, help="The virtual cluster to replay, e.g. 6214e9.")
+        replay.add_argument(
+            "--vc",
+            required=True,
+            help="The virtual cluster to replay, e.g. 6214e9; several, comma-separated, share one fleet (the sum of "
+            "their nodes), each its own queue.",
+        )
         replay.add_argument(
             "--nodes",
             type=int,
@@ -177,6 +192,19 @@ class Command(BaseCommand):
             type=float,
             default=None,
             help="Our policy's short-first aging (the engine's Config.short_first; default: the engine's own).",
+        )
+        replay.add_argument(
+            "--half-life-hours",
+            type=float,
+            default=0.0,
+            help="Our policy's memory of each queue's use (a Philly virtual cluster's, with several --vc): its "
+            "half-life in hours; 0 (the default): none.",
+        )
+        replay.add_argument(
+            "--usage-weight",
+            type=float,
+            default=None,
+            help="How much recent use counts in our policy's shares (Config.usage_weight; default: the engine's).",
         )
         replay.add_argument("--json", action="store_true", help="Print one JSON object instead of a table.")
 
@@ -230,11 +258,11 @@ class Command(BaseCommand):
             if nodes is None:
                 counts_path = trace_path.with_name("philly_vc_node_count.csv")
                 counts = read_vc_nodes(counts_path) if counts_path.exists() else {}
-                if options["vc"] not in counts:
+                if any(vc not in counts for vc in options["vc"].split(",")):
                     raise CommandError(
                         f"--nodes: {counts_path} does not give the node count of {options['vc']}; say it"
                     )
-                nodes = counts[options["vc"]]
+                nodes = sum(counts[vc] for vc in options["vc"].split(","))
         except TraceError as error:
             raise CommandError(str(error)) from None
         sizes = options["gpus_per_node"]
@@ -256,9 +284,16 @@ class Command(BaseCommand):
                 bar.set_postfix_str(policy, refresh=False)
                 bar.update()
 
-            config = Config(short_first=options["short_first"]) if options["short_first"] is not None else None
+            tuned = {k: options[k] for k in ("short_first", "usage_weight") if options[k] is not None}
+            config = Config(**tuned) if tuned else None
             replay = jobs.Replay(
-                clusters, fleet, workload, outages, max_wait=options["max_wait_hours"] * 3600, config=config
+                clusters,
+                fleet,
+                workload,
+                outages,
+                max_wait=options["max_wait_hours"] * 3600,
+                config=config,
+                half_life=options["half_life_hours"] * 3600,
             )
             report = jobs.run_jobs(replay, policies, progress)
         self.stdout.write(json.dumps(report) if options["json"] else jobs_table(report))
