@@ -26,7 +26,7 @@ import heapq
 import math
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from scheduler.engine import schedule
@@ -35,10 +35,12 @@ from scheduler.engine.model import (
     WHOLE,
     Assignment,
     Cluster,
+    Cohort,
     Config,
     Job,
     Node,
     Queue,
+    Quota,
     Snapshot,
     Tier,
     Workload,
@@ -233,6 +235,7 @@ class Quartermaster:
         tiers: Sequence[Tier] = (),
         queues: Sequence[Queue] = (),
         half_life: float = 0.0,
+        cohorts: Sequence[Cohort] = (),
     ) -> None:
         self.clusters = tuple(clusters)
         self.config = config or Config()
@@ -244,6 +247,7 @@ class Quartermaster:
         self._seen = 0  # how many of ``Simulation.ended`` are in ``_closed``
         self.tiers = {t.name: t for t in tiers}
         self.queues = {q.name: q for q in queues}
+        self.cohorts = tuple(cohorts)
         #: Whether a queue keeps a quota: fixed here (queues that ``_job`` adds for unknown names keep none).
         self._quotas = any(q.quotas for q in queues)
         self._jobs: dict[str, tuple[float, Job]] = {}  # per waiting job: (work left, its engine Job)
@@ -368,7 +372,7 @@ class Quartermaster:
                 clusters=self.clusters,
                 nodes=nodes,
                 tiers=tuple(self.tiers.values()),
-                cohorts=(),
+                cohorts=self.cohorts,
                 queues=tuple(self.queues.values()),
                 running=tuple(running),
                 pending=pending,
@@ -383,17 +387,27 @@ class Quartermaster:
 
 
 def policies(
-    clusters: Sequence[Cluster], max_wait: float = 0.0, config: Config | None = None, half_life: float = 0.0
+    clusters: Sequence[Cluster],
+    max_wait: float = 0.0,
+    config: Config | None = None,
+    half_life: float = 0.0,
+    quotas: Mapping[str, int] | None = None,
 ) -> dict[str, Callable[[], Policy]]:
     """Each policy by name, as a factory (a policy keeps state through one simulation); ours with ``config``
     (the engine's defaults if None), one tier, ``normal``, whose bound on waiting is ``max_wait`` seconds
-    (0: none), and each queue's recent use kept with ``half_life`` seconds (0: none)."""
+    (0: none), each queue's recent use kept with ``half_life`` seconds (0: none), and, with ``quotas``, a queue
+    per name holding that many GPUs of nominal quota in one cohort (they lend each other what they leave idle)."""
     tiers = (Tier("normal", 0, max_wait=max_wait),)
+    cohorts = (Cohort("fleet"),) if quotas else ()
+    queues = tuple(
+        Queue(name, "fleet", {(FLAVOR, "accelerator"): Quota(gpus * WHOLE)}, (FLAVOR,))
+        for name, gpus in sorted((quotas or {}).items())
+    )
     return {
         "fifo": fifo,
         "sjf": sjf,
         "tiresias": Tiresias,
-        DEFAULT_POLICY: lambda: Quartermaster(clusters, config, tiers, half_life=half_life),
+        DEFAULT_POLICY: lambda: Quartermaster(clusters, config, tiers, queues, half_life, cohorts),
     }
 
 
@@ -482,6 +496,8 @@ class Replay:
     config: Config | None = None
     #: The half-life of our policy's recent use per queue, in seconds; 0: none kept.
     half_life: float = 0.0
+    #: Per queue, the GPUs of nominal quota it holds in one cohort with the others (``policies``); None: no quota.
+    quotas: Mapping[str, int] | None = None
 
 
 def run_jobs(
@@ -490,7 +506,7 @@ def run_jobs(
     progress: Callable[[str, int], None] | None = None,
 ) -> dict[str, object]:
     """Every policy on the replay; the report ``simulate jobs --json`` prints."""
-    factories = policies(replay.clusters, replay.max_wait, replay.config, replay.half_life)
+    factories = policies(replay.clusters, replay.max_wait, replay.config, replay.half_life, replay.quotas)
     unknown = [n for n in names if n not in factories]
     if unknown:
         raise ValueError(f"unknown policy {', '.join(unknown)}; choose from {', '.join(factories)}")

@@ -13,6 +13,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from benchmarks.management.commands import simulate
 from scheduler.engine import fairshare
 from scheduler.engine.model import Assignment, Cluster, Node, Queue, Tier
 from scheduler.simulation import jobs
@@ -352,3 +353,6 @@ def test_the_jobs_command_replays_several_virtual_clusters_on_one_fleet_with_mem
     out = StringIO()
     call_command("simulate", "jobs", *arguments, stdout=out)
     assert "JCT / wait" in out.getvalue()
+    # Each virtual cluster's quota: its part of the shared fleet's GPUs, in proportion to its own nodes.
+    assert simulate.shares(10, {"vc1": 1, "other": 2}) == {"vc1": 3, "other": 7}
+    assert simulate.shares(8, {"vc1": 4, "other": 1}) == {"vc1": 6, "other": 2}

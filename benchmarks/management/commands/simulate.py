@@ -102,6 +102,16 @@ def jobs_table(report: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def shares(total: int, weights: dict[str, int]) -> dict[str, int]:
+    """``total`` split in proportion to ``weights``, in whole units that add up to it (largest remainders)."""
+    whole = sum(weights.values())
+    exact = {name: total * weight / whole for name, weight in weights.items()}
+    out = {name: int(value) for name, value in exact.items()}
+    for name in sorted(exact, key=lambda n: (out[n] - exact[n], n))[: total - sum(out.values())]:
+        out[name] += 1
+    return out
+
+
 def gpu_counts(text: str) -> list[int]:
     try:
         counts = [int(part) for part in text.split(",")]
@@ -252,22 +262,22 @@ class Command(BaseCommand):
 
     def replay(self, **options: Any) -> None:
         trace_path = Path(options["trace"])
+        vcs = [vc.strip() for vc in options["vc"].split(",")]
         try:
             trace = read_philly(trace_path, options["vc"])
-            nodes = options["nodes"]
-            if nodes is None:
-                counts_path = trace_path.with_name("philly_vc_node_count.csv")
-                counts = read_vc_nodes(counts_path) if counts_path.exists() else {}
-                if any(vc not in counts for vc in options["vc"].split(",")):
-                    raise CommandError(
-                        f"--nodes: {counts_path} does not give the node count of {options['vc']}; say it"
-                    )
-                nodes = sum(counts[vc] for vc in options["vc"].split(","))
+            counts_path = trace_path.with_name("philly_vc_node_count.csv")
+            counts = read_vc_nodes(counts_path) if counts_path.exists() else {}
         except TraceError as error:
             raise CommandError(str(error)) from None
+        unknown = [vc for vc in vcs if vc not in counts]
+        if unknown and (options["nodes"] is None or len(vcs) > 1):
+            raise CommandError(f"--nodes: {counts_path} does not give the node count of {', '.join(unknown)}; say it")
+        nodes = options["nodes"] if options["nodes"] is not None else sum(counts[vc] for vc in vcs)
         sizes = options["gpus_per_node"]
         try:
             clusters, fleet = jobs.philly_fleet(nodes, sizes)
+            # Several virtual clusters share the fleet, each with its part of the GPUs as its quota, in one cohort.
+            quotas = shares(sum(n.accel_count for n in fleet), {vc: counts[vc] for vc in vcs}) if len(vcs) > 1 else None
             workload = tuple(jobs.philly_jobs(trace, sizes, options["limits"]))
             outages: tuple[Outage, ...] = ()
             if options["mtbf_days"] is not None:
@@ -294,6 +304,7 @@ class Command(BaseCommand):
                 max_wait=options["max_wait_hours"] * 3600,
                 config=config,
                 half_life=options["half_life_hours"] * 3600,
+                quotas=quotas,
             )
             report = jobs.run_jobs(replay, policies, progress)
         self.stdout.write(json.dumps(report) if options["json"] else jobs_table(report))
