@@ -373,7 +373,7 @@ class Cycle:
         # The first flavor's reason explains best, except that "busy now" beats "never" and "quota".
         busy = [v for v in verdicts if v.reason in CAPACITY_REASONS]
         first = busy[0] if busy else verdicts[0]
-        facts = first.facts if busy else all_flavors(first, verdicts)
+        facts = self.preemptor.held_back(job, first.facts if busy else all_flavors(first, verdicts))
         verdict = Verdict(first.reason, first.flavor, facts, reservable=busy[0].flavor if busy else None)
         return verdict, (int(floor[0]), int(floor[1]), int(floor[2]), floor[3])
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import cast
 
 from .fgd import Shape
-from .model import BATCH, CONTAINERS, REFUSED, WHOLE, Job, PendingReason
+from .model import BATCH, CONTAINERS, REFUSED, WHOLE, Job, PendingReason, Workload
 
 #: How many ruled-out clusters a pending message names before "and N more".
 NAMED = 4
@@ -52,7 +52,33 @@ def units(job: Job) -> str:
     return "TPU chips" if job.shape else "accelerators"
 
 
-def message(reason: PendingReason, job: Job, facts: Mapping[str, object]) -> str:  # noqa: C901
+def lost_work(workload: Workload, milli: int, now: float) -> float:
+    """What preempting ``workload`` (holding ``milli`` thousandths of accelerators) costs now: accelerator-seconds
+    of work since its last checkpoint, or since its start without one, which its restart does again."""
+    return milli / 1000 * max(0.0, now - max(workload.admitted_at, workload.last_checkpoint_at or workload.admitted_at))
+
+
+def preempted(why: str, workload: Workload, lost: float) -> str:
+    """A victim's timeline entry: why it was preempted, and what that costs it."""
+    since = "its last checkpoint" if workload.last_checkpoint_at is not None else "its start (it has no checkpoint)"
+    return (
+        f"Preempted: {why}. It is requeued and resumes from its last checkpoint; the work since {since}, about "
+        f"{lost / 3600:.2f} accelerator-hours, is done again."
+    )
+
+
+def message(reason: PendingReason, job: Job, facts: Mapping[str, object]) -> str:
+    """Why ``job`` waits, in words; where preempting for it was held back by the cap on disruption, that too."""
+    said = _message(reason, job, facts)
+    if facts.get("disruption_capped"):
+        said += (
+            " Preempting other work for it would lose more of a tier's work than that tier's cap on disruption "
+            "allows this hour; it may preempt once the last hour's preemptions fall out of the window."
+        )
+    return said
+
+
+def _message(reason: PendingReason, job: Job, facts: Mapping[str, object]) -> str:  # noqa: C901
     flavors = facts.get("flavors") or "its accelerator types"
     shape = shape_words(job)
     if job.shape and reason in SHAPED:

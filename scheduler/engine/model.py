@@ -137,6 +137,9 @@ class Tier:
     #: goes ahead of every job of its priority that is not, oldest first, so that it is first to get a
     #: reservation of the capacity it waits for (docs/scheduling.md §A bound on waiting).
     max_wait: float = 0.0
+    #: Seconds a job of this tier runs before anything may preempt it (0: no such protection). Work already told
+    #: to stop is leaving whatever its age (docs/scheduling.md §Disruption).
+    min_runtime: float = 0.0
 
     def overdue(self, submitted_at: float, now: float) -> bool:
         """Whether a job of this tier submitted at ``submitted_at`` has waited past its bound by ``now``."""
@@ -400,6 +403,10 @@ class Snapshot:
     #: Recent use per queue: accelerator-hours decayed with the organization's half-life to ``now``
     #: (``fairshare.py``). Queues left out used nothing lately.
     usage: Mapping[str, float] = field(default_factory=dict)
+    #: Per tier with a cap on disruption: accelerator-seconds of its jobs' work that this cycle's preemptions for
+    #: pending jobs may still lose (its cap per hour less what the last hour's preemptions of its jobs lost).
+    #: Tiers left out have no cap (docs/scheduling.md §Disruption).
+    disruption_left: Mapping[str, float] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------------------------- decisions
@@ -469,6 +476,8 @@ class Preemption:
     reason: PreemptionReason
     message: str
     grace_seconds: int
+    #: Its cost: accelerator-seconds of work since its last checkpoint (or its start), which a restart redoes.
+    lost: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

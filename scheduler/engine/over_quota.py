@@ -95,8 +95,11 @@ def reclaim_over_quota(cycle: CycleState, preemptor: Preemptor) -> None:
     for victim, why in zip(phase.chosen, phase.why, strict=True):
         preemptor.victims.add(victim.workload.id)
         preemptor.leaving.append(victim)
-        message = f"Preempted: {why}. It is requeued and resumes from its checkpoint."
-        cycle.preemptions.append(Preemption(victim.workload.id, "", PreemptionReason.OVER_QUOTA, message, victim.grace))
+        lost = explain.lost_work(victim.workload, victim.usage[0], cycle.now)
+        message = explain.preempted(why, victim.workload, lost)
+        cycle.preemptions.append(
+            Preemption(victim.workload.id, "", PreemptionReason.OVER_QUOTA, message, victim.grace, lost)
+        )
     cycle.stats["preempted"] += len(phase.chosen)
     cycle.stats["over_quota"] += len(phase.chosen)
 

@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import weakref
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
+from . import explain
 from .fgd import Shape
 from .model import (
     Assignment,
@@ -112,12 +114,20 @@ class Preemptor:
         )
         #: Victims chosen this cycle: they still run (and count) until their grace period ends.
         self.leaving: list[Running] = []
+        #: Per capped tier, accelerator-seconds of its work this cycle's preemptions for jobs may still lose, and
+        #: the last job for which a cap held preempting back (its reason says so).
+        self.disruption_left = dict(cycle.snapshot.disruption_left)
+        self.capped = ""
+
+    def held_back(self, job: Job, facts: Mapping[str, object]) -> Mapping[str, object]:
+        """``facts`` of why ``job`` waits, saying so when a cap on disruption held its preemptions back."""
+        return {**facts, "disruption_capped": True} if self.capped == job.id else facts
 
     def policy(self) -> Policy:
         """The running work's queues, tiers and times as arrays, read once per cycle (``RunningWork.policy``)."""
         if self._policy is None:
             cycle = self.cycle
-            self._policy = cycle.work.policy(cycle.tiers, cycle.quota.index)
+            self._policy = cycle.work.policy(cycle.tiers, cycle.quota.index, cycle.now)
         return self._policy
 
     def _candidates(self, job: Job, tier: Tier, queue: Queue, qi: int, flavor: str) -> list[Running]:
@@ -232,6 +242,18 @@ class Preemptor:
         if found is None:
             return False
         needed, placement = found
+        if self.disruption_left:
+            lost: defaultdict[str, float] = defaultdict(float)
+            for r in needed:
+                if not r.workload.evicting:
+                    lost[r.workload.tier] += explain.lost_work(r.workload, r.usage[0], cycle.now)
+            left = self.disruption_left
+            if any(amount > left[name] for name, amount in lost.items() if name in left):
+                self.capped = job.id
+                return False
+            for name, amount in lost.items():
+                if name in left:
+                    left[name] -= amount
         self._hold(qi, flavor, request, needed, placement)
         if job.budgets and cycle.ledger:
             cycle.ledger.charge(job, placement.cost_per_hour)
@@ -417,11 +439,8 @@ class Preemptor:
             else:
                 reason = PreemptionReason.RECLAIM
                 why = f"queue {w.queue!r} was borrowing quota that queue {queue.name!r} now needs"
-            cycle.preemptions.append(
-                Preemption(
-                    w.id, job.id, reason, f"Preempted: {why}. It is requeued and resumes from its checkpoint.", r.grace
-                )
-            )
+            lost = explain.lost_work(w, r.usage[0], cycle.now)
+            cycle.preemptions.append(Preemption(w.id, job.id, reason, explain.preempted(why, w, lost), r.grace, lost))
         cycle.stats["preempted"] += len(fresh)
         # With no victims of its own, the job waits for this cycle's earlier victims in its cohort tree (the
         # search counted them gone; their nodes stay taken, so it is their quota that it waits for).

@@ -70,8 +70,9 @@ class RunningWork:
     def _total(at: IntArray, values: IntArray, length: int) -> list[int]:
         return np.bincount(at, weights=values, minlength=length).astype(np.int64).tolist() if len(at) else [0] * length
 
-    def policy(self, tiers: Mapping[str, Tier], queues: Mapping[str, int]) -> Policy:
-        """The workloads' queues, tiers and times as arrays (a workload of an unknown tier is never a victim)."""
+    def policy(self, tiers: Mapping[str, Tier], queues: Mapping[str, int], now: float) -> Policy:
+        """The workloads' queues, tiers and times as arrays (a workload of an unknown tier is never a victim, nor
+        one that has run less than its tier's ``min_runtime`` by ``now`` and is not already leaving)."""
         columns: tuple[list[float], ...] = ([], [], [], [], [], [], [], [], [])
         queue, priority, grace, preemptible, staying, admitted, saved, submitted, cluster = columns
         clusters = self.table.cluster_index
@@ -80,7 +81,8 @@ class RunningWork:
             queue.append(queues.get(w.queue, -1))
             priority.append(tier.priority if tier else 0)
             grace.append(tier.grace_seconds if tier else 0)
-            preemptible.append(w.preemptible and tier is not None and tier.preemptible)
+            young = tier is not None and not w.evicting and now - w.admitted_at < tier.min_runtime
+            preemptible.append(w.preemptible and tier is not None and tier.preemptible and not young)
             staying.append(not w.evicting)
             admitted.append(w.admitted_at)
             saved.append(w.last_checkpoint_at or w.admitted_at)

@@ -73,6 +73,35 @@ def check(snapshot: Snapshot, decisions: Decisions, *, reclaim_now: bool = False
     "a missing entry is a nominal of 0" reads; by default such a pair is not rationed, as the engine does.
     """
     Replay(snapshot, decisions, reclaim_now=reclaim_now, literal_quota=literal_quota).run()
+    _check_disruption(snapshot, decisions)
+
+
+def _check_disruption(snapshot: Snapshot, decisions: Decisions) -> None:
+    """docs/scheduling.md §Disruption: nothing preempted younger than its tier's minimum runtime, each preemption
+    priced by the work it loses, and the preemptions for jobs losing no more than the cap leaves."""
+    tiers = {t.name: t for t in snapshot.tiers}
+    running = {w.id: w for w in snapshot.running}
+    for p in decisions.preemptions:
+        victim = running.get(p.workload)
+        if victim is None:
+            continue  # the replay has said so
+        tier = tiers.get(victim.tier)
+        if tier is not None and snapshot.now - victim.admitted_at < tier.min_runtime:
+            _fail(f"preemption of {p.workload!r}: it has run less than its tier's minimum runtime")
+        saved = max(victim.admitted_at, victim.last_checkpoint_at or victim.admitted_at)
+        lost = victim.usage()[0] / 1000 * max(0.0, snapshot.now - saved)
+        if abs(p.lost - lost) > 1e-6 * max(1.0, lost):
+            _fail(f"preemption of {p.workload!r}: it costs {lost} accelerator-seconds, not {p.lost}")
+    by_tier: dict[str, float] = {}
+    for p in decisions.preemptions:
+        if p.preemptor and p.workload in running:
+            name = running[p.workload].tier
+            by_tier[name] = by_tier.get(name, 0.0) + p.lost
+    for name, left in snapshot.disruption_left.items():
+        if by_tier.get(name, 0.0) > left + 1e-6:
+            _fail(
+                f"preemptions for jobs lose {by_tier[name]} accelerator-seconds of tier {name!r}; its cap leaves {left}"
+            )
 
 
 def _fail(message: str) -> NoReturn:

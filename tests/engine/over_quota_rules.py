@@ -47,8 +47,10 @@ def _columns(r: Replay) -> list[Key]:
 
 
 def preemptible(r: Replay, w: Workload) -> bool:
+    """The tier and the job allow it, and it has run its tier's minimum runtime (docs/scheduling.md §Disruption)."""
     tier = r.tiers.get(w.tier)
-    return tier is not None and tier.preemptible and w.preemptible
+    old_enough = tier is not None and (w.evicting or r.snapshot.now - w.admitted_at >= tier.min_runtime)
+    return tier is not None and tier.preemptible and w.preemptible and old_enough
 
 
 def check_reclaim(r: Replay, preemptions: list[Preemption]) -> None:

@@ -91,9 +91,24 @@ def _coin(draw: st.DrawFn) -> bool:
 def _tiers(draw: st.DrawFn) -> tuple[Tier, ...]:
     graces = (0, 60, 300, 900)
     bounds = (0.0, 0.0, 3600.0, 6 * 3600.0, 43_200.0)  # bounds on waiting: pending jobs are up to a day old
+    runtimes = (0.0, 0.0, 600.0, 7200.0)  # minimum runtimes before preemption: running work is up to hours old
     return (
-        Tier("low", 0, preemptible=True, grace_seconds=_pick(draw, graces), max_wait=_pick(draw, bounds)),
-        Tier("normal", 10, preemptible=True, grace_seconds=_pick(draw, graces), max_wait=_pick(draw, bounds)),
+        Tier(
+            "low",
+            0,
+            preemptible=True,
+            grace_seconds=_pick(draw, graces),
+            max_wait=_pick(draw, bounds),
+            min_runtime=_pick(draw, runtimes),
+        ),
+        Tier(
+            "normal",
+            10,
+            preemptible=True,
+            grace_seconds=_pick(draw, graces),
+            max_wait=_pick(draw, bounds),
+            min_runtime=_pick(draw, runtimes),
+        ),
         Tier("batch", 10, preemptible=True, grace_seconds=_pick(draw, graces), max_wait=_pick(draw, bounds)),
         Tier("urgent", 100, preemptible=False, grace_seconds=_pick(draw, graces)),
     )
@@ -425,6 +440,8 @@ def snapshots(
         budgets={name: _budget(draw) for name in BUDGETS if _coin(draw)},
         # Recent use now and then (docs/scheduling.md §Memory: recent use counts), for some queues.
         usage={q.name: _pick(draw, (0.0, 2.0, 40.0, 900.0)) for q in queues if _rare(draw, 2)},
+        # A cap on disruption now and then: nothing left, some, plenty (docs/scheduling.md §Disruption).
+        disruption_left={t.name: _pick(draw, (0.0, 3600.0, 1e7)) for t in tiers if _rare(draw, 3)},
     )
 
 

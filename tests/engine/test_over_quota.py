@@ -114,9 +114,11 @@ def test_a_queue_lowered_below_its_usage_gives_back_its_newest_work_until_within
         "new",
         "",
         PreemptionReason.OVER_QUOTA,
-        "Preempted: queue 'a' uses more h100 than its quota now allows (12 in use, at most 8). "
-        "It is requeued and resumes from its checkpoint.",
+        "Preempted: queue 'a' uses more h100 than its quota now allows (12 in use, at most 8). It is requeued and "
+        "resumes from its last checkpoint; the work since its start (it has no checkpoint), about 0.11 "
+        "accelerator-hours, is done again.",
         120,  # the tier's grace period
+        400.0,  # its cost: 4 GPUs for the 100 s it has run
     )
     assert victims(decide(world((queue("a", 4, borrowing=0),), running))) == ["new", "mid"]
     assert victims(decide(world((queue("a", 0, borrowing=0),), running))) == ["new", "mid", "old"]
@@ -184,7 +186,8 @@ def test_borrowed_work_goes_before_work_within_nominal_quota() -> None:
     assert victims(d) == ["b-new"]
     assert d.preemptions[0].message == (
         "Preempted: cohort 'org' uses more h100 than its quota now allows (20 in use, at most 16); its queue 'b' "
-        "was borrowing beyond its own quota. It is requeued and resumes from its checkpoint."
+        "was borrowing beyond its own quota. It is requeued and resumes from its last checkpoint; the work since its "
+        "start (it has no checkpoint), about 3.33 accelerator-hours, is done again."
     )
 
 
@@ -201,7 +204,8 @@ def test_work_within_nominal_quota_goes_when_the_borrowed_work_cannot() -> None:
     assert d.preemptions[0].message == (
         "Preempted: cohort 'org' uses more h100 than its quota now allows (20 in use, at most 16); its queue 'a' "
         "is within its own quota, but no borrowed work was left to give back. It is requeued and resumes from "
-        "its checkpoint."
+        "its last checkpoint; the work since its start (it has no checkpoint), about 0.22 accelerator-hours, is "
+        "done again."
     )
 
 

@@ -241,7 +241,7 @@ def valid_cycle() -> Decisions:
             Admission("j-gang", "c0", H100, (gpus("n0", range(8)), gpus("n1", range(8))), False, 32.0),
             Admission("j-fill", "c0", H100, (gpus("n4", range(4, 5)),), False, 2.0, backfilled=True),
         ),
-        preemptions=(Preemption("w-low2", "j-urgent", PreemptionReason.PRIORITY, "", 300),),
+        preemptions=(Preemption("w-low2", "j-urgent", PreemptionReason.PRIORITY, "", 300, 4800.0),),
         reservations=(Reservation("j-big", "c0", H100, NOW + 1800, NOW + 9000, (gpus("n4", range(8)),)),),
         pending=(
             Pending("j-urgent", PendingReason.WAITING_FOR_PREEMPTION, ""),
@@ -270,6 +270,19 @@ class TestCheckerCatches:
 
     def test_the_valid_cycle_passes(self) -> None:
         check(world(), valid_cycle())
+
+    def test_a_victim_younger_than_its_tiers_minimum_runtime(self) -> None:
+        snapshot = world()
+        tiers = tuple(replace(t, min_runtime=10 * 86400) for t in snapshot.tiers)
+        with pytest.raises(AssertionError, match="less than its tier's minimum runtime"):
+            check(replace(snapshot, tiers=tiers), valid_cycle())
+
+    def test_preemptions_past_the_cap_on_disruption_or_mispriced(self) -> None:
+        with pytest.raises(AssertionError, match="tier 'low'; its cap leaves 100"):
+            check(replace(world(), disruption_left={"low": 100.0}), valid_cycle())
+        cheap = replace(valid_cycle(), preemptions=(replace(valid_cycle().preemptions[0], lost=1.0),))
+        with pytest.raises(AssertionError, match=r"it costs 4800\.0 accelerator-seconds, not 1\.0"):
+            check(world(), cheap)
 
     def test_an_over_allocated_node(self) -> None:
         # n0 is already full with j-gang.

@@ -1,0 +1,56 @@
+"""Disruption control (docs/scheduling.md §Disruption): a tier's minimum runtime before preemption, a cap on the
+work preemptions may lose per hour, and the cost of each preemption in its victim's timeline."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from scheduler.engine import schedule
+from scheduler.engine.model import PendingReason, Snapshot, Tier
+
+from .test_phases import NOW, job, node, queue, reasons, running, snapshot
+
+TIERS = (Tier("low", 0, grace_seconds=60), Tier("normal", 100))
+
+
+def two_busy_nodes(min_runtime: float = 0.0, disruption_left: Mapping[str, float] | None = None) -> Snapshot:
+    """Two nodes held by low-tier work (one started 10 min ago, one 2 h ago, that checkpointed 5 min ago); two
+    normal-tier jobs that each need a whole node."""
+    work = (
+        running("young", "n1", tier="low", admitted_at=NOW - 600),
+        running("old", "n2", tier="low", admitted_at=NOW - 7200, last_checkpoint_at=NOW - 300),
+    )
+    pending = (job("first", tier="normal", accelerators=8, at=0), job("second", tier="normal", accelerators=8, at=10))
+    snap = snapshot((node("n1", free=0), node("n2", free=0)), (queue("a"),), pending, work, backfill=False)
+    tiers = (replace(TIERS[0], min_runtime=min_runtime), TIERS[1])
+    return replace(snap, tiers=tiers, disruption_left=disruption_left or {})
+
+
+def test_a_job_younger_than_its_tiers_minimum_runtime_is_not_preempted() -> None:
+    free_for_all = schedule(two_busy_nodes())
+    assert sorted(p.workload for p in free_for_all.preemptions) == ["old", "young"]
+    protected = schedule(two_busy_nodes(min_runtime=3600))
+    assert [p.workload for p in protected.preemptions] == ["old"]
+    assert reasons(protected)["second"] is PendingReason.CAPACITY
+
+
+def test_each_preemption_says_what_it_costs_its_victim() -> None:
+    decisions = schedule(two_busy_nodes())
+    cost = {p.workload: (p.lost, p.message) for p in decisions.preemptions}
+    # The old one checkpointed 5 minutes ago: 8 GPUs x 300 s; the young one never did: 8 GPUs x 600 s.
+    assert cost["old"][0] == 8 * 300
+    assert "the work since its last checkpoint, about 0.67 accelerator-hours, is done again" in cost["old"][1]
+    assert cost["young"][0] == 8 * 600
+    assert "the work since its start (it has no checkpoint), about 1.33 accelerator-hours" in cost["young"][1]
+
+
+def test_a_cap_on_disruption_holds_back_preemptions_that_would_lose_more() -> None:
+    # Room for one preemption's loss of the low tier's work (the cheapest victim's 2,400 accelerator-seconds), not
+    # two; a cap on another tier changes nothing.
+    decisions = schedule(two_busy_nodes(disruption_left={"low": 3000.0}))
+    assert [p.workload for p in decisions.preemptions] == ["old"]
+    (waiting,) = [p for p in decisions.pending if p.job == "second"]
+    assert "cap on disruption" in waiting.message
+    assert not schedule(two_busy_nodes(disruption_left={"low": 1000.0})).preemptions
+    assert len(schedule(two_busy_nodes(disruption_left={"normal": 0.0})).preemptions) == 2
