@@ -342,6 +342,15 @@ class PriorityTier(models.Model):
     max_wait = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(600), MaxValueValidator(30 * 24 * 3600)]
     )
+    #: Disruption control (docs/scheduling.md §Disruption): seconds its jobs run before anything may preempt them,
+    #: and the most accelerator-hours of its jobs' work that preemptions for other jobs may lose in any hour.
+    #: None: no protection, no cap.
+    min_runtime = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(60), MaxValueValidator(7 * 24 * 3600)]
+    )
+    max_disruption = models.DecimalField(
+        max_digits=12, decimal_places=3, null=True, blank=True, validators=[MinValueValidator(Decimal(0))]
+    )
     #: Teams that may use the tier; none named means every team.
     teams = models.ManyToManyField(Team, blank=True, related_name="priority_tiers")
     is_default = models.BooleanField(default=False)

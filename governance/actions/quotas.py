@@ -549,6 +549,8 @@ TIER_FIELDS = (
     "on_straggler",
     "on_hang",
     "max_wait",
+    "min_runtime",
+    "max_disruption",
     "is_default",
     "teams",
 )
@@ -556,6 +558,8 @@ TIER_FIELDS = (
 FAILOVER_RANGE = (60, 7 * 24 * 3600)
 #: The range of a tier's bound on waiting, in seconds (ten minutes to thirty days).
 MAX_WAIT_RANGE = (600, 30 * 24 * 3600)
+#: The range of a tier's minimum runtime before preemption, in seconds (a minute to a week).
+MIN_RUNTIME_RANGE = (60, 7 * 24 * 3600)
 MAX_TIER_VALUE = 1_000_000
 
 
@@ -571,6 +575,8 @@ def set_tier(
     on_straggler: Any = WatchAction.NOTIFY,
     on_hang: Any = WatchAction.NOTIFY,
     max_wait: Any = None,
+    min_runtime: Any = None,
+    max_disruption: Any = None,
     teams: Any = (),
     is_default: Any = False,
     reason: str,
@@ -580,7 +586,9 @@ def set_tier(
     may use it (none: every team). ``failover_after``: seconds its jobs on a silent cluster wait before they
     are restarted elsewhere (None: each cluster's own delay). ``on_straggler``, ``on_hang``: what follows when
     one of its jobs is flagged (``WatchAction``). ``max_wait``: seconds its jobs should wait at most before they go
-    ahead of its others and get a reservation first (None: no bound). A new default tier takes over from the old one.
+    ahead of its others and get a reservation first (None: no bound). ``min_runtime``: seconds its jobs run before
+    they may be preempted; ``max_disruption``: accelerator-hours of its jobs' work preemptions may lose per hour
+    (None: neither). A new default tier takes over from the old one.
     Jobs already submitted keep their tier; the change orders them from the next placement cycle. Returns
     None if nothing changed."""
     policy.require(actor, "tier.set", organization)
@@ -598,6 +606,9 @@ def set_tier(
         new[field] = number
     new |= _tier_policy(failover_after, on_straggler, on_hang, errors)
     new["max_wait"] = _seconds_or_none(max_wait, MAX_WAIT_RANGE, "no bound", "max_wait", errors)
+    new["min_runtime"] = _seconds_or_none(min_runtime, MIN_RUNTIME_RANGE, "no protection", "min_runtime", errors)
+    cap = check_amount(max_disruption, "max_disruption", errors, required=False)
+    new["max_disruption"] = _text(cap)
     for field, flag in (("preemptible", preemptible), ("is_default", is_default)):
         if not isinstance(flag, bool):
             errors[field] = "true or false."
@@ -618,7 +629,7 @@ def set_tier(
             PriorityTier.objects.filter(organization=organization, is_default=True).exclude(name=name).update(
                 is_default=False
             )
-        fields = {k: new[k] for k in TIER_FIELDS if k != "teams"}
+        fields = {k: new[k] for k in TIER_FIELDS if k != "teams"} | {"max_disruption": cap}
         if tier is None:
             tier = PriorityTier.objects.create(organization=organization, name=name, **fields)
         else:
@@ -686,6 +697,8 @@ def _tier_values(tier: PriorityTier) -> dict[str, Any]:
         "on_straggler": tier.on_straggler,
         "on_hang": tier.on_hang,
         "max_wait": tier.max_wait,
+        "min_runtime": tier.min_runtime,
+        "max_disruption": _text(tier.max_disruption),
         "is_default": tier.is_default,
         "teams": sorted(tier.teams.values_list("slug", flat=True)),
     }

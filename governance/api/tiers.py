@@ -40,6 +40,8 @@ class TierSerializer(serializers.ModelSerializer[PriorityTier]):
             "on_straggler",
             "on_hang",
             "max_wait",
+            "min_runtime",
+            "max_disruption",
             "is_default",
             "teams",
         ]
@@ -76,6 +78,21 @@ class TierWriteSerializer(StrictSerializer):
         default=None,
         help_text="The longest its jobs should wait, in seconds (600 to 2,592,000): past it a job goes ahead of the "
         "tier's others and is first to get a reservation of the capacity it waits for; null: no bound.",
+    )
+    min_runtime = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Seconds its jobs run before anything may preempt them (60 to 604,800); null: no protection.",
+    )
+    max_disruption = serializers.DecimalField(
+        max_digits=None,
+        decimal_places=None,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="The most accelerator-hours of its jobs' work (since their last checkpoints) that preemptions for "
+        "other jobs may lose in any hour; null: no cap.",
     )
     is_default = serializers.BooleanField(default=False)
     teams = serializers.ListField(child=serializers.CharField(), default=list, help_text="Team slugs; none: all.")

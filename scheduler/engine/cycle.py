@@ -420,7 +420,8 @@ class Cycle:
                     reason = PendingReason.RESERVED
                     if verdict.reason is PendingReason.MAINTENANCE:  # say why it waits, and until when
                         reason, facts = verdict.reason, {**verdict.facts, "reserved": reserved.start}
-                    self.pend(job, reason, position=position, estimate=reserved.start, facts=facts)
+                    said = self.preemptor.held_back(job, facts)
+                    self.pend(job, reason, position=position, estimate=reserved.start, facts=said)
                     return
                 # No room within the backfill window: too far off to hold capacity for, but the running
                 # jobs' time limits still say when it could start.

@@ -309,7 +309,12 @@ def _preempt(
                 f"{preemption.message} It has {preemption.grace_seconds} s to checkpoint and exit.",
                 attempt=number,
                 at=now,
-                detail={"preemptor": preemption.preemptor, "deadline": deadline.isoformat()},
+                detail={
+                    "preemptor": preemption.preemptor,
+                    "deadline": deadline.isoformat(),
+                    # Its cost, which counts against its tier's cap on disruption (snapshot.disruption_left).
+                    "lost_accelerator_seconds": round(preemption.lost, 1),
+                },
             )
         )
         preempted.append(pk)

@@ -30,7 +30,7 @@ from governance.fairshare import decay
 from governance.models import Cohort, FairShare, MemberLimit, PriorityTier, Queue, QueueUsage, Quota
 from scheduler.engine import model as m
 from scheduler.engine.explain import array_limit_words
-from scheduler.models import Assignment, Attempt, Checkpoint, Job, JobArray, LoopState
+from scheduler.models import Assignment, Attempt, Checkpoint, Job, JobArray, JobEvent, LoopState
 from scheduler.placement import budgets
 from scheduler.placement.jobs import PENDING_COLUMNS, engine_job, owner, ts
 from scheduler.placement.prices import prices as price_book
@@ -60,6 +60,8 @@ class Index:
     #: Placed jobs: pk -> (state, attempt).
     placed: dict[int, tuple[str, int]] = field(default_factory=dict)
     grace: dict[str, int] = field(default_factory=dict)  # tier name -> grace seconds
+    #: Tiers with a cap on disruption: name -> accelerator-hours of their jobs' work preemptions may lose an hour.
+    disruption_caps: dict[str, Decimal] = field(default_factory=dict)
     #: Waiting jobs kept from the engine (dependencies, arrays' limits), with their reasons, for ``write_pending``.
     gated: list[m.Pending] = field(default_factory=list)
     #: Arrays at their limit: pk -> (limit, the waiting tasks read); the tasks not read are told by
@@ -136,8 +138,34 @@ def build(
         budgets=hard_budgets,
         maintenance=maintenance(organization, now, config.backfill_window),
         usage=recent_use(organization, now, memory.kept_with or memory.half_life),
+        disruption_left=disruption_left(organization, now, index.disruption_caps),
     )
     return snapshot, index
+
+
+#: What the cap on disruption looks back over (docs/scheduling.md §Disruption).
+DISRUPTION_WINDOW = timedelta(hours=1)
+
+
+def disruption_left(organization: Organization, now: datetime, caps: Mapping[str, Decimal]) -> dict[str, float]:
+    """Per capped tier, accelerator-seconds of its jobs' work that preemptions for other jobs may still lose: its
+    cap less what such preemptions of its jobs lost in the last hour (their timeline entries say it)."""
+    if not caps:
+        return {}
+    left = {name: float(cap) * 3600 for name, cap in caps.items()}
+    preempted = (
+        JobEvent.objects.filter(
+            job__team__organization=organization,
+            created_at__gt=now - DISRUPTION_WINDOW,
+            reason__startswith="preempted_",
+            job__tier__name__in=list(caps),
+        )
+        .exclude(reason=f"preempted_{m.PreemptionReason.OVER_QUOTA}")
+        .values_list("job__tier__name", "detail")
+    )
+    for name, detail in preempted:
+        left[name] -= float((detail or {}).get("lost_accelerator_seconds", 0))
+    return {name: max(0.0, amount) for name, amount in left.items()}
 
 
 def recent_use(organization: Organization, now: datetime, half_life: float) -> dict[str, float]:
@@ -267,10 +295,21 @@ def governance(
     """Priority tiers, the cohort tree and the queues with their quotas."""
     tiers = []
     for t in PriorityTier.objects.filter(organization=organization).values(
-        "name", "value", "preemptible", "grace_seconds", "max_wait"
+        "name", "value", "preemptible", "grace_seconds", "max_wait", "min_runtime", "max_disruption"
     ):
-        tiers.append(m.Tier(t["name"], t["value"], t["preemptible"], t["grace_seconds"], float(t["max_wait"] or 0)))
+        tiers.append(
+            m.Tier(
+                t["name"],
+                t["value"],
+                t["preemptible"],
+                t["grace_seconds"],
+                float(t["max_wait"] or 0),
+                float(t["min_runtime"] or 0),
+            )
+        )
         index.grace[t["name"]] = t["grace_seconds"]
+        if t["max_disruption"] is not None:
+            index.disruption_caps[t["name"]] = t["max_disruption"]
 
     quota_fields = ("flavor__name", "resource", "nominal", "borrowing_limit", "lending_limit")
     cohort_quotas: dict[int, list[dict[str, Any]]] = defaultdict(list)
