@@ -21,19 +21,13 @@ from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
 
+from clusters.capacity import CapacityType
 from clusters.models import AcceleratorType, Cluster, Node
 from scheduler.models import Attempt, Job
 from tenancy.models import Organization, Project, Team
 from tenancy.scoping import Action, Role, TenancyRules, TenantManager
 
 FINANCE_ROLES = frozenset({Role.FINANCE, Role.ADMIN})
-
-
-class CapacityType(models.TextChoices):
-    ON_DEMAND = "on_demand", "On-demand"
-    RESERVED = "reserved", "Reserved"
-    SPOT = "spot", "Spot"
-    ON_PREM = "on_prem", "On-prem"
 
 
 class PriceBookTenancy(TenancyRules):

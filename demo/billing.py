@@ -22,7 +22,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing.actions import metering, prices
-from billing.models import CapacityType, Overhead, Price
+from billing.models import Overhead, Price
+from clusters import capacity
+from clusters.capacity import CapacityType
 from clusters.models import AcceleratorType, Cluster, Node
 from governance.models import PriorityTier, Queue
 from scheduler.actions import lifecycle
@@ -99,7 +101,7 @@ def _pools(org: Organization) -> dict[str, _Pool]:
         assert node.accelerator is not None
         pool = pools.get(node.accelerator.name)
         if pool is None:
-            kind = metering.capacity_type(node.labels or {}, node.cluster.kind, node.cluster.options or {})
+            kind = capacity.capacity_type(node.labels or {}, node.cluster.kind, node.cluster.options or {})
             rate = book.rate((node.cluster_id, node.accelerator_id, kind), today) or Decimal(0)
             pool = pools[node.accelerator.name] = _Pool(node.cluster, node.accelerator, [], [], rate)
         if node.cluster_id == pool.cluster.pk:

@@ -28,10 +28,8 @@ the next day's), and closes the record of a node that left at its last sighting.
 accelerator count or capacity type changing starts a new record where the last one ended. The error is
 at most one metering interval at each end of a node's life.
 
-**Capacity type** (which price applies): a node's labels say it when they can
-(``quartermaster.io/capacity-type``, Karpenter's ``karpenter.sh/capacity-type``, GKE's spot, preemptible
-and reservation labels); else the cluster's option ``capacity_type``; else on-demand for a cloud
-cluster (Cloud TPU, or a node carrying a cloud provider's labels) and on-prem for the rest.
+**Capacity type** (which price applies): ``clusters.capacity.capacity_type``, from the node's labels, else its
+cluster's option, else its kind.
 """
 
 from __future__ import annotations
@@ -47,8 +45,8 @@ from django.db import transaction
 from django.db.models import Min, Q
 from django.utils import timezone
 
-from billing.models import CapacityRecord, CapacityType, MeterState, UsageRecord
-from clusters.backends import kinds
+from billing.models import CapacityRecord, MeterState, UsageRecord
+from clusters.capacity import capacity_type
 from clusters.models import AcceleratorType, Node
 from governance.actions import fairshare
 from governance.models import FairShare
@@ -61,42 +59,6 @@ from tenancy.models import Organization
 ADMISSION_MARGIN = timedelta(minutes=10)
 #: How many attempts one statement handles.
 BATCH = 2000
-
-_CAPACITY_LABELS = ("quartermaster.io/capacity-type", "karpenter.sh/capacity-type", "eks.amazonaws.com/capacityType")
-_SPELLINGS = {
-    "on_demand": CapacityType.ON_DEMAND,
-    "on-demand": CapacityType.ON_DEMAND,
-    "ondemand": CapacityType.ON_DEMAND,
-    "spot": CapacityType.SPOT,
-    "preemptible": CapacityType.SPOT,
-    "reserved": CapacityType.RESERVED,
-    "on_prem": CapacityType.ON_PREM,
-    "on-prem": CapacityType.ON_PREM,
-    "onprem": CapacityType.ON_PREM,
-}
-_CLOUD_LABEL_PREFIXES = ("cloud.google.com/", "eks.amazonaws.com/", "kubernetes.azure.com/")
-
-
-def capacity_type(labels: Mapping[str, Any], cluster_kind: str, cluster_options: Mapping[str, Any]) -> str:
-    """Which of the price book's capacity types a node with these labels, on such a cluster, is priced as."""
-    for key in _CAPACITY_LABELS:
-        spelled = _SPELLINGS.get(str(labels.get(key, "")).lower())
-        if spelled is not None:
-            return spelled
-    if str(labels.get("cloud.google.com/gke-spot", "")).lower() == "true":
-        return CapacityType.SPOT
-    if str(labels.get("cloud.google.com/gke-preemptible", "")).lower() == "true":
-        return CapacityType.SPOT
-    if labels.get("cloud.google.com/reservation-name"):
-        return CapacityType.RESERVED
-    configured = _SPELLINGS.get(str(cluster_options.get("capacity_type", "")).lower())
-    if configured is not None:
-        return configured
-    if kinds.get(cluster_kind).capacity_type == kinds.ON_DEMAND or any(
-        k.startswith(_CLOUD_LABEL_PREFIXES) for k in labels
-    ):
-        return CapacityType.ON_DEMAND
-    return CapacityType.ON_PREM
 
 
 def second(moment: datetime) -> datetime:

@@ -26,8 +26,8 @@ from django.db import IntegrityError, transaction
 from django.http import HttpRequest
 from django.utils import timezone
 
-from billing.actions.metering import capacity_type
-from billing.models import CapacityType, Overhead, Price
+from billing.models import Overhead, Price
+from clusters.capacity import CapacityType, capacity_type
 from clusters.models import AcceleratorType, Cluster
 from common import params
 from common.validation import REQUIRED, unknown_fields
@@ -353,7 +353,7 @@ class RateBook:
 
 class PlacementPrices:
     """The organization's rates on ``day`` as placement asks for them, node by node (``scheduler.placement.prices``):
-    a node is priced as the capacity type its labels or its cluster say (``billing.actions.metering.capacity_type``); a
+    a node is priced as the capacity type its labels or its cluster say (``clusters.capacity.capacity_type``); a
     node the book has no rate for costs 0 to the engine."""
 
     def __init__(self, organization_id: int, day: dt.date) -> None:

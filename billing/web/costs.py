@@ -40,8 +40,9 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from billing import attribution, columns, params, reports
 from billing.actions import prices
 from billing.attribution import Attribution, hours, money, month_bounds
-from billing.models import CapacityType, Overhead, Price
+from billing.models import Overhead, Price
 from billing.web.forms import OverheadForm, PriceForm
+from clusters.capacity import CapacityType
 from common.types import AuthenticatedHttpRequest
 from common.web.forms import apply_errors
 from governance import placed

@@ -12,7 +12,8 @@ from typing import Any
 from django import forms
 
 from billing.actions.prices import ON_PREM_FIELDS, OVERHEAD_FIELDS, PRICE_FIELDS
-from billing.models import CapacityType, Overhead, Price
+from billing.models import Overhead, Price
+from clusters.capacity import CapacityType
 from clusters.models import AcceleratorType, Cluster
 from tenancy.models import Organization
 

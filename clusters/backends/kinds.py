@@ -58,7 +58,7 @@ class Capabilities:
 
 
 #: How a kind's capacity is paid for, when neither the node's labels nor ``options["capacity_type"]`` say
-#: (``billing.actions.metering.capacity_type``).
+#: (``clusters.capacity.capacity_type``).
 ON_PREM = "on_prem"
 ON_DEMAND = "on_demand"
 

@@ -43,7 +43,7 @@ from clusters.secrets import CredentialsError
 from common import enqueue
 from scheduler.actions import lifecycle, sessions
 from scheduler.models import Attempt, Job
-from scheduler.placement import measure, outcomes
+from scheduler.placement import measure, outcomes, recover
 from scheduler.placement.dispatch import cancel_there
 from scheduler.states import FINAL, WAITING
 
@@ -184,8 +184,7 @@ def report_state(attempt: Attempt, status: JobStatus, now: datetime, report: Fol
         said = sessions.ended_words(attempt) or words or "Finished successfully."
         report.ended += outcomes.end(attempt, "succeeded", said, now)
     elif status.state == JobState.FAILED:
-        reason = FAILURES.get(Failure(status.reason), "job_failed") if status.reason in Failure else "job_failed"
-        words = _failed_words(reason, status, where)
+        reason, words = _failure(attempt, status, where)
         left = kinds.get(attempt.cluster.kind).leaves_behind
         report.ended += outcomes.end(attempt, reason, words, now, exit_code=status.exit_code, cleanup_pending=left)
     elif status.state == JobState.CANCELLED:
@@ -226,6 +225,15 @@ def _reported_end(attempt: Attempt, where: str, now: datetime) -> bool:
 
 def _wholly_running(job: Job, status: JobStatus) -> bool:
     return status.workers_running is None or status.workers_running >= job.workers
+
+
+def _failure(attempt: Attempt, status: JobStatus, where: str) -> tuple[str, str]:
+    """How a failed attempt ends (``outcomes.RULES``), and why in words. A lost node that was spot capacity is
+    the cloud taking it back: a preemption by the cluster, not the job's failure."""
+    reason = FAILURES.get(Failure(status.reason), "job_failed") if status.reason in Failure else "job_failed"
+    if reason == "node_failed" and (spot := recover.spot_node(attempt)) is not None:
+        return "preempted_by_cluster", recover.reclaimed_words(spot)
+    return reason, _failed_words(reason, status, where)
 
 
 def _failed_words(reason: str, status: JobStatus, where: str) -> str:

@@ -1,7 +1,9 @@
 """The loop's I/O half, third step, run before each placement cycle: disruptions, handled gracefully.
 
 - **A dead node** (gone from its cluster, not ready, down) has lost the work on it: its attempts end
-  ``node_failed`` (a retry is spent) and are cancelled there if the node comes back.
+  ``node_failed`` (a retry is spent) and are cancelled there if the node comes back. A dead *spot* node
+  (``clusters.capacity``) is the cloud taking its capacity back: its attempts end ``preempted_by_cluster``,
+  requeued to resume from their checkpoints without spending a retry.
 - **A drained node**: each job on it is signalled, given the drain's grace (else its tier's) to checkpoint,
   then requeued elsewhere without spending a retry (``outcomes.begin_stop``; ``follow`` ends it). Once no
   work is left on it, the drain is done and the node *drained*. A *cordoned* node keeps its running work.
@@ -22,6 +24,7 @@ from datetime import datetime, timedelta
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
+from clusters.capacity import CapacityType, capacity_type
 from clusters.models import Cluster, Drain, Node
 from common import enqueue
 from scheduler.models import Assignment, Attempt, Job
@@ -93,8 +96,33 @@ def recover(organization: Organization, now: datetime | None = None) -> dict[str
 
 def _lost_with_node(attempt: Attempt, now: datetime) -> bool:
     node = attempt.assignments.filter(_on_dead_node()).select_related("node").first()
+    if node is not None and is_spot(node.node, attempt.cluster):
+        return outcomes.end(
+            attempt, "preempted_by_cluster", reclaimed_words(node.node), now, cleanup_pending=attempt.may_run_on_cluster
+        )
     what = f"node {node.node.name} ({_condition(node.node)})" if node else "its node"
     return outcomes.end(attempt, "node_failed", f"Its {what} failed.", now, cleanup_pending=attempt.may_run_on_cluster)
+
+
+def is_spot(node: Node, cluster: Cluster) -> bool:
+    """Whether ``node`` is spot capacity (``clusters.capacity``): the cloud may take it back at any time."""
+    return capacity_type(node.labels or {}, cluster.kind, cluster.options or {}) == CapacityType.SPOT
+
+
+def reclaimed_words(node: Node) -> str:
+    """A spot node gone, in the job's timeline: the cloud took it back, which is a preemption, not a failure."""
+    return (
+        f"The cloud took back its spot node {node.name}: preempted by the cluster. It is requeued and resumes from "
+        "its checkpoint; no retry is spent."
+    )
+
+
+def spot_node(attempt: Attempt) -> Node | None:
+    """The first spot node ``attempt`` ran on, if any."""
+    for held in attempt.assignments.select_related("node").order_by("pk"):
+        if is_spot(held.node, attempt.cluster):
+            return held.node
+    return None
 
 
 def _condition(node: Node) -> str:

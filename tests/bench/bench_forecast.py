@@ -182,7 +182,8 @@ def _insert_usage(
     made: list[Any], flavors: list[Any], nodes: list[Any], org: Any, team: Any, user: Any, cluster: Any
 ) -> None:
     """Each attempt's 100 records (10 nodes of its flavor, 10 days) through the ORM."""
-    from billing.models import CapacityType, UsageRecord
+    from billing.models import UsageRecord
+    from clusters.capacity import CapacityType
 
     batch: list[UsageRecord] = []
     for attempt in made:
@@ -265,7 +266,8 @@ def bench_database(records: int, repeat: int) -> dict[str, Any]:
         read_history,
         used_hours,
     )
-    from billing.models import CapacityRecord, CapacityType, UsageRecord
+    from billing.models import CapacityRecord, UsageRecord
+    from clusters.capacity import CapacityType
     from clusters.models import AcceleratorType, Cluster, Node
     from governance.models import PriorityTier, Queue
     from scheduler.models import Attempt, Job

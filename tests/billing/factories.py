@@ -8,8 +8,8 @@ from decimal import Decimal
 
 from django.utils import timezone
 
-from billing.actions.metering import capacity_type
 from billing.models import Price
+from clusters.capacity import capacity_type
 from clusters.models import AcceleratorType, Cluster
 from scheduler.placement import feasibility
 

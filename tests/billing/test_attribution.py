@@ -15,7 +15,8 @@ from billing import attribution
 from billing.actions import metering, prices
 from billing.actions.prices import RateBook
 from billing.attribution import Names, apportion
-from billing.models import CapacityType, Overhead
+from billing.models import Overhead
+from clusters.capacity import CapacityType
 from clusters.models import Node
 from scheduler.models import Assignment
 from tests.billing.conftest import placed

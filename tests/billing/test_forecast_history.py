@@ -20,7 +20,8 @@ from billing.forecast_history import (
     read_history,
     used_hours,
 )
-from billing.models import CapacityRecord, CapacityType, UsageRecord
+from billing.models import CapacityRecord, UsageRecord
+from clusters.capacity import CapacityType
 from clusters.models import AcceleratorType, Cluster, Node
 from governance.models import PriorityTier, Queue
 from scheduler.models import Attempt, Job

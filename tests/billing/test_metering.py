@@ -9,7 +9,9 @@ import pytest
 from django.db.models import Sum
 
 from billing.actions import metering
-from billing.models import CapacityRecord, CapacityType, MeterState, UsageRecord
+from billing.models import CapacityRecord, MeterState, UsageRecord
+from clusters import capacity
+from clusters.capacity import CapacityType
 from clusters.models import Node
 from scheduler.models import Assignment, Attempt
 from tests.billing.conftest import placed
@@ -209,7 +211,7 @@ def test_backfill_gives_present_nodes_capacity_up_to_their_first_record(fleet: F
 def test_capacity_type_from_labels_then_the_cluster(
     labels: dict[str, str], kind: str, options: dict[str, str], expected: str
 ) -> None:
-    assert metering.capacity_type(labels, kind, options) == expected
+    assert capacity.capacity_type(labels, kind, options) == expected
 
 
 def test_the_beats_tasks_meter_and_reconcile_every_organization(fleet: Fleet) -> None:

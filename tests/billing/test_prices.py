@@ -11,7 +11,8 @@ from django.apps import apps
 
 from billing.actions import prices
 from billing.actions.prices import RateBook
-from billing.models import CapacityType, Price
+from billing.models import Price
+from clusters.capacity import CapacityType
 from clusters.models import Cluster, Node
 from scheduler.placement import feasibility, snapshot
 from tests.billing.factories import priced

@@ -10,6 +10,7 @@ import pytest
 
 from clusters import actions as cluster_actions
 from clusters.actions.sync import backend_for
+from clusters.backends import simulated
 from clusters.backends.base import JobState
 from clusters.models import Drain, Node
 from scheduler.models import Attempt, Job
@@ -159,3 +160,37 @@ def test_quartermaster_enforces_the_time_limit_signal_grace_then_stop(fleet: Fle
     assert attempt.reason == "time_limit"
     assert _reasons(job)[-2:] == ["time_limit", "time_limit"]
     assert backend_for(attempt.cluster).status(attempt.backend_id).state == JobState.CANCELLED
+
+
+def _on_spot(node: Node) -> None:
+    """``node`` is spot capacity, as Karpenter labels it."""
+    Node.objects.filter(pk=node.pk).update(labels={**(node.labels or {}), "karpenter.sh/capacity-type": "spot"})
+
+
+def test_a_spot_node_taken_back_is_a_preemption_by_the_cluster_not_a_lost_node(fleet: Fleet) -> None:
+    job, attempt, node = _running(fleet, accelerators=8)
+    _on_spot(node)
+    Node.objects.filter(pk=node.pk).update(present=False)  # the cloud reclaimed it
+    assert recover.recover(fleet.org)["node_failed"] == 1
+    job.refresh_from_db()
+    attempt.refresh_from_db()
+    assert attempt.outcome == Attempt.Outcome.PREEMPTED
+    assert (job.state, job.retries) == (Job.State.REQUEUED, 0)
+    said = job.events.order_by("pk").last()
+    assert said is not None
+    assert said.reason == "preempted_by_cluster"
+    assert f"The cloud took back its spot node {node.name}" in said.message
+
+
+def test_a_job_that_its_cluster_says_lost_a_spot_node_is_requeued_without_spending_a_retry(fleet: Fleet) -> None:
+    east = fleet.clusters["east"]
+    simulated.inject(east.endpoint, "node_lost", state_file=east.options["state_file"], after=60)
+    job, attempt, node = _running(fleet, accelerators=8, clusters=[east])
+    simulated.clear(east.endpoint, state_file=east.options["state_file"])
+    _on_spot(node)
+    fleet.run_for(61)
+    fleet.follow(fleet.later(61))
+    job.refresh_from_db()
+    attempt.refresh_from_db()
+    assert attempt.outcome == Attempt.Outcome.PREEMPTED
+    assert (job.state, job.retries) == (Job.State.REQUEUED, 0)

@@ -28,7 +28,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from billing import attribution, reports
-from billing.models import CapacityRecord, CapacityType, Overhead, Price, UsageRecord
+from billing.models import CapacityRecord, Overhead, Price, UsageRecord
+from clusters.capacity import CapacityType
 from clusters.models import AcceleratorType, Cluster, Node
 from governance.models import PriorityTier, Queue
 from tenancy.models import Membership, Organization, Project, Team
