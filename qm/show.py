@@ -82,6 +82,7 @@ def describe(job: Mapping[str, Any], out: TextIO) -> None:
     cores = f"{job['cpu']:g} core" + ("" if job["cpu"] == 1 else "s")
     asks = f"{resources(job)}; {cores} and {job['memory_gib']:g} GiB per worker"
     asks += f"; time limit {duration(job['time_limit'])}" + ("" if job["preemptible"] else "; not preemptible")
+    asks += "; may run on spot capacity" if job.get("spot") else ""
     runs = program(job)
     lines = [
         ("state", f"{job['state']} since {when(job['state_changed_at'])}"),

@@ -154,6 +154,9 @@ class Job(models.Model):
     time_limit = models.PositiveIntegerField(help_text="Seconds.")
     tier = models.ForeignKey(PriorityTier, on_delete=models.PROTECT, related_name="jobs")
     preemptible = models.BooleanField(default=True)
+    #: It accepts spot capacity (``JobRequest.spot``): placed on spot nodes too, and sent as spot where a cluster
+    #: tells spot work apart (a Slurm spot QOS, Cloud TPU's spot tier).
+    spot = models.BooleanField(default=False)
     checkpoint_location = models.CharField(max_length=500, blank=True)
     #: Where the job's data lives, a cluster slug or a region: the engine prefers clusters there (a hint).
     data_locality = models.CharField(max_length=120, blank=True)

@@ -107,6 +107,9 @@ def _tier(request: JobRequest) -> tuple[PriorityTier | None, dict[str, str]]:
         return None, {"tier": "Choose a priority tier."}
     if not may_use(team, tier):
         return tier, {"tier": f"Team {team} may not use priority tier {tier}."}
+    if request.spot and not (request.preemptible and tier.preemptible):
+        what = "the job is not preemptible" if not request.preemptible else f"priority tier {tier} is not preemptible"
+        return tier, {"spot": f"Only preemptible work may run on spot capacity (the cloud may take it back): {what}."}
     return tier, {}
 
 
@@ -209,6 +212,7 @@ def new_job(actor: User, request: JobRequest, queue: Queue, tier: PriorityTier, 
         time_limit=request.time_limit,
         tier=tier,
         preemptible=request.preemptible and tier.preemptible,
+        spot=request.spot,
         checkpoint_location=request.checkpoint_location.strip(),
         data_locality=request.data_locality.strip(),
         regions=list(request.regions),
@@ -374,6 +378,7 @@ def clone_request(job: Job) -> dict[str, Any]:
         "time_limit": job.time_limit,
         "tier": job.tier_id,
         "preemptible": job.preemptible,
+        "spot": job.spot,
         "checkpoint_location": job.checkpoint_location,
         "data_locality": job.data_locality,
         "clusters": list(job.clusters.values_list("pk", flat=True)),

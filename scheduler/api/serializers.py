@@ -106,6 +106,11 @@ class JobSubmissionSerializer(StrictSerializer):
     time_limit = DurationField(help_text=DURATION_HELP)
     tier = StrictCharField(max_length=40, required=False, allow_null=True, help_text="A priority tier's name.")
     preemptible = serializers.BooleanField(required=False)
+    spot = serializers.BooleanField(
+        required=False,
+        help_text="It accepts spot capacity: cheaper, but the cloud may take it back (requeued from its checkpoint, "
+        "no retry spent). Preemptible work only.",
+    )
     checkpoint_location = text("checkpoint_location", required=False, allow_blank=True)
     data_locality = text("data_locality", required=False, allow_blank=True)
     clusters = _strings(help_text="Cluster slugs the job may run on; empty: any.")
@@ -633,6 +638,7 @@ class JobSerializer(JobListSerializer):
             "topology_mode",
             "time_limit",
             "preemptible",
+            "spot",
             "checkpoint_location",
             "data_locality",
             "clusters",

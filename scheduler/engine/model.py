@@ -118,6 +118,9 @@ class Node:
     #: The one team whose jobs may use it (``Job.team``); "": any team. A slice or node its owner lends to
     #: one team (a TPU slice labelled ``quartermaster-team``, docs/backends.md) is placed for that team only.
     team: str = ""
+    #: Spot capacity: the cloud may take it back at any time. Only jobs that accept spot (``Job.spot``) are
+    #: placed on it.
+    spot: bool = False
 
     @property
     def accel_count(self) -> int:
@@ -220,6 +223,9 @@ class Job:
     #: Jobs of one spread group (a service's replicas) prefer nodes none of the group holds, and among clusters
     #: that score the same, the one holding fewest of the group (soft: docs/jobs.md, "Service replicas"); "": none.
     spread_group: str = ""
+    #: It accepts spot capacity (``Node.spot``): cheaper, but the cloud may take it back. Jobs that do not are
+    #: never placed on spot nodes.
+    spot: bool = False
 
     def __post_init__(self) -> None:
         if self.workers < 1:

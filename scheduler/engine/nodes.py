@@ -50,6 +50,12 @@ class FreeState:
         self.whole[rows] = (self.accel[rows] == WHOLE).sum(axis=1)
 
 
+#: What decides the nodes a job may use beyond its flavor and cluster (``NodeTable.reach``).
+Reach = tuple[str, str, bool]
+#: A job that asks for nothing of the kind: no slice shape, no lent nodes, no spot.
+ANY_REACH: Reach = ("", "", False)
+
+
 class NodeTable:
     def __init__(self, clusters: Sequence[Cluster], nodes: Sequence[Node]) -> None:
         self.clusters = sorted(clusters, key=lambda c: c.name)
@@ -76,6 +82,9 @@ class NodeTable:
         #: The team each node is lent to ("" for every team), and the teams that have any, for ``shaped``.
         self.team = np.array([n.team for n in ordered], dtype=np.str_) if count else np.zeros(0, np.str_)
         self.lent_to = frozenset(n.team for n in ordered if n.team)
+        #: Which nodes are spot capacity, for ``shaped``; whether any is.
+        self.spot = np.fromiter((n.spot for n in ordered), np.bool_, count)
+        self.has_spot = bool(self.spot.any())
         padding = (0,) * width
         accel = np.array([(n.accel_free + padding)[:width] for n in ordered], np.int64).reshape(count, width)
         self.free = FreeState(
@@ -121,11 +130,11 @@ class NodeTable:
         f = self.flavor_index.get(flavor)
         return None if f is None else self.groups.get((f, cluster))
 
-    def shaped(self, rows: IntArray, shape: str, team: str = "") -> IntArray:
+    def shaped(self, rows: IntArray, shape: str, team: str = "", spot: bool = False) -> IntArray:
         """Those of ``rows`` a job asking for slice ``shape`` may use: nodes of exactly that shape, or of that
         type with any topology when ``shape`` names no topology (``"v5p-32"`` takes ``"v5p-32/2x2x4"``);
         for a job with no shape, the nodes without one. A slice is the unit: it runs only jobs asking for it.
-        Of those, the nodes lent to no team, and those lent to ``team``."""
+        Of those, the nodes lent to no team, and those lent to ``team``; and spot nodes only if ``spot``."""
         shapes = self.shape[rows]
         if not shape:
             keep = shapes == ""
@@ -136,14 +145,16 @@ class NodeTable:
         if self.lent_to:
             teams = self.team[rows]
             keep &= (teams == "") | (teams == team)
+        if self.has_spot and not spot:
+            keep &= ~self.spot[rows]
         kept: IntArray = rows[keep]
         return kept
 
-    def reach(self, shape: str, team: str) -> tuple[str, str]:
-        """What decides the nodes a job may use beyond its flavor and cluster: its slice shape, and its team
-        where some node is lent to that team ("" otherwise, so that jobs of other teams share every cache
-        keyed by it)."""
-        return shape, team if team in self.lent_to else ""
+    def reach(self, shape: str, team: str, spot: bool = False) -> Reach:
+        """What decides the nodes a job may use beyond its flavor and cluster: its slice shape, its team where
+        some node is lent to that team ("" otherwise, so that jobs of other teams share every cache keyed by it),
+        and whether it accepts spot where some node is spot."""
+        return shape, team if team in self.lent_to else "", spot and self.has_spot
 
     def rows_of_flavor(self, flavor: int) -> IntArray:
         """Every node row of a flavor, in every cluster."""

@@ -34,7 +34,7 @@ from .model import (
     Topology,
     TopologyMode,
 )
-from .nodes import FreeState, IntArray, NodeTable
+from .nodes import ANY_REACH, FreeState, IntArray, NodeTable, Reach
 from .placement import (
     Holds,
     accelerator_slots,
@@ -84,10 +84,10 @@ class Router:
         for w in work.workloads:
             if w.spread_group:
                 self.spread_add(w.spread_group, w.assignments)
-        self._usable_rows: dict[tuple[str, int, tuple[str, str]], IntArray] = {}
+        self._usable_rows: dict[tuple[str, int, Reach], IntArray] = {}
         self._allowed: dict[tuple[object, ...], list[int]] = {}
-        self._capacity: dict[tuple[int, int, tuple[str, str]], int] = {}
-        self._largest_free: dict[tuple[int, int, int, tuple[str, str]], tuple[int, ...]] = {}
+        self._capacity: dict[tuple[int, int, Reach], int] = {}
+        self._largest_free: dict[tuple[int, int, int, Reach], tuple[int, ...]] = {}
         self._ever: dict[tuple[object, ...], bool] = {}
         self._gang_fits: dict[tuple[object, ...], bool] = {}
         self._largest: dict[tuple[object, ...], tuple[int, int]] = {}
@@ -142,7 +142,7 @@ class Router:
         workers: int,
         flavor: str,
         cluster: int,
-        reach: tuple[str, str] = ("", ""),
+        reach: Reach = ANY_REACH,
     ) -> bool:
         """A quick test from each (flavor, cluster)'s largest free node and total free accelerators, in
         the free state now or with every node idle: False means no placement exists there; True means
@@ -169,10 +169,10 @@ class Router:
             return shape.accelerators <= whole_max and workers * shape.accelerators <= whole_total
         return shape.accelerators == 0 or shape.milli <= share_max
 
-    def reach(self, job: Job) -> tuple[str, str]:
-        return self.table.reach(job.shape, job.team)
+    def reach(self, job: Job) -> Reach:
+        return self.table.reach(job.shape, job.team, job.spot)
 
-    def rows(self, flavor: str, cluster: int, reach: tuple[str, str] = ("", "")) -> IntArray:
+    def rows(self, flavor: str, cluster: int, reach: Reach = ANY_REACH) -> IntArray:
         """The candidate nodes of ``flavor`` in ``cluster`` for a job of that ``reach`` (``_reach``: its slice
         shape and, where nodes are lent to it, its team): the usable ones, of that shape, lent to no team or to
         the job's (``NodeTable.shaped``). Every placement, estimate and victim search chooses among these, so
@@ -442,7 +442,7 @@ class Router:
         assert best is not None
         return best[3]
 
-    def _group_capacity(self, flavor: str, cluster: int, reach: tuple[str, str] = ("", "")) -> int:
+    def _group_capacity(self, flavor: str, cluster: int, reach: Reach = ANY_REACH) -> int:
         key = (self.table.flavor_index[flavor], cluster, reach)
         if key not in self._capacity:
             self._capacity[key] = int(self.table.accel_count[self.rows(flavor, cluster, reach)].sum()) * WHOLE

@@ -94,7 +94,7 @@ def spec_for(attempt: Attempt) -> JobSpec:
             "QM_CHECKPOINT_DIR": job.checkpoint_location,
             **checkpoints.env_for(attempt),  # its token, the API's address, where to resume from
         },
-        spot=False,
+        spot=job.spot,
         team=job.team.slug,
         project=job.project.slug if job.project else "",
         tier=job.tier.name,

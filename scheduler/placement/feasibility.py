@@ -154,6 +154,7 @@ def _job(queue: Queue, tier: PriorityTier, request: JobRequest, submitted_at: fl
             "time_limit": request.time_limit,
             "max_price_per_hour": request.max_price_per_hour,
             "preemptible": request.preemptible and tier.preemptible,
+            "spot": request.spot,
             "image": request.image,
             "data_locality": request.data_locality,
             "kind": request.kind,

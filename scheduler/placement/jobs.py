@@ -37,6 +37,7 @@ REQUEST_COLUMNS = (
     "time_limit",
     "max_price_per_hour",
     "preemptible",
+    "spot",
     "image",
     "data_locality",
     "team_id",
@@ -106,6 +107,7 @@ def engine_job(j: dict[str, Any]) -> m.Job:
         shape=shape_of(tpu_type, j.get("tpu_topology") or "") if tpu_type else "",
         team=j.get("team__slug") or "",
         spread_group=j.get("spread_group") or "",
+        spot=bool(j.get("spot")),
     )
 
 

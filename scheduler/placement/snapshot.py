@@ -25,6 +25,7 @@ from django.utils import timezone
 from clusters import capabilities
 from clusters.backends.base import LENT_TO
 from clusters.backends.tpu.accelerators import shape_of
+from clusters.capacity import CapacityType, capacity_type
 from clusters.models import Cluster, MaintenanceWindow, Node
 from governance.fairshare import decay
 from governance.models import Cohort, FairShare, MemberLimit, PriorityTier, Queue, QueueUsage, Quota
@@ -266,6 +267,7 @@ def fleet(
                 price_per_accel_hour=price,
                 shape=slice_shape(n["labels"] or {}),
                 team=str((n["labels"] or {}).get(LENT_TO) or ""),
+                spot=capacity_type(n["labels"] or {}, cluster["kind"], cluster["options"] or {}) == CapacityType.SPOT,
             )
         )
     every_flavor = tuple(sorted(flavors_seen, key=lambda f: (f == CPU_FLAVOR, flavors_seen[f], f)))

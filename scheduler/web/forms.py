@@ -98,6 +98,13 @@ class JobForm(ChoicesForm):
         initial=True,
         help_text="Higher-priority work may stop it (it resumes from its checkpoint); never in a non-preemptible tier.",
     )
+    spot = forms.BooleanField(
+        required=False,
+        initial=False,
+        label="Spot capacity",
+        help_text="It may run on spot capacity: cheaper, but the cloud may take it back (it resumes from its "
+        "checkpoint, no retry spent). Preemptible work only.",
+    )
 
     accelerator_types = forms.MultipleChoiceField(
         required=False, widget=CheckboxList(), label="Accelerator types", help_text="Any of these; none ticked: any."
@@ -350,6 +357,7 @@ class JobForm(ChoicesForm):
         "name": "",
         "tier": None,
         "preemptible": True,
+        "spot": False,
         "accelerator_types": [],
         "accelerators": 1,
         "accelerator_milli": 1000,
@@ -422,6 +430,7 @@ class JobForm(ChoicesForm):
             topology_level=data["topology_level"],
             topology_mode=data["topology_mode"],
             preemptible=data["preemptible"],
+            spot=data["spot"],
             checkpoint_location=data["checkpoint_location"],
             data_locality=data["data_locality"],
             clusters=[self.cluster_rows[pk] for pk in data["clusters"]],

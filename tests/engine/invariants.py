@@ -56,7 +56,8 @@ def check(snapshot: Snapshot, decisions: Decisions, *, reclaim_now: bool = False
     """Raise ``AssertionError`` at the first decision of the cycle that breaks one of the guarantees.
 
     Checked: every pending job decided exactly once, in one cluster; shapes (workers, accelerators per
-    worker, CPU, memory), node health, nodes lent to a team holding only its jobs, flavor, cluster, region,
+    worker, CPU, memory), node health, nodes lent to a team holding only its jobs, spot nodes only jobs that
+    accept spot, flavor, cluster, region,
     price and cost; capacity of every accelerator and node; quota of the queue and each cohort up to the
     root; required topology; victims' policy, tiers and queues; reservations held against later admissions;
     and that each preemptor fits once its victims are gone.
@@ -326,6 +327,8 @@ class Replay:
                 _fail(f"{what}: node {a.node!r} is not schedulable (cordoned or draining)")
             if node.team and node.team != job.team:
                 _fail(f"{what}: node {a.node!r} is lent to team {node.team!r}, the job is team {job.team!r}'s")
+            if node.spot and not job.spot:
+                _fail(f"{what}: node {a.node!r} is spot capacity, and the job does not accept spot")
             need = needs[a.node]
             need.cpu += a.cpu
             need.memory += a.memory

@@ -210,6 +210,7 @@ class _Fleet:
                     price_per_accel_hour=_pick(draw, PRICES),
                     # Now and then a node lent to one team only (``Node.team``).
                     team=_pick(draw, TEAMS) if _rare(draw, 8) else "",
+                    spot=_rare(draw, 5),
                 )
             )
         self.accel = [list(n.accel_free) for n in self.specs]
@@ -367,6 +368,7 @@ def _job(
         preemptible=not _rare(draw, 6),
         owner=_pick(draw, OWNERS),
         team=_pick(draw, (*TEAMS, "")),
+        spot=_coin(draw),
         budgets=tuple(draw(_subsets(BUDGETS))) if _coin(draw) else (),
         # A Ray job's head, one more member of the gang with its own shape (docs/scheduling.md §Ray heads).
         head=_pick(draw, ((0, 1000, 4096), (1, 2000, 8192), (4, 16_000, 65_536))) if _rare(draw, 5) else (0, 0, 0),

@@ -54,3 +54,14 @@ def test_a_cap_on_disruption_holds_back_preemptions_that_would_lose_more() -> No
     assert "cap on disruption" in waiting.message
     assert not schedule(two_busy_nodes(disruption_left={"low": 1000.0})).preemptions
     assert len(schedule(two_busy_nodes(disruption_left={"normal": 0.0})).preemptions) == 2
+
+
+def test_only_jobs_that_accept_spot_go_on_spot_nodes() -> None:
+    nodes = (node("spot", spot=True), node("on-demand", free=4))
+    pending = (job("careful", accelerators=8), job("thrifty", accelerators=8, spot=True, at=10))
+    decisions = schedule(snapshot(nodes, (queue("a"),), pending, backfill=False))
+    placed = {a.job: a.assignments[0].node for a in decisions.admissions}
+    assert placed == {"thrifty": "spot"}  # the careful one waits for on-demand room
+    assert reasons(decisions)["careful"] is PendingReason.CAPACITY
+    either = schedule(snapshot((node("on-demand"),), (queue("a"),), pending[1:], backfill=False))
+    assert [a.assignments[0].node for a in either.admissions] == ["on-demand"]  # spot is allowed, not required
