@@ -5,7 +5,10 @@ a heartbeat older than ``HEARTBEAT_STALE``, a node probe gone quiet as long, and
 since the last round (GPU XID and ECC errors, temperatures, NVLink; ``probe.py``). Then, per node:
 
 - any failing signal: the node is marked unhealthy and, unless it is already draining or drained, it is
-  **drained automatically** with the failing checks as the reason;
+  **drained automatically** with the failing checks as the reason; a **reclaim notice** (the cloud is taking a
+  spot node back: ``RECLAIM``, from a Kubernetes node's taints) drains it with the notice as every job's grace
+  (30 s, or the cluster's option ``reclaim_notice_seconds``), so each checkpoints, exits and is requeued
+  without spending a retry before the node goes;
 - every signal passing: its count of passing rounds goes up; a node the policy drained is **resumed**
   after ``RESUME_AFTER`` passing rounds in a row, so one good reading between bad ones resumes nothing
   (no flapping). A node an admin drained is never resumed automatically.
@@ -25,12 +28,15 @@ from django.utils import timezone
 
 from clusters import actions
 from clusters.actions import sync
-from clusters.backends.base import BackendError, HealthSignal
+from clusters.backends.base import RECLAIM, BackendError, HealthSignal
 from clusters.models import Cluster, Drain, HealthCheckResult, Node
 from clusters.secrets import CredentialsError
 
 HEARTBEAT_STALE = timedelta(minutes=5)
 RESUME_AFTER = 3
+#: The grace a reclaim notice leaves by default (GKE gives a spot VM 30 s; a cluster's ``reclaim_notice_seconds``
+#: says otherwise, e.g. 120 on AWS).
+RECLAIM_NOTICE = 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,15 +47,20 @@ class Verdict:
     passing_checks: int
     drain: str = ""  # the reason, when the node is to be drained
     resume: bool = False
+    #: The drain's grace: a reclaim notice's (the cloud takes the node back then), else None (each job's tier's).
+    grace: int | None = None
 
 
-def decide(failing: list[HealthSignal], state: str, passing_checks: int, auto_drained: bool) -> Verdict:
+def decide(
+    failing: list[HealthSignal], state: str, passing_checks: int, auto_drained: bool, notice: int = RECLAIM_NOTICE
+) -> Verdict:
     """The auto-drain policy for one node, as a pure function of this round's failing signals and the
-    node's state (see the module's docstring)."""
+    node's state (see the module's docstring); ``notice``: the seconds a reclaim notice leaves."""
     if failing:
         reason = "; ".join(f"{s.check}: {s.message}" if s.message else s.check for s in failing)
         draining = state in (Node.State.DRAINING, Node.State.DRAINED)
-        return Verdict(healthy=False, passing_checks=0, drain="" if draining else f"auto-drain: {reason}")
+        grace = notice if any(s.check == RECLAIM for s in failing) else None
+        return Verdict(healthy=False, passing_checks=0, drain="" if draining else f"auto-drain: {reason}", grace=grace)
     passing = passing_checks + 1
     resume = auto_drained and passing >= RESUME_AFTER and state in (Node.State.DRAINING, Node.State.DRAINED)
     return Verdict(healthy=True, passing_checks=passing, resume=resume)
@@ -73,6 +84,7 @@ def check_cluster(cluster_id: int, now: datetime | None = None) -> RoundResult:
     except (BackendError, CredentialsError) as error:
         return RoundResult(cluster_id, error=str(error) or type(error).__name__)
     nodes = {n.name: n for n in Node.objects.filter(cluster=cluster, present=True)}
+    notice = min(actions.MAX_GRACE, _whole((cluster.options or {}).get("reclaim_notice_seconds"), RECLAIM_NOTICE))
     for node in nodes.values():
         if node.heartbeat_at and now - node.heartbeat_at > HEARTBEAT_STALE:
             age = int((now - node.heartbeat_at).total_seconds() // 60)
@@ -100,7 +112,9 @@ def check_cluster(cluster_id: int, now: datetime | None = None) -> RoundResult:
     drained = resumed = failing = 0
     records = []
     for name, node in nodes.items():
-        verdict = decide(from_cluster[name] + from_probes[name], node.state, node.passing_checks, name in auto_drained)
+        verdict = decide(
+            from_cluster[name] + from_probes[name], node.state, node.passing_checks, name in auto_drained, notice
+        )
         failing += not verdict.healthy
         # History on changes only: the round a node starts failing (probe results are stored when posted)
         # and the round it recovers.
@@ -111,13 +125,20 @@ def check_cluster(cluster_id: int, now: datetime | None = None) -> RoundResult:
         if (verdict.healthy, verdict.passing_checks) != (node.healthy, node.passing_checks):
             Node.objects.filter(pk=node.pk).update(healthy=verdict.healthy, passing_checks=verdict.passing_checks)
         if verdict.drain:
-            actions.drain_node(None, node, verdict.drain)
+            actions.drain_node(None, node, verdict.drain, grace_seconds=verdict.grace)
             drained += 1
         elif verdict.resume:
             actions.resume_node(None, node, f"auto-resume: {verdict.passing_checks} passing health checks in a row")
             resumed += 1
     HealthCheckResult.objects.bulk_create(records, batch_size=sync.BATCH)
     return RoundResult(cluster_id, len(nodes), failing, drained, resumed)
+
+
+def _whole(value: object, default: int) -> int:
+    try:
+        return max(0, int(str(value))) if value is not None else default
+    except ValueError:
+        return default
 
 
 def _record(node: Node, signal: HealthSignal, now: datetime) -> HealthCheckResult:

@@ -269,12 +269,17 @@ class JobStatus:
     dashboard_url: str = ""
 
 
+#: The check of a reclaim notice: the cloud is about to take the node back (spot, preemptible, or a
+#: provisioner's disruption). The node is drained at once within the notice (``clusters.actions.health``).
+RECLAIM = "reclaim"
+
+
 @dataclass(frozen=True, slots=True)
 class HealthSignal:
     """One observation about one node: ``ok`` False means the check failed (the message says how)."""
 
     node: str
-    check: str  # "ready", "heartbeat", "gpu_xid", "gpu_ecc", "gpu_temperature", "nvlink", ...
+    check: str  # "ready", "heartbeat", "gpu_xid", "gpu_ecc", "gpu_temperature", "nvlink", RECLAIM, ...
     ok: bool
     message: str = ""
     observed_at: datetime | None = None

@@ -12,7 +12,8 @@ from django.utils import timezone
 
 from clusters import actions
 from clusters.actions import health
-from clusters.backends.base import HealthSignal
+from clusters.backends import simulated
+from clusters.backends.base import RECLAIM, HealthSignal
 from clusters.models import Cluster, Drain, HealthCheckResult, Node
 from tenancy.models import Organization
 from tests.clusters.factories import simulated_cluster
@@ -36,6 +37,14 @@ def test_resume_needs_several_passing_rounds_in_a_row() -> None:
         assert verdict.resume is (round_ == health.RESUME_AFTER)
     # One bad round in between starts the count again.
     assert health.decide(BAD, state, health.RESUME_AFTER - 1, auto_drained=True).passing_checks == 0
+
+
+def test_a_reclaim_notice_drains_within_the_notice() -> None:
+    notice = [HealthSignal("n", RECLAIM, False, "reclaim notice: AWS sent a spot interruption notice")]
+    verdict = health.decide(notice, State.SCHEDULABLE, 3, auto_drained=False, notice=120)
+    assert verdict.grace == 120
+    assert verdict.drain == "auto-drain: reclaim: reclaim notice: AWS sent a spot interruption notice"
+    assert health.decide(BAD, State.SCHEDULABLE, 3, auto_drained=False).grace is None  # each job's tier's
 
 
 def test_what_an_admin_drained_is_never_resumed_automatically() -> None:
@@ -110,3 +119,19 @@ def test_an_admin_drain_is_not_resumed_by_good_health(
         with django_capture_on_commit_callbacks(execute=True):
             health.check_cluster(cluster.pk)
     assert node().state == State.DRAINING
+
+
+def test_a_reclaim_notice_from_the_cluster_drains_the_node_with_the_notice_as_grace(
+    cluster: Cluster, django_capture_on_commit_callbacks: Any
+) -> None:
+    cluster.options = {**cluster.options, "reclaim_notice_seconds": 90}
+    cluster.save()
+    state_file = cluster.options["state_file"]
+    simulated.inject(
+        cluster.endpoint, "unhealthy", state_file=state_file, node="h100-00003", check=RECLAIM, message="spot"
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        health.check_cluster(cluster.pk)
+    drain = Drain.objects.get()
+    assert (drain.node.name, drain.grace_seconds, drain.automatic) == ("h100-00003", 90, True)
+    assert drain.reason == "auto-drain: reclaim: spot"

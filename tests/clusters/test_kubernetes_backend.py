@@ -13,6 +13,7 @@ from decimal import Decimal
 import pytest
 
 from clusters.backends.base import (
+    RECLAIM,
     AuthenticationFailed,
     BackendError,
     BadResponse,
@@ -639,6 +640,21 @@ def test_health_signals(kube):
     assert signals[("a100-a", "disk_pressure")].ok
     failing = sorted(key for key, s in signals.items() if not s.ok)
     assert failing == [("a100-a", "heartbeat"), ("a100-a", "memory_pressure"), ("a100-a", "ready")]
+
+
+def test_a_reclaim_taint_is_a_failing_reclaim_signal(kube):
+    # GKE taints a spot VM it is about to shut down; the node is otherwise healthy.
+    kube.nodes["h100-a"]["spec"]["taints"] = [
+        {"key": "cloud.google.com/impending-node-termination", "effect": "NoSchedule"}
+    ]
+    signals = {(s.node, s.check): s for s in backend(kube).health()}
+    notice = signals[("h100-a", RECLAIM)]
+    assert not notice.ok
+    assert notice.message == (
+        "reclaim notice: GKE is shutting the VM down (taint cloud.google.com/impending-node-termination)"
+    )
+    assert signals[("h100-a", "ready")].ok
+    assert ("h100-b", RECLAIM) not in signals
 
 
 def test_heartbeat_is_the_node_lease_when_readable(kube):

@@ -15,7 +15,7 @@ from typing import Any
 
 from kubernetes.utils import quantity as _quantity
 
-from clusters.backends.base import AcceleratorInfo, BackendError, BadResponse, HealthSignal, NodeInfo
+from clusters.backends.base import RECLAIM, AcceleratorInfo, BackendError, BadResponse, HealthSignal, NodeInfo
 
 #: Extended resources that count as accelerators, in order of preference.
 ACCELERATOR_RESOURCES = ("nvidia.com/gpu", "google.com/tpu", "amd.com/gpu")
@@ -44,6 +44,14 @@ TOPOLOGY_LABELS: dict[str, tuple[str, ...]] = {
 }
 
 #: Node conditions that are healthy when False, and the check each one reports as.
+#: Taints that announce the node is being taken back, and by whom: GKE's graceful shutdown of a spot or
+#: preemptible VM, the AWS node termination handler's spot interruption notice, Karpenter's disruption.
+RECLAIM_TAINTS = {
+    "cloud.google.com/impending-node-termination": "GKE is shutting the VM down",
+    "aws-node-termination-handler/spot-itn": "AWS sent a spot interruption notice",
+    "karpenter.sh/disrupted": "Karpenter is taking the node away",
+    "karpenter.sh/disruption": "Karpenter is taking the node away",
+}
 PRESSURE_CONDITIONS = {
     "MemoryPressure": "memory_pressure",
     "DiskPressure": "disk_pressure",
@@ -329,4 +337,8 @@ def health_signals(
             else f"{condition_type} is {condition.status}" + (f" ({condition.message})" if condition.message else "")
         )
         signals.append(HealthSignal(name, check, ok, message, condition.last_heartbeat_time or now))
+    taints = {t.key for t in (getattr(node.spec, "taints", None) or []) if t is not None}
+    for key in sorted(taints & set(RECLAIM_TAINTS)):
+        message = f"reclaim notice: {RECLAIM_TAINTS[key]} (taint {key})"
+        signals.append(HealthSignal(name, RECLAIM, False, message, now))
     return signals
