@@ -94,6 +94,11 @@ def _message(reason: PendingReason, job: Job, facts: Mapping[str, object]) -> st
                 "in the clusters and regions the job allows."
             )
         case PendingReason.NEVER_FITS:
+            if facts.get("spot_would"):
+                return (
+                    f"Only spot nodes of {flavors} could hold {shape}, and the job does not accept spot capacity; "
+                    "accept spot (preemptible work only), or shrink the request."
+                )
             return f"No node of {flavors} could hold {shape}, even with the whole fleet idle; shrink the request."
         case PendingReason.MEMORY_NEVER_FITS | PendingReason.CPU_NEVER_FITS:
             unit = "GiB of memory" if reason is PendingReason.MEMORY_NEVER_FITS else "CPU cores"

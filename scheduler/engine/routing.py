@@ -476,6 +476,8 @@ class Router:
         least = (job.cpu, job.memory, 1, Failures.price(job)) if room else anything
         if not self._ever_fits(bare, flavor):
             reason = PendingReason.TOPOLOGY if job.topology is not None else PendingReason.NEVER_FITS
+            if self.table.has_spot and not job.spot and self._ever_fits(replace(bare, spot=True), flavor):
+                facts["spot_would"] = True  # only spot nodes could hold it: say that accepting spot would do
             return Verdict(reason, flavor, facts), anything
         cpu, memory = self._largest_node(job, flavor)
         if max(job.cpu, job.head[1]) > cpu or max(job.memory, job.head[2]) > memory:
@@ -511,7 +513,7 @@ class Router:
             bare.topology,
             bare.needs,
             bare.excluded,
-            bare.shape,
+            self.reach(bare),  # its slice shape, lent nodes and spot: what decides the nodes it may use
         )
         if key not in self._ever:
             empty = self.table.empty

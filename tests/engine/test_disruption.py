@@ -65,3 +65,13 @@ def test_only_jobs_that_accept_spot_go_on_spot_nodes() -> None:
     assert reasons(decisions)["careful"] is PendingReason.CAPACITY
     either = schedule(snapshot((node("on-demand"),), (queue("a"),), pending[1:], backfill=False))
     assert [a.assignments[0].node for a in either.admissions] == ["on-demand"]  # spot is allowed, not required
+
+
+def test_a_job_only_spot_nodes_could_hold_is_told_to_accept_spot() -> None:
+    nodes = (node("spot", spot=True), node("small", count=4, free=4))
+    pending = (job("careful", accelerators=8), job("thrifty", accelerators=8, spot=True, at=10))
+    decisions = schedule(snapshot(nodes, (queue("a"),), pending, backfill=False))
+    (careful,) = [p for p in decisions.pending if p.job == "careful"]
+    assert careful.reason is PendingReason.NEVER_FITS
+    assert careful.message.startswith("Only spot nodes of h100 could hold")
+    assert [a.job for a in decisions.admissions] == ["thrifty"]  # the same shape, judged apart

@@ -25,7 +25,7 @@ from scheduler.engine.model import (
     WithinQueue,
     Workload,
 )
-from tests.engine.quota_tree import Key, describe, queue_node, usage_by_key
+from tests.engine.quota_tree import Key, TreeNode, describe, queue_node, usage_by_key
 
 if TYPE_CHECKING:
     from tests.engine.invariants import Replay
@@ -154,13 +154,50 @@ def _check_fair_share(r: Replay, what: str, job: Job, queue: Queue, victim: Work
             for flavor in flavors:
                 for res, amount in zip(RESOURCES, waiting_request, strict=True):
                     theirs[(flavor, res)] += amount
-    my_share = _share(r, job.queue, mine) / (queue.weight or 1e-9)
-    their_share = _share(r, victim.queue, theirs) / (r.queues[victim.queue].weight or 1e-9)
-    if my_share > their_share * (1 + 1e-9):
+    my_share = _share(r, job.queue, mine) / (queue.weight or 1e-9) + _memory(r, job.queue)
+    their_share = _share(r, victim.queue, theirs) / (r.queues[victim.queue].weight or 1e-9) + _memory(r, victim.queue)
+    if my_share > their_share + 1e-9 * max(1.0, abs(their_share)):
         _fail(
             f"{what}: fair sharing: queue {job.queue!r} with the job has share {my_share:.1f}, more than queue "
             f"{victim.queue!r} without {victim.id!r} ({their_share:.1f})"
         )
+
+
+def _memory(r: Replay, queue: str) -> float:
+    """What the queue's recent use adds to its share (docs/scheduling.md §Memory: recent use counts), worked out
+    here from the snapshot alone: along the queue's path, each node's 1000 x (its part of its siblings' recent
+    use - its fair part: weight x nominal accelerators of the offered flavors, or weight alone where no sibling
+    has any), times the weight of recent use."""
+    snapshot = r.snapshot
+    used = {name: max(0.0, amount) for name, amount in snapshot.usage.items() if name in r.queues}
+    if snapshot.config.usage_weight <= 0 or not any(used.values()):
+        return 0.0
+    offered = {n.flavor for n in snapshot.nodes}
+    accel = [key for key in r.quota.covered if key[1] == "accelerator" and key[0] in offered]
+
+    def recent(node: TreeNode) -> float:
+        if node[0] == "queue":
+            return used.get(node[1], 0.0)
+        return sum(recent(child) for child in r.quota.children[node])
+
+    def claim(node: TreeNode, by_quota: bool) -> float:
+        weight = r.queues[node[1]].weight if node[0] == "queue" else 1.0
+        return max(0.0, weight) * (sum(r.quota.subtree_quota(node, key) for key in accel) if by_quota else 1)
+
+    term = 0.0
+    for node in r.quota.path(queue):
+        parent = r.quota.parent.get(node)
+        siblings = (
+            r.quota.children[parent] if parent is not None else [n for n, p in r.quota.parent.items() if p is None]
+        )
+        total = sum(recent(n) for n in siblings)
+        if total <= 0:
+            continue
+        by_quota = any(sum(r.quota.subtree_quota(n, key) for key in accel) > 0 for n in siblings)
+        claims = sum(claim(n, by_quota) for n in siblings)
+        fair = claim(node, by_quota) / claims if claims > 0 else 0.0
+        term += 1000.0 * (recent(node) / total - fair)
+    return snapshot.config.usage_weight * term
 
 
 def _share(r: Replay, queue: str, delta: dict[Key, int]) -> float:
