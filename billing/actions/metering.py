@@ -168,10 +168,13 @@ def meter_attempts(organization: Organization, attempt_ids: Iterable[int], now: 
         ]
         with transaction.atomic():
             memory = remember(organization, now)
-            replaced = UsageRecord.objects.filter(attempt_id__in=chunk).values_list(
-                "job__queue_id", "milli", "start", "end"
+            # The records there were: what they were worth goes, and those the new ones do not cover go too.
+            before = list(
+                UsageRecord.objects.filter(attempt_id__in=chunk).values_list(
+                    "pk", "attempt_id", "node_id", "day", "job__queue_id", "milli", "start", "end"
+                )
             )
-            change = _valued(replaced, now, memory.half_life, sign=-1)
+            change = _valued((row[4:] for row in before), now, memory.half_life, sign=-1)
             UsageRecord.objects.bulk_create(
                 records,
                 batch_size=1000,
@@ -180,13 +183,7 @@ def meter_attempts(organization: Organization, attempt_ids: Iterable[int], now: 
                 update_fields=["start", "end", "seconds", "milli", "closed"],
             )
             keep = {(r.attempt_id, r.node_id, r.day) for r in records}
-            stale = [
-                pk
-                for pk, attempt_id, node_id, day in UsageRecord.objects.filter(attempt_id__in=chunk).values_list(
-                    "pk", "attempt_id", "node_id", "day"
-                )
-                if (attempt_id, node_id, day) not in keep
-            ]
+            stale = [row[0] for row in before if row[1:4] not in keep]
             UsageRecord.objects.filter(pk__in=stale).delete()
             queue_of = {a.pk: a.job.queue_id for a in attempts}
             written_now = [(queue_of[r.attempt_id], r.milli, r.start, r.end) for r in records]

@@ -38,7 +38,7 @@ from common.web.forms import apply_errors
 from governance import placed, usage
 from governance.actions import fairshare, quotas
 from governance.fairshare import words
-from governance.models import Cohort, Queue, Quota, QuotaChange
+from governance.models import Cohort, FairShare, Queue, Quota, QuotaChange
 from governance.web import budgets as budget_views
 from governance.web import pages
 from governance.web.forms import TEAM_QUEUE, CohortForm, CohortQuotaForm, FairShareForm, TeamQuotaForm
@@ -477,6 +477,7 @@ def _render_org(request: AuthenticatedHttpRequest, status: int = 200, **forms: A
             if row.team_id in teams:
                 by_team[row.team_id].append(_row_context(row, editable, teams[row.team_id]))
         posted_for = forms.get("organization")
+        setting = fairshare.setting(org)
         sections.append(
             {
                 "organization": org,
@@ -491,10 +492,10 @@ def _render_org(request: AuthenticatedHttpRequest, status: int = 200, **forms: A
                 "chart_id": f"organization-{org.pk}-chart",
                 "figure_id": f"organization-{org.pk}-chart-figure",
                 "budgets": budgets_of[org.pk],
-                "fair_share": fairshare.setting(org),
-                "half_life": words(fairshare.setting(org).half_life),
+                "fair_share": setting,
+                "half_life": words(setting.half_life),
                 "fair_share_form": (forms.get("fair_share_form") if posted_for == org.pk else None)
-                or _fair_share_form(org),
+                or _fair_share_form(setting),
                 "standings": sorted(found.standings.values(), key=lambda s: s.rank),
             }
         )
@@ -606,8 +607,7 @@ def cohort_new(request: AuthenticatedHttpRequest) -> HttpResponse:
     return _render_org(request, HTTPStatus.BAD_REQUEST, cohort_form=form, organization=org.pk)
 
 
-def _fair_share_form(org: Organization) -> FairShareForm:
-    current = fairshare.setting(org)
+def _fair_share_form(current: FairShare) -> FairShareForm:
     days = (Decimal(current.half_life) / 86400).quantize(Decimal("0.0001")).normalize()
     return FairShareForm(initial={"half_life_days": days, "usage_weight": current.usage_weight})
 
