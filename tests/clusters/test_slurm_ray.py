@@ -117,7 +117,9 @@ def test_the_script_starts_the_head_then_the_workers_then_submits_the_entrypoint
     assert "--num-cpus=2 --num-gpus=1" in text  # the head's node: 1 core of head and one 2-core worker
     assert '"GREETING": "hello"' in text
     # its Ray's own directory: Slurm job ids repeat across the Slurm clusters of one machine, attempts do not
-    assert f'QM_RAY_DIR="${{TMPDIR:-/tmp}}/qm-ray-$SLURM_JOB_ID-{slurm_ray.ray_dir_name("7-4")}"' in text
+    # and each run of it (Slurm requeues it when a node is lost) a directory of its own in that
+    run = "run-${SLURM_RESTART_COUNT:-0}"
+    assert f'QM_RAY_DIR="${{TMPDIR:-/tmp}}/qm-ray-$SLURM_JOB_ID-{slurm_ray.ray_dir_name("7-4")}/{run}"' in text
     assert slurm_ray.ray_dir_name("7-4") != slurm_ray.ray_dir_name("7-5")
     alone = batch_script(ray_spec("7-5", nodes=("lab-node1",), head_node="lab-node1"), {})
     assert "srun" not in alone

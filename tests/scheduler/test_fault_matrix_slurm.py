@@ -18,6 +18,7 @@ own node, set DOWN on the lab: the head is on lab-node3) is requeued by Slurm it
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -112,11 +113,13 @@ class SlurmScenario(Scenario):
         path = Path(self.lab.options["workdir"]) / f"slurm-{attempt.backend_id if attempt else ''}.out"
         return path.read_text() if attempt and attempt.backend_id and path.exists() else ""
 
-    def until_tasks_ran(self, job: Job) -> str:
+    def until_tasks_ran(self, job: Job, earlier: str = "") -> str:
         """Follow a Ray job until its entrypoint says where its remote tasks ran (every Ray node joined,
-        the entrypoint runs and waits for the gate); returns the script's line of how long Ray took to be up."""
+        the entrypoint runs and waits for the gate); returns the script's line of how long Ray took to be up.
+        ``earlier``: the output of an earlier run of the same Slurm job (requeued), which only what follows
+        it, or a new file, may answer."""
         deadline = time.monotonic() + RAY_SECONDS
-        while "qm-ray-tasks-ran-on" not in (output := self.output(job)):
+        while "qm-ray-tasks-ran-on" not in (output := self.output(job).removeprefix(earlier)):
             self.follow()
             job.refresh_from_db()
             assert job.state not in FINAL, (events(job), output[-2000:])
@@ -201,6 +204,17 @@ class SlurmScenario(Scenario):
                 break
             time.sleep(0.2)
         self.gate.touch()
+
+    def close(self) -> None:
+        """At the end of a test: its nodes back, and whatever of its jobs is still on the lab cancelled (a
+        test that failed half-way leaves them running, and the next test waits for their nodes)."""
+        self.put_back()
+        backend = backend_for(Cluster.objects.get(pk=self.slurm.pk))
+        for backend_id in (
+            Attempt.objects.filter(cluster=self.slurm).exclude(backend_id="").values_list("backend_id", flat=True)
+        ):
+            with contextlib.suppress(Exception):  # ended and forgotten by Slurm: nothing to cancel
+                backend.cancel(backend_id)
 
 
 # ------------------------------------------------------------------------------------------------ faults
@@ -383,6 +397,7 @@ def ray_worker_node_lost(s: SlurmScenario) -> Row:
     s.until_tasks_ran(job)
     assert "qm-ray-tasks-ran-on 2 node(s), greeting matrix" in s.output(job), s.output(job)[-2000:]
     running = ray_processes(attempt)
+    first_run = s.output(job)
     # The worker's node is lost: Slurm sets it DOWN, kills the job everywhere and requeues it itself (JobRequeue,
     # Slurm's default), to start again after a delay (BeginTime). The lab's slurmd still answers, so the node
     # is back in service at once (ReturnToService=2).
@@ -401,7 +416,8 @@ def ray_worker_node_lost(s: SlurmScenario) -> Row:
     s.gate.unlink()  # the copy Slurm runs again waits for the gate again
     # Slurm would wait about two minutes (BeginTime) before it starts the job again; the lab does not.
     backend._scontrol("update", f"JobId={attempt.backend_id}", "StartTime=now", what=f"job {attempt.backend_id}")
-    s.until_tasks_ran(job)  # the Ray cluster started again, on the same nodes, under the same Slurm job
+    # the Ray cluster starts again, on the same nodes, under the same Slurm job
+    s.until_tasks_ran(job, earlier=first_run)
     s.finish(job, seconds=RAY_SECONDS)
     note = (
         f"head on lab-node3, worker on {MATRIX_NODE} set DOWN: Slurm kills it ({len(running)} Ray processes, none "
@@ -448,7 +464,7 @@ def test_fault_matrix_slurm(
     try:
         record(scenario(s), fault)
     finally:
-        s.put_back()
+        s.close()
 
 
 def test_a_job_asking_for_one_topology_domain_runs_in_one(
@@ -476,7 +492,7 @@ def test_a_job_asking_for_one_topology_domain_runs_in_one(
         s.finish(job)
         assert Job.objects.get(pk=job.pk).state == Job.State.SUCCEEDED, events(job)
     finally:
-        s.put_back()
+        s.close()
 
 
 @pytest.mark.parametrize("fault", NOT_HERE)

@@ -191,8 +191,10 @@ def script(spec: JobSpec, options: Mapping[str, Any]) -> str:
         PORTS,
         "export -f qm_free_port ray_ports",
         # The job's own directory: named by the attempt too, since Slurm's job ids repeat across the Slurm
-        # clusters whose nodes share a machine (the labs), and it is removed when the job's Ray stops.
-        f'QM_RAY_DIR="${{TMPDIR:-/tmp}}/qm-ray-$SLURM_JOB_ID-{ray_dir_name(spec.id)}"',
+        # clusters whose nodes share a machine (the labs), and it is removed when the job's Ray stops. Each run
+        # of the job (Slurm requeues it when a node is lost) has a directory of its own in it: a run killed
+        # while it stopped may leave its Ray's files behind, or remove them late, and must not touch the next.
+        f'QM_RAY_DIR="${{TMPDIR:-/tmp}}/qm-ray-$SLURM_JOB_ID-{ray_dir_name(spec.id)}/run-${{SLURM_RESTART_COUNT:-0}}"',
         'mkdir -p "$QM_RAY_DIR/head"',
         "export QM_RAY_DIR RAY_USAGE_STATS_ENABLED=0",
         f"cat > \"$QM_RAY_DIR/entrypoint.sh\" <<'{END_OF_ENTRYPOINT}'",
@@ -203,10 +205,11 @@ def script(spec: JobSpec, options: Mapping[str, Any]) -> str:
         END_OF_ENTRYPOINT,
         # Stopping Ray is stopping this job's own Ray processes: ``ray stop`` would stop every Ray on the node.
         "qm_ray_stop() { kill ${QM_RAY_HEAD:-} ${QM_RAY_WORKERS:-} 2>/dev/null; wait 2>/dev/null; "
-        'rm -rf "$QM_RAY_DIR"; }',
+        'rm -rf "$QM_RAY_DIR"; rmdir "${QM_RAY_DIR%/*}" 2>/dev/null; }',
         "trap 'qm_ray_stop; exit 143' TERM",
+        # bounded from outside too: a Ray client may retry a head that died under it for minutes
         f"qm_ray_wait() {{ QM_RAY_NODES=$1 QM_RAY_TIMEOUT={timeout} QM_RAY_HEAD_PID=${{QM_RAY_HEAD:-}} "
-        f"python - <<'{END_OF_ENTRYPOINT}'",
+        f"timeout {timeout + 30} python - <<'{END_OF_ENTRYPOINT}'",
         WAIT_FOR_NODES,
         END_OF_ENTRYPOINT,
         "}",
@@ -257,8 +260,10 @@ def script(spec: JobSpec, options: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-#: Wait until the Ray cluster has ``QM_RAY_NODES`` nodes alive, at most ``QM_RAY_TIMEOUT`` seconds.
-WAIT_FOR_NODES = """import os, sys, time
+#: Wait until the Ray cluster has ``QM_RAY_NODES`` nodes alive, at most ``QM_RAY_TIMEOUT`` seconds. It joins the
+#: cluster only once the head's port answers: ``ray.init`` on a head still starting (or one that died) retries
+#: for minutes before it gives up, and meanwhile nobody would notice the head's ``ray start`` had ended.
+WAIT_FOR_NODES = """import os, socket, sys, time
 import ray
 want, deadline = int(os.environ["QM_RAY_NODES"]), time.time() + int(os.environ["QM_RAY_TIMEOUT"])
 head = os.environ.get("QM_RAY_HEAD_PID", "")
@@ -273,8 +278,10 @@ while time.time() < deadline:
     if head and head_ended():
         print("qm: the Ray head ended", file=sys.stderr)
         sys.exit(3)  # HEAD_ENDED
+    host, _, port = os.environ["QM_RAY_ADDRESS"].rpartition(":")
     try:
         if not ray.is_initialized():
+            socket.create_connection((host, int(port)), timeout=2).close()
             ray.init(address=os.environ["QM_RAY_ADDRESS"], logging_level="ERROR", log_to_driver=False)
         alive = sum(1 for node in ray.nodes() if node["Alive"])
     except Exception:  # the head is not up yet
