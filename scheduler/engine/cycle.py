@@ -132,7 +132,7 @@ class Cycle:
                     self.member_used[w.owner] += used[0]
                     self.member_ends[w.owner].append((w.expected_end, int(used[0])))
         self.ledger = Ledger(snapshot.budgets, self.now)
-        self.maintenance = Maintenance(self.table, snapshot.maintenance, self.now)
+        self.maintenance = Maintenance(self.table, (*snapshot.maintenance, *snapshot.bookings), self.now)
         self.timeline = Timeline(
             self.table,
             self.now,

@@ -173,8 +173,13 @@ def _message(reason: PendingReason, job: Job, facts: Mapping[str, object]) -> st
                 if facts.get("reserved") is not None
                 else ""
             )
+            into = (
+                f"capacity team {facts['booked_by']} reserved ahead ({facts.get('booking')})"
+                if facts.get("booked_by")
+                else "maintenance"
+            )
             return (
-                f"It would run into maintenance on {facts.get('cluster')} at {when(float(str(facts.get('start'))))} "
+                f"It would run into {into} on {facts.get('cluster')} at {when(float(str(facts.get('start'))))} "
                 f"within its time limit, and it is not preemptible; a shorter time limit could let it start now.{then}"
             )
         case PendingReason.DEPENDENCY:

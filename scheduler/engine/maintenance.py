@@ -1,9 +1,10 @@
-"""Maintenance windows as the cycle sees them (docs/scheduling.md §Maintenance).
+"""Maintenance windows and bookings as the cycle sees them (docs/scheduling.md §Maintenance, §Bookings).
 
-A window takes some nodes of a cluster (or all of them) out of service from its start to its end. The
-cycle asks two questions of it: which of a group's nodes are closed to a job that would run from ``t`` to
-``end`` (``closed``), and which window is the first to keep a job off a set of clusters (``first``, for the
-pending message). A fleet without windows costs one falsy test per placement (``by_cluster`` is empty).
+A window takes some nodes of a cluster (or all of them) out of service from its start to its end; a booking
+is a window for every team but the one that booked it. The cycle asks two questions of them: which of a
+group's nodes are closed to a job of a team that would run from ``t`` to ``end`` (``closed``), and which
+window is the first to keep a job off a set of clusters (``first``, for the pending message). A fleet
+without windows costs one falsy test per placement (``by_cluster`` is empty).
 """
 
 from __future__ import annotations
@@ -13,8 +14,16 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from .model import Maintenance as Window
+from .model import Booking
+from .model import Maintenance as Planned
 from .nodes import BoolArray, IntArray, NodeTable
+
+Window = Planned | Booking
+
+
+def _open_to(window: Window, team: str) -> bool:
+    """Whether ``window`` leaves its nodes to jobs of ``team`` (a booking, to the team that booked it)."""
+    return bool(team) and isinstance(window, Booking) and window.team == team
 
 
 class Maintenance:
@@ -23,6 +32,8 @@ class Maintenance:
         self.by_cluster: dict[int, list[tuple[Window, IntArray | None]]] = defaultdict(list)
         #: Per flavor: when windows on its nodes end (reservations are searched from these times too).
         self.ends: dict[int, list[float]] = defaultdict(list)
+        #: The teams with bookings: a job's team matters to where it may go (``Router.reach``).
+        self.booked_for = frozenset(w.team for w in windows if isinstance(w, Booking) and w.end > now)
         for window in windows:
             c = table.cluster_index.get(window.cluster)
             if c is None or window.end <= now or window.end <= window.start:
@@ -41,24 +52,24 @@ class Maintenance:
         self.by_cluster = dict(self.by_cluster)
         self.ends = dict(self.ends)
 
-    def closed(self, cluster: int, rows: IntArray, t: float, end: float) -> BoolArray | None:
-        """Which of ``rows`` (nodes of ``cluster``) are under maintenance at some time in ``[t, end)``;
-        None when none are."""
+    def closed(self, cluster: int, rows: IntArray, t: float, end: float, team: str = "") -> BoolArray | None:
+        """Which of ``rows`` (nodes of ``cluster``) are closed at some time in ``[t, end)`` to a job of
+        ``team``; None when none are."""
         closed: BoolArray | None = None
         for window, window_rows in self.by_cluster.get(cluster, ()):
-            if window.start < end and t < window.end:
+            if window.start < end and t < window.end and not _open_to(window, team):
                 if window_rows is None:
                     return np.ones(len(rows), np.bool_)
                 hit = np.isin(rows, window_rows)
                 closed = hit if closed is None else closed | hit
         return closed if closed is not None and closed.any() else None
 
-    def first(self, clusters: Iterable[int], t: float, end: float) -> Window | None:
-        """The earliest-starting window on ``clusters`` that overlaps ``[t, end)``, or None."""
+    def first(self, clusters: Iterable[int], t: float, end: float, team: str = "") -> Window | None:
+        """The earliest-starting window on ``clusters`` closed to ``team`` that overlaps ``[t, end)``, or None."""
         found = [
             window
             for c in clusters
             for window, _ in self.by_cluster.get(c, ())
-            if window.start < end and t < window.end
+            if window.start < end and t < window.end and not _open_to(window, team)
         ]
         return min(found, key=lambda w: (w.start, w.cluster)) if found else None

@@ -288,6 +288,7 @@ class Workload:
     evicting: bool = False
     owner: str = ""  # as ``Job.owner``
     spread_group: str = ""  # as ``Job.spread_group``
+    team: str = ""  # as ``Job.team``
 
     @property
     def expected_end(self) -> float:
@@ -390,6 +391,23 @@ class Maintenance:
 
 
 @dataclass(frozen=True, slots=True)
+class Booking:
+    """Capacity a team reserved ahead for a window (a deadline): ``nodes`` of ``cluster`` (engine node names),
+    from ``start`` to ``end`` (docs/scheduling.md §Bookings). To every other team's work the nodes are like a
+    maintenance window: no run that would overlap it starts there unless it is preemptible, and no reservation
+    is planned across it. The team's own work uses them as any nodes; from ``start`` (less the grace of what
+    runs there) its pending jobs may preempt other teams' preemptible work on them, whatever its queue and
+    tier: the nodes are lent to other teams' preemptible work only while the team does not need them."""
+
+    name: str  # how people name it, for messages ("reservation 12")
+    team: str  # ``Job.team``
+    cluster: str
+    nodes: tuple[str, ...]
+    start: float
+    end: float
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     now: float
     clusters: tuple[Cluster, ...]
@@ -413,6 +431,8 @@ class Snapshot:
     #: pending jobs may still lose (its cap per hour less what the last hour's preemptions of its jobs lost).
     #: Tiers left out have no cap (docs/scheduling.md §Disruption).
     disruption_left: Mapping[str, float] = field(default_factory=dict)
+    #: Capacity teams reserved ahead that has not ended and starts within the backfill window.
+    bookings: tuple[Booking, ...] = ()
 
 
 # ----------------------------------------------------------------------------------------------- decisions
@@ -459,6 +479,8 @@ class PreemptionReason(StrEnum):
     #: Its queue or a cohort above it uses more than its quota now allows (a quota was lowered below
     #: usage); no pending job asked for it, so the preemptor is "" (``over_quota.py``).
     OVER_QUOTA = "over_quota"
+    #: It ran on nodes another team reserved (``Booking``), lent to it while unused; that team needs them now.
+    BOOKED = "booked"
 
 
 @dataclass(frozen=True, slots=True)

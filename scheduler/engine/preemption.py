@@ -8,7 +8,9 @@ Candidates, per the preemptor's queue policy:
   *fair sharing*, where a victim is taken only if the preemptor's queue, with the job, would still have
   no larger a share than the victim's queue without the victim (Kueue's LessThanOrEqualToFinalShare),
   each share with its queue's memory of recent use (``fairshare.py``).
-Never: non-preemptible tiers or jobs, jobs already chosen this cycle, other cohort trees.
+- other teams' work on nodes the job's team booked (``Booking``), once the booking begins — reason *booked*,
+  whatever their queue, tier or share: the nodes were only lent to them.
+Never: non-preemptible tiers or jobs, jobs already chosen this cycle, other cohort trees (but for bookings).
 
 Order (cheapest first): work already stopping; other queues before one's own; lower priority; *least
 work lost* — time since the last checkpoint, or since the start if none — which is where we go beyond
@@ -118,6 +120,10 @@ class Preemptor:
         #: the last job for which a cap held preempting back (its reason says so).
         self.disruption_left = dict(cycle.snapshot.disruption_left)
         self.capped = ""
+        #: Per (team, flavor): which preemptible work runs on nodes booked for the team (``_booked``), and the
+        #: ids of all such work found: taken for the booking, whatever its queue's quota or share.
+        self._booked_work: dict[tuple[str, str], BoolArray | None] = {}
+        self.booked: set[str] = set()
 
     def held_back(self, job: Job, facts: Mapping[str, object]) -> Mapping[str, object]:
         """``facts`` of why ``job`` waits, saying so when a cap on disruption held its preemptions back."""
@@ -192,8 +198,12 @@ class Preemptor:
             if queue.within_queue is WithinQueue.LOWER_OR_NEWER_EQUAL_PRIORITY:
                 lower |= (work.priority == tier.priority) & (work.submitted > job.submitted_at)
             own &= lower
+        # Other teams' work on nodes booked for the job's team, once the booking begins: whatever its queue.
+        booked = self._booked(job.team, flavor)
+        on_booked = mine & booked if booked is not None else np.zeros(len(work.index), np.bool_)
+        own &= ~on_booked
         # Whether another queue is still over nominal is checked when its work is chosen.
-        others = mine & (work.queue != qi) & (work.root == cycle.quota.root(qi))
+        others = mine & ~on_booked & (work.queue != qi) & (work.root == cycle.quota.root(qi))
         if queue.reclaim is Reclaim.NEVER:
             others[:] = False
         elif queue.reclaim is Reclaim.LOWER_PRIORITY:
@@ -205,10 +215,41 @@ class Preemptor:
             chosen_others = chosen_others[
                 np.lexsort((chosen_others, -shares, work.priority[chosen_others], work.staying[chosen_others]))
             ]
-        # Work already stopping costs nothing; then other queues' borrowed work before one's own.
-        chosen = np.concatenate([chosen_others[:enough], np.flatnonzero(own)[:enough]])
-        theirs = np.arange(len(chosen)) >= min(enough, len(chosen_others))
-        return chosen[np.lexsort((np.arange(len(chosen)), theirs, work.staying[chosen]))]
+        # Work already stopping costs nothing; then work on the team's booked nodes, other queues' borrowed
+        # work, and one's own last.
+        parts = [np.flatnonzero(on_booked)[:enough], chosen_others[:enough], np.flatnonzero(own)[:enough]]
+        chosen = np.concatenate(parts)
+        group = np.repeat(np.arange(3), [len(part) for part in parts])
+        return chosen[np.lexsort((np.arange(len(chosen)), group, work.staying[chosen]))]
+
+    def _booked(self, team: str, flavor: str) -> BoolArray | None:
+        """Which of the flavor's preemptible work (``_Work`` order) is another team's, on nodes booked for
+        ``team`` whose booking will have begun when that work has stopped (its grace); None when ``team``
+        has no booking. Once per team and flavor a cycle."""
+        key = (team, flavor)
+        if key in self._booked_work:
+            return self._booked_work[key]
+        cycle = self.cycle
+        bookings = [b for b in cycle.snapshot.bookings if team and b.team == team and b.end > cycle.now]
+        found: BoolArray | None = None
+        if bookings:
+            work = self._by_cost(flavor)
+            nodes = [(b, frozenset(b.nodes)) for b in bookings]
+            found = np.zeros(len(work.index), np.bool_)
+            for i, k in enumerate(work.index.tolist()):
+                w = work.work.workloads[k]
+                if w.team == team:
+                    continue
+                begun_by = cycle.now + int(work.grace[i])
+                found[i] = any(
+                    b.cluster == w.cluster
+                    and b.start <= begun_by
+                    and (not held or any(a.node in held for a in w.assignments))
+                    for b, held in nodes
+                )
+            self.booked.update(work.work.workloads[k].id for k in work.index[found].tolist())
+        self._booked_work[key] = found
+        return found
 
     def try_preempt(
         self,
@@ -308,9 +349,11 @@ class Preemptor:
             next_check = 1
             spared: set[int] = set()  # queues back within nominal stay so: stopping only lowers usage
             for r in order:
-                if r.queue in spared:
+                if r.workload.id in self.booked:
+                    pass  # on the nodes the job's team booked: theirs to take back, whatever the quota
+                elif r.queue in spared:
                     continue
-                if r.queue != qi:
+                elif r.queue != qi:
                     if not cycle.quota.over_nominal(r.queue, flavor):
                         spared.add(r.queue)
                         continue
@@ -430,7 +473,10 @@ class Preemptor:
         for r in fresh:
             w = r.workload
             self.victims.add(w.id)
-            if r.queue == qi:
+            if w.id in self.booked:
+                reason = PreemptionReason.BOOKED
+                why = f"it ran on capacity team {job.team} reserved ahead, lent while unused, and job {job.id} needs it"
+            elif r.queue == qi:
                 reason = PreemptionReason.PRIORITY
                 why = f"job {job.id} of the same queue has a higher priority tier ({tier.name})"
             elif queue.reclaim is Reclaim.FAIR_SHARING:

@@ -27,6 +27,7 @@ from .model import (
     REFUSED,
     WHOLE,
     Assignment,
+    Booking,
     Config,
     Job,
     PendingReason,
@@ -170,7 +171,10 @@ class Router:
         return shape.accelerators == 0 or shape.milli <= share_max
 
     def reach(self, job: Job) -> Reach:
-        return self.table.reach(job.shape, job.team, job.spot)
+        reach = self.table.reach(job.shape, job.team, job.spot)
+        if job.team in self.maintenance.booked_for and not reach[1]:  # bookings are open to their team's jobs
+            return reach[0], job.team, reach[2]
+        return reach
 
     def rows(self, flavor: str, cluster: int, reach: Reach = ANY_REACH) -> IntArray:
         """The candidate nodes of ``flavor`` in ``cluster`` for a job of that ``reach`` (``_reach``: its slice
@@ -251,7 +255,7 @@ class Router:
             topology = self._topology_on(job, shape, flavor, c)
             if not len(rows) or lacks_level(levels, topology):
                 continue
-            closed = windows.closed(c, rows, t, end) if windows is not None else None
+            closed = windows.closed(c, rows, t, end, job.team) if windows is not None else None
             if closed is not None and closed.all():
                 continue
             if state is table.free or state is table.empty:
@@ -460,11 +464,14 @@ class Router:
         facts: dict[str, object] = {"flavors": flavor}
         free = self.table.free
         if self.maintenance.by_cluster and not job.preemptible:
-            window = self.maintenance.first(self.allowed_clusters(job, flavor), self.now, self.now + job.time_limit)
+            clusters = self.allowed_clusters(job, flavor)
+            window = self.maintenance.first(clusters, self.now, self.now + job.time_limit, job.team)
             if window is not None and self.fits(
                 replace(job, preemptible=True), flavor, free, self.now, self.timeline.holds
             ):
                 facts.update(cluster=window.cluster, start=window.start)
+                if isinstance(window, Booking):
+                    facts.update(booked_by=window.team, booking=window.name)
                 return Verdict(PendingReason.MAINTENANCE, flavor, facts), Failures.floor(job)
         if self.timeline.held and self.fits(job, flavor, free, self.now):
             return Verdict(PendingReason.BACKFILL_BLOCKED, flavor, facts), Failures.floor(job)

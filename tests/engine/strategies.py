@@ -291,6 +291,7 @@ def _running(
                 last_checkpoint_at=None if _coin(draw) else admitted_at + _int(draw, 0, 600),
                 evicting=_rare(draw, 10),
                 owner=_pick(draw, OWNERS),
+                team=_pick(draw, (*TEAMS, "")),
             )
         )
     return tuple(workloads)
