@@ -422,9 +422,84 @@ class QueueUsage(models.Model):
         return f"{self.queue}: {self.accelerator_hours:.1f} accelerator-hours as of {self.as_of:%Y-%m-%d %H:%M}"
 
 
+class CapacityRequest(models.Model):
+    """A team lead's request for capacity, decided by an organization admin (ColdFront's allocation requests):
+
+    - a *reservation*: ``accelerators`` of ``flavor`` from ``starts_at`` to ``ends_at`` (a deadline). Approved, it
+      books whole nodes of one cluster (``cluster``, ``nodes``) for the team over the window (the engine's
+      ``Booking``: kept from other teams' work that could not be stopped in time, lent to their preemptible work
+      while unused) and raises the team's quota of the flavor by as much over the window;
+    - more *quota*: ``accelerators`` of ``flavor`` more for the team's queue from ``starts_at``, for good
+      (``ends_at`` empty: the quota itself is raised when it is approved) or until ``ends_at``, when it lapses
+      (the team's leads are told ahead).
+
+    Changed only through ``governance.actions.capacity``; every step is in the audit log."""
+
+    class Kind(models.TextChoices):
+        RESERVATION = "reservation", "reservation"
+        QUOTA = "quota", "more quota"
+
+    class State(models.TextChoices):
+        PENDING = "pending", "waiting for a decision"
+        APPROVED = "approved", "approved"
+        REFUSED = "refused", "refused"
+        WITHDRAWN = "withdrawn", "withdrawn"
+        ENDED = "ended", "ended"  # approved, and past its end (a temporary quota lapsed, a reservation over)
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="capacity_requests")
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    flavor = models.ForeignKey(AcceleratorType, on_delete=models.PROTECT, related_name="capacity_requests")
+    accelerators = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField(null=True, blank=True)
+    reason = models.TextField()
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    requested_by_name = models.CharField(max_length=150)
+    created_at = models.DateTimeField(db_index=True)
+    state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    decided_by_name = models.CharField(max_length=150, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision = models.TextField(blank=True, help_text="Why it was approved, refused or withdrawn.")
+    #: A reservation's booked nodes, chosen when it is approved.
+    cluster = models.ForeignKey(
+        "clusters.Cluster", on_delete=models.SET_NULL, null=True, blank=True, related_name="capacity_requests"
+    )
+    nodes = models.ManyToManyField("clusters.Node", blank=True, related_name="bookings")
+    #: When the team's leads were told that it ends soon (once).
+    notified_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TenantManager()
+
+    class Tenancy(TenancyRules):
+        policy = {Action.VIEW: ALL_ROLES}
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        indexes = [models.Index(fields=["state", "ends_at"])]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(ends_at__isnull=True) | Q(ends_at__gt=F("starts_at")), name="capacity_request_ends_after"
+            ),
+            models.CheckConstraint(
+                condition=~Q(kind="reservation") | Q(ends_at__isnull=False), name="capacity_reservation_has_an_end"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        until = f" until {self.ends_at:%Y-%m-%d %H:%M}" if self.ends_at else " for good"
+        what = "reservation of" if self.kind == self.Kind.RESERVATION else "more quota:"
+        return f"request {self.pk}: {self.team} {what} {self.accelerators} {self.flavor}{until}"
+
+
 __all__ = [
     "Budget",
     "BudgetAlert",
+    "CapacityRequest",
     "Cohort",
     "FairShare",
     "MemberLimit",

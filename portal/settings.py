@@ -288,6 +288,8 @@ CELERY_BEAT_SCHEDULE = {
     "watch-jobs": {"task": "scheduler.tasks.watch_jobs", "schedule": 60.0},
     # Budget alerts at 50/80/100% and on the month's forecast (``governance/actions/budgets.py``).
     "check-budgets": {"task": "scheduler.tasks.check_budgets", "schedule": 300.0},
+    # Capacity requests: approved windows that ended, and their leads told ahead (governance/actions/capacity.py).
+    "settle-capacity-requests": {"task": "scheduler.tasks.settle_capacity_requests", "schedule": 300.0},
     # Notifications of job events, by e-mail and webhook, as each user chose (``notifications/actions/outbox.py``).
     "notify": {"task": "notifications.tasks.notify", "schedule": 30.0},
     # Billing: the meter, its hourly proof against the placements, and what-ifs whose worker died.
@@ -473,6 +475,7 @@ SPECTACULAR_SETTINGS = {
         "RolloutStateEnum": "edge.models.RolloutState",
         "DeploymentStateEnum": "edge.models.DeploymentState",
         "KindEnum": "governance.models.QuotaChange.Kind",
+        "CapacityRequestKindEnum": "governance.models.CapacityRequest.Kind",
         "BudgetAlertKindEnum": "governance.models.BudgetAlert.Kind",
         "StateEnum": "scheduler.states.JobState",  # the jobs' (its name before nodes and drains had states too)
         "NodeStateEnum": "clusters.models.Node.State",

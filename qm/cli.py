@@ -29,7 +29,7 @@ import webbrowser
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
-from qm import admin, arrays, models_cmd, queues, services
+from qm import admin, arrays, capacity, models_cmd, queues, services
 from qm.client import (
     BAD_INPUT,
     DEFAULT_URL,
@@ -534,6 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
     models_cmd.register(command, admin.Lent(table, when, CliError))
     services.register(command, admin.Lent(table, when, CliError))
     queues.register(command, admin.Lent(table, when, CliError))
+    capacity.register(command, admin.Lent(table, when, CliError))
     return parser
 
 

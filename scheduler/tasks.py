@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from clusters.models import Cluster
 from common import enqueue
-from governance.actions import budgets
+from governance.actions import budgets, capacity
 from scheduler.models import Attempt
 from scheduler.placement import dispatch, follow, loop, recover
 from scheduler.watch.rounds import watch_round
@@ -94,6 +94,14 @@ def check_budgets() -> int:
     for alert_id in budgets.undelivered():
         enqueue.send("scheduler.tasks.deliver_budget_alert", alert_id)
     return len(raised)
+
+
+@shared_task(ignore_result=True)
+def settle_capacity_requests() -> dict[str, int]:
+    """On the beat: end the approved windows of capacity requests that are over, and tell the team's leads of
+    those that end soon (``governance.actions.capacity.settle``; the loop already counts each only while it
+    holds)."""
+    return capacity.settle()
 
 
 @shared_task(ignore_result=True)

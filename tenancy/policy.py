@@ -115,6 +115,10 @@ PERMISSIONS: dict[str, Grant] = {
     "cohort.quota.set": grant(A, denied="Only an organization admin may change a cohort's quota."),  # a Cohort
     "tier.set": grant(A, denied="Only an organization admin may change priority tiers."),  # an Organization
     "fair_share.set": grant(A, denied="Only an organization admin may change how fair sharing remembers."),  # an Org
+    # A Team: ask for a reservation or more quota, withdraw a request (ColdFront's allocation requests) ...
+    "capacity.request": grant(A, team=[L], denied="Only a lead of {obj} or an admin may ask for capacity for it."),
+    # ... an Organization: approve or refuse them.
+    "capacity.decide": grant(A, denied="Only an organization admin may approve or refuse capacity requests."),
     "member_limit.set": grant(A, team=[L], denied="Only a lead of {obj} or an admin may set its members' limits."),
     "budget.set": grant(A, denied="Team {obj}'s budget is set by an organization admin."),  # a Team
     "budget.project.set": grant(  # a Team

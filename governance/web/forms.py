@@ -157,3 +157,42 @@ class FairShareForm(forms.Form):
 
 def visible_cohorts(organization: Organization, user: Any) -> list[Cohort]:
     return list(Cohort.objects.for_user(user, Action.VIEW).filter(organization=organization).order_by("name"))
+
+
+class CapacityRequestForm(forms.Form):
+    """A lead's request for capacity (docs/scheduling.md §Bookings): a reservation for a window, or more quota."""
+
+    kind = forms.ChoiceField(
+        label="What", choices=[("reservation", "A reservation for a window"), ("quota", "More quota")]
+    )
+    flavor = forms.ChoiceField(label="Accelerator type")
+    accelerators = forms.IntegerField(label="Accelerators", min_value=1)
+    starts_at = forms.DateTimeField(
+        label="From (UTC)",
+        required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+        help_text="More quota: empty is now.",
+    )
+    ends_at = forms.DateTimeField(
+        label="Until (UTC)",
+        required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+        help_text="More quota: empty is for good.",
+    )
+    reason = forms.CharField(label="What it is for", max_length=MAX_REASON, help_text="The admin who decides reads it.")
+
+    def __init__(self, organization: Organization, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        names = (
+            AcceleratorType.objects.filter(organization=organization).order_by("name").values_list("name", flat=True)
+        )
+        flavor = self.fields["flavor"]
+        assert isinstance(flavor, forms.ChoiceField)
+        flavor.choices = [(n, n) for n in names]
+
+
+class CapacityDecisionForm(forms.Form):
+    """An admin's decision on a capacity request, or a lead's withdrawal: a reason, always."""
+
+    reason = forms.CharField(label="Why", max_length=MAX_REASON)
+    cluster = forms.CharField(label="Cluster (a reservation; empty: where it fits best)", required=False)

@@ -40,6 +40,7 @@ from governance.actions import fairshare, quotas
 from governance.fairshare import words
 from governance.models import Cohort, FairShare, Queue, Quota, QuotaChange
 from governance.web import budgets as budget_views
+from governance.web import capacity as capacity_views
 from governance.web import pages
 from governance.web.forms import TEAM_QUEUE, CohortForm, CohortQuotaForm, FairShareForm, TeamQuotaForm
 from tenancy import policy
@@ -286,6 +287,7 @@ def _render_team(request: AuthenticatedHttpRequest, team: Team, status: int = 20
         "governs": governs,
         **budget_views.budgets_context(request, team, target=request.GET.get("target")),
         **budget_views.members_context(request, team),
+        **capacity_views.team_context(request, team),
         **_team_history(request, team),
     }
     return render(request, "governance/quotas/team.html", context, status=status)
@@ -497,6 +499,7 @@ def _render_org(request: AuthenticatedHttpRequest, status: int = 200, **forms: A
                 "fair_share_form": (forms.get("fair_share_form") if posted_for == org.pk else None)
                 or _fair_share_form(setting),
                 "standings": sorted(found.standings.values(), key=lambda s: s.rank),
+                **capacity_views.org_context(request, org),
             }
         )
     return render(request, "governance/quotas/org.html", {"sections": sections}, status=status)

@@ -5,6 +5,7 @@ from clusters.api.fleet import ClusterViewSet, MaintenanceWindowViewSet, NodeVie
 from clusters.api.views import ProbeReportView
 from edge.api.people import DeviceGroupViewSet, DeviceViewSet, EnrolmentTokenViewSet, RolloutViewSet
 from governance.api.budgets import BudgetAlertViewSet, BudgetViewSet, MemberLimitViewSet
+from governance.api.capacity import CapacityRequestViewSet
 from governance.api.fairshare import FairShareViewSet
 from governance.api.quotas import QueueViewSet, QuotaChangeViewSet
 from governance.api.tiers import TierViewSet
@@ -29,6 +30,7 @@ router.register("queues", QueueViewSet, basename="queue")
 router.register("quota-changes", QuotaChangeViewSet, basename="quotachange")
 router.register("tiers", TierViewSet, basename="tier")
 router.register("fair-share", FairShareViewSet, basename="fair-share")
+router.register("capacity-requests", CapacityRequestViewSet, basename="capacityrequest")
 router.register("budgets", BudgetViewSet, basename="budget")
 router.register("budget-alerts", BudgetAlertViewSet, basename="budgetalert")
 router.register("clusters", ClusterViewSet, basename="cluster")

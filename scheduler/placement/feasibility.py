@@ -17,11 +17,12 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
+from governance import capacity
 from governance.models import MemberLimit, PriorityTier, Queue
 from scheduler.engine import model as m
 from scheduler.engine import schedule
@@ -86,7 +87,10 @@ def _idle_snapshot(organization: Organization) -> m.Snapshot:
             return cached[1]
     index = Index(generation=0)
     clusters, nodes, every_flavor = fleet(organization, index)
-    tiers, cohorts, queues = governance(organization, every_flavor, index)
+    # with the quota approved capacity requests add now (one for a later window counts from its start)
+    at = timezone.now()
+    approved = capacity.approved(organization, at, timedelta(hours=1))
+    tiers, cohorts, queues = governance(organization, every_flavor, index, at, approved)
     # Limits that no waiting can lift: per-member limits (nothing runs on the idle fleet, so only a request
     # larger than its submitter's limit is held) and the hard budgets whose limit is zero.
     limits = MemberLimit.objects.filter(team__organization=organization).values_list("team", "user", "accelerators")

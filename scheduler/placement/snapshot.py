@@ -12,7 +12,7 @@ cluster's report yet, and the report also counts work we do not know about.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -26,13 +26,14 @@ from clusters import capabilities
 from clusters.backends.base import LENT_TO
 from clusters.backends.tpu.accelerators import shape_of
 from clusters.capacity import CapacityType, capacity_type
-from clusters.models import Cluster, MaintenanceWindow, Node
+from clusters.models import Cluster, Node
+from governance import capacity
 from governance.fairshare import decay
 from governance.models import Cohort, FairShare, MemberLimit, PriorityTier, Queue, QueueUsage, Quota
 from scheduler.engine import model as m
 from scheduler.engine.explain import array_limit_words
 from scheduler.models import Assignment, Attempt, Checkpoint, Job, JobArray, JobEvent, LoopState
-from scheduler.placement import budgets
+from scheduler.placement import budgets, windows
 from scheduler.placement.jobs import PENDING_COLUMNS, engine_job, owner, ts
 from scheduler.placement.prices import prices as price_book
 from scheduler.states import PLACED, WAITING
@@ -63,6 +64,8 @@ class Index:
     grace: dict[str, int] = field(default_factory=dict)  # tier name -> grace seconds
     #: Tiers with a cap on disruption: name -> accelerator-hours of their jobs' work preemptions may lose an hour.
     disruption_caps: dict[str, Decimal] = field(default_factory=dict)
+    #: The longest grace of the tiers: reservations count this long before they start (``governance.capacity``).
+    lead: int = 0
     #: Waiting jobs kept from the engine (dependencies, arrays' limits), with their reasons, for ``write_pending``.
     gated: list[m.Pending] = field(default_factory=list)
     #: Arrays at their limit: pk -> (limit, the waiting tasks read); the tasks not read are told by
@@ -117,7 +120,8 @@ def build(
     index = Index(generation=loop_generation(organization))
     placed = _placed_assignments(organization)
     clusters, nodes, every_flavor = fleet(organization, index, placed)
-    tiers, cohorts, queues = governance(organization, every_flavor, index)
+    approved = capacity.approved(organization, now, timedelta(seconds=(config or m.Config()).backfill_window))
+    tiers, cohorts, queues = governance(organization, every_flavor, index, now, approved)
     running = _running(organization, tiers, index, placed)
     hard_budgets = budgets.snapshot_budgets(organization.pk, now)
     pending = _pending(organization, now, index, hard_budgets, blocked or {})
@@ -137,7 +141,8 @@ def build(
         config=config,
         member_limits=member_limits,
         budgets=hard_budgets,
-        maintenance=maintenance(organization, now, config.backfill_window),
+        maintenance=windows.maintenance(organization, now, config.backfill_window),
+        bookings=windows.bookings(approved),
         usage=recent_use(organization, now, memory.kept_with or memory.half_life),
         disruption_left=disruption_left(organization, now, index.disruption_caps),
     )
@@ -292,9 +297,14 @@ def slice_shape(labels: dict[str, Any]) -> str:
 
 
 def governance(
-    organization: Organization, every_flavor: tuple[str, ...], index: Index
+    organization: Organization,
+    every_flavor: tuple[str, ...],
+    index: Index,
+    now: datetime | None = None,
+    approved: Sequence[capacity.Approved] = (),
 ) -> tuple[tuple[m.Tier, ...], tuple[m.Cohort, ...], tuple[m.Queue, ...]]:
-    """Priority tiers, the cohort tree and the queues with their quotas."""
+    """Priority tiers, the cohort tree and the queues with their quotas; at ``now``, with what the ``approved``
+    capacity requests add to them (``governance.capacity``)."""
     tiers = []
     for t in PriorityTier.objects.filter(organization=organization).values(
         "name", "value", "preemptible", "grace_seconds", "max_wait", "min_runtime", "max_disruption"
@@ -313,11 +323,15 @@ def governance(
         if t["max_disruption"] is not None:
             index.disruption_caps[t["name"]] = t["max_disruption"]
 
+    index.lead = max(index.grace.values(), default=0)
     quota_fields = ("flavor__name", "resource", "nominal", "borrowing_limit", "lending_limit")
     cohort_quotas: dict[int, list[dict[str, Any]]] = defaultdict(list)
     queue_quotas: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    governed: set[str] = set()  # flavors whose accelerators some quota rations
     for q in Quota.objects.filter(flavor__organization=organization).values("queue_id", "cohort_id", *quota_fields):
         (queue_quotas[q["queue_id"]] if q["queue_id"] else cohort_quotas[q["cohort_id"]]).append(q)
+        if q["resource"] == Quota.Resource.ACCELERATORS:
+            governed.add(q["flavor__name"])
     cohort_rows = list(Cohort.objects.filter(organization=organization).values("pk", "name", "parent__name"))
     cohorts = [m.Cohort(c["name"], c["parent__name"], _quotas(cohort_quotas[c["pk"]])) for c in cohort_rows]
     rows = list(
@@ -325,6 +339,12 @@ def governance(
             "pk", "name", "team_id", "project_id", "cohort__name", "flavor_order", "within_queue", "reclaim", "weight"
         )
     )
+    extra: dict[tuple[int, str], Decimal] = {}
+    if approved and now is not None:
+        team_queue = {q["team_id"]: q["pk"] for q in rows if q["project_id"] is None}
+        added = capacity.extra_quota(approved, now, timedelta(seconds=index.lead), team_queue)
+        # only where quota rations the flavor: elsewhere every queue may use all of it anyway
+        extra = {key: amount for key, amount in added.items() if key[1] in governed}
     # A team whose projects have queues of their own is a cohort holding the team's quota (``quotas.py``).
     split = {q["team_id"] for q in rows if q["project_id"] is not None}
     team_cohort: dict[int, str] = {}
@@ -357,6 +377,8 @@ def governance(
                     }
                     for r in quota_rows
                 ]
+        if extra:
+            quota_rows = windows.with_extra(quota_rows, extra, q["pk"])
         queues.append(
             m.Queue(
                 q["name"],
@@ -408,6 +430,7 @@ def _running(
             "job__submitted_at",
             "job__preemptible",
             "job__team_id",
+            "job__team__slug",
             "job__submitted_by_id",
             "job__spread_group",
             "last_checkpoint_at",
@@ -433,29 +456,10 @@ def _running(
                 owner=owner(a["job__team_id"], a["job__submitted_by_id"]),
                 spread_group=a["job__spread_group"],
                 last_checkpoint_at=ts(a["last_checkpoint_at"]) if a["last_checkpoint_at"] else None,
+                team=a["job__team__slug"],
             )
         )
     return tuple(running)
-
-
-def maintenance(organization: Organization, now: datetime, window: int) -> tuple[m.Maintenance, ...]:
-    """The maintenance windows of the organization's clusters that have not ended and start within
-    ``window`` seconds of ``now``, with their nodes as engine names (none: the whole cluster)."""
-    rows = list(
-        MaintenanceWindow.objects.filter(
-            cluster__organization=organization, ends_at__gt=now, starts_at__lte=now + timedelta(seconds=window)
-        ).values_list("pk", "cluster__slug", "starts_at", "ends_at")
-    )
-    if not rows:
-        return ()
-    nodes: dict[int, list[str]] = defaultdict(list)
-    for pk, slug, name in MaintenanceWindow.nodes.through.objects.filter(
-        maintenancewindow_id__in=[row[0] for row in rows]
-    ).values_list("maintenancewindow_id", "node__cluster__slug", "node__name"):
-        nodes[pk].append(f"{slug}/{name}")
-    return tuple(
-        m.Maintenance(slug, tuple(sorted(nodes.get(pk, ()))), ts(start), ts(end)) for pk, slug, start, end in rows
-    )
 
 
 def _exclusions(organization: Organization, now: datetime) -> dict[int, tuple[tuple[str, str], ...]]:

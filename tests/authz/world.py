@@ -28,7 +28,7 @@ from billing.models import Overhead, Price, WhatIf
 from clusters import actions as cluster_actions
 from clusters.models import AcceleratorType, Cluster, MaintenanceWindow, Node
 from demo.tenancy import seed_demo
-from governance.actions import budgets, quotas
+from governance.actions import budgets, capacity, quotas
 from governance.models import Budget, BudgetAlert, Cohort, MemberLimit, PriorityTier, Queue, QuotaChange
 from registry import actions as registry_actions
 from scheduler import actions as job_actions
@@ -170,6 +170,15 @@ def _side(slug: str, org: Organization, home: Team, neighbour: Team, users: dict
         created_at=timezone.now(),
     )
     o["member_limit"] = MemberLimit.objects.create(team=home, user=researcher, accelerators=8)
+    o["capacity_request"] = capacity.ask(
+        lead,
+        home,
+        kind="quota",
+        flavor=H100,
+        accelerators=4,
+        ends_at=timezone.now() + timedelta(days=30),
+        reason=f"{canary(home.slug)} deadline",
+    )
     o["membership"] = Membership.objects.get(user=researcher)
     o["lead_membership"] = Membership.objects.get(user=lead)
     o["finance_membership"] = Membership.objects.get(user=users[Rel.FINANCE])
