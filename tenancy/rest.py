@@ -10,7 +10,9 @@ from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from rest_framework import exceptions, serializers, viewsets
 
-from tenancy.models import Organization
+from common import params
+from common.validation import REQUIRED
+from tenancy.models import Organization, Team
 from tenancy.scoping import Action
 
 
@@ -36,6 +38,19 @@ def organization_named(actor: User, slug: str | None) -> Organization:
     if len(mine) != 1:
         raise exceptions.ValidationError({"organization": ["Name the organization (its slug)."]})
     return mine[0]  # type: ignore[no-any-return]
+
+
+def team_named(actor: User, raw: Any) -> Team:
+    """The team a request names by its slug or id (404 if the actor cannot see it; 400 when it is missing, or
+    when several teams the actor sees share the slug)."""
+    if raw is None or raw == "":
+        raise exceptions.ValidationError({"team": [REQUIRED]})
+    found: list[Team] = list(Team.objects.for_user(actor, Action.VIEW).filter(params.slug_or_id(raw))[:2])
+    if not found:
+        raise exceptions.NotFound(f"No team {raw}.")
+    if len(found) > 1:
+        raise exceptions.ValidationError({"team": [f"More than one team is called {raw}: give its id."]})
+    return found[0]
 
 
 class TenantViewSet(SignedInViewSet):

@@ -30,7 +30,6 @@ from rest_framework.response import Response
 from common import params
 from common.api.parsers import JSONParser
 from common.api.serializers import ERROR, StrictSerializer
-from common.validation import REQUIRED
 from governance import placed
 from governance.actions import budgets, quotas
 from governance.api.quotas import amount
@@ -38,7 +37,7 @@ from governance.models import Budget, BudgetAlert, MemberLimit
 from tenancy import policy
 from tenancy.filters import IdFilter, SlugOrIdFilter
 from tenancy.models import Membership, Project, Team
-from tenancy.rest import TenantViewSet
+from tenancy.rest import TenantViewSet, team_named
 from tenancy.scoping import Action
 
 TEAM_ID = OpenApiParameter("team_id", OpenApiTypes.INT, OpenApiParameter.PATH, description="The team's id.")
@@ -278,15 +277,7 @@ class BudgetViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMi
         return Response(self._answer([self.get_object()], many=False))
 
     def _team(self, data: Any) -> Team:
-        raw = data.get("team") if isinstance(data, dict) else None
-        if raw is None or raw == "":
-            raise exceptions.ValidationError({"team": [REQUIRED]})
-        found: list[Team] = list(Team.objects.for_user(self.actor, Action.VIEW).filter(params.slug_or_id(raw))[:2])
-        if not found:
-            raise exceptions.NotFound(f"No team {raw}.")
-        if len(found) > 1:
-            raise exceptions.ValidationError({"team": [f"More than one team is called {raw}: give its id."]})
-        return found[0]
+        return team_named(self.actor, data.get("team") if isinstance(data, dict) else None)
 
     def _project(self, team: Team, data: dict[str, Any]) -> Project | None:
         raw = data.get("project")

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
-from rest_framework import exceptions, mixins, serializers, status
+from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -19,13 +19,10 @@ from rest_framework.response import Response
 from common import params
 from common.api.parsers import JSONParser
 from common.api.serializers import ERROR, StrictSerializer
-from common.validation import REQUIRED
 from governance.actions import capacity
 from governance.models import CapacityRequest
 from tenancy import policy
-from tenancy.models import Team
-from tenancy.rest import TenantViewSet
-from tenancy.scoping import Action
+from tenancy.rest import TenantViewSet, team_named
 
 
 class CapacityRequestSerializer(serializers.ModelSerializer[CapacityRequest]):
@@ -107,16 +104,6 @@ class CapacityRequestViewSet(TenantViewSet, mixins.ListModelMixin, mixins.Retrie
             found = found.filter(state=state)
         return found
 
-    def _team(self, raw: Any) -> Team:
-        if raw in (None, ""):
-            raise exceptions.ValidationError({"team": [REQUIRED]})
-        found: list[Team] = list(Team.objects.for_user(self.actor, Action.VIEW).filter(params.slug_or_id(raw))[:2])
-        if not found:
-            raise exceptions.NotFound(f"No team {raw}.")
-        if len(found) > 1:
-            raise exceptions.ValidationError({"team": [f"More than one team is called {raw}: give its id."]})
-        return found[0]
-
     @extend_schema(
         request=AskSerializer,
         responses={201: CapacityRequestSerializer, 400: ERROR, 403: ERROR, 404: ERROR},
@@ -125,7 +112,7 @@ class CapacityRequestViewSet(TenantViewSet, mixins.ListModelMixin, mixins.Retrie
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         data = request.data if isinstance(request.data, dict) else {}
-        team = self._team(data.get("team"))
+        team = team_named(self.actor, data.get("team"))
         policy.require(self.actor, "capacity.request", team)  # said before the body is judged
         body = AskSerializer(data=request.data)
         body.is_valid(raise_exception=True)
