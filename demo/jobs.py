@@ -9,6 +9,7 @@ an idempotency key, so submitting it again returns the first.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -17,7 +18,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from clusters.models import AcceleratorType
-from governance.models import Budget, Cohort, PriorityTier, Quota
+from governance.actions import capacity
+from governance.models import Budget, CapacityRequest, Cohort, PriorityTier, Quota
 from scheduler import actions, submission
 from scheduler.models import Job
 from scheduler.placement import feasibility
@@ -225,7 +227,41 @@ def seed_jobs(org: Organization) -> list[Job]:
     return jobs
 
 
+def seed_capacity_requests(org: Organization) -> None:
+    """Vision's reservation for a deadline next week, approved by adam (it books nodes of the H100 cluster), and its
+    request for more A100 quota until the end of next month, waiting for a decision. Once: a second run keeps them."""
+    if CapacityRequest.objects.filter(team__organization=org).exists():
+        return
+    users = get_user_model().objects.in_bulk(["lena", "adam"], field_name="username")
+    vision = Team.objects.filter(organization=org, slug="vision").first()
+    if vision is None or len(users) < 2:
+        return
+    lena, adam = users["lena"], users["adam"]
+    start = (timezone.now() + timedelta(days=6)).replace(hour=8, minute=0, second=0, microsecond=0)
+    reservation = capacity.ask(
+        lena,
+        vision,
+        kind="reservation",
+        flavor=H100,
+        accelerators=64,
+        starts_at=start,
+        ends_at=start + timedelta(days=3),
+        reason="CVPR camera-ready: the final ablations on 64 H100s",
+    )
+    capacity.decide(adam, reservation, approve=True, reason="Deadline agreed at the planning meeting.")
+    capacity.ask(
+        lena,
+        vision,
+        kind="quota",
+        flavor=A100,
+        accelerators=32,
+        ends_at=start + timedelta(days=40),
+        reason="Two new students until the end of term",
+    )
+
+
 def seed_demo_jobs(org: Organization) -> list[Job]:
     """Everything above, after the demo fleet is seeded and synced (the quotas name its accelerator types)."""
     seed_governance(org)
+    seed_capacity_requests(org)
     return seed_jobs(org)
