@@ -8,6 +8,10 @@ meter saw more used than present. A pool-day's idle cost is what it cost beyond 
 with no price in the book cost nothing and are counted as unpriced hours, so finance sees the gap.
 
 **The allocation rule.**
+0. Capacity a team reserved ahead (an approved reservation, ``governance.CapacityRequest``) is the team's whether
+   it uses it or not: each day, the booked accelerator-hours its own usage of that pool did not fill are charged
+   to it at the pool's rate, out of the pool's idle cost (never more than the pool was idle that day), on a line
+   of the team's with no usage, in the name of who asked for it (``_reserved``).
 1. A pool's idle cost of the month goes to the usage of that pool in that month, in proportion to
    accelerator-hours: whoever uses a pool pays for its idle share.
 2. A pool nobody used that month: its idle cost goes to all of the month's usage, in proportion to usage cost.
@@ -59,11 +63,13 @@ from django.db import connection
 from django.db.models import BigIntegerField, F, Q, Sum
 from django.db.models.functions import Cast
 
-from billing.actions.metering import midnight
+from billing.actions.metering import midnight, split_days
 from billing.actions.prices import Key, RateBook, version
 from billing.models import CapacityRecord, Overhead, UsageRecord
+from clusters.capacity import capacity_type
 from clusters.models import AcceleratorType, Cluster
 from common.types import AnyUser
+from governance.models import CapacityRequest
 from scheduler import utilization
 from tenancy import policy
 from tenancy.models import Organization, Project, Team
@@ -314,6 +320,38 @@ def _capacity(organization_id: int, start: dt.date, end: dt.date) -> list[dict[s
     )
 
 
+def _reserved(organization_id: int, start: dt.date, end: dt.date) -> dict[tuple[int, Key, dt.date], tuple[int, int]]:
+    """Per (team, pool, day) of the month: the thousandth-accelerator-seconds reservations booked for the team,
+    and who asked for them (approved windows, and those that ended; ``_allocate``'s rule 0)."""
+    since, until = midnight(start), midnight(end)
+    requests = list(
+        CapacityRequest.objects.filter(
+            team__organization_id=organization_id,
+            kind=CapacityRequest.Kind.RESERVATION,
+            state__in=(CapacityRequest.State.APPROVED, CapacityRequest.State.ENDED),
+            starts_at__lt=until,
+            ends_at__gt=since,
+        ).prefetch_related("nodes__cluster")
+    )
+    found: dict[tuple[int, Key, dt.date], tuple[int, int]] = {}
+    for request in requests:
+        asker = request.requested_by_id or request.decided_by_id
+        if asker is None or request.ends_at is None:
+            continue  # nobody's name to charge it in: its idle stays the pool's
+        window = (max(request.starts_at, since), min(request.ends_at, until))
+        for node in request.nodes.all():
+            pool = (
+                node.cluster_id,
+                request.flavor_id,
+                capacity_type(node.labels or {}, node.cluster.kind, node.cluster.options or {}),
+            )
+            for day, begin, finish in split_days(*window):
+                key = (request.team_id, pool, day)
+                held = int((finish - begin).total_seconds()) * node.accelerators * 1000
+                found[key] = (found.get(key, (0, asker))[0] + held, asker)
+    return found
+
+
 def overhead_of(organization_id: int, month: dt.date) -> Decimal:
     first, _ = month_bounds(month)
     rows = Overhead.objects.filter(organization_id=organization_id, starts__lte=first).filter(
@@ -352,27 +390,24 @@ def attribute(organization: Organization | int, month: dt.date) -> Attribution:
     capacity_rows = _capacity(org_id, start, end)
     names = _names(org_id)
     by_line, by_job = _measures(org_id, start, end)
+    reserved = _reserved(org_id, start, end)
     with localcontext() as ctx:
         ctx.prec = 50
-        result = _allocate(org_id, start, book, usage_rows, capacity_rows, overhead_of(org_id, start), names, by_line)
+        result = _allocate(
+            org_id, start, book, usage_rows, capacity_rows, overhead_of(org_id, start), names, by_line, reserved
+        )
     result.job_measures = by_job
     return result
 
 
 Grain = tuple[dt.date, int, int | None, int, int, int, str]
+#: A usage row's fields of a line's grain, in ``Grain``'s order.
+GRAIN_FIELDS = ("day", "team_id", "project_id", "user_id", "cluster_id", "flavor_id", "capacity_type")
 
 
 def _grain(row: dict[str, Any]) -> Grain:
     """A usage row's line key (``DIMENSIONS``' values)."""
-    return (
-        row["day"],
-        row["team_id"],
-        row["project_id"],
-        row["user_id"],
-        row["cluster_id"],
-        row["flavor_id"],
-        row["capacity_type"],
-    )
+    return tuple(row[f] for f in GRAIN_FIELDS)
 
 
 def _measures(
@@ -436,7 +471,17 @@ def _allocate(
     overhead: Decimal,
     names: Names,
     measures: dict[Grain, tuple[int, int]] | None = None,
+    reserved: dict[tuple[int, Key, dt.date], tuple[int, int]] | None = None,
 ) -> Attribution:
+    # A reservation's team has a line in its pool each day of it, used or not (rule 0): one of its own, with no
+    # usage, in the name of who asked for it, where the team's usage has none.
+    reserved = reserved or {}
+    grains = {_grain(r) for r in usage_rows}
+    for (team, (cluster, flavor, kind), day), (_, asker) in sorted(reserved.items()):
+        grain = (day, team, None, asker, cluster, flavor, kind)
+        if grain not in grains:
+            grains.add(grain)
+            usage_rows = [*usage_rows, dict(zip(GRAIN_FIELDS, grain, strict=True), ms=0)]
     # Usage: exact cost of every line.
     keys: list[Key] = [(r["cluster_id"], r["flavor_id"], r["capacity_type"]) for r in usage_rows]
     rates = [book.rate(key, r["day"]) for key, r in zip(keys, usage_rows, strict=True)]
@@ -470,8 +515,11 @@ def _allocate(
         pool_idle[key] += idle
         idle_by_day[day] += idle
 
-    # Idle: to the pool's own users by accelerator-hours; else to everyone by usage cost.
+    # Reserved: a team's booked hours its own usage did not fill, out of the pool-day's idle (rule 0).
     idle_share = [Decimal(0)] * len(usage_rows)
+    if reserved:
+        _charge_reserved(reserved, usage_rows, keys, ms, book, used_pool_day, present_pool_day, pool_idle, idle_share)
+    # Idle: to the pool's own users by accelerator-hours; else to everyone by usage cost.
     members: dict[Key, list[int]] = defaultdict(list)
     for i, key in enumerate(keys):
         members[key].append(i)
@@ -549,6 +597,44 @@ def _allocate(
         idle_by_day={day: to_cents(v) for day, v in sorted(idle_by_day.items())},
         names=names,
     )
+
+
+def _charge_reserved(
+    reserved: dict[tuple[int, Key, dt.date], tuple[int, int]],
+    usage_rows: list[dict[str, Any]],
+    keys: list[Key],
+    ms: list[int],
+    book: RateBook,
+    used_pool_day: dict[tuple[Key, dt.date], int],
+    present_pool_day: dict[tuple[Key, dt.date], int],
+    pool_idle: dict[Key, Decimal],
+    idle_share: list[Decimal],
+) -> None:
+    """Rule 0: move each reservation's unfilled hours, at the pool-day's rate, from the pool's idle cost to the
+    team's line of no usage in the asker's name. Teams share a pool-day's idle in proportion when their unfilled
+    hours together pass it (a booked node gone from the fleet is not idle capacity)."""
+    team_used: dict[tuple[int, Key, dt.date], int] = defaultdict(int)
+    line_of: dict[tuple[int, Key, dt.date, int], int] = {}
+    for i, (key, r) in enumerate(zip(keys, usage_rows, strict=True)):
+        team_used[(r["team_id"], key, r["day"])] += ms[i]
+        if r["project_id"] is None:
+            line_of[(r["team_id"], key, r["day"], r["user_id"])] = i
+    unfilled: dict[tuple[Key, dt.date], dict[tuple[int, int], int]] = defaultdict(dict)
+    for (team, key, day), (held, asker) in reserved.items():
+        left = held - team_used.get((team, key, day), 0)
+        if left > 0:
+            unfilled[(key, day)][(team, asker)] = left
+    for (key, day), teams in unfilled.items():
+        rate = book.rate(key, day)
+        idle = max(0, present_pool_day.get((key, day), 0) - used_pool_day.get((key, day), 0))
+        asked = sum(teams.values())
+        if rate is None or not idle:
+            continue
+        for (team, asker), left in teams.items():
+            taken = Decimal(left) if asked <= idle else Decimal(idle) * left / asked
+            cost = taken * rate / MILLI_SECONDS_PER_HOUR
+            idle_share[line_of[(team, key, day, asker)]] += cost
+            pool_idle[key] -= cost
 
 
 def _measured_line(measure: tuple[int, int], **fields: Any) -> Line:

@@ -170,9 +170,13 @@ def decide(
     return locked
 
 
-def withdraw(actor: User, request: CapacityRequest, *, reason: Any, http: HttpRequest | None = None) -> CapacityRequest:
-    """The team's lead (or an admin) withdraws a request still pending, or ends an approved window early (its
-    nodes and quota are given back). More quota for good, once approved, is the quota itself: change that."""
+def withdraw(
+    actor: User, request: CapacityRequest, *, reason: Any, http: HttpRequest | None = None, now: datetime | None = None
+) -> CapacityRequest:
+    """The team's lead (or an admin) withdraws a request still pending or an approved window not begun yet, or
+    ends a window that has begun early: it ends now (its nodes and quota are given back, and a reservation is
+    billed up to now). More quota for good, once approved, is the quota itself: change that."""
+    now = now or timezone.now()
     policy.require(actor, "capacity.request", request.team)
     errors: dict[str, str] = {}
     text = quotas.check_reason(str(reason or ""), errors)
@@ -184,18 +188,28 @@ def withdraw(actor: User, request: CapacityRequest, *, reason: Any, http: HttpRe
             locked.state == State.APPROVED and locked.ends_at is None
         ):
             raise ValidationError({"state": f"It is {locked.get_state_display()}: there is nothing to withdraw."})
-        before = locked.state
-        locked.state = State.WITHDRAWN
-        locked.decision = text if before == State.PENDING else f"{locked.decision} — withdrawn: {text}"
+        before, ends = locked.state, locked.ends_at
+        if before == State.APPROVED and ends is not None and ends <= now:
+            raise ValidationError({"state": "Its window is over: there is nothing to withdraw."})
+        begun = before == State.APPROVED and locked.starts_at <= now
+        if begun:  # ended early: what was held until now stays held (and billed)
+            locked.state, locked.ends_at = State.ENDED, now
+            locked.decision = f"{locked.decision} — ended early: {text}"
+        else:
+            locked.state = State.WITHDRAWN
+            locked.decision = text if before == State.PENDING else f"{locked.decision} — withdrawn: {text}"
         if before == State.PENDING:
-            locked.decided_by, locked.decided_by_name, locked.decided_at = actor, actor.get_username(), timezone.now()
+            locked.decided_by, locked.decided_by_name, locked.decided_at = actor, actor.get_username(), now
         locked.save()
+        changes: dict[str, Any] = {"state": [before, locked.state]}
+        if begun:
+            changes["ends_at"] = [ends.isoformat() if ends else None, now.isoformat()]
         audit.record(
             "capacity.withdrawn",
             actor=actor,
             target=locked,
             organization=locked.team.organization,
-            changes={"state": [before, locked.state]},
+            changes=changes,
             reason=text,
             request=http,
         )

@@ -57,8 +57,15 @@ def org_context(request: AuthenticatedHttpRequest, organization: Organization) -
     }
 
 
-def _form_page(request: AuthenticatedHttpRequest, team: Team, form: Any, action: str, what: str) -> HttpResponse:
-    context = {"team": team, "form": form, "action": action, "what": what}
+def _form_page(
+    request: AuthenticatedHttpRequest,
+    team: Team,
+    form: Any,
+    action: str,
+    what: str,
+    asked: CapacityRequest | None = None,
+) -> HttpResponse:
+    context = {"team": team, "form": form, "action": action, "what": what, "asked": asked}
     return render(request, "governance/capacity/form.html", context, status=HTTPStatus.BAD_REQUEST)
 
 
@@ -103,26 +110,28 @@ def withdraw(request: AuthenticatedHttpRequest, pk: int, request_id: int) -> Htt
         else:
             messages.success(request, f"Request {found.pk} withdrawn.")
             return redirect("team-quotas", pk=team.pk)
-    return _form_page(request, team, form, request.path, f"Withdraw request {found.pk}")
+    return _form_page(request, team, form, request.path, f"Withdraw request {found.pk}", found)
 
 
 @require_POST
 def decide(request: AuthenticatedHttpRequest, request_id: int) -> HttpResponse:
     found = get_object_or_404(_requests(request), pk=request_id)
     policy.require(request.user, "capacity.decide", found.team.organization)
-    form = CapacityDecisionForm(request.POST)
     approve = request.POST.get("decision") == "approve"
+    books = approve and found.kind == CapacityRequest.Kind.RESERVATION
+    form = CapacityDecisionForm(request.POST, books=books)
     if form.is_valid():
         data = form.cleaned_data
         try:
             done = capacity.decide(
-                request.user, found, approve=approve, reason=data["reason"], cluster=data["cluster"], http=request
+                request.user, found, approve=approve, reason=data["reason"], cluster=data.get("cluster"), http=request
             )
         except ValidationError as exc:
             apply_errors(form, exc)
         else:
-            booked = f" on {done.cluster}: {', '.join(sorted(n.name for n in done.nodes.all()))}" if approve else ""
+            nodes = sorted(n.name for n in done.nodes.all())
+            booked = f": {len(nodes)} nodes of {done.cluster} booked ({', '.join(nodes)})" if nodes else ""
             messages.success(request, f"Request {done.pk} {done.get_state_display()}{booked}.")
             return redirect("org-quotas")
     what = f"{'Approve' if approve else 'Refuse'} request {found.pk}"
-    return _form_page(request, found.team, form, request.path, what)
+    return _form_page(request, found.team, form, request.path, what, found)

@@ -195,4 +195,10 @@ class CapacityDecisionForm(forms.Form):
     """An admin's decision on a capacity request, or a lead's withdrawal: a reason, always."""
 
     reason = forms.CharField(label="Why", max_length=MAX_REASON)
-    cluster = forms.CharField(label="Cluster (a reservation; empty: where it fits best)", required=False)
+    cluster = forms.CharField(label="Cluster to book it on (empty: where it fits best)", required=False)
+
+    def __init__(self, *args: Any, books: bool = False, **kwargs: Any) -> None:
+        """``books``: approving a reservation, whose cluster may be named; else there is no cluster to name."""
+        super().__init__(*args, **kwargs)
+        if not books:
+            del self.fields["cluster"]

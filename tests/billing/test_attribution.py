@@ -237,3 +237,71 @@ def test_a_researcher_is_shown_only_their_teams_lines(fleet: Fleet) -> None:
     outsider = attribution.visible_to(fleet.world.users["mallory"], month)
     assert outsider.lines == []
     assert attribution.job_costs(fleet.org.pk, NOV, teams=[]) == []
+
+
+# ----------------------------------------------------------------------------------------------- reservations
+
+
+def reserving(
+    usage: list[dict[str, Any]],
+    capacity: list[dict[str, Any]],
+    rates: list[tuple[Any, ...]],
+    reserved: dict[tuple[int, Any, date], tuple[int, int]],
+) -> attribution.Attribution:
+    return attribution._allocate(1, NOV, RateBook(rates), usage, capacity, Decimal(0), Names(), None, reserved)
+
+
+def test_a_teams_reservation_is_billed_whether_used_or_not() -> None:
+    # 8 accelerators all day at 2.00: 384.00. Team 1 used 48 hours; team 3 booked 64 accelerator-hours (asked by
+    # user 30) and used 16 of them: its 48 unfilled hours (96.00) are its own, out of the pool's idle (256.00); the
+    # rest of the idle (160.00) goes to the pool's users by hours, 3:1.
+    rates = [(*POOL, NOV, Decimal(2))]
+    reserved = {(3, POOL, NOV): (64 * HOUR, 30)}
+    result = reserving([use(1, 48), use(3, 16)], [present(8 * 24)], rates, reserved)
+    assert by_team(result) == {1: (9600, 12000, 0), 3: (3200, 9600 + 4000, 0)}
+    (booked,) = [line for line in result.lines if line.user == 30]
+    assert (booked.team, booked.milli_seconds, booked.usage, booked.idle) == (3, 0, 0, 9600)
+    assert balanced(result)
+    # Had team 3 used all it booked, it would pay only its usage and its share of the idle.
+    full = reserving([use(1, 48), use(3, 64)], [present(8 * 24)], rates, reserved)
+    assert [line.idle for line in full.lines if line.user == 30] == [0]
+    assert balanced(full)
+
+
+def test_reservations_never_take_more_than_the_pool_was_idle() -> None:
+    # Two teams booked 20 hours each of a pool idle for only 10: each pays for 5, nothing is left for the users.
+    rates = [(*POOL, NOV, Decimal(1))]
+    reserved = {(3, POOL, NOV): (20 * HOUR, 30), (4, POOL, NOV): (20 * HOUR, 40)}
+    result = reserving([use(1, 14)], [present(24)], rates, reserved)
+    assert by_team(result) == {1: (1400, 0, 0), 3: (0, 500, 0), 4: (0, 500, 0)}
+    assert balanced(result)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    usage=st.lists(st.tuples(st.integers(1, 4), st.integers(0, 1), st.integers(0, 3), st.integers(0, 40 * HOUR))),
+    capacity=st.lists(st.tuples(st.integers(0, 1), st.integers(0, 3), st.integers(0, 30 * 3600))),
+    reserved=st.lists(st.tuples(st.integers(1, 4), st.integers(0, 1), st.integers(0, 3), st.integers(0, 30 * HOUR))),
+)
+def test_reservations_move_idle_cost_and_every_cent_still_adds_up(
+    usage: list[tuple[int, int, int, int]],
+    capacity: list[tuple[int, int, int]],
+    reserved: list[tuple[int, int, int, int]],
+) -> None:
+    pools = [(c, 10, CapacityType.ON_PREM) for c in range(2)]
+    book = [(*pools[0], NOV, Decimal("1.37")), (*pools[1], NOV, Decimal("2.5"))]
+    usage_rows = [
+        {**use(team, 0, day=NOV + timedelta(days=day), pool=pools[pool]), "ms": ms} for team, pool, day, ms in usage
+    ]
+    capacity_rows = [
+        {**present(0, day=NOV + timedelta(days=day), pool=pools[pool]), "ms": s} for pool, day, s in capacity
+    ]
+    booked: dict[tuple[int, Any, date], tuple[int, int]] = {}
+    for team, pool, day, held in reserved:
+        booked[(team, pools[pool], NOV + timedelta(days=day))] = (held, 100 + team)
+    without = reserving(usage_rows, capacity_rows, book, {})
+    result = reserving(usage_rows, capacity_rows, book, booked)
+    assert balanced(result)
+    assert result.fleet_total == without.fleet_total  # the bill is moved between teams, never grown
+    assert all(line.idle >= 0 and line.usage >= 0 for line in result.lines)
+    assert sum(line.usage for line in result.lines) == sum(line.usage for line in without.lines)

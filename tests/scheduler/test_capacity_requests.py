@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 from django.core import mail
+from django.test import Client
 from django.utils import timezone
 
+from billing import attribution
 from governance.actions import capacity, quotas
 from governance.models import CapacityRequest, Queue, Quota, QuotaChange
 from scheduler.models import Attempt, Job, JobEvent
@@ -188,3 +190,75 @@ def test_more_quota_for_good_raises_the_quota_itself_in_the_history(fleet: Fleet
         f"/api/v1/capacity-requests/{request.pk}/withdraw/", {"reason": "x"}, format="json"
     )
     assert withdrawn.status_code == 400  # it is the quota now: change that instead
+
+
+def test_the_quota_pages_ask_list_and_decide(fleet: Fleet) -> None:
+    vision = fleet.world.teams["vision"]
+    lena, adam = Client(), Client()
+    lena.force_login(fleet.user("lena"))
+    adam.force_login(fleet.user("adam"))
+    url = f"/teams/{vision.pk}/quotas/capacity/"
+    start = (timezone.now() + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M")
+    bad = lena.post(url, {"kind": "reservation", "flavor": H100, "starts_at": start, "reason": "deadline"})
+    assert bad.status_code == 400
+    page = bad.content.decode()
+    assert "This field is required." in page  # the accelerators
+    assert "A reservation needs an end." not in page  # the form's own check comes first; nothing was written
+    assert not CapacityRequest.objects.exists()
+    end = (timezone.now() + timedelta(days=2)).strftime("%Y-%m-%dT%H:%M")
+    body = {"kind": "reservation", "flavor": H100, "accelerators": "8", "starts_at": start, "reason": "deadline"}
+    no_end = lena.post(url, body)
+    assert no_end.status_code == 400
+    assert "A reservation needs an end." in no_end.content.decode()
+    made = lena.post(url, {**body, "ends_at": end})
+    assert made.status_code == 302
+    request = CapacityRequest.objects.get()
+    assert "deadline" in lena.get(f"/teams/{vision.pk}/quotas/").content.decode()
+
+    pending = adam.get("/quotas/").content.decode()
+    assert f'action="/quotas/capacity/{request.pk}/decide/"' in pending
+    refused = adam.post(f"/quotas/capacity/{request.pk}/decide/", {"decision": "refuse", "reason": "no room that week"})
+    assert refused.status_code == 302
+    assert CapacityRequest.objects.get().state == "refused"
+    team_page = lena.get(f"/teams/{vision.pk}/quotas/").content.decode()
+    assert "no room that week" in team_page
+    assert 'data-state="refused"' in team_page
+
+
+def test_a_reservation_is_held_for_billing_day_by_day_and_ending_it_early_stops_that(fleet: Fleet) -> None:
+    lena, adam = fleet.user("lena"), fleet.user("adam")
+    now = timezone.now().replace(microsecond=0)
+    start = now - timedelta(hours=30)
+    # approved yesterday for a window that began 30 hours ago and ends in two days (the clock of ``now``)
+    request = capacity.ask(
+        lena,
+        fleet.world.teams["vision"],
+        kind="reservation",
+        flavor=H100,
+        accelerators=8,
+        starts_at=start,
+        ends_at=now + timedelta(days=2),
+        reason="deadline",
+        now=start,
+    )
+    capacity.decide(adam, request, approve=True, reason="ok", cluster="east", now=start)
+    ended = capacity.withdraw(lena, request, reason="submitted early", now=now)
+    assert (ended.state, ended.ends_at) == ("ended", now)
+    first, after = attribution.month_bounds(start.date())
+    held = attribution._reserved(fleet.org.pk, first, after)
+    if now.month != start.month:  # the window crosses a month: read both
+        held.update(attribution._reserved(fleet.org.pk, *attribution.month_bounds(now.date())))
+    assert {asker for _, asker in held.values()} == {lena.pk}
+    # eight accelerators for the 30 hours it was held, in thousandth-accelerator-seconds, cut at midnights
+    assert sum(ms for ms, _ in held.values()) == 8 * 30 * 3600 * 1000
+    assert len(held) == len({day for _, _, day in held})  # one team, one pool: a row a day
+    withdrawn = capacity.ask(
+        lena,
+        fleet.world.teams["vision"],
+        kind="quota",
+        flavor=H100,
+        accelerators=2,
+        ends_at=now + timedelta(days=9),
+        reason="x",
+    )
+    assert capacity.withdraw(lena, withdrawn, reason="not needed").state == "withdrawn"
