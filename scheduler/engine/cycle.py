@@ -44,7 +44,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
-from . import explain
+from . import elastic, explain
 from .backfill import Timeline
 from .budgets import Ledger
 from .fairshare import memory_terms
@@ -64,6 +64,7 @@ from .model import (
     Reservation,
     Snapshot,
     Tier,
+    Want,
 )
 from .nodes import NodeTable
 from .ordering import in_order
@@ -261,6 +262,9 @@ class Cycle:
                 self._reserve_or_pend(job, verdict, position)
         self.stats["considered"] = considered
         self.stats["cache_hits"] = considered - self.stats["tried"]
+        wanted: tuple[Want, ...] = ()
+        if self.snapshot.elastic:
+            pending, wanted = elastic.demand(self, pending)
         return Decisions(
             admissions=tuple(self.admissions),
             preemptions=tuple(self.preemptions),
@@ -268,6 +272,7 @@ class Cycle:
             pending=tuple(pending),
             order=tuple(order),
             stats=dict(self.stats),
+            wanted=wanted,
         )
 
     def _over_member_limit(self, job: Job, position: int) -> bool:

@@ -408,6 +408,25 @@ class Booking:
 
 
 @dataclass(frozen=True, slots=True)
+class Elastic:
+    """An elastic pool: nodes a cloud can add to ``cluster``, all of one ``flavor`` and shape, each priced per
+    accelerator-hour and up ``lead_time`` seconds after it is asked for; ``most``: how many more may be asked for
+    now (its maximum less the nodes it has and those on the way, within its budget). Spot pools hold only
+    preemptible work that accepts spot (docs/scheduling.md §Elastic pools)."""
+
+    name: str
+    cluster: str
+    flavor: str
+    accelerators: int  # per node
+    cpu: int  # millicores per node
+    memory: int  # MiB per node
+    price_per_accel_hour: float
+    lead_time: float
+    most: int
+    spot: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     now: float
     clusters: tuple[Cluster, ...]
@@ -433,6 +452,8 @@ class Snapshot:
     disruption_left: Mapping[str, float] = field(default_factory=dict)
     #: Capacity teams reserved ahead that has not ended and starts within the backfill window.
     bookings: tuple[Booking, ...] = ()
+    #: Pools that could add nodes for work waiting for capacity (``elastic.py``).
+    elastic: tuple[Elastic, ...] = ()
 
 
 # ----------------------------------------------------------------------------------------------- decisions
@@ -538,6 +559,20 @@ class Pending(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class Want:
+    """Nodes to ask of an elastic pool for work waiting for capacity: how many, for which jobs, what they cost an
+    hour together, and when they would be up."""
+
+    pool: str
+    cluster: str
+    flavor: str
+    nodes: int
+    jobs: tuple[str, ...]
+    cost_per_hour: float
+    up_at: float
+
+
+@dataclass(frozen=True, slots=True)
 class Decisions:
     """A cycle's outcome, in the order the decisions were taken."""
 
@@ -548,3 +583,5 @@ class Decisions:
     #: Every job id in the order the cycle considered it (admissions and preemptions interleave in it).
     order: tuple[str, ...] = ()
     stats: dict[str, int] = field(default_factory=dict)
+    #: Nodes to ask of elastic pools (``elastic.py``).
+    wanted: tuple[Want, ...] = ()

@@ -1,0 +1,164 @@
+"""Capacity elastic pools could add for the work left waiting for lack of it (docs/scheduling.md §Elastic pools).
+
+After the cycle, the jobs left waiting for capacity (reason *capacity*, *backfill* or *reserved*: their quota fits,
+only nodes are missing), in the order the cycle considered them, are packed onto nodes the pools could add
+(``Snapshot.elastic``): to each job the pool that costs least for it among those it may use (a flavor its queue
+offers and its quota fits, a cluster it may go to and that runs its program; a spot pool only for preemptible work
+that accepts spot), then the one up soonest; first fit on the nodes already asked of that pool this cycle, on new
+ones while the pool has room (``Elastic.most``: its maximum less what it has and what is on the way, and what its
+budget allows, the product's to say). A job that a pool's nodes would hold only later than its reservation starts
+is left alone. Quota is counted as jobs are packed, so two jobs that fit their queue's quota only one at a time ask
+for one's nodes. A gang's workers and its Ray head go on the pool's nodes like any job's, each worker whole on one
+node; pools have no topology (a gang asking for one domain is not packed).
+
+The answer is one ``Want`` per pool (how many nodes, for which jobs, what they cost an hour), and each packed job's
+pending message says so, with its start estimated at the pool's lead time. Pure; nothing is asked of a cloud here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .model import WHOLE, Elastic, Job, Pending, PendingReason, Want
+from .quota import Mode
+
+if TYPE_CHECKING:
+    from .state import CycleState
+
+#: The reasons of jobs that more nodes would start: quota fits, the nodes are busy (or free only later).
+WANTING = (PendingReason.CAPACITY, PendingReason.BACKFILL_BLOCKED, PendingReason.RESERVED)
+
+
+@dataclass(slots=True)
+class _Pool:
+    spec: Elastic
+    #: The nodes asked of the pool this cycle: what each has left (accelerators, millicores, MiB).
+    nodes: list[list[int]] = field(default_factory=list)
+    jobs: list[str] = field(default_factory=list)
+
+    def fit(self, items: Sequence[tuple[int, int, int]]) -> list[list[int]] | None:
+        """The pool's nodes with ``items`` placed first fit (new nodes while it has room); None if they do not."""
+        spec, nodes = self.spec, [list(n) for n in self.nodes]
+        for item in items:
+            if any(need > have for need, have in zip(item, (spec.accelerators, spec.cpu, spec.memory), strict=True)):
+                return None
+            for node in nodes:
+                if all(have >= need for have, need in zip(node, item, strict=True)):
+                    break
+            else:
+                if len(nodes) >= spec.most:
+                    return None
+                node = [spec.accelerators, spec.cpu, spec.memory]
+                nodes.append(node)
+            for i, need in enumerate(item):
+                node[i] -= need
+        return nodes
+
+
+def demand(cycle: CycleState, pending: list[Pending]) -> tuple[list[Pending], tuple[Want, ...]]:
+    """The waiting jobs that the pools' nodes would start, their pending messages saying so, and what to ask."""
+    pools = [_Pool(spec) for spec in cycle.snapshot.elastic if spec.most > 0]
+    if not pools:
+        return pending, ()
+    jobs = {j.id: j for j in cycle.snapshot.pending}
+    charged: list[tuple[int, str, tuple[int, int, int]]] = []
+    told: dict[str, tuple[_Pool, float]] = {}
+    try:
+        for p in pending:
+            job = jobs.get(p.job)
+            if p.reason not in WANTING or job is None or job.topology is not None or job.shape:
+                continue
+            chosen = _pool_for(cycle, job, pools, p.estimated_start)
+            if chosen is None:
+                continue
+            pool, nodes, qi, flavor = chosen
+            pool.nodes, pool.jobs = nodes, [*pool.jobs, job.id]
+            cycle.quota.charge(qi, flavor, job.request())
+            charged.append((qi, flavor, job.request()))
+            told[job.id] = (pool, cycle.now + pool.spec.lead_time)
+    finally:
+        for qi, flavor, request in charged:
+            cycle.quota.charge(qi, flavor, request, -1)
+    wants = tuple(
+        Want(
+            pool.spec.name,
+            pool.spec.cluster,
+            pool.spec.flavor,
+            len(pool.nodes),
+            tuple(pool.jobs),
+            len(pool.nodes) * pool.spec.accelerators * pool.spec.price_per_accel_hour,
+            cycle.now + pool.spec.lead_time,
+        )
+        for pool in pools
+        if pool.nodes
+    )
+    return [_told(p, *told[p.job]) if p.job in told else p for p in pending], wants
+
+
+def _pool_for(
+    cycle: CycleState, job: Job, pools: list[_Pool], reserved_at: float | None
+) -> tuple[_Pool, list[list[int]], int, str] | None:
+    """The pool that costs least for ``job`` and can take it, then the one up soonest, with its nodes after."""
+    queue = cycle.queues.get(job.queue)
+    if queue is None:
+        return None
+    qi = cycle.quota.index[queue.name]
+    items = _items(job)
+    best: tuple[float, float, str, _Pool, list[list[int]]] | None = None
+    for pool in pools:
+        spec = pool.spec
+        if reserved_at is not None and reserved_at <= cycle.now + spec.lead_time:
+            continue  # its reservation starts it sooner than new nodes would
+        if not _may_use(cycle, job, spec, queue.flavors):
+            continue
+        if cycle.quota.classify(qi, spec.flavor, job.request()) is not Mode.FIT:
+            continue
+        nodes = pool.fit(items)
+        if nodes is None:
+            continue
+        key = (spec.price_per_accel_hour, spec.lead_time, spec.name)
+        if best is None or key < best[:3]:
+            best = (*key, pool, nodes)
+    return None if best is None else (best[3], best[4], qi, best[3].spec.flavor)
+
+
+def _may_use(cycle: CycleState, job: Job, spec: Elastic, offered: Sequence[str]) -> bool:
+    cluster = next((c for c in cycle.snapshot.clusters if c.name == spec.cluster), None)
+    return (
+        cluster is not None
+        and spec.flavor in offered
+        and (not job.flavors or spec.flavor in job.flavors)
+        and (not job.clusters or spec.cluster in job.clusters)
+        and (not job.regions or cluster.region in job.regions)
+        and not cluster.refuses(job.needs)
+        and spec.cluster not in dict(job.excluded)
+        and (not spec.spot or (job.spot and job.preemptible))
+        and (job.max_price_per_hour is None or spec.price_per_accel_hour * _accelerators(job) <= job.max_price_per_hour)
+    )
+
+
+def _accelerators(job: Job) -> float:
+    return job.request()[0] / WHOLE
+
+
+def _items(job: Job) -> list[tuple[int, int, int]]:
+    """What the job puts on nodes: each worker whole on one node (a share of an accelerator takes one), and its
+    Ray head, where it has one, on a node of its own or beside a worker (first fit decides)."""
+    worker = (math.ceil(job.accelerators * job.accel_milli / WHOLE), job.cpu, job.memory)
+    items = [worker] * job.workers
+    if any(job.head):
+        items.append(job.head)
+    return sorted(items, reverse=True)
+
+
+def _told(p: Pending, pool: _Pool, start: float) -> Pending:
+    spec = pool.spec
+    more = f"{len(pool.nodes)} more {spec.flavor} node{'s' if len(pool.nodes) != 1 else ''}"
+    said = f"{p.message} Capacity is being added for it: {more} of {spec.name} on {spec.cluster}, up in about " + (
+        f"{max(1, round(spec.lead_time / 60))} min."
+    )
+    estimate = start if p.estimated_start is None else min(p.estimated_start, start)
+    return p._replace(message=said, estimated_start=estimate)

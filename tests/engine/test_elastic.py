@@ -1,0 +1,125 @@
+"""What elastic pools are asked for (docs/scheduling.md §Elastic pools): only for work that waits for capacity, never
+for quota; packed onto as few nodes as hold it, within the pool's room; the cheapest pool the job may use, spot
+only for work that accepts it; and the waiting job told so, with when the nodes would be up."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scheduler.engine import schedule
+from scheduler.engine.elastic import WANTING
+from scheduler.engine.model import Elastic, PendingReason, Snapshot
+from tests.engine.invariants import check
+from tests.engine.strategies import snapshots
+
+from .test_phases import NOW, job, node, queue, reasons, running, snapshot
+from .test_properties import PROPERTY
+
+CLOUD = Elastic("cloud-h100", "c1", "h100", 8, 96_000, 1_000_000, 3.0, 600.0, most=4)
+
+
+def full(*jobs: object, quota: int = 64, pools: tuple[Elastic, ...] = (CLOUD,)) -> Snapshot:
+    """One 8-GPU node busy with another queue's work for 50 more minutes, ``jobs`` waiting in queue a, the pools."""
+    queues = (queue("a", quota=quota), queue("z", quota=8))
+    s = snapshot((node("n1", free=0),), queues, jobs, (running("w", "n1", queue="z", tier="urgent"),))  # type: ignore[arg-type]
+    return replace(s, elastic=pools)
+
+
+def test_work_waiting_for_capacity_asks_for_as_few_nodes_as_hold_it() -> None:
+    jobs = [job(f"j{i}", accelerators=4, at=i) for i in range(3)]
+    d = schedule(full(*jobs))
+    (want,) = d.wanted
+    assert (want.pool, want.cluster, want.flavor, want.nodes) == ("cloud-h100", "c1", "h100", 2)  # 3 x 4 on 8-GPU nodes
+    assert want.jobs == ("j0", "j1", "j2")
+    assert want.cost_per_hour == 2 * 8 * 3.0
+    assert want.up_at == NOW + 600
+    p = next(p for p in d.pending if p.job == "j0")
+    assert p.reason is PendingReason.RESERVED  # for when the running work ends, later than the new nodes
+    assert "Capacity is being added for it: 2 more h100 nodes of cloud-h100 on c1, up in about 10 min." in p.message
+    assert p.estimated_start == NOW + 600
+
+
+def test_work_waiting_for_quota_asks_for_nothing_and_quota_counts_as_jobs_are_packed() -> None:
+    # quota of 12: either 8-GPU job fits alone, not both; and a 16-GPU job never does
+    jobs = (job("a", accelerators=8), job("b", accelerators=8, at=1), job("big", accelerators=8, workers=2, at=2))
+    d = schedule(full(*jobs, quota=12))
+    (want,) = d.wanted
+    assert want.jobs == ("a",)
+    assert reasons(d)["big"] is not PendingReason.CAPACITY
+
+
+def test_the_pools_room_bounds_what_is_asked_and_a_gang_too_big_for_it_waits_as_it_was() -> None:
+    small = replace(CLOUD, most=1)
+    d = schedule(full(job("gang", accelerators=8, workers=2), job("one", accelerators=8, at=1), pools=(small,)))
+    (want,) = d.wanted
+    assert (want.nodes, want.jobs) == (1, ("one",))
+    gang = next(p for p in d.pending if p.job == "gang")
+    assert "Capacity is being added" not in gang.message
+
+
+def test_the_cheapest_pool_the_job_may_use_and_spot_only_for_work_that_accepts_it() -> None:
+    spot = replace(CLOUD, name="cloud-spot", price_per_accel_hour=1.0, spot=True)
+    d = schedule(
+        full(job("plain", accelerators=8), job("thrifty", accelerators=8, spot=True, at=1), pools=(CLOUD, spot))
+    )
+    assert {w.pool: w.jobs for w in d.wanted} == {"cloud-h100": ("plain",), "cloud-spot": ("thrifty",)}
+    # a price limit below the pool's price: nothing to ask
+    d = schedule(full(job("capped", accelerators=8, max_price_per_hour=10.0)))
+    assert d.wanted == ()
+
+
+def test_without_pools_nothing_changes() -> None:
+    s = full(job("j", accelerators=8))
+    assert schedule(replace(s, elastic=())) == replace(
+        schedule(s), wanted=(), pending=schedule(replace(s, elastic=())).pending
+    )
+    assert schedule(replace(s, elastic=())).wanted == ()
+
+
+@PROPERTY
+@given(snapshots(), st.data())
+def test_pools_change_no_decision_and_ask_only_for_work_waiting_for_capacity(
+    snapshot: Snapshot, data: st.DataObject
+) -> None:
+    flavors = sorted({f for q in snapshot.queues for f in q.flavors} | {n.flavor for n in snapshot.nodes}) or ["h100"]
+    pools = tuple(
+        Elastic(
+            f"pool{k}",
+            data.draw(st.sampled_from([c.name for c in snapshot.clusters])),
+            data.draw(st.sampled_from(flavors)),
+            data.draw(st.sampled_from([1, 4, 8])),
+            data.draw(st.sampled_from([8_000, 96_000])),
+            data.draw(st.sampled_from([16_384, 1_000_000])),
+            data.draw(st.sampled_from([1.0, 2.5])),
+            data.draw(st.sampled_from([60.0, 3600.0])),
+            data.draw(st.integers(0, 6)),
+            spot=data.draw(st.booleans()),
+        )
+        for k in range(data.draw(st.integers(1, 3)))
+    )
+    plain = schedule(snapshot)
+    grown = schedule(replace(snapshot, elastic=pools))
+    check(replace(snapshot, elastic=pools), grown)
+    assert (grown.admissions, grown.preemptions, grown.reservations) == (
+        plain.admissions,
+        plain.preemptions,
+        plain.reservations,
+    )
+    before = {p.job: p for p in plain.pending}
+    jobs = {j.id: j for j in snapshot.pending}
+    spec = {p.name: p for p in pools}
+    asked: list[str] = []
+    for want in grown.wanted:
+        pool = spec[want.pool]
+        assert 0 < want.nodes <= pool.most
+        for job_id in want.jobs:
+            assert before[job_id].reason in WANTING, before[job_id]
+            assert not pool.spot or (jobs[job_id].spot and jobs[job_id].preemptible)
+        asked += want.jobs
+    assert len(asked) == len(set(asked))
+    for p in grown.pending:
+        assert p.reason is before[p.job].reason
+        assert ("Capacity is being added" in p.message) == (p.job in asked)
