@@ -29,7 +29,7 @@ from governance.actions import changed, quotas
 from governance.models import CapacityRequest, Queue, Quota
 from tenancy import policy
 from tenancy.actions import audit
-from tenancy.models import Membership, Team
+from tenancy.models import Team
 from tenancy.scoping import Role
 
 if TYPE_CHECKING:
@@ -373,13 +373,7 @@ def _tell_leads(request: CapacityRequest) -> int:
     """E-mail the team's leads that ``request`` ends soon; how many were written to (0 if sending failed: it is
     in the log, and the request keeps its end)."""
     to = sorted(
-        {
-            email
-            for email in Membership.objects.filter(team=request.team, role=Role.LEAD).values_list(
-                "user__email", flat=True
-            )
-            if email
-        }
+        {email for email in policy.members(request.team, Role.LEAD).values_list("user__email", flat=True) if email}
     )
     if not to:
         return 0
