@@ -34,6 +34,8 @@ TIERS: dict[str, tuple[int, bool, int, bool, tuple[str, ...]]] = {
     "normal": (50, True, 300, True, ()),
     "spot": (10, True, 60, False, ()),
 }
+#: Tiers whose jobs run on spot capacity unless they say otherwise (``PriorityTier.accepts_spot``).
+SPOT_TIERS = frozenset({"spot"})
 COHORT = "research"
 #: Accelerator quotas per team queue: type -> (nominal, borrowing limit). The demo fleet has 512 H100,
 #: 256 A100 and 64 v5p chips; the nominal quotas add up to that, and each team may borrow on top.
@@ -169,7 +171,13 @@ def seed_governance(org: Organization) -> None:
         tier, _ = PriorityTier.objects.get_or_create(
             organization=org,
             name=name,
-            defaults={"value": value, "preemptible": preemptible, "grace_seconds": grace, "is_default": default},
+            defaults={
+                "value": value,
+                "preemptible": preemptible,
+                "grace_seconds": grace,
+                "is_default": default,
+                "accepts_spot": name in SPOT_TIERS,
+            },
         )
         if only and not tier.teams.exists():
             tier.teams.set([teams[slug] for slug in only if slug in teams])

@@ -351,6 +351,9 @@ class PriorityTier(models.Model):
     max_disruption = models.DecimalField(
         max_digits=12, decimal_places=3, null=True, blank=True, validators=[MinValueValidator(Decimal(0))]
     )
+    #: Its jobs run on spot capacity unless they say otherwise (a preemptible tier only): cheaper, and the cloud may
+    #: take it back (they are requeued from their checkpoints, no retry spent).
+    accepts_spot = models.BooleanField(default=False)
     #: Teams that may use the tier; none named means every team.
     teams = models.ManyToManyField(Team, blank=True, related_name="priority_tiers")
     is_default = models.BooleanField(default=False)

@@ -64,8 +64,8 @@ class JobRequest:
     topology_mode: str = Job.TopologyMode.REQUIRED
     preemptible: bool = True
     #: It accepts spot capacity: cheaper, but the cloud may take it back (then it is requeued from its checkpoint
-    #: without spending a retry). Only preemptible work may.
-    spot: bool = False
+    #: without spending a retry). Only preemptible work may. None: as its tier says (``PriorityTier.accepts_spot``).
+    spot: bool | None = None
     checkpoint_location: str = ""
     #: Where its data lives: a cluster slug or a region of the organization; "": anywhere.
     data_locality: str = ""

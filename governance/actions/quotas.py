@@ -551,6 +551,7 @@ TIER_FIELDS = (
     "max_wait",
     "min_runtime",
     "max_disruption",
+    "accepts_spot",
     "is_default",
     "teams",
 )
@@ -577,6 +578,7 @@ def set_tier(
     max_wait: Any = None,
     min_runtime: Any = None,
     max_disruption: Any = None,
+    accepts_spot: Any = False,
     teams: Any = (),
     is_default: Any = False,
     reason: str,
@@ -588,7 +590,8 @@ def set_tier(
     one of its jobs is flagged (``WatchAction``). ``max_wait``: seconds its jobs should wait at most before they go
     ahead of its others and get a reservation first (None: no bound). ``min_runtime``: seconds its jobs run before
     they may be preempted; ``max_disruption``: accelerator-hours of its jobs' work preemptions may lose per hour
-    (None: neither). A new default tier takes over from the old one.
+    (None: neither). ``accepts_spot``: its jobs run on spot capacity unless they say otherwise (a preemptible tier
+    only). A new default tier takes over from the old one.
     Jobs already submitted keep their tier; the change orders them from the next placement cycle. Returns
     None if nothing changed."""
     policy.require(actor, "tier.set", organization)
@@ -609,10 +612,12 @@ def set_tier(
     new["min_runtime"] = _seconds_or_none(min_runtime, MIN_RUNTIME_RANGE, "no protection", "min_runtime", errors)
     cap = check_amount(max_disruption, "max_disruption", errors, required=False)
     new["max_disruption"] = _text(cap)
-    for field, flag in (("preemptible", preemptible), ("is_default", is_default)):
+    for field, flag in (("preemptible", preemptible), ("is_default", is_default), ("accepts_spot", accepts_spot)):
         if not isinstance(flag, bool):
             errors[field] = "true or false."
         new[field] = flag
+    if accepts_spot is True and preemptible is False:
+        errors["accepts_spot"] = "Only a preemptible tier's jobs may run on spot capacity (the cloud may take it back)."
     chosen = list(teams or ())
     if not all(isinstance(t, Team) and t.organization_id == organization.pk for t in chosen):
         errors["teams"] = f"Teams of {organization} only."
@@ -699,6 +704,7 @@ def _tier_values(tier: PriorityTier) -> dict[str, Any]:
         "max_wait": tier.max_wait,
         "min_runtime": tier.min_runtime,
         "max_disruption": _text(tier.max_disruption),
+        "accepts_spot": tier.accepts_spot,
         "is_default": tier.is_default,
         "teams": sorted(tier.teams.values_list("slug", flat=True)),
     }

@@ -42,6 +42,7 @@ class TierSerializer(serializers.ModelSerializer[PriorityTier]):
             "max_wait",
             "min_runtime",
             "max_disruption",
+            "accepts_spot",
             "is_default",
             "teams",
         ]
@@ -93,6 +94,11 @@ class TierWriteSerializer(StrictSerializer):
         default=None,
         help_text="The most accelerator-hours of its jobs' work (since their last checkpoints) that preemptions for "
         "other jobs may lose in any hour; null: no cap.",
+    )
+    accepts_spot = serializers.BooleanField(
+        default=False,
+        help_text="Its jobs run on spot capacity unless they say otherwise (a preemptible tier only): cheaper, and the "
+        "cloud may take it back (requeued from their checkpoints, no retry spent).",
     )
     is_default = serializers.BooleanField(default=False)
     teams = serializers.ListField(child=serializers.CharField(), default=list, help_text="Team slugs; none: all.")

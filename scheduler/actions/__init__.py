@@ -192,6 +192,13 @@ def secret_env_of(actor: User, request: JobRequest) -> dict[str, str]:
     return {**kept, **request.secret_env}
 
 
+def spot_of(request: JobRequest, tier: PriorityTier) -> bool:
+    """Whether the job accepts spot capacity: as it says, else as its tier says (preemptible work only)."""
+    if request.spot is not None:
+        return request.spot
+    return tier.accepts_spot and tier.preemptible and request.preemptible
+
+
 def new_job(actor: User, request: JobRequest, queue: Queue, tier: PriorityTier, now: datetime) -> Job:
     """The unsaved, pending job of a validated ``request`` (its secret values not set yet)."""
     return Job(
@@ -212,7 +219,7 @@ def new_job(actor: User, request: JobRequest, queue: Queue, tier: PriorityTier, 
         time_limit=request.time_limit,
         tier=tier,
         preemptible=request.preemptible and tier.preemptible,
-        spot=request.spot,
+        spot=spot_of(request, tier),
         checkpoint_location=request.checkpoint_location.strip(),
         data_locality=request.data_locality.strip(),
         regions=list(request.regions),

@@ -108,8 +108,9 @@ class JobSubmissionSerializer(StrictSerializer):
     preemptible = serializers.BooleanField(required=False)
     spot = serializers.BooleanField(
         required=False,
+        allow_null=True,
         help_text="It accepts spot capacity: cheaper, but the cloud may take it back (requeued from its checkpoint, "
-        "no retry spent). Preemptible work only.",
+        "no retry spent). Preemptible work only. Left out or null: as its priority tier says.",
     )
     checkpoint_location = text("checkpoint_location", required=False, allow_blank=True)
     data_locality = text("data_locality", required=False, allow_blank=True)

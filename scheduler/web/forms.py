@@ -83,6 +83,14 @@ class ChoicesForm(forms.Form):
         field.choices = choices
 
 
+#: Whether a job accepts spot capacity: as its tier says (empty), or as it says.
+SPOT_CHOICES = [
+    ("", "As its priority tier says"),
+    ("yes", "It may run on spot capacity"),
+    ("no", "Never on spot capacity"),
+]
+
+
 class JobForm(ChoicesForm):
     """Submit a job (or a clone of one). Most fields have a sensible initial value; the name and what to run
     are left to the action to ask for, so the preview can judge the rest before they are typed."""
@@ -98,12 +106,14 @@ class JobForm(ChoicesForm):
         initial=True,
         help_text="Higher-priority work may stop it (it resumes from its checkpoint); never in a non-preemptible tier.",
     )
-    spot = forms.BooleanField(
+    spot = forms.TypedChoiceField(
+        choices=SPOT_CHOICES,
+        coerce=lambda value: value == "yes",
         required=False,
-        initial=False,
+        empty_value=None,
         label="Spot capacity",
-        help_text="It may run on spot capacity: cheaper, but the cloud may take it back (it resumes from its "
-        "checkpoint, no retry spent). Preemptible work only.",
+        help_text="Spot capacity is cheaper, but the cloud may take it back (the job resumes from its checkpoint, no "
+        "retry spent). Preemptible work only.",
     )
 
     accelerator_types = forms.MultipleChoiceField(
@@ -357,7 +367,7 @@ class JobForm(ChoicesForm):
         "name": "",
         "tier": None,
         "preemptible": True,
-        "spot": False,
+        "spot": None,
         "accelerator_types": [],
         "accelerators": 1,
         "accelerator_milli": 1000,
@@ -541,6 +551,7 @@ def initial_from_job(job: Job) -> dict[str, Any]:
         "runtime_env": json.dumps(values["runtime_env"], indent=1) if values["runtime_env"] else "",
         "head_cpu_cores": submission.HEAD_CORES.from_engine(values.pop("head_cpu")),
         "head_memory_gib": submission.HEAD_GIB.from_engine(values.pop("head_memory")),
+        "spot": "yes" if values["spot"] else "no",
     }
 
 

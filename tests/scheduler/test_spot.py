@@ -5,12 +5,14 @@ only preemptible work may ask."""
 from __future__ import annotations
 
 import pytest
+from django.test import Client
 
 from clusters.models import Node
 from scheduler.models import Job
 from scheduler.placement import dispatch, feasibility
 from tests.conftest import api_client
 from tests.scheduler.conftest import Fleet
+from tests.scheduler.test_pages import form_data
 
 pytestmark = pytest.mark.django_db
 
@@ -46,3 +48,32 @@ def test_only_preemptible_work_may_ask_for_spot(fleet: Fleet) -> None:
     assert refused.status_code == 400
     assert set(refused.json()["error"]["fields"]) == {"spot"}
     assert "Only preemptible work may run on spot capacity" in str(refused.json())
+
+
+def test_a_tier_may_accept_spot_for_its_jobs_unless_they_say_otherwise(fleet: Fleet) -> None:
+    adam = api_client(fleet.user("adam"))
+    tier = {"name": "normal", "value": 50, "is_default": True, "accepts_spot": True, "reason": "cheap by default"}
+    changed = adam.post("/api/v1/tiers/", tier, format="json")
+    assert changed.status_code == 200, changed.json()
+    assert changed.json()["accepts_spot"] is True
+    refused = adam.post(
+        "/api/v1/tiers/", {**tier, "name": "urgent", "value": 1000, "preemptible": False}, format="json"
+    )
+    assert refused.status_code == 400
+    assert set(refused.json()["error"]["fields"]) == {"accepts_spot"}
+
+    alice = api_client(fleet.user("alice"))
+    body = {"name": "cheap", "image": "ghcr.io/lab/train:1", "command": ["python"], "time_limit": "1h"}
+    assert alice.post("/api/v1/jobs/", body, format="json").json()["spot"] is True  # as its tier says
+    assert alice.post("/api/v1/jobs/", {**body, "spot": False}, format="json").json()["spot"] is False
+    assert alice.post("/api/v1/jobs/", {**body, "preemptible": False}, format="json").json()["spot"] is False
+    # The form: "as its priority tier says" unless the researcher picks
+    page = Client()
+    page.force_login(fleet.user("alice"))
+    form = form_data(fleet, name="from-the-form", spot="")
+    assert page.post("/jobs/new/", form).status_code == 302
+    assert page.post("/jobs/new/", {**form, "name": "not-on-spot", "spot": "no"}).status_code == 302
+    assert dict(Job.objects.filter(name__in=["from-the-form", "not-on-spot"]).values_list("name", "spot")) == {
+        "from-the-form": True,
+        "not-on-spot": False,
+    }
