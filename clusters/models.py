@@ -8,6 +8,7 @@ Clusters belong to an organization: every member may view them, only organizatio
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -366,10 +367,91 @@ class MaintenanceWindow(models.Model):
         return f"{self.cluster} {self.starts_at:%Y-%m-%d %H:%M}"
 
 
+class ElasticPool(models.Model):
+    """Nodes a cloud can add to a cluster for work that waits for capacity (docs/scheduling.md §Elastic pools): all
+    of one accelerator type and capacity type, between ``min_nodes`` and ``max_nodes``, up ``lead_time`` seconds
+    after they are asked for, released after ``idle_release`` seconds without work, within a monthly budget (in the
+    price book's currency; none: no budget). Its nodes carry the label ``qm/elastic-pool`` with its name."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="elastic_pools")
+    name = models.SlugField(max_length=60)
+    accelerator = models.ForeignKey(AcceleratorType, on_delete=models.PROTECT, related_name="elastic_pools")
+    capacity_type = models.CharField(max_length=20, default="on_demand")
+    #: The shape of its nodes: accelerators, millicores and MiB each (an instance type's, a node pool's machine).
+    node_accelerators = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    node_cpu = models.PositiveIntegerField(help_text="Millicores a node offers to jobs.")
+    node_memory = models.PositiveBigIntegerField(help_text="MiB a node offers to jobs.")
+    min_nodes = models.PositiveIntegerField(default=0)
+    max_nodes = models.PositiveIntegerField(validators=[MinValueValidator(1)])
+    lead_time = models.PositiveIntegerField(default=600, help_text="Seconds from asking to a node in service.")
+    idle_release = models.PositiveIntegerField(default=1800, help_text="Seconds a node stays without work, then goes.")
+    monthly_budget = models.DecimalField(
+        max_digits=14, decimal_places=2, null=True, blank=True, validators=[MinValueValidator(Decimal(0))]
+    )
+    enabled = models.BooleanField(default=True)
+
+    objects = TenantManager()
+
+    class Tenancy(ClusterTenancy):
+        org_field = "cluster__organization"
+
+    class Meta:
+        ordering = ["cluster__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="elastic_pool_name_unique_in_cluster"),
+            models.CheckConstraint(
+                condition=models.Q(max_nodes__gte=models.F("min_nodes")), name="elastic_pool_max_at_least_min"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.slug}/{self.name}"
+
+
+class ElasticGrant(models.Model):
+    """One ask of a pool's cloud for nodes, and what became of it: asked (in the placement loop's transaction),
+    on its way (the cloud took it; ``nodes`` named, up around ``up_at``), up, refused (a stock-out, a quota of the
+    cloud's: ``message``), or released (``released_at``). ``cost_per_hour``: what its nodes cost at the price
+    book's rate when asked."""
+
+    class State(models.TextChoices):
+        ASKED = "asked", "asked"
+        COMING = "coming", "on its way"
+        UP = "up", "in service"
+        REFUSED = "refused", "refused by the cloud"
+        RELEASED = "released", "released"
+
+    pool = models.ForeignKey(ElasticPool, on_delete=models.CASCADE, related_name="grants")
+    count = models.PositiveIntegerField()
+    state = models.CharField(max_length=20, choices=State.choices, default=State.ASKED)
+    #: Why: the jobs it was asked for ("12, 13, 15").
+    jobs = models.JSONField(default=list, blank=True)
+    cost_per_hour = models.DecimalField(max_digits=14, decimal_places=4, default=Decimal(0))
+    asked_at = models.DateTimeField()
+    up_at = models.DateTimeField()
+    nodes = models.JSONField(default=list, blank=True)
+    message = models.TextField(blank=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TenantManager()
+
+    class Tenancy(ClusterTenancy):
+        org_field = "pool__cluster__organization"
+
+    class Meta:
+        ordering = ["-asked_at", "-pk"]
+        indexes = [models.Index(fields=["state"])]
+
+    def __str__(self) -> str:
+        return f"{self.pool}: {self.count} node(s) {self.state}"
+
+
 __all__ = [
     "AcceleratorType",
     "Cluster",
     "Drain",
+    "ElasticGrant",
+    "ElasticPool",
     "GpuSample",
     "HealthCheckResult",
     "MaintenanceWindow",

@@ -148,6 +148,11 @@ LOOP_ROUND_FINISHED = Gauge(
 LOOP_ROUND_SECONDS = Histogram(
     "qm_loop_round_seconds", "Time one round of a background loop took.", ["loop"], buckets=FAST_BUCKETS
 )
+ELASTIC_NODES = Counter(
+    "qm_elastic_nodes_total",
+    "Nodes of elastic pools: granted by the cloud, refused (asks it turned down), released (idle, given back).",
+    ["pool", "event"],
+)
 SERVING_ACTIONS = Counter(
     "qm_serving_actions_total",
     "What serving's control loop did: replicas started, stopped (drained) or cancelled, revisions promoted or "

@@ -288,6 +288,8 @@ CELERY_BEAT_SCHEDULE = {
     "watch-jobs": {"task": "scheduler.tasks.watch_jobs", "schedule": 60.0},
     # Budget alerts at 50/80/100% and on the month's forecast (``governance/actions/budgets.py``).
     "check-budgets": {"task": "scheduler.tasks.check_budgets", "schedule": 300.0},
+    # Elastic pools: asks made again, nodes come up, idle ones given back (scheduler/placement/elastic.py).
+    "settle-elastic": {"task": "scheduler.tasks.settle_elastic", "schedule": 60.0},
     # Capacity requests: approved windows that ended, and their leads told ahead (governance/actions/capacity.py).
     "settle-capacity-requests": {"task": "scheduler.tasks.settle_capacity_requests", "schedule": 300.0},
     # Notifications of job events, by e-mail and webhook, as each user chose (``notifications/actions/outbox.py``).

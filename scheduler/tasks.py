@@ -15,7 +15,7 @@ from clusters.models import Cluster
 from common import enqueue
 from governance.actions import budgets, capacity
 from scheduler.models import Attempt
-from scheduler.placement import dispatch, follow, loop, recover
+from scheduler.placement import dispatch, elastic, follow, loop, recover
 from scheduler.watch.rounds import watch_round
 from tenancy.models import Organization
 
@@ -94,6 +94,18 @@ def check_budgets() -> int:
     for alert_id in budgets.undelivered():
         enqueue.send("scheduler.tasks.deliver_budget_alert", alert_id)
     return len(raised)
+
+
+@shared_task(ignore_result=True)
+def provision_grant(grant_id: int) -> str:
+    """Ask an elastic pool's cloud for the nodes a placement cycle wrote down (``placement.elastic``)."""
+    return elastic.provision(grant_id)
+
+
+@shared_task(ignore_result=True)
+def settle_elastic() -> dict[str, int]:
+    """On the beat: asks to make again, elastic nodes that came up, idle ones given back."""
+    return elastic.settle()
 
 
 @shared_task(ignore_result=True)

@@ -37,7 +37,7 @@ saying where the job's output may be instead. Where each backend reads from: doc
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -311,6 +311,18 @@ class DryRun:
     detail: Mapping[str, Any] = field(default_factory=dict)
 
 
+#: The label the nodes of an elastic pool carry: the pool's name (``clusters.models.ElasticPool``).
+ELASTIC_POOL = "qm/elastic-pool"
+
+
+@dataclass(frozen=True, slots=True)
+class Provisioned:
+    """What a cloud took of an ask for nodes: their names, and when they should be in service (Unix time)."""
+
+    nodes: tuple[str, ...]
+    up_at: float
+
+
 class Backend:
     """Base class of the backends; each lives in ``clusters/backends/<kind>/`` and sets ``kind``."""
 
@@ -383,3 +395,13 @@ class Backend:
     def resume(self, node: str) -> DryRun | None:
         """Undo cordon or drain."""
         raise NotImplementedError
+
+    # elastic pools (docs/scheduling.md §Elastic pools)
+    def provision(self, pool: str, count: int, capacity_type: str, lead_time: int) -> Provisioned:
+        """Ask the cloud for ``count`` nodes of the pool ``pool`` (its nodes labelled ``ELASTIC_POOL``); ``Refused``
+        when it will not give them (a stock-out, a quota of its own)."""
+        raise Refused(f"{self.kind} clusters cannot add nodes from Quartermaster yet")
+
+    def release(self, nodes: Sequence[str]) -> None:
+        """Give ``nodes`` of an elastic pool back to the cloud (they hold no work)."""
+        raise Refused(f"{self.kind} clusters cannot release nodes from Quartermaster yet")

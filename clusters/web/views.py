@@ -27,7 +27,17 @@ from django.views.decorators.http import require_GET, require_POST
 from clusters import actions, capabilities, occupancy
 from clusters.backends import kinds
 from clusters.live import ALLOCATION_STEPS, MARKED_STATES, UNHEALTHY, live_view
-from clusters.models import AcceleratorType, Cluster, Drain, HealthCheckResult, MaintenanceWindow, Node, ProbeToken
+from clusters.models import (
+    AcceleratorType,
+    Cluster,
+    Drain,
+    ElasticGrant,
+    ElasticPool,
+    HealthCheckResult,
+    MaintenanceWindow,
+    Node,
+    ProbeToken,
+)
 from clusters.web.filters import NodeFilter
 from clusters.web.forms import ClusterForm, DrainForm, MaintenanceForm, ProbeTokenForm, ReasonForm
 from common.types import AuthenticatedHttpRequest
@@ -38,6 +48,7 @@ from tenancy.scoping import Action
 
 NODES_PER_PAGE = 50
 RECENT_DRAINS = 10
+RECENT_GRANTS = 20
 HEALTH_HISTORY = 50
 #: Option names whose values are never shown, in case a secret was put in the options by mistake
 #: (credentials belong in the encrypted credentials, which are never shown at all; the actions refuse
@@ -172,6 +183,13 @@ def _render_cluster(
         .select_related("created_by"),
         "new_probe_token": extra.get("new_probe_token"),
         "portal_url": request.build_absolute_uri("/").rstrip("/"),
+        # Elastic pools and their latest asks of the cloud, with what they cost (docs/scheduling.md §Elastic pools).
+        "pools": ElasticPool.objects.for_user(request.user, Action.VIEW)
+        .filter(cluster=cluster)
+        .select_related("accelerator"),
+        "grants": ElasticGrant.objects.for_user(request.user, Action.VIEW)
+        .filter(pool__cluster=cluster)
+        .select_related("pool")[:RECENT_GRANTS],
     }
     return render(request, "clusters/cluster_detail.html", context, status=status)
 

@@ -1,7 +1,8 @@
 """Capacity elastic pools could add for the work left waiting for lack of it (docs/scheduling.md §Elastic pools).
 
 After the cycle, the jobs left waiting for capacity (reason *capacity*, *backfill* or *reserved*: their quota fits,
-only nodes are missing), in the order the cycle considered them, are packed onto nodes the pools could add
+only nodes are missing), in the order the cycle considered them, are packed onto the nodes on their way to the pools
+(``Elastic.coming``: asked in an earlier cycle, not up yet) and then onto nodes the pools could add
 (``Snapshot.elastic``): to each job the pool that costs least for it among those it may use (a flavor its queue
 offers and its quota fits, a cluster it may go to and that runs its program; a spot pool only for preemptible work
 that accepts spot), then the one up soonest; first fit on the nodes already asked of that pool this cycle, on new
@@ -35,32 +36,44 @@ WANTING = (PendingReason.CAPACITY, PendingReason.BACKFILL_BLOCKED, PendingReason
 @dataclass(slots=True)
 class _Pool:
     spec: Elastic
-    #: The nodes asked of the pool this cycle: what each has left (accelerators, millicores, MiB).
+    #: The pool's nodes on their way, then those asked of it this cycle: what each has left (accelerators,
+    #: millicores, MiB).
     nodes: list[list[int]] = field(default_factory=list)
+    #: The jobs new nodes were asked for (those packed on nodes on their way are not).
     jobs: list[str] = field(default_factory=list)
 
-    def fit(self, items: Sequence[tuple[int, int, int]]) -> list[list[int]] | None:
-        """The pool's nodes with ``items`` placed first fit (new nodes while it has room); None if they do not."""
-        spec, nodes = self.spec, [list(n) for n in self.nodes]
+    def __post_init__(self) -> None:
+        spec = self.spec
+        self.nodes = [[spec.accelerators, spec.cpu, spec.memory] for _ in range(spec.coming)]
+
+    @property
+    def new(self) -> int:
+        """The nodes asked of it this cycle."""
+        return len(self.nodes) - self.spec.coming
+
+    def fit(self, items: Sequence[tuple[int, int, int]]) -> tuple[list[list[int]], bool] | None:
+        """The pool's nodes with ``items`` placed first fit (new nodes while it has room), and whether any went on
+        a node asked this cycle; None if they do not fit."""
+        spec, nodes, asked = self.spec, [list(n) for n in self.nodes], False
         for item in items:
             if any(need > have for need, have in zip(item, (spec.accelerators, spec.cpu, spec.memory), strict=True)):
                 return None
-            for node in nodes:
-                if all(have >= need for have, need in zip(node, item, strict=True)):
-                    break
-            else:
-                if len(nodes) >= spec.most:
+            k = next((k for k, n in enumerate(nodes) if all(h >= d for h, d in zip(n, item, strict=True))), None)
+            if k is None:
+                if len(nodes) - spec.coming >= spec.most:
                     return None
-                node = [spec.accelerators, spec.cpu, spec.memory]
-                nodes.append(node)
+                k = len(nodes)
+                nodes.append([spec.accelerators, spec.cpu, spec.memory])
+            node = nodes[k]
+            asked |= k >= spec.coming
             for i, need in enumerate(item):
                 node[i] -= need
-        return nodes
+        return nodes, asked
 
 
 def demand(cycle: CycleState, pending: list[Pending]) -> tuple[list[Pending], tuple[Want, ...]]:
     """The waiting jobs that the pools' nodes would start, their pending messages saying so, and what to ask."""
-    pools = [_Pool(spec) for spec in cycle.snapshot.elastic if spec.most > 0]
+    pools = [_Pool(spec) for spec in cycle.snapshot.elastic if spec.most > 0 or spec.coming > 0]
     if not pools:
         return pending, ()
     jobs = {j.id: j for j in cycle.snapshot.pending}
@@ -74,11 +87,15 @@ def demand(cycle: CycleState, pending: list[Pending]) -> tuple[list[Pending], tu
             chosen = _pool_for(cycle, job, pools, p.estimated_start)
             if chosen is None:
                 continue
-            pool, nodes, qi, flavor = chosen
-            pool.nodes, pool.jobs = nodes, [*pool.jobs, job.id]
+            pool, (nodes, grew), qi, flavor = chosen
+            pool.nodes = nodes
+            if grew:
+                pool.jobs.append(job.id)
             cycle.quota.charge(qi, flavor, job.request())
             charged.append((qi, flavor, job.request()))
-            told[job.id] = (pool, cycle.now + pool.spec.lead_time)
+            # on nodes already on their way: when those are up; else when new ones would be
+            up = cycle.now + pool.spec.lead_time if grew else max(cycle.now, pool.spec.coming_at)
+            told[job.id] = (pool, up)
     finally:
         for qi, flavor, request in charged:
             cycle.quota.charge(qi, flavor, request, -1)
@@ -87,27 +104,27 @@ def demand(cycle: CycleState, pending: list[Pending]) -> tuple[list[Pending], tu
             pool.spec.name,
             pool.spec.cluster,
             pool.spec.flavor,
-            len(pool.nodes),
+            pool.new,
             tuple(pool.jobs),
-            len(pool.nodes) * pool.spec.accelerators * pool.spec.price_per_accel_hour,
+            pool.new * pool.spec.accelerators * pool.spec.price_per_accel_hour,
             cycle.now + pool.spec.lead_time,
         )
         for pool in pools
-        if pool.nodes
+        if pool.new > 0
     )
-    return [_told(p, *told[p.job]) if p.job in told else p for p in pending], wants
+    return [_told(p, *told[p.job], cycle.now) if p.job in told else p for p in pending], wants
 
 
 def _pool_for(
     cycle: CycleState, job: Job, pools: list[_Pool], reserved_at: float | None
-) -> tuple[_Pool, list[list[int]], int, str] | None:
+) -> tuple[_Pool, tuple[list[list[int]], bool], int, str] | None:
     """The pool that costs least for ``job`` and can take it, then the one up soonest, with its nodes after."""
     queue = cycle.queues.get(job.queue)
     if queue is None:
         return None
     qi = cycle.quota.index[queue.name]
     items = _items(job)
-    best: tuple[float, float, str, _Pool, list[list[int]]] | None = None
+    best: tuple[float, float, str, _Pool, tuple[list[list[int]], bool]] | None = None
     for pool in pools:
         spec = pool.spec
         if reserved_at is not None and reserved_at <= cycle.now + spec.lead_time:
@@ -154,11 +171,11 @@ def _items(job: Job) -> list[tuple[int, int, int]]:
     return sorted(items, reverse=True)
 
 
-def _told(p: Pending, pool: _Pool, start: float) -> Pending:
+def _told(p: Pending, pool: _Pool, start: float, now: float) -> Pending:
     spec = pool.spec
     more = f"{len(pool.nodes)} more {spec.flavor} node{'s' if len(pool.nodes) != 1 else ''}"
     said = f"{p.message} Capacity is being added for it: {more} of {spec.name} on {spec.cluster}, up in about " + (
-        f"{max(1, round(spec.lead_time / 60))} min."
+        f"{max(1, round((start - now) / 60))} min."
     )
     estimate = start if p.estimated_start is None else min(p.estimated_start, start)
     return p._replace(message=said, estimated_start=estimate)

@@ -424,6 +424,9 @@ class Elastic:
     lead_time: float
     most: int
     spot: bool = False
+    #: Nodes asked for and not up yet, and when the last of them should be: jobs are packed onto them first.
+    coming: int = 0
+    coming_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

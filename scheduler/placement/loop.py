@@ -37,7 +37,7 @@ from scheduler.actions import lifecycle
 from scheduler.engine import model as m
 from scheduler.engine import schedule
 from scheduler.models import Assignment, Attempt, Job, JobEvent, LoopState
-from scheduler.placement import gates, measure
+from scheduler.placement import elastic, gates, measure
 from scheduler.placement.leader import leadership
 from scheduler.placement.snapshot import Index, build
 from scheduler.states import ACTIVE, WAITING
@@ -174,9 +174,12 @@ def apply(
         attempt_ids = _admit(index, decisions.admissions, rows, now, events)
         preempted = _preempt(index, decisions.preemptions, rows, now, events)
         JobEvent.objects.bulk_create(events, batch_size=2000)
+        grants = elastic.ask(index.elastic, decisions.wanted, now) if decisions.wanted else []
         _hook("before_commit")
         if tell_clusters:
             transaction.on_commit(lambda: _tell_clusters(attempt_ids, preempted))
+        if grants:  # the clouds are asked once the asks are written
+            transaction.on_commit(lambda: _ask_clouds(grants))
     _hook("after_commit")
     skipped = len(decisions.admissions) - len(attempt_ids) + len(decisions.preemptions) - len(preempted)
     return generation, len(attempt_ids), len(preempted), skipped
@@ -323,6 +326,11 @@ def _preempt(
 
 def _chunks(items: list[int], size: int) -> list[list[int]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def _ask_clouds(grants: list[int]) -> None:
+    for grant in grants:
+        enqueue.send("scheduler.tasks.provision_grant", grant)
 
 
 def _tell_clusters(attempt_ids: list[int], preempted: list[int]) -> None:

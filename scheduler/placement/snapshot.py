@@ -33,7 +33,7 @@ from governance.models import Cohort, FairShare, MemberLimit, PriorityTier, Queu
 from scheduler.engine import model as m
 from scheduler.engine.explain import array_limit_words
 from scheduler.models import Assignment, Attempt, Checkpoint, Job, JobArray, JobEvent, LoopState
-from scheduler.placement import budgets, windows
+from scheduler.placement import budgets, elastic, windows
 from scheduler.placement.jobs import PENDING_COLUMNS, engine_job, owner, ts
 from scheduler.placement.prices import prices as price_book
 from scheduler.states import PLACED, WAITING
@@ -66,6 +66,8 @@ class Index:
     disruption_caps: dict[str, Decimal] = field(default_factory=dict)
     #: The longest grace of the tiers: reservations count this long before they start (``governance.capacity``).
     lead: int = 0
+    #: Elastic pools: engine name -> pk (``elastic.pools``).
+    elastic: dict[str, int] = field(default_factory=dict)
     #: Waiting jobs kept from the engine (dependencies, arrays' limits), with their reasons, for ``write_pending``.
     gated: list[m.Pending] = field(default_factory=list)
     #: Arrays at their limit: pk -> (limit, the waiting tasks read); the tasks not read are told by
@@ -143,6 +145,9 @@ def build(
         budgets=hard_budgets,
         maintenance=windows.maintenance(organization, now, config.backfill_window),
         bookings=windows.bookings(approved),
+        elastic=elastic.pools(
+            organization, now, lambda: price_book(organization.pk, now.astimezone(UTC).date()), index.elastic
+        ),
         usage=recent_use(organization, now, memory.kept_with or memory.half_life),
         disruption_left=disruption_left(organization, now, index.disruption_caps),
     )

@@ -71,6 +71,16 @@ def test_the_cheapest_pool_the_job_may_use_and_spot_only_for_work_that_accepts_i
     assert d.wanted == ()
 
 
+def test_jobs_go_on_the_nodes_on_their_way_first_and_only_the_rest_is_asked_for() -> None:
+    coming = replace(CLOUD, coming=2, coming_at=NOW + 300)
+    jobs = [job(f"j{i}", accelerators=8, at=i) for i in range(3)]
+    d = schedule(full(*jobs[:2], pools=(coming,)))
+    assert d.wanted == ()  # both fit the two nodes already asked for
+    assert all("up in about 5 min" in p.message for p in d.pending)
+    (want,) = schedule(full(*jobs, pools=(coming,))).wanted
+    assert (want.nodes, want.jobs) == (1, ("j2",))
+
+
 def test_without_pools_nothing_changes() -> None:
     s = full(job("j", accelerators=8))
     assert schedule(replace(s, elastic=())) == replace(

@@ -36,11 +36,17 @@ them (or the methods of the same names on the backend). The faults:
 | ``partial_gang`` | ``running`` (1) | jobs submitted now stay pending, ``running`` workers up: ``UNSCHEDULABLE`` |
 | ``ignore_sigterm`` | | jobs submitted now ignore ``signal``: they run on until cancelled |
 | ``checkpoint_seconds`` | ``seconds`` | jobs submitted now exit that long after ``signal`` (the option, per job) |
+| ``stockout`` | ``left`` (0) | ``provision`` gives at most ``left`` more nodes, then refuses (out of stock) |
 
 ``until`` is seconds since the epoch (0: until cleared). A job fault applies to every job submitted while
 it is set, or only to the job whose id is ``job`` when that parameter is given; it stays with the job once
 submitted (clearing it changes only later jobs). Jobs report ``workers_running``: all their workers while
 running, none while pending or ended.
+
+**A simulated cloud** (``provision``, ``release``): nodes asked for an elastic pool join the cluster's fleet
+(named ``<prefix>-<pool>-<n>``, of the profile's shape, labelled with the pool and its capacity type) and report
+ready ``lead_time`` seconds after they were asked for; released, they leave it. They are kept in the cluster's
+state, like its jobs.
 
 **Output** (``logs``): each worker's lines are made up from what the simulation knows of the job, and only
 that: when it was submitted, the node the worker started on, its progress through its run time (a line
@@ -62,7 +68,7 @@ import io
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -85,6 +91,8 @@ from clusters.backends.base import (
     JobStatus,
     LogChunk,
     NotFound,
+    Provisioned,
+    Refused,
     Unreachable,
 )
 from clusters.backends.logpages import read_page, text
@@ -105,6 +113,7 @@ CLUSTER_FAULTS: dict[str, dict[str, Any]] = {
     "submit_error": {"times": 1, "message": "the simulated cluster failed to answer"},
     "unreachable": {},
     "unhealthy": {"node": "", "check": "gpu", "message": "GPU fell off the bus (simulated XID 79)", "until": 0.0},
+    "stockout": {"left": 0},
 }
 JOB_FAULTS: dict[str, dict[str, Any]] = {
     "exit_code": {"code": 1, "after": 0.0},
@@ -118,7 +127,7 @@ JOB_FAULTS: dict[str, dict[str, Any]] = {
 
 
 def _empty() -> dict[str, Any]:
-    return {"cordoned": {}, "jobs": {}, "faults": {}}
+    return {"cordoned": {}, "jobs": {}, "faults": {}, "elastic": {}}
 
 
 def inject(endpoint: str, fault: str, *, state_file: str = "", **params: Any) -> None:
@@ -182,7 +191,9 @@ class SimulatedBackend(Backend):
         return replicas.root_of(str(self.state_file or self.endpoint or self.profile))
 
     def _node_names(self) -> set[str]:
-        return {fleet.node(self.profile, self.seed, i).name for i in range(self.size)}
+        with self._state() as state:
+            added = set(state.get("elastic", {}))
+        return {fleet.node(self.profile, self.seed, i).name for i in range(self.size)} | added
 
     def _known(self, name: str) -> None:
         prefix = fleet.PROFILES[self.profile].prefix
@@ -191,6 +202,9 @@ class SimulatedBackend(Backend):
         except ValueError:
             index = -1
         if not name.startswith(f"{prefix}-") or not 0 <= index < self.size:
+            with self._state() as state:
+                if name in state.get("elastic", {}):
+                    return
             raise NotFound(f"no node {name!r} in this simulated cluster")
 
     # ------------------------------------------------------------------------------------------ faults
@@ -232,9 +246,11 @@ class SimulatedBackend(Backend):
 
     def inventory(self) -> Inventory:
         self._reachable()
+        now = time.time()
         with self._state() as state:
             cordoned = dict(state["cordoned"])
-            held = _held(state["jobs"], time.time())
+            held = _held(state["jobs"], now)
+            added = dict(state.get("elastic", {}))
         nodes = []
         for i in range(self.size):
             # Its nodes are this machine, where its service replicas listen (``replicas.ADDRESS``).
@@ -243,6 +259,17 @@ class SimulatedBackend(Backend):
                 node = fleet.holding(node, *held[node.name])
             if node.name in self.down or node.name in cordoned:
                 node = replace(node, ready=node.name not in self.down, schedulable=node.name not in cordoned)
+            nodes.append(node)
+        for name, grown in sorted(added.items()):
+            if grown["up_at"] > now:
+                continue  # still coming up: the cloud has not handed it over yet
+            node = replace(
+                fleet.grown(self.profile, name, grown["pool"], grown["capacity_type"]), addresses=(replicas.ADDRESS,)
+            )
+            if name in held:
+                node = fleet.holding(node, *held[name])
+            if name in cordoned:
+                node = replace(node, schedulable=False)
             nodes.append(node)
         return Inventory(tuple(nodes), (fleet.PROFILES[self.profile].accelerator,))
 
@@ -422,6 +449,44 @@ class SimulatedBackend(Backend):
         with self._state(write=True) as state:
             state["cordoned"].pop(node, None)
         return None
+
+    def provision(self, pool: str, count: int, capacity_type: str, lead_time: int) -> Provisioned:
+        self._reachable()
+        if count < 1:
+            raise Refused("ask for one node or more")
+        with self._state(write=True) as state:
+            prefix = fleet.PROFILES[self.profile].prefix
+            return _provision(state, prefix, pool, count, capacity_type, lead_time, time.time())
+
+    def release(self, nodes: Sequence[str]) -> None:
+        self._reachable()
+        with self._state(write=True) as state:
+            added = state.setdefault("elastic", {})
+            for name in nodes:
+                added.pop(name, None)
+                state["cordoned"].pop(name, None)
+
+
+def _provision(
+    state: dict[str, Any], prefix: str, pool: str, count: int, capacity_type: str, lead_time: int, now: float
+) -> Provisioned:
+    """``count`` nodes of ``pool`` added to the state, up ``lead_time`` from ``now``; a stock-out gives what it has
+    left, and refuses when that is nothing."""
+    stock = state["faults"].get("stockout")
+    if stock is not None:
+        count = min(count, int(stock["left"]))
+        if count <= 0:
+            raise Refused(f"the simulated cloud has no more {prefix} nodes for pool {pool} (stock-out)")
+        stock["left"] = int(stock["left"]) - count
+    added = state.setdefault("elastic", {})
+    serial = int(state.get("elastic_serial", 0))
+    names = []
+    for k in range(serial, serial + count):
+        name = f"{prefix}-{pool}-{k:04d}"
+        added[name] = {"pool": pool, "capacity_type": capacity_type, "up_at": now + lead_time}
+        names.append(name)
+    state["elastic_serial"] = serial + count
+    return Provisioned(tuple(names), now + lead_time)
 
 
 def _status(backend_id: str, job: dict[str, Any], now: float) -> JobStatus:

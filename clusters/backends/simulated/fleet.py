@@ -11,7 +11,7 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from clusters.backends.base import AcceleratorInfo, NodeInfo
+from clusters.backends.base import ELASTIC_POOL, AcceleratorInfo, NodeInfo
 
 GIB = 1024  # MiB
 
@@ -86,6 +86,21 @@ def node(profile_name: str, seed: int, i: int, busy: float = 0.0) -> NodeInfo:
         memory_used=used * (profile.memory // profile.accelerators // 2),
         topology=topology,
         labels=profile.labels,
+    )
+
+
+def grown(profile_name: str, name: str, pool: str, capacity_type: str) -> NodeInfo:
+    """A node an elastic pool added: the profile's shape, idle, in no topology domain, labelled with its pool and
+    its capacity type (``clusters.capacity`` reads it)."""
+    return replace(
+        node(profile_name, 0, 0),
+        name=name,
+        topology={},
+        labels={
+            **PROFILES[profile_name].labels,
+            ELASTIC_POOL: pool,
+            "quartermaster.io/capacity-type": capacity_type,
+        },
     )
 
 

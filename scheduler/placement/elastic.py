@@ -1,0 +1,281 @@
+"""Elastic pools at the placement loop's edges (docs/scheduling.md §Elastic pools): what each pool could add, as the
+engine reads it (``pools``), and the engine's wants written as asks in the cycle's own transaction (``ask``), so
+that a cycle that lost the compare-and-set asks for nothing. After the commit the pool's cloud is asked
+(``provision``: the ask is claimed under a row lock, so a task run twice asks once; a cloud that does not answer
+leaves it to the next run), and on the beat (``settle``) nodes that came up are noted and those idle past their
+pool's ``idle_release`` are given back while the pool keeps its minimum. Every step is in the audit log and counted
+in ``/metrics``.
+
+A pool may add nodes up to its maximum, less the nodes it has (present, labelled with it) and those asked for and
+not up yet; within its monthly budget: the month's spend of its nodes so far, plus an hour of every node it would
+then have, stays within it. Prices are the price book's for the pool's cluster, flavor and capacity type.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from clusters.actions.sync import backend_for
+from clusters.backends.base import ELASTIC_POOL, BackendError, Unreachable
+from clusters.models import Cluster, ElasticGrant, ElasticPool, Node
+from common.metrics import ELASTIC_NODES
+from scheduler.engine import model as m
+from scheduler.models import Assignment
+from scheduler.placement.prices import Prices
+from tenancy.actions import audit
+
+if TYPE_CHECKING:
+    from tenancy.models import Organization
+
+#: Grants whose nodes are on their way.
+COMING = (ElasticGrant.State.ASKED, ElasticGrant.State.COMING)
+#: Grants whose nodes cost money this month (asked and refused ones never ran).
+SPENDING = (ElasticGrant.State.COMING, ElasticGrant.State.UP, ElasticGrant.State.RELEASED)
+
+
+def engine_name(pool: ElasticPool) -> str:
+    return f"{pool.cluster.slug}/{pool.name}"
+
+
+def pools(
+    organization: Organization, now: datetime, price_book: Callable[[], Prices], known: dict[str, int]
+) -> tuple[m.Elastic, ...]:
+    """The organization's enabled pools as the engine reads them (the price book read only where there are some);
+    ``known`` gets each one's engine name -> pk."""
+    found = list(
+        ElasticPool.objects.filter(cluster__organization=organization, enabled=True)
+        .exclude(cluster__status=Cluster.Status.DISABLED)
+        .select_related("cluster", "accelerator")
+    )
+    if not found:
+        return ()
+    present: Counter[tuple[int, str]] = Counter()
+    for cluster_id, labels in Node.objects.filter(cluster__in={p.cluster_id for p in found}, present=True).values_list(
+        "cluster_id", "labels"
+    ):
+        if (labels or {}).get(ELASTIC_POOL):
+            present[(cluster_id, str(labels[ELASTIC_POOL]))] += 1
+    coming: Counter[int] = Counter()
+    coming_at: dict[int, datetime] = {}
+    for pool_id, count, up_at in ElasticGrant.objects.filter(pool__in=found, state__in=COMING).values_list(
+        "pool_id", "count", "up_at"
+    ):
+        coming[pool_id] += count
+        coming_at[pool_id] = max(up_at, coming_at.get(pool_id, up_at))
+    spent = month_spend(found, now)
+    prices = price_book()
+    out = []
+    for pool in found:
+        labels = {"quartermaster.io/capacity-type": pool.capacity_type}
+        price = prices.of(pool.cluster_id, pool.accelerator_id, labels, pool.cluster.kind, pool.cluster.options or {})
+        have = present[(pool.cluster_id, pool.name)] + coming[pool.pk]
+        most = pool.max_nodes - have
+        node_hour = Decimal(str(price)) * pool.node_accelerators
+        if pool.monthly_budget is not None and node_hour > 0:
+            most = min(most, math.floor((pool.monthly_budget - spent.get(pool.pk, Decimal(0))) / node_hour) - have)
+        known[engine_name(pool)] = pool.pk
+        out.append(
+            m.Elastic(
+                engine_name(pool),
+                pool.cluster.slug,
+                pool.accelerator.name,
+                pool.node_accelerators,
+                pool.node_cpu,
+                pool.node_memory,
+                float(price),
+                float(pool.lead_time),
+                max(0, most),
+                spot=pool.capacity_type == "spot",
+                coming=coming[pool.pk],
+                coming_at=coming_at[pool.pk].timestamp() if pool.pk in coming_at else 0.0,
+            )
+        )
+    return tuple(out)
+
+
+def month_spend(found: list[ElasticPool], now: datetime) -> dict[int, Decimal]:
+    """Per pool: what its grants' nodes have cost since the start of ``now``'s month (UTC), from when they were
+    due up to when they were released (or now), at the rate each was asked at."""
+    first = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    spent: dict[int, Decimal] = {}
+    for grant in ElasticGrant.objects.filter(pool__in=found, state__in=SPENDING).exclude(released_at__lt=first):
+        start, end = max(grant.up_at, first), min(grant.released_at or now, now)
+        if end > start:
+            hours = Decimal((end - start).total_seconds()) / 3600
+            spent[grant.pool_id] = spent.get(grant.pool_id, Decimal(0)) + grant.cost_per_hour * hours
+    return spent
+
+
+def ask(known: dict[str, int], wanted: tuple[m.Want, ...], now: datetime) -> list[int]:
+    """The engine's wants as asks of their pools (in the cycle's transaction); the new grants' ids."""
+    made = []
+    for want in wanted:
+        pool = ElasticPool.objects.select_related("cluster__organization").get(pk=known[want.pool])
+        grant = ElasticGrant.objects.create(
+            pool=pool,
+            count=want.nodes,
+            jobs=[int(job) for job in want.jobs],
+            cost_per_hour=Decimal(str(round(want.cost_per_hour, 4))),
+            asked_at=now,
+            up_at=now + timedelta(seconds=pool.lead_time),
+        )
+        audit.record(
+            "elastic.asked",
+            actor=None,
+            target=grant,
+            organization=pool.cluster.organization,
+            changes={"nodes": [None, want.nodes], "jobs": [None, grant.jobs]},
+            reason=f"{len(want.jobs)} job(s) wait for capacity that {pool} can add",
+        )
+        made.append(grant.pk)
+    return made
+
+
+# --- the clouds ----------------------------------------------------------------------------------------------
+
+State = ElasticGrant.State
+log = logging.getLogger(__name__)
+
+
+def provision(grant_id: int) -> str:
+    """Ask the cloud for an ask's nodes; its new state."""
+    with transaction.atomic():
+        grant = ElasticGrant.objects.select_for_update().select_related("pool__cluster__organization").get(pk=grant_id)
+        if grant.state != State.ASKED:
+            return str(grant.state)
+        pool = grant.pool
+        try:
+            given = backend_for(pool.cluster).provision(pool.name, grant.count, pool.capacity_type, pool.lead_time)
+        except Unreachable as exc:
+            log.warning("elastic pool %s: the cloud did not answer: %s", pool, exc)
+            return str(grant.state)  # asked again by the next run
+        except BackendError as exc:  # refused: a stock-out, a quota of the cloud's
+            grant.state, grant.message = State.REFUSED, str(exc)
+        else:
+            grant.state, grant.nodes = State.COMING, list(given.nodes)
+            grant.count = len(given.nodes)
+            grant.up_at = datetime.fromtimestamp(given.up_at, tz=UTC)
+        grant.save(update_fields=["state", "message", "nodes", "count", "up_at"])
+        audit.record(
+            "elastic.granted" if grant.state == State.COMING else "elastic.refused",
+            actor=None,
+            target=grant,
+            organization=pool.cluster.organization,
+            changes={"state": [State.ASKED.value, grant.state], "nodes": [None, grant.nodes]},
+            reason=grant.message or f"{grant.count} node(s) of {pool} up at about {grant.up_at:%H:%M} UTC",
+        )
+    ELASTIC_NODES.labels(pool=str(pool), event="granted" if grant.state == State.COMING else "refused").inc(
+        grant.count if grant.state == State.COMING else 0
+    )
+    return str(grant.state)
+
+
+def settle(now: datetime | None = None) -> dict[str, int]:
+    """Asks the last run could not make, tried again; nodes that came up, noted; idle nodes given back."""
+    now = now or timezone.now()
+    report = {"asked": 0, "up": 0, "released": 0}
+    for grant_id in ElasticGrant.objects.filter(state=State.ASKED).values_list("pk", flat=True):
+        report["asked"] += provision(grant_id) != State.ASKED
+    for grant in ElasticGrant.objects.filter(state=State.COMING, up_at__lte=now).select_related(
+        "pool__cluster__organization"
+    ):
+        present = set(
+            Node.objects.filter(cluster=grant.pool.cluster, name__in=grant.nodes, present=True).values_list(
+                "name", flat=True
+            )
+        )
+        if present >= set(grant.nodes):
+            ElasticGrant.objects.filter(pk=grant.pk, state=State.COMING).update(state=State.UP)
+            report["up"] += 1
+        elif now - grant.up_at > NEVER_CAME:
+            _never_came(grant, sorted(set(grant.nodes) - present), now)
+    for pool in ElasticPool.objects.filter(grants__state=State.UP).distinct().select_related("cluster__organization"):
+        report["released"] += _release_idle(pool, now)
+    return report
+
+
+#: How long past its expected time an ask's nodes may take to join the fleet before it counts as refused (the
+#: pool may then ask again; what did come stays, and is released once idle).
+NEVER_CAME = timedelta(minutes=30)
+
+
+def _never_came(grant: ElasticGrant, missing: list[str], now: datetime) -> None:
+    message = f"{', '.join(missing)} had not joined the fleet {NEVER_CAME.seconds // 60} min after they were due"
+    with transaction.atomic():
+        if not ElasticGrant.objects.filter(pk=grant.pk, state=State.COMING).update(
+            state=State.UP if len(missing) < len(grant.nodes) else State.REFUSED,
+            nodes=[n for n in grant.nodes if n not in missing],
+            count=len(grant.nodes) - len(missing),
+            message=message,
+        ):
+            return
+        audit.record(
+            "elastic.refused",
+            actor=None,
+            target=grant,
+            organization=grant.pool.cluster.organization,
+            changes={"nodes": [grant.nodes, [n for n in grant.nodes if n not in missing]]},
+            reason=message,
+        )
+
+
+def _release_idle(pool: ElasticPool, now: datetime) -> int:
+    """Give back the pool's nodes without work for ``idle_release`` seconds, above its minimum."""
+    grants = list(pool.grants.filter(state=State.UP))
+    up_since = {name: g.up_at for g in grants for name in g.nodes}
+    nodes = {
+        n.name: n
+        for n in Node.objects.filter(cluster=pool.cluster, name__in=list(up_since), present=True)
+        if (n.labels or {}).get(ELASTIC_POOL) == pool.name
+    }
+    busy = set(
+        Assignment.objects.filter(node__in=nodes.values(), attempt__outcome="active").values_list(
+            "node__name", flat=True
+        )
+    )
+    last_work = dict(
+        Assignment.objects.filter(node__in=nodes.values())
+        .values("node__name")
+        .annotate(ended=Max("attempt__ended_at"))
+        .values_list("node__name", "ended")
+    )
+    idle = sorted(
+        name
+        for name in nodes
+        if name not in busy
+        and (now - max(up_since[name], last_work.get(name) or up_since[name])).total_seconds() >= pool.idle_release
+    )
+    keep = max(0, pool.min_nodes - (len(nodes) - len(idle)))
+    going = idle[keep:]
+    if not going:
+        return 0
+    try:
+        backend_for(pool.cluster).release(going)
+    except BackendError as exc:
+        log.warning("elastic pool %s: releasing %s failed: %s", pool, ", ".join(going), exc)
+        return 0
+    with transaction.atomic():
+        Node.objects.filter(cluster=pool.cluster, name__in=going).update(present=False)
+        for g in grants:
+            if set(g.nodes) <= set(going) | {n for n in g.nodes if n not in nodes}:
+                ElasticGrant.objects.filter(pk=g.pk).update(state=State.RELEASED, released_at=now)
+        audit.record(
+            "elastic.released",
+            actor=None,
+            target=pool,
+            organization=pool.cluster.organization,
+            changes={"nodes": [going, None]},
+            reason=f"idle for {pool.idle_release // 60} min or more",
+        )
+    ELASTIC_NODES.labels(pool=str(pool), event="released").inc(len(going))
+    return len(going)

@@ -1,0 +1,154 @@
+"""An elastic pool on a simulated cloud, end to end (docs/scheduling.md §Elastic pools): a burst that the fleet
+cannot hold asks the pool for nodes in the cycle's own transaction; the simulated cloud adds them after its lead
+time; the jobs start there; once idle past the pool's release delay the nodes go back, down to its minimum; a
+stock-out is a refusal with its reason; the monthly budget bounds what is asked; every step is in the audit log."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from billing.models import Price
+from clusters.actions import sync
+from clusters.backends.simulated import backend as simulated
+from clusters.models import AcceleratorType, Cluster, ElasticGrant, ElasticPool, Node
+from scheduler.models import Attempt, Job
+from scheduler.placement import elastic
+from tenancy.models import AuditLog
+from tests.scheduler.conftest import Fleet
+
+pytestmark = pytest.mark.django_db
+
+H100 = "H100-SXM-80GB"
+
+
+def pool(fleet: Fleet, **fields: object) -> ElasticPool:
+    values: dict[str, object] = {
+        "cluster": fleet.clusters["east"],
+        "name": "burst",
+        "accelerator": AcceleratorType.objects.get(organization=fleet.org, name=H100),
+        "node_accelerators": 8,
+        "node_cpu": 110_000,
+        "node_memory": 2_000_000,
+        "max_nodes": 3,
+        "lead_time": 0,
+        "idle_release": 600,
+        **fields,
+    }
+    return ElasticPool.objects.create(**values)
+
+
+def burst(fleet: Fleet, extra: int) -> list[Job]:
+    """The fleet's six 8-GPU nodes full, and ``extra`` more such jobs waiting."""
+    jobs = [fleet.submit(accelerators=8, name=f"fill-{i}") for i in range(6)]
+    fleet.cycle()
+    return jobs + [fleet.submit(accelerators=8, name=f"burst-{i}") for i in range(extra)]
+
+
+def test_a_burst_grows_the_pool_runs_there_and_the_idle_nodes_go_back(fleet: Fleet) -> None:
+    pool(fleet)
+    jobs = burst(fleet, 2)
+    fleet.cycle()
+    (grant,) = ElasticGrant.objects.all()
+    assert (grant.state, grant.count, sorted(grant.jobs)) == ("asked", 2, sorted(j.pk for j in jobs[6:]))
+    waiting = Job.objects.get(pk=jobs[6].pk)
+    assert "Capacity is being added for it: 2 more H100-SXM-80GB nodes of east/burst on east" in waiting.pending_message
+    assert elastic.provision(grant.pk) == "coming"
+    assert elastic.provision(grant.pk) == "coming"  # run twice: asked once
+    grant.refresh_from_db()
+    assert grant.nodes == ["h100-burst-0000", "h100-burst-0001"]
+    fleet.cycle()  # the nodes are on their way: the jobs wait for them, nothing more is asked
+    assert ElasticGrant.objects.count() == 1
+
+    assert sync.sync_cluster(fleet.clusters["east"].pk).ok  # the cloud's nodes join the fleet
+    assert elastic.settle()["up"] == 1
+    fleet.cycle()
+    placed = set(
+        Attempt.objects.filter(job__in=jobs[6:], outcome="active").values_list("assignments__node__name", flat=True)
+    )
+    assert placed == {"h100-burst-0000", "h100-burst-0001"}
+    assert ElasticGrant.objects.count() == 1  # nothing more asked
+
+    # The work ends; the nodes stay their release delay, then go back (no minimum kept).
+    fleet.run_for(7200)
+    fleet.follow()
+    assert not Attempt.objects.filter(job__in=jobs[6:], outcome="active").exists()
+    assert elastic.settle(timezone.now() + timedelta(seconds=60))["released"] == 0  # not idle long enough
+    assert elastic.settle(timezone.now() + timedelta(seconds=700))["released"] == 2
+    grant.refresh_from_db()
+    assert grant.state == "released"
+    assert sync.sync_cluster(fleet.clusters["east"].pk).ok
+    assert not Node.objects.filter(cluster=fleet.clusters["east"], name__startswith="h100-burst", present=True).exists()
+    actions = list(
+        AuditLog.objects.filter(action__startswith="elastic.").order_by("pk").values_list("action", flat=True)
+    )
+    assert actions == ["elastic.asked", "elastic.granted", "elastic.released"]
+    # The cluster's page says what was asked, for which jobs (to its admins), at what cost, and when it went back.
+    admin = Client()
+    admin.force_login(fleet.user("adam"))
+    page = admin.get(f"/clusters/{fleet.clusters['east'].pk}/").content.decode()
+    assert 'data-testid="elastic-grants"' in page
+    assert f'href="/jobs/{jobs[6].pk}/"' in page
+    assert 'data-state="released"' in page
+    researcher = Client()
+    researcher.force_login(fleet.user("bob"))
+    assert (
+        f'href="/jobs/{jobs[6].pk}/"' not in researcher.get(f"/clusters/{fleet.clusters['east'].pk}/").content.decode()
+    )
+
+
+def test_a_stock_out_is_a_refusal_with_its_reason_and_the_pool_keeps_its_minimum(fleet: Fleet) -> None:
+    east = fleet.clusters["east"]
+    pool(fleet, min_nodes=1)
+    simulated.inject(east.endpoint, "stockout", state_file=east.options["state_file"], left=1)
+    burst(fleet, 2)
+    fleet.cycle()
+    (grant,) = ElasticGrant.objects.all()
+    assert elastic.provision(grant.pk) == "coming"
+    grant.refresh_from_db()
+    assert grant.count == 1  # the cloud had one left
+    sync.sync_cluster(east.pk)
+    elastic.settle()
+    fleet.cycle()  # one more job waits: asked again, refused
+    refused = ElasticGrant.objects.exclude(pk=grant.pk).get()
+    assert elastic.provision(refused.pk) == "refused"
+    refused.refresh_from_db()
+    assert "stock-out" in refused.message
+    # everything ends; the pool keeps its one node however long it idles
+    fleet.run_for(7200)
+    fleet.follow()
+    assert elastic.settle(timezone.now() + timedelta(days=1))["released"] == 0
+
+
+def test_the_monthly_budget_bounds_what_is_asked(fleet: Fleet) -> None:
+    burst_pool = pool(fleet, monthly_budget=Decimal("100"))
+    Price.objects.create(
+        organization=fleet.org,
+        cluster=fleet.clusters["east"],
+        flavor=burst_pool.accelerator,
+        capacity_type="on_demand",
+        hourly_rate=Decimal("4"),
+        rate=Decimal("4"),
+        effective_from=timezone.now().date() - timedelta(days=1),
+        updated_at=timezone.now(),
+    )
+    # a node costs 8 x 4.00 = 32.00 an hour: 100.00 buys three node-hours, and the pool has already spent 40.00
+    ElasticGrant.objects.create(
+        pool=burst_pool,
+        count=1,
+        state=ElasticGrant.State.RELEASED,
+        cost_per_hour=Decimal(32),
+        asked_at=timezone.now() - timedelta(hours=2),
+        up_at=timezone.now() - timedelta(hours=2),
+        released_at=timezone.now() - timedelta(hours=2) + timedelta(minutes=75),
+    )
+    burst(fleet, 3)
+    fleet.cycle()
+    asked = ElasticGrant.objects.get(state="asked")
+    assert asked.count == 1  # (100 - 40) / 32: one node more, not three
+    assert asked.cost_per_hour == Decimal(32)
+    assert Cluster.objects.get(pk=fleet.clusters["east"].pk)  # the cluster itself is untouched
