@@ -3,7 +3,8 @@ engine reads it (``pools``), and the engine's wants written as asks in the cycle
 that a cycle that lost the compare-and-set asks for nothing. After the commit the pool's cloud is asked
 (``provision``: the ask is claimed under a row lock, so a task run twice asks once; a cloud that does not answer
 leaves it to the next run), and on the beat (``settle``) nodes that came up are noted and those idle past their
-pool's ``idle_release`` are given back while the pool keeps its minimum. Every step is in the audit log and counted
+pool's ``idle_release`` are given back while the pool keeps its minimum, never one that holds work (they are closed
+to new work first, under the loop's compare-and-set). Every step is in the audit log and counted
 in ``/metrics``.
 
 A pool may add nodes up to its maximum, less the nodes it has (present, labelled with it) and those asked for and
@@ -22,7 +23,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import F, Max
 from django.utils import timezone
 
 from clusters.actions.sync import backend_for
@@ -30,7 +31,7 @@ from clusters.backends.base import ELASTIC_POOL, BackendError, Unreachable
 from clusters.models import Cluster, ElasticGrant, ElasticPool, Node
 from common.metrics import ELASTIC_NODES
 from scheduler.engine import model as m
-from scheduler.models import Assignment
+from scheduler.models import Assignment, LoopState
 from scheduler.placement.prices import Prices
 from tenancy.actions import audit
 
@@ -229,6 +230,29 @@ def _never_came(grant: ElasticGrant, missing: list[str], now: datetime) -> None:
         )
 
 
+def _closed_for_release(pool: ElasticPool, idle: list[str]) -> list[str]:
+    """``idle`` nodes closed to new work, those that took some meanwhile opened again: the ones to release.
+
+    The nodes are cordoned and the organization's loop generation moved on in one transaction, so that a cycle
+    whose snapshot still had them free cannot apply (its compare-and-set fails) and later cycles see them closed;
+    whatever a cycle placed on them before that is found by looking again after the commit."""
+    if not idle:
+        return []
+    with transaction.atomic():
+        LoopState.objects.filter(organization=pool.cluster.organization_id).update(generation=F("generation") + 1)
+        Node.objects.filter(cluster=pool.cluster, name__in=idle, state=Node.State.SCHEDULABLE).update(
+            state=Node.State.CORDONED
+        )
+    taken = set(
+        Assignment.objects.filter(
+            node__cluster=pool.cluster, node__name__in=idle, attempt__outcome="active"
+        ).values_list("node__name", flat=True)
+    )
+    if taken:
+        Node.objects.filter(cluster=pool.cluster, name__in=taken).update(state=Node.State.SCHEDULABLE)
+    return [name for name in idle if name not in taken]
+
+
 def _release_idle(pool: ElasticPool, now: datetime) -> int:
     """Give back the pool's nodes without work for ``idle_release`` seconds, above its minimum."""
     grants = list(pool.grants.filter(state=State.UP))
@@ -256,13 +280,14 @@ def _release_idle(pool: ElasticPool, now: datetime) -> int:
         and (now - max(up_since[name], last_work.get(name) or up_since[name])).total_seconds() >= pool.idle_release
     )
     keep = max(0, pool.min_nodes - (len(nodes) - len(idle)))
-    going = idle[keep:]
+    going = _closed_for_release(pool, idle[keep:])
     if not going:
         return 0
     try:
         backend_for(pool.cluster).release(going)
     except BackendError as exc:
         log.warning("elastic pool %s: releasing %s failed: %s", pool, ", ".join(going), exc)
+        Node.objects.filter(cluster=pool.cluster, name__in=going).update(state=Node.State.SCHEDULABLE)
         return 0
     with transaction.atomic():
         Node.objects.filter(cluster=pool.cluster, name__in=going).update(present=False)

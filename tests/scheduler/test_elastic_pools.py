@@ -16,7 +16,7 @@ from billing.models import Price
 from clusters.actions import sync
 from clusters.backends.simulated import backend as simulated
 from clusters.models import AcceleratorType, Cluster, ElasticGrant, ElasticPool, Node
-from scheduler.models import Attempt, Job
+from scheduler.models import Attempt, Job, LoopState
 from scheduler.placement import elastic
 from tenancy.models import AuditLog
 from tests.scheduler.conftest import Fleet
@@ -152,3 +152,25 @@ def test_the_monthly_budget_bounds_what_is_asked(fleet: Fleet) -> None:
     assert asked.count == 1  # (100 - 40) / 32: one node more, not three
     assert asked.cost_per_hour == Decimal(32)
     assert Cluster.objects.get(pk=fleet.clusters["east"].pk)  # the cluster itself is untouched
+
+
+def test_a_pool_node_that_took_work_while_being_closed_is_not_released(fleet: Fleet) -> None:
+    burst_pool = pool(fleet)
+    jobs = burst(fleet, 1)
+    fleet.cycle()
+    grant = ElasticGrant.objects.get()
+    elastic.provision(grant.pk)
+    sync.sync_cluster(fleet.clusters["east"].pk)
+    elastic.settle()
+    fleet.cycle()  # the job runs on the pool's node
+    (name,) = Attempt.objects.filter(job=jobs[6], outcome="active").values_list("assignments__node__name", flat=True)
+    generation = snapshot_generation(fleet)
+    assert elastic._closed_for_release(burst_pool, [name]) == []  # it holds work: opened again
+    node = Node.objects.get(cluster=fleet.clusters["east"], name=name)
+    assert node.state == Node.State.SCHEDULABLE
+    assert snapshot_generation(fleet) == generation + 1  # a cycle built before cannot apply
+    assert elastic.settle(timezone.now() + timedelta(days=1))["released"] == 0
+
+
+def snapshot_generation(fleet: Fleet) -> int:
+    return LoopState.objects.get(organization=fleet.org).generation
