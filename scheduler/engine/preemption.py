@@ -120,10 +120,10 @@ class Preemptor:
         #: the last job for which a cap held preempting back (its reason says so).
         self.disruption_left = dict(cycle.snapshot.disruption_left)
         self.capped = ""
-        #: Per (team, flavor): which preemptible work runs on nodes booked for the team (``_booked``), and the
-        #: ids of all such work found: taken for the booking, whatever its queue's quota or share.
+        #: Per (team, flavor): which preemptible work runs on nodes booked for the team (``_booked``); and per
+        #: team, the ids of all such work found: the team's to take back, whatever its queue's quota or share.
         self._booked_work: dict[tuple[str, str], BoolArray | None] = {}
-        self.booked: set[str] = set()
+        self.booked: defaultdict[str, set[str]] = defaultdict(set)
 
     def held_back(self, job: Job, facts: Mapping[str, object]) -> Mapping[str, object]:
         """``facts`` of why ``job`` waits, saying so when a cap on disruption held its preemptions back."""
@@ -247,7 +247,7 @@ class Preemptor:
                     and (not held or any(a.node in held for a in w.assignments))
                     for b, held in nodes
                 )
-            self.booked.update(work.work.workloads[k].id for k in work.index[found].tolist())
+            self.booked[team].update(work.work.workloads[k].id for k in work.index[found].tolist())
         self._booked_work[key] = found
         return found
 
@@ -348,8 +348,9 @@ class Preemptor:
             chosen: list[Running] = []
             next_check = 1
             spared: set[int] = set()  # queues back within nominal stay so: stopping only lowers usage
+            booked = self.booked.get(job.team, ())
             for r in order:
-                if r.workload.id in self.booked:
+                if r.workload.id in booked:
                     pass  # on the nodes the job's team booked: theirs to take back, whatever the quota
                 elif r.queue in spared:
                     continue
@@ -470,10 +471,11 @@ class Preemptor:
     ) -> None:
         cycle = self.cycle
         fresh = [r for r in chosen if not r.workload.evicting]
+        booked = self.booked.get(job.team, ())
         for r in fresh:
             w = r.workload
             self.victims.add(w.id)
-            if w.id in self.booked:
+            if w.id in booked:
                 reason = PreemptionReason.BOOKED
                 why = f"it ran on capacity team {job.team} reserved ahead, lent while unused, and job {job.id} needs it"
             elif r.queue == qi:

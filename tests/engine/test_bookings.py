@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from scheduler.engine import schedule
-from scheduler.engine.model import Booking, PendingReason, PreemptionReason, Snapshot
+from scheduler.engine.model import Booking, PendingReason, PreemptionReason, Reclaim, Snapshot
 
 from .test_phases import NOW, admitted, job, node, queue, reasons, running, snapshot
 
@@ -73,3 +73,25 @@ def test_a_booking_takes_back_only_its_own_nodes_and_never_the_teams_own_work():
 def test_other_teams_are_not_told_their_reach_changed_when_nobody_booked():
     s = snapshot((node("n1"),), QUEUES, (job("j", queue="b", team="beta", preemptible=False),))
     assert schedule(s) == schedule(booked(s, NOW - 7200, NOW - 60))  # an ended booking changes nothing
+
+
+def test_a_booking_lends_its_right_to_take_nodes_back_to_its_own_team_only():
+    # alpha's 16-GPU job looks at beta's work on alpha's booked n1 but cannot start (n2 holds work that cannot
+    # be stopped); gamma's job, next, must not take beta's work as if the booking were gamma's.
+    nodes = (node("n1", free=0), node("n2", free=0))
+    work = (
+        running("theirs", "n1", queue="b", tier="normal", team="beta"),
+        running("fixed", "n2", queue="z", tier="urgent", team="zeta"),
+    )
+    queues = (
+        queue("a", quota=16),
+        queue("b", quota=8),
+        queue("c", quota=8, reclaim=Reclaim.FAIR_SHARING),
+        queue("z", quota=8),
+    )
+    jobs = (
+        job("alpha-big", queue="a", team="alpha", accelerators=8, workers=2),
+        job("gamma", queue="c", team="gamma", accelerators=8, time_limit=600, tier="low", at=1),
+    )
+    d = schedule(booked(snapshot(nodes, queues, jobs, work), NOW - 60, NOW + 7200))
+    assert not d.preemptions
