@@ -23,7 +23,7 @@ from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone
 
-from clusters.models import AcceleratorType, Cluster, Node
+from clusters.models import Cluster, Node
 from common import params
 from governance.actions import changed, quotas
 from governance.models import CapacityRequest, Queue, Quota
@@ -68,10 +68,7 @@ def ask(
     errors: dict[str, str] = {}
     if kind not in Kind.values:
         errors["kind"] = f"Unknown kind {kind!r}: {' or '.join(Kind.values)}."
-    accelerator_type = AcceleratorType.objects.filter(organization=team.organization_id, name=flavor).first()
-    if accelerator_type is None:
-        known = AcceleratorType.objects.filter(organization=team.organization_id).values_list("name", flat=True)
-        errors["flavor"] = f"Unknown accelerator type {flavor!r}. Known: {', '.join(sorted(known)) or 'none'}."
+    accelerator_type = quotas.find_flavor(team.organization_id, flavor, errors)
     count = _count(accelerators, errors)
     start = _when(starts_at, "starts_at", errors) if starts_at not in (None, "") else now
     end = _when(ends_at, "ends_at", errors) if ends_at not in (None, "") else None

@@ -68,6 +68,15 @@ def check_reason(reason: str, errors: dict[str, str]) -> str:
     return reason
 
 
+def find_flavor(organization_id: int, name: Any, errors: dict[str, str]) -> AcceleratorType | None:
+    """The organization's accelerator type ``name``; else None, with the known ones in ``errors["flavor"]``."""
+    found: AcceleratorType | None = AcceleratorType.objects.filter(organization=organization_id, name=name).first()
+    if found is None:
+        known = AcceleratorType.objects.filter(organization=organization_id).values_list("name", flat=True)
+        errors["flavor"] = f"Unknown accelerator type {name!r}. Known: {', '.join(known) or 'none'}."
+    return found
+
+
 def check_amount(
     value: Any, field: str, errors: dict[str, str], *, required: bool, most: Decimal = MAX_QUOTA, places: int = 3
 ) -> Decimal | None:
@@ -200,10 +209,7 @@ def set_quota(
     reason = check_reason(reason, errors)
     if resource not in Quota.Resource.values:
         errors["resource"] = f"Unknown resource {resource!r}. Known: {', '.join(Quota.Resource.values)}."
-    accelerator_type = AcceleratorType.objects.filter(organization=organization, name=flavor).first()
-    if accelerator_type is None:
-        known = AcceleratorType.objects.filter(organization=organization).values_list("name", flat=True)
-        errors["flavor"] = f"Unknown accelerator type {flavor!r}. Known: {', '.join(known) or 'none'}."
+    accelerator_type = find_flavor(organization.pk, flavor, errors)
     removing = nominal is None or nominal == ""
     new = {
         "nominal": check_amount(nominal, "nominal", errors, required=False),

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .model import WHOLE, Elastic, Job, Pending, PendingReason, Want
+from .model import WHOLE, Cluster, Elastic, Job, Pending, PendingReason, Want
 from .quota import Mode
 
 if TYPE_CHECKING:
@@ -36,9 +36,10 @@ WANTING = (PendingReason.CAPACITY, PendingReason.BACKFILL_BLOCKED, PendingReason
 @dataclass(slots=True)
 class _Pool:
     spec: Elastic
+    cluster: Cluster
     #: The pool's nodes on their way, then those asked of it this cycle: what each has left (accelerators,
     #: millicores, MiB).
-    nodes: list[list[int]] = field(default_factory=list)
+    nodes: list[list[int]] = field(init=False)
     #: The jobs new nodes were asked for (those packed on nodes on their way are not).
     jobs: list[str] = field(default_factory=list)
 
@@ -73,7 +74,12 @@ class _Pool:
 
 def demand(cycle: CycleState, pending: list[Pending]) -> tuple[list[Pending], tuple[Want, ...]]:
     """The waiting jobs that the pools' nodes would start, their pending messages saying so, and what to ask."""
-    pools = [_Pool(spec) for spec in cycle.snapshot.elastic if spec.most > 0 or spec.coming > 0]
+    clusters = {c.name: c for c in cycle.snapshot.clusters}
+    pools = [
+        _Pool(spec, clusters[spec.cluster])
+        for spec in cycle.snapshot.elastic
+        if (spec.most > 0 or spec.coming > 0) and spec.cluster in clusters
+    ]
     if not pools:
         return pending, ()
     jobs = {j.id: j for j in cycle.snapshot.pending}
@@ -87,7 +93,8 @@ def demand(cycle: CycleState, pending: list[Pending]) -> tuple[list[Pending], tu
             chosen = _pool_for(cycle, job, pools, p.estimated_start)
             if chosen is None:
                 continue
-            pool, (nodes, grew), qi, flavor = chosen
+            pool, (nodes, grew), qi = chosen
+            flavor = pool.spec.flavor
             pool.nodes = nodes
             if grew:
                 pool.jobs.append(job.id)
@@ -117,7 +124,7 @@ def demand(cycle: CycleState, pending: list[Pending]) -> tuple[list[Pending], tu
 
 def _pool_for(
     cycle: CycleState, job: Job, pools: list[_Pool], reserved_at: float | None
-) -> tuple[_Pool, tuple[list[list[int]], bool], int, str] | None:
+) -> tuple[_Pool, tuple[list[list[int]], bool], int] | None:
     """The pool that costs least for ``job`` and can take it, then the one up soonest, with its nodes after."""
     queue = cycle.queues.get(job.queue)
     if queue is None:
@@ -129,7 +136,7 @@ def _pool_for(
         spec = pool.spec
         if reserved_at is not None and reserved_at <= cycle.now + spec.lead_time:
             continue  # its reservation starts it sooner than new nodes would
-        if not _may_use(cycle, job, spec, queue.flavors):
+        if not _may_use(job, spec, pool.cluster, queue.flavors):
             continue
         if cycle.quota.classify(qi, spec.flavor, job.request()) is not Mode.FIT:
             continue
@@ -139,14 +146,12 @@ def _pool_for(
         key = (spec.price_per_accel_hour, spec.lead_time, spec.name)
         if best is None or key < best[:3]:
             best = (*key, pool, nodes)
-    return None if best is None else (best[3], best[4], qi, best[3].spec.flavor)
+    return None if best is None else (best[3], best[4], qi)
 
 
-def _may_use(cycle: CycleState, job: Job, spec: Elastic, offered: Sequence[str]) -> bool:
-    cluster = next((c for c in cycle.snapshot.clusters if c.name == spec.cluster), None)
+def _may_use(job: Job, spec: Elastic, cluster: Cluster, offered: Sequence[str]) -> bool:
     return (
-        cluster is not None
-        and spec.flavor in offered
+        spec.flavor in offered
         and (not job.flavors or spec.flavor in job.flavors)
         and (not job.clusters or spec.cluster in job.clusters)
         and (not job.regions or cluster.region in job.regions)

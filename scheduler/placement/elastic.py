@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING
@@ -48,11 +47,9 @@ def engine_name(pool: ElasticPool) -> str:
     return f"{pool.cluster.slug}/{pool.name}"
 
 
-def pools(
-    organization: Organization, now: datetime, price_book: Callable[[], Prices], known: dict[str, int]
-) -> tuple[m.Elastic, ...]:
-    """The organization's enabled pools as the engine reads them (the price book read only where there are some);
-    ``known`` gets each one's engine name -> pk."""
+def pools(organization: Organization, now: datetime, prices: Prices, known: dict[str, int]) -> tuple[m.Elastic, ...]:
+    """The organization's enabled pools as the engine reads them, priced from ``prices`` (the snapshot's price
+    book); ``known`` gets each one's engine name -> pk."""
     found = list(
         ElasticPool.objects.filter(cluster__organization=organization, enabled=True)
         .exclude(cluster__status=Cluster.Status.DISABLED)
@@ -74,7 +71,6 @@ def pools(
         coming[pool_id] += count
         coming_at[pool_id] = max(up_at, coming_at.get(pool_id, up_at))
     spent = month_spend(found, now)
-    prices = price_book()
     out = []
     for pool in found:
         labels = {"quartermaster.io/capacity-type": pool.capacity_type}
@@ -291,8 +287,8 @@ def _release_idle(pool: ElasticPool, now: datetime) -> int:
         return 0
     with transaction.atomic():
         Node.objects.filter(cluster=pool.cluster, name__in=going).update(present=False)
-        for g in grants:
-            if set(g.nodes) <= set(going) | {n for n in g.nodes if n not in nodes}:
+        for g in grants:  # every node of it gone now, or gone before
+            if all(n in going or n not in nodes for n in g.nodes):
                 ElasticGrant.objects.filter(pk=g.pk).update(state=State.RELEASED, released_at=now)
         audit.record(
             "elastic.released",

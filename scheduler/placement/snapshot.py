@@ -35,6 +35,7 @@ from scheduler.engine.explain import array_limit_words
 from scheduler.models import Assignment, Attempt, Checkpoint, Job, JobArray, JobEvent, LoopState
 from scheduler.placement import budgets, elastic, windows
 from scheduler.placement.jobs import PENDING_COLUMNS, engine_job, owner, ts
+from scheduler.placement.prices import Prices
 from scheduler.placement.prices import prices as price_book
 from scheduler.states import PLACED, WAITING
 from tenancy.models import Organization
@@ -121,7 +122,8 @@ def build(
     now = now or timezone.now()
     index = Index(generation=loop_generation(organization))
     placed = _placed_assignments(organization)
-    clusters, nodes, every_flavor = fleet(organization, index, placed)
+    prices = price_book(organization.pk, timezone.now().astimezone(UTC).date())  # the nodes' and the pools'
+    clusters, nodes, every_flavor = fleet(organization, index, placed, prices)
     approved = capacity.approved(organization, now, timedelta(seconds=(config or m.Config()).backfill_window))
     tiers, cohorts, queues = governance(organization, every_flavor, index, now, approved)
     running = _running(organization, tiers, index, placed)
@@ -145,9 +147,7 @@ def build(
         budgets=hard_budgets,
         maintenance=windows.maintenance(organization, now, config.backfill_window),
         bookings=windows.bookings(approved),
-        elastic=elastic.pools(
-            organization, now, lambda: price_book(organization.pk, now.astimezone(UTC).date()), index.elastic
-        ),
+        elastic=elastic.pools(organization, now, prices, index.elastic),
         usage=recent_use(organization, now, memory.kept_with or memory.half_life),
         disruption_left=disruption_left(organization, now, index.disruption_caps),
     )
@@ -197,7 +197,10 @@ def _placed_assignments(organization: Organization) -> list[dict[str, Any]]:
 
 
 def fleet(
-    organization: Organization, index: Index, placed: list[dict[str, Any]] | None = None
+    organization: Organization,
+    index: Index,
+    placed: list[dict[str, Any]] | None = None,
+    prices: Prices | None = None,
 ) -> tuple[tuple[m.Cluster, ...], tuple[m.Node, ...], tuple[str, ...]]:
     """The clusters and nodes of ``organization`` with what is free on each after ``placed`` (everything, when
     None: the idle fleet), and every flavor in the default fallback order: the cheapest first, CPU-only last."""
@@ -220,7 +223,7 @@ def fleet(
         held[a["node_id"]][1] += a["memory"]
 
     flavors_seen: dict[str, float] = {}
-    prices = price_book(organization.pk, timezone.now().astimezone(UTC).date())
+    prices = prices or price_book(organization.pk, timezone.now().astimezone(UTC).date())
     nodes = []
     for n in (
         Node.objects.filter(cluster_id__in=by_pk, present=True)
