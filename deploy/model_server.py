@@ -179,32 +179,39 @@ class Handler(BaseHTTPRequestHandler):
             super().log_message(format, *args)
 
     def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        started = time.monotonic()
-        self.server.metrics.started()
-        status = 404
-        try:
-            if path == "/health":
-                status = self.health()
-            elif path == "/metrics":
-                status = self.send(200, self.server.metrics.text().encode(), "text/plain; version=0.0.4")
-            elif path == "/":
-                status = self.json(200, self.describe())
-            else:
-                status = self.json(404, {"detail": f"no such path: {path}"})
-        finally:
-            self.server.metrics.finished(path, status, time.monotonic() - started)
+        self.answer(self.get)
 
     def do_POST(self) -> None:
-        path = self.path.split("?", 1)[0]
-        started = time.monotonic()
+        self.answer(lambda path: self.predict() if path == "/v1/predict" else self.missing(path))
+
+    def answer(self, handle: Any) -> None:
+        """Count the request in ``/metrics`` before its answer's body is written (``send``): a client that has its
+        answer finds it counted. A request that ends without an answer counts as a 500."""
+        self.counted_path = self.path.split("?", 1)[0]
+        self.counted_at = time.monotonic()
+        self.counted = False
         self.server.metrics.started()
-        status = 404
         try:
-            is_predict = path == "/v1/predict"
-            status = self.predict() if is_predict else self.json(404, {"detail": f"no such path: {path}"})
+            handle(self.counted_path)
         finally:
-            self.server.metrics.finished(path, status, time.monotonic() - started)
+            if not self.counted:
+                self.count(500)
+
+    def count(self, status: int) -> None:
+        self.counted = True
+        self.server.metrics.finished(self.counted_path, status, time.monotonic() - self.counted_at)
+
+    def get(self, path: str) -> int:
+        if path == "/health":
+            return self.health()
+        if path == "/metrics":
+            return self.send(200, self.server.metrics.text().encode(), "text/plain; version=0.0.4")
+        if path == "/":
+            return self.json(200, self.describe())
+        return self.missing(path)
+
+    def missing(self, path: str) -> int:
+        return self.json(404, {"detail": f"no such path: {path}"})
 
     def describe(self) -> dict[str, Any]:
         model = self.server.model
@@ -244,6 +251,7 @@ class Handler(BaseHTTPRequestHandler):
         return self.send(status, json.dumps(body).encode(), "application/json")
 
     def send(self, status: int, body: bytes, content_type: str) -> int:
+        self.count(status)
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))

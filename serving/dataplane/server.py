@@ -17,10 +17,10 @@ A request goes through, in order:
 5. **A replica.** Fewest of this process's requests in flight, ties in turn. None ready: the service's demand is
    recorded (the control loop starts one) and the request waits, counted as above, up to
    ``cold_start_seconds``; then a 503 with ``Retry-After``.
-6. **The relay.** Hop-by-hop headers and the caller's credentials are dropped; a refused connection is tried
-   once more on another replica for idempotent methods; a replica that does not begin its answer within
-   ``timeout_seconds`` is a 504, one that answers nothing a 502. The answer streams back with ``X-QM-Replica``,
-   ``X-QM-Revision``, ``Content-Security-Policy: sandbox`` and ``nosniff``.
+6. **The relay.** Hop-by-hop headers and the caller's credentials are dropped; an idempotent request whose
+   connection was refused or dropped before the answer began is tried once more on another replica; a replica
+   that does not begin its answer within ``timeout_seconds`` is a 504, one that answers nothing a 502. The answer
+   streams back with ``X-QM-Replica``, ``X-QM-Revision``, ``Content-Security-Policy: sandbox`` and ``nosniff``.
 
 Every request is counted in memory (``serving.load.Tally``) and the counts are added to the services' load once
 a second (``source.flush``), where the autoscaler reads them; counts that could not be added are kept for the
@@ -423,9 +423,11 @@ class DataPlane:
                     )
                 except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as failed:
                     log.info("service %s: replica %s did not answer: %s", route.service, upstream.replica, failed)
-                    if isinstance(failed, aiohttp.ClientConnectorError) and upstream is not tries[-1]:
-                        error = False  # never reached it: the next replica may take it, and the request
-                        continue  # fails only if that one fails too
+                    if upstream is not tries[-1]:  # only an idempotent request has a second try: a replica
+                        # that refused it (never saw it: no error of its own) or dropped it before it began to
+                        # answer is passed over for the next one, and the request fails only if that one fails too
+                        error = not isinstance(failed, aiohttp.ClientConnectorError)
+                        continue
                     raise Refusal(
                         502, f"No replica of service {route.name} answered.", Retry_After=str(RETRY_AFTER)
                     ) from None

@@ -5,6 +5,8 @@ bounds on waiting: each service's requests in flight, its queue, all queues toge
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import threading
 import time
 from typing import Any
@@ -14,6 +16,7 @@ import requests
 from django.db import connections
 from prometheus_client import REGISTRY
 
+from scheduler.models import Attempt
 from serving import actions, dataplane, load
 from serving.dataplane.table import Limits
 from serving.models import Replica, Service
@@ -205,6 +208,45 @@ def test_a_killed_replica_is_replaced_and_the_endpoint_keeps_answering(
     assert len(ready(service)) == 2
     assert first.pk not in [r.pk for r in ready(service)]
     assert Replica.objects.get(pk=first.pk).state == Replica.State.GONE
+
+
+class Dropper:
+    """A replica that was killed mid-request, as its callers see it: on its port, every connection is read and
+    closed with no answer."""
+
+    def __init__(self, url: str) -> None:
+        self.listener = socket.create_server(("127.0.0.1", int(url.rstrip("/").rsplit(":", 1)[1])))
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                connection, _ = self.listener.accept()
+                with connection:
+                    connection.recv(65536)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_a_request_a_replica_dropped_goes_to_another_only_if_it_may_be_sent_twice(
+    fleet: Fleet, plant: Plant, alice: Caller
+) -> None:
+    service = make(fleet, min_replicas=2, max_replicas=2)
+    plant.settle(service, 2)
+    first, second = ready(service)
+    plant.kill(first)
+    dropper = Dropper(Attempt.objects.get(job=first.job, number=first.job.attempt).serve_url)
+    try:
+        gets = [alice.get("hello") for _ in range(4)]
+        posts = [alice.post("hello") for _ in range(2)]
+    finally:
+        dropper.close()
+    # Every GET is answered, by the replica still alive; of two POSTs one went to the dropped replica and is a 502
+    # (it may have been acted on: it is not sent again).
+    assert [(r.status_code, r.headers["X-QM-Replica"]) for r in gets] == [(200, str(second.pk))] * 4
+    assert sorted(r.status_code for r in posts) == [200, 502]
 
 
 def test_a_bad_revision_never_answers(fleet: Fleet, plant: Plant, alice: Caller) -> None:
