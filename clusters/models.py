@@ -427,6 +427,9 @@ class ElasticGrant(models.Model):
     #: Why: the jobs it was asked for ("12, 13, 15").
     jobs = models.JSONField(default=list, blank=True)
     cost_per_hour = models.DecimalField(max_digits=14, decimal_places=4, default=Decimal(0))
+    #: Seconds each node is expected to be held once up (the longest time limit of its jobs, then the pool's
+    #: ``idle_release``): what it will cost is committed against the pool's budget until it is up.
+    hold = models.PositiveIntegerField(default=0, help_text="Seconds each node is expected to be held once up.")
     asked_at = models.DateTimeField()
     up_at = models.DateTimeField()
     nodes = models.JSONField(default=list, blank=True)

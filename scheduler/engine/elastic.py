@@ -6,20 +6,23 @@ only nodes are missing), in the order the cycle considered them, are packed onto
 (``Snapshot.elastic``): to each job the pool that costs least for it among those it may use (a flavor its queue
 offers and its quota fits, a cluster it may go to and that runs its program; a spot pool only for preemptible work
 that accepts spot), then the one up soonest; first fit on the nodes already asked of that pool this cycle, on new
-ones while the pool has room (``Elastic.most``: its maximum less what it has and what is on the way, and what its
-budget allows, the product's to say). A job that a pool's nodes would hold only later than its reservation starts
+ones while the pool has room (``Elastic.most``: its maximum less what it has and what is on the way) and its budget
+pays for them (``Elastic.left``: each new node until the longest time limit of its jobs ends, then the release
+delay). A job that a pool's nodes would hold only later than its reservation starts
 is left alone. Quota is counted as jobs are packed, so two jobs that fit their queue's quota only one at a time ask
 for one's nodes. A gang's workers and its Ray head go on the pool's nodes like any job's, each worker whole on one
 node; pools have no topology (a gang asking for one domain is not packed).
 
-The answer is one ``Want`` per pool (how many nodes, for which jobs, what they cost an hour), and each packed job's
-pending message says so, with its start estimated at the pool's lead time. Pure; nothing is asked of a cloud here.
+The answer is one ``Want`` per pool (how many nodes, for which jobs, what they cost an hour, how long they are held),
+and each packed job's pending message says so, with its start estimated at the pool's lead time. ``horizons`` gives
+the edges what a pool's budget lets its nodes take (``Node.horizon``) and what is left for new ones. Pure; nothing
+is asked of a cloud here.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -33,6 +36,33 @@ if TYPE_CHECKING:
 WANTING = (PendingReason.CAPACITY, PendingReason.BACKFILL_BLOCKED, PendingReason.RESERVED)
 
 
+def horizons(
+    held: Mapping[str, float], now: float, idle: float, longest: float, node_hour: float, left: float | None
+) -> tuple[dict[str, float], float | None]:
+    """How long new work may run on each of a pool's nodes now (``Node.horizon``), and what is left of ``left`` for
+    new nodes (``Elastic.left``).
+
+    ``held``: per node, when it would be given back if it took no more work (the end of its work's time limits, or
+    of its last work, then ``idle``). ``left``: what the pool's monthly budget has left after the month's spend and
+    every node's commitment (those on their way: their ask's ``Want.hold``); None: no limit. New work that ends by a
+    node's commitment costs nothing more; beyond it, the node's price until the work ends and ``idle`` more. The
+    nodes held longest, whose time costs least to extend, get the longest time limit of the work waiting
+    (``longest``) first, as far as ``left`` pays; the next what is left; the rest only what they are held for. So
+    what the nodes may add, and then what new nodes may cost, never passes the budget."""
+    if left is None or node_hour <= 0:
+        return dict.fromkeys(held, math.inf), left
+    rate = node_hour / 3600
+    out: dict[str, float] = {}
+    for name, until in sorted(held.items(), key=lambda item: (-item[1], item[0])):
+        paid = max(until, now)  # its time is paid for until then
+        cost = rate * max(0.0, now + longest + idle - paid)
+        if cost <= left:
+            out[name], left = max(longest, paid - now - idle), left - cost
+        else:
+            out[name], left = max(0.0, paid + max(0.0, left) / rate - now - idle), min(left, 0.0)
+    return out, left
+
+
 @dataclass(slots=True)
 class _Pool:
     spec: Elastic
@@ -40,6 +70,8 @@ class _Pool:
     #: The pool's nodes on their way, then those asked of it this cycle: what each has left (accelerators,
     #: millicores, MiB).
     nodes: list[list[int]] = field(init=False)
+    #: Per node asked this cycle (after those on their way), the longest time limit of the jobs put on it.
+    limits: list[float] = field(default_factory=list)
     #: The jobs new nodes were asked for (those packed on nodes on their way are not).
     jobs: list[str] = field(default_factory=list)
 
@@ -52,10 +84,23 @@ class _Pool:
         """The nodes asked of it this cycle."""
         return len(self.nodes) - self.spec.coming
 
-    def fit(self, items: Sequence[tuple[int, int, int]]) -> tuple[list[list[int]], bool] | None:
-        """The pool's nodes with ``items`` placed first fit (new nodes while it has room), and whether any went on
-        a node asked this cycle; None if they do not fit."""
-        spec, nodes, asked = self.spec, [list(n) for n in self.nodes], False
+    @property
+    def hold(self) -> float:
+        """How long the longest held of the nodes asked this cycle is held once up."""
+        return max(self.limits, default=0.0) + self.spec.idle_release
+
+    def cost(self, limits: Sequence[float]) -> float:
+        """What nodes asked this cycle, held for ``limits`` (then ``idle_release``), cost in all."""
+        spec = self.spec
+        return sum(spec.accelerators * spec.price_per_accel_hour * (t + spec.idle_release) / 3600 for t in limits)
+
+    def fit(
+        self, items: Sequence[tuple[int, int, int]], limit: float
+    ) -> tuple[list[list[int]], list[float], bool] | None:
+        """The pool's nodes with ``items`` placed first fit (new nodes while it has room and its budget pays for
+        them until ``limit`` ends), the longest time limit on each new node, and whether any went on a node asked
+        this cycle; None if they do not fit."""
+        spec, nodes, limits, asked = self.spec, [list(n) for n in self.nodes], list(self.limits), False
         for item in items:
             if any(need > have for need, have in zip(item, (spec.accelerators, spec.cpu, spec.memory), strict=True)):
                 return None
@@ -65,11 +110,16 @@ class _Pool:
                     return None
                 k = len(nodes)
                 nodes.append([spec.accelerators, spec.cpu, spec.memory])
+                limits.append(0.0)
             node = nodes[k]
-            asked |= k >= spec.coming
+            if k >= spec.coming:
+                asked = True
+                limits[k - spec.coming] = max(limits[k - spec.coming], limit)
             for i, need in enumerate(item):
                 node[i] -= need
-        return nodes, asked
+        if asked and spec.left is not None and self.cost(limits) > spec.left + 1e-9:
+            return None  # its budget cannot hold the new nodes that long
+        return nodes, limits, asked
 
 
 def demand(cycle: CycleState, pending: list[Pending]) -> tuple[list[Pending], tuple[Want, ...]]:
@@ -93,9 +143,9 @@ def demand(cycle: CycleState, pending: list[Pending]) -> tuple[list[Pending], tu
             chosen = _pool_for(cycle, job, pools, p.estimated_start)
             if chosen is None:
                 continue
-            pool, (nodes, grew), qi = chosen
+            pool, (nodes, limits, grew), qi = chosen
             flavor = pool.spec.flavor
-            pool.nodes = nodes
+            pool.nodes, pool.limits = nodes, limits
             if grew:
                 pool.jobs.append(job.id)
             cycle.quota.charge(qi, flavor, job.request())
@@ -115,6 +165,7 @@ def demand(cycle: CycleState, pending: list[Pending]) -> tuple[list[Pending], tu
             tuple(pool.jobs),
             pool.new * pool.spec.accelerators * pool.spec.price_per_accel_hour,
             cycle.now + pool.spec.lead_time,
+            pool.hold,
         )
         for pool in pools
         if pool.new > 0
@@ -124,14 +175,14 @@ def demand(cycle: CycleState, pending: list[Pending]) -> tuple[list[Pending], tu
 
 def _pool_for(
     cycle: CycleState, job: Job, pools: list[_Pool], reserved_at: float | None
-) -> tuple[_Pool, tuple[list[list[int]], bool], int] | None:
+) -> tuple[_Pool, tuple[list[list[int]], list[float], bool], int] | None:
     """The pool that costs least for ``job`` and can take it, then the one up soonest, with its nodes after."""
     queue = cycle.queues.get(job.queue)
     if queue is None:
         return None
     qi = cycle.quota.index[queue.name]
     items = _items(job)
-    best: tuple[float, float, str, _Pool, tuple[list[list[int]], bool]] | None = None
+    best: tuple[float, float, str, _Pool, tuple[list[list[int]], list[float], bool]] | None = None
     for pool in pools:
         spec = pool.spec
         if reserved_at is not None and reserved_at <= cycle.now + spec.lead_time:
@@ -140,7 +191,7 @@ def _pool_for(
             continue
         if cycle.quota.classify(qi, spec.flavor, job.request()) is not Mode.FIT:
             continue
-        nodes = pool.fit(items)
+        nodes = pool.fit(items, float(job.time_limit))
         if nodes is None:
             continue
         key = (spec.price_per_accel_hour, spec.lead_time, spec.name)

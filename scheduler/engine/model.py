@@ -13,6 +13,7 @@ Times are seconds since the epoch (floats), money is currency units per hour (fl
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -121,6 +122,9 @@ class Node:
     #: Spot capacity: the cloud may take it back at any time. Only jobs that accept spot (``Job.spot``) are
     #: placed on it.
     spot: bool = False
+    #: The longest time limit, in seconds, of new work it may take now: an elastic pool's node whose monthly
+    #: budget pays for only so much more of it (``elastic.horizons``); inf: any.
+    horizon: float = math.inf
 
     @property
     def accel_count(self) -> int:
@@ -427,6 +431,10 @@ class Elastic:
     #: Nodes asked for and not up yet, and when the last of them should be: jobs are packed onto them first.
     coming: int = 0
     coming_at: float = 0.0
+    #: What new nodes may cost, over the time they will be held (``elastic.horizons``); None: no limit. A new
+    #: node is held until the longest time limit of the jobs it is asked for ends, and then ``idle_release``.
+    left: float | None = None
+    idle_release: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -573,6 +581,8 @@ class Want:
     jobs: tuple[str, ...]
     cost_per_hour: float
     up_at: float
+    #: Seconds each node is held once up: its jobs' longest time limit, then the pool's ``idle_release``.
+    hold: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,8 @@ Accelerators are a 2-D array of free milli per accelerator, padded with 0 for no
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -51,9 +53,9 @@ class FreeState:
 
 
 #: What decides the nodes a job may use beyond its flavor and cluster (``NodeTable.reach``).
-Reach = tuple[str, str, bool]
-#: A job that asks for nothing of the kind: no slice shape, no lent nodes, no spot.
-ANY_REACH: Reach = ("", "", False)
+Reach = tuple[str, str, bool, int]
+#: A job that asks for nothing of the kind: no slice shape, no lent nodes, no spot, no time limit past a horizon.
+ANY_REACH: Reach = ("", "", False, 0)
 
 
 class NodeTable:
@@ -85,6 +87,9 @@ class NodeTable:
         #: Which nodes are spot capacity, for ``shaped``; whether any is.
         self.spot = np.fromiter((n.spot for n in ordered), np.bool_, count)
         self.has_spot = bool(self.spot.any())
+        #: The longest time limit each node takes now (``Node.horizon``), and the finite ones, sorted.
+        self.horizon = np.fromiter((n.horizon for n in ordered), np.float64, count)
+        self.horizons = sorted({float(h) for h in self.horizon if math.isfinite(h)})
         padding = (0,) * width
         accel = np.array([(n.accel_free + padding)[:width] for n in ordered], np.int64).reshape(count, width)
         self.free = FreeState(
@@ -130,11 +135,12 @@ class NodeTable:
         f = self.flavor_index.get(flavor)
         return None if f is None else self.groups.get((f, cluster))
 
-    def shaped(self, rows: IntArray, shape: str, team: str = "", spot: bool = False) -> IntArray:
+    def shaped(self, rows: IntArray, shape: str, team: str = "", spot: bool = False, beyond: int = 0) -> IntArray:
         """Those of ``rows`` a job asking for slice ``shape`` may use: nodes of exactly that shape, or of that
         type with any topology when ``shape`` names no topology (``"v5p-32"`` takes ``"v5p-32/2x2x4"``);
         for a job with no shape, the nodes without one. A slice is the unit: it runs only jobs asking for it.
-        Of those, the nodes lent to no team, and those lent to ``team``; and spot nodes only if ``spot``."""
+        Of those, the nodes lent to no team, and those lent to ``team``; spot nodes only if ``spot``; and none
+        of the ``beyond`` shortest horizons (its time limit is past them)."""
         shapes = self.shape[rows]
         if not shape:
             keep = shapes == ""
@@ -147,14 +153,18 @@ class NodeTable:
             keep &= (teams == "") | (teams == team)
         if self.has_spot and not spot:
             keep &= ~self.spot[rows]
+        if beyond:
+            keep &= self.horizon[rows] >= (self.horizons[beyond] if beyond < len(self.horizons) else math.inf)
         kept: IntArray = rows[keep]
         return kept
 
-    def reach(self, shape: str, team: str, spot: bool = False) -> Reach:
+    def reach(self, shape: str, team: str, spot: bool = False, time_limit: float = 0.0) -> Reach:
         """What decides the nodes a job may use beyond its flavor and cluster: its slice shape, its team where
         some node is lent to that team ("" otherwise, so that jobs of other teams share every cache keyed by it),
-        and whether it accepts spot where some node is spot."""
-        return shape, team if team in self.lent_to else "", spot and self.has_spot
+        whether it accepts spot where some node is spot, and how many nodes' horizons its time limit is past
+        (jobs past the same ones may use the same nodes)."""
+        beyond = bisect.bisect_left(self.horizons, time_limit) if self.horizons else 0
+        return shape, team if team in self.lent_to else "", spot and self.has_spot, beyond
 
     def rows_of_flavor(self, flavor: int) -> IntArray:
         """Every node row of a flavor, in every cluster."""

@@ -171,9 +171,10 @@ class Router:
         return shape.accelerators == 0 or shape.milli <= share_max
 
     def reach(self, job: Job) -> Reach:
-        reach = self.table.reach(job.shape, job.team, job.spot)
+        # A time limit of a second is the probes' (``why_no_room``) "whatever its time": past no node's horizon.
+        reach = self.table.reach(job.shape, job.team, job.spot, job.time_limit if job.time_limit > 1 else 0)
         if job.team in self.maintenance.booked_for and not reach[1]:  # bookings are open to their team's jobs
-            return reach[0], job.team, reach[2]
+            return reach[0], job.team, reach[2], reach[3]
         return reach
 
     def rows(self, flavor: str, cluster: int, reach: Reach = ANY_REACH) -> IntArray:
@@ -529,9 +530,10 @@ class Router:
 
     def _largest_node(self, job: Job, flavor: str) -> tuple[int, int]:
         """The most CPU and memory any allowed node of the flavor has."""
-        key = (flavor, job.clusters, job.regions, job.needs, job.excluded, self.reach(job))
+        reach = (*self.reach(job)[:3], 0)  # whatever its time limit: the nodes' horizons do not matter here
+        key = (flavor, job.clusters, job.regions, job.needs, job.excluded, reach)
         if key not in self._largest:
-            rows = [self.rows(flavor, c, self.reach(job)) for c in self.allowed_clusters(job, flavor)]
+            rows = [self.rows(flavor, c, reach) for c in self.allowed_clusters(job, flavor)]
             every = np.concatenate(rows) if rows else np.zeros(0, np.int64)
             empty = self.table.empty
             self._largest[key] = (int(empty.cpu[every].max()), int(empty.memory[every].max())) if len(every) else (0, 0)

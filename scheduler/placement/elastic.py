@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING
@@ -27,9 +27,11 @@ from django.utils import timezone
 
 from clusters.actions.sync import backend_for
 from clusters.backends.base import ELASTIC_POOL, BackendError, Unreachable
+from clusters.elastic import month_spend
 from clusters.models import Cluster, ElasticGrant, ElasticPool, Node
 from common.metrics import ELASTIC_NODES
 from scheduler.engine import model as m
+from scheduler.engine.elastic import horizons
 from scheduler.models import Assignment, LoopState
 from scheduler.placement.prices import Prices
 from tenancy.actions import audit
@@ -39,47 +41,55 @@ if TYPE_CHECKING:
 
 #: Grants whose nodes are on their way.
 COMING = (ElasticGrant.State.ASKED, ElasticGrant.State.COMING)
-#: Grants whose nodes cost money this month (asked and refused ones never ran).
-SPENDING = (ElasticGrant.State.COMING, ElasticGrant.State.UP, ElasticGrant.State.RELEASED)
 
 
 def engine_name(pool: ElasticPool) -> str:
     return f"{pool.cluster.slug}/{pool.name}"
 
 
-def pools(organization: Organization, now: datetime, prices: Prices, known: dict[str, int]) -> tuple[m.Elastic, ...]:
+def pools(
+    organization: Organization, now: datetime, prices: Prices, known: dict[str, int], longest: float = 0.0
+) -> tuple[tuple[m.Elastic, ...], dict[str, float]]:
     """The organization's enabled pools as the engine reads them, priced from ``prices`` (the snapshot's price
-    book); ``known`` gets each one's engine name -> pk."""
+    book), and how long new work may run on each of their nodes (by engine node name: ``Node.horizon``), given
+    ``longest``, the longest time limit of the work waiting; ``known`` gets each pool's engine name -> pk."""
     found = list(
         ElasticPool.objects.filter(cluster__organization=organization, enabled=True)
         .exclude(cluster__status=Cluster.Status.DISABLED)
         .select_related("cluster", "accelerator")
     )
     if not found:
-        return ()
-    present: Counter[tuple[int, str]] = Counter()
-    for cluster_id, labels in Node.objects.filter(cluster__in={p.cluster_id for p in found}, present=True).values_list(
-        "cluster_id", "labels"
-    ):
+        return (), {}
+    members: defaultdict[tuple[int, str], dict[int, str]] = defaultdict(dict)  # (cluster, pool) -> node pk: name
+    for pk, cluster_id, name, labels in Node.objects.filter(
+        cluster__in={p.cluster_id for p in found}, present=True
+    ).values_list("pk", "cluster_id", "name", "labels"):
         if (labels or {}).get(ELASTIC_POOL):
-            present[(cluster_id, str(labels[ELASTIC_POOL]))] += 1
+            members[(cluster_id, str(labels[ELASTIC_POOL]))][pk] = name
+    paid = _paid_until(found, members, now)
     coming: Counter[int] = Counter()
     coming_at: dict[int, datetime] = {}
-    for pool_id, count, up_at in ElasticGrant.objects.filter(pool__in=found, state__in=COMING).values_list(
-        "pool_id", "count", "up_at"
-    ):
+    committed: defaultdict[int, Decimal] = defaultdict(Decimal)  # per pool: what its nodes on their way will cost
+    for pool_id, count, up_at, cost_per_hour, hold in ElasticGrant.objects.filter(
+        pool__in=found, state__in=COMING
+    ).values_list("pool_id", "count", "up_at", "cost_per_hour", "hold"):
         coming[pool_id] += count
         coming_at[pool_id] = max(up_at, coming_at.get(pool_id, up_at))
+        committed[pool_id] += cost_per_hour * hold / 3600
     spent = month_spend(found, now)
-    out = []
+    out, reach = [], {}
     for pool in found:
         labels = {"quartermaster.io/capacity-type": pool.capacity_type}
         price = prices.of(pool.cluster_id, pool.accelerator_id, labels, pool.cluster.kind, pool.cluster.options or {})
-        have = present[(pool.cluster_id, pool.name)] + coming[pool.pk]
-        most = pool.max_nodes - have
         node_hour = Decimal(str(price)) * pool.node_accelerators
-        if pool.monthly_budget is not None and node_hour > 0:
-            most = min(most, math.floor((pool.monthly_budget - spent.get(pool.pk, Decimal(0))) / node_hour) - have)
+        held = {f"{pool.cluster.slug}/{name}": until for name, until in paid.get(pool.pk, {}).items()}
+        left = None
+        if pool.monthly_budget is not None:
+            ahead = sum(max(0.0, until - now.timestamp()) for until in held.values())
+            committed[pool.pk] += node_hour * Decimal(str(ahead)) / 3600
+            left = float(pool.monthly_budget - spent.get(pool.pk, Decimal(0)) - committed[pool.pk])
+        reachable, left = horizons(held, now.timestamp(), float(pool.idle_release), longest, float(node_hour), left)
+        reach.update(reachable)
         known[engine_name(pool)] = pool.pk
         out.append(
             m.Elastic(
@@ -91,26 +101,52 @@ def pools(organization: Organization, now: datetime, prices: Prices, known: dict
                 pool.node_memory,
                 float(price),
                 float(pool.lead_time),
-                max(0, most),
+                max(0, pool.max_nodes - len(members[(pool.cluster_id, pool.name)]) - coming[pool.pk]),
                 spot=pool.capacity_type == "spot",
                 coming=coming[pool.pk],
                 coming_at=coming_at[pool.pk].timestamp() if pool.pk in coming_at else 0.0,
+                left=left,
+                idle_release=float(pool.idle_release),
             )
         )
-    return tuple(out)
+    return tuple(out), reach
 
 
-def month_spend(found: list[ElasticPool], now: datetime) -> dict[int, Decimal]:
-    """Per pool: what its grants' nodes have cost since the start of ``now``'s month (UTC), from when they were
-    due up to when they were released (or now), at the rate each was asked at."""
-    first = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    spent: dict[int, Decimal] = {}
-    for grant in ElasticGrant.objects.filter(pool__in=found, state__in=SPENDING).exclude(released_at__lt=first):
-        start, end = max(grant.up_at, first), min(grant.released_at or now, now)
-        if end > start:
-            hours = Decimal((end - start).total_seconds()) / 3600
-            spent[grant.pool_id] = spent.get(grant.pool_id, Decimal(0)) + grant.cost_per_hour * hours
-    return spent
+def _paid_until(
+    found: list[ElasticPool], members: dict[tuple[int, str], dict[int, str]], now: datetime
+) -> dict[int, dict[str, float]]:
+    """Per pool, per node of it: until when the node is paid for if it takes no more work (its work's time limits
+    end, or its last work ended or it came up, then the pool's ``idle_release``), in seconds since the epoch."""
+    pools_of = {pk: p for p in found for pk in members.get((p.cluster_id, p.name), {})}
+    if not pools_of:
+        return {}
+    up_at = {
+        (g.pool_id, name): g.up_at
+        for g in ElasticGrant.objects.filter(pool__in=found, state=State.UP).only("pool_id", "nodes", "up_at")
+        for name in g.nodes
+    }
+    ends: dict[int, datetime] = {}
+    for node_id, admitted, started, limit in Assignment.objects.filter(
+        node_id__in=pools_of, attempt__outcome="active"
+    ).values_list("node_id", "attempt__admitted_at", "attempt__started_at", "attempt__job__time_limit"):
+        end = (started if started is not None else max(admitted, now)) + timedelta(seconds=limit)
+        ends[node_id] = max(end, ends.get(node_id, end))
+    last = dict(
+        Assignment.objects.filter(node_id__in=pools_of)
+        .values("node_id")
+        .annotate(ended=Max("attempt__ended_at"))
+        .values_list("node_id", "ended")
+    )
+    out: dict[int, dict[str, float]] = defaultdict(dict)
+    for pk, pool in pools_of.items():
+        name = members[(pool.cluster_id, pool.name)][pk]
+        if pk in ends:
+            until = ends[pk]
+        else:
+            seen = [d for d in (up_at.get((pool.pk, name)), last.get(pk)) if d is not None]
+            until = max(seen) if seen else now
+        out[pool.pk][name] = until.timestamp() + pool.idle_release
+    return out
 
 
 def ask(known: dict[str, int], wanted: tuple[m.Want, ...], now: datetime) -> list[int]:
@@ -123,6 +159,7 @@ def ask(known: dict[str, int], wanted: tuple[m.Want, ...], now: datetime) -> lis
             count=want.nodes,
             jobs=[int(job) for job in want.jobs],
             cost_per_hour=Decimal(str(round(want.cost_per_hour, 4))),
+            hold=math.ceil(want.hold),
             asked_at=now,
             up_at=now + timedelta(seconds=pool.lead_time),
         )

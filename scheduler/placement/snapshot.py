@@ -133,6 +133,10 @@ def build(
     config = replace(config or m.Config(), usage_weight=memory.usage_weight)
     limits = MemberLimit.objects.filter(team__organization=organization).values_list("team", "user", "accelerators")
     member_limits = {owner(team, user): int(amount * 1000) for team, user, amount in limits}
+    longest = max((job.time_limit for job in pending), default=0)
+    pools, horizons = elastic.pools(organization, now, prices, index.elastic, longest)
+    if horizons:  # how long new work may run on elastic nodes whose budget pays for only so much
+        nodes = tuple(replace(n, horizon=horizons[n.name]) if n.name in horizons else n for n in nodes)
     snapshot = m.Snapshot(
         now=now.timestamp(),
         clusters=clusters,
@@ -147,7 +151,7 @@ def build(
         budgets=hard_budgets,
         maintenance=windows.maintenance(organization, now, config.backfill_window),
         bookings=windows.bookings(approved),
-        elastic=elastic.pools(organization, now, prices, index.elastic),
+        elastic=pools,
         usage=recent_use(organization, now, memory.kept_with or memory.half_life),
         disruption_left=disruption_left(organization, now, index.disruption_caps),
     )

@@ -9,13 +9,18 @@ Time jumps from event to event. The events, and what each does:
 - **preemption completes**: a stopped job's grace period ends; it frees its resources and waits again,
   resuming from where it stopped (it checkpoints when told to stop);
 - **node failure** and **recovery**: a failed node's jobs lose the work since their last periodic
-  checkpoint and wait again; the node takes no work until it recovers.
+  checkpoint and wait again; the node takes no work until it recovers;
+- **elastic nodes up**, **released** and **reclaimed** (``pools.py``): nodes a policy asked of an elastic pool
+  (``Plan.asks``) join the fleet after the pool's lead time; one idle for the pool's ``idle_release`` leaves it; a
+  spot node is reclaimed at random: it takes no new work, its jobs are told to stop with the pool's notice as their
+  grace period (they checkpoint, as for a preemption, and wait again) and it leaves when the notice ends.
 
 A cycle runs after anything that changed the fleet or the queue, but not more often than once every
 ``cycle_seconds``, as a production placement loop would (it runs on a beat and on submit); a policy can
 also ask to be woken at a time of its choosing (``Plan.wake_at``). Events at the same time are handled
-in a fixed order (recoveries, finishes, completed preemptions, failures, submissions, then the cycle),
-ties by the order they were made, so a run is a pure function of its inputs.
+in a fixed order (recoveries and nodes up, finishes, completed preemptions, nodes gone, failures and reclaims,
+releases, submissions, then the cycle), ties by the order they were made, so a run is a pure function of its
+inputs (a spot pool's reclaims come from a seeded generator).
 
 The simulator checks every plan against the free resources and refuses one that double-books a node
 (``SimulationError``): a policy cannot cheat, and a test can rely on it.
@@ -23,12 +28,17 @@ The simulator checks every plan against the free resources and refuses one that 
 A fleet is the engine's ``Cluster`` and ``Node`` values (each node's ``accel_free`` is its capacity), a
 workload is a list of ``SimJob``; where they come from (a trace, the database, a what-if) is the caller's
 business.
+
+Size: one event loop, its handlers and the checks that keep a policy honest, over one state (nodes, runs, the
+waiting, the pools' nodes); the pools' money is in ``pools.py``, the policies in ``jobs.py``. Split further, the
+handlers would share that state across modules.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -36,7 +46,9 @@ from typing import Protocol
 
 import numpy as np
 
-from scheduler.engine.model import WHOLE, Assignment, Cluster, Job, Node, Topology
+from scheduler.engine.model import WHOLE, Assignment, Cluster, Elastic, Job, Node, Topology
+
+from .pools import Account, Pool
 
 
 class SimulationError(RuntimeError):
@@ -70,6 +82,8 @@ class SimJob:
     #: Quartermaster policy plans with all of it (price limit, preemptibility, owner, Ray head, TPU shape, team,
     #: spread group). None for a trace's job, which the fields above describe whole.
     request: Job | None = None
+    #: It accepts spot capacity (a spot pool's nodes), being preemptible.
+    spot: bool = False
 
     def __post_init__(self) -> None:
         if self.time_limit <= 0:
@@ -97,6 +111,7 @@ class SimJob:
             clusters=clusters,
             topology=request.topology,
             request=request,
+            spot=request.spot,
         )
 
     @property
@@ -141,6 +156,8 @@ class Plan:
     starts: Sequence[tuple[str, tuple[Assignment, ...]]] = ()
     stops: Sequence[tuple[str, float]] = ()
     wake_at: float | None = None
+    #: Nodes to ask of elastic pools: (pool, how many, how long each is held once up: ``Want.hold``).
+    asks: Sequence[tuple[str, int, float]] = ()
 
 
 class Policy(Protocol):
@@ -156,11 +173,15 @@ class Event(IntEnum):
     """Kinds of event, in the order they are handled when they happen at the same time."""
 
     RECOVER = 0
-    FINISH = 1
-    STOPPED = 2
-    FAIL = 3
-    SUBMIT = 4
-    CYCLE = 5
+    UP = 1
+    FINISH = 2
+    STOPPED = 3
+    GONE = 4
+    FAIL = 5
+    RECLAIM = 6
+    RELEASE = 7
+    SUBMIT = 8
+    CYCLE = 9
 
 
 @dataclass(slots=True)
@@ -170,6 +191,10 @@ class NodeState:
     cpu_free: int
     memory_free: int
     up: bool = True
+    pool: str = ""  # the elastic pool it belongs to, if any
+    runs: int = 0  # runs on it now
+    idle_token: int = 0  # moves on with each start: tells a release check from a stale one
+    idle_since: float = 0.0  # when its last run ended (or it came up)
 
     @property
     def whole_free(self) -> int:
@@ -185,6 +210,7 @@ class JobRecord:
     attained: float = 0.0  # accelerator-seconds run so far, lost work included
     preempted: int = 0
     failed: int = 0
+    reclaimed: int = 0  # stopped because its spot node was taken back
 
 
 @dataclass(slots=True)
@@ -197,6 +223,10 @@ class Outcome:
     busy_gpu_seconds: float
     cycles: int
     stuck: list[str] = field(default_factory=list)  # still waiting when the events ran out
+    #: Per elastic pool: its nodes and their cost (``pools.Account.figures``).
+    pools: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: Accelerator-seconds of elastic nodes in the fleet (they add to its capacity while up).
+    elastic_gpu_seconds: float = 0.0
 
     def figures(self) -> dict[str, object]:
         done = [r for r in self.records.values() if r.finished is not None]
@@ -206,16 +236,18 @@ class Outcome:
         wait = np.array([r.waited for r in done])
         start = min(r.job.submitted for r in done)
         makespan = max(r.finished for r in done if r.finished is not None) - start
-        return {
+        capacity = self.gpus * makespan + self.elastic_gpu_seconds
+        figures: dict[str, object] = {
             "jobs": len(done),
             "avg_jct_s": round(float(jct.mean()), 1),
             "p50_jct_s": round(float(np.percentile(jct, 50)), 1),
             "p99_jct_s": round(float(np.percentile(jct, 99)), 1),
             "avg_wait_s": round(float(wait.mean()), 1),
+            "p95_wait_s": round(float(np.percentile(wait, 95)), 1),
             "p99_wait_s": round(float(np.percentile(wait, 99)), 1),
             "max_wait_s": round(float(wait.max()), 1),
             "makespan_s": round(makespan, 1),
-            "gpu_utilization": round(self.busy_gpu_seconds / (self.gpus * makespan), 4) if makespan > 0 else 0.0,
+            "gpu_utilization": round(self.busy_gpu_seconds / capacity, 4) if capacity > 0 else 0.0,
             "preemptions": sum(r.preempted for r in done),
             "failures": sum(r.failed for r in done),
             "cycles": self.cycles,
@@ -224,6 +256,11 @@ class Outcome:
             "by_gpus": by_size(done),
             "by_queue": by_queue(done),
         }
+        if self.pools:
+            figures["pools"] = self.pools
+            figures["elastic_cost"] = round(sum(p["cost"] for p in self.pools.values()), 2)
+            figures["reclaims"] = sum(r.reclaimed for r in done)
+        return figures
 
 
 #: Job sizes the report breaks waits down by, so that starved large gangs show.
@@ -292,6 +329,8 @@ class Simulation:
         checkpoint_seconds: float = 3600.0,
         progress: Callable[[int], None] | None = None,
         keep_runs: bool = False,
+        pools: Sequence[Pool] = (),
+        seed: int = 1,
     ) -> None:
         self.clusters = tuple(clusters)
         self.policy = policy
@@ -318,13 +357,20 @@ class Simulation:
         #: policy keeps each queue's recent use (``jobs.Quartermaster``).
         self.ended: list[tuple[str, float, float, float]] = []
         self.never_fits: list[str] = []
+        self.pools = {p.name: Account(p) for p in pools}
+        if len(self.pools) != len(pools) or any(p.cluster not in {c.name for c in self.clusters} for p in pools):
+            raise SimulationError("each elastic pool needs a name of its own and a cluster of the fleet")
+        self._reclaims = random.Random(seed)
+        self._reclaiming: set[str] = set()  # jobs told to stop because their spot node is being taken back
+        # A job fits if the fleet could hold it with every pool at its maximum.
+        fleet = [*nodes, *(p.node(f"{p.name}-{k}") for p in pools for k in range(p.max_nodes))]
         fits: dict[tuple[object, ...], bool] = {}  # by shape: a long history repeats a few shapes many times
         for job in jobs:
             if job.id in self.records:
                 raise SimulationError(f"job {job.id} appears twice")
             shape = (job.workers, job.accelerators, job.accel_milli, job.cpu, job.memory, job.flavors, job.clusters)
             if shape not in fits:
-                fits[shape] = fits_empty(nodes, job)
+                fits[shape] = fits_empty(fleet, job)
             if not fits[shape]:
                 self.never_fits.append(job.id)
                 continue
@@ -360,6 +406,10 @@ class Simulation:
                 Event.STOPPED: self._stopped,
                 Event.FAIL: self._fail,
                 Event.RECOVER: self._recover,
+                Event.UP: self._up,
+                Event.RELEASE: self._release_idle,
+                Event.RECLAIM: self._reclaim,
+                Event.GONE: self._gone,
             },
         )
         while events:
@@ -373,7 +423,11 @@ class Simulation:
             if handlers[Event(kind)](key, token):
                 self._want_cycle(at)
         stuck = sorted(self.waiting)
-        return Outcome(self.records, self.never_fits, self.gpus, self._busy, self._cycles, stuck)
+        elastic = sum((g - s) * a.pool.accelerators for a in self.pools.values() for s, g in a.spans) + sum(
+            (self.now - s) * a.pool.accelerators for a in self.pools.values() for s in a.up.values()
+        )
+        pools = {name: a.figures(self.now) for name, a in self.pools.items()}
+        return Outcome(self.records, self.never_fits, self.gpus, self._busy, self._cycles, stuck, pools, elastic)
 
     def _cycle(self) -> None:
         self._cycles += 1
@@ -384,6 +438,14 @@ class Simulation:
             self._stop(job_id, grace)
         for job_id, assignments in plan.starts:
             self._start(job_id, assignments)
+        for pool, count, hold in plan.asks:
+            account = self.pools.get(pool)
+            if account is None:
+                raise SimulationError(f"no elastic pool {pool}")
+            try:
+                self._push(account.ask(count, self.now, hold), Event.UP, pool)
+            except ValueError as error:
+                raise SimulationError(str(error)) from None
         if plan.wake_at is not None and plan.wake_at > self.now:
             self._want_cycle(plan.wake_at)
 
@@ -414,23 +476,73 @@ class Simulation:
         if run is None or run.token != token:
             return False  # finished or failed during the grace period
         self._release(run)
-        self.records[job_id].preempted += 1
+        record = self.records[job_id]
+        if job_id in self._reclaiming:
+            self._reclaiming.discard(job_id)
+            record.reclaimed += 1
+        else:
+            record.preempted += 1
         self._wait(run.job, run.remaining - (self.now - run.started))
         return True
 
     def _fail(self, name: str, _: int) -> bool:
-        state = self.nodes[name]
-        state.up = False
+        self.nodes[name].up = False
+        self._lose(name)
+        return True
+
+    def _lose(self, name: str) -> None:
+        """The node's runs end: each loses the work since its last periodic checkpoint and waits again."""
         for run in [r for r in self.running.values() if any(a.node == name for a in r.assignments)]:
             self._release(run)
             done = self.now - run.started
             kept = math.floor(done / self.checkpoint_seconds) * self.checkpoint_seconds
             self.records[run.job.id].failed += 1
+            self._reclaiming.discard(run.job.id)
             self._wait(run.job, run.remaining - kept)
-        return True
 
     def _recover(self, name: str, _: int) -> bool:
         self.nodes[name].up = True
+        return True
+
+    def _up(self, pool: str, _: int) -> bool:
+        account = self.pools[pool]
+        spec = account.pool
+        for name in account.arrive(self.now):
+            node = spec.node(name)
+            self.nodes[name] = NodeState(
+                node, list(node.accel_free), node.cpu_free, node.memory_free, pool=pool, idle_since=self.now
+            )
+            self._push(self.now + spec.idle_release, Event.RELEASE, name)
+            if spec.reclaims_per_day > 0:
+                self._push(self.now + self._reclaims.expovariate(spec.reclaims_per_day / 86400), Event.RECLAIM, name)
+        return True
+
+    def _release_idle(self, name: str, token: int) -> bool:
+        state = self.nodes.get(name)
+        if state is None or state.runs or token != state.idle_token:
+            return False  # gone, or it took work since
+        del self.nodes[name]
+        self.pools[state.pool].gone(name, self.now)
+        return False
+
+    def _reclaim(self, name: str, _: int) -> bool:
+        state = self.nodes.get(name)
+        if state is None:
+            return False  # released before
+        state.up = False
+        notice = self.pools[state.pool].pool.notice
+        for run in [r for r in self.running.values() if any(a.node == name for a in r.assignments)]:
+            if run.stopping_at is None or run.stopping_at > self.now + notice:
+                run.stopping_at = None  # a longer grace period is cut to the notice
+                self._reclaiming.add(run.job.id)
+                self._stop(run.job.id, notice)
+        self._push(self.now + notice, Event.GONE, name)
+        return True
+
+    def _gone(self, name: str, _: int) -> bool:
+        self._lose(name)  # none, unless a run outlived the notice
+        state = self.nodes.pop(name)
+        self.pools[state.pool].gone(name, self.now, reclaimed=True)
         return True
 
     # --------------------------------------------------------------------------------- applying a plan
@@ -458,6 +570,8 @@ class Simulation:
                 state.accel_free[slot] -= m
             state.cpu_free -= a.cpu
             state.memory_free -= a.memory
+            state.runs += 1
+            state.idle_token += 1
         del self.waiting[job_id]
         record = self.records[job_id]
         record.waited += self.now - waiting.since
@@ -487,6 +601,10 @@ class Simulation:
                 state.accel_free[slot] += m
             state.cpu_free += a.cpu
             state.memory_free += a.memory
+            state.runs -= 1
+            if state.pool and not state.runs:
+                state.idle_since = self.now
+                self._push(self.now + self.pools[state.pool].pool.idle_release, Event.RELEASE, a.node, state.idle_token)
         ran = (self.now - run.started) * run.job.gpus
         self._busy += ran
         if self.runs is not None:
@@ -495,6 +613,29 @@ class Simulation:
         self.records[run.job.id].attained += ran
 
     # ------------------------------------------------------------------------------------ for policies
+
+    def elastic(self, longest: float) -> tuple[tuple[Elastic, ...], dict[str, float]]:
+        """The elastic pools as the engine reads them now, and how long new work may run on each of their nodes
+        (``longest``: the longest time limit of the work waiting)."""
+        if not self.pools:
+            return (), {}
+        ends: dict[str, float] = {}  # per pool node with work: when its work's time limits end
+        for run in self.running.values():
+            if run.stopping_at is not None:
+                end = run.stopping_at
+            else:
+                end = run.started + max(1, math.ceil(run.job.time_limit - (run.job.duration - run.remaining)))
+            for a in run.assignments:
+                if self.nodes[a.node].pool:
+                    ends[a.node] = max(ends.get(a.node, end), end)
+        specs, reach = [], {}
+        for _name, account in self.pools.items():
+            idle = account.pool.idle_release
+            held = {n: ends.get(n, self.nodes[n].idle_since) + idle for n in account.up}
+            spec, horizons = account.engine(self.now, held, longest)
+            specs.append(spec)
+            reach.update(horizons)
+        return tuple(specs), reach
 
     def attained(self, job_id: str) -> float:
         """Accelerator-seconds the job has run so far, including the current run."""

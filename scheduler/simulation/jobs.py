@@ -27,7 +27,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 from scheduler.engine import schedule
 from scheduler.engine.fairshare import hours
@@ -47,6 +47,7 @@ from scheduler.engine.model import (
 )
 
 from .events import NodeState, Outage, Plan, Policy, SimJob, Simulation, may_use
+from .pools import Pool
 from .traces import TraceJob
 
 DEFAULT_POLICY = "quartermaster"
@@ -254,9 +255,9 @@ class Quartermaster:
         self._workloads: dict[str, tuple[int, bool, Workload]] = {}  # per run: (token, stopping, Workload)
         self._nodes: dict[str, tuple[tuple[object, ...], Node]] = {}  # per node: (what is free, its engine Node)
 
-    def _node(self, name: str, state: NodeState) -> Node:
+    def _node(self, name: str, state: NodeState, horizon: float = math.inf) -> Node:
         """The engine's view of a node as it is now, made again only when what is free on it changed."""
-        free = (tuple(state.accel_free), state.cpu_free, state.memory_free, state.up)
+        free = (tuple(state.accel_free), state.cpu_free, state.memory_free, state.up, horizon)
         known = self._nodes.get(name)
         if known is None or known[0] != free:
             node = state.node
@@ -272,6 +273,8 @@ class Quartermaster:
                 topology=node.topology,
                 healthy=state.up,
                 price_per_accel_hour=node.price_per_accel_hour,
+                spot=node.spot,
+                horizon=horizon,
             )
             known = self._nodes[name] = (free, engine_node)
         return known[1]
@@ -311,6 +314,7 @@ class Quartermaster:
                     flavors=job.flavors,
                     clusters=job.clusters,
                     topology=job.topology,
+                    spot=job.spot,
                 )
             known = self._jobs[job.id] = (waiting_remaining, engine_job)
         return known[1]
@@ -335,8 +339,9 @@ class Quartermaster:
             # Nobody waits and no quota is kept: the engine could only admit or preempt for a waiting job (its
             # one other move gives back quota lowered below usage), so the cycle would decide nothing.
             return Plan()
-        nodes = tuple(self._node(name, s) for name, s in sim.nodes.items())
         pending = tuple(self._job(w.remaining, w.job) for w in sim.waiting.values())
+        elastic, horizons = sim.elastic(max((j.time_limit for j in pending), default=0))
+        nodes = tuple(self._node(name, s, horizons.get(name, math.inf)) for name, s in sim.nodes.items())
         running = []
         for job_id, run in sim.running.items():
             known = self._workloads.get(job_id)
@@ -366,6 +371,9 @@ class Quartermaster:
             del self._jobs[job_id]
         for job_id in [j for j in self._workloads if j not in sim.running]:
             del self._workloads[job_id]
+        if len(self._nodes) > len(sim.nodes):  # elastic nodes gone
+            for name in [n for n in self._nodes if n not in sim.nodes]:
+                del self._nodes[name]
         decisions = schedule(
             Snapshot(
                 now=sim.now,
@@ -378,11 +386,13 @@ class Quartermaster:
                 pending=pending,
                 config=self.config,
                 usage=self.recent_use(sim) if self.half_life else {},
+                elastic=elastic,
             )
         )
         return Plan(
             starts=[(a.job, a.assignments) for a in decisions.admissions],
             stops=[(p.workload, float(p.grace_seconds)) for p in decisions.preemptions],
+            asks=[(w.pool, w.nodes, w.hold) for w in decisions.wanted],
         )
 
 
@@ -498,6 +508,9 @@ class Replay:
     half_life: float = 0.0
     #: Per queue, the GPUs of nominal quota it holds in one cohort with the others (``policies``); None: no quota.
     quotas: Mapping[str, int] | None = None
+    #: Elastic pools beside the fleet (only our policy asks them for nodes), and the seed of spot reclaims.
+    pools: tuple[Pool, ...] = ()
+    seed: int = 1
 
 
 def run_jobs(
@@ -510,28 +523,51 @@ def run_jobs(
     unknown = [n for n in names if n not in factories]
     if unknown:
         raise ValueError(f"unknown policy {', '.join(unknown)}; choose from {', '.join(factories)}")
-    results: dict[str, object] = {}
-    for name in names:
-        started = time.perf_counter()
-        simulation = Simulation(
-            replay.clusters,
-            replay.nodes,
-            replay.jobs,
-            factories[name](),
-            outages=replay.outages,
-            cycle_seconds=replay.cycle_seconds,
-            progress=(lambda done, name=name: progress(name, done)) if progress else None,  # type: ignore[misc]
-        )
-        figures = simulation.run().figures()
-        figures["seconds"] = round(time.perf_counter() - started, 1)
-        results[name] = figures
-    return {
-        "default_policy": DEFAULT_POLICY,
-        "nodes": len(replay.nodes),
-        "gpus": sum(n.accel_count for n in replay.nodes),
-        "jobs": len(replay.jobs),
-        "policies": results,
-    }
+    results = {name: _figures(replay, factories[name](), name, progress, replay.pools) for name in names}
+    return {"default_policy": DEFAULT_POLICY, **_fleet(replay), "policies": results}
+
+
+def run_elastic(
+    replay: Replay, budgets: Sequence[float | None], progress: Callable[[str, int], None] | None = None
+) -> dict[str, object]:
+    """Our policy on the fixed fleet alone, then with the replay's pools beside it at each monthly budget (None: no
+    limit); the report ``simulate jobs --elastic-budgets`` prints."""
+    factory = policies(replay.clusters, replay.max_wait, replay.config, replay.half_life, replay.quotas)[DEFAULT_POLICY]
+    runs = [{"budget": "fixed fleet", **_figures(replay, factory(), "fixed fleet", progress, ())}]
+    for budget in budgets:
+        label = f"{budget:g}" if budget is not None else "no limit"
+        pools = tuple(replace(p, monthly_budget=budget) for p in replay.pools)
+        runs.append({"budget": label, **_figures(replay, factory(), label, progress, pools)})
+    return {**_fleet(replay), "pools": [asdict(p) for p in replay.pools], "runs": runs}
+
+
+def _fleet(replay: Replay) -> dict[str, object]:
+    return {"nodes": len(replay.nodes), "gpus": sum(n.accel_count for n in replay.nodes), "jobs": len(replay.jobs)}
+
+
+def _figures(
+    replay: Replay,
+    policy: Policy,
+    label: str,
+    progress: Callable[[str, int], None] | None,
+    pools: Sequence[Pool],
+) -> dict[str, object]:
+    """One simulation of the replay under ``policy`` with ``pools``: its figures and how long it took."""
+    started = time.perf_counter()
+    simulation = Simulation(
+        replay.clusters,
+        replay.nodes,
+        replay.jobs,
+        policy,
+        outages=replay.outages,
+        cycle_seconds=replay.cycle_seconds,
+        progress=(lambda done: progress(label, done)) if progress else None,
+        pools=pools,
+        seed=replay.seed,
+    )
+    figures = simulation.run().figures()
+    figures["seconds"] = round(time.perf_counter() - started, 1)
+    return figures
 
 
 def random_outages(

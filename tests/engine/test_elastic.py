@@ -1,6 +1,7 @@
 """What elastic pools are asked for (docs/scheduling.md §Elastic pools): only for work that waits for capacity, never
-for quota; packed onto as few nodes as hold it, within the pool's room; the cheapest pool the job may use, spot
-only for work that accepts it; and the waiting job told so, with when the nodes would be up."""
+for quota; packed onto as few nodes as hold it, within the pool's room and what its budget has left; the cheapest
+pool the job may use, spot only for work that accepts it; and the waiting job told so, with when the nodes would be
+up. A pool's budget also bounds how long new work may run on the nodes it has (their horizons)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler.engine import schedule
-from scheduler.engine.elastic import WANTING
+from scheduler.engine.elastic import WANTING, horizons
 from scheduler.engine.model import Elastic, PendingReason, Snapshot
 from tests.engine.invariants import check
 from tests.engine.strategies import snapshots
 
-from .test_phases import NOW, job, node, queue, reasons, running, snapshot
+from .test_phases import NOW, admitted, job, node, queue, reasons, running, snapshot
 from .test_properties import PROPERTY
 
 CLOUD = Elastic("cloud-h100", "c1", "h100", 8, 96_000, 1_000_000, 3.0, 600.0, most=4)
@@ -133,3 +134,50 @@ def test_pools_change_no_decision_and_ask_only_for_work_waiting_for_capacity(
     for p in grown.pending:
         assert p.reason is before[p.job].reason
         assert ("Capacity is being added" in p.message) == (p.job in asked)
+
+
+def test_what_the_budget_has_left_bounds_how_long_the_new_nodes_are_asked_for() -> None:
+    # a node costs 8 x 3.00 = 24.00 an hour and is held for its jobs' time limit and 10 idle minutes after
+    budgeted = replace(CLOUD, left=30.0, idle_release=600.0)
+    hour, day = job("hour", accelerators=8, time_limit=3000), job("day", accelerators=8, time_limit=86_400, at=1)
+    (want,) = schedule(full(day, hour, pools=(budgeted,))).wanted
+    assert want.jobs == ("hour",)  # 24.00 x (3000 + 600) / 3600 = 24.00 fits 30.00; a day of it does not
+    assert want.hold == 3600.0
+    two = (hour, replace(hour, id="hour2", submitted_at=hour.submitted_at + 1))
+    (want,) = schedule(full(*two, pools=(budgeted,))).wanted
+    assert (want.nodes, want.jobs) == (1, ("hour",))  # a second node of an hour would pass the budget
+    day_only = schedule(full(day, pools=(budgeted,)))
+    assert day_only.wanted == ()
+    assert "Capacity is being added" not in next(p.message for p in day_only.pending)
+    assert schedule(full(day, pools=(replace(budgeted, left=None),))).wanted[0].jobs == ("day",)
+
+
+def test_horizons_spend_what_is_left_on_the_nodes_held_longest_first() -> None:
+    # two nodes at 10.00 an hour, one paid for until NOW + 2 h (its work and 10 idle minutes), one idle since NOW
+    held = {"busy": NOW + 7200.0, "idle": NOW + 600.0}
+    reach, left = horizons(held, NOW, 600.0, 3 * 3600.0, 10.0, left=25.0)
+    # busy: 3 h of work from now ends 1 h 10 min past what is paid: 11.67; idle: what is left, 13.33, buys 80 min
+    assert reach["busy"] == 3 * 3600.0
+    assert round(reach["idle"]) == round(13.3333 / 10.0 * 3600 + 600 - 600)
+    assert left == 0.0
+    reach, left = horizons(held, NOW, 600.0, 1800.0, 10.0, left=25.0)
+    assert reach == {"busy": 6600.0, "idle": 1800.0}  # busy: its paid time already covers half an hour
+    assert left is not None
+    assert round(left, 2) == round(25.0 - 10.0 * 1800 / 3600, 2)
+    assert horizons(held, NOW, 600.0, 3600.0, 10.0, left=None) == ({"busy": float("inf"), "idle": float("inf")}, None)
+    reach, left = horizons(held, NOW, 600.0, 3600.0, 10.0, left=-5.0)  # over budget: only what is paid for
+    assert reach == {"busy": 6600.0, "idle": 0.0}
+
+
+def test_work_longer_than_a_nodes_horizon_does_not_go_there_and_shorter_work_does() -> None:
+    pool_node = node("p1", horizon=3600.0)
+    s = snapshot((pool_node,), (queue("a"),), (job("long", accelerators=8, time_limit=7200),))
+    d = schedule(s)
+    assert not admitted(d)
+    assert reasons(d)["long"] is PendingReason.CAPACITY  # it could run there, had the budget paid for it
+    s = snapshot(
+        (pool_node,),
+        (queue("a"),),
+        (job("long", accelerators=8, time_limit=7200), job("short", accelerators=8, time_limit=3600, at=1)),
+    )
+    assert set(admitted(schedule(s))) == {"short"}

@@ -230,22 +230,6 @@ def test_random_outages_are_reproducible_and_within_the_span() -> None:
     assert all(o.at < 30 * 86400 and o.until == o.at + 4 * 3600 for o in first)
 
 
-PHILLY = "timestamp,duration,num_gpus,gpu_time,cluster\n"
-
-
-@pytest.fixture
-def trace(tmp_path: Path) -> Path:
-    rows = [
-        f"2017-10-01 {h:02d}:{m:02d}:00,{600 + 97 * (h * 60 + m) % 5000},{(1, 1, 2, 8)[m % 4]},0,vc1\n"
-        for h in range(3)
-        for m in range(0, 60, 3)
-    ]
-    (tmp_path / "philly_vc_node_count.csv").write_text("vc,node num\nvc1,4\n")
-    path = tmp_path / "philly.csv"
-    path.write_text(PHILLY + "".join(rows) + "2017-10-01 00:00:00,10,1,10,other\n")
-    return path
-
-
 def test_the_jobs_command_prints_one_json_object(trace: Path) -> None:
     out = StringIO()
     call_command("simulate", "jobs", "--trace", str(trace), "--vc", "vc1", "--json", stdout=out)

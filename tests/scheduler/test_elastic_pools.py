@@ -16,6 +16,7 @@ from billing.models import Price
 from clusters.actions import sync
 from clusters.backends.simulated import backend as simulated
 from clusters.models import AcceleratorType, Cluster, ElasticGrant, ElasticPool, Node
+from scheduler import actions as job_actions
 from scheduler.models import Attempt, Job, LoopState
 from scheduler.placement import elastic
 from tenancy.models import AuditLog
@@ -40,6 +41,20 @@ def pool(fleet: Fleet, **fields: object) -> ElasticPool:
         **fields,
     }
     return ElasticPool.objects.create(**values)
+
+
+def four_an_hour(fleet: Fleet, burst_pool: ElasticPool) -> None:
+    """The pool's accelerators at 4.00 an hour each in the price book: 32.00 a node-hour."""
+    Price.objects.create(
+        organization=fleet.org,
+        cluster=fleet.clusters["east"],
+        flavor=burst_pool.accelerator,
+        capacity_type="on_demand",
+        hourly_rate=Decimal("4"),
+        rate=Decimal("4"),
+        effective_from=timezone.now().date() - timedelta(days=1),
+        updated_at=timezone.now(),
+    )
 
 
 def burst(fleet: Fleet, extra: int) -> list[Job]:
@@ -126,16 +141,7 @@ def test_a_stock_out_is_a_refusal_with_its_reason_and_the_pool_keeps_its_minimum
 
 def test_the_monthly_budget_bounds_what_is_asked(fleet: Fleet) -> None:
     burst_pool = pool(fleet, monthly_budget=Decimal("100"))
-    Price.objects.create(
-        organization=fleet.org,
-        cluster=fleet.clusters["east"],
-        flavor=burst_pool.accelerator,
-        capacity_type="on_demand",
-        hourly_rate=Decimal("4"),
-        rate=Decimal("4"),
-        effective_from=timezone.now().date() - timedelta(days=1),
-        updated_at=timezone.now(),
-    )
+    four_an_hour(fleet, burst_pool)
     # a node costs 8 x 4.00 = 32.00 an hour: 100.00 buys three node-hours, and the pool has already spent 40.00
     ElasticGrant.objects.create(
         pool=burst_pool,
@@ -149,7 +155,8 @@ def test_the_monthly_budget_bounds_what_is_asked(fleet: Fleet) -> None:
     burst(fleet, 3)
     fleet.cycle()
     asked = ElasticGrant.objects.get(state="asked")
-    assert asked.count == 1  # (100 - 40) / 32: one node more, not three
+    # 60.00 left: a node held for its job's hour and 10 idle minutes costs 37.33; one node more, not three
+    assert asked.count == 1
     assert asked.cost_per_hour == Decimal(32)
     assert Cluster.objects.get(pk=fleet.clusters["east"].pk)  # the cluster itself is untouched
 
@@ -174,3 +181,30 @@ def test_a_pool_node_that_took_work_while_being_closed_is_not_released(fleet: Fl
 
 def snapshot_generation(fleet: Fleet) -> int:
     return LoopState.objects.get(organization=fleet.org).generation
+
+
+def test_the_budget_keeps_work_it_cannot_pay_for_off_a_pool_node_and_lets_shorter_work_on(fleet: Fleet) -> None:
+    burst_pool = pool(fleet, monthly_budget=Decimal("60"))
+    four_an_hour(fleet, burst_pool)
+    (first,) = burst(fleet, 1)[6:]
+    fleet.cycle()
+    grant = ElasticGrant.objects.get()
+    assert grant.hold == 3600 + 600  # its job's hour, then the pool's release delay
+    assert elastic.provision(grant.pk) == "coming"
+    assert sync.sync_cluster(fleet.clusters["east"].pk).ok
+    assert elastic.settle()["up"] == 1
+    first.refresh_from_db()
+    job_actions.cancel_job(fleet.user("alice"), first)  # the node it was asked for is up, and idle
+    # 32.00 a node-hour: the idle node is paid for 10 minutes more (5.33); the 54.67 left pays for about 1.7 hours
+    # more of it, not for three days
+    long = fleet.submit(accelerators=8, name="three-days", time_limit=3 * 86400)
+    fleet.cycle()
+    assert not Attempt.objects.filter(job=long).exists()
+    long.refresh_from_db()
+    assert long.state == "pending"
+    assert ElasticGrant.objects.count() == 1  # nor is a node asked for it: the budget cannot pay for one
+    short = fleet.submit(accelerators=8, name="an-hour", time_limit=3600)
+    fleet.cycle()
+    assert list(
+        Attempt.objects.filter(outcome="active", job=short).values_list("assignments__node__name", flat=True)
+    ) == ["h100-burst-0000"]

@@ -8,7 +8,9 @@ A thin shell over `scheduler.simulation` (plain Python, no database). `--json` p
 from __future__ import annotations
 
 import json
+import random
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,8 @@ from tqdm import tqdm
 
 from scheduler.engine.model import Config
 from scheduler.simulation import jobs, packing, stragglers
-from scheduler.simulation.events import SIZES, Outage
+from scheduler.simulation.events import SIZES, Outage, SimJob
+from scheduler.simulation.pools import Pool
 from scheduler.simulation.traces import TraceError, read_nodes, read_philly, read_pods, read_vc_nodes
 
 
@@ -122,6 +125,86 @@ def gpu_counts(text: str) -> list[int]:
     return counts
 
 
+def budget_list(text: str) -> list[float | None]:
+    """Monthly budgets as ``2000,8000,none``."""
+    budgets: list[float | None] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        if part.lower() == "none":
+            budgets.append(None)
+            continue
+        try:
+            budgets.append(float(part))
+        except ValueError:
+            raise CommandError(f"--elastic-budgets: {part!r} is not an amount or 'none'") from None
+        if (budgets[-1] or 0) < 0:
+            raise CommandError(f"--elastic-budgets: {part} is below zero")
+    if not budgets:
+        raise CommandError("--elastic-budgets: give at least one budget")
+    return budgets
+
+
+def elastic_pools(
+    cluster: str, sizes: list[int], workload: tuple[SimJob, ...], options: dict[str, Any]
+) -> tuple[tuple[Pool, ...], tuple[SimJob, ...]]:
+    """The pools the options describe, of nodes as large as the fleet's largest, and the workload with the share
+    of jobs that accept spot marked (where there is a spot pool)."""
+    on_demand = Pool(
+        "cloud",
+        cluster,
+        jobs.FLAVOR,
+        max(sizes),
+        64_000,
+        512 * 1024,
+        price_per_accel_hour=options["elastic_price"],
+        lead_time=options["elastic_lead_minutes"] * 60,
+        max_nodes=options["elastic_nodes"],
+        idle_release=options["elastic_idle_minutes"] * 60,
+    )
+    pools = [on_demand]
+    if options["spot_nodes"] > 0:
+        if not 0 <= options["spot_jobs"] <= 1:
+            raise ValueError("--spot-jobs is a share, from 0 to 1")
+        spot = replace(
+            on_demand,
+            name="spot",
+            price_per_accel_hour=options["spot_price"],
+            max_nodes=options["spot_nodes"],
+            spot=True,
+            reclaims_per_day=options["spot_reclaims_per_day"],
+            notice=120.0,
+        )
+        pools.append(spot)
+        chosen = random.Random(options["seed"])  # noqa: S311 - a reproducible sample, not a secret
+        workload = tuple(replace(j, spot=chosen.random() < options["spot_jobs"]) for j in workload)
+    return tuple(pools), workload
+
+
+def elastic_table(report: dict[str, Any]) -> str:
+    head = ("budget", "cost", "node-h", "asked", "reclaims", "avg JCT", "avg wait", "p95 wait", "max wait", "seconds")
+    rows = ["".join(f"{h:>11}" if i else f"{h:<13}" for i, h in enumerate(head))]
+    for run in report["runs"]:
+        pools = run.get("pools", {}).values()
+        cells = [
+            f"{run.get('elastic_cost', 0.0):,.0f}",
+            f"{sum(p['node_hours'] for p in pools):,.0f}",
+            str(sum(p["asked"] for p in pools)),
+            str(run.get("reclaims", 0)),
+            *(hours(run[k]) for k in ("avg_jct_s", "avg_wait_s", "p95_wait_s", "max_wait_s")),
+            f"{run['seconds']:.1f}",
+        ]
+        rows.append(f"{run['budget']:<13}" + "".join(f"{c:>11}" for c in cells))
+    described = "; ".join(
+        f"{p['name']}: up to {p['max_nodes']} nodes of {p['accelerators']} GPUs "
+        f"at {p['price_per_accel_hour']:g}/GPU-h, up {p['lead_time'] / 60:g} min after an ask, "
+        f"released after {p['idle_release'] / 60:g} min idle"
+        + (f", {p['reclaims_per_day']:g} reclaims per node-day" if p["spot"] else "")
+        for p in report["pools"]
+    )
+    rows.append(f"{report['nodes']} fixed nodes, {report['gpus']} GPUs, {report['jobs']} jobs. Pools: {described}.")
+    rows.append("Budget: for each pool, per month of 30 days. Cost: what the pools' nodes cost while up, in all.")
+    return "\n".join(rows)
+
+
 class Command(BaseCommand):
     help = "Replay a trace through the placement engine and the published baselines."
     requires_system_checks: list[str] = []  # needs neither the database nor the project's checks
@@ -216,6 +299,43 @@ class Command(BaseCommand):
             default=None,
             help="How much recent use counts in our policy's shares (Config.usage_weight; default: the engine's).",
         )
+        elastic = replay.add_argument_group(
+            "elastic pools",
+            "With --elastic-budgets, our policy alone replays the trace on the fixed fleet, then with an elastic "
+            "cloud pool beside it at each monthly budget (months of 30 days from the trace's start), and the table "
+            "gives each run's cost against its waits.",
+        )
+        elastic.add_argument(
+            "--elastic-budgets",
+            type=budget_list,
+            help="Monthly budgets of each pool, comma-separated; 'none' for no limit (e.g. 2000,8000,none).",
+        )
+        elastic.add_argument("--elastic-nodes", type=int, default=16, help="Most nodes of the on-demand pool (16).")
+        elastic.add_argument(
+            "--elastic-price", type=float, default=2.0, help="Its price per GPU-hour (2.0, in the budget's currency)."
+        )
+        elastic.add_argument(
+            "--elastic-lead-minutes", type=float, default=10.0, help="Minutes from an ask until its nodes are up (10)."
+        )
+        elastic.add_argument(
+            "--elastic-idle-minutes", type=float, default=10.0, help="Minutes an idle pool node is kept (10)."
+        )
+        elastic.add_argument(
+            "--spot-nodes", type=int, default=0, help="Most nodes of a spot pool beside it (0, the default: none)."
+        )
+        elastic.add_argument("--spot-price", type=float, default=0.7, help="The spot pool's price per GPU-hour (0.7).")
+        elastic.add_argument(
+            "--spot-reclaims-per-day",
+            type=float,
+            default=1.0,
+            help="How often the cloud takes a spot node back, per node and day on average (1); 2 minutes' notice.",
+        )
+        elastic.add_argument(
+            "--spot-jobs",
+            type=float,
+            default=0.5,
+            help="The share of jobs that accept spot, chosen with --seed (0.5).",
+        )
         replay.add_argument("--json", action="store_true", help="Print one JSON object instead of a table.")
 
         watch = modes.add_parser(
@@ -287,8 +407,16 @@ class Command(BaseCommand):
                 )
         except ValueError as error:
             raise CommandError(str(error)) from None
+        budgets = options["elastic_budgets"]
+        pools: tuple[Pool, ...] = ()
+        if budgets is not None:
+            try:
+                pools, workload = elastic_pools(clusters[0].name, sizes, workload, options)
+            except ValueError as error:
+                raise CommandError(str(error)) from None
         policies = options["policy"] or list(jobs.POLICY_NAMES)
-        with tqdm(total=len(policies) * len(workload), desc="jobs", unit="job", disable=None, miniters=500) as bar:
+        runs = len(policies) if budgets is None else 1 + len(budgets)
+        with tqdm(total=runs * len(workload), desc="jobs", unit="job", disable=None, miniters=500) as bar:
 
             def progress(policy: str, done: int) -> None:
                 bar.set_postfix_str(policy, refresh=False)
@@ -305,6 +433,12 @@ class Command(BaseCommand):
                 config=config,
                 half_life=options["half_life_hours"] * 3600,
                 quotas=quotas,
+                pools=pools,
+                seed=options["seed"],
             )
+            if budgets is not None:
+                report = jobs.run_elastic(replay, budgets, progress)
+                self.stdout.write(json.dumps(report) if options["json"] else elastic_table(report))
+                return
             report = jobs.run_jobs(replay, policies, progress)
         self.stdout.write(json.dumps(report) if options["json"] else jobs_table(report))
