@@ -1,6 +1,6 @@
 """``qm``: the command-line client of the Quartermaster API (submit, list, show, follow and cancel jobs;
-admins preempt and requeue them, and look after clusters, nodes and maintenance: ``qm/admin.py``; inside a
-job, report its checkpoints).
+admins preempt and requeue them, and look after clusters, nodes and maintenance: ``qm/admin.py``, and elastic
+pools: ``qm/pools.py``; inside a job, report its checkpoints).
 
 It talks to the REST API only (``/api/v1/``) with a personal API token, and imports nothing of Django, so
 it runs on any machine with ``requests`` and PyYAML. Where it finds the server and the token, first match
@@ -29,7 +29,7 @@ import webbrowser
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
-from qm import admin, arrays, capacity, models_cmd, queues, services
+from qm import admin, arrays, capacity, models_cmd, pools, queues, services
 from qm.client import (
     BAD_INPUT,
     DEFAULT_URL,
@@ -535,6 +535,7 @@ def build_parser() -> argparse.ArgumentParser:
     services.register(command, admin.Lent(table, when, CliError))
     queues.register(command, admin.Lent(table, when, CliError))
     capacity.register(command, admin.Lent(table, when, CliError))
+    pools.register(command, admin.Lent(table, when, CliError))
     return parser
 
 

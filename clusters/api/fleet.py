@@ -28,6 +28,7 @@ from clusters.api import serializers as s
 from clusters.models import OPEN_DRAINS, Cluster, Drain, MaintenanceWindow, Node
 from clusters.web.filters import FleetNodeFilter, MaintenanceWindowFilter
 from common import params
+from common.api.answered import Answered
 from common.api.errors import error_body
 from common.api.parsers import JSONParser
 from common.api.serializers import find
@@ -38,7 +39,7 @@ from tenancy.scoping import Action
 ERROR = OpenApiResponse(description="`{error: {status, code, message, fields}}`")
 
 
-class ClusterViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
+class ClusterViewSet(Answered, TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
     """The clusters of the organizations the user belongs to: what each runs, its sync status, its nodes by
     state and its accelerators. Never its credentials; its options only to its admins."""
 
@@ -77,14 +78,6 @@ class ClusterViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelM
             "administered": administered,
         }
         return s.ClusterSerializer(clusters if many else clusters[0], many=many, context=context).data
-
-    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
-        assert page is not None
-        return self.get_paginated_response(self._answer(list(page), many=True))
-
-    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return Response(self._answer([self.get_object()], many=False))
 
 
 NODE_CHANGE = {

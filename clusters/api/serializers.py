@@ -1,4 +1,5 @@
-"""API representations of clusters, nodes and maintenance windows, and the bodies of admins' changes to them.
+"""API representations of clusters, nodes, maintenance windows and elastic pools, and the bodies of admins'
+changes to them.
 
 Amounts are in people's units (CPU cores, GiB), as on the pages. A cluster never shows its credentials; its
 options only to the organization's admins (they may name paths on the Quartermaster host). The bodies are
@@ -9,7 +10,7 @@ it, is ``clusters.actions``'s.
 from __future__ import annotations
 
 from datetime import timedelta
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
@@ -17,9 +18,11 @@ from rest_framework import serializers
 
 from clusters import capabilities
 from clusters.actions import MAX_GRACE, MAX_REASON, SECRET_OPTION
-from clusters.models import Cluster, Drain, MaintenanceWindow, Node
+from clusters.actions.elastic import CAPACITY_TYPES
+from clusters.actions.elastic import MAX_NAME as MAX_POOL_NAME
+from clusters.models import Cluster, Drain, ElasticGrant, ElasticPool, MaintenanceWindow, Node
 from common import params
-from common.api.serializers import RefField, StrictCharField, StrictSerializer
+from common.api.serializers import MONEY, RefField, StrictCharField, StrictIntegerField, StrictSerializer
 
 CORES = Decimal(1000)
 GIB = Decimal(1024)
@@ -277,3 +280,157 @@ class MaintenancePlanSerializer(StrictSerializer):
         child=RefField(), required=False, default=list, help_text="Node names or ids; none: every node."
     )
     drain_ahead_minutes = serializers.IntegerField(default=60, help_text="0 to 10080 (a week).")
+
+
+# --- Elastic pools ------------------------------------------------------------------------------------------
+
+
+def _money(value: Decimal | None) -> str | None:
+    return None if value is None else f"{value:.2f}"
+
+
+class ElasticPoolSerializer(serializers.ModelSerializer[ElasticPool]):
+    """A pool as its cluster's members see it, with this month's spend (``context["spend"]``:
+    ``clusters.elastic.spend``). Money is in the price book's currency, a decimal string to the cent."""
+
+    cluster = serializers.SlugRelatedField[Any](slug_field="slug", read_only=True)
+    flavor = serializers.SlugRelatedField[Any](source="accelerator", slug_field="name", read_only=True)
+    node_cpu = serializers.SerializerMethodField(help_text="Cores each node offers to jobs.")
+    node_memory_gib = serializers.SerializerMethodField(help_text="GiB each node offers to jobs.")
+    monthly_budget = serializers.SerializerMethodField(help_text="A month's budget; null: no budget.")
+    spent_this_month = serializers.SerializerMethodField(
+        help_text="What its nodes have cost since the start of the month (UTC), at the rates they were asked at."
+    )
+    budget_left = serializers.SerializerMethodField(
+        help_text="The monthly budget less this month's spend (below zero once past it); null without a budget."
+    )
+
+    class Meta:
+        model = ElasticPool
+        fields = [
+            "id",
+            "cluster",
+            "name",
+            "enabled",
+            "flavor",
+            "capacity_type",
+            "node_accelerators",
+            "node_cpu",
+            "node_memory_gib",
+            "min_nodes",
+            "max_nodes",
+            "lead_time",
+            "idle_release",
+            "monthly_budget",
+            "spent_this_month",
+            "budget_left",
+        ]
+        read_only_fields = fields
+        extra_kwargs = {
+            "lead_time": {"help_text": "Seconds from asking the cloud to a node in service."},
+            "idle_release": {"help_text": "Seconds a node stays without work, then is given back."},
+        }
+
+    def _spend(self, pool: ElasticPool) -> Any:
+        return self.context.get("spend", {}).get(pool.pk)
+
+    @extend_schema_field(_amount())
+    def get_node_cpu(self, pool: ElasticPool) -> Decimal:
+        return _cores(pool.node_cpu)
+
+    @extend_schema_field(_amount())
+    def get_node_memory_gib(self, pool: ElasticPool) -> Decimal:
+        return _gib(pool.node_memory)
+
+    @extend_schema_field({**MONEY, "nullable": True})
+    def get_monthly_budget(self, pool: ElasticPool) -> str | None:
+        return _money(pool.monthly_budget)
+
+    @extend_schema_field(MONEY)
+    def get_spent_this_month(self, pool: ElasticPool) -> str | None:
+        found = self._spend(pool)
+        return _money(found.spent if found is not None else Decimal(0))
+
+    @extend_schema_field({**MONEY, "nullable": True})
+    def get_budget_left(self, pool: ElasticPool) -> str | None:
+        found = self._spend(pool)
+        if found is None:
+            return _money(pool.monthly_budget)
+        return _money(found.left)
+
+
+class ElasticPoolBodySerializer(StrictSerializer):
+    """A new pool, or (PATCH) the fields to change: shape only; ``clusters.actions.elastic`` judges the values."""
+
+    name = StrictCharField(max_length=MAX_POOL_NAME, help_text="A slug, unique in the cluster (e.g. h100-spot).")
+    flavor = StrictCharField(max_length=100, help_text="The name of one of the organization's accelerator types.")
+    capacity_type = StrictCharField(
+        required=False, max_length=20, help_text=f"One of {', '.join(CAPACITY_TYPES)} (default on_demand)."
+    )
+    node_accelerators = StrictIntegerField(help_text="Accelerators each node has (1 or more).")
+    node_cpu = serializers.DecimalField(
+        max_digits=12, decimal_places=3, help_text="Cores each node offers to jobs (more than 0)."
+    )
+    node_memory_gib = serializers.DecimalField(
+        max_digits=14, decimal_places=3, help_text="GiB each node offers to jobs (more than 0)."
+    )
+    min_nodes = StrictIntegerField(required=False, help_text="Nodes it keeps once up (default 0).")
+    max_nodes = StrictIntegerField(help_text="The most nodes it may have (1 or more, at least min_nodes).")
+    lead_time = StrictIntegerField(
+        required=False, help_text="Seconds from asking the cloud to a node in service (default 600)."
+    )
+    idle_release = StrictIntegerField(
+        required=False, help_text="Seconds a node stays without work before it is given back (default 1800)."
+    )
+    monthly_budget = serializers.DecimalField(
+        max_digits=14,
+        decimal_places=2,
+        required=False,
+        allow_null=True,
+        help_text="A month's budget in the price book's currency (0 or more); null: no budget.",
+    )
+    enabled = serializers.BooleanField(
+        required=False, help_text="False switches it off: nothing more is asked of it (its nodes still go back)."
+    )
+
+    def to_action(self) -> dict[str, Any]:
+        """The validated body in the action's fields and units (millicores, MiB)."""
+        values = dict(self.validated_data)
+        if "node_cpu" in values:
+            values["node_cpu"] = int((values["node_cpu"] * CORES).to_integral_value(ROUND_HALF_UP))
+        if "node_memory_gib" in values:
+            values["node_memory"] = int((values.pop("node_memory_gib") * GIB).to_integral_value(ROUND_HALF_UP))
+        return values
+
+
+class ElasticGrantSerializer(serializers.ModelSerializer[ElasticGrant]):
+    """One ask of a pool's cloud and what became of it. ``jobs`` (the jobs it was asked for) only to the cluster's
+    admins (``context["administered"]``), as on the cluster's page; null for the others."""
+
+    pool = serializers.SlugRelatedField[Any](slug_field="name", read_only=True)
+    cost_per_hour = serializers.DecimalField(
+        max_digits=14, decimal_places=4, read_only=True, help_text="What its nodes cost an hour, at the asked rate."
+    )
+    jobs = serializers.SerializerMethodField(help_text="Ids of the jobs it was asked for; null but to admins.")
+
+    class Meta:
+        model = ElasticGrant
+        fields = [
+            "id",
+            "pool",
+            "state",
+            "count",
+            "nodes",
+            "jobs",
+            "cost_per_hour",
+            "hold",
+            "asked_at",
+            "up_at",
+            "released_at",
+            "message",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(serializers.ListField(child=serializers.IntegerField(), allow_null=True))
+    def get_jobs(self, grant: ElasticGrant) -> list[int] | None:
+        return list(grant.jobs) if self.context.get("administered") else None

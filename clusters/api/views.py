@@ -1,4 +1,6 @@
-"""The probe endpoint: node probes post GPU health readings with their cluster's probe token.
+"""The probe endpoint, and a cluster's elastic pools and their asks of the cloud.
+
+The probe endpoint: node probes post GPU health readings with their cluster's probe token.
 
 ``POST /api/v1/probe/health/`` with ``Authorization: Bearer qmp_…``. The node must belong to the token's
 cluster (another cluster's node is a 404, as if it did not exist); one report per node per
@@ -6,28 +8,51 @@ cluster (another cluster's node is a 404, as if it did not exist); one report pe
 naming the field). The answer says whether the node passes and which checks fail. The activity readings
 (utilization, memory, power, clocks, throttle reasons) are optional per GPU: older probes do not send them,
 and a GPU that does not support one leaves it out.
+
+Elastic pools: ``/api/v1/clusters/{id}/elastic-pools/`` (GET, POST), ``.../elastic-pools/{pool_id}/`` (GET,
+PATCH) and ``/api/v1/clusters/{id}/elastic-grants/`` (GET), thin like the fleet API (``clusters.api.fleet``): rows
+through ``for_user`` (another organization's cluster or pool is a 404), changes through
+``clusters.actions.elastic``, which checks them and audits them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import QuerySet
+from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from drf_spectacular.utils import extend_schema, inline_serializer
-from rest_framework import authentication, exceptions, serializers, status
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+    inline_serializer,
+)
+from rest_framework import authentication, exceptions, mixins, serializers, status
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from clusters import actions
+from clusters import actions, elastic
+from clusters.actions import elastic as elastic_actions
 from clusters.actions import probe
-from clusters.models import Node, ProbeToken
+from clusters.api import serializers as s
+from clusters.models import Cluster, ElasticGrant, ElasticPool, Node, ProbeToken
+from common.api.answered import Answered
+from common.api.parsers import JSONParser
+from tenancy import policy
 from tenancy.models import hash_token
+from tenancy.rest import TenantViewSet
+from tenancy.scoping import Action
 
 CLOCK_SKEW = timedelta(minutes=5)
 OLDEST = timedelta(hours=1)
@@ -184,3 +209,130 @@ class ProbeReportView(APIView):
             "failing": [{"check": s.check, "message": s.message} for s in failing],
         }
         return Response(body, status=status.HTTP_202_ACCEPTED)
+
+
+# --- Elastic pools ------------------------------------------------------------------------------------------
+
+POOL_PATH = [
+    OpenApiParameter("id", int, OpenApiParameter.PATH, description="The cluster's id."),
+]
+POOL_DETAIL_PATH = [
+    *POOL_PATH,
+    OpenApiParameter("pool_id", int, OpenApiParameter.PATH, description="The pool's id."),
+]
+ERROR = OpenApiResponse(description="`{error: {status, code, message, fields}}`")
+#: The API's names of the fields whose action's name differs (its units do: MiB there, GiB here).
+API_NAMES = {"node_memory": "node_memory_gib"}
+
+
+class _OfCluster(TenantViewSet):
+    """Rows of the cluster in the path, among those the user sees (another organization's cluster: 404)."""
+
+    def cluster(self) -> Cluster:
+        found: Cluster = get_object_or_404(Cluster.objects.for_user(self.actor, Action.VIEW), pk=self.kwargs["pk"])
+        return found
+
+    def administers(self, cluster: Cluster) -> bool:
+        return policy.can(self.actor, "cluster.change", cluster)
+
+
+@extend_schema_view(
+    list=extend_schema(parameters=POOL_PATH),
+    retrieve=extend_schema(parameters=POOL_DETAIL_PATH),
+    create=extend_schema(
+        parameters=POOL_PATH,
+        request=s.ElasticPoolBodySerializer,
+        responses={201: s.ElasticPoolSerializer, 400: ERROR, 403: ERROR, 404: ERROR},
+    ),
+    partial_update=extend_schema(
+        parameters=POOL_DETAIL_PATH,
+        request=s.ElasticPoolBodySerializer(partial=True),
+        responses={200: s.ElasticPoolSerializer, 400: ERROR, 403: ERROR, 404: ERROR},
+    ),
+)
+class ElasticPoolViewSet(Answered, _OfCluster, mixins.ListModelMixin, mixins.RetrieveModelMixin):
+    """A cluster's elastic pools (docs/scheduling.md §Elastic pools), each with this month's spend and what its
+    budget has left; every member of the organization reads them. Its admins add a pool (POST) and change any of
+    its fields (PATCH; ``enabled: false`` switches it off: nothing more is asked of it, its nodes still go back
+    once idle). Who may change is asked before the body is judged (403 whatever was sent); bad input is a 400
+    naming the field, and changes nothing."""
+
+    model = ElasticPool
+    serializer_class = s.ElasticPoolSerializer
+    parser_classes = [JSONParser]
+    lookup_url_kwarg = "pool_id"
+
+    def get_queryset(self) -> QuerySet[ElasticPool]:
+        if getattr(self, "swagger_fake_view", False):  # the schema's generation: no cluster in the path
+            return ElasticPool.objects.none()
+        return (
+            super()
+            .get_queryset()
+            .filter(cluster=self.cluster())
+            .select_related("cluster", "accelerator")
+            .order_by("name", "pk")
+        )
+
+    def _answer(self, pools: list[ElasticPool], many: bool) -> Any:
+        context = {**self.get_serializer_context(), "spend": elastic.spend(pools)}
+        return s.ElasticPoolSerializer(pools if many else pools[0], many=many, context=context).data
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Admins: add a pool to the cluster."""
+        cluster = self.cluster()
+        policy.require(self.actor, "cluster.change", cluster, f"Only admins of {cluster.organization} add pools.")
+        form = s.ElasticPoolBodySerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        with _api_names():
+            pool = elastic_actions.create_pool(self.actor, cluster, http=request._request, **form.to_action())
+        body = self._answer([self.get_queryset().get(pk=pool.pk)], many=False)
+        return Response(body, status=status.HTTP_201_CREATED)
+
+    def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Admins: change any of a pool's fields; those left out stay."""
+        pool = self.get_object()
+        policy.require(self.actor, "cluster.change", pool.cluster, "Only organization admins change pools.")
+        form = s.ElasticPoolBodySerializer(data=request.data, partial=True)
+        form.is_valid(raise_exception=True)
+        with _api_names():
+            elastic_actions.change_pool(self.actor, pool, http=request._request, **form.to_action())
+        return Response(self._answer([self.get_queryset().get(pk=pool.pk)], many=False))
+
+
+@contextmanager
+def _api_names() -> Iterator[None]:
+    """An action's refusal with its fields as the API names them."""
+    try:
+        yield
+    except DjangoValidationError as error:
+        if not hasattr(error, "error_dict"):
+            raise
+        raise exceptions.ValidationError(
+            {API_NAMES.get(name, name): messages for name, messages in error.message_dict.items()}
+        ) from None
+
+
+@extend_schema_view(list=extend_schema(parameters=POOL_PATH))
+class ElasticGrantViewSet(_OfCluster, mixins.ListModelMixin):
+    """What the cluster's pools asked of the cloud, newest first: each ask's state, nodes, cost an hour and when
+    they came up and went back; the jobs each was for, to the cluster's admins only."""
+
+    model = ElasticGrant
+    serializer_class = s.ElasticGrantSerializer
+
+    def get_queryset(self) -> QuerySet[ElasticGrant]:
+        if getattr(self, "swagger_fake_view", False):
+            return ElasticGrant.objects.none()
+        return (
+            super()
+            .get_queryset()
+            .filter(pool__cluster=self.cluster())
+            .select_related("pool")
+            .order_by("-asked_at", "-pk")
+        )
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        context = super().get_serializer_context()
+        if not getattr(self, "swagger_fake_view", False):
+            context["administered"] = self.administers(self.cluster())
+        return context

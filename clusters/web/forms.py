@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from django import forms
@@ -11,9 +12,13 @@ from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
 from clusters.actions import CLEAR, LIMITS, MAX_GRACE, MAX_REASON, PREFERENCE, SECRET_OPTION, TIMEOUT_SECONDS
+from clusters.actions.elastic import CAPACITY_TYPES
+from clusters.actions.elastic import MAX_NAME as POOL_NAME
+from clusters.actions.elastic import MOST as POOL_MOST
 from clusters.backends import kinds
 from clusters.backends.kinds import Credential
-from clusters.models import Cluster
+from clusters.capacity import CapacityType
+from clusters.models import AcceleratorType, Cluster, ElasticPool
 from common import params
 from common.web.forms import apply_errors
 from tenancy.models import Organization
@@ -332,3 +337,80 @@ class MaintenanceForm(forms.Form):
 
 class ProbeTokenForm(forms.Form):
     name = forms.CharField(max_length=80, help_text="What the token is for, e.g. the rack or image using it.")
+
+
+class ElasticPoolForm(forms.Form):
+    """Add or change an elastic pool, in people's units (cores, GiB; durations as 10m, 2h); the action checks the
+    values (``clusters.actions.elastic``)."""
+
+    name = forms.CharField(max_length=POOL_NAME, help_text="A short name, unique in the cluster, e.g. h100-spot.")
+    flavor = forms.ChoiceField(label="Accelerator type")
+    capacity_type = forms.ChoiceField(
+        choices=[(value, CapacityType(value).label) for value in CAPACITY_TYPES], initial=CapacityType.ON_DEMAND
+    )
+    node_accelerators = forms.IntegerField(min_value=1, label="Accelerators a node")
+    node_cpu = forms.DecimalField(
+        min_value=Decimal("0.001"), max_digits=12, decimal_places=3, label="Cores a node", help_text="For jobs."
+    )
+    node_memory_gib = forms.DecimalField(
+        min_value=Decimal("0.001"), max_digits=14, decimal_places=3, label="GiB a node", help_text="For jobs."
+    )
+    min_nodes = forms.IntegerField(min_value=0, initial=0, label="Fewest nodes", help_text="Kept once up.")
+    max_nodes = forms.IntegerField(min_value=1, label="Most nodes")
+    lead_time = DurationField(
+        low=0, high=POOL_MOST["lead_time"], initial="10m", help_text="From asking the cloud to a node in service."
+    )
+    idle_release = DurationField(
+        low=0,
+        high=POOL_MOST["idle_release"],
+        initial="30m",
+        label="Released after idle",
+        help_text="How long a node stays without work before it is given back.",
+    )
+    monthly_budget = forms.DecimalField(
+        required=False,
+        min_value=0,
+        max_digits=14,
+        decimal_places=2,
+        help_text="In the price book's currency; empty for no budget.",
+    )
+    enabled = forms.BooleanField(
+        required=False, initial=True, help_text="Off: nothing more is asked of it; its nodes still go back once idle."
+    )
+
+    def __init__(self, *args: Any, cluster: Cluster, pool: ElasticPool | None = None, **kwargs: Any) -> None:
+        if pool is not None and "initial" not in kwargs:
+            kwargs["initial"] = {
+                "name": pool.name,
+                "flavor": pool.accelerator.name,
+                "capacity_type": pool.capacity_type,
+                "node_accelerators": pool.node_accelerators,
+                "node_cpu": Decimal(pool.node_cpu) / 1000,
+                "node_memory_gib": (Decimal(pool.node_memory) / 1024).quantize(Decimal("0.001")),
+                "min_nodes": pool.min_nodes,
+                "max_nodes": pool.max_nodes,
+                "lead_time": pool.lead_time,
+                "idle_release": pool.idle_release,
+                "monthly_budget": pool.monthly_budget,
+                "enabled": pool.enabled,
+            }
+        super().__init__(*args, **kwargs)
+        flavor = self.fields["flavor"]
+        assert isinstance(flavor, forms.ChoiceField)
+        names = AcceleratorType.objects.filter(organization=cluster.organization_id).values_list("name", flat=True)
+        flavor.choices = [(name, name) for name in names.order_by("name")]
+
+    def settings(self) -> dict[str, Any]:
+        """The pool's fields for ``create_pool`` / ``change_pool``, in the model's units (millicores, MiB)."""
+        values = {name: self.cleaned_data[name] for name in self.fields if name != "node_memory_gib"}
+        values["node_cpu"] = int((values["node_cpu"] * 1000).to_integral_value(ROUND_HALF_UP))
+        values["node_memory"] = int((self.cleaned_data["node_memory_gib"] * 1024).to_integral_value(ROUND_HALF_UP))
+        return values
+
+    def apply_errors(self, exc: ValidationError) -> None:
+        """An action's errors beside their fields (node_memory is the form's node_memory_gib)."""
+        if hasattr(exc, "error_dict") and "node_memory" in exc.error_dict:
+            errors = dict(exc.error_dict)
+            errors["node_memory_gib"] = errors.pop("node_memory")
+            exc = ValidationError(errors)
+        apply_errors(self, exc)

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from clusters.web import views
+from clusters.web import elastic, views
 
 urlpatterns = [
     path("", views.cluster_list, name="cluster-list"),
@@ -13,6 +13,8 @@ urlpatterns = [
     path("<id:pk>/maintenance/", views.cluster_maintenance, name="cluster-maintenance"),
     path("<id:pk>/probe-tokens/", views.probe_token_create, name="probe-token-create"),
     path("<id:pk>/probe-tokens/<id:token_pk>/revoke/", views.probe_token_revoke, name="probe-token-revoke"),
+    path("<id:pk>/elastic-pools/new/", elastic.pool_create, name="elastic-pool-create"),
+    path("<id:pk>/elastic-pools/<id:pool_pk>/edit/", elastic.pool_edit, name="elastic-pool-edit"),
     path("<id:pk>/live/", views.cluster_live, name="cluster-live"),
     path("<id:pk>/live/tiles/", views.cluster_live_tiles, name="cluster-live-tiles"),
     path("nodes/<id:pk>/", views.node_detail, name="node-detail"),

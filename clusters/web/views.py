@@ -1,6 +1,7 @@
 """Cluster pages for the admins and on-call: the clusters, one cluster (with its admins' forms: edit, sync
-now, plan maintenance, probe tokens), registering a cluster, its live view, one node with its cordon, drain
-and resume forms. Thin: every lookup through ``for_user`` (another organization's cluster is a 404),
+now, plan maintenance, probe tokens; its elastic pools with this month's spend, whose forms are
+``clusters.web.elastic``'s), registering a cluster, its live view, one node with its cordon, drain and resume
+forms. Thin: every lookup through ``for_user`` (another organization's cluster is a 404),
 every change through ``clusters.actions``; an invalid form is answered with 400 and its errors beside
 their fields, a user who may see but not change a node gets 403."""
 
@@ -24,7 +25,7 @@ from django.utils.cache import patch_cache_control
 from django.views.decorators.gzip import gzip_page
 from django.views.decorators.http import require_GET, require_POST
 
-from clusters import actions, capabilities, occupancy
+from clusters import actions, capabilities, elastic, occupancy
 from clusters.backends import kinds
 from clusters.live import ALLOCATION_STEPS, MARKED_STATES, UNHEALTHY, live_view
 from clusters.models import (
@@ -160,6 +161,10 @@ def _render_cluster(
         .prefetch_related("nodes")
     )
     can_change = policy.can(request.user, "cluster.change", cluster)
+    pools = list(
+        ElasticPool.objects.for_user(request.user, Action.VIEW).filter(cluster=cluster).select_related("accelerator")
+    )
+    spent = elastic.spend(pools)
     context = {
         "cluster": cluster,
         # Backend options name server paths (a Slurm log_dir, a mount): for the cluster's admins only, as in the API.
@@ -183,10 +188,9 @@ def _render_cluster(
         .select_related("created_by"),
         "new_probe_token": extra.get("new_probe_token"),
         "portal_url": request.build_absolute_uri("/").rstrip("/"),
-        # Elastic pools and their latest asks of the cloud, with what they cost (docs/scheduling.md §Elastic pools).
-        "pools": ElasticPool.objects.for_user(request.user, Action.VIEW)
-        .filter(cluster=cluster)
-        .select_related("accelerator"),
+        # Elastic pools with this month's spend, and their latest asks of the cloud, with what they cost
+        # (docs/scheduling.md §Elastic pools).
+        "pools": [(pool, spent[pool.pk]) for pool in pools],
         "grants": ElasticGrant.objects.for_user(request.user, Action.VIEW)
         .filter(pool__cluster=cluster)
         .select_related("pool")[:RECENT_GRANTS],

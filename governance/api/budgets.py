@@ -28,6 +28,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from common import params
+from common.api.answered import Answered
 from common.api.parsers import JSONParser
 from common.api.serializers import ERROR, StrictSerializer
 from governance import placed
@@ -245,7 +246,7 @@ class BudgetAlertFilter(django_filters.FilterSet):  # type: ignore[misc]
         fields = ["team", "budget", "kind"]
 
 
-class BudgetViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
+class BudgetViewSet(Answered, TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
     """Monthly budgets of the teams and projects the user may see, each with where it stands this month. An
     organization admin sets teams' budgets; a team's lead (or an admin) its projects'."""
 
@@ -267,14 +268,6 @@ class BudgetViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMi
             "readers": Readers(self.actor),
         }
         return BudgetSerializer(found if many else found[0], many=many, context=context).data
-
-    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
-        assert page is not None
-        return self.get_paginated_response(self._answer(page, many=True))
-
-    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return Response(self._answer([self.get_object()], many=False))
 
     def _team(self, data: Any) -> Team:
         return team_named(self.actor, data.get("team") if isinstance(data, dict) else None)

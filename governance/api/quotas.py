@@ -19,6 +19,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from common.api.answered import Answered
 from common.api.parsers import JSONParser
 from common.api.serializers import ERROR, StrictSerializer
 from governance import placed, usage
@@ -189,7 +190,7 @@ def usage_of(queues: Iterable[Queue]) -> dict[int, usage.Usage]:
     return {pk: placed.organization_usage(org) for pk, org in organizations.items()}
 
 
-class QueueViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
+class QueueViewSet(Answered, TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
     """Queues of the teams the user may see, each with its quotas and usage per flavor and resource. The team's
     lead sets its lending limits, flavor order and projects' sub-quotas; an organization admin everything."""
 
@@ -205,14 +206,6 @@ class QueueViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMix
     def _answer(self, queues: list[Queue], many: bool) -> Any:
         context = {**self.get_serializer_context(), "usage": usage_of(queues)}
         return QueueSerializer(queues if many else queues[0], many=many, context=context).data
-
-    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
-        assert page is not None
-        return self.get_paginated_response(self._answer(list(page), many=True))
-
-    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return Response(self._answer([self.get_object()], many=False))
 
     @extend_schema(
         request=PolicyWriteSerializer,

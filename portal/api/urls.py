@@ -2,7 +2,7 @@ from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
 from clusters.api.fleet import ClusterViewSet, MaintenanceWindowViewSet, NodeViewSet
-from clusters.api.views import ProbeReportView
+from clusters.api.views import ElasticGrantViewSet, ElasticPoolViewSet, ProbeReportView
 from edge.api.people import DeviceGroupViewSet, DeviceViewSet, EnrolmentTokenViewSet, RolloutViewSet
 from governance.api.budgets import BudgetAlertViewSet, BudgetViewSet, MemberLimitViewSet
 from governance.api.capacity import CapacityRequestViewSet
@@ -48,6 +48,17 @@ urlpatterns = [
     path("me/", views.MeView.as_view(), name="me"),
     path("probe/health/", ProbeReportView.as_view(), name="probe-health"),
     path("jobs/<str:pk>/utilization/", JobUtilizationView.as_view(), name="job-utilization"),
+    path(
+        "clusters/<id:pk>/elastic-pools/",
+        ElasticPoolViewSet.as_view({"get": "list", "post": "create"}),
+        name="elasticpool-list",
+    ),
+    path(
+        "clusters/<id:pk>/elastic-pools/<id:pool_id>/",
+        ElasticPoolViewSet.as_view({"get": "retrieve", "patch": "partial_update"}),
+        name="elasticpool-detail",
+    ),
+    path("clusters/<id:pk>/elastic-grants/", ElasticGrantViewSet.as_view({"get": "list"}), name="elasticgrant-list"),
     path("", include(router.urls)),
     path("", include("billing.api.urls")),
     path("", include("notifications.api.urls")),

@@ -32,6 +32,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from clusters.models import ElasticPool
 from edge.models import Device, DeviceGroup, Rollout
 from registry.models import Model, ModelVersion
 from tenancy import policy
@@ -291,6 +292,44 @@ def team_cell(key: str) -> Fill:
         "pk": s.home.pk, "user": s.users[Rel.RESEARCHER].pk}  # fmt: skip
 
 
+# --- elastic pools: the side's pool is made on first use, on its cluster ------------------------------------
+
+
+def elastic_pool(s: Side) -> ElasticPool:
+    """The side's elastic pool on its cluster, made once (named with its canary)."""
+    if "elastic_pool" not in s.objects:
+        s.objects["elastic_pool"] = ElasticPool.objects.create(
+            cluster=s["cluster"], name=f"{canary(s.slug)}-burst", accelerator=s["flavor"], node_accelerators=8,
+            node_cpu=110_000, node_memory=2_000_000, max_nodes=4, monthly_budget=1000,
+        )  # fmt: skip
+    pool: ElasticPool = s.objects["elastic_pool"]
+    return pool
+
+
+def _pools(s: Side) -> dict[str, Any]:
+    """The side's cluster, with its pool made (so that the list shows it)."""
+    return {"pk": elastic_pool(s).cluster_id}
+
+
+def _pool_page(s: Side) -> dict[str, Any]:
+    return {"pk": s["cluster"].pk, "pool_pk": elastic_pool(s).pk}
+
+
+def _pool_api(s: Side) -> dict[str, Any]:
+    return {"pk": s["cluster"].pk, "pool_id": elastic_pool(s).pk}
+
+
+def pool_form(s: Side) -> dict[str, Any]:
+    return {"name": "matrix-pool", "flavor": H100, "capacity_type": "spot", "node_accelerators": "8",
+            "node_cpu": "110", "node_memory_gib": "1900", "min_nodes": "0", "max_nodes": "4", "lead_time": "10m",
+            "idle_release": "30m", "monthly_budget": "500", "enabled": "on"}  # fmt: skip
+
+
+def pool_json(s: Side) -> dict[str, Any]:
+    return {"name": "matrix-pool", "flavor": H100, "node_accelerators": 8, "node_cpu": "110",
+            "node_memory_gib": "1900", "max_nodes": 4}  # fmt: skip
+
+
 # --- edge devices and rollouts: their objects are made on first use (each side's, in its home team) --------
 
 
@@ -443,6 +482,16 @@ ROWS: list[Row] = [
         perm="probe_token.revoke", ok="302",
         url=lambda s: {"pk": s["cluster"].pk, "token_pk": s["probe_token"].pk}),
     row("cluster-live", "GET", "cluster",               "in  200 200 200 200 200 404 404 404"),
+    # Elastic pools: their admins add and change them (the cluster's page lists them to every member).
+    row("elastic-pool-create", "GET", "cluster",        "in  p   p   p   p   p   404 404 404",
+        perm="cluster.change", ok="200"),
+    row("elastic-pool-create", "POST", "cluster",       "in  p   p   p   p   p   404 404 404",
+        perm="cluster.change", ok="302", body=pool_form),
+    row("elastic-pool-edit", "GET", "cluster",          "in  p   p   p   p   p   404 404 404",
+        perm="cluster.change", ok="200", url=_pool_page),
+    row("elastic-pool-edit", "POST", "cluster",         "in  p   p   p   p   p   404 404 404",
+        perm="cluster.change", ok="302", url=_pool_page,
+        body=lambda s: {**pool_form(s), "name": elastic_pool(s).name, "max_nodes": "6"}),
     row("cluster-live-tiles", "GET", "cluster",         "in  200 200 200 200 200 404 404 404"),
     row("node-detail", "GET", "node",                   "in  200 200 200 200 200 404 404 404"),
     row("node-cordon", "POST", "node",                  "in  p   p   p   p   p   404 404 404",
@@ -781,6 +830,13 @@ ROWS: list[Row] = [
     # the other organization is told it has no such cluster, anyone else that they plan nothing).
     row("api:cluster-list", "GET", None,                "in  200 200 200 200 200 -   -   -"),
     row("api:cluster-detail", "GET", "cluster",         "in  200 200 200 200 200 404 404 404"),
+    row("api:elasticpool-list", "GET", "cluster",       "in  200 200 200 200 200 404 404 404", url=_pools),
+    row("api:elasticpool-list", "POST", "cluster",      "in  p   p   p   p   p   404 404 404",
+        perm="cluster.change", ok="201", body=pool_json),
+    row("api:elasticpool-detail", "GET", "cluster",     "in  200 200 200 200 200 404 404 404", url=_pool_api),
+    row("api:elasticpool-detail", "PATCH", "cluster",   "in  p   p   p   p   p   404 404 404",
+        perm="cluster.change", ok="200", url=_pool_api, body=lambda s: {"max_nodes": 6, "enabled": False}),
+    row("api:elasticgrant-list", "GET", "cluster",      "in  200 200 200 200 200 404 404 404"),
     row("api:node-list", "GET", None,                   "in  200 200 200 200 200 -   -   -"),
     row("api:node-detail", "GET", "node",               "in  200 200 200 200 200 404 404 404"),
     row("api:node-cordon", "POST", "node",              "in  p   p   p   p   p   404 404 404",
