@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from django.conf import settings
+from decimal import Decimal
 
-from clusters.actions import sync
-from clusters.models import Cluster
+from django.conf import settings
+from django.contrib.auth import get_user_model
+
+from clusters.actions import elastic, sync
+from clusters.models import Cluster, ElasticPool
 from tenancy.models import Organization
 
 #: slug: (name, region, topology levels, simulated options, preference)
@@ -57,3 +60,25 @@ def sync_demo_fleet(org: Organization) -> None:
     """Read the demo clusters' inventories now, rather than at the first beat."""
     for cluster in Cluster.objects.filter(organization=org, kind="simulated"):
         sync.sync_cluster(cluster.pk)
+
+
+def seed_elastic_pool(org: Organization) -> None:
+    """A cloud burst pool beside the on-prem H100s: up to four 8-GPU nodes, up five minutes after an ask, given back
+    after fifteen idle, 5,000.00 a month at most (docs/scheduling.md §Elastic pools). Added by adam, once."""
+    cluster = Cluster.objects.filter(organization=org, slug="onprem-h100").first()
+    adam = get_user_model().objects.filter(username="adam").first()
+    if cluster is None or adam is None or ElasticPool.objects.filter(cluster=cluster).exists():
+        return
+    elastic.create_pool(
+        adam,
+        cluster,
+        name="cloud-burst",
+        flavor="H100-SXM-80GB",
+        node_accelerators=8,
+        node_cpu=110_000,
+        node_memory=1_900 * 1024,
+        max_nodes=4,
+        lead_time=300,
+        idle_release=900,
+        monthly_budget=Decimal("5000.00"),
+    )

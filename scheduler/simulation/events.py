@@ -195,6 +195,7 @@ class NodeState:
     runs: int = 0  # runs on it now
     idle_token: int = 0  # moves on with each start: tells a release check from a stale one
     idle_since: float = 0.0  # when its last run ended (or it came up)
+    going: bool = False  # a spot node being taken back: it leaves when the notice ends, not before
 
     @property
     def whole_free(self) -> int:
@@ -519,8 +520,8 @@ class Simulation:
 
     def _release_idle(self, name: str, token: int) -> bool:
         state = self.nodes.get(name)
-        if state is None or state.runs or token != state.idle_token:
-            return False  # gone, or it took work since
+        if state is None or state.runs or token != state.idle_token or state.going:
+            return False  # gone, or it took work since, or it is being taken back
         del self.nodes[name]
         self.pools[state.pool].gone(name, self.now)
         return False
@@ -529,7 +530,7 @@ class Simulation:
         state = self.nodes.get(name)
         if state is None:
             return False  # released before
-        state.up = False
+        state.up, state.going = False, True
         notice = self.pools[state.pool].pool.notice
         for run in [r for r in self.running.values() if any(a.node == name for a in r.assignments)]:
             if run.stopping_at is None or run.stopping_at > self.now + notice:

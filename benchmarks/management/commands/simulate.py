@@ -180,19 +180,32 @@ def elastic_pools(
 
 
 def elastic_table(report: dict[str, Any]) -> str:
-    head = ("budget", "cost", "node-h", "asked", "reclaims", "avg JCT", "avg wait", "p95 wait", "max wait", "seconds")
-    rows = ["".join(f"{h:>11}" if i else f"{h:<13}" for i, h in enumerate(head))]
+    head = (
+        "budget",
+        "cost",
+        "worst month",
+        "node-h",
+        "asked",
+        "reclaims",
+        "avg JCT",
+        "avg wait",
+        "p95 wait",
+        "max wait",
+        "seconds",
+    )
+    rows = ["".join(f"{h:>12}" if i else f"{h:<13}" for i, h in enumerate(head))]
     for run in report["runs"]:
         pools = run.get("pools", {}).values()
         cells = [
             f"{run.get('elastic_cost', 0.0):,.0f}",
+            f"{max((p['most_in_a_month'] for p in pools), default=0.0):,.0f}",
             f"{sum(p['node_hours'] for p in pools):,.0f}",
             str(sum(p["asked"] for p in pools)),
             str(run.get("reclaims", 0)),
             *(hours(run[k]) for k in ("avg_jct_s", "avg_wait_s", "p95_wait_s", "max_wait_s")),
             f"{run['seconds']:.1f}",
         ]
-        rows.append(f"{run['budget']:<13}" + "".join(f"{c:>11}" for c in cells))
+        rows.append(f"{run['budget']:<13}" + "".join(f"{c:>12}" for c in cells))
     described = "; ".join(
         f"{p['name']}: up to {p['max_nodes']} nodes of {p['accelerators']} GPUs "
         f"at {p['price_per_accel_hour']:g}/GPU-h, up {p['lead_time'] / 60:g} min after an ask, "
@@ -201,7 +214,10 @@ def elastic_table(report: dict[str, Any]) -> str:
         for p in report["pools"]
     )
     rows.append(f"{report['nodes']} fixed nodes, {report['gpus']} GPUs, {report['jobs']} jobs. Pools: {described}.")
-    rows.append("Budget: for each pool, per month of 30 days. Cost: what the pools' nodes cost while up, in all.")
+    rows.append(
+        "Budget: for each pool, per month of 30 days. Cost: what the pools' nodes cost while up, in all; worst month: "
+        "the most one pool's nodes cost in one month."
+    )
     return "\n".join(rows)
 
 

@@ -8,7 +8,7 @@ from django.utils import timezone
 from demo.background import seed_researchers
 from demo.billing import seed_history
 from demo.devices import enrolment_tokens
-from demo.fleet import seed_demo_fleet, sync_demo_fleet
+from demo.fleet import seed_demo_fleet, seed_elastic_pool, sync_demo_fleet
 from demo.inference import seed_inference
 from demo.jobs import seed_demo_jobs
 from demo.tenancy import USERS, seed_demo
@@ -25,6 +25,7 @@ class Command(BaseCommand):
         org = seed_demo()
         clusters = seed_demo_fleet(org)
         sync_demo_fleet(org)
+        seed_elastic_pool(org)
         jobs = seed_demo_jobs(org)
         seed_researchers(org)  # who submits the background work (``manage.py demo_background``)
         now = timezone.now()
