@@ -95,11 +95,11 @@ class _Pool:
         return sum(spec.accelerators * spec.price_per_accel_hour * (t + spec.idle_release) / 3600 for t in limits)
 
     def fit(
-        self, items: Sequence[tuple[int, int, int]], limit: float
+        self, items: Sequence[tuple[int, int, int]], limit: float, paying: bool = True
     ) -> tuple[list[list[int]], list[float], bool] | None:
-        """The pool's nodes with ``items`` placed first fit (new nodes while it has room and its budget pays for
-        them until ``limit`` ends), the longest time limit on each new node, and whether any went on a node asked
-        this cycle; None if they do not fit."""
+        """The pool's nodes with ``items`` placed first fit (new nodes while it has room and, ``paying``, its budget
+        pays for them until ``limit`` ends), the longest time limit on each new node, and whether any went on a
+        node asked this cycle; None if they do not fit."""
         spec, nodes, limits, asked = self.spec, [list(n) for n in self.nodes], list(self.limits), False
         for item in items:
             if any(need > have for need, have in zip(item, (spec.accelerators, spec.cpu, spec.memory), strict=True)):
@@ -117,7 +117,7 @@ class _Pool:
                 limits[k - spec.coming] = max(limits[k - spec.coming], limit)
             for i, need in enumerate(item):
                 node[i] -= need
-        if asked and spec.left is not None and self.cost(limits) > spec.left + 1e-9:
+        if paying and asked and spec.left is not None and self.cost(limits) > spec.left + 1e-9:
             return None  # its budget cannot hold the new nodes that long
         return nodes, limits, asked
 
@@ -135,13 +135,16 @@ def demand(cycle: CycleState, pending: list[Pending]) -> tuple[list[Pending], tu
     jobs = {j.id: j for j in cycle.snapshot.pending}
     charged: list[tuple[int, str, tuple[int, int, int]]] = []
     told: dict[str, tuple[_Pool, float]] = {}
+    unpaid: dict[str, _Pool] = {}  # jobs a pool could take but for its budget
     try:
         for p in pending:
             job = jobs.get(p.job)
             if p.reason not in WANTING or job is None or job.topology is not None or job.shape:
                 continue
-            chosen = _pool_for(cycle, job, pools, p.estimated_start)
+            chosen, poor = _pool_for(cycle, job, pools, p.estimated_start)
             if chosen is None:
+                if poor is not None:
+                    unpaid[job.id] = poor
                 continue
             pool, (nodes, limits, grew), qi = chosen
             flavor = pool.spec.flavor
@@ -170,16 +173,21 @@ def demand(cycle: CycleState, pending: list[Pending]) -> tuple[list[Pending], tu
         for pool in pools
         if pool.new > 0
     )
-    return [_told(p, *told[p.job], cycle.now) if p.job in told else p for p in pending], wants
+    return [
+        _told(p, *told[p.job], cycle.now) if p.job in told else _unpaid(p, unpaid[p.job]) if p.job in unpaid else p
+        for p in pending
+    ], wants
 
 
 def _pool_for(
     cycle: CycleState, job: Job, pools: list[_Pool], reserved_at: float | None
-) -> tuple[_Pool, tuple[list[list[int]], list[float], bool], int] | None:
-    """The pool that costs least for ``job`` and can take it, then the one up soonest, with its nodes after."""
+) -> tuple[tuple[_Pool, tuple[list[list[int]], list[float], bool], int] | None, _Pool | None]:
+    """The pool that costs least for ``job`` and can take it, then the one up soonest, with its nodes after; or
+    None, and the first pool that could take it if its budget paid (None: none could)."""
     queue = cycle.queues.get(job.queue)
     if queue is None:
-        return None
+        return None, None
+    poor: _Pool | None = None
     qi = cycle.quota.index[queue.name]
     items = _items(job)
     best: tuple[float, float, str, _Pool, tuple[list[list[int]], list[float], bool]] | None = None
@@ -187,17 +195,19 @@ def _pool_for(
         spec = pool.spec
         if reserved_at is not None and reserved_at <= cycle.now + spec.lead_time:
             continue  # its reservation starts it sooner than new nodes would
-        if not _may_use(job, spec, pool.cluster, queue.flavors):
-            continue
+        if not _may_use(job, spec, pool.cluster, queue.flavors) or spec.flavor not in cycle.quota.flavor_index:
+            continue  # (a flavor no node of the fleet has yet keeps no quota here: nothing is asked for it)
         if cycle.quota.classify(qi, spec.flavor, job.request()) is not Mode.FIT:
             continue
         nodes = pool.fit(items, float(job.time_limit))
         if nodes is None:
+            if poor is None and spec.left is not None and pool.fit(items, float(job.time_limit), paying=False):
+                poor = pool
             continue
         key = (spec.price_per_accel_hour, spec.lead_time, spec.name)
         if best is None or key < best[:3]:
             best = (*key, pool, nodes)
-    return None if best is None else (best[3], best[4], qi)
+    return (None, poor) if best is None else ((best[3], best[4], qi), None)
 
 
 def _may_use(job: Job, spec: Elastic, cluster: Cluster, offered: Sequence[str]) -> bool:
@@ -225,6 +235,15 @@ def _items(job: Job) -> list[tuple[int, int, int]]:
     if any(job.head):
         items.append(job.head)
     return sorted(items, reverse=True)
+
+
+def _unpaid(p: Pending, pool: _Pool) -> Pending:
+    spec = pool.spec
+    said = (
+        f"{p.message} {spec.name} on {spec.cluster} could add nodes for it, but what its monthly budget has left "
+        "does not pay for them until its time limit ends."
+    )
+    return p._replace(message=said)
 
 
 def _told(p: Pending, pool: _Pool, start: float, now: float) -> Pending:

@@ -148,7 +148,12 @@ def test_what_the_budget_has_left_bounds_how_long_the_new_nodes_are_asked_for() 
     assert (want.nodes, want.jobs) == (1, ("hour",))  # a second node of an hour would pass the budget
     day_only = schedule(full(day, pools=(budgeted,)))
     assert day_only.wanted == ()
-    assert "Capacity is being added" not in next(p.message for p in day_only.pending)
+    (told,) = day_only.pending
+    assert "Capacity is being added" not in told.message
+    assert told.message.endswith(
+        "cloud-h100 on c1 could add nodes for it, but what its monthly budget has left does not pay for them until "
+        "its time limit ends."
+    )
     assert schedule(full(day, pools=(replace(budgeted, left=None),))).wanted[0].jobs == ("day",)
 
 
