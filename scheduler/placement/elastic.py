@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING
@@ -48,11 +49,11 @@ def engine_name(pool: ElasticPool) -> str:
 
 
 def pools(
-    organization: Organization, now: datetime, prices: Prices, known: dict[str, int], longest: float = 0.0
+    organization: Organization, now: datetime, prices: Prices, known: dict[str, int], pending: Iterable[m.Job] = ()
 ) -> tuple[tuple[m.Elastic, ...], dict[str, float]]:
     """The organization's enabled pools as the engine reads them, priced from ``prices`` (the snapshot's price
-    book), and how long new work may run on each of their nodes (by engine node name: ``Node.horizon``), given
-    ``longest``, the longest time limit of the work waiting; ``known`` gets each pool's engine name -> pk."""
+    book), and how long new work may run on each of their nodes (by engine node name: ``Node.horizon``), given the
+    work ``pending``; ``known`` gets each pool's engine name -> pk."""
     found = list(
         ElasticPool.objects.filter(cluster__organization=organization, enabled=True)
         .exclude(cluster__status=Cluster.Status.DISABLED)
@@ -77,6 +78,7 @@ def pools(
         coming_at[pool_id] = max(up_at, coming_at.get(pool_id, up_at))
         committed[pool_id] += cost_per_hour * hold / 3600
     spent = month_spend(found, now)
+    longest = max((job.time_limit for job in pending), default=0)  # the longest time limit waiting
     out, reach = [], {}
     for pool in found:
         labels = {"quartermaster.io/capacity-type": pool.capacity_type}
@@ -131,12 +133,7 @@ def _paid_until(
     ).values_list("node_id", "attempt__admitted_at", "attempt__started_at", "attempt__job__time_limit"):
         end = (started if started is not None else max(admitted, now)) + timedelta(seconds=limit)
         ends[node_id] = max(end, ends.get(node_id, end))
-    last = dict(
-        Assignment.objects.filter(node_id__in=pools_of)
-        .values("node_id")
-        .annotate(ended=Max("attempt__ended_at"))
-        .values_list("node_id", "ended")
-    )
+    last = _last_work(pools_of)
     out: dict[int, dict[str, float]] = defaultdict(dict)
     for pk, pool in pools_of.items():
         name = members[(pool.cluster_id, pool.name)][pk]
@@ -147,6 +144,16 @@ def _paid_until(
             until = max(seen) if seen else now
         out[pool.pk][name] = until.timestamp() + pool.idle_release
     return out
+
+
+def _last_work(node_ids: Iterable[int]) -> dict[int, datetime | None]:
+    """Per node (by pk) that ever held our work: when its last attempt there ended (None: one still runs)."""
+    return dict(
+        Assignment.objects.filter(node_id__in=list(node_ids))
+        .values("node_id")
+        .annotate(ended=Max("attempt__ended_at"))
+        .values_list("node_id", "ended")
+    )
 
 
 def ask(known: dict[str, int], wanted: tuple[m.Want, ...], now: datetime) -> list[int]:
@@ -300,17 +307,12 @@ def _release_idle(pool: ElasticPool, now: datetime) -> int:
             "node__name", flat=True
         )
     )
-    last_work = dict(
-        Assignment.objects.filter(node__in=nodes.values())
-        .values("node__name")
-        .annotate(ended=Max("attempt__ended_at"))
-        .values_list("node__name", "ended")
-    )
+    last_work = _last_work(n.pk for n in nodes.values())
     idle = sorted(
         name
-        for name in nodes
+        for name, node in nodes.items()
         if name not in busy
-        and (now - max(up_since[name], last_work.get(name) or up_since[name])).total_seconds() >= pool.idle_release
+        and (now - max(up_since[name], last_work.get(node.pk) or up_since[name])).total_seconds() >= pool.idle_release
     )
     keep = max(0, pool.min_nodes - (len(nodes) - len(idle)))
     going = _closed_for_release(pool, idle[keep:])

@@ -133,8 +133,7 @@ def build(
     config = replace(config or m.Config(), usage_weight=memory.usage_weight)
     limits = MemberLimit.objects.filter(team__organization=organization).values_list("team", "user", "accelerators")
     member_limits = {owner(team, user): int(amount * 1000) for team, user, amount in limits}
-    longest = max((job.time_limit for job in pending), default=0)
-    pools, horizons = elastic.pools(organization, now, prices, index.elastic, longest)
+    pools, horizons = elastic.pools(organization, now, prices, index.elastic, pending)
     if horizons:  # how long new work may run on elastic nodes whose budget pays for only so much
         nodes = tuple(replace(n, horizon=horizons[n.name]) if n.name in horizons else n for n in nodes)
     snapshot = m.Snapshot(

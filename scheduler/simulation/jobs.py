@@ -340,7 +340,7 @@ class Quartermaster:
             # one other move gives back quota lowered below usage), so the cycle would decide nothing.
             return Plan()
         pending = tuple(self._job(w.remaining, w.job) for w in sim.waiting.values())
-        elastic, horizons = sim.elastic(max((j.time_limit for j in pending), default=0))
+        elastic, horizons = sim.elastic(max((j.time_limit for j in pending), default=0)) if sim.pools else ((), {})
         nodes = tuple(self._node(name, s, horizons.get(name, math.inf)) for name, s in sim.nodes.items())
         running = []
         for job_id, run in sim.running.items():
