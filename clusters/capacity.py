@@ -40,6 +40,15 @@ _SPELLINGS = {
 _CLOUD_LABEL_PREFIXES = ("cloud.google.com/", "eks.amazonaws.com/", "kubernetes.azure.com/")
 
 
+def priced_as(labels: Mapping[str, Any], capacity: str) -> dict[str, Any]:
+    """``labels`` with ``quartermaster.io/capacity-type`` set to ``capacity`` where they say no capacity type of
+    their own (an elastic pool's node, priced as its pool's capacity type); as they are when ``capacity`` is ""."""
+    out = dict(labels)
+    if capacity and not any(key in out for key in _CAPACITY_LABELS):
+        out[_CAPACITY_LABELS[0]] = capacity
+    return out
+
+
 def capacity_type(labels: Mapping[str, Any], cluster_kind: str, cluster_options: Mapping[str, Any]) -> str:
     """Which of the price book's capacity types a node with these labels, on such a cluster, is priced as."""
     for key in _CAPACITY_LABELS:

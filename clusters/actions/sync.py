@@ -23,9 +23,10 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from clusters.backends.base import Backend, BackendError, Inventory, NodeInfo
+from clusters.backends.base import ELASTIC_POOL, Backend, BackendError, Inventory, NodeInfo
 from clusters.backends.kinds import load
-from clusters.models import OPEN_DRAINS, AcceleratorType, Cluster, Drain, Node, TopologyDomain
+from clusters.capacity import priced_as
+from clusters.models import OPEN_DRAINS, AcceleratorType, Cluster, Drain, ElasticPool, Node, TopologyDomain
 from clusters.secrets import CredentialsError
 from common import metrics
 from common.staging import staged
@@ -188,6 +189,8 @@ def _apply(cluster: Cluster, inventory: Inventory) -> tuple[int, int, int, int]:
     accelerators = _accelerators(cluster, inventory)
     existing = {row[0]: row for row in Node.objects.filter(cluster=cluster).values_list("name", "pk", *COPIED)}
     held = set(Drain.objects.filter(node__cluster=cluster, state__in=OPEN_DRAINS).values_list("node__name", flat=True))
+    # a pool's node is paid for as its pool is, unless the cluster labels it itself
+    pools = dict(ElasticPool.objects.filter(cluster=cluster).values_list("name", "capacity_type"))
     created: list[Node] = []
     changed: list[Node] = []
     unchanged = 0
@@ -206,7 +209,7 @@ def _apply(cluster: Cluster, inventory: Inventory) -> tuple[int, int, int, int]:
             "cpu_used": info.cpu_used,
             "memory_used": info.memory_used,
             "topology": dict(info.topology),
-            "labels": dict(info.labels),
+            "labels": priced_as(info.labels, pools.get(str(info.labels.get(ELASTIC_POOL, "")), "")),
             "addresses": list(info.addresses),
             "ready": info.ready,
             "heartbeat_at": info.heartbeat,

@@ -317,10 +317,12 @@ ELASTIC_POOL = "qm/elastic-pool"
 
 @dataclass(frozen=True, slots=True)
 class Provisioned:
-    """What a cloud took of an ask for nodes: their names, and when they should be in service (Unix time)."""
+    """What a cloud took of an ask for nodes: their names, and when they should be in service (Unix time);
+    ``unnamed``: nodes on their way that it did not name (a Kubernetes autoscaler's), known once they join."""
 
     nodes: tuple[str, ...]
     up_at: float
+    unnamed: int = 0
 
 
 class Backend:
@@ -397,9 +399,11 @@ class Backend:
         raise NotImplementedError
 
     # elastic pools (docs/scheduling.md §Elastic pools)
-    def provision(self, pool: str, count: int, capacity_type: str, lead_time: int) -> Provisioned:
-        """Ask the cloud for ``count`` nodes of the pool ``pool`` (its nodes labelled ``ELASTIC_POOL``); ``Refused``
-        when it will not give them (a stock-out, a quota of its own)."""
+    def provision(
+        self, pool: str, count: int, capacity_type: str, lead_time: int, accelerators: int = 0
+    ) -> Provisioned:
+        """Ask the cloud for ``count`` nodes of the pool ``pool`` (its nodes labelled ``ELASTIC_POOL``), of
+        ``accelerators`` each; ``Refused`` when it will not give them (a stock-out, a quota of its own)."""
         raise Refused(f"{self.kind} clusters cannot add nodes from Quartermaster yet")
 
     def release(self, nodes: Sequence[str]) -> None:

@@ -1,7 +1,10 @@
 #!/bin/bash
 # Write a self-contained single-machine Slurm lab under $LAB: slurm.conf, gres.conf, topology.conf, a munge
 # key, a JWT key and fake GPU device nodes. NNODES nodes (default 4), each with 32 CPUs, 250 GiB and 8 fake
-# H100s. Touches nothing outside $LAB (not /etc/slurm, not /etc/munge). Safe to run again; keys are kept.
+# H100s, and NCLOUD cloud nodes (default 2) of the same shape: State=CLOUD, powered down until something asks
+# for them (Slurm's power saving: $LAB/bin/resume-nodes starts their slurmd, suspend-nodes stops it), with the
+# feature qm-pool-burst, an elastic pool of Quartermaster's (docs/backends.md, Slurm, "Elastic pools").
+# Touches nothing outside $LAB (not /etc/slurm, not /etc/munge). Safe to run again; keys are kept.
 #
 # VERSION=22.05 (default): the host's Slurm (Debian 12 packages), topology/tree (two leaf switches under a
 #   spine), LAB=/tmp/slurm-lab, ports 17000-17004, slurmrestd 17080.
@@ -17,7 +20,8 @@ case $VERSION in
   *) echo "setup.sh: VERSION must be 22.05 or 24.11, not $VERSION" >&2; exit 1 ;;
 esac
 NNODES=${NNODES:-4}
-# slurmctld listens on BASEPORT, slurmd of node i on BASEPORT+i
+NCLOUD=${NCLOUD:-2}
+# slurmctld listens on BASEPORT, slurmd of node i on BASEPORT+i, of cloud node i on BASEPORT+NNODES+i
 
 if [ "$(id -u)" != 0 ]; then echo "setup.sh: run as root (mknod, munged and slurmd need it)" >&2; exit 1; fi
 if [ "$VERSION" = 24.11 ]; then
@@ -32,6 +36,7 @@ mkdir -p $LAB/etc $LAB/state $LAB/log $LAB/run $LAB/munge $LAB/dev $LAB/jobs $LA
 chmod 755 $LAB/munge          # slurmrestd (user slurm) and other non-root clients must reach the munge socket
 chmod 1777 $LAB/jobs          # job output of any user
 for i in $(seq 1 $NNODES); do mkdir -p $LAB/spool/lab-node$i; done
+for i in $(seq 1 $NCLOUD); do mkdir -p $LAB/spool/lab-cloud$i; done
 # gres.conf wants character devices (a regular file is rejected and then no CUDA_VISIBLE_DEVICES is set).
 for g in $(seq 0 7); do [ -c $LAB/dev/nvidia$g ] || mknod $LAB/dev/nvidia$g c 195 $g; done
 
@@ -88,11 +93,28 @@ SchedulerParameters=sched_interval=1,bf_interval=1
 MinJobAge=300
 MaxJobCount=100000
 KillWait=5
+# Power saving, for the cloud nodes only (the fixed ones are excluded): whoever runs the pool (Quartermaster)
+# asks with scontrol update State=POWER_UP / POWER_DOWN; a cloud node idle for a day goes by itself (a backstop,
+# and SuspendTime=INFINITE would switch power saving off altogether). The programs start and stop the node's
+# slurmd on this machine, where a cloud would create and delete an instance. PrivateData=cloud: a powered-down
+# cloud node is listed (sinfo, GET nodes); 22.05 hides it otherwise.
+ResumeProgram=$LAB/bin/resume-nodes
+SuspendProgram=$LAB/bin/suspend-nodes
+SuspendTime=86400
+SuspendExcNodes=lab-node[1-$NNODES]
+ResumeTimeout=60
+SuspendTimeout=10
+PrivateData=cloud
 CONF
 for i in $(seq 1 $NNODES); do
   echo "NodeName=lab-node$i NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((BASEPORT + i))" \
     "CPUs=32 Boards=1 SocketsPerBoard=2 CoresPerSocket=16 ThreadsPerCore=1 RealMemory=256000" \
     "Gres=gpu:h100:8 State=UNKNOWN" >> $LAB/etc/slurm.conf
+done
+for i in $(seq 1 $NCLOUD); do  # a heavier weight: Slurm's own choice takes the fixed nodes first
+  echo "NodeName=lab-cloud$i NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((BASEPORT + NNODES + i))" \
+    "CPUs=32 Boards=1 SocketsPerBoard=2 CoresPerSocket=16 ThreadsPerCore=1 RealMemory=256000" \
+    "Gres=gpu:h100:8 Weight=100 Features=qm-pool-burst State=CLOUD" >> $LAB/etc/slurm.conf
 done
 echo "PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP" >> $LAB/etc/slurm.conf
 
@@ -100,22 +122,25 @@ cat > $LAB/etc/gres.conf <<CONF
 AutoDetect=off
 NodeName=lab-node[1-$NNODES] Name=gpu Type=h100 File=$LAB/dev/nvidia[0-7]
 CONF
+[ "$NCLOUD" -gt 0 ] && echo "NodeName=lab-cloud[1-$NCLOUD] Name=gpu Type=h100 File=$LAB/dev/nvidia[0-7]" >> $LAB/etc/gres.conf
 
 # The cluster's network topology, which the backend reads back with `scontrol show topology`: nodes 1-2 and
-# 3-4 share a leaf switch (22.05, tree) or a block (24.11, block).
+# 3-4 share a leaf switch (22.05, tree) or a block (24.11, block); the cloud nodes have one of their own.
 half=$(( (NNODES + 1) / 2 ))
 if [ "$VERSION" = 22.05 ]; then
   cat > $LAB/etc/topology.conf <<CONF
 SwitchName=leaf1 Nodes=lab-node[1-$half]
 SwitchName=leaf2 Nodes=lab-node[$((half + 1))-$NNODES]
-SwitchName=spine1 Switches=leaf[1-2]
 CONF
+  [ "$NCLOUD" -gt 0 ] && echo "SwitchName=leaf3 Nodes=lab-cloud[1-$NCLOUD]" >> $LAB/etc/topology.conf
+  echo "SwitchName=spine1 Switches=leaf[1-$([ "$NCLOUD" -gt 0 ] && echo 3 || echo 2)]" >> $LAB/etc/topology.conf
 else
   cat > $LAB/etc/topology.conf <<CONF
 BlockName=block1 Nodes=lab-node[1-$half]
 BlockName=block2 Nodes=lab-node[$((half + 1))-$NNODES]
-BlockSizes=$half,$NNODES
 CONF
+  [ "$NCLOUD" -gt 0 ] && echo "BlockName=block3 Nodes=lab-cloud[1-$NCLOUD]" >> $LAB/etc/topology.conf
+  echo "BlockSizes=$half,$NNODES" >> $LAB/etc/topology.conf
 fi
 
 # What start.sh and stop.sh need to know, and the Slurm commands of this lab's version: $LAB/bin/sinfo and
@@ -133,4 +158,31 @@ for cmd in sinfo squeue scontrol sbatch scancel srun; do
   fi > $LAB/bin/$cmd
   chmod +x $LAB/bin/$cmd
 done
-echo "Slurm $VERSION lab written to $LAB ($NNODES nodes, slurmctld port $BASEPORT${ROOT:+, root $ROOT})"
+# Slurm's power saving runs these as SlurmUser, with a host list, from where slurmctld runs (inside the root
+# filesystem for 24.11, so they call the root's programs directly). A node's slurmd starts as start.sh's do.
+cat > $LAB/bin/resume-nodes <<SCRIPT
+#!/bin/bash
+# ResumeProgram: "power up" the cloud nodes in \$1 (a host list): start their slurmd, which registers them.
+export SLURM_CONF=$LAB/etc/slurm.conf
+echo "\$(date -Is) resume \$1" >> $LAB/log/power.log
+# slurmctld runs this with most signals blocked, and a blocked mask outlives exec: a slurmd inheriting it never
+# reaps its job steps (Python clears the mask first). With slurmctld's pipe for its output, its job launches
+# failed (requeued, held): it writes to its log file only. -b: the node reports a boot now, as a new instance
+# would (Slurm ignores a node that comes up booted before the power-up request).
+unblocked='import os, signal, sys; signal.pthread_sigmask(signal.SIG_SETMASK, []); os.execv(sys.argv[1], sys.argv[1:])'
+for n in \$(/usr/bin/scontrol show hostnames "\$1"); do
+  setsid /usr/bin/python3 -c "\$unblocked" /usr/sbin/slurmd -b -f \$SLURM_CONF -N \$n < /dev/null > /dev/null 2>&1
+done
+SCRIPT
+cat > $LAB/bin/suspend-nodes <<SCRIPT
+#!/bin/bash
+# SuspendProgram: "power down" the cloud nodes in \$1: stop their slurmd (by PID file).
+export SLURM_CONF=$LAB/etc/slurm.conf
+echo "\$(date -Is) suspend \$1" >> $LAB/log/power.log
+for n in \$(/usr/bin/scontrol show hostnames "\$1"); do
+  [ -f $LAB/run/slurmd-\$n.pid ] && kill \$(cat $LAB/run/slurmd-\$n.pid) 2> /dev/null
+done
+exit 0
+SCRIPT
+chmod +x $LAB/bin/resume-nodes $LAB/bin/suspend-nodes
+echo "Slurm $VERSION lab written to $LAB ($NNODES nodes and $NCLOUD cloud nodes, slurmctld port $BASEPORT${ROOT:+, root $ROOT})"

@@ -17,7 +17,8 @@ RUN=()
 elapsed() { awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'; }
 CTLD_PORT=$(sed -n 's/^SlurmctldPort=//p' $SLURM_CONF)
 RESTD_PORT=${RESTD_PORT:-$((CTLD_PORT + 80))}
-NODES=$(sed -n 's/^NodeName=\([^ ]*\).*/\1/p' $SLURM_CONF)
+# the fixed nodes; the cloud ones (State=CLOUD) start powered down, and Slurm's power saving starts them
+NODES=$(sed -n '/State=CLOUD/!s/^NodeName=\([^ ]*\).*/\1/p' $SLURM_CONF)
 
 alive() { [ -e /proc/$1 ] && [ "$(awk '{print $3}' /proc/$1/stat 2>/dev/null)" != Z ]; }
 for f in $LAB/run/*.pid; do
@@ -36,7 +37,7 @@ for t in $(seq 1 200); do
   if [ -z "$pid" ] || ! alive "$pid"; then
     if [ $t -gt 10 ]; then echo "start.sh: slurmctld died:" >&2; tail -5 $LAB/log/slurmctld.log >&2; exit 1; fi
   else
-    st=$(timeout 3 $LAB/bin/sinfo -h -N -o '%T' 2>/dev/null || true)
+    st=$(timeout 3 $LAB/bin/sinfo -h -N -n "$(echo $NODES | tr ' ' ,)" -o '%T' 2>/dev/null || true)
     if [ -n "$st" ] && ! grep -qvE '^(idle|mixed|allocated|drained|draining)$' <<<"$st"; then ready=1; break; fi
   fi
   sleep 0.1

@@ -8,8 +8,9 @@ to new work first, under the loop's compare-and-set). Every step is in the audit
 in ``/metrics``.
 
 A pool may add nodes up to its maximum, less the nodes it has (present, labelled with it) and those asked for and
-not up yet; within its monthly budget: the month's spend of its nodes so far, plus an hour of every node it would
-then have, stays within it. Prices are the price book's for the pool's cluster, flavor and capacity type.
+not up yet; within its monthly budget, a bound: what its nodes have cost this month, what every node is paid for
+until its work's time limits and release delay end, and what new nodes would cost over their holds, stay within it
+(docs/scheduling.md §Elastic pools). Prices are the price book's for the pool's cluster, flavor and capacity type.
 """
 
 from __future__ import annotations
@@ -196,7 +197,9 @@ def provision(grant_id: int) -> str:
             return str(grant.state)
         pool = grant.pool
         try:
-            given = backend_for(pool.cluster).provision(pool.name, grant.count, pool.capacity_type, pool.lead_time)
+            given = backend_for(pool.cluster).provision(
+                pool.name, grant.count, pool.capacity_type, pool.lead_time, pool.node_accelerators
+            )
         except Unreachable as exc:
             log.warning("elastic pool %s: the cloud did not answer: %s", pool, exc)
             return str(grant.state)  # asked again by the next run
@@ -204,7 +207,7 @@ def provision(grant_id: int) -> str:
             grant.state, grant.message = State.REFUSED, str(exc)
         else:
             grant.state, grant.nodes = State.COMING, list(given.nodes)
-            grant.count = len(given.nodes)
+            grant.count = len(given.nodes) + given.unnamed  # those it did not name are claimed as they join
             grant.up_at = datetime.fromtimestamp(given.up_at, tz=UTC)
         grant.save(update_fields=["state", "message", "nodes", "count", "up_at"])
         audit.record(
@@ -227,15 +230,19 @@ def settle(now: datetime | None = None) -> dict[str, int]:
     report = {"asked": 0, "up": 0, "released": 0}
     for grant_id in ElasticGrant.objects.filter(state=State.ASKED).values_list("pk", flat=True):
         report["asked"] += provision(grant_id) != State.ASKED
-    for grant in ElasticGrant.objects.filter(state=State.COMING, up_at__lte=now).select_related(
-        "pool__cluster__organization"
+    for grant in (
+        ElasticGrant.objects.filter(state=State.COMING).select_related("pool__cluster__organization").order_by("pk")
     ):
+        if len(grant.nodes) < grant.count:
+            _claim(grant)
+        if grant.up_at > now:
+            continue
         present = set(
             Node.objects.filter(cluster=grant.pool.cluster, name__in=grant.nodes, present=True).values_list(
                 "name", flat=True
             )
         )
-        if present >= set(grant.nodes):
+        if len(grant.nodes) == grant.count and present >= set(grant.nodes):
             ElasticGrant.objects.filter(pk=grant.pk, state=State.COMING).update(state=State.UP)
             report["up"] += 1
         elif now - grant.up_at > NEVER_CAME:
@@ -250,13 +257,36 @@ def settle(now: datetime | None = None) -> dict[str, int]:
 NEVER_CAME = timedelta(minutes=30)
 
 
+def _claim(grant: ElasticGrant) -> None:
+    """The nodes of an ask its cloud did not name (a Kubernetes ``ProvisioningRequest`` names none): the pool's
+    nodes in the fleet that no other ask of the pool holds, taken by the asks on their way in the order they were
+    made, each up to its count."""
+    pool = grant.pool
+    asks = list(pool.grants.filter(state__in=(*COMING, State.UP)).only("pk", "count", "nodes", "state"))
+    if any(g.pk < grant.pk and g.state == State.COMING and len(g.nodes) < g.count for g in asks):
+        return  # an earlier ask takes them first
+    held = {name for g in asks for name in g.nodes}
+    joined = sorted(
+        name
+        for name, labels in Node.objects.filter(cluster=pool.cluster, present=True).values_list("name", "labels")
+        if (labels or {}).get(ELASTIC_POOL) == pool.name and name not in held
+    )
+    taken = joined[: grant.count - len(grant.nodes)]
+    if taken:
+        grant.nodes = [*grant.nodes, *taken]
+        ElasticGrant.objects.filter(pk=grant.pk, state=State.COMING).update(nodes=grant.nodes)
+
+
 def _never_came(grant: ElasticGrant, missing: list[str], now: datetime) -> None:
-    message = f"{', '.join(missing)} had not joined the fleet {NEVER_CAME.seconds // 60} min after they were due"
+    unnamed = grant.count - len(grant.nodes)  # asked for, never named and never seen
+    gone = [*missing, *([f"{unnamed} node(s)"] if unnamed else [])]
+    message = f"{', '.join(gone)} had not joined the fleet {NEVER_CAME.seconds // 60} min after they were due"
+    arrived = [n for n in grant.nodes if n not in missing]
     with transaction.atomic():
         if not ElasticGrant.objects.filter(pk=grant.pk, state=State.COMING).update(
-            state=State.UP if len(missing) < len(grant.nodes) else State.REFUSED,
-            nodes=[n for n in grant.nodes if n not in missing],
-            count=len(grant.nodes) - len(missing),
+            state=State.UP if arrived else State.REFUSED,
+            nodes=arrived,
+            count=len(arrived),
             message=message,
         ):
             return
@@ -265,7 +295,7 @@ def _never_came(grant: ElasticGrant, missing: list[str], now: datetime) -> None:
             actor=None,
             target=grant,
             organization=grant.pool.cluster.organization,
-            changes={"nodes": [grant.nodes, [n for n in grant.nodes if n not in missing]]},
+            changes={"nodes": [grant.nodes, arrived]},
             reason=message,
         )
 

@@ -1,6 +1,8 @@
-"""Kueue and KubeRay in the local Kubernetes API server (``kube_server.py``): their custom resources, and the
-steps their controllers take, as they document them. Tests drive the controllers (``kueue_step``,
-``ray_start``, ``ray_run``, ``ray_finish``) the way ``kube_fleet.py`` and the kubelet helpers drive pods.
+"""Kueue, KubeRay and cluster-autoscaler's provisioning requests in the local Kubernetes API server
+(``kube_server.py``): their custom resources, and the steps their controllers take, as they document them
+(``autoscale`` and ``scale_down`` for cluster-autoscaler: see their docstrings). Tests drive the controllers
+(``kueue_step``, ``ray_start``, ``ray_run``, ``ray_finish``) the way ``kube_fleet.py`` and the kubelet helpers drive
+pods.
 
 Resources (served under their CRD paths, with the API server's verbs and ``Status`` errors):
 - ``kueue.x-k8s.io/v1beta1``: ``ResourceFlavor`` and ``ClusterQueue`` (cluster-scoped), ``LocalQueue`` and
@@ -50,7 +52,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from tests.clusters.kube_fleet import timestamp
+from tests.clusters.kube_fleet import add_node, timestamp
 
 if TYPE_CHECKING:
     from tests.clusters.kube_server import KubeServer
@@ -59,6 +61,8 @@ KUEUE = "kueue.x-k8s.io"
 KUEUE_VERSION = f"{KUEUE}/v1beta1"
 RAY = "ray.io"
 RAY_VERSION = f"{RAY}/v1"
+AUTOSCALING = "autoscaling.x-k8s.io"
+AUTOSCALING_VERSION = f"{AUTOSCALING}/v1"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 #: (group, plural) -> (kind, namespaced)
@@ -68,8 +72,9 @@ RESOURCES = {
     (KUEUE, "localqueues"): ("LocalQueue", True),
     (KUEUE, "workloads"): ("Workload", True),
     (RAY, "rayjobs"): ("RayJob", True),
+    (AUTOSCALING, "provisioningrequests"): ("ProvisioningRequest", True),
 }
-VERSIONS = {KUEUE: KUEUE_VERSION, RAY: RAY_VERSION}
+VERSIONS = {KUEUE: KUEUE_VERSION, RAY: RAY_VERSION, AUTOSCALING: AUTOSCALING_VERSION}
 #: A RayJob name longer than this makes an invalid RayCluster name (KubeRay's MaxRayJobNameLength).
 MAX_RAYJOB_NAME = 47
 
@@ -599,11 +604,79 @@ def _delete_ray_cluster(kube: KubeServer, job: dict[str, Any]) -> None:
             del kube.pods[key]
 
 
+# ----------------------------------------------------------------------------------- cluster-autoscaler
+
+
+def autoscale(kube: KubeServer, *, stock: int | None = None) -> list[str]:
+    """cluster-autoscaler's step for ProvisioningRequests (``best-effort-atomic-scale-up``): a new request is
+    ``Accepted``; its pod template read, it gets all of its nodes (labelled with the template's node selector, with
+    the accelerators its pods ask for) and ``Provisioned`` True, or none and ``Failed`` True when ``stock`` (nodes
+    the cloud has left) is short or its template is missing. The new nodes' names."""
+    added: list[str] = []
+    for (namespace, name), request in sorted(kube.custom.get("provisioningrequests", {}).items()):
+        conditions = request["status"].setdefault("conditions", [])
+        if any(c["type"] in ("Provisioned", "Failed") for c in conditions):
+            continue
+        conditions.append(_condition("Accepted", "True", "Accepted", "Provisioning Request was accepted"))
+        (pod_set,) = request["spec"]["podSets"]
+        template = kube.pod_templates.get((namespace, pod_set["podTemplateRef"]["name"]))
+        count = pod_set["count"]
+        if template is None or (stock is not None and stock - len(added) < count):
+            why = "pod template not found" if template is None else "out of resources in every node group"
+            conditions.append(_condition("Failed", "True", "FailedToCreateScaleUpPlan", f"Scale-up failed: {why}"))
+            continue
+        spec = template["template"]["spec"]
+        requests = spec["containers"][0].get("resources", {}).get("requests", {})
+        for index in range(count):
+            node = f"{name}-{index}"
+            capacity = {"cpu": "96", "memory": "1048576Mi", "pods": "110", **requests}
+            add_node(
+                kube,
+                node,
+                dict(spec.get("nodeSelector") or {}),
+                capacity=capacity,
+                allocatable=capacity,
+                heartbeat=datetime.now(UTC),
+            )
+            added.append(node)
+        conditions.append(
+            _condition("Provisioned", "True", "Provisioned", "Provisioning Request was successfully provisioned.")
+        )
+        kube._bump(request)
+    return added
+
+
+def scale_down(kube: KubeServer) -> list[str]:
+    """cluster-autoscaler's scale-down: cordoned nodes that run no pod are removed (their VMs deleted)."""
+    busy = {pod.get("spec", {}).get("nodeName") for pod in kube.pods.values()}
+    gone = [n for n, node in kube.nodes.items() if node["spec"].get("unschedulable") and n not in busy]
+    for name in gone:
+        del kube.nodes[name]
+        kube.leases.pop(name, None)
+    return gone
+
+
+def _condition(kind: str, status: str, reason: str, message: str) -> dict[str, str]:
+    return {"type": kind, "status": status, "reason": reason, "message": message, "lastTransitionTime": now()}
+
+
 # ------------------------------------------------------------------------------------------------ the API
 
 
 def validate(kind: str, body: dict[str, Any], name: str) -> str:
     """What the CRD's schema refuses (the API server answers 422), "" when nothing."""
+    if kind == "ProvisioningRequest":
+        spec = body.get("spec") or {}
+        if not spec.get("provisioningClassName"):
+            return "spec.provisioningClassName: Required value"
+        sets = spec.get("podSets") or []
+        if not 1 <= len(sets) <= 32:
+            return "spec.podSets: Invalid value: must have between 1 and 32 items"
+        for index, pod_set in enumerate(sets):
+            if not isinstance(pod_set.get("count"), int) or pod_set["count"] < 1:
+                return f"spec.podSets[{index}].count: Invalid value: must be at least 1"
+            if not (pod_set.get("podTemplateRef") or {}).get("name"):
+                return f"spec.podSets[{index}].podTemplateRef.name: Required value"
     if kind == "RayJob":
         cluster = (body.get("spec") or {}).get("rayClusterSpec")
         if not isinstance(cluster, dict) or not isinstance(cluster.get("headGroupSpec"), dict):

@@ -28,13 +28,15 @@ error bodies (``kind: Status, apiVersion: v1, status: Failure, reason, code, mes
   to start;
 - ``GET /apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases``: the kubelets' heartbeats (403 when
   ``forbid_leases``);
+- ``POST``/``GET /api/v1/namespaces/{ns}/podtemplates``, ``GET``/``DELETE .../podtemplates/{name}`` (201, 409, 404);
 - bearer tokens: a wrong or missing one is 401; a read-only one is 403 on anything but GET;
 - the custom resources of Kueue (``kueue.x-k8s.io/v1beta1``: ResourceFlavor, ClusterQueue, LocalQueue,
-  Workload) and KubeRay (``ray.io/v1``: RayJob) under their CRD paths: list (``labelSelector``), create (201,
+  Workload), KubeRay (``ray.io/v1``: RayJob) and cluster-autoscaler (``autoscaling.x-k8s.io/v1``:
+  ProvisioningRequest) under their CRD paths: list (``labelSelector``), create (201,
   409 AlreadyExists, 422 for what the CRD's schema refuses), get, delete (404 NotFound; the garbage collector
   deletes what the object owns); and the steps their controllers take, in ``kube_crds.py``. With
-  ``kueue_installed`` or ``kuberay_installed`` False their paths are unknown to the server (404, as on a
-  cluster without the CRDs).
+  ``kueue_installed``, ``kuberay_installed`` or ``provisioning_installed`` False their paths are unknown to the
+  server (404, as on a cluster without the CRDs).
 
 No controllers run: tests move Jobs along by editing ``server.jobs`` under ``server.lock``, and give pods the
 statuses a kubelet and scheduler would write with ``add_job_pod(..., status=...)`` and the helpers
@@ -177,6 +179,8 @@ class KubeServer:
         self.kueue_originals: dict[str, dict[str, Any]] = {}
         self.kueue_installed = True
         self.kuberay_installed = True
+        self.provisioning_installed = True
+        self.pod_templates: dict[tuple[str, str], dict[str, Any]] = {}
         #: Pod logs by (namespace, pod, container, previous): (when the kubelet stamped it, the line), oldest first.
         self.pod_logs: dict[tuple[str, str, str, bool], list[tuple[datetime, str]]] = {}
         if seed:
@@ -429,7 +433,11 @@ class KubeServer:
 
     def _custom_store(self, group: str, plural: str) -> tuple[str, bool, dict[tuple[str, str], dict[str, Any]]]:
         known = kube_crds.RESOURCES.get((group, plural))
-        installed = self.kueue_installed if group == kube_crds.KUEUE else self.kuberay_installed
+        installed = {
+            kube_crds.KUEUE: self.kueue_installed,
+            kube_crds.RAY: self.kuberay_installed,
+            kube_crds.AUTOSCALING: self.provisioning_installed,
+        }[group]
         if known is None or not installed:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         kind, namespaced = known
@@ -508,6 +516,31 @@ class KubeServer:
         obj["metadata"]["deletedWith"] = policy  # not a real field: lets tests see the policy
         self.deleted_custom.append(obj)
         return 200, success(200, {"name": name, "group": group, "kind": plural, "uid": uid})
+
+    def create_pod_template(self, namespace: str, body: Any, **_: Any) -> tuple[int, Any]:
+        if not isinstance(body, dict) or body.get("kind") != "PodTemplate" or body.get("apiVersion") != "v1":
+            raise ApiError(400, "BadRequest", "the body must be a v1 PodTemplate")
+        meta = body.setdefault("metadata", {})
+        name = meta.get("name", "")
+        if not name or not DNS_LABEL.match(name) or not (body.get("template") or {}).get("spec", {}).get("containers"):
+            raise ApiError(422, "Invalid", f'PodTemplate "{name}" is invalid', {"name": name, "kind": "PodTemplate"})
+        if (namespace, name) in self.pod_templates:
+            raise ApiError(409, "AlreadyExists", f'podtemplates "{name}" already exists', {"name": name})
+        meta.update(namespace=namespace, uid=str(uuid.uuid4()), creationTimestamp=timestamp(datetime.now(UTC)))
+        self._bump(body)
+        self.pod_templates[(namespace, name)] = body
+        return 201, body
+
+    def get_pod_template(self, namespace: str, name: str, **_: Any) -> tuple[int, Any]:
+        if (namespace, name) not in self.pod_templates:
+            raise not_found("podtemplates", name)
+        return 200, self.pod_templates[(namespace, name)]
+
+    def delete_pod_template(self, namespace: str, name: str, **_: Any) -> tuple[int, Any]:
+        if (namespace, name) not in self.pod_templates:
+            raise not_found("podtemplates", name)
+        gone = self.pod_templates.pop((namespace, name))
+        return 200, gone
 
     def delete_pod(self, namespace: str, name: str, query: dict[str, str], body: Any, **_: Any) -> tuple[int, Any]:
         pod = self.pods.get((namespace, name))
@@ -684,7 +717,7 @@ def _as_selector(match_labels: dict[str, str]) -> str:
 CORE = "/api/v1"
 BATCH = "/apis/batch/v1/namespaces/(?P<namespace>[^/]+)/jobs"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/(?P<namespace>[^/]+)/leases"
-GROUPS = "(?P<group>kueue\\.x-k8s\\.io|ray\\.io)/(?:v1beta1|v1)"
+GROUPS = "(?P<group>kueue\\.x-k8s\\.io|ray\\.io|autoscaling\\.x-k8s\\.io)/(?:v1beta1|v1)"
 CUSTOM = f"/apis/{GROUPS}/namespaces/(?P<namespace>[^/]+)/(?P<plural>[a-z]+)"
 CLUSTER_CUSTOM = f"/apis/{GROUPS}/(?P<plural>resourceflavors|clusterqueues)"
 ROUTES: list[tuple[re.Pattern[str], dict[str, Callable[..., tuple[int, Any]]]]] = [
@@ -696,6 +729,11 @@ ROUTES: list[tuple[re.Pattern[str], dict[str, Callable[..., tuple[int, Any]]]]] 
     (re.compile(f"{CORE}/namespaces/(?P<namespace>[^/]+)/pods/(?P<name>[^/]+)/eviction"), {"POST": KubeServer.evict}),
     (re.compile(f"{CORE}/namespaces/(?P<namespace>[^/]+)/pods/(?P<name>[^/]+)/log"), {"GET": KubeServer.pod_log}),
     (re.compile(BATCH), {"GET": KubeServer.list_jobs, "POST": KubeServer.create_job}),
+    (re.compile(f"{CORE}/namespaces/(?P<namespace>[^/]+)/podtemplates"), {"POST": KubeServer.create_pod_template}),
+    (
+        re.compile(f"{CORE}/namespaces/(?P<namespace>[^/]+)/podtemplates/(?P<name>[^/]+)"),
+        {"GET": KubeServer.get_pod_template, "DELETE": KubeServer.delete_pod_template},
+    ),
     (
         re.compile("/apis/coordination.k8s.io/v1/namespaces/(?P<namespace>[^/]+)/leases"),
         {"GET": KubeServer.list_leases},

@@ -29,6 +29,9 @@ from clusters.backends.slurm.backend import SlurmBackend
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "deploy" / "slurm-lab"
 NODES = ("lab-node1", "lab-node2", "lab-node3", "lab-node4")
+#: The lab's cloud nodes (State=CLOUD, feature qm-pool-burst): powered down, and so in no inventory, until a test
+#: powers them up (``tests/scheduler/test_elastic_slurm.py``).
+CLOUD_NODES = ("lab-cloud1", "lab-cloud2")
 
 
 @dataclass(frozen=True)
@@ -194,9 +197,12 @@ def lab_token(spec: LabSpec) -> str:
 
 
 def healthy(spec: LabSpec) -> bool:
-    """slurmrestd answers with the lab's key, every node is up, and the lab has the topology it should."""
+    """slurmrestd answers with the lab's key, every node is up, and the lab has the topology and the cloud nodes
+    it should."""
     if not (spec.lab / "etc" / "jwt_hs256.key").exists():
         return False
+    if "State=CLOUD" not in (spec.lab / "etc" / "slurm.conf").read_text():
+        return False  # set up before the labs had cloud nodes
     try:
         nodes = SlurmLab(spec, lab_token(spec)).backend().inventory().nodes
     except Exception:  # noqa: BLE001 (any failure means "start it")
@@ -205,7 +211,7 @@ def healthy(spec: LabSpec) -> bool:
     return (
         # a root filesystem built before it had Python cannot run the lab's Ray jobs: set up again on the new one
         (root is None or (root / "usr" / "bin" / "python3").exists())
-        and {node.name for node in nodes} == set(NODES)
+        and {node.name for node in nodes} - set(CLOUD_NODES) == set(NODES)
         and all(node.ready for node in nodes)
         and all(tuple(node.topology) == spec.levels for node in nodes)
     )

@@ -985,3 +985,36 @@ def test_the_sync_names_the_levels_the_nodes_report_widest_first() -> None:
     nodes = (info("n0"), info("n1", spine="s1", leaf="l1"), info("n2", leaf="l2"), info("n3", block="b1"))
     assert reported_levels(Inventory(nodes)) == ["spine", "leaf", "block"]
     assert reported_levels(Inventory((info("n0"),))) == []
+
+
+@pytest.mark.parametrize(
+    ("state", "flags", "in_service", "may_power_up"),
+    [
+        ("idle", [], True, False),  # a fixed node
+        ("idle", ["POWERED_DOWN"], True, False),  # a fixed node under the site's own power saving: not ready
+        ("idle", ["CLOUD", "POWERED_DOWN"], False, True),
+        ("idle", ["CLOUD", "POWERING_UP", "NOT_RESPONDING"], False, False),
+        ("idle", ["CLOUD"], True, False),  # up: capacity
+        ("mixed", ["CLOUD", "POWER_DOWN"], False, False),  # asked to power down once idle
+        ("idle", ["CLOUD", "POWERING_DOWN"], False, False),
+        ("down", ["CLOUD", "POWERED_DOWN"], False, False),  # its resume timed out: a person looks first
+        ("idle", ["CLOUD", "POWERED_DOWN", "DRAIN"], False, False),
+    ],
+)
+def test_a_cloud_node_is_capacity_only_while_up(
+    state: str, flags: list[str], in_service: bool, may_power_up: bool
+) -> None:
+    raw = {"name": "c1", "state": state, "state_flags": flags, "features": "qm-pool-burst"}
+    assert slurm_backend._in_service(raw) is in_service
+    assert slurm_backend._powered_down(raw) is may_power_up
+
+
+def test_newer_parsers_features_read_as_v0_0_38s() -> None:
+    raw = {"name": "c1", "state": ["IDLE", "CLOUD", "POWERED_DOWN"], "features": ["qm-pool-burst", "ib"]}
+    node = versions.node("v0.0.42", raw)
+    assert (node["state"], node["state_flags"], node["features"]) == (
+        "idle",
+        ["CLOUD", "POWERED_DOWN"],
+        "qm-pool-burst,ib",
+    )
+    assert slurm_backend._features(node) == ["qm-pool-burst", "ib"]

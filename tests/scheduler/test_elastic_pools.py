@@ -12,49 +12,21 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from billing.models import Price
 from clusters.actions import sync
 from clusters.backends.simulated import backend as simulated
-from clusters.models import AcceleratorType, Cluster, ElasticGrant, ElasticPool, Node
+from clusters.models import Cluster, ElasticGrant, ElasticPool, Node
 from scheduler import actions as job_actions
 from scheduler.models import Attempt, Job, LoopState
 from scheduler.placement import elastic
 from tenancy.models import AuditLog
 from tests.scheduler.conftest import Fleet
+from tests.scheduler.pools import burst_pool, four_an_hour
 
 pytestmark = pytest.mark.django_db
 
-H100 = "H100-SXM-80GB"
-
 
 def pool(fleet: Fleet, **fields: object) -> ElasticPool:
-    values: dict[str, object] = {
-        "cluster": fleet.clusters["east"],
-        "name": "burst",
-        "accelerator": AcceleratorType.objects.get(organization=fleet.org, name=H100),
-        "node_accelerators": 8,
-        "node_cpu": 110_000,
-        "node_memory": 2_000_000,
-        "max_nodes": 3,
-        "lead_time": 0,
-        "idle_release": 600,
-        **fields,
-    }
-    return ElasticPool.objects.create(**values)
-
-
-def four_an_hour(fleet: Fleet, burst_pool: ElasticPool) -> None:
-    """The pool's accelerators at 4.00 an hour each in the price book: 32.00 a node-hour."""
-    Price.objects.create(
-        organization=fleet.org,
-        cluster=fleet.clusters["east"],
-        flavor=burst_pool.accelerator,
-        capacity_type="on_demand",
-        hourly_rate=Decimal("4"),
-        rate=Decimal("4"),
-        effective_from=timezone.now().date() - timedelta(days=1),
-        updated_at=timezone.now(),
-    )
+    return burst_pool(fleet.clusters["east"], **fields)
 
 
 def burst(fleet: Fleet, extra: int) -> list[Job]:
@@ -141,7 +113,7 @@ def test_a_stock_out_is_a_refusal_with_its_reason_and_the_pool_keeps_its_minimum
 
 def test_the_monthly_budget_bounds_what_is_asked(fleet: Fleet) -> None:
     burst_pool = pool(fleet, monthly_budget=Decimal("100"))
-    four_an_hour(fleet, burst_pool)
+    four_an_hour(burst_pool)
     # a node costs 8 x 4.00 = 32.00 an hour: 100.00 buys three node-hours, and the pool has already spent 40.00
     ElasticGrant.objects.create(
         pool=burst_pool,
@@ -185,7 +157,7 @@ def snapshot_generation(fleet: Fleet) -> int:
 
 def test_the_budget_keeps_work_it_cannot_pay_for_off_a_pool_node_and_lets_shorter_work_on(fleet: Fleet) -> None:
     burst_pool = pool(fleet, monthly_budget=Decimal("60"))
-    four_an_hour(fleet, burst_pool)
+    four_an_hour(burst_pool)
     (first,) = burst(fleet, 1)[6:]
     fleet.cycle()
     grant = ElasticGrant.objects.get()

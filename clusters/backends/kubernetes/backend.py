@@ -32,7 +32,9 @@ service account then needs pods/log get in the namespace, and jobs get for a Ray
 The service account needs, cluster-wide: nodes get/list/patch, pods list, pods/eviction create; leases list in
 ``kube-node-lease`` (optional, for prompt heartbeats); in the namespace: jobs create/get/delete, pods delete
 (``signal``); rayjobs create/get/delete (``ray.io``) for Ray jobs; in Kueue mode, workloads list
-(``kueue.x-k8s.io``; without it ``status`` cannot give Kueue's words, only the Job's).
+(``kueue.x-k8s.io``; without it ``status`` cannot give Kueue's words, only the Job's); for elastic pools
+(``provisioning.py``) podtemplates create/delete and provisioningrequests create/list/delete
+(``autoscaling.x-k8s.io``).
 
 Size: one backend, one API: Jobs, RayJobs, Kueue workloads, pod logs, evictions and node patches, each with the
 API's own error shapes; the RayJob half (``_submit_rayjob``, ``_rayjob_status``, ``_cancel_rayjob``) would split out
@@ -43,7 +45,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -56,6 +58,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from clusters.backends.base import (
+    ELASTIC_POOL,
     LOG_LIMIT,
     AcceleratorInfo,
     AuthenticationFailed,
@@ -73,11 +76,12 @@ from clusters.backends.base import (
     LogsUnavailable,
     NodeInfo,
     NotFound,
+    Provisioned,
     Refused,
     Unreachable,
     not_allowed,
 )
-from clusters.backends.kubernetes import kueue, podlogs, rayjobs
+from clusters.backends.kubernetes import kueue, podlogs, provisioning, rayjobs
 from clusters.backends.kubernetes.jobs import (
     JOB_ID_ANNOTATION,
     JOB_LABEL,
@@ -224,6 +228,8 @@ class KubernetesBackend(Backend):
         models: dict[str, AcceleratorInfo] = {}
         leases = self._leases()
         for node in nodes:
+            if provisioning.released(node):  # given back: out of the fleet until the autoscaler removes it
+                continue
             name = node.metadata.name if node.metadata else ""
             info, accelerator = node_info(node, labels_used, usage.get(name), leases.get(name))
             infos.append(info)
@@ -238,6 +244,7 @@ class KubernetesBackend(Backend):
         return tuple(
             signal
             for node in nodes
+            if not provisioning.released(node)
             for signal in health_signals(
                 node, now, stale_after, leases.get(node.metadata.name if node.metadata else "")
             )
@@ -658,6 +665,100 @@ class KubernetesBackend(Backend):
             return self._dry_run_on_node("resume", node, {"patch": patch})
         self._patch_node(node, patch, "uncordoning")
         return None
+
+    # elastic pools (provisioning.py)
+
+    def provision(
+        self, pool: str, count: int, capacity_type: str, lead_time: int, accelerators: int = 0
+    ) -> Provisioned:
+        """A ``ProvisioningRequest`` for ``count`` nodes of the pool (``options["provisioning_class"]``, default
+        cluster-autoscaler's all-or-nothing class) and its ``PodTemplate``, in the backend's namespace."""
+        if count < 1:
+            raise Refused("ask for one node or more")
+        if self.dry_run:
+            raise Refused("a dry run asks for no node")
+        name = provisioning.request_name(pool)
+        resource = str(self.options.get("accelerator_resource") or "nvidia.com/gpu")
+        klass = str(self.options.get("provisioning_class") or provisioning.DEFAULT_CLASS)
+        template = provisioning.pod_template(name, pool, accelerators, resource)
+        request = provisioning.provisioning_request(name, pool, count, klass)
+        with self._calling(f"creating the PodTemplate {name}"):
+            body = client.V1PodTemplate.model_validate(template)
+            self._core().create_namespaced_pod_template(self.namespace, body, _request_timeout=self.timeout)
+        try:
+            with self._calling(f"creating the ProvisioningRequest {name}"):
+                try:
+                    self._custom().create_namespaced_custom_object(
+                        provisioning.GROUP,
+                        provisioning.VERSION,
+                        self.namespace,
+                        provisioning.PLURAL,
+                        request,
+                        _request_timeout=self.timeout,
+                    )
+                except ApiException as e:
+                    if e.status == HTTPStatus.NOT_FOUND:
+                        raise Refused(
+                            f"the cluster at {self.endpoint} serves no ProvisioningRequest API ({provisioning.GROUP}"
+                            f"/{provisioning.VERSION}): run cluster-autoscaler with provisioning requests enabled"
+                        ) from e
+                    raise
+        except BackendError:
+            self._delete_template(name)
+            raise
+        return Provisioned((), time.time() + lead_time, unnamed=count)
+
+    def release(self, nodes: Sequence[str]) -> None:
+        """Cordon the nodes and mark them released (the autoscaler removes them once empty); the finished
+        ProvisioningRequests and their PodTemplates go."""
+        if self.dry_run:
+            return
+        stamp = datetime.now(UTC).isoformat(timespec="seconds")
+        reason = "released by Quartermaster: its elastic pool no longer needs it"
+        for node in nodes:
+            annotations = {provisioning.RELEASED: stamp, CORDON_REASON_ANNOTATION: reason}
+            self._patch_node(
+                node, {"spec": {"unschedulable": True}, "metadata": {"annotations": annotations}}, "releasing"
+            )
+        with self._calling("listing the ProvisioningRequests"):
+            try:
+                listed = self._custom().list_namespaced_custom_object(
+                    provisioning.GROUP,
+                    provisioning.VERSION,
+                    self.namespace,
+                    provisioning.PLURAL,
+                    label_selector=ELASTIC_POOL,
+                    _request_timeout=self.timeout,
+                )
+            except ApiException as e:
+                if e.status == HTTPStatus.NOT_FOUND:  # none was ever made here
+                    return
+                raise
+        for request in _items(listed):
+            if provisioning.finished(request):
+                name = request["metadata"]["name"]
+                with self._calling(f"deleting the ProvisioningRequest {name}"):
+                    try:
+                        self._custom().delete_namespaced_custom_object(
+                            provisioning.GROUP,
+                            provisioning.VERSION,
+                            self.namespace,
+                            provisioning.PLURAL,
+                            name,
+                            _request_timeout=self.timeout,
+                        )
+                    except ApiException as e:
+                        if e.status != HTTPStatus.NOT_FOUND:
+                            raise
+                self._delete_template(name)
+
+    def _delete_template(self, name: str) -> None:
+        with self._calling(f"deleting the PodTemplate {name}"):
+            try:
+                self._core().delete_namespaced_pod_template(name, self.namespace, _request_timeout=self.timeout)
+            except ApiException as e:
+                if e.status != HTTPStatus.NOT_FOUND:
+                    raise
 
     def _dry_run_on_node(self, action: str, node: str, detail: dict[str, Any]) -> DryRun:
         """What ``action`` would do; reading the node first, so a dry run on an unknown node fails as a real one."""

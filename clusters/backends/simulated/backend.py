@@ -450,7 +450,9 @@ class SimulatedBackend(Backend):
             state["cordoned"].pop(node, None)
         return None
 
-    def provision(self, pool: str, count: int, capacity_type: str, lead_time: int) -> Provisioned:
+    def provision(
+        self, pool: str, count: int, capacity_type: str, lead_time: int, accelerators: int = 0
+    ) -> Provisioned:
         self._reachable()
         if count < 1:
             raise Refused("ask for one node or more")

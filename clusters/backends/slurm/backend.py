@@ -43,6 +43,14 @@ know is a plain ``BackendError``, which dispatch retries until its deadline. ``s
 ended (``Failure``: exit code, OOM, time limit, node failure, preemption) and why a pending one will not
 start (a pending reason Slurm will not clear by itself is ``Failure.INVALID``).
 
+**Elastic pools** (docs/backends.md, Slurm, "Elastic pools"). A pool's nodes are cloud nodes of slurm.conf
+(``State=CLOUD``) with the feature ``qm-pool-<pool>``, under Slurm's power saving (``ResumeProgram``,
+``SuspendProgram``). ``provision`` powers up as many of the pool's powered-down nodes as asked
+(``State=POWER_UP``: Slurm runs its ResumeProgram, which creates the instance; the node joins when its slurmd
+registers) and ``release`` powers nodes down (``State=POWER_DOWN``, once idle). A cloud node out of service is
+not in the inventory; one in service carries the label ``qm/elastic-pool``. On 22.05 the powered-down nodes are
+listed only with ``PrivateData=cloud``.
+
 Jobs are named ``qm-<JobSpec.id>``: that name is the idempotency key ``submit`` looks for. Slurm forgets a
 finished job after ``MinJobAge`` (300 s by default), so a resubmission after that starts a new job.
 
@@ -61,7 +69,7 @@ import os
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -69,6 +77,7 @@ from typing import Any, TypeVar
 import requests
 
 from clusters.backends.base import (
+    ELASTIC_POOL,
     LOG_LIMIT,
     AcceleratorInfo,
     AuthenticationFailed,
@@ -87,6 +96,7 @@ from clusters.backends.base import (
     LogsUnavailable,
     NodeInfo,
     NotFound,
+    Provisioned,
     Refused,
     Unreachable,
     not_allowed,
@@ -105,6 +115,11 @@ DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 NOT_READY_STATES = frozenset({"down", "unknown", "future", "error"})
 NOT_READY_FLAGS = frozenset({"NOT_RESPONDING", "POWERED_DOWN", "POWERING_UP"})
 UNSCHEDULABLE_FLAGS = frozenset({"DRAIN", "FAIL"})
+#: A cloud node (State=CLOUD) with one of these flags is out of service: powered down, on its way up, asked to
+#: power down or on its way there. It is no capacity, so the inventory leaves it out (docstring: Elastic pools).
+POWER_FLAGS = frozenset({"POWERED_DOWN", "POWERING_UP", "POWER_DOWN", "POWERING_DOWN"})
+#: The node feature that puts a node in an elastic pool of Quartermaster's: ``qm-pool-<pool>``.
+POOL_FEATURE = "qm-pool-"
 
 # Slurm error numbers (slurm_errno.h) that say more than "the cluster refused".
 ESLURM_ACCESS_DENIED = 2002
@@ -178,7 +193,7 @@ class SlurmBackend(Backend):
 
     def inventory(self) -> Inventory:
         domains = self._topology()
-        nodes = tuple(self._node_info(raw, domains) for raw in self._nodes())
+        nodes = tuple(self._node_info(raw, domains) for raw in self._nodes() if _in_service(raw))
         models = sorted({node.accelerator for node in nodes if node.accelerator})
         return Inventory(nodes=nodes, accelerators=tuple(AcceleratorInfo(model=model) for model in models))
 
@@ -223,7 +238,7 @@ class SlurmBackend(Backend):
         """
         now = datetime.now(UTC)
         signals: list[HealthSignal] = []
-        for raw in self._nodes():
+        for raw in filter(_in_service, self._nodes()):
             node = self._node_info(raw)
             state = node.labels.get("state", "")
             flags = node.labels.get("state_flags", "")
@@ -366,6 +381,41 @@ class SlurmBackend(Backend):
         self._require_node(node)
         return self._update_node(node, "resume")
 
+    # ------------------------------------------------------------------------------- elastic pools
+
+    def provision(
+        self, pool: str, count: int, capacity_type: str, lead_time: int, accelerators: int = 0
+    ) -> Provisioned:
+        """Power up ``count`` of the pool's powered-down cloud nodes (fewer if it has fewer left; ``Refused`` when
+        it has none). Up ``lead_time`` from now: the pool's own estimate of its ResumeProgram's time."""
+        if count < 1:
+            raise Refused("ask for one node or more")
+        members = [raw for raw in self._nodes() if POOL_FEATURE + pool in _features(raw)]
+        if not members:
+            raise Refused(f"Slurm has no node with the feature {POOL_FEATURE}{pool} (the pool's State=CLOUD nodes)")
+        asleep = sorted(str(raw["name"]) for raw in members if _powered_down(raw))
+        if not asleep:
+            raise Refused(f"every node of pool {pool} ({len(members)}) is in service, on its way, or down")
+        if self.dry_run:
+            raise Refused("a dry run powers up no node")
+        woken: list[str] = []
+        for name in asleep[:count]:
+            try:
+                self._update_node(name, "power_up")
+            except BackendError:
+                if not woken:
+                    raise
+                break  # those asked for so far are on their way: the ask is for them
+            woken.append(name)
+        return Provisioned(tuple(woken), time.time() + lead_time)
+
+    def release(self, nodes: Sequence[str]) -> None:
+        """Power ``nodes`` down (Slurm runs its SuspendProgram once each is idle, which deletes the instance)."""
+        if self.dry_run:
+            return
+        for name in nodes:
+            self._update_node(name, "power_down")
+
     # ------------------------------------------------------------------------------- the API version
 
     @property
@@ -477,6 +527,9 @@ class SlurmBackend(Backend):
         labels = {"state": state, "partition": ",".join(partitions)}
         if flags:
             labels["state_flags"] = ",".join(flags)
+        pool = next((f.removeprefix(POOL_FEATURE) for f in _features(raw) if f.startswith(POOL_FEATURE)), "")
+        if pool:
+            labels[ELASTIC_POOL] = pool
         ready = state not in NOT_READY_STATES and not NOT_READY_FLAGS.intersection(flags)
         schedulable = not UNSCHEDULABLE_FLAGS.intersection(flags)
         if reason and not (ready and schedulable):  # 24.11 keeps the reason of a drain after the resume
@@ -556,12 +609,13 @@ class SlurmBackend(Backend):
             raise NotFound(f"Slurm does not know node {node}")
 
     def _update_node(self, node: str, action: str, reason: str = "", requeue: list[str] | None = None) -> DryRun | None:
-        """DRAIN (with ``reason``) or RESUME ``node``: over REST where slurmrestd offers it, else scontrol."""
+        """DRAIN (with ``reason``), RESUME, POWER_UP or POWER_DOWN ``node``: over REST where slurmrestd offers it,
+        else scontrol."""
         detail: dict[str, Any] = {}
         if self.rest_node_updates:
             detail["rest"] = versions.node_update(action, reason)
         else:
-            state = "State=RESUME" if action == "resume" else "State=DRAIN"
+            state = f"State={versions.POWER.get(action) or ('RESUME' if action == 'resume' else 'DRAIN')}"
             detail["scontrol"] = ["update", f"NodeName={node}", state, *([f"Reason={reason}"] if reason else [])]
         if self.dry_run:
             if requeue:
@@ -807,6 +861,33 @@ class SlurmBackend(Backend):
 
 
 # ------------------------------------------------------------------------------------------- helpers
+
+
+def _features(raw: Mapping[str, Any]) -> list[str]:
+    """A node's features (``features``: a comma-separated string in v0.0.38's words)."""
+    text = raw.get("features")
+    return [f for f in text.split(",") if f] if isinstance(text, str) else []
+
+
+def _flags(raw: Mapping[str, Any]) -> set[str]:
+    return {flag for flag in raw.get("state_flags") or () if isinstance(flag, str)}
+
+
+def _in_service(raw: Mapping[str, Any]) -> bool:
+    """Whether a node is capacity: every node but a cloud node powered down, or on its way up or down."""
+    flags = _flags(raw)
+    return "CLOUD" not in flags or not POWER_FLAGS.intersection(flags)
+
+
+def _powered_down(raw: Mapping[str, Any]) -> bool:
+    """A cloud node at rest that may be powered up: powered down, idle (not down after a failed resume), not
+    drained, and not asked to power down again."""
+    flags = _flags(raw)
+    return (
+        {"CLOUD", "POWERED_DOWN"} <= flags
+        and not flags & (UNSCHEDULABLE_FLAGS | {"POWER_DOWN", "POWERING_DOWN", "POWERING_UP"})
+        and str(raw.get("state", "")).lower() == "idle"
+    )
 
 
 def invalid_options(options: Mapping[str, Any]) -> str:

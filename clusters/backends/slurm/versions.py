@@ -97,6 +97,9 @@ def node(version: str, raw: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("cpus", "alloc_cpus", "real_memory", "alloc_memory"):
         if key in out:
             out[key] = number(out[key])
+    for key in ("features", "active_features"):  # a list there, a comma-separated string in v0.0.38
+        if isinstance(raw.get(key), list):
+            out[key] = ",".join(str(feature) for feature in raw[key])
     return out
 
 
@@ -171,7 +174,14 @@ def submit_body(version: str, script: str, props: Mapping[str, Any]) -> dict[str
 
 
 def node_update(action: str, reason: str) -> dict[str, Any]:
-    """The body of ``POST node/{name}`` (``v0.0.40`` and later) that drains a node or resumes it."""
+    """The body of ``POST node/{name}`` (``v0.0.40`` and later) that drains a node, resumes it, or powers it up or
+    down (``power_up``, ``power_down``: Slurm's power saving)."""
     if action == "resume":
         return {"state": ["RESUME"]}
+    if action in POWER:
+        return {"state": [POWER[action]]}
     return {"state": ["DRAIN"], "reason": reason}
+
+
+#: Power saving's node states, as ``scontrol update State=`` and ``POST node/{name}`` both spell them.
+POWER = {"power_up": "POWER_UP", "power_down": "POWER_DOWN"}
