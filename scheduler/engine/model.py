@@ -4,6 +4,10 @@ Everything here is a frozen dataclass of plain values, so a snapshot can be buil
 (from the database), by the simulator (from a trace) or by a test (from Hypothesis) in the same way, and
 the engine can never change its input.
 
+Size: the whole vocabulary, each type with its fields' meanings, kept in one place so that the engine, the
+placement loop, the simulator and the tests read one definition; it splits by noun (nodes, jobs, decisions)
+if it grows further.
+
 Units are integers so that quota arithmetic is exact:
 - accelerators in **milli-accelerators** (1000 = one whole GPU or TPU chip; 250 = a quarter of a GPU);
 - CPU in **millicores**;
@@ -344,6 +348,9 @@ class Config:
     #: earlier, which cuts the average completion time (SJF); a long job is never passed by one submitted
     #: more than ``short_first * time_limit`` after it, so it does not starve. 0 is first come, first served.
     short_first: float = 8.0
+    #: Shortest remaining time first: a pending job may preempt its own queue's work of its priority with more
+    #: than this many times its time limit left (0: never).
+    srpt: float = 0.0
     #: Jobs examined per cycle; the rest wait for the next cycle (kube-scheduler's queue lookback).
     max_jobs_per_cycle: int = 100_000
     #: Admissions per cycle; once reached, the rest wait for the next cycle. A burst of submissions is then

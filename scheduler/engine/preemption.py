@@ -81,6 +81,8 @@ class _Work:
     staying: BoolArray  # not already evicting
     cluster: IntArray
     submitted: FloatArray
+    end: FloatArray
+    admitted: FloatArray
     made: dict[int, Running] = field(default_factory=dict)
 
     def running(self, i: int) -> Running:
@@ -148,6 +150,7 @@ class Preemptor:
             job.needs,
             job.excluded,
             job.submitted_at if newer_matters else None,
+            job.time_limit if self.cycle.config.srpt else None,
         )
         cached = self._candidate_lists.get(key)
         if cached is None:
@@ -181,6 +184,8 @@ class Preemptor:
                 p.staying[index],
                 p.cluster[index],
                 p.submitted[index],
+                cycle.work.end[index],
+                p.admitted[index],
             )
         return found
 
@@ -197,6 +202,11 @@ class Preemptor:
             lower = work.priority < tier.priority
             if queue.within_queue is WithinQueue.LOWER_OR_NEWER_EQUAL_PRIORITY:
                 lower |= (work.priority == tier.priority) & (work.submitted > job.submitted_at)
+            if cycle.config.srpt:  # shortest remaining time first, never work that started past its bound
+                longer = work.end - cycle.now > cycle.config.srpt * job.time_limit
+                if tier.max_wait > 0:
+                    longer &= work.admitted - work.submitted < tier.max_wait
+                lower |= (work.priority == tier.priority) & longer
             own &= lower
         # Other teams' work on nodes booked for the job's team, once the booking begins: whatever its queue.
         booked = self._booked(job.team, flavor)

@@ -75,3 +75,24 @@ def test_a_job_only_spot_nodes_could_hold_is_told_to_accept_spot() -> None:
     assert careful.reason is PendingReason.NEVER_FITS
     assert careful.message.startswith("Only spot nodes of h100 could hold")
     assert [a.job for a in decisions.admissions] == ["thrifty"]  # the same shape, judged apart
+
+
+def long_and_short(srpt: float, max_wait: float = 0.0) -> Snapshot:
+    """Two nodes held by work of the pending job's own tier: one with 10 h left, one with 30 min; a 1-hour job
+    that needs a whole node waits."""
+    work = (
+        running("long", "n1", tier="normal", admitted_at=NOW - 3600, time_limit=11 * 3600, submitted_at=NOW - 7200),
+        running("nearly-done", "n2", tier="normal", admitted_at=NOW - 3600, time_limit=5400, submitted_at=NOW - 3600),
+    )
+    pending = (job("short", tier="normal", accelerators=8, time_limit=3600),)
+    snap = snapshot((node("n1", free=0), node("n2", free=0)), (queue("a"),), pending, work, backfill=False, srpt=srpt)
+    return replace(snap, tiers=(TIERS[0], replace(TIERS[1], max_wait=max_wait)))
+
+
+def test_shortest_remaining_time_first_preempts_work_with_far_more_left_of_the_same_tier() -> None:
+    assert not schedule(long_and_short(srpt=0)).preemptions  # off by default: equal tiers never preempt
+    decisions = schedule(long_and_short(srpt=4))
+    assert [p.workload for p in decisions.preemptions] == ["long"]  # 10 h left > 4 x 1 h; 30 min is not
+    assert not schedule(long_and_short(srpt=12)).preemptions  # 10 h left is not 12 x 1 h
+    # work that started past its tier's bound on waiting (it waited an hour, the bound is 30 min) is left alone
+    assert not schedule(long_and_short(srpt=4, max_wait=1800)).preemptions

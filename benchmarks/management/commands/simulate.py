@@ -303,6 +303,13 @@ class Command(BaseCommand):
             help="Our policy's short-first aging (the engine's Config.short_first; default: the engine's own).",
         )
         replay.add_argument(
+            "--srpt",
+            type=float,
+            default=None,
+            help="Our policy's shortest remaining time first (Config.srpt): a waiting job may preempt work of its "
+            "priority with more than this many times its time limit left (default: off).",
+        )
+        replay.add_argument(
             "--half-life-hours",
             type=float,
             default=0.0,
@@ -438,7 +445,7 @@ class Command(BaseCommand):
                 bar.set_postfix_str(policy, refresh=False)
                 bar.update()
 
-            tuned = {k: options[k] for k in ("short_first", "usage_weight") if options[k] is not None}
+            tuned = {k: options[k] for k in ("short_first", "usage_weight", "srpt") if options[k] is not None}
             config = Config(**tuned) if tuned else None
             replay = jobs.Replay(
                 clusters,
