@@ -323,6 +323,32 @@ def _closed_for_release(pool: ElasticPool, idle: list[str]) -> list[str]:
     return [name for name in idle if name not in taken]
 
 
+def _left_by_themselves(
+    pool: ElasticPool, grants: list[ElasticGrant], present: set[str], now: datetime
+) -> list[ElasticGrant]:
+    """Asks in service none of whose nodes is in the fleet any more (the cloud took them back, the cluster powered
+    them down itself) are released, as of when their nodes were last seen, so that they stop costing; the others."""
+    kept = []
+    for grant in grants:
+        if any(name in present for name in grant.nodes):
+            kept.append(grant)
+            continue
+        seen = Node.objects.filter(cluster=pool.cluster, name__in=grant.nodes).aggregate(last=Max("last_seen_at"))
+        until = min(now, max(seen["last"] or grant.up_at, grant.up_at))
+        with transaction.atomic():
+            if ElasticGrant.objects.filter(pk=grant.pk, state=State.UP).update(state=State.RELEASED, released_at=until):
+                audit.record(
+                    "elastic.released",
+                    actor=None,
+                    target=grant,
+                    organization=pool.cluster.organization,
+                    changes={"nodes": [grant.nodes, None]},
+                    reason="its nodes left the fleet by themselves (taken back by the cloud, or powered down by the "
+                    "cluster)",
+                )
+    return kept
+
+
 def _release_idle(pool: ElasticPool, now: datetime) -> int:
     """Give back the pool's nodes without work for ``idle_release`` seconds, above its minimum."""
     grants = list(pool.grants.filter(state=State.UP))
@@ -337,6 +363,7 @@ def _release_idle(pool: ElasticPool, now: datetime) -> int:
             "node__name", flat=True
         )
     )
+    grants = _left_by_themselves(pool, grants, set(nodes), now)
     last_work = _last_work(n.pk for n in nodes.values())
     idle = sorted(
         name

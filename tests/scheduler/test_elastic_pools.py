@@ -111,6 +111,27 @@ def test_a_stock_out_is_a_refusal_with_its_reason_and_the_pool_keeps_its_minimum
     assert elastic.settle(timezone.now() + timedelta(days=1))["released"] == 0
 
 
+def test_an_ask_whose_nodes_left_by_themselves_stops_costing(fleet: Fleet) -> None:
+    east = fleet.clusters["east"]
+    pool(fleet)
+    burst(fleet, 1)
+    fleet.cycle()
+    (grant,) = ElasticGrant.objects.all()
+    elastic.provision(grant.pk)
+    assert sync.sync_cluster(east.pk).ok
+    assert elastic.settle()["up"] == 1
+    grant.refresh_from_db()
+    # the cloud takes the node back (a spot reclaim, a cluster's own power saving): it leaves the inventory
+    simulated.SimulatedBackend(east.endpoint, {}, east.options).release(grant.nodes)
+    assert sync.sync_cluster(east.pk).ok
+    seen = Node.objects.get(cluster=east, name=grant.nodes[0]).last_seen_at
+    assert elastic.settle(timezone.now() + timedelta(hours=5))["released"] == 0  # nothing of ours to give back
+    grant.refresh_from_db()
+    assert (grant.state, grant.released_at) == ("released", seen)  # it cost until it was last seen, not 5 h more
+    record = AuditLog.objects.filter(action="elastic.released").get()
+    assert "left the fleet by themselves" in record.reason
+
+
 def test_the_monthly_budget_bounds_what_is_asked(fleet: Fleet) -> None:
     burst_pool = pool(fleet, monthly_budget=Decimal("100"))
     four_an_hour(burst_pool)
