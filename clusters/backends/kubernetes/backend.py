@@ -181,6 +181,16 @@ class KubernetesBackend(Backend):
         except ValueError as e:  # not JSON, or an object the client's models reject (pydantic)
             raise BadResponse(f"the API server at {self.endpoint} answered {what} with {invalid(e)}") from e
 
+    @contextmanager
+    def _deleting(self, what: str) -> Iterator[None]:
+        """``_calling`` for a deletion: an object that is gone already (404) is deleted."""
+        with self._calling(what):
+            try:
+                yield
+            except ApiException as e:
+                if e.status != HTTPStatus.NOT_FOUND:
+                    raise
+
     def _api_error(self, e: ApiException, what: str) -> BackendError:
         status = e.status or 0
         message, detail = status_message(e), answer_body(e)
@@ -641,14 +651,10 @@ class KubernetesBackend(Backend):
         if self.dry_run:
             return DryRun("signal", backend_id, {"grace_period_seconds": grace_seconds, "pods": names})
         for name in names:
-            with self._calling(f"deleting pod {name} of job {backend_id} with a grace period"):
-                try:
-                    self._core().delete_namespaced_pod(
-                        name, self.namespace, grace_period_seconds=grace_seconds, _request_timeout=self.timeout
-                    )
-                except ApiException as e:
-                    if e.status != 404:  # gone already
-                        raise
+            with self._deleting(f"deleting pod {name} of job {backend_id} with a grace period"):
+                self._core().delete_namespaced_pod(
+                    name, self.namespace, grace_period_seconds=grace_seconds, _request_timeout=self.timeout
+                )
         return None
 
     def cordon(self, node: str, reason: str) -> DryRun | None:
@@ -737,28 +743,20 @@ class KubernetesBackend(Backend):
         for request in _items(listed):
             if provisioning.finished(request):
                 name = request["metadata"]["name"]
-                with self._calling(f"deleting the ProvisioningRequest {name}"):
-                    try:
-                        self._custom().delete_namespaced_custom_object(
-                            provisioning.GROUP,
-                            provisioning.VERSION,
-                            self.namespace,
-                            provisioning.PLURAL,
-                            name,
-                            _request_timeout=self.timeout,
-                        )
-                    except ApiException as e:
-                        if e.status != HTTPStatus.NOT_FOUND:
-                            raise
+                with self._deleting(f"deleting the ProvisioningRequest {name}"):
+                    self._custom().delete_namespaced_custom_object(
+                        provisioning.GROUP,
+                        provisioning.VERSION,
+                        self.namespace,
+                        provisioning.PLURAL,
+                        name,
+                        _request_timeout=self.timeout,
+                    )
                 self._delete_template(name)
 
     def _delete_template(self, name: str) -> None:
-        with self._calling(f"deleting the PodTemplate {name}"):
-            try:
-                self._core().delete_namespaced_pod_template(name, self.namespace, _request_timeout=self.timeout)
-            except ApiException as e:
-                if e.status != HTTPStatus.NOT_FOUND:
-                    raise
+        with self._deleting(f"deleting the PodTemplate {name}"):
+            self._core().delete_namespaced_pod_template(name, self.namespace, _request_timeout=self.timeout)
 
     def _dry_run_on_node(self, action: str, node: str, detail: dict[str, Any]) -> DryRun:
         """What ``action`` would do; reading the node first, so a dry run on an unknown node fails as a real one."""

@@ -390,7 +390,7 @@ class SlurmBackend(Backend):
         it has none). Up ``lead_time`` from now: the pool's own estimate of its ResumeProgram's time."""
         if count < 1:
             raise Refused("ask for one node or more")
-        members = [raw for raw in self._nodes() if POOL_FEATURE + pool in _features(raw)]
+        members = [raw for raw in self._nodes() if _pool(raw) == pool]
         if not members:
             raise Refused(f"Slurm has no node with the feature {POOL_FEATURE}{pool} (the pool's State=CLOUD nodes)")
         asleep = sorted(str(raw["name"]) for raw in members if _powered_down(raw))
@@ -527,7 +527,7 @@ class SlurmBackend(Backend):
         labels = {"state": state, "partition": ",".join(partitions)}
         if flags:
             labels["state_flags"] = ",".join(flags)
-        pool = next((f.removeprefix(POOL_FEATURE) for f in _features(raw) if f.startswith(POOL_FEATURE)), "")
+        pool = _pool(raw)
         if pool:
             labels[ELASTIC_POOL] = pool
         ready = state not in NOT_READY_STATES and not NOT_READY_FLAGS.intersection(flags)
@@ -867,6 +867,11 @@ def _features(raw: Mapping[str, Any]) -> list[str]:
     """A node's features (``features``: a comma-separated string in v0.0.38's words)."""
     text = raw.get("features")
     return [f for f in text.split(",") if f] if isinstance(text, str) else []
+
+
+def _pool(raw: Mapping[str, Any]) -> str:
+    """The elastic pool a node is in (its feature ``qm-pool-<pool>``), "" for none."""
+    return next((f.removeprefix(POOL_FEATURE) for f in _features(raw) if f.startswith(POOL_FEATURE)), "")
 
 
 def _flags(raw: Mapping[str, Any]) -> set[str]:
