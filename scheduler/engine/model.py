@@ -349,7 +349,8 @@ class Config:
     #: more than ``short_first * time_limit`` after it, so it does not starve. 0 is first come, first served.
     short_first: float = 8.0
     #: Shortest remaining time first: a pending job may preempt its own queue's work of its priority with more
-    #: than this many times its time limit left (0: never).
+    #: than this many times its time limit left (0: never), if ``short_first``'s aging, applied to the work's
+    #: time left, orders that work after the job: work that waited long is not preempted again and again.
     srpt: float = 0.0
     #: Jobs examined per cycle; the rest wait for the next cycle (kube-scheduler's queue lookback).
     max_jobs_per_cycle: int = 100_000

@@ -151,6 +151,7 @@ class Preemptor:
             job.excluded,
             job.submitted_at if newer_matters else None,
             job.time_limit if self.cycle.config.srpt else None,
+            job.submitted_at if self.cycle.config.srpt else None,
         )
         cached = self._candidate_lists.get(key)
         if cached is None:
@@ -202,9 +203,12 @@ class Preemptor:
             lower = work.priority < tier.priority
             if queue.within_queue is WithinQueue.LOWER_OR_NEWER_EQUAL_PRIORITY:
                 lower |= (work.priority == tier.priority) & (work.submitted > job.submitted_at)
-            if cycle.config.srpt:  # shortest remaining time first, never work that started past its bound
-                longer = work.end - cycle.now > cycle.config.srpt * job.time_limit
-                if tier.max_wait > 0:
+            if cycle.config.srpt:  # shortest remaining time first (model.Config.srpt)
+                left, aging = work.end - cycle.now, cycle.config.short_first
+                longer = left > cycle.config.srpt * job.time_limit
+                # only work that the aging orders after the job, its time left standing for its limit
+                longer &= work.submitted + aging * left > job.submitted_at + aging * job.time_limit
+                if tier.max_wait > 0:  # never work that started past its bound
                     longer &= work.admitted - work.submitted < tier.max_wait
                 lower |= (work.priority == tier.priority) & longer
             own &= lower

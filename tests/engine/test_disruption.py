@@ -77,11 +77,11 @@ def test_a_job_only_spot_nodes_could_hold_is_told_to_accept_spot() -> None:
     assert [a.job for a in decisions.admissions] == ["thrifty"]  # the same shape, judged apart
 
 
-def long_and_short(srpt: float, max_wait: float = 0.0) -> Snapshot:
+def long_and_short(srpt: float, max_wait: float = 0.0, long_submitted: float = NOW - 7200) -> Snapshot:
     """Two nodes held by work of the pending job's own tier: one with 10 h left, one with 30 min; a 1-hour job
     that needs a whole node waits."""
     work = (
-        running("long", "n1", tier="normal", admitted_at=NOW - 3600, time_limit=11 * 3600, submitted_at=NOW - 7200),
+        running("long", "n1", tier="normal", admitted_at=NOW - 3600, time_limit=11 * 3600, submitted_at=long_submitted),
         running("nearly-done", "n2", tier="normal", admitted_at=NOW - 3600, time_limit=5400, submitted_at=NOW - 3600),
     )
     pending = (job("short", tier="normal", accelerators=8, time_limit=3600),)
@@ -96,3 +96,7 @@ def test_shortest_remaining_time_first_preempts_work_with_far_more_left_of_the_s
     assert not schedule(long_and_short(srpt=12)).preemptions  # 10 h left is not 12 x 1 h
     # work that started past its tier's bound on waiting (it waited an hour, the bound is 30 min) is left alone
     assert not schedule(long_and_short(srpt=4, max_wait=1800)).preemptions
+    # nor work that its own aging puts ahead of the job (short_first 8): submitted 73 h ago with 10 h left, it is
+    # ordered as if submitted 73 - 8 x 10 = 7 h from now, before the short job (17 min ago, 1 h: 7.7 h from now)
+    assert not schedule(long_and_short(srpt=4, long_submitted=NOW - 73 * 3600)).preemptions
+    assert schedule(long_and_short(srpt=4, long_submitted=NOW - 71 * 3600)).preemptions  # 9 h from now: after it
