@@ -407,5 +407,6 @@ class Backend:
         raise Refused(f"{self.kind} clusters cannot add nodes from Quartermaster yet")
 
     def release(self, nodes: Sequence[str]) -> None:
-        """Give ``nodes`` of an elastic pool back to the cloud (they hold no work)."""
+        """Give ``nodes`` of an elastic pool back to the cloud (they hold no work); with none, tidy away what the
+        cloud keeps of asks that ended (a failed Kubernetes ProvisioningRequest)."""
         raise Refused(f"{self.kind} clusters cannot release nodes from Quartermaster yet")

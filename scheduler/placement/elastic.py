@@ -298,6 +298,11 @@ def _never_came(grant: ElasticGrant, missing: list[str], now: datetime) -> None:
             changes={"nodes": [grant.nodes, arrived]},
             reason=message,
         )
+    if not arrived:  # nothing of it will come: what the cloud keeps of the ask (a failed request) can go
+        try:
+            backend_for(grant.pool.cluster).release([])
+        except BackendError as exc:
+            log.warning("elastic pool %s: tidying after a refused ask failed: %s", grant.pool, exc)
 
 
 def _closed_for_release(pool: ElasticPool, idle: list[str]) -> list[str]:
