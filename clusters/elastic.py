@@ -1,6 +1,7 @@
 """What elastic pools have cost (docs/scheduling.md §Elastic pools): the month's spend of each pool's nodes, and
-what its monthly budget has left. Read only: the placement loop bounds its asks with ``month_spend``
-(``scheduler.placement.elastic``), and the pool's page, API and ``qm pools`` show ``spend``.
+what its monthly budget has left; and the slice shape of a TPU pool's nodes (``pool_shape``). Read only: the
+placement loop bounds its asks with ``month_spend`` (``scheduler.placement.elastic``), and the pool's page, API and
+``qm pools`` show ``spend``.
 
 A grant's nodes cost money from when they were due up (``up_at``) until they were released (or now), at the rate
 they were asked at (``cost_per_hour``); asks that were refused, or not yet taken by the cloud, cost nothing.
@@ -15,12 +16,22 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from django.utils import timezone
 
+from clusters.backends.tpu.accelerators import type_of_model
 from clusters.models import ElasticGrant, ElasticPool
 
 #: Grants whose nodes cost money this month (asked and refused ones never ran).
 SPENDING = (ElasticGrant.State.COMING, ElasticGrant.State.UP, ElasticGrant.State.RELEASED)
 #: Money as it is shown: to the cent.
 CENT = Decimal("0.01")
+
+
+def pool_shape(pool: ElasticPool) -> str:
+    """The slice shape of a pool's nodes (``scheduler.engine.model.Elastic.shape``): on a Cloud TPU cluster the
+    type its flavor (a TPU generation) and chips a node name (v5p and 16: ``v5p-32``); "" on every other kind.
+    ``UnknownAcceleratorType`` when they name none (the pool's actions refuse such a pool)."""
+    if pool.cluster.kind != "tpu":
+        return ""
+    return type_of_model(pool.accelerator.name, pool.node_accelerators)
 
 
 def month_spend(found: Iterable[ElasticPool], now: datetime) -> dict[int, Decimal]:

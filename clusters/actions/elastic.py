@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
+from clusters.backends.tpu.accelerators import UnknownAcceleratorType, type_of_model
 from clusters.capacity import CapacityType
 from clusters.models import AcceleratorType, Cluster, ElasticPool
 from common.validation import REQUIRED
@@ -185,6 +186,11 @@ def _validated(cluster: Cluster, fields: dict[str, Any]) -> dict[str, Any]:
     }
     if not isinstance(values["enabled"], bool):
         errors["enabled"] = "True (the pool may be asked for nodes) or false (switched off)."
+    if cluster.kind == "tpu" and values["flavor"] is not None and values["node_accelerators"] is not None:
+        try:  # a TPU pool's nodes are slices: its flavor and chips must name a slice type
+            type_of_model(values["flavor"].name, values["node_accelerators"])
+        except UnknownAcceleratorType as error:
+            errors["node_accelerators"] = f"On a TPU cluster a node is a slice: {error}."
     low, high = values["min_nodes"], values["max_nodes"]
     if low is not None and high is not None and low > high and "min_nodes" not in errors:
         errors["min_nodes"] = f"At most the pool's maximum ({high} nodes)."

@@ -400,10 +400,11 @@ class Backend:
 
     # elastic pools (docs/scheduling.md §Elastic pools)
     def provision(
-        self, pool: str, count: int, capacity_type: str, lead_time: int, accelerators: int = 0
+        self, pool: str, count: int, capacity_type: str, lead_time: int, accelerators: int = 0, flavor: str = ""
     ) -> Provisioned:
         """Ask the cloud for ``count`` nodes of the pool ``pool`` (its nodes labelled ``ELASTIC_POOL``), of
-        ``accelerators`` each; ``Refused`` when it will not give them (a stock-out, a quota of its own)."""
+        ``accelerators`` of model ``flavor`` each; ``Refused`` when it will not give them (a stock-out, a quota of
+        its own)."""
         raise Refused(f"{self.kind} clusters cannot add nodes from Quartermaster yet")
 
     def release(self, nodes: Sequence[str]) -> None:

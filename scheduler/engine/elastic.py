@@ -139,7 +139,7 @@ def demand(cycle: CycleState, pending: list[Pending]) -> tuple[list[Pending], tu
     try:
         for p in pending:
             job = jobs.get(p.job)
-            if p.reason not in WANTING or job is None or job.topology is not None or job.shape:
+            if p.reason not in WANTING or job is None or job.topology is not None:
                 continue
             chosen, poor = _pool_for(cycle, job, pools, p.estimated_start)
             if chosen is None:
@@ -219,8 +219,15 @@ def _may_use(job: Job, spec: Elastic, cluster: Cluster, offered: Sequence[str]) 
         and not cluster.refuses(job.needs)
         and spec.cluster not in dict(job.excluded)
         and (not spec.spot or (job.spot and job.preemptible))
+        and _same_shape(job.shape, spec.shape)
         and (job.max_price_per_hour is None or spec.price_per_accel_hour * _accelerators(job) <= job.max_price_per_hour)
     )
+
+
+def _same_shape(wanted: str, offered: str) -> bool:
+    """Whether a pool's nodes of slice shape ``offered`` take a job asking for ``wanted`` (``NodeTable.shaped``'s
+    rule: a type without a topology takes any topology of it)."""
+    return offered == wanted or ("/" not in wanted and offered.startswith(f"{wanted}/"))
 
 
 def _accelerators(job: Job) -> float:

@@ -443,6 +443,9 @@ class Elastic:
     #: node is held until the longest time limit of the jobs it is asked for ends, and then ``idle_release``.
     left: float | None = None
     idle_release: float = 0.0
+    #: The TPU slice shape of its nodes (``Node.shape``; ``"v5p-32"``, ``"v5p-32/2x2x4"``): only jobs asking for
+    #: it go there, each worker on a node of its own. "": nodes without a shape, for jobs without one.
+    shape: str = ""
 
 
 @dataclass(frozen=True, slots=True)

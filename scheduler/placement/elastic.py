@@ -29,7 +29,8 @@ from django.utils import timezone
 
 from clusters.actions.sync import backend_for
 from clusters.backends.base import ELASTIC_POOL, BackendError, Unreachable
-from clusters.elastic import month_spend
+from clusters.backends.tpu.accelerators import UnknownAcceleratorType
+from clusters.elastic import month_spend, pool_shape
 from clusters.models import Cluster, ElasticGrant, ElasticPool, Node
 from common.metrics import ELASTIC_NODES
 from scheduler.engine import model as m
@@ -82,6 +83,11 @@ def pools(
     longest = max((job.time_limit for job in pending), default=0)  # the longest time limit waiting
     out, reach = [], {}
     for pool in found:
+        try:
+            shape = pool_shape(pool)
+        except UnknownAcceleratorType as exc:  # made before pools were checked for it: asked for nothing
+            log.warning("elastic pool %s: %s", pool, exc)
+            continue
         labels = {"quartermaster.io/capacity-type": pool.capacity_type}
         price = prices.of(pool.cluster_id, pool.accelerator_id, labels, pool.cluster.kind, pool.cluster.options or {})
         node_hour = Decimal(str(price)) * pool.node_accelerators
@@ -110,6 +116,7 @@ def pools(
                 coming_at=coming_at[pool.pk].timestamp() if pool.pk in coming_at else 0.0,
                 left=left,
                 idle_release=float(pool.idle_release),
+                shape=shape,
             )
         )
     return tuple(out), reach
@@ -192,13 +199,22 @@ log = logging.getLogger(__name__)
 def provision(grant_id: int) -> str:
     """Ask the cloud for an ask's nodes; its new state."""
     with transaction.atomic():
-        grant = ElasticGrant.objects.select_for_update().select_related("pool__cluster__organization").get(pk=grant_id)
+        grant = (
+            ElasticGrant.objects.select_for_update()
+            .select_related("pool__cluster__organization", "pool__accelerator")
+            .get(pk=grant_id)
+        )
         if grant.state != State.ASKED:
             return str(grant.state)
         pool = grant.pool
         try:
             given = backend_for(pool.cluster).provision(
-                pool.name, grant.count, pool.capacity_type, pool.lead_time, pool.node_accelerators
+                pool.name,
+                grant.count,
+                pool.capacity_type,
+                pool.lead_time,
+                pool.node_accelerators,
+                pool.accelerator.name,
             )
         except Unreachable as exc:
             log.warning("elastic pool %s: the cloud did not answer: %s", pool, exc)

@@ -304,6 +304,13 @@ class TpuServer:
         qr.fixed_state = "FAILED"
         qr.body["state"] = {"state": "FAILED", "failedData": {"error": {"code": code, "message": message}}}
 
+    def advance(self, qr_id: str) -> None:
+        """Time passes for a queued resource: it goes through the rest of ``progression`` (reaching ACTIVE makes its
+        slices), as the API's does whether or not anyone reads it."""
+        with self._lock:
+            for _ in self.progression:
+                self._advance(qr_id)
+
     def break_node(self, node_id: str, state: str = "PREEMPTED", description: str = "") -> None:
         """A slice goes bad under its queued resource (preempted, repairing, terminated); the queued resource
         stays ACTIVE, as the API's does."""

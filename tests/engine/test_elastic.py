@@ -72,6 +72,26 @@ def test_the_cheapest_pool_the_job_may_use_and_spot_only_for_work_that_accepts_i
     assert d.wanted == ()
 
 
+def test_a_slice_shaped_pool_is_asked_only_for_jobs_of_its_shape() -> None:
+    slices = replace(CLOUD, name="tpu-burst", shape="v5p-32/2x2x4")
+    jobs = (
+        job("any-topology", accelerators=8, shape="v5p-32"),
+        job("this-topology", accelerators=8, shape="v5p-32/2x2x4", at=1),
+        job("other-topology", accelerators=8, shape="v5p-32/4x4x1", at=2),
+        job("other-type", accelerators=8, shape="v5p-64", at=3),
+        job("no-shape", accelerators=8, at=4),
+    )
+    queues = (queue("a", quota=64), queue("z", quota=16))
+    busy = (running("w", "n1", queue="z", tier="urgent"), running("v", "s1", queue="z", tier="urgent"))
+    fleet = (node("n1", free=0), replace(node("s1", free=0), shape="v5p-32/2x2x4"))
+    shaped = replace(snapshot(fleet, queues, jobs, busy), elastic=(slices,))
+    (want,) = schedule(shaped).wanted
+    assert want.jobs == ("any-topology", "this-topology")
+    assert (want.pool, want.nodes) == ("tpu-burst", 2)  # a slice is the unit: one job each
+    (want,) = schedule(replace(shaped, elastic=(CLOUD,))).wanted  # a pool of nodes without a shape takes no slice job
+    assert want.jobs == ("no-shape",)
+
+
 def test_jobs_go_on_the_nodes_on_their_way_first_and_only_the_rest_is_asked_for() -> None:
     coming = replace(CLOUD, coming=2, coming_at=NOW + 300)
     jobs = [job(f"j{i}", accelerators=8, at=i) for i in range(3)]

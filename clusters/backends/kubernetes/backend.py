@@ -675,7 +675,7 @@ class KubernetesBackend(Backend):
     # elastic pools (provisioning.py)
 
     def provision(
-        self, pool: str, count: int, capacity_type: str, lead_time: int, accelerators: int = 0
+        self, pool: str, count: int, capacity_type: str, lead_time: int, accelerators: int = 0, flavor: str = ""
     ) -> Provisioned:
         """A ``ProvisioningRequest`` for ``count`` nodes of the pool (``options["provisioning_class"]``, default
         cluster-autoscaler's all-or-nothing class) and its ``PodTemplate``, in the backend's namespace."""

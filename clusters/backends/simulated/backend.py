@@ -451,7 +451,7 @@ class SimulatedBackend(Backend):
         return None
 
     def provision(
-        self, pool: str, count: int, capacity_type: str, lead_time: int, accelerators: int = 0
+        self, pool: str, count: int, capacity_type: str, lead_time: int, accelerators: int = 0, flavor: str = ""
     ) -> Provisioned:
         self._reachable()
         if count < 1:

@@ -384,7 +384,7 @@ class SlurmBackend(Backend):
     # ------------------------------------------------------------------------------- elastic pools
 
     def provision(
-        self, pool: str, count: int, capacity_type: str, lead_time: int, accelerators: int = 0
+        self, pool: str, count: int, capacity_type: str, lead_time: int, accelerators: int = 0, flavor: str = ""
     ) -> Provisioned:
         """Power up ``count`` of the pool's powered-down cloud nodes (fewer if it has fewer left; ``Refused`` when
         it has none). Up ``lead_time`` from now: the pool's own estimate of its ResumeProgram's time."""

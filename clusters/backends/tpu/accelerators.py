@@ -111,6 +111,18 @@ def type_for(prefix: str, chip_count: int) -> str:
     return f"{prefix}-{chip_count * (generation.cores_per_unit if generation else 1)}"
 
 
+def type_of_model(model: str, chip_count: int) -> str:
+    """The accelerator type of a slice of ``chip_count`` chips of the generation Quartermaster calls ``model`` (an
+    accelerator type's name: ``("v5p", 16)`` -> v5p-32); ``UnknownAcceleratorType`` when there is none."""
+    for generation in GENERATIONS.values():
+        if generation.model == model:
+            accelerator_type = type_for(generation.prefix, chip_count)
+            check_shape(accelerator_type)
+            return accelerator_type
+    known = ", ".join(g.model for g in GENERATIONS.values())
+    raise UnknownAcceleratorType(f"{model!r} is not a TPU generation ({known})")
+
+
 def chips(accelerator_type: str, topology: str = "") -> int:
     """Chips in a slice: from its topology when known, else from its type by the generation's rule."""
     if topology:

@@ -37,6 +37,9 @@ first failure of any slice is what comes back, and success once the first slice 
 cannot finish without the others) exits 0. A spot job gets the Spot tier, any other the Guaranteed tier,
 reserved unless the cluster has no reservation; a job's ``queue`` may name the reservation.
 
+An elastic pool's slices (``provision``) are queued resources of one slice each, labelled ``quartermaster-pool``;
+their startup script starts the slice agent, and they run any team's jobs of their shape as lent slices do.
+
 Options: ``project`` and ``zone`` (required); ``slices`` (above; none: nothing can be placed here);
 ``reservation`` (the reservation reserved jobs use); ``reserved`` (default true; false: non-spot jobs ask for
 on-demand capacity); ``runtime_version`` (else the generation's default in ``accelerators.py``);
@@ -70,8 +73,9 @@ the service) as ``Failure.PREEMPTED``, and an ACTIVE queued resource one of whos
 (preempted, terminated, repairing, gone) as ``Failure.NODE_LOST``.
 
 Size: one backend speaks one API, and Cloud TPU's is wide: queued resources with their slices, spot and
-reservations, lent slices, start-up scripts, and the failure modes each has; the pure parsing of names and slices
-above ``TpuBackend`` would split out first (issue 32 item 4 makes each backend kind one folder with its descriptor).
+reservations, lent slices, elastic pools' slices, start-up scripts, and the failure modes each has; the pure
+parsing of names and slices above ``TpuBackend`` would split out first (issue 32 item 4 makes each backend kind
+one folder with its descriptor).
 """
 
 from __future__ import annotations
@@ -79,12 +83,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import secrets
 import shlex
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import requests
@@ -100,6 +107,7 @@ from google.oauth2 import service_account
 from google.protobuf import field_mask_pb2, json_format  # type: ignore[import-untyped]
 
 from clusters.backends.base import (
+    ELASTIC_POOL,
     LENT_TO,
     LOG_LIMIT,
     AcceleratorInfo,
@@ -119,6 +127,7 @@ from clusters.backends.base import (
     LogsUnavailable,
     NodeInfo,
     NotFound,
+    Provisioned,
     Refused,
     Unreachable,
     not_allowed,
@@ -133,6 +142,7 @@ from clusters.backends.tpu.accelerators import (
     shape_of,
     split_type,
     type_for,
+    type_of_model,
 )
 from common import outbound
 
@@ -147,6 +157,11 @@ TEAM_LABEL = "quartermaster-team"
 RUN_KEY = "quartermaster-run"
 SCRIPT_KEY = "quartermaster-script"
 STOP_KEY = "quartermaster-stop"
+#: The label of a slice an elastic pool asked for: its pool. Such a slice takes any team's jobs of its shape, told
+#: through its metadata like a lent slice, by the agent its startup script installs (``pool_startup_script``).
+POOL_LABEL = "quartermaster-pool"
+#: The slice agent, as a pool slice's startup script carries it to every host.
+AGENT = Path(__file__).resolve().parents[3] / "deploy" / "tpu_agent.py"
 #: Where a TPU VM reads which host of its slice it is (0 is the first), from inside the VM: its metadata server
 #: (``GCE_METADATA_HOST`` where set, as Google's libraries honour it).
 WORKER_NUMBER_URL = (
@@ -573,17 +588,21 @@ class TpuBackend(Backend):
         # A slice is whole: usable entirely or not at all, and held entirely by the job that asked for it. One
         # Quartermaster did not make has nothing to offer it, ever (not a cordon that may be lifted), unless its
         # owner lends it to a team: then it is that team's (``LENT_TO``), and busy while it runs one of its jobs.
-        lent = self._lent_to(node)
-        running = node.metadata.get(RUN_KEY, "") if lent else ""
+        lent, pool = self._lent_to(node), self._pool_of(node)
+        told = bool(lent or pool)  # given its jobs through its metadata, by the agent on its hosts
+        running = node.metadata.get(RUN_KEY, "") if told else ""
         held = JOB_LABEL in node.labels or bool(running)
         ours = JOB_LABEL in node.labels or name in self.slot_names
-        usable = (ours or bool(lent)) and node.state not in BROKEN
+        usable = (ours or told) and node.state not in BROKEN
         labels["tpu/provisioned"] = "true"
+        if running:
+            labels["tpu/running"] = running
         if lent:
             labels[LENT_TO] = lent
             labels["tpu/owner"] = f"lent to team {lent}: its jobs run through Quartermaster's agent"
-            if running:
-                labels["tpu/running"] = running
+        elif pool:
+            labels[ELASTIC_POOL] = pool
+            labels["tpu/owner"] = f"elastic pool {pool}: jobs run through Quartermaster's agent"
         elif not ours:
             labels["tpu/owner"] = "not Quartermaster: never scheduled"
         return NodeInfo(
@@ -600,7 +619,7 @@ class TpuBackend(Backend):
             memory_used=memory if held else 0,
             topology={"zone": self.zone, "slice": name},
             ready=node.state == State.READY,
-            schedulable=(ours or bool(lent)) and node.state not in UNSCHEDULABLE,
+            schedulable=(ours or told) and node.state not in UNSCHEDULABLE,
             labels=labels,
             # its hosts' internal addresses, and external ones where the slice has them
             addresses=tuple(
@@ -615,9 +634,15 @@ class TpuBackend(Backend):
 
     def _lent_to(self, node: tpu_v2.Node) -> str:
         """The team a slice Quartermaster did not make is lent to (its ``quartermaster-team`` label), else ""."""
-        if JOB_LABEL in node.labels or _short(node.name) in self.slot_names:
+        if JOB_LABEL in node.labels or _short(node.name) in self.slot_names or POOL_LABEL in node.labels:
             return ""
         return str(node.labels.get(TEAM_LABEL, ""))
+
+    def _pool_of(self, node: tpu_v2.Node) -> str:
+        """The elastic pool a slice was asked for (its ``quartermaster-pool`` label), else ""."""
+        if JOB_LABEL in node.labels or _short(node.name) in self.slot_names:
+            return ""
+        return str(node.labels.get(POOL_LABEL, ""))
 
     def health(self) -> tuple[HealthSignal, ...]:
         with self._calls("listing TPU nodes"):
@@ -673,6 +698,8 @@ class TpuBackend(Backend):
                     node = self.client.get_node(name=self._node_name(node_id), timeout=self.timeout)
             except NotFound:
                 return f"its lent slice {node_id} is gone", Failure.NODE_LOST
+            if node.state == State.PREEMPTED and self._pool_of(node):  # a spot pool's slice Cloud TPU took back
+                return f"Cloud TPU took back its pool slice {node_id} (spot)", Failure.PREEMPTED
             if node.state in BROKEN or node.state in UNSCHEDULABLE:
                 said = f": {node.health_description}" if node.health_description else ""
                 return f"its lent slice {node_id} is {_enum_name(node.state)}{said}", Failure.NODE_LOST
@@ -872,14 +899,14 @@ class TpuBackend(Backend):
         for index, name in enumerate(names):
             node = existing.get(name)
             slot = self.slot_names.get(name)
-            if slot is None and node is not None and self._lent_to(node):
+            if slot is None and node is not None and (self._lent_to(node) or self._pool_of(node)):
                 chosen.append((index, self._lent_slice(spec, node, wanted)))
                 continue
             if slot is None:
                 why = "an existing slice Quartermaster did not make" if node is not None else "no slot"
                 raise InvalidJob(
-                    f"job {spec.id}: {name} is {why}; it runs only on the slots of the option slices "
-                    "and on slices lent to its team"
+                    f"job {spec.id}: {name} is {why}; it runs only on the slots of the option slices, "
+                    "on slices lent to its team and on its elastic pools' slices"
                 )
             other_topology = bool(spec.tpu_topology and slot.topology and slot.topology != spec.tpu_topology)
             if slot.accelerator_type != spec.tpu_type or other_topology:
@@ -892,10 +919,11 @@ class TpuBackend(Backend):
         return chosen
 
     def _lent_slice(self, spec: JobSpec, node: tpu_v2.Node, wanted: str) -> tpu_v2.Node:
-        """A slice lent to a team, checked to be lent to the job's team, of its shape, and up."""
+        """A slice lent to a team or of an elastic pool, checked to be lent to the job's team (a pool's takes any
+        team's), of its shape, and up."""
         name = _short(node.name)
         team = self._lent_to(node)
-        if team != _label_value(spec.team):
+        if team and team != _label_value(spec.team):
             raise InvalidJob(f"job {spec.id}: slice {name} is lent to team {team}, not to team {spec.team or '?'}")
         _, accelerator_type, _ = self._slice(node)
         topology = node.accelerator_config.topology if "accelerator_config" in node else ""
@@ -1036,3 +1064,100 @@ class TpuBackend(Backend):
         with self._calls(f"reading TPU node {node} to {action} it"):
             self.client.get_node(name=name, timeout=self.timeout)
         return None
+
+    # elastic pools (docs/backends.md, Cloud TPU, "Elastic pools")
+    def provision(
+        self, pool: str, count: int, capacity_type: str, lead_time: int, accelerators: int = 0, flavor: str = ""
+    ) -> Provisioned:
+        """``count`` slices of the type the pool's flavor (a TPU generation) and ``accelerators`` chips name, each
+        a queued resource of one slice under the same name (``qm-pool-<pool>-<8 hex>-<n>``): Spot, or Guaranteed
+        from the cluster's reservation for a reserved pool, else on demand. Each slice's startup script starts
+        the slice agent (``pool_startup_script``). A refusal part-way keeps the slices already asked for."""
+        if count < 1:
+            raise Refused("ask for one node or more")
+        if self.dry_run:
+            raise Refused("a dry run asks for no node")
+        try:
+            accelerator_type = type_of_model(flavor, accelerators)
+        except UnknownAcceleratorType as error:
+            raise Refused(f"pool {pool}: {error}") from None
+        stem = f"qm-pool-{re.sub(r'[^a-z0-9-]', '-', pool)}"[:44].rstrip("-") + f"-{secrets.token_hex(4)}"
+        script = pool_startup_script()
+        names: list[str] = []
+        for n in range(1, count + 1):
+            qr_id = f"{stem}-{n}"
+            try:
+                self._create(qr_id, self._pool_slice(pool, qr_id, accelerator_type, capacity_type, script))
+            except BackendError:
+                if names:
+                    break  # what was asked stays asked; the pool may ask again for the rest
+                raise
+            names.append(qr_id)
+        return Provisioned(tuple(names), time.time() + lead_time)
+
+    def _pool_slice(
+        self, pool: str, qr_id: str, accelerator_type: str, capacity_type: str, script: str
+    ) -> tpu_v2.QueuedResource:
+        reservation = str(self.options.get("reservation") or "") if capacity_type == "reserved" else ""
+        if reservation and "/" not in reservation:
+            reservation = f"{self.parent}/reservations/{reservation}"
+        node = tpu_v2.Node(
+            runtime_version=str(self.options.get("runtime_version") or generation_of(accelerator_type).runtime_version),
+            description=f"Quartermaster's elastic pool {pool}",
+            accelerator_type=accelerator_type,
+            labels={POOL_LABEL: _label_value(pool)},
+            metadata={"startup-script": script},
+            scheduling_config=tpu_v2.SchedulingConfig(reserved=True) if reservation else None,
+        )
+        spec = tpu_v2.QueuedResource.Tpu.NodeSpec(parent=self.parent, node_id=qr_id, node=node)
+        queued = tpu_v2.QueuedResource(tpu=tpu_v2.QueuedResource.Tpu(node_spec=[spec]), reservation_name=reservation)
+        if capacity_type == "spot":
+            queued.spot = tpu_v2.QueuedResource.Spot()
+        else:
+            queued.guaranteed = tpu_v2.QueuedResource.Guaranteed()
+        return queued
+
+    def release(self, nodes: Sequence[str]) -> None:
+        """Delete the queued resources of pool slices ``nodes`` (each slice its own), slices and all; with none,
+        the pools' queued resources that failed (a stock-out) go."""
+        if self.dry_run:
+            return
+        names = list(nodes)
+        if not names:
+            with self._calls("listing queued resources"):
+                listed = list(self.client.list_queued_resources(parent=self.parent, timeout=self.timeout))
+            names = [
+                _short(q.name)
+                for q in listed
+                if _short(q.name).startswith("qm-pool-") and q.state.state == QrState.FAILED
+            ]
+        for qr_id in names:
+            request = tpu_v2.DeleteQueuedResourceRequest(name=self._qr_name(qr_id), force=True)
+            try:
+                with self._calls(f"deleting queued resource {qr_id}"):
+                    self.client.delete_queued_resource(request=request, timeout=self.timeout)
+            except NotFound:
+                continue  # gone already
+
+
+def pool_startup_script() -> str:
+    """What every host of a pool slice runs at boot: the slice agent (``deploy/tpu_agent.py``, carried whole),
+    written to ``$QM_AGENT_DIR`` (default ``/opt/quartermaster``) and started as a systemd unit that outlives the
+    script (``KillMode=process``, as the agent asks), or in the background where there is no systemd."""
+    agent = AGENT.read_text()
+    end = "QM_AGENT_" + hashlib.sha256(agent.encode()).hexdigest()[:16]
+    lines = [
+        "#!/bin/bash",
+        'dir="${QM_AGENT_DIR:-/opt/quartermaster}"',
+        'mkdir -p "$dir"',
+        f"cat > \"$dir/tpu_agent.py\" <<'{end}'",
+        agent.rstrip("\n"),
+        end,
+        "if command -v systemd-run >/dev/null 2>&1; then",
+        "  systemd-run --unit=quartermaster-agent --property=KillMode=process --property=Restart=always \\",
+        '    python3 "$dir/tpu_agent.py" --state-dir "$dir/state"',
+        "else",
+        '  nohup python3 "$dir/tpu_agent.py" --state-dir "$dir/state" >> "$dir/agent.log" 2>&1 &',
+        "fi",
+    ]
+    return "\n".join(lines) + "\n"
