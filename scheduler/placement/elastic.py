@@ -263,7 +263,7 @@ def settle(now: datetime | None = None) -> dict[str, int]:
             report["up"] += 1
         elif now - grant.up_at > NEVER_CAME:
             _never_came(grant, sorted(set(grant.nodes) - present), now)
-    for pool in ElasticPool.objects.filter(grants__state=State.UP).distinct().select_related("cluster__organization"):
+    for pool in ElasticPool.objects.select_related("cluster__organization"):
         report["released"] += _release_idle(pool, now)
     return report
 
@@ -371,29 +371,38 @@ def _left_by_themselves(
 
 
 def _release_idle(pool: ElasticPool, now: datetime) -> int:
-    """Give back the pool's nodes without work for ``idle_release`` seconds, above its minimum."""
+    """Give back the pool's nodes without work for ``idle_release`` seconds, above its minimum; and, while none of its
+    asks is on its way, the pool's nodes that no ask holds (*strays*: what the cloud gave for an ask after it was
+    refused, a node the cluster powered up by itself) once nothing runs there, ours or the cluster's."""
     grants = list(pool.grants.filter(state=State.UP))
     up_since = {name: g.up_at for g in grants for name in g.nodes}
-    nodes = {
+    members = {
         n.name: n
-        for n in Node.objects.filter(cluster=pool.cluster, name__in=list(up_since), present=True)
+        for n in Node.objects.filter(cluster=pool.cluster, present=True).only("name", "labels", "accelerators_used")
         if (n.labels or {}).get(ELASTIC_POOL) == pool.name
     }
+    nodes = {name: node for name, node in members.items() if name in up_since}
+    waiting = pool.grants.filter(state__in=COMING).exists()  # a node no ask holds yet may be for one on its way
+    strays = (
+        {} if waiting else {n: node for n, node in members.items() if n not in up_since and not node.accelerators_used}
+    )
     busy = set(
-        Assignment.objects.filter(node__in=nodes.values(), attempt__outcome="active").values_list(
+        Assignment.objects.filter(node__in=[*nodes.values(), *strays.values()], attempt__outcome="active").values_list(
             "node__name", flat=True
         )
     )
     grants = _left_by_themselves(pool, grants, set(nodes), now)
-    last_work = _last_work(n.pk for n in nodes.values())
+    last_work = _last_work(n.pk for n in [*nodes.values(), *strays.values()])
     idle = sorted(
         name
         for name, node in nodes.items()
         if name not in busy
         and (now - max(up_since[name], last_work.get(node.pk) or up_since[name])).total_seconds() >= pool.idle_release
     )
+    quiet = now - timedelta(seconds=pool.idle_release)  # a stray none of our work ever ran on is quiet already
+    unasked = sorted(n for n, node in strays.items() if n not in busy and (last_work.get(node.pk) or quiet) <= quiet)
     keep = max(0, pool.min_nodes - (len(nodes) - len(idle)))
-    going = _closed_for_release(pool, idle[keep:])
+    going = _closed_for_release(pool, [*idle[keep:], *unasked])
     if not going:
         return 0
     try:
@@ -413,7 +422,8 @@ def _release_idle(pool: ElasticPool, now: datetime) -> int:
             target=pool,
             organization=pool.cluster.organization,
             changes={"nodes": [going, None]},
-            reason=f"idle for {pool.idle_release // 60} min or more",
+            reason=f"idle for {pool.idle_release // 60} min or more"
+            + (f"; {', '.join(n for n in going if n in strays)} held by no ask of the pool" if strays else ""),
         )
     ELASTIC_NODES.labels(pool=str(pool), event="released").inc(len(going))
     return len(going)

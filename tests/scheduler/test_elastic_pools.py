@@ -132,6 +132,42 @@ def test_an_ask_whose_nodes_left_by_themselves_stops_costing(fleet: Fleet) -> No
     assert "left the fleet by themselves" in record.reason
 
 
+def test_a_pool_node_no_ask_holds_goes_back_once_nothing_runs_there_and_no_ask_is_on_its_way(fleet: Fleet) -> None:
+    """A stray: a node of the pool that the cloud gave outside any ask (an answer that came after its ask was
+    refused, a node the cluster powered up by itself). It costs money and no budget counts it, so it goes back as
+    soon as it is idle, but never under work, and not while an ask that it may be for is on its way."""
+    east = fleet.clusters["east"]
+    pool(fleet)
+    cloud = simulated.SimulatedBackend(east.endpoint, {}, east.options)
+    (stray,) = cloud.provision("burst", 1, "on_demand", 0).nodes
+    assert sync.sync_cluster(east.pk).ok
+    jobs = burst(fleet, 1)
+    fleet.cycle()  # the free stray holds the seventh job: nothing is asked
+    assert not ElasticGrant.objects.exists()
+    assert Attempt.objects.get(job=jobs[6], outcome="active").assignments.get().node.name == stray
+    assert elastic.settle(timezone.now() + timedelta(days=1))["released"] == 0  # busy
+
+    fleet.run_for(7200)
+    fleet.follow()
+    assert elastic.settle(timezone.now() + timedelta(seconds=60))["released"] == 0  # our work there ended just now
+    coming = ElasticGrant.objects.create(  # an ask of the pool on its way, its node not named: the stray may be it
+        pool=ElasticPool.objects.get(name="burst"),
+        count=1,
+        state=ElasticGrant.State.COMING,
+        asked_at=timezone.now(),
+        up_at=timezone.now() + timedelta(hours=1),
+    )
+    assert elastic.settle(timezone.now() + timedelta(seconds=700))["released"] == 0
+    coming.refresh_from_db()
+    assert coming.nodes == [stray]  # and it was: claimed for the ask (a cloud that names no node)
+    coming.delete()
+    assert elastic.settle(timezone.now() + timedelta(seconds=700))["released"] == 1
+    assert sync.sync_cluster(east.pk).ok
+    assert not Node.objects.filter(cluster=east, name=stray, present=True).exists()
+    record = AuditLog.objects.filter(action="elastic.released").get()
+    assert record.reason == f"idle for 10 min or more; {stray} held by no ask of the pool"
+
+
 def test_the_monthly_budget_bounds_what_is_asked(fleet: Fleet) -> None:
     burst_pool = pool(fleet, monthly_budget=Decimal("100"))
     four_an_hour(burst_pool)
