@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 
@@ -51,6 +51,9 @@ def page(browser: Browser, live_server) -> Iterator[Page]:
     """A fresh browser context (no cookies) per test, with relative URLs resolved against the live server."""
     context = browser.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 800})
     context.set_default_timeout(10_000)
+    # Assertions wait as long as actions do: panels load after the page (htmx), and CI runs four workers on two
+    # cores beside PostgreSQL (a Plotly panel once took over expect's default 5 s there).
+    expect.set_options(timeout=10_000)
     try:
         yield context.new_page()
     finally:
