@@ -378,8 +378,9 @@ def _release_idle(pool: ElasticPool, now: datetime) -> int:
     up_since = {name: g.up_at for g in grants for name in g.nodes}
     members = {
         n.name: n
-        for n in Node.objects.filter(cluster=pool.cluster, present=True).only("name", "labels", "accelerators_used")
-        if (n.labels or {}).get(ELASTIC_POOL) == pool.name
+        for n in Node.objects.filter(cluster=pool.cluster, present=True, **{f"labels__{ELASTIC_POOL}": pool.name}).only(
+            "name", "accelerators_used"
+        )
     }
     nodes = {name: node for name, node in members.items() if name in up_since}
     waiting = pool.grants.filter(state__in=COMING).exists()  # a node no ask holds yet may be for one on its way

@@ -592,7 +592,7 @@ class TpuBackend(Backend):
         told = bool(lent or pool)  # given its jobs through its metadata, by the agent on its hosts
         running = node.metadata.get(RUN_KEY, "") if told else ""
         held = JOB_LABEL in node.labels or bool(running)
-        ours = JOB_LABEL in node.labels or name in self.slot_names
+        ours = self._ours(node)
         usable = (ours or told) and node.state not in BROKEN
         labels["tpu/provisioned"] = "true"
         if running:
@@ -632,17 +632,19 @@ class TpuBackend(Backend):
             ),
         )
 
+    def _ours(self, node: tpu_v2.Node) -> bool:
+        """Whether a slice is one Quartermaster made for a job (its label, or a slot's name)."""
+        return JOB_LABEL in node.labels or _short(node.name) in self.slot_names
+
     def _lent_to(self, node: tpu_v2.Node) -> str:
         """The team a slice Quartermaster did not make is lent to (its ``quartermaster-team`` label), else ""."""
-        if JOB_LABEL in node.labels or _short(node.name) in self.slot_names or POOL_LABEL in node.labels:
+        if self._ours(node) or POOL_LABEL in node.labels:
             return ""
         return str(node.labels.get(TEAM_LABEL, ""))
 
     def _pool_of(self, node: tpu_v2.Node) -> str:
         """The elastic pool a slice was asked for (its ``quartermaster-pool`` label), else ""."""
-        if JOB_LABEL in node.labels or _short(node.name) in self.slot_names:
-            return ""
-        return str(node.labels.get(POOL_LABEL, ""))
+        return "" if self._ours(node) else str(node.labels.get(POOL_LABEL, ""))
 
     def health(self) -> tuple[HealthSignal, ...]:
         with self._calls("listing TPU nodes"):
@@ -872,9 +874,11 @@ class TpuBackend(Backend):
             if spec.spot:
                 raise InvalidJob(f"job {spec.id}: a spot job cannot use reservation {queue}")
             reservation = queue
-        if reservation and "/" not in reservation:
-            reservation = f"{self.parent}/reservations/{reservation}"
-        return reservation
+        return self._reservation_path(reservation)
+
+    def _reservation_path(self, reservation: str) -> str:
+        """A reservation's full name, given its short one or its full one ("": none)."""
+        return f"{self.parent}/reservations/{reservation}" if reservation and "/" not in reservation else reservation
 
     def _chosen(self, spec: JobSpec) -> list[tuple[int, Slot | tpu_v2.Node]]:
         """What the engine chose for the job (``spec.nodes``, one per slice, in slice order): free slots of the
@@ -1098,9 +1102,9 @@ class TpuBackend(Backend):
     def _pool_slice(
         self, pool: str, qr_id: str, accelerator_type: str, capacity_type: str, script: str
     ) -> tpu_v2.QueuedResource:
-        reservation = str(self.options.get("reservation") or "") if capacity_type == "reserved" else ""
-        if reservation and "/" not in reservation:
-            reservation = f"{self.parent}/reservations/{reservation}"
+        reservation = self._reservation_path(
+            str(self.options.get("reservation") or "") if capacity_type == "reserved" else ""
+        )
         node = tpu_v2.Node(
             runtime_version=str(self.options.get("runtime_version") or generation_of(accelerator_type).runtime_version),
             description=f"Quartermaster's elastic pool {pool}",
