@@ -51,9 +51,11 @@ place.
 from __future__ import annotations
 
 import datetime as dt
+import json
+import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal, localcontext
 from typing import Any
 
@@ -65,7 +67,7 @@ from django.db.models.functions import Cast
 
 from billing.actions.metering import midnight, split_days
 from billing.actions.prices import Key, RateBook, version
-from billing.models import CapacityRecord, Overhead, UsageRecord
+from billing.models import Adjustment, CapacityRecord, Overhead, Period, UsageRecord
 from clusters.capacity import capacity_type
 from clusters.models import AcceleratorType, Cluster
 from common.types import AnyUser
@@ -80,7 +82,9 @@ MILLI_SECONDS_PER_HOUR = Decimal(3_600_000)
 MICRO = Decimal(1_000_000)
 #: Utilization is read against usage hour by hour (seconds).
 HOUR = 3600
-DIMENSIONS = ("day", "team", "project", "user", "cluster", "flavor", "capacity_type")
+DIMENSIONS = ("day", "team", "project", "user", "cluster", "flavor", "capacity_type", "corrects")
+#: Dimensions whose values are not ids (so they have no names).
+PLAIN = ("day", "capacity_type", "corrects")
 
 
 def month_bounds(month: dt.date) -> tuple[dt.date, dt.date]:
@@ -111,6 +115,8 @@ class Line:
     #: Parts of ``usage`` (cents): allocated while measured idle, and allocated without any measurement.
     allocated_idle: int = 0
     unmeasured: int = 0
+    #: An adjustment: the first day of the closed month it corrects (``billing.models.Adjustment``).
+    corrects: dt.date | None = None
 
     @property
     def total(self) -> int:
@@ -150,7 +156,9 @@ class Names:
     def of(self, dimension: str, value: Any) -> str:
         if value is None:
             return "(no project)" if dimension == "project" else ""
-        if dimension in ("day", "capacity_type"):
+        if dimension == "corrects":
+            return f"correction of {value:%Y-%m}"
+        if dimension in PLAIN:
             return str(value)
         known: dict[int, str] = getattr(self, dimension)
         return known.get(value, f"#{value}")
@@ -173,6 +181,9 @@ class Attribution:
     fleet_visible: bool = True
     #: Per job: (held, measured, busy) thousandth-accelerator-seconds in the month (``allocated but idle``).
     job_measures: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    #: Corrections of closed months booked in this one (cents): they are lines too (``Line.corrects``), and
+    #: the part that stayed unallocated is in ``unallocated_idle`` and ``unallocated_overhead``.
+    adjustments: int = 0
 
     @property
     def capacity_cost(self) -> int:
@@ -180,7 +191,7 @@ class Attribution:
 
     @property
     def fleet_total(self) -> int:
-        return self.capacity_cost + self.overhead
+        return self.capacity_cost + self.overhead + self.adjustments
 
     @property
     def unpriced_milli_seconds(self) -> int:
@@ -228,7 +239,7 @@ class Attribution:
             row: dict[str, Any] = {}
             for dimension, value in zip(by, key, strict=True):
                 row[dimension] = value
-                if dimension not in ("day", "capacity_type"):
+                if dimension not in PLAIN:
                     row[f"{dimension}_name"] = self.names.of(dimension, value)
             row.update(milli_seconds=ms, usage=usage, idle=idle, overhead=overhead, total=usage + idle + overhead)
             row.update(
@@ -397,7 +408,49 @@ def attribute(organization: Organization | int, month: dt.date) -> Attribution:
             org_id, start, book, usage_rows, capacity_rows, overhead_of(org_id, start), names, by_line, reserved
         )
     result.job_measures = by_job
-    return result
+    return with_adjustments(result)
+
+
+def with_adjustments(result: Attribution) -> Attribution:
+    """The month with the corrections of closed months booked in it: a line each (``Line.corrects``), and what
+    stayed unallocated of them added to the month's unallocated amounts; the fleet's total grows by them all."""
+    start, _ = month_bounds(result.month)
+    rows = Adjustment.objects.filter(organization_id=result.organization_id, month=start).order_by("pk")
+    lines = list(result.lines)
+    unallocated_idle, unallocated_overhead, total = result.unallocated_idle, result.unallocated_overhead, 0
+    for row in rows:
+        total += row.usage + row.idle + row.overhead
+        if row.team_id is None:
+            unallocated_idle += row.idle
+            unallocated_overhead += row.overhead
+            continue
+        assert row.user_id is not None
+        assert row.cluster_id is not None
+        assert row.flavor_id is not None
+        lines.append(
+            Line(
+                day=row.day,
+                team=row.team_id,
+                project=row.project_id,
+                user=row.user_id,
+                cluster=row.cluster_id,
+                flavor=row.flavor_id,
+                capacity_type=row.capacity_type,
+                milli_seconds=row.milli_seconds,
+                usage=row.usage,
+                idle=row.idle,
+                overhead=row.overhead,
+                priced=True,
+                corrects=row.corrects,
+            )
+        )
+    return replace(
+        result,
+        lines=lines,
+        unallocated_idle=unallocated_idle,
+        unallocated_overhead=unallocated_overhead,
+        adjustments=total,
+    )
 
 
 Grain = tuple[dt.date, int, int | None, int, int, int, str]
@@ -734,12 +787,99 @@ def job_costs(
     ]
 
 
+# --- closed months: the attribution frozen as it was closed ---------------------------------------------------
+
+_DATES = ("day", "corrects")
+
+
+def freeze(result: Attribution, jobs: Sequence[JobCost]) -> bytes:
+    """A month's attribution and its jobs' costs as a closed month keeps them (compressed JSON)."""
+
+    def line(row: Line) -> list[Any]:
+        values = [getattr(row, f.name) for f in fields(Line)]
+        return [v.isoformat() if isinstance(v, dt.date) else v for v in values]
+
+    body = {
+        "organization_id": result.organization_id,
+        "month": result.month.isoformat(),
+        "lines": [line(row) for row in result.lines],
+        "pools": [[getattr(p, f.name) for f in fields(Pool)] for p in result.pools],
+        "overhead": result.overhead,
+        "unallocated_idle": result.unallocated_idle,
+        "unallocated_overhead": result.unallocated_overhead,
+        "idle_by_day": [[day.isoformat(), cents] for day, cents in result.idle_by_day.items()],
+        "names": {f.name: list(getattr(result.names, f.name).items()) for f in fields(Names)},
+        "job_measures": [[job, *measures] for job, measures in result.job_measures.items()],
+        "adjustments": result.adjustments,
+        "jobs": [[getattr(j, f.name) for f in fields(JobCost)] for j in jobs],
+    }
+    return zlib.compress(json.dumps(body, separators=(",", ":")).encode(), 6)
+
+
+def thaw(frozen: bytes) -> tuple[Attribution, list[JobCost]]:
+    """``freeze``'s month back, as it was."""
+    body = json.loads(zlib.decompress(frozen))
+    names = [f.name for f in fields(Line)]
+
+    def line(values: list[Any]) -> Line:
+        row = dict(zip(names, values, strict=True))
+        for name in _DATES:
+            if row[name] is not None:
+                row[name] = dt.date.fromisoformat(row[name])
+        return Line(**row)
+
+    result = Attribution(
+        organization_id=body["organization_id"],
+        month=dt.date.fromisoformat(body["month"]),
+        lines=[line(values) for values in body["lines"]],
+        pools=[Pool(*values) for values in body["pools"]],
+        overhead=body["overhead"],
+        unallocated_idle=body["unallocated_idle"],
+        unallocated_overhead=body["unallocated_overhead"],
+        idle_by_day={dt.date.fromisoformat(day): cents for day, cents in body["idle_by_day"]},
+        names=Names(**{name: {int(k): v for k, v in pairs} for name, pairs in body["names"].items()}),
+        job_measures={job: (held, measured, busy) for job, held, measured, busy in body["job_measures"]},
+        adjustments=body["adjustments"],
+    )
+    return result, [JobCost(*values) for values in body["jobs"]]
+
+
+def closed(organization_id: int, month: dt.date) -> tuple[Attribution, list[JobCost]] | None:
+    """A closed month as it was closed (kept while its revision stands), or None for an open month."""
+    first, _ = month_bounds(month)
+    state = f"billing:period:{organization_id}:{first:%Y-%m}:{version(organization_id)}"
+    period = cache.get(state)  # the revision in force, 0 for an open month
+    if period is None:
+        period = (
+            Period.objects.filter(organization_id=organization_id, month=first, closed=True)
+            .values_list("revision", flat=True)
+            .first()
+        ) or 0
+        cache.set(state, period, CACHE_SECONDS)
+    if not period:
+        return None
+    key = f"billing:closed:{organization_id}:{first:%Y-%m}:{period}"
+    found = cache.get(key)
+    if isinstance(found, tuple):
+        return found
+    snapshot = Period.objects.filter(organization_id=organization_id, month=first).values_list("snapshot", flat=True)
+    result = thaw(bytes(snapshot[0]))
+    cache.set(key, result, CLOSED_CACHE_SECONDS)
+    return result
+
+
 #: How long a month's attribution is kept: the meter writes every minute, so a page is a minute behind at most.
 CACHE_SECONDS = 60
+#: A closed month does not change: kept for an hour.
+CLOSED_CACHE_SECONDS = 3600
 
 
 def kept(organization_id: int, month: dt.date) -> Attribution:
-    """``attribute``, kept for ``CACHE_SECONDS`` (and no longer than the price book and overhead stay the same)."""
+    """``attribute``, kept for ``CACHE_SECONDS`` (and no longer than the price book and overhead stay the same);
+    a closed month as it was closed."""
+    frozen = closed(organization_id, month)
+    if frozen is not None:
+        return frozen[0]
     key = f"billing:attribution:{organization_id}:{month_bounds(month)[0]:%Y-%m}:{version(organization_id)}"
     found = cache.get(key)
     if isinstance(found, Attribution):
@@ -752,7 +892,13 @@ def kept(organization_id: int, month: dt.date) -> Attribution:
 def kept_job_costs(
     organization_id: int, month: dt.date, teams: Iterable[int] | None = None, limit: int | None = None
 ) -> list[JobCost]:
-    """``job_costs``, kept as long as ``kept`` keeps the month (pages ask for the same top jobs again)."""
+    """``job_costs``, kept as long as ``kept`` keeps the month (pages ask for the same top jobs again); a closed
+    month's as it was closed."""
+    frozen = closed(organization_id, month)
+    if frozen is not None:
+        keep = None if teams is None else set(teams)
+        jobs = [j for j in frozen[1] if keep is None or j.team in keep]
+        return jobs if limit is None else jobs[:limit]
     who = "all" if teams is None else ",".join(map(str, sorted(set(teams))))
     key = f"billing:jobs:{organization_id}:{month_bounds(month)[0]:%Y-%m}:{version(organization_id)}:{who}:{limit}"
     found = cache.get(key)

@@ -8,9 +8,13 @@
   meter (``billing/actions/metering.py``) from the jobs' placements; unique per (attempt, node, day), so metering
   again never counts anything twice.
 - ``CapacityRecord``: one node's presence in the fleet during (part of) one UTC day, sampled by the meter.
+- ``Period``, ``Statement``, ``Adjustment``: months finance closed, with their attribution frozen and their
+  statements kept as issued, and the corrections of a closed month booked in a later open one
+  (``billing/actions/periods.py``).
 
-Costs are not stored on the records: a report applies the price book as it stands (``attribution.py``), so a
-corrected price corrects every report that reads it.
+Costs are not stored on the records: a report of an open month applies the price book as it stands
+(``attribution.py``), so a corrected price corrects every open month that reads it; a closed month reads its
+frozen attribution, and the correction shows as an adjustment in the next open month.
 """
 
 from __future__ import annotations
@@ -247,3 +251,122 @@ class WhatIf(models.Model):
 
     def __str__(self) -> str:
         return f"{self.nodes:+d} {self.flavor} nodes in {self.cluster} ({self.get_status_display()})"
+
+
+class Period(models.Model):
+    """A month of an organization's costs, once finance has closed it (a month with no row is open).
+
+    Closing freezes the month's attribution (``snapshot``: the lines, pools and jobs' costs as they stood,
+    compressed JSON) and issues its statements (``Statement``); every page, export and API answer of the month
+    reads the snapshot from then on. Reopening (audited, with a reason) keeps the row, open, so the next close
+    is the next ``revision``."""
+
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="+")
+    #: The first day of the month.
+    month = models.DateField()
+    closed = models.BooleanField(default=True)
+    closed_at = models.DateTimeField()
+    closed_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    #: How many times the month has been closed.
+    revision = models.PositiveIntegerField(default=1)
+    snapshot = models.BinaryField(default=bytes)
+    #: A digest of what the month's attribution is computed from (usage, capacity, the price book, overhead,
+    #: reservations) when it was last compared with the snapshot: unchanged inputs need no recomputation.
+    inputs = models.CharField(max_length=64, blank=True)
+
+    objects = TenantManager()
+    Tenancy = PriceBookTenancy
+
+    class Meta:
+        ordering = ["-month"]
+        constraints = [models.UniqueConstraint(fields=["organization", "month"], name="period_once_per_month")]
+
+    def __str__(self) -> str:
+        return f"{self.month:%Y-%m} ({'closed' if self.closed else 'reopened'})"
+
+
+class Statement(models.Model):
+    """A statement as issued when its month closed: the file's bytes, kept as they were sent, under a number
+    unique in the organization (one document in two formats, CSV and XLSX, shares it). A team's (``team``) or
+    the fleet summary (no team); a reopened month's statements are ``superseded`` and the next close issues new
+    ones."""
+
+    class Format(models.TextChoices):
+        CSV = "csv", "CSV"
+        XLSX = "xlsx", "XLSX"
+
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="+")
+    period = models.ForeignKey(Period, on_delete=models.PROTECT, related_name="statements")
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    format = models.CharField(max_length=4, choices=Format.choices)
+    #: ``<YYYY-MM>-<serial>``: the serial counts the organization's statements, so numbers never repeat.
+    number = models.CharField(max_length=40)
+    serial = models.PositiveIntegerField()
+    revision = models.PositiveIntegerField()
+    content = models.BinaryField()
+    sha256 = models.CharField(max_length=64)
+    issued_at = models.DateTimeField()
+    superseded_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TenantManager()
+
+    class Tenancy(TenancyRules):
+        team_field = "team"
+        org_field = "organization"
+        policy = {Action.VIEW: FINANCE_ROLES}
+
+    class Meta:
+        ordering = ["period", "team__name", "format"]
+        constraints = [
+            models.UniqueConstraint(fields=["organization", "number", "format"], name="statement_number_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"statement {self.number}"
+
+    @property
+    def filename(self) -> str:
+        who = self.team.slug if self.team else "fleet"
+        kind = "statement" if self.team else "fleet"
+        return f"{kind}-{who}-{self.period.month:%Y-%m}-{self.number}.{self.format}"
+
+
+class Adjustment(models.Model):
+    """A correction of a closed month (``corrects``), booked on ``day`` of a later open month (``month``): what
+    the closed month's attribution would now be, less what it was closed with and the corrections booked
+    before, at the grain of a statement's lines (team, project, user, cluster, flavor, capacity type; amounts
+    in signed cents). No team: what stayed unallocated changed."""
+
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="+")
+    corrects = models.DateField()
+    month = models.DateField()
+    day = models.DateField()
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    flavor = models.ForeignKey(AcceleratorType, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    capacity_type = models.CharField(max_length=20, blank=True)
+    milli_seconds = models.BigIntegerField(default=0)
+    usage = models.BigIntegerField(default=0)
+    idle = models.BigIntegerField(default=0)
+    overhead = models.BigIntegerField(default=0)
+    #: What changed in the closed month's inputs, in words ("the price book", "usage metered late").
+    reason = models.CharField(max_length=200)
+    created_at = models.DateTimeField()
+
+    objects = TenantManager()
+
+    class Tenancy(TenancyRules):
+        team_field = "team"
+        org_field = "organization"
+        policy = {Action.VIEW: frozenset(Role)}
+
+    class Meta:
+        ordering = ["month", "corrects", "pk"]
+        indexes = [models.Index(fields=["organization", "month"], name="adjustment_org_month")]
+
+    def __str__(self) -> str:
+        return f"correction of {self.corrects:%Y-%m} in {self.month:%Y-%m}"

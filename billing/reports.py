@@ -16,6 +16,7 @@ import csv
 import datetime as dt
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import IO, Any
 
@@ -29,8 +30,19 @@ from billing.columns import AMOUNTS, JOB_AMOUNTS, exact, titles
 
 #: Columns of allocated-but-idle cost (``attribution``'s module says how they are reckoned; ``IDLE_RULE``).
 WASTE = ("measured GPU utilization", "allocated idle (part of usage)", "unmeasured (part of usage)")
-STATEMENT_BY = ("project", "user", "cluster", "flavor", "capacity_type")
-STATEMENT_HEADER = ("month", "team", "project", "user", "cluster", "flavor", "capacity type", *titles(AMOUNTS), *WASTE)
+STATEMENT_BY = ("project", "user", "cluster", "flavor", "capacity_type", "corrects")
+STATEMENT_HEADER = (
+    "month",
+    "team",
+    "project",
+    "user",
+    "cluster",
+    "flavor",
+    "capacity type",
+    "correction of",
+    *titles(AMOUNTS),
+    *WASTE,
+)
 FLEET_HEADER = ("month", "team", *titles(AMOUNTS), *WASTE)
 POOL_HEADER = (
     "month",
@@ -97,10 +109,14 @@ def statement_rows(attribution: Attribution, team: int) -> Iterator[Row]:
     """A team's month per project, user, cluster, flavor and capacity type, then its total."""
     mine = attribution.for_teams([team], attribution.fleet_visible)
     label, name = month_label(attribution.month), attribution.names.of("team", team)
-    for row in mine.rollup(STATEMENT_BY):
-        yield [label, name, *(attribution.names.of(d, row[d]) for d in STATEMENT_BY), *_amounts(row), *_waste(row)]
+    # This month's lines first, then the corrections of closed months booked in it (their month named).
+    rows = sorted(mine.rollup(STATEMENT_BY), key=lambda r: r["corrects"] is not None)
+    for row in rows:
+        labels = [attribution.names.of(d, row[d]) for d in STATEMENT_BY[:-1]]
+        corrects = month_label(row["corrects"]) if row["corrects"] else ""
+        yield [label, name, *labels, corrects, *_amounts(row), *_waste(row)]
     totals = _line_totals(mine)
-    yield [label, name, "Total", "", "", "", "", *_amounts(totals), *_waste(totals)]
+    yield [label, name, "Total", "", "", "", "", "", *_amounts(totals), *_waste(totals)]
 
 
 def statement_days(attribution: Attribution, team: int) -> Iterator[Row]:
@@ -253,7 +269,42 @@ def xlsx_file(summary: Sequence[tuple[str, Any]], sheets: Sequence[tuple[str, Ro
     return out
 
 
-def statement_xlsx(attribution: Attribution, team: int, jobs: Iterable[JobCost]) -> IO[bytes]:
+PRICE_HEADER = ("cluster", "flavor", "capacity type", "rate (an accelerator-hour)", "effective from", "until")
+OVERHEAD_HEADER = ("overhead", "amount (a month)")
+
+
+@dataclass(frozen=True)
+class Issue:
+    """What a statement issued at a month's close says of itself: its number, when and by whom the month was
+    closed, and the price book and overhead in force in the month."""
+
+    number: str
+    issued_at: dt.datetime
+    closed_by: str
+    prices: Sequence[Row]
+    overhead: Sequence[Row]
+
+    def summary(self) -> list[tuple[str, Any]]:
+        return [
+            ("Statement number", self.number),
+            ("Issued", self.issued_at.strftime("%Y-%m-%d %H:%M UTC")),
+            ("Month closed by", self.closed_by),
+        ]
+
+    def sheets(self) -> list[tuple[str, Row, Iterable[Row]]]:
+        return [("Prices", PRICE_HEADER, self.prices), ("Overhead", OVERHEAD_HEADER, self.overhead)]
+
+
+def _stamp(issue: Issue | None) -> list[tuple[str, Any]]:
+    """The end of a summary: an issued statement's number and provenance, or when a draft was made."""
+    if issue is None:
+        return [("Generated", dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"))]
+    return issue.summary()
+
+
+def statement_xlsx(
+    attribution: Attribution, team: int, jobs: Iterable[JobCost], issue: Issue | None = None
+) -> IO[bytes]:
     totals = attribution.for_teams([team], attribution.fleet_visible).totals()
     summary = [
         ("Statement", f"{attribution.names.of('team', team)}, {month_label(attribution.month)}"),
@@ -266,7 +317,7 @@ def statement_xlsx(attribution: Attribution, team: int, jobs: Iterable[JobCost])
         ("Unmeasured (part of usage)", money(totals["unmeasured"])),
         ("How it is allocated", RULE),
         ("Allocated idle and unmeasured", IDLE_RULE),
-        ("Generated", dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")),
+        *_stamp(issue),
     ]
     return xlsx_file(
         summary,
@@ -274,11 +325,12 @@ def statement_xlsx(attribution: Attribution, team: int, jobs: Iterable[JobCost])
             ("Lines", STATEMENT_HEADER, statement_rows(attribution, team)),
             ("Days", DAY_HEADER, statement_days(attribution, team)),
             ("Jobs", JOB_HEADER, job_rows(attribution, jobs)),
+            *(issue.sheets() if issue else []),
         ],
     )
 
 
-def fleet_xlsx(attribution: Attribution) -> IO[bytes]:
+def fleet_xlsx(attribution: Attribution, issue: Issue | None = None) -> IO[bytes]:
     totals = attribution.fleet_totals()
     summary = [
         ("Fleet summary", month_label(attribution.month)),
@@ -293,7 +345,7 @@ def fleet_xlsx(attribution: Attribution) -> IO[bytes]:
         ("Unpriced accelerator-hours", hours(attribution.unpriced_milli_seconds)),
         ("How it is allocated", RULE),
         ("Allocated idle and unmeasured", IDLE_RULE),
-        ("Generated", dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")),
+        *_stamp(issue),
     ]
     return xlsx_file(
         summary,
@@ -301,5 +353,6 @@ def fleet_xlsx(attribution: Attribution) -> IO[bytes]:
             ("Teams", FLEET_HEADER, fleet_rows(attribution)),
             ("Pools", POOL_HEADER, pool_rows(attribution)),
             ("Days", DAY_HEADER, fleet_days(attribution)),
+            *(issue.sheets() if issue else []),
         ],
     )

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from billing.actions import metering, whatif
+from billing.actions import metering, periods, whatif
 from tenancy.models import Organization
 
-__all__ = ["meter", "reconcile", "requeue_what_ifs", "run_what_if"]
+__all__ = ["adjust_periods", "meter", "reconcile", "requeue_what_ifs", "run_what_if"]
 
 
 @shared_task(ignore_result=True)
@@ -33,5 +33,16 @@ def meter() -> dict[str, int]:
 
 @shared_task(ignore_result=True)
 def reconcile() -> list[dict[str, object]]:
-    """On the beat, hourly: prove each organization's metered hours equal its placements (and repair)."""
-    return [metering.reconcile(org).as_dict() for org in Organization.objects.all()]
+    """On the beat, hourly: prove each organization's metered hours equal its placements (and repair), then book
+    the corrections of closed months that what was repaired (or anything else) changed."""
+    found = []
+    for org in Organization.objects.all():
+        found.append(metering.reconcile(org).as_dict())
+        periods.adjust(org)
+    return found
+
+
+@shared_task(ignore_result=True)
+def adjust_periods(organization_id: int) -> int:
+    """After a change of the price book or overhead: book the corrections of the organization's closed months."""
+    return len(periods.adjust(organization_id))

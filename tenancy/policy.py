@@ -216,6 +216,9 @@ PERMISSIONS: dict[str, Grant] = {
     "price.set": grant(  # an Organization, a Price or an Overhead
         A, F, denied="Only finance or an organization admin may change the price book."
     ),
+    "period.close": grant(  # an Organization: close a month of costs, or reopen one with a reason
+        A, F, denied="Only finance or an organization admin may close or reopen a month."
+    ),
     "whatif.run": grant(  # an Organization
         A, F, denied="Capacity what-ifs are for the organization's finance staff and admins."
     ),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
+import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from decimal import ROUND_HALF_UP, Decimal
@@ -29,12 +30,14 @@ from django.utils import timezone
 from billing.models import Overhead, Price
 from clusters.capacity import CapacityType, capacity_type
 from clusters.models import AcceleratorType, Cluster
-from common import params
+from common import enqueue, params
 from common.validation import REQUIRED, unknown_fields
 from governance.actions import quotas
 from tenancy import policy
 from tenancy.actions import audit
 from tenancy.models import Organization
+
+log = logging.getLogger(__name__)
 
 #: Hours in a month: a year of 365.25 days over twelve.
 HOURS_PER_MONTH = Decimal("730.5")
@@ -73,18 +76,32 @@ def on_prem_rate(
 
 
 def version(organization_id: int) -> int:
-    """A number that changes whenever the organization's price book or overhead does (what keeps reports)."""
+    """A number that changes whenever the organization's price book or overhead does, or a month is closed,
+    reopened or corrected (what keeps reports)."""
     return int(cache.get(f"billing:book:{organization_id}", 0))
 
 
-def _changed(organization_id: int) -> None:
+def changed(organization_id: int, *, recheck_closed: bool = False) -> None:
+    """After the transaction commits: kept reports are stale; with ``recheck_closed`` (the price book or overhead
+    changed), the closed months are compared with their inputs again soon, so a correction of one shows as an
+    adjustment within a minute (the hourly check would find it anyway)."""
+
     def bump() -> None:
         try:
-            cache.incr(f"billing:book:{organization_id}")
-        except ValueError:
-            cache.set(f"billing:book:{organization_id}", 1, None)
+            try:
+                cache.incr(f"billing:book:{organization_id}")
+            except ValueError:
+                cache.set(f"billing:book:{organization_id}", 1, None)
+        except Exception as error:  # noqa: BLE001 - a cache that is down keeps nothing to go stale
+            log.warning("could not mark the reports of organization %s stale: %s", organization_id, error)
 
-    transaction.on_commit(bump)
+    def after() -> None:
+        bump()  # again: a reader between the first bump and the commit kept what it read under the new number
+        if recheck_closed:
+            enqueue.send("billing.tasks.adjust_periods", organization_id)
+
+    bump()  # this transaction's own reads see the change at once
+    transaction.on_commit(after)
 
 
 def _date(value: Any, field: str, errors: dict[str, str], *, required: bool = True) -> dt.date | None:
@@ -247,7 +264,7 @@ def set_price(
     try:
         with transaction.atomic():
             row.save()
-            _changed(organization.pk)
+            changed(organization.pk, recheck_closed=True)
             _audit(actor, row, organization, before, _snapshot(row), http)
     except IntegrityError:
         raise ValidationError(
@@ -260,7 +277,7 @@ def delete_price(actor: User, price: Price, http: HttpRequest | None = None) -> 
     policy.require(actor, "price.set", price.organization)
     before = _snapshot(price)
     with transaction.atomic():
-        _changed(price.organization_id)
+        changed(price.organization_id, recheck_closed=True)
         _audit(actor, price, price.organization, before, {}, http)
         price.delete()
 
@@ -303,7 +320,7 @@ def set_overhead(
     row.updated_at, row.updated_by = timezone.now(), actor
     with transaction.atomic():
         row.save()
-        _changed(organization.pk)
+        changed(organization.pk, recheck_closed=True)
         _audit(actor, row, organization, before, _overhead_snapshot(row), http)
     return row
 
@@ -312,7 +329,7 @@ def delete_overhead(actor: User, overhead: Overhead, http: HttpRequest | None = 
     policy.require(actor, "price.set", overhead.organization)
     before = _overhead_snapshot(overhead)
     with transaction.atomic():
-        _changed(overhead.organization_id)
+        changed(overhead.organization_id, recheck_closed=True)
         _audit(actor, overhead, overhead.organization, before, {}, http)
         overhead.delete()
 

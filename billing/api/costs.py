@@ -14,7 +14,7 @@ from typing import IO, Any
 
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import FileResponse, HttpResponseBase, StreamingHttpResponse
+from django.http import FileResponse, HttpResponse, HttpResponseBase, StreamingHttpResponse
 from django.urls import include, path, re_path
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -25,9 +25,9 @@ from rest_framework.routers import SimpleRouter
 from rest_framework.views import APIView
 
 from billing import attribution, columns, params, reports
-from billing.actions import prices
+from billing.actions import periods, prices
 from billing.attribution import Attribution, hours, money
-from billing.models import MeterState, Overhead, Price
+from billing.models import MeterState, Overhead, Price, Statement
 from tenancy import policy
 from tenancy.models import Organization
 from tenancy.rest import TenantViewSet
@@ -73,6 +73,16 @@ def download(
     else:
         response = FileResponse(xlsx(), content_type=XLSX)
     response["Content-Disposition"] = f'attachment; filename="{name}.{ext}"'
+    return response
+
+
+def as_issued(statement: Statement) -> HttpResponseBase:
+    """A closed month's statement as it was issued: its bytes, its number and digest in the headers."""
+    kind = "text/csv" if statement.format == Statement.Format.CSV else XLSX
+    response = HttpResponse(bytes(statement.content), content_type=kind)
+    response["Content-Disposition"] = f'attachment; filename="{statement.filename}"'
+    response["X-QM-Statement"] = statement.number
+    response["ETag"] = f'"{statement.sha256}"'
     return response
 
 
@@ -147,6 +157,9 @@ class StatementView(APIView):
         organization, month = month_of(request)
         found = params.team(request.user, team, organization.pk)
         assert found is not None
+        statement = periods.issued(organization.pk, month.month, found.pk, ext)
+        if statement is not None:
+            return as_issued(statement)
         name = f"statement-{found.slug}-{reports.month_label(month.month)}"
         team_id = found.pk
 
@@ -167,6 +180,9 @@ class FleetSummaryView(APIView):
         organization, month = month_of(request)
         if not month.fleet_visible:
             raise PermissionDenied("The fleet summary is for finance and organization admins.")
+        statement = periods.issued(organization.pk, month.month, None, ext)
+        if statement is not None:
+            return as_issued(statement)
         name = f"fleet-{organization.slug}-{reports.month_label(month.month)}"
         return download(name, ext, reports.FLEET_HEADER, reports.fleet_rows(month), lambda: reports.fleet_xlsx(month))
 
@@ -192,6 +208,80 @@ class MeterView(APIView):
                 "last_reconciliation": state.last_reconciliation if state else {},
             }
         )
+
+
+# --- closed months -----------------------------------------------------------------------------------------
+
+
+def period_body(organization: Organization, row: Mapping[str, Any]) -> dict[str, Any]:
+    """A month as ``periods.periods`` lists it, for the API: open or closed, its statements in force."""
+    period, label = row["period"], reports.month_label(row["month"])
+    query = f"?organization={organization.slug}&month={label}"
+    return {
+        "month": label,
+        "state": "closed" if row["closed"] else ("reopened" if period else "open"),
+        "ended": row["ended"],
+        "closed_at": period.closed_at if period and row["closed"] else None,
+        "closed_by": period.closed_by.username if period and row["closed"] and period.closed_by else None,
+        "revision": period.revision if period else 0,
+        "corrections_booked": str(row["corrections"]),
+        "statements": [
+            {
+                "number": s.number,
+                "team": s.team.slug if s.team else None,
+                "format": s.format,
+                "sha256": s.sha256,
+                "issued_at": s.issued_at,
+                "url": (
+                    f"/api/v1/billing/statements/{s.team.slug}.{s.format}{query}"
+                    if s.team
+                    else f"/api/v1/billing/fleet.{s.format}{query}"
+                ),
+            }
+            for s in row["statements"]
+        ],
+    }
+
+
+class PeriodsView(APIView):
+    """The last twelve ended months and this one, open or closed, with the statements issued at each close and
+    the corrections of closed months booked in each. Finance and admins."""
+
+    @extend_schema(parameters=[ORG], responses={200: OpenApiTypes.OBJECT})
+    def get(self, request: Request) -> Response:
+        params.unknown(request.query_params, {"organization"})
+        organization = params.organization(request.user, request.query_params.get("organization"))
+        rows = periods.periods(organization, request.user)
+        return Response({"organization": organization.slug, "periods": [period_body(organization, r) for r in rows]})
+
+
+class PeriodActionView(APIView):
+    """Close a month (``{"month": "YYYY-MM"}``: its attribution is frozen and its statements issued), or reopen
+    the latest closed one (``{"month": ..., "reason": ...}``, audited). Finance and admins."""
+
+    action = "close"
+
+    @extend_schema(parameters=[ORG], request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT})
+    def post(self, request: Request) -> Response:
+        params.unknown(request.query_params, {"organization"})
+        organization = params.organization(request.user, request.query_params.get("organization"))
+        if not isinstance(request.data, Mapping):
+            raise serializers.ValidationError({"non_field_errors": ["A JSON object."]})
+        known = {"month"} if self.action == "close" else {"month", "reason"}
+        params.unknown(request.data, known)
+        if self.action == "close":
+            period = periods.close(request.user, organization, request.data.get("month"), http=request)  # type: ignore[arg-type]
+        else:
+            period = periods.reopen(
+                request.user,  # type: ignore[arg-type]
+                organization,
+                request.data.get("month"),
+                request.data.get("reason"),
+                http=request,
+            )
+        row = periods.period(organization, request.user, period.month)
+        code = status.HTTP_201_CREATED if self.action == "close" else status.HTTP_200_OK
+        return Response(period_body(organization, row), status=code)
 
 
 # --- the price book and overhead ---------------------------------------------------------------------------
@@ -298,5 +388,8 @@ urlpatterns = [
     ),
     re_path(r"^billing/fleet\.(?P<ext>csv|xlsx)$", FleetSummaryView.as_view(), name="billing-fleet"),
     path("billing/meter/", MeterView.as_view(), name="billing-meter"),
+    path("billing/periods/", PeriodsView.as_view(), name="billing-periods"),
+    path("billing/periods/close/", PeriodActionView.as_view(action="close"), name="billing-period-close"),
+    path("billing/periods/reopen/", PeriodActionView.as_view(action="reopen"), name="billing-period-reopen"),
     path("", include(router.urls)),
 ]

@@ -40,7 +40,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from billing import attribution, columns, params, reports
 from billing.actions import prices
 from billing.attribution import Attribution, hours, money, month_bounds
-from billing.models import Overhead, Price
+from billing.models import Overhead, Period, Price
 from billing.web.forms import OverheadForm, PriceForm
 from clusters.capacity import CapacityType
 from common.types import AuthenticatedHttpRequest
@@ -102,7 +102,14 @@ def month_nav(month: dt.date, organization: Organization, several: bool) -> dict
     following = month_bounds(month)[1]
     this = timezone.now().astimezone(dt.UTC).date().replace(day=1)
     org = organization.slug if several else None
+    closed = (
+        Period.objects.filter(organization=organization, month=month, closed=True)
+        .select_related("closed_by")
+        .defer("snapshot")
+        .first()
+    )
     return {
+        "closed": closed,
         "value": reports.month_label(month),
         "first": month,
         "previous_first": previous,
@@ -455,8 +462,9 @@ def team_costs(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
                     KINDS.get(r["capacity_type"], r["capacity_type"]),
                 )
             ),
+            "correction": names.of("corrects", r["corrects"]) if r["corrects"] else "",
         }
-        for r in month.rollup(reports.STATEMENT_BY)
+        for r in sorted(month.rollup(reports.STATEMENT_BY), key=lambda r: r["corrects"] is not None)
     ]
     days = days_of(first)
     parts = {"usage": "Usage", "idle": "Idle capacity share", "overhead": "Shared overhead share"}

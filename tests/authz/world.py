@@ -23,7 +23,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from billing.actions import prices
+from billing.actions import periods, prices
 from billing.models import Overhead, Price, WhatIf
 from clusters import actions as cluster_actions
 from clusters.models import AcceleratorType, Cluster, MaintenanceWindow, Node
@@ -272,6 +272,8 @@ def _side(slug: str, org: Organization, home: Team, neighbour: Team, users: dict
         created_at=timezone.now(),
     )
     o["audit_entry"] = AuditLog.objects.filter(organization=org).latest("pk")
+    # A closed month (January 2001, empty), for the rows that reopen one.
+    o["period"] = periods.close(users[Rel.FINANCE], org, date(2001, 1, 1))
     o["token"] = ApiToken.objects.get(user=researcher, name="matrix")
     o["service_account"], _ = actions.create_service_account(
         admin, home, name=f"{canary(home.slug)} ci", scope=ServiceAccount.Scope.READ

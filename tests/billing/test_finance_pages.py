@@ -251,8 +251,9 @@ def test_the_costs_page_reads_a_fixed_number_of_queries(
     costed: Fleet, username: str, django_assert_max_num_queries: Any
 ) -> None:
     client = signed_in(costed, username)
-    # The month's allocation reads about ten (price book, usage, capacity, names, overhead) when not kept.
-    with django_assert_max_num_queries(26):
+    # The month's allocation reads about ten (price book, usage, capacity, names, overhead, the corrections of
+    # closed months booked in it) when not kept, and whether the month is closed two more.
+    with django_assert_max_num_queries(28):
         assert client.get(COSTS).status_code == 200
 
 

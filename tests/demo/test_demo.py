@@ -130,17 +130,23 @@ def test_demo_command_serves_the_portal_survives_a_killed_worker_and_stops_on_ct
     output = Output(demo)
     base = f"http://127.0.0.1:{port}"
     try:
+        # First the demo data is made (a minute or more on a loaded machine), then the processes start.
+        deadline = time.monotonic() + 300
+        while "is running at" not in output.text:
+            assert demo.poll() is None, output.text
+            assert time.monotonic() < deadline, f"the demo was not ready in 300 s: {output.text[-3000:]}"
+            time.sleep(0.3)
         # The web server and the data plane start side by side: each answers its health check when it is up.
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 120
         for health in (f"{base}/healthz/", f"http://127.0.0.1:{serve_port}/healthz"):
             while True:
                 assert demo.poll() is None, output.text
                 try:
-                    if requests.get(health, timeout=2).status_code == 200:
+                    if requests.get(health, timeout=10).status_code == 200:
                         break
                 except requests.RequestException:
                     pass  # not listening yet, or still starting its workers (or loading its table)
-                assert time.monotonic() < deadline, f"{health} did not answer in 90 s: {output.text[-3000:]}"
+                assert time.monotonic() < deadline, f"{health} did not answer in 120 s: {output.text[-3000:]}"
                 time.sleep(0.3)
         assert requests.get(f"{base}/login/", timeout=5).status_code == 200
         assert requests.get(f"{base}/static/css/portal.css", timeout=5).status_code == 200
