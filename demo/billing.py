@@ -21,7 +21,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from billing.actions import metering, prices
+from billing.actions import metering, periods, prices
 from billing.models import Overhead, Price
 from clusters import capacity
 from clusters.capacity import CapacityType
@@ -289,3 +289,25 @@ def _poisson(rnd: random.Random, mean: float) -> int:
         k += 1
         product *= rnd.random()
     return k
+
+
+def close_history(org: Organization, now: dt.datetime) -> list[str]:
+    """Close the history's ended months but the last, as finance would have (the last is left for the demo's
+    finance user to close): months closed, as YYYY-MM. Idempotent: a month closed already is left alone."""
+    finance = get_user_model().objects.filter(username="fiona").first()
+    if finance is None:
+        return []
+    first = Job.objects.filter(team__organization=org, idempotency_key__startswith=HISTORY_KEY).order_by("submitted_at")
+    oldest = first.values_list("submitted_at", flat=True).first()
+    if oldest is None:
+        return []
+    month = oldest.date().replace(day=1)
+    last_ended = (now.date().replace(day=1) - dt.timedelta(days=1)).replace(day=1)
+    shut = periods.closed_months(org.pk)
+    closed = []
+    while month < last_ended:
+        if month not in shut:
+            periods.close(finance, org, month)
+            closed.append(f"{month:%Y-%m}")
+        month = (month + dt.timedelta(days=32)).replace(day=1)
+    return closed

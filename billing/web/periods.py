@@ -23,15 +23,35 @@ from tenancy.models import Organization
 
 def _context(request: AuthenticatedHttpRequest, organization: Organization, **extra: Any) -> dict[str, Any]:
     rows = periods.periods(organization, request.user)
+    latest = max((row["month"] for row in rows if row["closed"]), default=None)
     for row in rows:
         row["label"] = reports.month_label(row["month"])
         row["costs"] = f"{reverse('costs')}?month={row['label']}"
+        row["reopenable"] = row["month"] == latest
+        row["documents"] = _documents(organization, row)
     return {
         "organization": organization,
         "rows": rows,
         "may_close": policy.can(request.user, "period.close", organization),
         **extra,
     }
+
+
+def _documents(organization: Organization, row: dict[str, Any]) -> list[dict[str, Any]]:
+    """A closed month's statements, one per number, each with its files (CSV, XLSX) to download."""
+    query = f"?organization={organization.slug}&month={row['label']}"
+    documents: dict[str, dict[str, Any]] = {}
+    for statement in row["statements"]:
+        document = documents.setdefault(
+            statement.number,
+            {"number": statement.number, "of": statement.team.name if statement.team else "Fleet summary", "files": []},
+        )
+        if statement.team:
+            url = reverse("api:billing-statement", kwargs={"team": statement.team.slug, "ext": statement.format})
+        else:
+            url = reverse("api:billing-fleet", kwargs={"ext": statement.format})
+        document["files"].append({"format": statement.get_format_display(), "url": f"{url}{query}"})
+    return list(documents.values())
 
 
 @require_http_methods(["GET", "POST"])

@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand
 from django.utils import timezone
 
 from demo.background import seed_researchers
-from demo.billing import seed_history
+from demo.billing import close_history, seed_history
 from demo.devices import enrolment_tokens
 from demo.fleet import seed_demo_fleet, seed_elastic_pool, sync_demo_fleet
 from demo.inference import seed_inference
@@ -32,6 +32,7 @@ class Command(BaseCommand):
         history = seed_history(org, days=settings.DEMO_HISTORY_DAYS, now=now) if settings.DEMO_HISTORY_DAYS else 0
         if history:
             seed_history_samples(org, now - timedelta(hours=SAMPLED_HOURS), now)
+        closed = close_history(org, now) if history else []
         # After the history: the model's versions are published from robotics' finished jobs.
         service = seed_inference(org)
         tokens = enrolment_tokens(org)  # for the agents of ``manage.py demo_devices``
@@ -40,6 +41,7 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"Billing history: {history} past jobs, metered, with the price book and overhead; "
                 f"GPU samples for the last {SAMPLED_HOURS} hours"
+                + (f"; closed months: {', '.join(closed)}" if closed else "")
             )
         self.stdout.write(
             f"Service {service.team.slug}/{service.name} (public, {service.min_replicas} to {service.max_replicas} "
