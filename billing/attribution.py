@@ -722,6 +722,14 @@ class JobCost:
     user: int
     milli_seconds: int
     cost: int  # cents
+    #: The exact cost, in millionths of a currency unit times thousandth-accelerator-seconds per hour (an integer:
+    #: ``exact_cost / MICRO / MILLI_SECONDS_PER_HOUR`` is the amount), for apportioning jobs to a total.
+    exact_cost: int = 0
+
+    @property
+    def amount(self) -> Decimal:
+        """The exact cost in currency units."""
+        return Decimal(self.exact_cost) / MICRO / MILLI_SECONDS_PER_HOUR
 
 
 def job_costs(
@@ -782,6 +790,7 @@ def job_costs(
             user=r[4],
             milli_seconds=int(r[5]),
             cost=to_cents(Decimal(int(r[6])) / MICRO / MILLI_SECONDS_PER_HOUR),
+            exact_cost=int(r[6]),
         )
         for r in rows
     ]

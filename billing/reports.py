@@ -25,7 +25,7 @@ from openpyxl.cell import Cell, WriteOnlyCell
 from openpyxl.styles import Font
 from openpyxl.worksheet._write_only import WriteOnlyWorksheet
 
-from billing.attribution import Attribution, JobCost, hours, money
+from billing.attribution import Attribution, JobCost, Line, apportion, hours, money
 from billing.columns import AMOUNTS, JOB_AMOUNTS, exact, titles
 
 #: Columns of allocated-but-idle cost (``attribution``'s module says how they are reckoned; ``IDLE_RULE``).
@@ -174,19 +174,38 @@ def fleet_days(attribution: Attribution) -> Iterator[Row]:
         yield [row["day"], row["team_name"], *_amounts(row)]
 
 
-def job_rows(attribution: Attribution, jobs: Iterable[JobCost]) -> Iterator[Row]:
+def job_rows(attribution: Attribution, jobs: Iterable[JobCost], costs: Sequence[int] | None = None) -> Iterator[Row]:
+    """A row per job; ``costs``: the jobs' costs in cents to show instead of each rounded on its own."""
     names = attribution.names
-    for job in jobs:
+    for i, job in enumerate(jobs):
+        cost = job.cost if costs is None else costs[i]
         yield [
             job.job,
             job.name,
             names.of("team", job.team),
             names.of("project", job.project),
             names.of("user", job.user),
-            *exact(JOB_AMOUNTS, {"milli_seconds": job.milli_seconds, "cost": job.cost}),
+            *exact(JOB_AMOUNTS, {"milli_seconds": job.milli_seconds, "cost": cost}),
             utilization_cell(*attribution.job_measures.get(job.job, (0, 0, 0))[1:]),
-            *(money(cents) for cents in attribution.job_split(job.job, job.cost)),
+            *(money(cents) for cents in attribution.job_split(job.job, cost)),
         ]
+
+
+def statement_jobs(attribution: Attribution, team: int, jobs: Iterable[JobCost]) -> Iterator[Row]:
+    """A statement's Jobs sheet: every job of the team in the month, their costs apportioned to the cent so they add
+    up to the team's usage (each rounded alone, a thousand jobs drift by dollars), the corrections of closed months
+    booked this month (no job's), and the total, which is the Summary's usage."""
+    mine = [line for line in attribution.lines if line.team == team]
+    own = sum(line.usage for line in mine if line.corrects is None)
+    corrections = sum(line.usage for line in mine if line.corrects is not None)
+    listed = list(jobs)
+    costs = apportion([job.amount for job in listed], own) if listed else []
+    yield from job_rows(attribution, listed, costs)
+    blank = [None, money(0), money(0)]
+    if corrections:
+        yield ["", "Corrections of closed months", "", "", "", hours(0), money(corrections), *blank]
+    held = sum(job.milli_seconds for job in listed)
+    yield ["", "Total", "", "", "", hours(held), money(own + corrections), *blank]
 
 
 #: A cell whose text starts with one of these is taken for a formula by Excel, LibreOffice or Google Sheets.
@@ -302,6 +321,13 @@ def _stamp(issue: Issue | None) -> list[tuple[str, Any]]:
     return issue.summary()
 
 
+def _corrections(lines: Sequence[Line]) -> list[tuple[str, Any]]:
+    """A Summary's line for the corrections of closed months booked in the month, when there are any."""
+    booked = sum(line.total for line in lines if line.corrects is not None)
+    months = sorted({month_label(line.corrects) for line in lines if line.corrects is not None})
+    return [(f"Of which corrections of {', '.join(months)}", money(booked))] if months else []
+
+
 def statement_xlsx(
     attribution: Attribution, team: int, jobs: Iterable[JobCost], issue: Issue | None = None
 ) -> IO[bytes]:
@@ -313,6 +339,7 @@ def statement_xlsx(
         ("Idle capacity share", money(totals["idle"])),
         ("Shared overhead share", money(totals["overhead"])),
         ("Total", money(totals["total"])),
+        *_corrections([line for line in attribution.lines if line.team == team]),
         ("Allocated idle (part of usage)", money(totals["allocated_idle"])),
         ("Unmeasured (part of usage)", money(totals["unmeasured"])),
         ("How it is allocated", RULE),
@@ -324,7 +351,7 @@ def statement_xlsx(
         [
             ("Lines", STATEMENT_HEADER, statement_rows(attribution, team)),
             ("Days", DAY_HEADER, statement_days(attribution, team)),
-            ("Jobs", JOB_HEADER, job_rows(attribution, jobs)),
+            ("Jobs", JOB_HEADER, statement_jobs(attribution, team, jobs)),
             *(issue.sheets() if issue else []),
         ],
     )
@@ -337,6 +364,11 @@ def fleet_xlsx(attribution: Attribution, issue: Issue | None = None) -> IO[bytes
         ("Capacity cost", money(attribution.capacity_cost)),
         ("Shared overhead", money(attribution.overhead)),
         ("Fleet total", money(attribution.fleet_total)),
+        *(
+            [("Of which corrections of closed months", money(attribution.adjustments))]
+            if attribution.adjustments
+            else []
+        ),
         ("Usage", money(totals["usage"])),
         ("Idle capacity", money(totals["idle"])),
         ("Allocated idle (part of usage)", money(totals["allocated_idle"])),

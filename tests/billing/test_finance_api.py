@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from openpyxl import load_workbook
 
+from billing import attribution, reports
 from billing.actions import metering, prices
 from billing.models import Overhead, Price
 from tenancy.models import AuditLog
@@ -115,8 +116,10 @@ def test_the_xlsx_statement_and_fleet_summary_have_the_right_totals(month: Fleet
     total_column = header.index("total")
     assert lines[-1][2] == "Total"
     assert sum(Decimal(str(r[total_column])) for r in lines[:-1]) == Decimal(str(lines[-1][total_column]))
-    jobs = list(book["Jobs"].iter_rows(values_only=True))
-    assert [row[1] for row in jobs[1:]] == ["big"]
+    header, *jobs = list(book["Jobs"].iter_rows(values_only=True))
+    assert [row[1] for row in jobs] == ["big", "Total"]
+    usage = header.index("usage")
+    assert Decimal(str(jobs[-1][usage])) == Decimal(str(summary["Usage"]))  # the sheet ties to its Summary
 
     response = get(month, "fiona", "/api/v1/billing/fleet.xlsx", month=MONTH)
     book = load_workbook(io.BytesIO(b"".join(response.streaming_content)), read_only=True)
@@ -253,3 +256,19 @@ def test_the_meter_endpoint_shows_the_last_reconciliation(month: Fleet) -> None:
     assert body["last_reconciliation"]["balanced"] is True
     assert body["last_reconciliation"]["placed_accelerator_hours"] == pytest.approx(4 * 10 + 2 * 5)
     assert date.fromisoformat(body["last_reconciled_at"][:10]) >= date(2026, 11, 1)
+
+
+def test_a_statements_jobs_add_up_to_the_teams_usage_to_the_cent() -> None:
+    """Three jobs of 0.335 each: rounded alone they make 1.02, but the team's usage is 1.01 (1.005, rounded once).
+    The sheet apportions them (0.34, 0.34, 0.33), so its total is the Summary's."""
+    micro_hour = 1_000_000 * 3_600_000
+    jobs = [
+        attribution.JobCost(n, f"job-{n}", 1, None, 1, 3_600_000, 34, int(Decimal("0.335") * micro_hour))
+        for n in range(3)
+    ]
+    line = attribution.Line(date(2026, 11, 3), 1, None, 1, 1, 1, "on_prem", 3 * 3_600_000, 101, 0, 0, True)
+    month = attribution.Attribution(1, date(2026, 11, 1), [line], [], 0, 0, 0, {}, attribution.Names())
+    *rows, total = list(reports.statement_jobs(month, 1, jobs))
+    assert [row[6] for row in rows] == [Decimal("0.34"), Decimal("0.34"), Decimal("0.33")]
+    assert total[1] == "Total"
+    assert total[6] == Decimal("1.01")

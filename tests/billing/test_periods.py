@@ -113,6 +113,10 @@ def test_a_closed_month_downloads_as_issued_after_a_price_correction_which_is_bo
     *lines, total = list(csv.DictReader(io.StringIO(body(response).decode())))
     assert [r["correction of"] for r in lines if r["correction of"]] == ["2026-11"]
     assert sum(Decimal(r["total"]) for r in lines) == Decimal(total["total"])
+    response = get(month, "fiona", "/api/v1/billing/fleet.xlsx", month="2026-12")
+    book = load_workbook(io.BytesIO(body(response)), read_only=True)
+    summary = {row[0]: row[1] for row in book["Summary"].iter_rows(values_only=True)}
+    assert Decimal(str(summary["Of which corrections of closed months"])) == Decimal(correction) / 100
 
     # Checking again books nothing more: the month's inputs have not changed since.
     assert periods.adjust(month.org) == []
