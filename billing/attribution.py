@@ -12,18 +12,30 @@ with no price in the book cost nothing and are counted as unpriced hours, so fin
    it uses it or not: each day, the booked accelerator-hours its own usage of that pool did not fill are charged
    to it at the pool's rate, out of the pool's idle cost (never more than the pool was idle that day), on a line
    of the team's with no usage, in the name of who asked for it (``_reserved``).
-1. A pool's idle cost of the month goes to the usage of that pool in that month, in proportion to
-   accelerator-hours: whoever uses a pool pays for its idle share.
-2. A pool nobody used that month: its idle cost goes to all of the month's usage, in proportion to usage cost.
-3. Shared overhead (``Overhead``) of the month goes to all of the month's usage in proportion to usage cost.
-4. With no usage at all in the month, idle cost and overhead stay unallocated (the fleet summary says so).
+Rules 1 to 4 share each **day** once it is over (``_share_days``), so a day's shares never change afterwards
+and a team's month-to-date charge only grows, whoever else uses more (on a month-level split, another team's
+growth re-split the fixed overhead and a team's total fell while it ran jobs):
+
+1. A pool's idle cost of a day goes to the usage of that pool that day, in proportion to accelerator-hours:
+   whoever uses a pool pays for its idle share.
+2. A pool nobody used that day: its idle cost goes to all of that day's usage, in proportion to usage cost.
+3. Shared overhead (``Overhead``) is a month's: each day carries an equal part of it (1/30 in a month of 30
+   days), which goes to that day's usage in proportion to usage cost. Overhead is charged only for days that
+   are over: no overhead for time that has not happened (a future month carries none).
+4. A day over with no usage at all hands its idle cost and overhead on to the next day with usage; once the
+   month is over, what no later day took goes to all of the month's usage by cost; with no usage in the month
+   it stays unallocated (the fleet summary says so). A day is over ten minutes after its UTC midnight
+   (``DAY_METERED_AFTER``, once the meter has metered it to its end); until then its usage counts and its idle
+   shows as unallocated.
 
 Allocation is done at the finest grain there is (day x team x project x user x cluster x flavor x capacity
-type). Each component (usage, idle, overhead) is then rounded to cents by the largest-remainder method
-against its rounded total, so any roll-up (a team, a project, a user, a cluster, a day) is a sum of whole
-cents and the teams' totals plus whatever stayed unallocated add up to the fleet's total exactly:
+type). Each team's usage, idle and overhead are then rounded **down** to the cent (a team's figure never falls
+as its exact amount grows: rounding down is monotone, while largest remainders move cents between teams), its
+lines apportioned to them by the largest-remainder method; what rounding leaves (under a cent a team and part)
+stays unallocated. Any roll-up is a sum of whole cents and the teams' totals plus whatever stayed unallocated add
+up to the fleet's total exactly:
 
-    fleet total = capacity cost + overhead = usage + idle + overhead (allocated or not)
+    fleet total = capacity cost + overhead of the days over = usage + idle + overhead (allocated or not)
 
 Jobs are priced by usage only (``job_costs``): idle and overhead are allocated to teams, projects and users.
 
@@ -64,6 +76,7 @@ from django.core.cache import cache
 from django.db import connection
 from django.db.models import BigIntegerField, F, Q, Sum
 from django.db.models.functions import Cast
+from django.utils import timezone
 
 from billing.actions.metering import midnight, split_days
 from billing.actions.prices import Key, RateBook, version
@@ -80,6 +93,7 @@ from tenancy.scoping import Action
 CENT = Decimal("0.01")
 MILLI_SECONDS_PER_HOUR = Decimal(3_600_000)
 MICRO = Decimal(1_000_000)
+TRILLIONTH = Decimal("1e-12")
 #: Utilization is read against usage hour by hour (seconds).
 HOUR = 3600
 DIMENSIONS = ("day", "team", "project", "user", "cluster", "flavor", "capacity_type", "corrects")
@@ -181,6 +195,8 @@ class Attribution:
     fleet_visible: bool = True
     #: Per job: (held, measured, busy) thousandth-accelerator-seconds in the month (``allocated but idle``).
     job_measures: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    #: The month's whole shared overhead; ``overhead`` is the part of the days that are over.
+    overhead_of_month: int = 0
     #: Corrections of closed months booked in this one (cents): they are lines too (``Line.corrects``), and
     #: the part that stayed unallocated is in ``unallocated_idle`` and ``unallocated_overhead``.
     adjustments: int = 0
@@ -301,6 +317,23 @@ def apportion(amounts: Sequence[Decimal], total: int) -> list[int]:
     return floors
 
 
+def team_cents(amounts: Sequence[Decimal], teams: Sequence[int]) -> list[int]:
+    """Whole cents for ``amounts`` (exact, in currency units, one per line of ``teams``): each team's lines add up to
+    its exact sum rounded down, apportioned among them by the largest remainder. Rounding down is what keeps a
+    team's figure from ever falling while its exact amount grows (largest remainders move cents between teams)."""
+    by_team: dict[int, list[int]] = defaultdict(list)
+    for i, team in enumerate(teams):
+        by_team[team].append(i)
+    cents = [0] * len(amounts)
+    for rows in by_team.values():
+        # Division leaves a last digit off (thirty days of 100/30 are 99.99...): exact to a trillionth of a cent.
+        exact = (sum((amounts[i] for i in rows), Decimal(0)) * 100).quantize(TRILLIONTH)
+        total = int(exact.to_integral_value(rounding=ROUND_FLOOR))
+        for i, value in zip(rows, apportion([amounts[i] for i in rows], total), strict=True):
+            cents[i] = value
+    return cents
+
+
 def to_cents(amount: Decimal) -> int:
     return int((amount * 100).to_integral_value(rounding=ROUND_HALF_UP))
 
@@ -392,10 +425,17 @@ def _shares(amounts: Sequence[Decimal] | Sequence[int]) -> list[Decimal] | None:
     return [Decimal(a) / total for a in amounts] if total > 0 else None
 
 
-def attribute(organization: Organization | int, month: dt.date) -> Attribution:
-    """The month of ``month`` for the whole organization (see the module's rule)."""
+#: How long after midnight (UTC) a day counts as over: the meter runs every minute, so by then it has metered the
+#: day to its end, and the day's idle and overhead are shared on figures that no longer move.
+DAY_METERED_AFTER = dt.timedelta(minutes=10)
+
+
+def attribute(organization: Organization | int, month: dt.date, now: dt.datetime | None = None) -> Attribution:
+    """The month of ``month`` for the whole organization (see the module's rule), as of ``now``: the days over by
+    then share their idle and overhead."""
     org_id = organization if isinstance(organization, int) else organization.pk
     start, end = month_bounds(month)
+    done = ((now or timezone.now()) - DAY_METERED_AFTER).astimezone(dt.UTC).date()
     book = RateBook.of(org_id)
     usage_rows = _usage(org_id, start, end)
     capacity_rows = _capacity(org_id, start, end)
@@ -404,9 +444,8 @@ def attribute(organization: Organization | int, month: dt.date) -> Attribution:
     reserved = _reserved(org_id, start, end)
     with localcontext() as ctx:
         ctx.prec = 50
-        result = _allocate(
-            org_id, start, book, usage_rows, capacity_rows, overhead_of(org_id, start), names, by_line, reserved
-        )
+        overhead = overhead_of(org_id, start)
+        result = _allocate(org_id, start, book, usage_rows, capacity_rows, overhead, names, by_line, reserved, done)
     result.job_measures = by_job
     return with_adjustments(result)
 
@@ -525,7 +564,10 @@ def _allocate(
     names: Names,
     measures: dict[Grain, tuple[int, int]] | None = None,
     reserved: dict[tuple[int, Key, dt.date], tuple[int, int]] | None = None,
+    done: dt.date | None = None,
 ) -> Attribution:
+    """The month allocated (the module's rule). ``done``: the first day not yet over (metered to its end), whose
+    idle and overhead are not shared yet; None when every day of the month is."""
     # A reservation's team has a line in its pool each day of it, used or not (rule 0): one of its own, with no
     # usage, in the name of who asked for it, where the team's usage has none.
     reserved = reserved or {}
@@ -549,7 +591,7 @@ def _allocate(
     for r in capacity_rows:
         present_pool_day[((r["cluster_id"], r["flavor_id"], r["capacity_type"]), r["day"])] += int(r["ms"]) * 1000
     pool_cost: dict[Key, Decimal] = defaultdict(Decimal)
-    pool_idle: dict[Key, Decimal] = defaultdict(Decimal)
+    idle_pool_day: dict[tuple[Key, dt.date], Decimal] = {}
     pool_present: dict[Key, int] = defaultdict(int)
     pool_used: dict[Key, int] = defaultdict(int)
     pool_priced: dict[Key, bool] = defaultdict(lambda: True)
@@ -565,40 +607,30 @@ def _allocate(
         pool_used[key] += used
         pool_cost[key] += Decimal(max(present, used)) * rate / MILLI_SECONDS_PER_HOUR
         idle = Decimal(max(0, present - used)) * rate / MILLI_SECONDS_PER_HOUR
-        pool_idle[key] += idle
+        idle_pool_day[key_day] = idle
         idle_by_day[day] += idle
 
+    first, end = month_bounds(month)
+    done = end if done is None else max(first, min(done, end))
     # Reserved: a team's booked hours its own usage did not fill, out of the pool-day's idle (rule 0).
     idle_share = [Decimal(0)] * len(usage_rows)
     if reserved:
-        _charge_reserved(reserved, usage_rows, keys, ms, book, used_pool_day, present_pool_day, pool_idle, idle_share)
-    # Idle: to the pool's own users by accelerator-hours; else to everyone by usage cost.
-    members: dict[Key, list[int]] = defaultdict(list)
-    for i, key in enumerate(keys):
-        members[key].append(i)
-    orphaned = Decimal(0)
-    for key, idle in pool_idle.items():
-        weights = _shares([ms[i] for i in members.get(key, [])])
-        if weights is None:
-            orphaned += idle
-            continue
-        for i, w in zip(members[key], weights, strict=True):
-            idle_share[i] += idle * w
-    everyone = _shares(usage) or _shares(ms)
-    unallocated_idle = Decimal(0)
-    if everyone is None:
-        unallocated_idle = orphaned
-    else:
-        for i, w in enumerate(everyone):
-            idle_share[i] += orphaned * w
-    overhead_share = [overhead * w for w in everyone] if everyone else [Decimal(0)] * len(usage_rows)
-    unallocated_overhead = overhead if everyone is None else Decimal(0)
+        reserved = {k: v for k, v in reserved.items() if k[2] < done}
+        _charge_reserved(reserved, usage_rows, keys, ms, book, used_pool_day, idle_pool_day, idle_share)
+    overhead_share = [Decimal(0)] * len(usage_rows)
+    overhead_to_date = _share_days(
+        first, end, done, usage_rows, keys, usage, ms, idle_pool_day, overhead, idle_share, overhead_share
+    )
 
-    # To cents, each component against its own rounded total.
+    # To cents: each team's usage, idle and overhead rounded down (so a team's figures never fall as its exact ones
+    # grow), its lines apportioned to them; what rounding leaves (under a cent a team and part) stays unallocated.
     capacity_total = to_cents(sum(pool_cost.values(), Decimal(0)))
-    usage_cents = apportion(usage, to_cents(sum(usage, Decimal(0))))
-    idle_cents = apportion([*idle_share, unallocated_idle], capacity_total - sum(usage_cents))
-    overhead_cents = apportion([*overhead_share, unallocated_overhead], to_cents(overhead))
+    teams = [r["team_id"] for r in usage_rows]
+    usage_cents = team_cents(usage, teams)
+    idle_cents = team_cents(idle_share, teams)
+    idle_cents.append(capacity_total - sum(usage_cents) - sum(idle_cents))
+    overhead_cents = team_cents(overhead_share, teams)
+    overhead_cents.append(to_cents(overhead_to_date) - sum(overhead_cents))
     measures = measures or {}
     lines = [
         _measured_line(
@@ -644,7 +676,8 @@ def _allocate(
         month=month,
         lines=lines,
         pools=pools,
-        overhead=to_cents(overhead),
+        overhead=to_cents(overhead_to_date),
+        overhead_of_month=to_cents(overhead),
         unallocated_idle=idle_cents[-1],
         unallocated_overhead=overhead_cents[-1],
         idle_by_day={day: to_cents(v) for day, v in sorted(idle_by_day.items())},
@@ -659,11 +692,10 @@ def _charge_reserved(
     ms: list[int],
     book: RateBook,
     used_pool_day: dict[tuple[Key, dt.date], int],
-    present_pool_day: dict[tuple[Key, dt.date], int],
-    pool_idle: dict[Key, Decimal],
+    idle_pool_day: dict[tuple[Key, dt.date], Decimal],
     idle_share: list[Decimal],
 ) -> None:
-    """Rule 0: move each reservation's unfilled hours, at the pool-day's rate, from the pool's idle cost to the
+    """Rule 0: move each reservation's unfilled hours, at the pool-day's rate, from the pool-day's idle cost to the
     team's line of no usage in the asker's name. Teams share a pool-day's idle in proportion when their unfilled
     hours together pass it (a booked node gone from the fleet is not idle capacity)."""
     team_used: dict[tuple[int, Key, dt.date], int] = defaultdict(int)
@@ -679,15 +711,72 @@ def _charge_reserved(
             unfilled[(key, day)][(team, asker)] = left
     for (key, day), teams in unfilled.items():
         rate = book.rate(key, day)
-        idle = max(0, present_pool_day.get((key, day), 0) - used_pool_day.get((key, day), 0))
-        asked = sum(teams.values())
-        if rate is None or not idle:
+        idle_cost = idle_pool_day.get((key, day), Decimal(0))
+        if rate is None or not idle_cost:
             continue
+        idle = idle_cost * MILLI_SECONDS_PER_HOUR / rate  # thousandth-accelerator-seconds
+        asked = sum(teams.values())
         for (team, asker), left in teams.items():
-            taken = Decimal(left) if asked <= idle else Decimal(idle) * left / asked
+            taken = Decimal(left) if asked <= idle else idle * left / asked
             cost = taken * rate / MILLI_SECONDS_PER_HOUR
             idle_share[line_of[(team, key, day, asker)]] += cost
-            pool_idle[key] -= cost
+            idle_pool_day[(key, day)] -= cost
+
+
+def _share_days(
+    first: dt.date,
+    end: dt.date,
+    done: dt.date,
+    usage_rows: list[dict[str, Any]],
+    keys: list[Key],
+    usage: list[Decimal],
+    ms: list[int],
+    idle_pool_day: dict[tuple[Key, dt.date], Decimal],
+    overhead: Decimal,
+    idle_share: list[Decimal],
+    overhead_share: list[Decimal],
+) -> Decimal:
+    """Rules 1 to 4, day by day: each day that is over shares its pools' idle cost (a pool's users by
+    accelerator-hours; a pool nobody used, that day's usage by cost) and its part of the month's overhead (that
+    day's usage by cost); a day over with no usage at all hands both on to the next day with usage; once the month
+    is over, what no day took goes to the month's usage by cost. Days not over share nothing yet. Adds to the
+    shares (what none takes stays unallocated: the rest of the totals) and returns the overhead of the days over."""
+    days = (end - first).days
+    per_day = overhead / days
+    rows_of_day: dict[dt.date, list[int]] = defaultdict(list)
+    members: dict[tuple[Key, dt.date], list[int]] = defaultdict(list)
+    for i, (key, r) in enumerate(zip(keys, usage_rows, strict=True)):
+        rows_of_day[r["day"]].append(i)
+        members[(key, r["day"])].append(i)
+    pools_of_day: dict[dt.date, list[Key]] = defaultdict(list)
+    for key, day in sorted(idle_pool_day):
+        pools_of_day[day].append(key)
+    carried_idle = carried_overhead = Decimal(0)
+    for n in range((min(done, end) - first).days):
+        day = first + dt.timedelta(days=n)
+        orphaned, carried_overhead = carried_idle, carried_overhead + per_day
+        for key in pools_of_day.get(day, []):
+            weights = _shares([ms[i] for i in members.get((key, day), [])])
+            if weights is None:
+                orphaned += idle_pool_day[(key, day)]
+                continue
+            for i, w in zip(members[(key, day)], weights, strict=True):
+                idle_share[i] += idle_pool_day[(key, day)] * w
+        rows = rows_of_day.get(day, [])
+        weights = _shares([usage[i] for i in rows]) or _shares([ms[i] for i in rows])
+        if weights is None:
+            carried_idle = orphaned
+            continue
+        for i, w in zip(rows, weights, strict=True):
+            idle_share[i] += orphaned * w
+            overhead_share[i] += carried_overhead * w
+        carried_idle = carried_overhead = Decimal(0)
+    everyone = _shares(usage) or _shares(ms)
+    if done >= end and everyone is not None:
+        for i, w in enumerate(everyone):
+            idle_share[i] += carried_idle * w
+            overhead_share[i] += carried_overhead * w
+    return overhead * (min(done, end) - first).days / days
 
 
 def _measured_line(measure: tuple[int, int], **fields: Any) -> Line:
@@ -814,6 +903,7 @@ def freeze(result: Attribution, jobs: Sequence[JobCost]) -> bytes:
         "lines": [line(row) for row in result.lines],
         "pools": [[getattr(p, f.name) for f in fields(Pool)] for p in result.pools],
         "overhead": result.overhead,
+        "overhead_of_month": result.overhead_of_month,
         "unallocated_idle": result.unallocated_idle,
         "unallocated_overhead": result.unallocated_overhead,
         "idle_by_day": [[day.isoformat(), cents] for day, cents in result.idle_by_day.items()],
@@ -843,6 +933,7 @@ def thaw(frozen: bytes) -> tuple[Attribution, list[JobCost]]:
         lines=[line(values) for values in body["lines"]],
         pools=[Pool(*values) for values in body["pools"]],
         overhead=body["overhead"],
+        overhead_of_month=body.get("overhead_of_month", body["overhead"]),
         unallocated_idle=body["unallocated_idle"],
         unallocated_overhead=body["unallocated_overhead"],
         idle_by_day={dt.date.fromisoformat(day): cents for day, cents in body["idle_by_day"]},

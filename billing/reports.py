@@ -61,9 +61,12 @@ DAY_HEADER = ("day", "team", *titles(AMOUNTS))
 JOB_HEADER = ("job", "name", "team", "project", "user", *titles(JOB_AMOUNTS), *WASTE)
 RULE = (
     "Usage: accelerator-hours at the price book's rate for the day, cluster, flavor and capacity type. "
-    "Idle capacity of a pool (cluster, flavor, capacity type) is shared by the pool's users in proportion to "
-    "their accelerator-hours; a pool nobody used, and shared overhead, by all usage in proportion to its cost. "
-    "Amounts are rounded to cents so that they add up to the fleet's total."
+    "Each day, once over, shares its idle capacity and its equal part of the month's overhead: a pool's (cluster, "
+    "flavor, capacity type) idle among that day's users of the pool in proportion to their accelerator-hours; a "
+    "pool nobody used, and the overhead, among all of that day's usage in proportion to its cost (a day with no "
+    "usage hands them on to the next day with usage; what is left at the month's end goes to all its usage). "
+    "Each team's amounts are rounded down to the cent; what rounding leaves stays unallocated, so they add up to "
+    "the fleet's total."
 )
 IDLE_RULE = (
     "Allocated idle and unmeasured are parts of usage, not charges on top. Of each line's accelerator-hours, "
@@ -362,7 +365,8 @@ def fleet_xlsx(attribution: Attribution, issue: Issue | None = None) -> IO[bytes
     summary = [
         ("Fleet summary", month_label(attribution.month)),
         ("Capacity cost", money(attribution.capacity_cost)),
-        ("Shared overhead", money(attribution.overhead)),
+        ("Shared overhead (the days over)", money(attribution.overhead)),
+        ("Shared overhead of the whole month", money(attribution.overhead_of_month)),
         ("Fleet total", money(attribution.fleet_total)),
         *(
             [("Of which corrections of closed months", money(attribution.adjustments))]

@@ -346,8 +346,20 @@ def _chargeback(organization: Organization, month: Attribution, teams: list[Team
         ("Capacity cost", amount(month.capacity_cost), f"{percent(totals['usage'], month.capacity_cost)} used"),
         ("Usage", amount(totals["usage"]), f"{hours_of(totals['milli_seconds'])} accelerator-hours"),
         ("Idle capacity", amount(idle), "capacity paid for but not used"),
-        ("Shared overhead", amount(month.overhead), "staff, storage, network, support"),
-        ("Unallocated", amount(unallocated), "no usage to share it" if unallocated else "everything is allocated"),
+        (
+            "Shared overhead",
+            amount(month.overhead),
+            "staff, storage, network, support"
+            if month.overhead == month.overhead_of_month
+            else f"the days over, of {amount(month.overhead_of_month)} for the month",
+        ),
+        (
+            "Unallocated",
+            amount(unallocated),
+            "today's idle, days with no usage to share them, and rounding"
+            if unallocated
+            else "everything is allocated",
+        ),
     ]
     pools = sorted(month.pools, key=lambda p: (-p.idle, names.of("cluster", p.cluster), names.of("flavor", p.flavor)))
     days = days_of(month.month)

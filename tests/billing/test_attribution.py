@@ -122,11 +122,12 @@ def test_more_used_than_the_meter_saw_present_costs_what_was_used() -> None:
     assert result.fleet_total == 1000
 
 
-def test_thirds_round_to_cents_that_add_up() -> None:
+def test_thirds_round_down_per_team_and_the_cent_left_stays_unallocated_so_they_add_up() -> None:
     result = allocate([use(1, 1), use(2, 1), use(3, 1)], [present(4)], [(*POOL, NOV, Decimal(1))], overhead="1")
     rows = by_team(result)
-    assert sorted(idle for _, idle, _ in rows.values()) == [33, 33, 34]
-    assert sorted(overhead for _, _, overhead in rows.values()) == [33, 33, 34]
+    assert sorted(idle for _, idle, _ in rows.values()) == [33, 33, 33]
+    assert sorted(overhead for _, _, overhead in rows.values()) == [33, 33, 33]
+    assert (result.unallocated_idle, result.unallocated_overhead) == (1, 1)
     assert balanced(result)
 
 
@@ -161,6 +162,55 @@ def test_every_allocation_adds_up_to_the_fleet_total_to_the_cent(
     assert result.fleet_total == result.capacity_cost + result.overhead
     team_rows = result.rollup(["team"])
     assert sum(r["total"] for r in team_rows) == sum(line.total for line in result.lines)
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    usage=st.lists(
+        st.tuples(st.integers(1, 4), st.integers(0, 2), st.integers(0, 3), st.integers(1, 10**9)), max_size=16
+    ),
+    capacity=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3), st.integers(0, 10**8)), max_size=8),
+    rates=st.lists(st.decimals(min_value=0, max_value=50, places=6), min_size=3, max_size=3),
+    overhead=st.decimals(min_value=0, max_value=10**6, places=2),
+)
+def test_a_teams_month_to_date_charge_never_falls_while_the_month_runs(
+    usage: list[tuple[int, int, int, int]],
+    capacity: list[tuple[int, int, int]],
+    rates: list[Decimal],
+    overhead: Decimal,
+) -> None:
+    """The month read as it runs: each day metered half, then whole, then over (its idle and overhead shared), and at
+    last the month over. No team's usage, idle share, overhead share or total ever falls, whoever else uses more;
+    no overhead is charged for days not over; and it all still adds up to the fleet's total."""
+    pools = [(c, 10, CapacityType.ON_PREM) for c in range(3)]
+    book = RateBook([(*pools[i], NOV, rate) for i, rate in enumerate(rates)])
+
+    def seen(day: int, ms: int, today: int, part: int) -> int:
+        return ms if day < today else ms * part // 2 if day == today else 0
+
+    before: dict[int, tuple[int, int, int]] = {}
+    steps = [(today, part, NOV + timedelta(days=today)) for today in range(5) for part in (1, 2)]
+    for today, part, done in [*steps, (4, 2, None)]:
+        rows = [
+            {**use(team, 0, day=NOV + timedelta(days=day), pool=pools[pool]), "ms": seen(day, ms, today, part)}
+            for team, pool, day, ms in usage
+            if day <= today
+        ]
+        present_rows = [
+            {**present(0, day=NOV + timedelta(days=day), pool=pools[pool]), "ms": seen(day, s, today, part)}
+            for pool, day, s in capacity
+            if day <= today
+        ]
+        result = attribution._allocate(1, NOV, book, rows, present_rows, overhead, Names(), done=done)
+        assert balanced(result)
+        assert result.unallocated_idle >= 0
+        assert result.unallocated_overhead >= 0
+        days_over = 30 if done is None else today
+        assert result.overhead == attribution.to_cents(overhead * days_over / 30)
+        now = by_team(result)
+        for team, figures in before.items():
+            assert all(n >= b for n, b in zip(now[team], figures, strict=True)), (team, figures, now[team], done)
+        before = now
 
 
 @given(st.lists(st.decimals(min_value=0, max_value=1000, places=5), max_size=30), st.integers(-2, 2))
