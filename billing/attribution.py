@@ -968,6 +968,19 @@ def closed(organization_id: int, month: dt.date) -> tuple[Attribution, list[JobC
     return result
 
 
+def charges_to_date(organization_id: int, now: dt.datetime) -> dict[tuple[str, int], Decimal]:
+    """What ``BUDGET_CHARGES`` names: each team's and project's full charge in ``now``'s month so far (usage with its
+    shares of idle capacity and overhead, corrections of closed months included: its statement's total), keyed
+    ``("team", id)`` and ``("project", id)``, for the budgets that count it."""
+    month = kept(organization_id, now.astimezone(dt.UTC).date())
+    found: dict[tuple[str, int], Decimal] = {}
+    for dimension in ("team", "project"):
+        for row in month.rollup([dimension]):
+            if row[dimension] is not None:
+                found[(dimension, row[dimension])] = money(row["total"])
+    return found
+
+
 #: How long a month's attribution is kept: the meter writes every minute, so a page is a minute behind at most.
 CACHE_SECONDS = 60
 #: A closed month does not change: kept for an hour.

@@ -179,6 +179,14 @@ class Budget(models.Model):
     amount = models.DecimalField(
         max_digits=14, decimal_places=2, null=True, blank=True, validators=[MinValueValidator(Decimal(0))]
     )
+
+    class Counts(models.TextChoices):
+        USAGE = "usage", "Usage"
+        CHARGE = "charge", "Full charge"
+
+    #: What the money limit counts: the jobs' usage at their prices, or the full charge (usage with its shares of
+    #: idle capacity and overhead: the team's, or the project's, statement so far).
+    counts = models.CharField(max_length=10, choices=Counts.choices, default=Counts.USAGE)
     hard = models.BooleanField(default=False, help_text="Hard: jobs that would pass it wait. Soft: it only alerts.")
     #: Who else gets the alerts by e-mail, besides the team's leads.
     recipients: models.JSONField[Any, Any] = models.JSONField(default=list, blank=True)

@@ -39,6 +39,10 @@ class Use:
     committed_money: float = 0.0
     recent_hours: float = 0.0
     recent_money: float = 0.0
+    #: Money both ways: the jobs' usage at their prices, and the full charge (usage with its shares of idle capacity
+    #: and overhead, as the statement says; None where it was not read). ``money`` is the one the budget counts.
+    usage_money: float = 0.0
+    charge_money: float | None = None
 
 
 class Placed(Protocol):

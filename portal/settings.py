@@ -349,6 +349,9 @@ PLACEMENT_PRICES = "billing.actions.prices.placement_prices"
 # What governance's pages and checks read of the work placed under quotas and budgets
 # (``governance/placed.py``): the scheduler's answers. Governance never imports the scheduler.
 GOVERNANCE_PLACED = "scheduler.governed"
+# Each team's and project's full charge this month so far (usage with its shares of idle capacity and overhead: its
+# statement's total), for budgets that count it (``scheduler/placement/budgets.py``): billing's attribution.
+BUDGET_CHARGES = "billing.attribution.charges_to_date"
 # What our placements hold on nodes, for the clusters' node pages and live view (``clusters/occupancy.py``).
 CLUSTERS_PLACED = "scheduler.occupancy"
 

@@ -5,6 +5,13 @@ attempt ends, priced at the attempt's cost per hour (``costs.py``, until billing
 is each attempt's part of that span inside the month (UTC calendar months). A team's budget counts all of
 the team's jobs; a project's budget counts the jobs of that project.
 
+**Usage or the full charge.** A money limit counts what its budget's ``counts`` says: ``usage``, the jobs as above,
+or ``charge``, the full charge so far (usage with its shares of idle capacity and overhead, corrections of closed
+months included: the team's or project's statement total, read from billing's attribution through
+``BUDGET_CHARGES``), so that a budget on the charge agrees with the bill to the cent. What is ahead (running jobs
+until their time limits, the forecast's rate) is then counted at the month's charge per unit of usage so far. Both
+figures are shown beside every money limit, whichever it counts.
+
 **Hard budgets** (``scheduler/placement/budgets.py``): what is left for the engine is the limit less what was used this
 month and less what running jobs may still use before their time limits (within the month). A job whose own
 use until its time limit (within the month) does not fit waits, with reason ``budget`` (the engine's
@@ -98,6 +105,9 @@ class Standing:
     used: Decimal
     committed: Decimal
     forecast: Decimal | None
+    #: Money both ways this month so far (the money measure only): usage, and the full charge (None: not read).
+    usage: Decimal | None = None
+    charge: Decimal | None = None
 
     @property
     def percent(self) -> float:
@@ -124,8 +134,12 @@ def standings(budget: Budget, use: placed.Use, now: datetime | None = None) -> l
         forecast = None
         if elapsed >= FORECAST_AFTER and window > 0:
             forecast = Decimal(used + recent / window * (end - now).total_seconds()).quantize(step)
+        both: dict[str, Decimal | None] = {}
+        if measure == "amount":
+            both["usage"] = Decimal(use.usage_money).quantize(MONEY)
+            both["charge"] = None if use.charge_money is None else Decimal(use.charge_money).quantize(MONEY)
         result.append(
-            Standing(measure, limit, Decimal(used).quantize(step), Decimal(committed).quantize(step), forecast)
+            Standing(measure, limit, Decimal(used).quantize(step), Decimal(committed).quantize(step), forecast, **both)
         )
     return result
 
@@ -139,7 +153,7 @@ def scope_of(budget: Budget) -> str:
 
 # ------------------------------------------------------------------------------------------- changes
 
-FIELDS = ("accelerator_hours", "amount", "hard", "recipients", "webhook_url")
+FIELDS = ("accelerator_hours", "amount", "counts", "hard", "recipients", "webhook_url")
 
 
 def permission(project: Project | None) -> str:
@@ -190,6 +204,7 @@ def set_budget(
     *,
     accelerator_hours: Any = None,
     amount: Any = None,
+    counts: Any = Budget.Counts.USAGE,
     hard: Any = False,
     recipients: Any = None,
     webhook_url: Any = "",
@@ -211,12 +226,15 @@ def set_budget(
             accelerator_hours, "accelerator_hours", errors, required=False, most=MOST, places=3
         ),
         "amount": quotas.check_amount(amount, "amount", errors, required=False, most=MOST, places=2),
+        "counts": counts or Budget.Counts.USAGE,
         "hard": hard,
         "recipients": _recipients(recipients, errors),
         "webhook_url": _webhook(webhook_url, errors),
     }
     if not isinstance(hard, bool):
         errors["hard"] = "true or false."
+    if new["counts"] not in Budget.Counts.values:
+        errors["counts"] = f"{counts!r} is not one of {', '.join(Budget.Counts.values)}."
     removing = new["accelerator_hours"] is None and new["amount"] is None
     if errors:
         raise ValidationError(errors)
@@ -271,7 +289,8 @@ BELOW_USE = "below_use"
 def below_use(team: Team, project: Project | None, new: Mapping[str, Any], row: Budget | None) -> None:
     """Refuse (``ValidationError`` by measure, code ``BELOW_USE``) a limit below this month's use so far: what a
     hard budget then does (keep every new job waiting) or a soft one (alert at once) should be chosen knowingly."""
-    budget = row if row is not None else Budget(team=team, project=project)
+    # As it would be: what its money counts (usage or the full charge) is the new value.
+    budget = Budget(pk=row.pk if row else None, team=team, project=project, amount=new["amount"], counts=new["counts"])
     use = placed.use_of([budget])[budget.pk]
     errors = {}
     for measure, used, step in (("accelerator_hours", use.hours, HOURS), ("amount", use.money, MONEY)):
@@ -280,7 +299,8 @@ def below_use(team: Team, project: Project | None, new: Mapping[str, Any], row: 
         if limit is not None and limit < spent:
             scope = f"Project {project.name}" if project else f"Team {team.name}"
             hours = measure == "accelerator_hours"
-            used_words = f"used {_text(spent)} accelerator-hours" if hours else f"spent {spent}"
+            counted = "been charged" if new["counts"] == Budget.Counts.CHARGE else "spent"
+            used_words = f"used {_text(spent)} accelerator-hours" if hours else f"{counted} {spent}"
             errors[measure] = ValidationError(
                 f"{scope} has already {used_words} this month, more than {_text(limit)}; "
                 f"{'its jobs would all wait' if new['hard'] else 'its alerts would fire at once'}. "

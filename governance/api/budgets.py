@@ -79,6 +79,12 @@ class StandingSerializer(serializers.Serializer[Any]):
         help_text="The month's use at the rate of the last seven days; null on the month's first day.",
     )
     percent = serializers.FloatField(help_text="Used, in percent of the limit.")
+    usage = figure(allow_null=True, help_text="Money: the jobs' usage at their prices so far (null for hours).")
+    charge = figure(
+        allow_null=True,
+        help_text="Money: the full charge so far (usage with its shares of idle capacity and overhead, the "
+        "statement's total); null for hours.",
+    )
 
 
 class BudgetSerializer(serializers.ModelSerializer[Budget]):
@@ -97,6 +103,7 @@ class BudgetSerializer(serializers.ModelSerializer[Budget]):
             "project",
             "accelerator_hours",
             "amount",
+            "counts",
             "hard",
             "recipients",
             "webhook_url",
@@ -189,6 +196,12 @@ class BudgetWriteSerializer(StrictSerializer):
     )
     accelerator_hours = _limit("A month; null: no limit. Left out, it keeps its value.")
     amount = _limit("Money a month; null: no limit. Left out, it keeps its value. Both null: the budget is removed.")
+    counts = serializers.ChoiceField(
+        choices=Budget.Counts.choices,
+        required=False,
+        help_text="What the money limit counts: usage (the jobs at their prices) or charge (with the shares of idle "
+        "capacity and overhead, the statement's total). Left out, it is kept (usage for a new budget).",
+    )
     hard = serializers.BooleanField(
         required=False, help_text="Hard: jobs that would pass it wait; soft: it only alerts. Left out, it is kept."
     )

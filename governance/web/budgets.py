@@ -77,6 +77,8 @@ class Line:
     committed: str
     forecast: str
     forecast_over: bool
+    #: Money both ways (the money measure): what usage alone, and the full charge, come to so far.
+    both: str = ""
 
 
 @dataclass
@@ -94,11 +96,18 @@ class BudgetRow:
     standings: list[budgets.Standing] = field(default_factory=list)
 
 
-def _line(standing: budgets.Standing) -> Line:
+def _line(standing: budgets.Standing, counts: str) -> Line:
     measure, percent = standing.measure, standing.percent
+    label = MEASURE_LABELS[measure]
+    both = ""
+    if measure == "amount":
+        label = f"{label} ({'full charge' if counts == Budget.Counts.CHARGE else 'usage'})"
+        if standing.charge is not None:
+            both = f"usage {figure(standing.usage, measure)} · full charge {figure(standing.charge, measure)}"
     return Line(
         measure=measure,
-        label=MEASURE_LABELS[measure],
+        label=label,
+        both=both,
         limit=figure(standing.limit, measure, exact=True),
         used=figure(standing.used, measure),
         percent=f"{percent:.0f}",
@@ -152,7 +161,7 @@ def budget_rows(user: User, found: Iterable[Budget], now: datetime, setters: Set
                 budget=budget,
                 scope=budgets.scope_of(budget),
                 target=target,
-                lines=[_line(s) for s in standings],
+                lines=[_line(s, budget.counts) for s in standings],
                 alerted=_alerted(budget),
                 may_set=setters.can_set(budget.team, budget.project),
                 change_url=f"{page}?target={target}#budget-form",
@@ -253,6 +262,7 @@ def _initial(budget: Budget | None, target: str) -> dict[str, Any]:
         "target": target,
         "accelerator_hours": pages.plain(budget.accelerator_hours),
         "amount": pages.plain(budget.amount),
+        "counts": budget.counts,
         "hard": budget.hard,
         "recipients": ", ".join(budget.recipients),
         "webhook_url": budget.webhook_url,

@@ -10,7 +10,7 @@ from django import forms
 
 from clusters.models import AcceleratorType
 from governance.actions.quotas import MAX_REASON
-from governance.models import Cohort, Quota
+from governance.models import Budget, Cohort, Quota
 from tenancy.models import Organization, Project, Team
 from tenancy.scoping import Action
 
@@ -70,6 +70,14 @@ class BudgetForm(forms.Form):
     target = forms.CharField(label="For", widget=forms.Select)
     accelerator_hours = _amount("Accelerator-hours a month", "Empty: no limit of accelerator-hours.")
     amount = _amount("Money a month", "Empty: no limit of money. Both empty: no budget.")
+    counts = forms.ChoiceField(
+        label="Money counts",
+        choices=Budget.Counts.choices,
+        initial=Budget.Counts.USAGE,
+        required=False,
+        help_text="Usage: the jobs at their prices. Full charge: with the shares of idle capacity and overhead, "
+        "as on the team's statement.",
+    )
     hard = forms.BooleanField(
         label="Hard", required=False, help_text="Jobs that would pass it wait. Soft: it only alerts."
     )
@@ -92,7 +100,17 @@ class BudgetForm(forms.Form):
     #: Offered once a limit below this month's use was refused (``budgets.below_use``): ticked, it is set anyway.
     confirm = forms.BooleanField(label="Yes, set it below what is used", required=False)
 
-    field_order = ["target", "accelerator_hours", "amount", "hard", "recipients", "webhook_url", "reason", "confirm"]
+    field_order = [
+        "target",
+        "accelerator_hours",
+        "amount",
+        "counts",
+        "hard",
+        "recipients",
+        "webhook_url",
+        "reason",
+        "confirm",
+    ]
 
     def __init__(
         self, team: Team, projects: list[Project], allowed: list[Project | None], *args: Any, **kwargs: Any

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.db.models import DurationField, Q, Sum, Value
 from django.db.models.functions import Greatest, Least
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from governance.actions.budgets import FORECAST_WINDOW, month_of
 from governance.models import Budget
@@ -77,7 +81,35 @@ def use_of(budgets: Iterable[Budget], now: datetime | None = None) -> dict[int, 
         admitted = row["admitted_at"]
         ahead = _overlap(now, admitted + timedelta(seconds=row["job__time_limit"]), now, end)
         add(row, _overlap(admitted, now, start, now), _overlap(admitted, now, recent_from, now), ahead)
-    return {b.pk: (by_project[b.project_id] if b.project_id else by_team[b.team_id]) for b in budgets}
+    money = any(b.amount is not None for b in budgets)
+    charges = _charges(budgets, now) if money else {}
+    result = {}
+    for budget in budgets:
+        base = by_project[budget.project_id] if budget.project_id else by_team[budget.team_id]
+        use = replace(base, usage_money=base.money)
+        if money:
+            key = ("project", budget.project_id) if budget.project_id else ("team", budget.team_id)
+            use.charge_money = float(charges.get(key, 0))
+            if budget.counts == Budget.Counts.CHARGE:
+                # Counted as billed: what is ahead (running jobs, the forecast's rate) at this month's charge per
+                # unit of usage so far.
+                ratio = use.charge_money / base.money if base.money > 0 else 1.0
+                use.money = use.charge_money
+                use.recent_money *= ratio
+                use.committed_money *= ratio
+        result[budget.pk] = use
+    return result
+
+
+def _charges(budgets: list[Budget], now: datetime) -> dict[tuple[str, int], Decimal]:
+    """The full charge of each team and project of the budgets' organizations this month so far, as billing says
+    (``BUDGET_CHARGES``: the scheduler never imports billing)."""
+    charges = import_string(settings.BUDGET_CHARGES)
+    organizations = {b.team.organization_id for b in budgets}  # the budgets' teams are read with them
+    found: dict[tuple[str, int], Decimal] = {}
+    for organization in sorted(organizations):
+        found.update(charges(organization, now))
+    return found
 
 
 def budget_name(team_id: int, project_id: int | None) -> str:

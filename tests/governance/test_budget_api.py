@@ -109,6 +109,8 @@ def test_budgets_are_listed_with_their_standings_for_those_who_see_the_team(budg
             "committed": "2.000",
             "forecast": "32.143",
             "percent": 10.0,
+            "usage": None,
+            "charge": None,
         },
         {
             "measure": "amount",
@@ -117,6 +119,8 @@ def test_budgets_are_listed_with_their_standings_for_those_who_see_the_team(budg
             "committed": "5.000",
             "forecast": "67.500",
             "percent": 10.5,
+            "usage": "21.000",
+            "charge": "0.000",  # nothing metered: no statement yet
         },
     ]
     assert listed[1]["standings"] == [
@@ -127,6 +131,8 @@ def test_budgets_are_listed_with_their_standings_for_those_who_see_the_team(budg
             "committed": "2.000",
             "forecast": "6.429",
             "percent": 5.0,
+            "usage": None,
+            "charge": None,
         },
     ]
     assert alice.get(f"/api/v1/budgets/{team['id']}/").json() == team
