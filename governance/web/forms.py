@@ -9,6 +9,7 @@ from typing import Any
 from django import forms
 
 from clusters.models import AcceleratorType
+from governance.actions.budgets import FIELDS as BUDGET_FIELDS
 from governance.actions.quotas import MAX_REASON
 from governance.models import Budget, Cohort, Quota
 from tenancy.models import Organization, Project, Team
@@ -100,17 +101,7 @@ class BudgetForm(forms.Form):
     #: Offered once a limit below this month's use was refused (``budgets.below_use``): ticked, it is set anyway.
     confirm = forms.BooleanField(label="Yes, set it below what is used", required=False)
 
-    field_order = [
-        "target",
-        "accelerator_hours",
-        "amount",
-        "counts",
-        "hard",
-        "recipients",
-        "webhook_url",
-        "reason",
-        "confirm",
-    ]
+    field_order = ["target", *BUDGET_FIELDS, "reason", "confirm"]
 
     def __init__(
         self, team: Team, projects: list[Project], allowed: list[Project | None], *args: Any, **kwargs: Any

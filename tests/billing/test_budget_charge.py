@@ -8,6 +8,7 @@ import csv
 import io
 from datetime import timedelta
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from django.utils import timezone
@@ -47,7 +48,7 @@ def test_a_budget_on_the_full_charge_is_the_teams_bill_to_the_cent_and_shows_usa
     (budget,) = lena.get("/api/v1/budgets/", {"team": "vision"}).json()["results"]
     assert budget["counts"] == "charge"
     (money,) = budget["standings"]
-    statement = lena.get("/api/v1/billing/statements/vision.csv")
+    statement: Any = lena.get("/api/v1/billing/statements/vision.csv")
     total = list(csv.DictReader(io.StringIO(b"".join(statement.streaming_content).decode())))[-1]
     assert Decimal(money["used"]) == Decimal(money["charge"]) == Decimal(total["total"]) > 0
     assert Decimal(money["usage"]) == Decimal("40.00")  # 16 accelerator-hours at 2.50
