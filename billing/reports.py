@@ -153,8 +153,29 @@ def fleet_rows(attribution: Attribution) -> Iterator[Row]:
     yield [label, "Fleet total", *_amounts(attribution.fleet_totals()), *_waste(totals)]
 
 
-def pool_rows(attribution: Attribution) -> Iterator[Row]:
+def pool_rows(attribution: Attribution, total: bool = False) -> Iterator[Row]:
+    """Every pool's month; with ``total``, then their sum (the Summary's capacity cost)."""
     label, names = month_label(attribution.month), attribution.names
+    if total:
+        yield from pool_rows(attribution)
+        pools = attribution.pools
+        capacity, used = sum(p.capacity_milli_seconds for p in pools), sum(p.used_milli_seconds for p in pools)
+        cost, spent = attribution.capacity_cost, sum(p.used for p in pools)
+        share = round(used / capacity, 4) if capacity else None
+        yield [
+            label,
+            "Total",
+            "",
+            "",
+            hours(capacity),
+            hours(used),
+            share,
+            money(cost),
+            money(spent),
+            money(cost - spent),
+            "",
+        ]
+        return
     for p in attribution.pools:
         utilisation = round(p.utilisation, 4) if p.utilisation is not None else None
         yield [
@@ -173,8 +194,19 @@ def pool_rows(attribution: Attribution) -> Iterator[Row]:
 
 
 def fleet_days(attribution: Attribution) -> Iterator[Row]:
+    """Every team's days, then what stayed unallocated and the fleet's total, which they add up to."""
     for row in sorted(attribution.rollup(["day", "team"]), key=lambda r: (r["day"], r["team_name"])):
         yield [row["day"], row["team_name"], *_amounts(row)]
+    if attribution.unallocated:
+        yield [None, "Unallocated", *_amounts(unallocated_row(attribution))]
+    yield [None, "Fleet total", *_amounts(attribution.fleet_totals())]
+
+
+def statement_day_rows(attribution: Attribution, team: int) -> Iterator[Row]:
+    """A statement's days, then its total (the Summary's)."""
+    yield from statement_days(attribution, team)
+    totals = attribution.for_teams([team], attribution.fleet_visible).totals()
+    yield [None, "Total", *_amounts(totals)]
 
 
 def job_rows(attribution: Attribution, jobs: Iterable[JobCost], costs: Sequence[int] | None = None) -> Iterator[Row]:
@@ -353,7 +385,7 @@ def statement_xlsx(
         summary,
         [
             ("Lines", STATEMENT_HEADER, statement_rows(attribution, team)),
-            ("Days", DAY_HEADER, statement_days(attribution, team)),
+            ("Days", DAY_HEADER, statement_day_rows(attribution, team)),
             ("Jobs", JOB_HEADER, statement_jobs(attribution, team, jobs)),
             *(issue.sheets() if issue else []),
         ],
@@ -387,7 +419,7 @@ def fleet_xlsx(attribution: Attribution, issue: Issue | None = None) -> IO[bytes
         summary,
         [
             ("Teams", FLEET_HEADER, fleet_rows(attribution)),
-            ("Pools", POOL_HEADER, pool_rows(attribution)),
+            ("Pools", POOL_HEADER, pool_rows(attribution, total=True)),
             ("Days", DAY_HEADER, fleet_days(attribution)),
             *(issue.sheets() if issue else []),
         ],

@@ -272,3 +272,27 @@ def test_a_statements_jobs_add_up_to_the_teams_usage_to_the_cent() -> None:
     assert [row[6] for row in rows] == [Decimal("0.34"), Decimal("0.34"), Decimal("0.33")]
     assert total[1] == "Total"
     assert total[6] == Decimal("1.01")
+
+
+def _sheet(book: Any, name: str, column: str) -> tuple[list[Decimal], Decimal]:
+    """A sheet's figures in ``column``: its rows', and its last row's (the total)."""
+    header, *rows = list(book[name].iter_rows(values_only=True))
+    at = header.index(column)
+    *body, last = [Decimal(str(row[at] or 0)) for row in rows]
+    return body, last
+
+
+def test_every_sheet_of_the_xlsx_exports_ties_to_its_summary(month: Fleet) -> None:
+    for url, checks in (
+        ("/api/v1/billing/fleet.xlsx", [("Teams", "total", "Fleet total"), ("Days", "total", "Fleet total"),
+                                        ("Pools", "cost", "Capacity cost")]),
+        ("/api/v1/billing/statements/vision.xlsx", [("Lines", "total", "Total"), ("Days", "total", "Total"),
+                                                    ("Jobs", "usage", "Usage")]),
+    ):  # fmt: skip
+        response = get(month, "fiona", url, month=MONTH)
+        book = load_workbook(io.BytesIO(b"".join(response.streaming_content)), read_only=True)
+        summary = {row[0]: row[1] for row in book["Summary"].iter_rows(values_only=True)}
+        for sheet, column, label in checks:
+            body, total = _sheet(book, sheet, column)
+            assert total == Decimal(str(summary[label])), (url, sheet)
+            assert sum(body) == total, (url, sheet)
