@@ -81,7 +81,7 @@ from django.utils import timezone
 from billing.actions.metering import midnight, split_days
 from billing.actions.prices import Key, RateBook, version
 from billing.models import Adjustment, CapacityRecord, Overhead, Period, UsageRecord
-from clusters.capacity import capacity_type
+from clusters.capacity import CapacityType, capacity_type
 from clusters.models import AcceleratorType, Cluster
 from common.types import AnyUser
 from governance.models import CapacityRequest
@@ -96,6 +96,8 @@ MICRO = Decimal(1_000_000)
 TRILLIONTH = Decimal("1e-12")
 #: Utilization is read against usage hour by hour (seconds).
 HOUR = 3600
+#: Capacity types in words ("On-demand", not "on_demand"), as the pages and exports show them.
+CAPACITY_WORDS = dict(CapacityType.choices)
 DIMENSIONS = ("day", "team", "project", "user", "cluster", "flavor", "capacity_type", "corrects")
 #: Dimensions whose values are not ids (so they have no names).
 PLAIN = ("day", "capacity_type", "corrects")
@@ -166,12 +168,21 @@ class Names:
     user: dict[int, str] = field(default_factory=dict)
     cluster: dict[int, str] = field(default_factory=dict)
     flavor: dict[int, str] = field(default_factory=dict)
+    #: Finance's cost-centre codes of teams and projects (those set).
+    team_code: dict[int, str] = field(default_factory=dict)
+    project_code: dict[int, str] = field(default_factory=dict)
+
+    def cost_centre(self, team: int, project: int | None) -> str:
+        """The code a line's costs go to: its project's, else its team's ("" when neither has one)."""
+        return (self.project_code.get(project, "") if project is not None else "") or self.team_code.get(team, "")
 
     def of(self, dimension: str, value: Any) -> str:
         if value is None:
             return "(no project)" if dimension == "project" else ""
         if dimension == "corrects":
             return f"correction of {value:%Y-%m}"
+        if dimension == "capacity_type":
+            return str(CAPACITY_WORDS.get(value, value))
         if dimension in PLAIN:
             return str(value)
         known: dict[int, str] = getattr(self, dimension)
@@ -197,6 +208,8 @@ class Attribution:
     job_measures: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     #: The month's whole shared overhead; ``overhead`` is the part of the days that are over.
     overhead_of_month: int = 0
+    #: The ISO 4217 code of every amount (the organization's currency).
+    currency: str = ""
     #: Corrections of closed months booked in this one (cents): they are lines too (``Line.corrects``), and
     #: the part that stayed unallocated is in ``unallocated_idle`` and ``unallocated_overhead``.
     adjustments: int = 0
@@ -405,9 +418,13 @@ def overhead_of(organization_id: int, month: dt.date) -> Decimal:
 
 
 def _names(organization_id: int) -> Names:
+    teams = list(Team.objects.filter(organization_id=organization_id).values_list("pk", "name", "cost_centre"))
+    projects = list(
+        Project.objects.filter(team__organization_id=organization_id).values_list("pk", "name", "cost_centre")
+    )
     return Names(
-        team=dict(Team.objects.filter(organization_id=organization_id).values_list("pk", "name")),
-        project=dict(Project.objects.filter(team__organization_id=organization_id).values_list("pk", "name")),
+        team={pk: name for pk, name, _ in teams},
+        project={pk: name for pk, name, _ in projects},
         user=dict(
             get_user_model()
             .objects.filter(memberships__organization_id=organization_id)
@@ -416,6 +433,8 @@ def _names(organization_id: int) -> Names:
         ),
         cluster=dict(Cluster.objects.filter(organization_id=organization_id).values_list("pk", "name")),
         flavor=dict(AcceleratorType.objects.filter(organization_id=organization_id).values_list("pk", "name")),
+        team_code={pk: code for pk, _, code in teams if code},
+        project_code={pk: code for pk, _, code in projects if code},
     )
 
 
@@ -447,6 +466,7 @@ def attribute(organization: Organization | int, month: dt.date, now: dt.datetime
         overhead = overhead_of(org_id, start)
         result = _allocate(org_id, start, book, usage_rows, capacity_rows, overhead, names, by_line, reserved, done)
     result.job_measures = by_job
+    result.currency = Organization.objects.filter(pk=org_id).values_list("currency", flat=True).first() or ""
     return with_adjustments(result)
 
 
@@ -904,6 +924,7 @@ def freeze(result: Attribution, jobs: Sequence[JobCost]) -> bytes:
         "pools": [[getattr(p, f.name) for f in fields(Pool)] for p in result.pools],
         "overhead": result.overhead,
         "overhead_of_month": result.overhead_of_month,
+        "currency": result.currency,
         "unallocated_idle": result.unallocated_idle,
         "unallocated_overhead": result.unallocated_overhead,
         "idle_by_day": [[day.isoformat(), cents] for day, cents in result.idle_by_day.items()],
@@ -934,6 +955,7 @@ def thaw(frozen: bytes) -> tuple[Attribution, list[JobCost]]:
         pools=[Pool(*values) for values in body["pools"]],
         overhead=body["overhead"],
         overhead_of_month=body.get("overhead_of_month", body["overhead"]),
+        currency=body.get("currency", ""),
         unallocated_idle=body["unallocated_idle"],
         unallocated_overhead=body["unallocated_overhead"],
         idle_by_day={dt.date.fromisoformat(day): cents for day, cents in body["idle_by_day"]},

@@ -40,10 +40,12 @@ STATEMENT_HEADER = (
     "flavor",
     "capacity type",
     "correction of",
+    "cost centre",
+    "currency",
     *titles(AMOUNTS),
     *WASTE,
 )
-FLEET_HEADER = ("month", "team", *titles(AMOUNTS), *WASTE)
+FLEET_HEADER = ("month", "team", "cost centre", "currency", *titles(AMOUNTS), *WASTE)
 POOL_HEADER = (
     "month",
     "cluster",
@@ -114,12 +116,15 @@ def statement_rows(attribution: Attribution, team: int) -> Iterator[Row]:
     label, name = month_label(attribution.month), attribution.names.of("team", team)
     # This month's lines first, then the corrections of closed months booked in it (their month named).
     rows = sorted(mine.rollup(STATEMENT_BY), key=lambda r: r["corrects"] is not None)
+    names, money_in = attribution.names, attribution.currency
     for row in rows:
-        labels = [attribution.names.of(d, row[d]) for d in STATEMENT_BY[:-1]]
+        labels = [names.of(d, row[d]) for d in STATEMENT_BY[:-1]]
         corrects = month_label(row["corrects"]) if row["corrects"] else ""
-        yield [label, name, *labels, corrects, *_amounts(row), *_waste(row)]
+        code = names.cost_centre(team, row["project"])
+        yield [label, name, *labels, corrects, code, money_in, *_amounts(row), *_waste(row)]
     totals = _line_totals(mine)
-    yield [label, name, "Total", "", "", "", "", "", *_amounts(totals), *_waste(totals)]
+    code = names.cost_centre(team, None)
+    yield [label, name, "Total", "", "", "", "", "", code, money_in, *_amounts(totals), *_waste(totals)]
 
 
 def statement_days(attribution: Attribution, team: int) -> Iterator[Row]:
@@ -137,20 +142,22 @@ def unallocated_row(attribution: Attribution) -> dict[str, int]:
 
 def fleet_rows(attribution: Attribution) -> Iterator[Row]:
     """Every team's month, what stayed unallocated, and the fleet's total (which they add up to)."""
-    label = month_label(attribution.month)
+    label, names, money_in = month_label(attribution.month), attribution.names, attribution.currency
     for row in attribution.rollup(["team"]):
-        yield [label, row["team_name"], *_amounts(row), *_waste(row)]
+        yield [label, row["team_name"], names.cost_centre(row["team"], None), money_in, *_amounts(row), *_waste(row)]
     if attribution.unallocated:
         yield [
             label,
-            "Unallocated (no usage this month)",
+            "Unallocated",
+            "",
+            money_in,
             *_amounts(unallocated_row(attribution)),
             None,
             money(0),
             money(0),
         ]
     totals = _line_totals(attribution)
-    yield [label, "Fleet total", *_amounts(attribution.fleet_totals()), *_waste(totals)]
+    yield [label, "Fleet total", "", money_in, *_amounts(attribution.fleet_totals()), *_waste(totals)]
 
 
 def pool_rows(attribution: Attribution, total: bool = False) -> Iterator[Row]:
@@ -182,7 +189,7 @@ def pool_rows(attribution: Attribution, total: bool = False) -> Iterator[Row]:
             label,
             names.of("cluster", p.cluster),
             names.of("flavor", p.flavor),
-            p.capacity_type,
+            names.of("capacity_type", p.capacity_type),
             hours(p.capacity_milli_seconds),
             hours(p.used_milli_seconds),
             utilisation,
@@ -274,6 +281,14 @@ def csv_stream(header: Row, rows: Iterable[Row]) -> Iterator[str]:
 
 
 MONEY_FORMAT = "#,##0.00"
+MONEY_COLUMNS = ("usage", "idle share", "overhead share", "total", "cost", "used", "idle", "amount (a month)")
+
+
+def money_format(currency: str) -> str:
+    """Excel's format of an amount in ``currency``: grouped, to the cent, with its code ("1,234.50 USD")."""
+    return f'{MONEY_FORMAT} "{currency}"' if currency else MONEY_FORMAT
+
+
 HOURS_FORMAT = "#,##0.000"
 
 
@@ -287,7 +302,7 @@ def _xlsx_cell(sheet: WriteOnlyWorksheet, value: Any) -> Cell:
     return cell
 
 
-def _sheet(book: Workbook, title: str, header: Row, rows: Iterable[Row]) -> None:
+def _sheet(book: Workbook, title: str, header: Row, rows: Iterable[Row], currency: str = "") -> None:
     sheet: WriteOnlyWorksheet = book.create_sheet(title)
     bold = Font(bold=True)
     heading = []
@@ -296,27 +311,27 @@ def _sheet(book: Workbook, title: str, header: Row, rows: Iterable[Row]) -> None
         cell.font = bold
         heading.append(cell)
     sheet.append(heading)
-    money_columns = {
-        i
-        for i, h in enumerate(header)
-        if h in ("usage", "idle share", "overhead share", "total", "cost", "used", "idle")
-    }
+    money_columns = {i for i, h in enumerate(header) if h in MONEY_COLUMNS}
+    in_money = money_format(currency)
     for row in rows:
         cells = []
         for i, value in enumerate(row):
             cell = _xlsx_cell(sheet, value)
             if isinstance(value, Decimal):
-                cell.number_format = MONEY_FORMAT if i in money_columns else HOURS_FORMAT
+                cell.number_format = in_money if i in money_columns else HOURS_FORMAT
             cells.append(cell)
         sheet.append(cells)
 
 
-def xlsx_file(summary: Sequence[tuple[str, Any]], sheets: Sequence[tuple[str, Row, Iterable[Row]]]) -> IO[bytes]:
-    """A workbook with a Summary sheet of (label, value) pairs and the given sheets, rewound for reading."""
+def xlsx_file(
+    summary: Sequence[tuple[str, Any]], sheets: Sequence[tuple[str, Row, Iterable[Row]]], currency: str = ""
+) -> IO[bytes]:
+    """A workbook with a Summary sheet of (label, value) pairs and the given sheets, rewound for reading; amounts
+    shown with ``currency``'s code."""
     book = Workbook(write_only=True)
     _sheet(book, "Summary", ("", ""), summary)
     for title, header, rows in sheets:
-        _sheet(book, title, header, rows)
+        _sheet(book, title, header, rows, currency)
     out = tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024)  # noqa: SIM115 - handed to the response
     book.save(out)
     out.seek(0)
@@ -369,6 +384,8 @@ def statement_xlsx(
     totals = attribution.for_teams([team], attribution.fleet_visible).totals()
     summary = [
         ("Statement", f"{attribution.names.of('team', team)}, {month_label(attribution.month)}"),
+        ("Currency", attribution.currency),
+        ("Cost centre", attribution.names.cost_centre(team, None)),
         ("Accelerator-hours", hours(totals["milli_seconds"])),
         ("Usage", money(totals["usage"])),
         ("Idle capacity share", money(totals["idle"])),
@@ -389,6 +406,7 @@ def statement_xlsx(
             ("Jobs", JOB_HEADER, statement_jobs(attribution, team, jobs)),
             *(issue.sheets() if issue else []),
         ],
+        attribution.currency,
     )
 
 
@@ -396,6 +414,7 @@ def fleet_xlsx(attribution: Attribution, issue: Issue | None = None) -> IO[bytes
     totals = attribution.fleet_totals()
     summary = [
         ("Fleet summary", month_label(attribution.month)),
+        ("Currency", attribution.currency),
         ("Capacity cost", money(attribution.capacity_cost)),
         ("Shared overhead (the days over)", money(attribution.overhead)),
         ("Shared overhead of the whole month", money(attribution.overhead_of_month)),
@@ -423,4 +442,5 @@ def fleet_xlsx(attribution: Attribution, issue: Issue | None = None) -> IO[bytes
             ("Days", DAY_HEADER, fleet_days(attribution)),
             *(issue.sheets() if issue else []),
         ],
+        attribution.currency,
     )

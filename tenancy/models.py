@@ -35,6 +35,9 @@ SLUG_HELP = "Lower-case letters, digits and hyphens; used in URLs and the CLI."
 class Organization(models.Model):
     name = models.CharField(max_length=120, unique=True)
     slug = models.SlugField(max_length=60, unique=True, help_text=SLUG_HELP)
+    #: The ISO 4217 code of every amount of the organization (prices, costs, budgets, statements); set by finance
+    #: (``billing/actions/codes.py``).
+    currency = models.CharField(max_length=3, default="USD")
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = TenantManager()
@@ -56,6 +59,8 @@ class Team(models.Model):
     name = models.CharField(max_length=120)
     slug = models.SlugField(max_length=60, help_text=SLUG_HELP)
     description = models.TextField(blank=True)
+    #: Finance's code for the team's costs, carried into its statements (``billing/actions/codes.py``).
+    cost_centre = models.CharField(max_length=40, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = TenantManager()
@@ -81,6 +86,8 @@ class Project(models.Model):
     slug = models.SlugField(max_length=60, help_text=SLUG_HELP)
     description = models.TextField(blank=True)
     archived = models.BooleanField(default=False)
+    #: Finance's code for the project's costs (else its team's), carried into statements.
+    cost_centre = models.CharField(max_length=40, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = TenantManager()

@@ -25,7 +25,7 @@ from rest_framework.routers import SimpleRouter
 from rest_framework.views import APIView
 
 from billing import attribution, columns, params, reports
-from billing.actions import periods, prices
+from billing.actions import codes, periods, prices
 from billing.attribution import Attribution, hours, money
 from billing.models import MeterState, Overhead, Price, Statement
 from tenancy import policy
@@ -48,6 +48,19 @@ def month_of(request: Request, *extra: str) -> tuple[Organization, Attribution]:
     organization = params.organization(request.user, request.query_params.get("organization"))
     month = params.month(request.query_params.get("month"))
     return organization, attribution.visible_to(request.user, attribution.kept(organization.pk, month))
+
+
+def organization_asked(request: Request) -> Organization:
+    """The organization the query names (``organization``, the only parameter), else the user's first."""
+    params.unknown(request.query_params, {"organization"})
+    return params.organization(request.user, request.query_params.get("organization"))
+
+
+def json_object(request: Request) -> Mapping[str, Any]:
+    """The request's body, which must be a JSON object (else a 400)."""
+    if not isinstance(request.data, Mapping):
+        raise serializers.ValidationError({"non_field_errors": ["A JSON object."]})
+    return request.data
 
 
 def amounts(row: Mapping[str, Any]) -> dict[str, str]:
@@ -106,11 +119,15 @@ class CostsView(APIView):
         if team is not None:
             month = month.for_teams([team.pk], fleet_visible=False)
         rows = []
+        names = month.names
         for row in month.rollup(by):
             keys = {k: (v.isoformat() if k == "day" else v) for k, v in row.items() if k in by or k.endswith("_name")}
+            if "team" in by or "project" in by:
+                keys["cost_centre"] = names.cost_centre(row.get("team") or 0, row.get("project"))
             rows.append({**keys, **amounts(row)})
         body: dict[str, Any] = {
             "organization": organization.slug,
+            "currency": month.currency,
             "month": reports.month_label(month.month),
             "group_by": list(by),
             "rows": rows,
@@ -145,7 +162,7 @@ class JobCostsView(APIView):
             }
             for j in attribution.kept_job_costs(organization.pk, month.month, teams, limit)
         ]
-        return Response({"month": reports.month_label(month.month), "jobs": jobs})
+        return Response({"month": reports.month_label(month.month), "currency": month.currency, "jobs": jobs})
 
 
 class StatementView(APIView):
@@ -192,8 +209,7 @@ class MeterView(APIView):
 
     @extend_schema(parameters=[ORG], responses={200: OpenApiTypes.OBJECT})
     def get(self, request: Request) -> Response:
-        params.unknown(request.query_params, {"organization"})
-        organization = params.organization(request.user, request.query_params.get("organization"))
+        organization = organization_asked(request)
         policy.require(
             request.user,
             "finance.read",
@@ -243,14 +259,30 @@ def period_body(organization: Organization, row: Mapping[str, Any]) -> dict[str,
     }
 
 
+class CodesView(APIView):
+    """The organization's currency (ISO 4217, on every amount) and the cost-centre codes of its teams and projects
+    (``team`` or ``team/project`` slugs), carried into statements. Finance and admins read and set them; a change
+    gives only what it changes (``{"currency": "EUR"}``, ``{"cost_centres": {"vision": "CC-1001"}}``)."""
+
+    @extend_schema(parameters=[ORG], responses={200: OpenApiTypes.OBJECT})
+    def get(self, request: Request) -> Response:
+        organization = organization_asked(request)
+        policy.require(request.user, "finance.read", organization, "Billing codes are for finance and admins.")
+        return Response(codes.codes(organization))
+
+    @extend_schema(parameters=[ORG], request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT})
+    def put(self, request: Request) -> Response:
+        organization = organization_asked(request)
+        return Response(codes.set_codes(request.user, organization, json_object(request), http=request))  # type: ignore[arg-type]
+
+
 class PeriodsView(APIView):
     """The last twelve ended months and this one, open or closed, with the statements issued at each close and
     the corrections of closed months booked in each. Finance and admins."""
 
     @extend_schema(parameters=[ORG], responses={200: OpenApiTypes.OBJECT})
     def get(self, request: Request) -> Response:
-        params.unknown(request.query_params, {"organization"})
-        organization = params.organization(request.user, request.query_params.get("organization"))
+        organization = organization_asked(request)
         rows = periods.periods(organization, request.user)
         return Response({"organization": organization.slug, "periods": [period_body(organization, r) for r in rows]})
 
@@ -263,12 +295,8 @@ class PeriodActionView(APIView):
 
     @extend_schema(parameters=[ORG], request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT})
     def post(self, request: Request) -> Response:
-        params.unknown(request.query_params, {"organization"})
-        organization = params.organization(request.user, request.query_params.get("organization"))
-        if not isinstance(request.data, Mapping):
-            raise serializers.ValidationError({"non_field_errors": ["A JSON object."]})
-        known = {"month"} if self.action == "close" else {"month", "reason"}
-        params.unknown(request.data, known)
+        organization = organization_asked(request)
+        params.unknown(json_object(request), {"month"} if self.action == "close" else {"month", "reason"})
         if self.action == "close":
             period = periods.close(request.user, organization, request.data.get("month"), http=request)  # type: ignore[arg-type]
         else:
@@ -389,6 +417,7 @@ urlpatterns = [
     re_path(r"^billing/fleet\.(?P<ext>csv|xlsx)$", FleetSummaryView.as_view(), name="billing-fleet"),
     path("billing/meter/", MeterView.as_view(), name="billing-meter"),
     path("billing/periods/", PeriodsView.as_view(), name="billing-periods"),
+    path("billing/codes/", CodesView.as_view(), name="billing-codes"),
     path("billing/periods/close/", PeriodActionView.as_view(action="close"), name="billing-period-close"),
     path("billing/periods/reopen/", PeriodActionView.as_view(action="reopen"), name="billing-period-reopen"),
     path("", include(router.urls)),

@@ -3,7 +3,7 @@ finance and admins; procurement's capacity forecasts and what-ifs."""
 
 from django.urls import path
 
-from billing.web import costs, forecast, periods, whatif
+from billing.web import codes, costs, forecast, periods, whatif
 
 urlpatterns = [
     path("", costs.costs, name="costs"),
@@ -15,6 +15,7 @@ urlpatterns = [
     path("prices/overhead/<id:pk>/", costs.edit, {"kind": "overhead"}, name="overhead-edit"),
     path("prices/overhead/<id:pk>/delete/", costs.delete, {"kind": "overhead"}, name="overhead-delete"),
     path("periods/", periods.period_list, name="billing-periods"),
+    path("codes/", codes.codes_edit, name="billing-codes"),
     path("capacity/", forecast.capacity, name="capacity-forecast"),
     path("what-ifs/", whatif.what_if_list, name="what-if-list"),
     path("what-ifs/<id:pk>/", whatif.what_if_detail, name="what-if-detail"),

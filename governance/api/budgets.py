@@ -94,6 +94,9 @@ class BudgetSerializer(serializers.ModelSerializer[Budget]):
         help_text="Where alerts are POSTed (empty: nowhere); null for those who may not set the budget."
     )
     standings = serializers.SerializerMethodField()
+    currency = serializers.CharField(
+        source="team.organization.currency", read_only=True, help_text="The ISO 4217 code of its money limit."
+    )
 
     class Meta:
         model = Budget
@@ -103,6 +106,7 @@ class BudgetSerializer(serializers.ModelSerializer[Budget]):
             "project",
             "accelerator_hours",
             "amount",
+            "currency",
             "counts",
             "hard",
             "recipients",
@@ -269,7 +273,9 @@ class BudgetViewSet(Answered, TenantViewSet, mixins.ListModelMixin, mixins.Retri
     parser_classes = [JSONParser]
 
     def get_queryset(self) -> QuerySet[Budget]:
-        return super().get_queryset().select_related("team", "project")  # the model's order: each team's own first
+        return (
+            super().get_queryset().select_related("team__organization", "project")
+        )  # the model's order: each team's own first
 
     def _answer(self, found: Iterable[Budget], many: bool, now: datetime | None = None) -> Any:
         found = list(found)
