@@ -29,7 +29,7 @@ import webbrowser
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
-from qm import admin, arrays, capacity, models_cmd, pools, queues, services
+from qm import admin, arrays, capacity, finance, models_cmd, pools, queues, services
 from qm.client import (
     BAD_INPUT,
     DEFAULT_URL,
@@ -536,6 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
     queues.register(command, admin.Lent(table, when, CliError))
     capacity.register(command, admin.Lent(table, when, CliError))
     pools.register(command, admin.Lent(table, when, CliError))
+    finance.register(command, admin.Lent(table, when, CliError))
     return parser
 
 
