@@ -66,7 +66,7 @@ import datetime as dt
 import json
 import zlib
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal, localcontext
 from typing import Any
@@ -80,7 +80,7 @@ from django.utils import timezone
 
 from billing.actions.metering import midnight, split_days
 from billing.actions.prices import Key, RateBook, version
-from billing.models import Adjustment, CapacityRecord, Overhead, Period, UsageRecord
+from billing.models import Adjustment, CapacityRecord, Overhead, Period, Price, UsageRecord
 from clusters.capacity import CapacityType, capacity_type
 from clusters.models import AcceleratorType, Cluster
 from common.types import AnyUser
@@ -133,6 +133,9 @@ class Line:
     unmeasured: int = 0
     #: An adjustment: the first day of the closed month it corrects (``billing.models.Adjustment``).
     corrects: dt.date | None = None
+    #: The energy its accelerators drew (watt-hours), and the part of it estimated for time without power readings.
+    energy_wh: int = 0
+    estimated_wh: int = 0
 
     @property
     def total(self) -> int:
@@ -206,6 +209,8 @@ class Attribution:
     fleet_visible: bool = True
     #: Per job: (held, measured, busy) thousandth-accelerator-seconds in the month (``allocated but idle``).
     job_measures: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    #: Per job: the energy its accelerators drew in the month (Wh), and the part of it estimated.
+    job_energy: dict[int, tuple[int, int]] = field(default_factory=dict)
     #: The month's whole shared overhead; ``overhead`` is the part of the days that are over.
     overhead_of_month: int = 0
     #: The ISO 4217 code of every amount (the organization's currency).
@@ -235,6 +240,8 @@ class Attribution:
             "total": sum(line.total for line in self.lines),
             "allocated_idle": sum(line.allocated_idle for line in self.lines),
             "unmeasured": sum(line.unmeasured for line in self.lines),
+            "energy_wh": sum(line.energy_wh for line in self.lines),
+            "estimated_wh": sum(line.estimated_wh for line in self.lines),
         }
 
     @property
@@ -252,7 +259,7 @@ class Attribution:
 
     def rollup(self, by: Sequence[str]) -> list[dict[str, Any]]:
         """The lines summed per value of the ``by`` dimensions, largest total first."""
-        sums: dict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0, 0, 0, 0])
+        sums: dict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0] * 10)
         for line in self.lines:
             acc = sums[tuple(getattr(line, d) for d in by)]
             acc[0] += line.milli_seconds
@@ -263,8 +270,10 @@ class Attribution:
             acc[5] += line.busy_milli_seconds
             acc[6] += line.allocated_idle
             acc[7] += line.unmeasured
+            acc[8] += line.energy_wh
+            acc[9] += line.estimated_wh
         rows = []
-        for key, (ms, usage, idle, overhead, measured, busy, allocated_idle, unmeasured) in sums.items():
+        for key, (ms, usage, idle, overhead, measured, busy, allocated_idle, unmeasured, wh, guessed) in sums.items():
             row: dict[str, Any] = {}
             for dimension, value in zip(by, key, strict=True):
                 row[dimension] = value
@@ -277,6 +286,8 @@ class Attribution:
                 allocated_idle=allocated_idle,
                 unmeasured=unmeasured,
                 utilization=busy / measured if measured else None,
+                energy_wh=wh,
+                estimated_wh=guessed,
             )
             rows.append(row)
         rows.sort(key=lambda r: (-r["total"], *(str(r[d]) for d in by)))
@@ -459,13 +470,14 @@ def attribute(organization: Organization | int, month: dt.date, now: dt.datetime
     usage_rows = _usage(org_id, start, end)
     capacity_rows = _capacity(org_id, start, end)
     names = _names(org_id)
-    by_line, by_job = _measures(org_id, start, end)
+    by_line, by_job, energy = _measures(org_id, start, end)
     reserved = _reserved(org_id, start, end)
     with localcontext() as ctx:
         ctx.prec = 50
         overhead = overhead_of(org_id, start)
         result = _allocate(org_id, start, book, usage_rows, capacity_rows, overhead, names, by_line, reserved, done)
     result.job_measures = by_job
+    result.job_energy = energy
     result.currency = Organization.objects.filter(pk=org_id).values_list("currency", flat=True).first() or ""
     return with_adjustments(result)
 
@@ -522,12 +534,18 @@ def _grain(row: dict[str, Any]) -> Grain:
     return tuple(row[f] for f in GRAIN_FIELDS)
 
 
+#: (measured, busy) thousandth-accelerator-seconds of a line, and its energy in watt-hours: all of it, and the part
+#: estimated for time without power readings.
+Measure = tuple[int, int, int, int]
+
+
 def _measures(
     org_id: int, start: dt.date, end: dt.date
-) -> tuple[dict[Grain, tuple[int, int]], dict[int, tuple[int, int, int]]]:
-    """The month's measured and busy thousandth-accelerator-seconds per line grain, and (held, measured,
-    busy) per job: the usage records are the holds (every attempt on the organization's nodes), read
-    against the probes' samples hour by hour (``scheduler.utilization``; two queries)."""
+) -> tuple[dict[Grain, Measure], dict[int, tuple[int, int, int]], dict[int, tuple[int, int]]]:
+    """The month's measured and busy thousandth-accelerator-seconds and energy per line grain, (held, measured,
+    busy) per job and each job's energy (Wh, of which estimated): the usage records are the holds (every attempt on
+    the organization's nodes), read against the probes' samples hour by hour (``scheduler.utilization``; two
+    queries, and the price book's power for flavors never read)."""
     records = list(
         UsageRecord.objects.filter(organization_id=org_id, day__gte=start, day__lt=end).values_list(
             "attempt_id",
@@ -547,31 +565,64 @@ def _measures(
         )
     )
     if not records:
-        return {}, {}
+        return {}, {}, {}
     holds = [utilization.Hold(r[0], r[1], r[2], r[3], r[4], r[5]) for r in records]
     since, until = midnight(start), midnight(end)
     buckets = utilization.node_buckets({h.node for h in holds}, since, until, HOUR, per_gpu=False)
     measured = utilization.shares(holds, holds, buckets, HOUR) if buckets else {}
-    per_piece: dict[tuple[int, int, dt.date], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    per_piece: dict[tuple[int, int, dt.date], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
     for (attempt, node, bucket), (share, _) in measured.items():
         acc = per_piece[(attempt, node, bucket.date())]
         acc[0] += share.measured
         acc[1] += share.busy
-    by_line: dict[Grain, list[int]] = defaultdict(lambda: [0, 0])
-    by_job: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])
+        acc[2] += share.watt_seconds
+    watts = _estimated_watts(org_id, records, per_piece)
+    by_line: dict[Grain, list[float]] = defaultdict(lambda: [0, 0, 0.0, 0.0])
+    by_job: dict[int, list[float]] = defaultdict(lambda: [0, 0, 0, 0.0, 0.0])
     for r in records:
-        piece_measured, piece_busy = (round(x) for x in per_piece.get((r[0], r[2], r[6]), (0.0, 0.0)))
+        piece = per_piece.get((r[0], r[2], r[6]), [0.0, 0.0, 0.0])
+        piece_measured, piece_busy = round(piece[0]), round(piece[1])
+        held = r[13] * r[3]
+        # Energy: what the probes read, and the time they did not read at the flavor's estimate.
+        estimated = max(0, held - piece_measured) / 1000 * watts.get(r[11], 0.0) / 3600
+        energy = piece[2] / 3600 + estimated
         line = by_line[(r[6], r[7], r[8], r[9], r[10], r[11], r[12])]
-        line[0] += piece_measured
-        line[1] += piece_busy
         job = by_job[r[1]]
-        job[0] += r[13] * r[3]
-        job[1] += piece_measured
-        job[2] += piece_busy
+        for acc, offset in ((line, 0), (job, 1)):
+            acc[offset] += piece_measured
+            acc[offset + 1] += piece_busy
+            acc[offset + 2] += energy
+            acc[offset + 3] += estimated
+        job[0] += held
     return (
-        {grain: (m, b) for grain, (m, b) in by_line.items()},
-        {job: (h, m, b) for job, (h, m, b) in by_job.items()},
+        {grain: (int(m), int(b), round(e), round(x)) for grain, (m, b, e, x) in by_line.items()},
+        {job: (int(h), int(m), int(b)) for job, (h, m, b, _, _) in by_job.items()},
+        {job: (round(e), round(x)) for job, (_, _, _, e, x) in by_job.items()},
     )
+
+
+def _estimated_watts(
+    org_id: int, records: list[tuple[Any, ...]], per_piece: Mapping[tuple[int, int, dt.date], list[float]]
+) -> dict[int, float]:
+    """What an accelerator of each flavor is taken to draw where the probes read no power: the month's measured
+    mean for the flavor; for a flavor never read, the price book's power per accelerator of an owned node (its
+    ``power_kw`` over its accelerators, the latest such row); else nothing (no estimate)."""
+    read: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for r in records:
+        piece = per_piece.get((r[0], r[2], r[6]))
+        if piece and piece[2]:
+            read[r[11]][0] += piece[2]
+            read[r[11]][1] += piece[0] / 1000
+    watts = {flavor: ws / seconds for flavor, (ws, seconds) in read.items() if seconds}
+    book = (
+        Price.objects.filter(organization_id=org_id, power_kw__isnull=False, accelerators_per_node__gt=0)
+        .order_by("effective_from")
+        .values_list("flavor_id", "power_kw", "accelerators_per_node")
+    )
+    for flavor, kw, per_node in book:
+        if flavor not in read:
+            watts[flavor] = float(kw) * 1000 / per_node
+    return watts
 
 
 def _allocate(
@@ -582,7 +633,7 @@ def _allocate(
     capacity_rows: list[dict[str, Any]],
     overhead: Decimal,
     names: Names,
-    measures: dict[Grain, tuple[int, int]] | None = None,
+    measures: dict[Grain, Measure] | None = None,
     reserved: dict[tuple[int, Key, dt.date], tuple[int, int]] | None = None,
     done: dt.date | None = None,
 ) -> Attribution:
@@ -654,7 +705,7 @@ def _allocate(
     measures = measures or {}
     lines = [
         _measured_line(
-            measures.get(_grain(r), (0, 0)),
+            measures.get(_grain(r), (0, 0, 0, 0)),
             day=r["day"],
             team=r["team_id"],
             project=r["project_id"],
@@ -799,12 +850,18 @@ def _share_days(
     return overhead * (min(done, end) - first).days / days
 
 
-def _measured_line(measure: tuple[int, int], **fields: Any) -> Line:
-    """A line with its measured and busy parts, and its usage split into allocated idle and unmeasured."""
-    measured, busy = measure
+def _measured_line(measure: Measure, **fields: Any) -> Line:
+    """A line with its measured and busy parts and energy, and its usage split into allocated idle and unmeasured."""
+    measured, busy, energy, estimated = measure
     idle, unmeasured = split(fields["usage"], fields["milli_seconds"], measured, busy)
     return Line(
-        **fields, measured_milli_seconds=measured, busy_milli_seconds=busy, allocated_idle=idle, unmeasured=unmeasured
+        **fields,
+        measured_milli_seconds=measured,
+        busy_milli_seconds=busy,
+        allocated_idle=idle,
+        unmeasured=unmeasured,
+        energy_wh=energy,
+        estimated_wh=estimated,
     )
 
 
@@ -930,6 +987,7 @@ def freeze(result: Attribution, jobs: Sequence[JobCost]) -> bytes:
         "idle_by_day": [[day.isoformat(), cents] for day, cents in result.idle_by_day.items()],
         "names": {f.name: list(getattr(result.names, f.name).items()) for f in fields(Names)},
         "job_measures": [[job, *measures] for job, measures in result.job_measures.items()],
+        "job_energy": [[job, *energy] for job, energy in result.job_energy.items()],
         "adjustments": result.adjustments,
         "jobs": [[getattr(j, f.name) for f in fields(JobCost)] for j in jobs],
     }
@@ -961,6 +1019,7 @@ def thaw(frozen: bytes) -> tuple[Attribution, list[JobCost]]:
         idle_by_day={dt.date.fromisoformat(day): cents for day, cents in body["idle_by_day"]},
         names=Names(**{name: {int(k): v for k, v in pairs} for name, pairs in body["names"].items()}),
         job_measures={job: (held, measured, busy) for job, held, measured, busy in body["job_measures"]},
+        job_energy={job: (energy, estimated) for job, energy, estimated in body.get("job_energy", [])},
         adjustments=body["adjustments"],
     )
     return result, [JobCost(*values) for values in body["jobs"]]

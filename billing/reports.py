@@ -30,6 +30,8 @@ from billing.columns import AMOUNTS, JOB_AMOUNTS, exact, titles
 
 #: Columns of allocated-but-idle cost (``attribution``'s module says how they are reckoned; ``IDLE_RULE``).
 WASTE = ("measured GPU utilization", "allocated idle (part of usage)", "unmeasured (part of usage)")
+#: Energy the accelerators drew (kWh), and the part estimated for time without power readings (``ENERGY_RULE``).
+ENERGY = ("energy kWh", "of which estimated kWh")
 STATEMENT_BY = ("project", "user", "cluster", "flavor", "capacity_type", "corrects")
 STATEMENT_HEADER = (
     "month",
@@ -44,8 +46,9 @@ STATEMENT_HEADER = (
     "currency",
     *titles(AMOUNTS),
     *WASTE,
+    *ENERGY,
 )
-FLEET_HEADER = ("month", "team", "cost centre", "currency", *titles(AMOUNTS), *WASTE)
+FLEET_HEADER = ("month", "team", "cost centre", "currency", *titles(AMOUNTS), *WASTE, *ENERGY)
 POOL_HEADER = (
     "month",
     "cluster",
@@ -60,7 +63,7 @@ POOL_HEADER = (
     "priced",
 )
 DAY_HEADER = ("day", "team", *titles(AMOUNTS))
-JOB_HEADER = ("job", "name", "team", "project", "user", *titles(JOB_AMOUNTS), *WASTE)
+JOB_HEADER = ("job", "name", "team", "project", "user", *titles(JOB_AMOUNTS), *WASTE, *ENERGY)
 RULE = (
     "Usage: accelerator-hours at the price book's rate for the day, cluster, flavor and capacity type. "
     "Each day, once over, shares its idle capacity and its equal part of the month's overhead: a pool's (cluster, "
@@ -69,6 +72,12 @@ RULE = (
     "usage hands them on to the next day with usage; what is left at the month's end goes to all its usage). "
     "Each team's amounts are rounded down to the cent; what rounding leaves stays unallocated, so they add up to "
     "the fleet's total."
+)
+ENERGY_RULE = (
+    "Energy: the power the node probes read of a job's GPUs (a node's mean power per GPU, over the GPUs it held) over "
+    "the time they read it; time without power readings is estimated at the month's measured mean power per GPU of "
+    "the same accelerator type, or, for a type never read, at the price book's power per accelerator of an owned "
+    "node, and shown as estimated."
 )
 IDLE_RULE = (
     "Allocated idle and unmeasured are parts of usage, not charges on top. Of each line's accelerator-hours, "
@@ -102,6 +111,15 @@ def _waste(row: dict[str, Any]) -> list[Any]:
     ]
 
 
+def kwh(watt_hours: int) -> Decimal:
+    return (Decimal(watt_hours) / 1000).quantize(Decimal("0.001"))
+
+
+def _energy(row: dict[str, Any]) -> list[Any]:
+    """The ``ENERGY`` columns of a rolled-up row (or of a job's ``(energy, estimated)`` watt-hours)."""
+    return [kwh(row["energy_wh"]), kwh(row["estimated_wh"])]
+
+
 def _line_totals(attribution: Attribution) -> dict[str, Any]:
     """``totals`` with the measured and busy sums the ``WASTE`` columns need."""
     totals: dict[str, Any] = attribution.totals()
@@ -121,10 +139,24 @@ def statement_rows(attribution: Attribution, team: int) -> Iterator[Row]:
         labels = [names.of(d, row[d]) for d in STATEMENT_BY[:-1]]
         corrects = month_label(row["corrects"]) if row["corrects"] else ""
         code = names.cost_centre(team, row["project"])
-        yield [label, name, *labels, corrects, code, money_in, *_amounts(row), *_waste(row)]
+        yield [label, name, *labels, corrects, code, money_in, *_amounts(row), *_waste(row), *_energy(row)]
     totals = _line_totals(mine)
     code = names.cost_centre(team, None)
-    yield [label, name, "Total", "", "", "", "", "", code, money_in, *_amounts(totals), *_waste(totals)]
+    yield [
+        label,
+        name,
+        "Total",
+        "",
+        "",
+        "",
+        "",
+        "",
+        code,
+        money_in,
+        *_amounts(totals),
+        *_waste(totals),
+        *_energy(totals),
+    ]
 
 
 def statement_days(attribution: Attribution, team: int) -> Iterator[Row]:
@@ -144,7 +176,15 @@ def fleet_rows(attribution: Attribution) -> Iterator[Row]:
     """Every team's month, what stayed unallocated, and the fleet's total (which they add up to)."""
     label, names, money_in = month_label(attribution.month), attribution.names, attribution.currency
     for row in attribution.rollup(["team"]):
-        yield [label, row["team_name"], names.cost_centre(row["team"], None), money_in, *_amounts(row), *_waste(row)]
+        yield [
+            label,
+            row["team_name"],
+            names.cost_centre(row["team"], None),
+            money_in,
+            *_amounts(row),
+            *_waste(row),
+            *_energy(row),
+        ]
     if attribution.unallocated:
         yield [
             label,
@@ -155,9 +195,11 @@ def fleet_rows(attribution: Attribution) -> Iterator[Row]:
             None,
             money(0),
             money(0),
+            None,
+            None,
         ]
     totals = _line_totals(attribution)
-    yield [label, "Fleet total", "", money_in, *_amounts(attribution.fleet_totals()), *_waste(totals)]
+    yield [label, "Fleet total", "", money_in, *_amounts(attribution.fleet_totals()), *_waste(totals), *_energy(totals)]
 
 
 def pool_rows(attribution: Attribution, total: bool = False) -> Iterator[Row]:
@@ -230,6 +272,7 @@ def job_rows(attribution: Attribution, jobs: Iterable[JobCost], costs: Sequence[
             *exact(JOB_AMOUNTS, {"milli_seconds": job.milli_seconds, "cost": cost}),
             utilization_cell(*attribution.job_measures.get(job.job, (0, 0, 0))[1:]),
             *(money(cents) for cents in attribution.job_split(job.job, cost)),
+            *(kwh(wh) for wh in attribution.job_energy.get(job.job, (0, 0))),
         ]
 
 
@@ -245,9 +288,10 @@ def statement_jobs(attribution: Attribution, team: int, jobs: Iterable[JobCost])
     yield from job_rows(attribution, listed, costs)
     blank = [None, money(0), money(0)]
     if corrections:
-        yield ["", "Corrections of closed months", "", "", "", hours(0), money(corrections), *blank]
+        yield ["", "Corrections of closed months", "", "", "", hours(0), money(corrections), *blank, None, None]
     held = sum(job.milli_seconds for job in listed)
-    yield ["", "Total", "", "", "", hours(held), money(own + corrections), *blank]
+    energy = [sum(attribution.job_energy.get(job.job, (0, 0))[i] for job in listed) for i in (0, 1)]
+    yield ["", "Total", "", "", "", hours(held), money(own + corrections), *blank, *map(kwh, energy)]
 
 
 #: A cell whose text starts with one of these is taken for a formula by Excel, LibreOffice or Google Sheets.
@@ -396,6 +440,9 @@ def statement_xlsx(
         ("Unmeasured (part of usage)", money(totals["unmeasured"])),
         ("How it is allocated", RULE),
         ("Allocated idle and unmeasured", IDLE_RULE),
+        ("Energy (kWh)", kwh(totals["energy_wh"])),
+        ("Of which estimated (kWh)", kwh(totals["estimated_wh"])),
+        ("How energy is reckoned", ENERGY_RULE),
         *_stamp(issue),
     ]
     return xlsx_file(
@@ -432,6 +479,9 @@ def fleet_xlsx(attribution: Attribution, issue: Issue | None = None) -> IO[bytes
         ("Unpriced accelerator-hours", hours(attribution.unpriced_milli_seconds)),
         ("How it is allocated", RULE),
         ("Allocated idle and unmeasured", IDLE_RULE),
+        ("Energy (kWh)", kwh(totals["energy_wh"])),
+        ("Of which estimated (kWh)", kwh(totals["estimated_wh"])),
+        ("How energy is reckoned", ENERGY_RULE),
         *_stamp(issue),
     ]
     return xlsx_file(

@@ -4,10 +4,14 @@ does no harm."""
 
 from __future__ import annotations
 
+import logging
+
 from celery import shared_task
 
 from billing.actions import metering, periods, whatif
 from tenancy.models import Organization
+
+log = logging.getLogger(__name__)
 
 __all__ = ["adjust_periods", "meter", "reconcile", "requeue_what_ifs", "run_what_if"]
 
@@ -38,7 +42,10 @@ def reconcile() -> list[dict[str, object]]:
     found = []
     for org in Organization.objects.all():
         found.append(metering.reconcile(org).as_dict())
-        periods.adjust(org)
+        try:
+            periods.adjust(org)
+        except Exception:  # one organization's closed months must not keep the others' from being checked
+            log.exception("could not check the closed months of %s; the next hour tries again", org.slug)
     return found
 
 

@@ -78,6 +78,14 @@ class NodeBucket:
     minutes: int = 0
     busy_gpu_minutes: float = 0.0
     gpus: dict[int, GpuPoint] = field(default_factory=dict)
+    #: The GPUs' power readings in the bucket: their sum (watts) and how many there were (GPU-minutes).
+    watts: float = 0.0
+    watt_readings: int = 0
+
+    @property
+    def gpu_watts(self) -> float | None:
+        """The mean power of one GPU of the node in the bucket, where the probe read any."""
+        return self.watts / self.watt_readings if self.watt_readings else None
 
 
 def bucket_of(moment: dt.datetime, step: int) -> dt.datetime:
@@ -135,28 +143,46 @@ def node_buckets(
             bits = "BIT_OR(throttle_reasons)" if connection.vendor == "postgresql" else "MAX(throttle_reasons)"
             sql = (
                 f"SELECT node_id, {bucket} AS b, gpu, AVG(utilization), AVG(memory_utilization), AVG(memory_used), "  # noqa: S608 (placeholders only)
-                f"MAX(memory_total), AVG(power_w), AVG(sm_clock_mhz), {bits}, COUNT(utilization), COUNT(*) "
-                f"FROM {table} WHERE {where} GROUP BY node_id, b, gpu"
+                f"MAX(memory_total), AVG(power_w), AVG(sm_clock_mhz), {bits}, COUNT(utilization), COUNT(*), "
+                f"COUNT(power_w) FROM {table} WHERE {where} GROUP BY node_id, b, gpu"
             )
             cursor.execute(sql, params)
-            for node, b, gpu, util, mem_util, used, total, power, clock, throttled, counted, readings in cursor:
+            for (
+                node,
+                b,
+                gpu,
+                util,
+                mem_util,
+                used,
+                total,
+                power,
+                clock,
+                throttled,
+                counted,
+                readings,
+                powered,
+            ) in cursor:
                 key = (node, EPOCH + dt.timedelta(seconds=int(b)))
                 here = found[key]
                 here.gpus[gpu] = GpuPoint(util, mem_util, used, total, power, clock, int(throttled or 0), readings)
                 here.minutes = max(here.minutes, counted)
                 here.busy_gpu_minutes += (util or 0.0) * counted / 100
+                here.watts += (power or 0.0) * powered
+                here.watt_readings += int(powered or 0)
         else:
             # Minutes first (one row per node and minute), then buckets: two hash aggregations, where a
             # COUNT(DISTINCT at) per bucket would sort.
             sql = (
-                f"SELECT node_id, {bucket} AS b, COUNT(*), SUM(busy) FROM ("  # noqa: S608 (placeholders only)
-                f"SELECT node_id, at, SUM(utilization) / 100.0 AS busy FROM {table} "
+                f"SELECT node_id, {bucket} AS b, COUNT(*), SUM(busy), SUM(watts), SUM(readings) FROM ("  # noqa: S608 (placeholders only)
+                f"SELECT node_id, at, SUM(utilization) / 100.0 AS busy, SUM(power_w) AS watts, "
+                f"COUNT(power_w) AS readings FROM {table} "
                 f"WHERE {where} AND utilization IS NOT NULL GROUP BY node_id, at) AS minutes GROUP BY node_id, b"
             )
             cursor.execute(sql, params)
-            for node, b, minutes, busy in cursor:
+            for node, b, minutes, busy, watts, readings in cursor:
                 here = found[(node, EPOCH + dt.timedelta(seconds=int(b)))]
                 here.minutes, here.busy_gpu_minutes = int(minutes), float(busy or 0)
+                here.watts, here.watt_readings = float(watts or 0), int(readings or 0)
     return dict(found)
 
 
@@ -166,16 +192,19 @@ def _overlap(hold: Hold, start: dt.datetime, end: dt.datetime) -> float:
 
 @dataclass
 class Share:
-    """A hold's sums over some buckets, in thousandth-GPU-seconds: held, measured and busy."""
+    """A hold's sums over some buckets, in thousandth-GPU-seconds: held, measured and busy; and the energy its
+    GPUs drew while measured (watt-seconds: its measured GPU-seconds at the node's mean power per GPU)."""
 
     held: float = 0.0
     measured: float = 0.0
     busy: float = 0.0
+    watt_seconds: float = 0.0
 
     def add(self, other: Share) -> None:
         self.held += other.held
         self.measured += other.measured
         self.busy += other.busy
+        self.watt_seconds += other.watt_seconds
 
     @property
     def utilization(self) -> float | None:
@@ -223,6 +252,9 @@ def shares(
                 node_u = min(1.0, busy_rate / held_rate) if held_rate else 0.0
                 share.measured = held * coverage
                 share.busy = share.measured * node_u
+                # Energy: the GPUs held, measured, at the node's mean power per GPU (a node's GPUs draw alike
+                # enough; which GPU is whose, the probe cannot tell, as for utilization).
+                share.watt_seconds = share.measured / 1000 * (measured.gpu_watts or 0.0)
             out[(hold.attempt, hold.node, start)] = (share, node_u)
     return out
 
@@ -260,13 +292,20 @@ def step_for(since: dt.datetime, until: dt.datetime) -> int:
 
 
 def summary(share: Share) -> dict[str, Any]:
-    """A share in the units people read: GPU-hours allocated, measured, used and unmeasured, mean %."""
+    """A share in the units people read: GPU-hours allocated, measured, used and unmeasured, mean %; the energy its
+    GPUs drew while measured (kWh), their mean power (W a GPU), and the unmeasured time's energy estimated at that
+    mean (null where nothing was measured)."""
+    gpu_watts = share.watt_seconds / (share.measured / 1000) if share.measured and share.watt_seconds else None
+    unmeasured = (share.held - share.measured) / GPU_HOUR
     return {
         "gpu_hours_allocated": round(share.held / GPU_HOUR, 3),
         "gpu_hours_measured": round(share.measured / GPU_HOUR, 3),
         "gpu_hours_used": round(share.busy / GPU_HOUR, 3),
-        "gpu_hours_unmeasured": round((share.held - share.measured) / GPU_HOUR, 3),
+        "gpu_hours_unmeasured": round(unmeasured, 3),
         "mean_utilization": None if share.utilization is None else round(100 * share.utilization, 1),
+        "energy_kwh_measured": round(share.watt_seconds / 3.6e6, 3),
+        "mean_gpu_watts": None if gpu_watts is None else round(gpu_watts, 1),
+        "energy_kwh_estimated": None if gpu_watts is None else round(unmeasured * gpu_watts / 1000, 3),
     }
 
 

@@ -64,7 +64,9 @@ def json_object(request: Request) -> Mapping[str, Any]:
 
 
 def amounts(row: Mapping[str, Any]) -> dict[str, str]:
-    return columns.answered(columns.AMOUNTS, row)
+    """A row's amounts by name, and the energy its accelerators drew (kWh, of which estimated)."""
+    energy = {"energy_kwh": str(reports.kwh(row["energy_wh"])), "estimated_kwh": str(reports.kwh(row["estimated_wh"]))}
+    return {**columns.answered(columns.AMOUNTS, row), **energy}
 
 
 def fleet_figures(month: Attribution) -> dict[str, str]:

@@ -108,3 +108,29 @@ def test_the_xlsx_statement_says_the_rule_and_prices_each_jobs_idle_time(month: 
     rows = {r["team"]: r for r in csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode()))}
     assert rows["Robotics"]["allocated idle (part of usage)"] == "4.00"
     assert rows["Fleet total"]["allocated idle (part of usage)"] == "12.00"
+
+
+def test_energy_is_what_the_probes_read_and_the_unread_time_at_the_flavors_mean(month: dict[str, Any]) -> None:
+    """Every reading is 400 W a GPU. ``whole``: its first hour read (8 GPU-h: 3.2 kWh), its second not (8 GPU-h at
+    the month's mean for H100s, 400 W: 3.2 kWh estimated); ``busy`` and ``lazy``: 4 GPU-h read each (1.6 kWh)."""
+    result = attribution.attribute(month["fleet"].org, NOV)
+    teams = {row["team_name"]: row for row in result.rollup(["team"])}
+    assert (teams["Vision"]["energy_wh"], teams["Vision"]["estimated_wh"]) == (8000, 3200)
+    assert (teams["Robotics"]["energy_wh"], teams["Robotics"]["estimated_wh"]) == (1600, 0)
+    assert result.job_energy[month["whole"]] == (6400, 3200)
+    assert result.job_energy[month["lazy"]] == (1600, 0)
+
+    client = api_client(month["fleet"].user("fiona"))
+    response: Any = client.get("/api/v1/billing/statements/vision.csv", {"month": "2026-11"})
+    *_, total = csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode()))
+    assert (total["energy kWh"], total["of which estimated kWh"]) == ("8.000", "3.200")
+    costs = client.get("/api/v1/billing/costs/", {"month": "2026-11", "group_by": "team"}).json()
+    assert {r["team_name"]: r["energy_kwh"] for r in costs["rows"]} == {"Vision": "8.000", "Robotics": "1.600"}
+    response = client.get("/api/v1/billing/statements/vision.xlsx", {"month": "2026-11"})
+    book = load_workbook(io.BytesIO(b"".join(response.streaming_content)), read_only=True)
+    header, *jobs = list(book["Jobs"].iter_rows(values_only=True))
+    energy = {row[0]: Decimal(str(row[header.index("energy kWh")])) for row in jobs if row[0]}
+    assert energy[month["whole"]] == Decimal("6.4")
+    assert Decimal(str(jobs[-1][header.index("energy kWh")])) == Decimal("8.0")  # the total
+    summary = {row[0]: row[1] for row in book["Summary"].iter_rows(values_only=True)}
+    assert Decimal(str(summary["Energy (kWh)"])) == Decimal("8.0")

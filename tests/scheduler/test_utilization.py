@@ -72,6 +72,10 @@ def test_a_job_alone_on_a_node_gets_its_gpus_mean_and_per_gpu_series(fleet: Flee
         "gpu_hours_used": 2.0,
         "gpu_hours_unmeasured": 4.0,
         "mean_utilization": 50.0,
+        # Energy: 4 measured GPU-hours at 400 W; the 4 unmeasured ones estimated at that mean.
+        "energy_kwh_measured": 1.6,
+        "mean_gpu_watts": 400.0,
+        "energy_kwh_estimated": 1.6,
     }
     (series,) = body["attempts"][0]["nodes"]
     assert series["node"] == node.name
