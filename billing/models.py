@@ -272,7 +272,7 @@ class Period(models.Model):
     snapshot = models.BinaryField(default=bytes)
     #: A digest of what the month's attribution is computed from (usage, capacity, the price book, overhead,
     #: reservations) when it was last compared with the snapshot: unchanged inputs need no recomputation.
-    inputs = models.CharField(max_length=64, blank=True)
+    inputs = models.JSONField(default=dict, blank=True)
 
     objects = TenantManager()
     Tenancy = PriceBookTenancy

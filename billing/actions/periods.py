@@ -199,7 +199,7 @@ def close(actor: User, organization: Organization, month: Any, http: HttpRequest
             period.revision += 1
         period.closed, period.closed_at, period.closed_by = True, now, actor
         period.snapshot = attribution.freeze(result, jobs)
-        period.inputs = json.dumps(inputs(organization.pk, first))
+        period.inputs = inputs(organization.pk, first)
         period.save()
         issued = _issue(period, result, jobs, actor)
         audit.record(
@@ -288,7 +288,7 @@ def reopen(actor: User, organization: Organization, month: Any, reason: Any, htt
         withdrawn.delete()
         now = timezone.now()
         Statement.objects.filter(period=period, superseded_at=None).update(superseded_at=now)
-        period.closed, period.snapshot, period.inputs = False, b"", ""
+        period.closed, period.snapshot, period.inputs = False, b"", {}
         period.save(update_fields=["closed", "snapshot", "inputs"])
         audit.record(
             "period.reopened",
@@ -339,7 +339,7 @@ def _adjust_month(org_id: int, month: dt.date, now: dt.datetime) -> list[Adjustm
         if period is None:
             return []
         current = inputs(org_id, month)
-        before = json.loads(period.inputs or "{}")
+        before = period.inputs or {}
         if current == before:
             return []
         changed = [words for name, words in INPUTS.items() if before.get(name) != current.get(name)]
@@ -383,7 +383,7 @@ def _adjust_month(org_id: int, month: dt.date, now: dt.datetime) -> list[Adjustm
                 )
             )
         Adjustment.objects.bulk_create(rows)
-        period.inputs = json.dumps(current)
+        period.inputs = current
         period.save(update_fields=["inputs"])
     return rows
 
