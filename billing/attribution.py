@@ -79,7 +79,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from billing.actions.metering import midnight, split_days
-from billing.actions.prices import Key, RateBook, version
+from billing.actions.prices import IntensityBook, Key, RateBook, version
 from billing.models import Adjustment, CapacityRecord, Overhead, Period, Price, UsageRecord
 from clusters.capacity import CapacityType, capacity_type
 from clusters.models import AcceleratorType, Cluster
@@ -136,6 +136,8 @@ class Line:
     #: The energy its accelerators drew (watt-hours), and the part of it estimated for time without power readings.
     energy_wh: int = 0
     estimated_wh: int = 0
+    #: Its energy's emissions, grams of CO2e, at its cluster's region's grid intensity on its day.
+    emissions_g: int = 0
 
     @property
     def total(self) -> int:
@@ -209,8 +211,8 @@ class Attribution:
     fleet_visible: bool = True
     #: Per job: (held, measured, busy) thousandth-accelerator-seconds in the month (``allocated but idle``).
     job_measures: dict[int, tuple[int, int, int]] = field(default_factory=dict)
-    #: Per job: the energy its accelerators drew in the month (Wh), and the part of it estimated.
-    job_energy: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: Per job: the energy its accelerators drew in the month (Wh), the part of it estimated, and its emissions (g).
+    job_energy: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     #: The month's whole shared overhead; ``overhead`` is the part of the days that are over.
     overhead_of_month: int = 0
     #: The ISO 4217 code of every amount (the organization's currency).
@@ -242,6 +244,7 @@ class Attribution:
             "unmeasured": sum(line.unmeasured for line in self.lines),
             "energy_wh": sum(line.energy_wh for line in self.lines),
             "estimated_wh": sum(line.estimated_wh for line in self.lines),
+            "emissions_g": sum(line.emissions_g for line in self.lines),
         }
 
     @property
@@ -259,7 +262,7 @@ class Attribution:
 
     def rollup(self, by: Sequence[str]) -> list[dict[str, Any]]:
         """The lines summed per value of the ``by`` dimensions, largest total first."""
-        sums: dict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0] * 10)
+        sums: dict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0] * 11)
         for line in self.lines:
             acc = sums[tuple(getattr(line, d) for d in by)]
             acc[0] += line.milli_seconds
@@ -272,8 +275,21 @@ class Attribution:
             acc[7] += line.unmeasured
             acc[8] += line.energy_wh
             acc[9] += line.estimated_wh
+            acc[10] += line.emissions_g
         rows = []
-        for key, (ms, usage, idle, overhead, measured, busy, allocated_idle, unmeasured, wh, guessed) in sums.items():
+        for key, (
+            ms,
+            usage,
+            idle,
+            overhead,
+            measured,
+            busy,
+            allocated_idle,
+            unmeasured,
+            wh,
+            guessed,
+            g,
+        ) in sums.items():
             row: dict[str, Any] = {}
             for dimension, value in zip(by, key, strict=True):
                 row[dimension] = value
@@ -288,6 +304,7 @@ class Attribution:
                 utilization=busy / measured if measured else None,
                 energy_wh=wh,
                 estimated_wh=guessed,
+                emissions_g=g,
             )
             rows.append(row)
         rows.sort(key=lambda r: (-r["total"], *(str(r[d]) for d in by)))
@@ -534,18 +551,18 @@ def _grain(row: dict[str, Any]) -> Grain:
     return tuple(row[f] for f in GRAIN_FIELDS)
 
 
-#: (measured, busy) thousandth-accelerator-seconds of a line, and its energy in watt-hours: all of it, and the part
-#: estimated for time without power readings.
-Measure = tuple[int, int, int, int]
+#: (measured, busy) thousandth-accelerator-seconds of a line, its energy in watt-hours (all of it, and the part
+#: estimated for time without power readings) and its emissions in grams of CO2e.
+Measure = tuple[int, int, int, int, int]
 
 
 def _measures(
     org_id: int, start: dt.date, end: dt.date
-) -> tuple[dict[Grain, Measure], dict[int, tuple[int, int, int]], dict[int, tuple[int, int]]]:
-    """The month's measured and busy thousandth-accelerator-seconds and energy per line grain, (held, measured,
-    busy) per job and each job's energy (Wh, of which estimated): the usage records are the holds (every attempt on
-    the organization's nodes), read against the probes' samples hour by hour (``scheduler.utilization``; two
-    queries, and the price book's power for flavors never read)."""
+) -> tuple[dict[Grain, Measure], dict[int, tuple[int, int, int]], dict[int, tuple[int, int, int]]]:
+    """The month's measured and busy thousandth-accelerator-seconds, energy and emissions per line grain, (held,
+    measured, busy) per job and each job's energy (Wh, of which estimated) and emissions (g): the usage records are
+    the holds (every attempt on the organization's nodes), read against the probes' samples hour by hour
+    (``scheduler.utilization``; two queries, and the price book's power for flavors never read)."""
     records = list(
         UsageRecord.objects.filter(organization_id=org_id, day__gte=start, day__lt=end).values_list(
             "attempt_id",
@@ -577,8 +594,10 @@ def _measures(
         acc[1] += share.busy
         acc[2] += share.watt_seconds
     watts = _estimated_watts(org_id, records, per_piece)
-    by_line: dict[Grain, list[float]] = defaultdict(lambda: [0, 0, 0.0, 0.0])
-    by_job: dict[int, list[float]] = defaultdict(lambda: [0, 0, 0, 0.0, 0.0])
+    regions = dict(Cluster.objects.filter(organization_id=org_id).values_list("pk", "region"))
+    grid = IntensityBook.of(org_id)
+    by_line: dict[Grain, list[float]] = defaultdict(lambda: [0, 0, 0.0, 0.0, 0.0])
+    by_job: dict[int, list[float]] = defaultdict(lambda: [0, 0, 0, 0.0, 0.0, 0.0])
     for r in records:
         piece = per_piece.get((r[0], r[2], r[6]), [0.0, 0.0, 0.0])
         piece_measured, piece_busy = round(piece[0]), round(piece[1])
@@ -586,6 +605,9 @@ def _measures(
         # Energy: what the probes read, and the time they did not read at the flavor's estimate.
         estimated = max(0, held - piece_measured) / 1000 * watts.get(r[11], 0.0) / 3600
         energy = piece[2] / 3600 + estimated
+        # Emissions: the energy at its region's grid intensity that day (none where no intensity is set).
+        grams = grid.grams(regions.get(r[10], ""), r[6])
+        emitted = energy / 1000 * float(grams) if grams is not None else 0.0
         line = by_line[(r[6], r[7], r[8], r[9], r[10], r[11], r[12])]
         job = by_job[r[1]]
         for acc, offset in ((line, 0), (job, 1)):
@@ -593,11 +615,12 @@ def _measures(
             acc[offset + 1] += piece_busy
             acc[offset + 2] += energy
             acc[offset + 3] += estimated
+            acc[offset + 4] += emitted
         job[0] += held
     return (
-        {grain: (int(m), int(b), round(e), round(x)) for grain, (m, b, e, x) in by_line.items()},
-        {job: (int(h), int(m), int(b)) for job, (h, m, b, _, _) in by_job.items()},
-        {job: (round(e), round(x)) for job, (_, _, _, e, x) in by_job.items()},
+        {grain: (int(m), int(b), round(e), round(x), round(g)) for grain, (m, b, e, x, g) in by_line.items()},
+        {job: (int(h), int(m), int(b)) for job, (h, m, b, _, _, _) in by_job.items()},
+        {job: (round(e), round(x), round(g)) for job, (_, _, _, e, x, g) in by_job.items()},
     )
 
 
@@ -705,7 +728,7 @@ def _allocate(
     measures = measures or {}
     lines = [
         _measured_line(
-            measures.get(_grain(r), (0, 0, 0, 0)),
+            measures.get(_grain(r), (0, 0, 0, 0, 0)),
             day=r["day"],
             team=r["team_id"],
             project=r["project_id"],
@@ -852,7 +875,7 @@ def _share_days(
 
 def _measured_line(measure: Measure, **fields: Any) -> Line:
     """A line with its measured and busy parts and energy, and its usage split into allocated idle and unmeasured."""
-    measured, busy, energy, estimated = measure
+    measured, busy, energy, estimated, emitted = measure
     idle, unmeasured = split(fields["usage"], fields["milli_seconds"], measured, busy)
     return Line(
         **fields,
@@ -862,6 +885,7 @@ def _measured_line(measure: Measure, **fields: Any) -> Line:
         unmeasured=unmeasured,
         energy_wh=energy,
         estimated_wh=estimated,
+        emissions_g=emitted,
     )
 
 
@@ -1019,7 +1043,7 @@ def thaw(frozen: bytes) -> tuple[Attribution, list[JobCost]]:
         idle_by_day={dt.date.fromisoformat(day): cents for day, cents in body["idle_by_day"]},
         names=Names(**{name: {int(k): v for k, v in pairs} for name, pairs in body["names"].items()}),
         job_measures={job: (held, measured, busy) for job, held, measured, busy in body["job_measures"]},
-        job_energy={job: (energy, estimated) for job, energy, estimated in body.get("job_energy", [])},
+        job_energy={job: (e, x, g) for job, e, x, g in body.get("job_energy", [])},
         adjustments=body["adjustments"],
     )
     return result, [JobCost(*values) for values in body["jobs"]]

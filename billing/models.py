@@ -113,6 +113,35 @@ class Overhead(models.Model):
         return f"{self.name}: {self.amount} a month from {self.starts:%Y-%m}"
 
 
+class GridIntensity(models.Model):
+    """How much CO2e a kWh drawn in ``region`` (a cluster's ``region``) emits, in grams, from the UTC day
+    ``effective_from`` until the next row of the region: what turns a statement's energy into emissions."""
+
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="+")
+    region = models.CharField(max_length=60)
+    effective_from = models.DateField()
+    grams_per_kwh = models.DecimalField(
+        max_digits=8, decimal_places=2, validators=[MinValueValidator(Decimal(0))], help_text="g CO2e per kWh."
+    )
+    note = models.CharField(max_length=200, blank=True)
+    updated_at = models.DateTimeField()
+    updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+
+    objects = TenantManager()
+    Tenancy = PriceBookTenancy
+
+    class Meta:
+        ordering = ["region", "-effective_from"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["organization", "region", "effective_from"], name="grid_intensity_once_per_day"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.region} from {self.effective_from}: {self.grams_per_kwh} g/kWh"
+
+
 class UsageRecord(models.Model):
     """An attempt's accelerators on one node during one UTC day: ``milli`` thousandths of accelerators
     (1000 per whole accelerator) held from ``start`` to ``end`` (whole seconds). ``closed`` once the

@@ -31,7 +31,7 @@ from billing.columns import AMOUNTS, JOB_AMOUNTS, exact, titles
 #: Columns of allocated-but-idle cost (``attribution``'s module says how they are reckoned; ``IDLE_RULE``).
 WASTE = ("measured GPU utilization", "allocated idle (part of usage)", "unmeasured (part of usage)")
 #: Energy the accelerators drew (kWh), and the part estimated for time without power readings (``ENERGY_RULE``).
-ENERGY = ("energy kWh", "of which estimated kWh")
+ENERGY = ("energy kWh", "of which estimated kWh", "emissions kg CO2e")
 STATEMENT_BY = ("project", "user", "cluster", "flavor", "capacity_type", "corrects")
 STATEMENT_HEADER = (
     "month",
@@ -77,7 +77,8 @@ ENERGY_RULE = (
     "Energy: the power the node probes read of a job's GPUs (a node's mean power per GPU, over the GPUs it held) over "
     "the time they read it; time without power readings is estimated at the month's measured mean power per GPU of "
     "the same accelerator type, or, for a type never read, at the price book's power per accelerator of an owned "
-    "node, and shown as estimated."
+    "node, and shown as estimated. Emissions: the energy at the grid intensity (g CO2e per kWh) set for the "
+    "region of the line's cluster on its day; none where no intensity is set."
 )
 IDLE_RULE = (
     "Allocated idle and unmeasured are parts of usage, not charges on top. Of each line's accelerator-hours, "
@@ -111,13 +112,14 @@ def _waste(row: dict[str, Any]) -> list[Any]:
     ]
 
 
-def kwh(watt_hours: int) -> Decimal:
-    return (Decimal(watt_hours) / 1000).quantize(Decimal("0.001"))
+def kilo(amount: int) -> Decimal:
+    """Thousands of a unit to three places: watt-hours as kWh, grams as kg."""
+    return (Decimal(amount) / 1000).quantize(Decimal("0.001"))
 
 
 def _energy(row: dict[str, Any]) -> list[Any]:
-    """The ``ENERGY`` columns of a rolled-up row (or of a job's ``(energy, estimated)`` watt-hours)."""
-    return [kwh(row["energy_wh"]), kwh(row["estimated_wh"])]
+    """The ``ENERGY`` columns of a rolled-up row: kWh, of which estimated, and kg of CO2e."""
+    return [kilo(row["energy_wh"]), kilo(row["estimated_wh"]), kilo(row["emissions_g"])]
 
 
 def _line_totals(attribution: Attribution) -> dict[str, Any]:
@@ -197,6 +199,7 @@ def fleet_rows(attribution: Attribution) -> Iterator[Row]:
             money(0),
             None,
             None,
+            None,
         ]
     totals = _line_totals(attribution)
     yield [label, "Fleet total", "", money_in, *_amounts(attribution.fleet_totals()), *_waste(totals), *_energy(totals)]
@@ -272,7 +275,7 @@ def job_rows(attribution: Attribution, jobs: Iterable[JobCost], costs: Sequence[
             *exact(JOB_AMOUNTS, {"milli_seconds": job.milli_seconds, "cost": cost}),
             utilization_cell(*attribution.job_measures.get(job.job, (0, 0, 0))[1:]),
             *(money(cents) for cents in attribution.job_split(job.job, cost)),
-            *(kwh(wh) for wh in attribution.job_energy.get(job.job, (0, 0))),
+            *(kilo(amount) for amount in attribution.job_energy.get(job.job, (0, 0, 0))),
         ]
 
 
@@ -288,10 +291,10 @@ def statement_jobs(attribution: Attribution, team: int, jobs: Iterable[JobCost])
     yield from job_rows(attribution, listed, costs)
     blank = [None, money(0), money(0)]
     if corrections:
-        yield ["", "Corrections of closed months", "", "", "", hours(0), money(corrections), *blank, None, None]
+        yield ["", "Corrections of closed months", "", "", "", hours(0), money(corrections), *blank, None, None, None]
     held = sum(job.milli_seconds for job in listed)
-    energy = [sum(attribution.job_energy.get(job.job, (0, 0))[i] for job in listed) for i in (0, 1)]
-    yield ["", "Total", "", "", "", hours(held), money(own + corrections), *blank, *map(kwh, energy)]
+    energy = [sum(attribution.job_energy.get(job.job, (0, 0, 0))[i] for job in listed) for i in (0, 1, 2)]
+    yield ["", "Total", "", "", "", hours(held), money(own + corrections), *blank, *map(kilo, energy)]
 
 
 #: A cell whose text starts with one of these is taken for a formula by Excel, LibreOffice or Google Sheets.
@@ -440,8 +443,9 @@ def statement_xlsx(
         ("Unmeasured (part of usage)", money(totals["unmeasured"])),
         ("How it is allocated", RULE),
         ("Allocated idle and unmeasured", IDLE_RULE),
-        ("Energy (kWh)", kwh(totals["energy_wh"])),
-        ("Of which estimated (kWh)", kwh(totals["estimated_wh"])),
+        ("Energy (kWh)", kilo(totals["energy_wh"])),
+        ("Of which estimated (kWh)", kilo(totals["estimated_wh"])),
+        ("Emissions (kg CO2e)", kilo(totals["emissions_g"])),
         ("How energy is reckoned", ENERGY_RULE),
         *_stamp(issue),
     ]
@@ -479,8 +483,9 @@ def fleet_xlsx(attribution: Attribution, issue: Issue | None = None) -> IO[bytes
         ("Unpriced accelerator-hours", hours(attribution.unpriced_milli_seconds)),
         ("How it is allocated", RULE),
         ("Allocated idle and unmeasured", IDLE_RULE),
-        ("Energy (kWh)", kwh(totals["energy_wh"])),
-        ("Of which estimated (kWh)", kwh(totals["estimated_wh"])),
+        ("Energy (kWh)", kilo(totals["energy_wh"])),
+        ("Of which estimated (kWh)", kilo(totals["estimated_wh"])),
+        ("Emissions (kg CO2e)", kilo(totals["emissions_g"])),
         ("How energy is reckoned", ENERGY_RULE),
         *_stamp(issue),
     ]

@@ -27,7 +27,7 @@ from django.db import IntegrityError, transaction
 from django.http import HttpRequest
 from django.utils import timezone
 
-from billing.models import Overhead, Price
+from billing.models import GridIntensity, Overhead, Price
 from clusters.capacity import CapacityType, capacity_type
 from clusters.models import AcceleratorType, Cluster
 from common import enqueue, params
@@ -174,7 +174,7 @@ def _snapshot(price: Price | None) -> dict[str, Any]:
 
 def _audit(
     actor: User,
-    row: Price | Overhead,
+    row: Price | Overhead | GridIntensity,
     organization: Organization,
     before: dict[str, Any],
     after: dict[str, Any],
@@ -183,7 +183,7 @@ def _audit(
     """The audit entry of a price-book row created, changed or deleted (none when nothing changed)."""
     if before == after:
         return
-    kind = "price" if isinstance(row, Price) else "overhead"
+    kind = "price" if isinstance(row, Price) else "grid_intensity" if isinstance(row, GridIntensity) else "overhead"
     action = f"{kind}.deleted" if not after else f"{kind}.changed" if before else f"{kind}.created"
     changes = {k: [before.get(k), after.get(k)] for k in sorted(set(before) | set(after))}
     audit.record(action, actor=actor, target=row, organization=organization, changes=changes, request=http)
@@ -323,6 +323,89 @@ def set_overhead(
         changed(organization.pk, recheck_closed=True)
         _audit(actor, row, organization, before, _overhead_snapshot(row), http)
     return row
+
+
+INTENSITY_FIELDS = ("region", "effective_from", "grams_per_kwh", "note")
+#: The most a kWh can emit: about twice coal's.
+MOST_GRAMS = Decimal(2000)
+
+
+def _intensity_snapshot(row: GridIntensity | None) -> dict[str, Any]:
+    return {} if row is None else _as_text({k: getattr(row, k) for k in INTENSITY_FIELDS})
+
+
+def set_grid_intensity(
+    actor: User,
+    organization: Organization,
+    data: Mapping[str, Any],
+    row: GridIntensity | None = None,
+    http: HttpRequest | None = None,
+) -> GridIntensity:
+    """Add or change a region's grid intensity (g CO2e per kWh from a day on). Every field is given again."""
+    policy.require(actor, "price.set", organization)
+    if row is not None and row.organization_id != organization.pk:
+        raise PermissionDenied("That row belongs to another organization.")
+    errors: dict[str, str] = dict(_unknown(data, INTENSITY_FIELDS))
+    region = str(data.get("region") or "").strip()
+    if not region:
+        errors["region"] = REQUIRED
+    elif len(region) > 60:
+        errors["region"] = "At most 60 characters."
+    effective = _date(data.get("effective_from"), "effective_from", errors)
+    grams = quotas.check_amount(
+        data.get("grams_per_kwh"), "grams_per_kwh", errors, required=True, most=MOST_GRAMS, places=2
+    )
+    note = str(data.get("note") or "").strip()
+    if len(note) > 200:
+        errors["note"] = "At most 200 characters."
+    if errors:
+        raise ValidationError(errors)
+    before = _intensity_snapshot(row)
+    found = row or GridIntensity(organization=organization)
+    found.region, found.effective_from, found.grams_per_kwh, found.note = region, effective, grams, note  # type: ignore[assignment]
+    found.updated_at, found.updated_by = timezone.now(), actor
+    try:
+        with transaction.atomic():
+            found.save()
+            changed(organization.pk, recheck_closed=True)
+            _audit(actor, found, organization, before, _intensity_snapshot(found), http)
+    except IntegrityError:
+        raise ValidationError({"effective_from": "The region already has an intensity from that day."}) from None
+    return found
+
+
+def delete_grid_intensity(actor: User, row: GridIntensity, http: HttpRequest | None = None) -> None:
+    policy.require(actor, "price.set", row.organization)
+    before = _intensity_snapshot(row)
+    with transaction.atomic():
+        changed(row.organization_id, recheck_closed=True)
+        _audit(actor, row, row.organization, before, {}, http)
+        row.delete()
+
+
+class IntensityBook:
+    """The organization's grid intensities as a lookup: grams of CO2e per kWh in a region on a day (None: none set)."""
+
+    def __init__(self, rows: Iterable[tuple[str, dt.date, Decimal]]) -> None:
+        steps: dict[str, list[tuple[dt.date, Decimal]]] = defaultdict(list)
+        for region, day, grams in rows:
+            steps[region].append((day, grams))
+        self._steps = {region: sorted(s) for region, s in steps.items()}
+
+    @classmethod
+    def of(cls, organization_id: int) -> IntensityBook:
+        return cls(
+            GridIntensity.objects.filter(organization_id=organization_id).values_list(
+                "region", "effective_from", "grams_per_kwh"
+            )
+        )
+
+    def grams(self, region: str, day: dt.date) -> Decimal | None:
+        steps = self._steps.get(region)
+        if not steps:
+            return None
+        at = bisect.bisect_right([d for d, _ in steps], day) - 1
+        return steps[at][1] if at >= 0 else None
 
 
 def delete_overhead(actor: User, overhead: Overhead, http: HttpRequest | None = None) -> None:

@@ -27,7 +27,7 @@ from rest_framework.views import APIView
 from billing import attribution, columns, params, reports
 from billing.actions import codes, periods, prices
 from billing.attribution import Attribution, hours, money
-from billing.models import MeterState, Overhead, Price, Statement
+from billing.models import GridIntensity, MeterState, Overhead, Price, Statement
 from tenancy import policy
 from tenancy.models import Organization
 from tenancy.rest import TenantViewSet
@@ -65,7 +65,11 @@ def json_object(request: Request) -> Mapping[str, Any]:
 
 def amounts(row: Mapping[str, Any]) -> dict[str, str]:
     """A row's amounts by name, and the energy its accelerators drew (kWh, of which estimated)."""
-    energy = {"energy_kwh": str(reports.kwh(row["energy_wh"])), "estimated_kwh": str(reports.kwh(row["estimated_wh"]))}
+    energy = {
+        "energy_kwh": str(reports.kilo(row["energy_wh"])),
+        "estimated_kwh": str(reports.kilo(row["estimated_wh"])),
+        "emissions_kg": str(reports.kilo(row["emissions_g"])),
+    }
     return {**columns.answered(columns.AMOUNTS, row), **energy}
 
 
@@ -349,66 +353,76 @@ class OverheadSerializer(serializers.ModelSerializer[Overhead]):
         read_only_fields = fields
 
 
+class GridIntensitySerializer(serializers.ModelSerializer[GridIntensity]):
+    updated_by: Any = serializers.StringRelatedField()
+
+    class Meta:
+        model = GridIntensity
+        fields = ("id", "region", "effective_from", "grams_per_kwh", "note", "updated_at", "updated_by")
+        read_only_fields = fields
+
+
 class BookViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
-    """Rows of the price book (or overhead): finance and admins read and change them; others see none.
-    The body of a create or change is judged whole by ``prices`` (every field again on a change)."""
+    """Rows of the price book (prices, overhead, grid intensities): finance and admins read and change them; others
+    see none. The body of a create or change is judged whole by ``prices`` (every field again on a change) through
+    the subclass's ``setter`` and ``deleter``."""
+
+    setter: Callable[..., Any]
+    deleter: Callable[..., None]
 
     def body(self, request: Request) -> dict[str, Any]:
-        if not isinstance(request.data, Mapping):
-            raise serializers.ValidationError({"non_field_errors": ["A JSON object."]})
-        return dict(request.data)
+        return dict(json_object(request))
 
     def organization(self, request: Request) -> Organization:
-        params.unknown(request.query_params, {"organization"})
-        return params.organization(request.user, request.query_params.get("organization"))
+        return organization_asked(request)
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={201: OpenApiTypes.OBJECT})
+    def create(self, request: Request) -> Response:
+        row = type(self).setter(request.user, self.organization(request), self.body(request), None, http=request)
+        return Response(self.get_serializer(row).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT})
+    def update(self, request: Request, pk: str) -> Response:
+        row = self.get_object()
+        row = type(self).setter(request.user, row.organization, self.body(request), row, http=request)
+        return Response(self.get_serializer(row).data)
+
+    def destroy(self, request: Request, pk: str) -> Response:
+        type(self).deleter(request.user, self.get_object(), http=request)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class PriceViewSet(BookViewSet):
     model = Price
     serializer_class = PriceSerializer
+    setter = prices.set_price
+    deleter = prices.delete_price
 
     def get_queryset(self) -> QuerySet[Price]:
         return super().get_queryset().select_related("cluster", "flavor", "updated_by")
-
-    @extend_schema(request=OpenApiTypes.OBJECT, responses={201: PriceSerializer})
-    def create(self, request: Request) -> Response:
-        row = prices.set_price(request.user, self.organization(request), self.body(request), http=request)  # type: ignore[arg-type]
-        return Response(PriceSerializer(row).data, status=status.HTTP_201_CREATED)
-
-    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: PriceSerializer})
-    def update(self, request: Request, pk: str) -> Response:
-        row = self.get_object()
-        row = prices.set_price(request.user, row.organization, self.body(request), row, http=request)  # type: ignore[arg-type]
-        return Response(PriceSerializer(row).data)
-
-    def destroy(self, request: Request, pk: str) -> Response:
-        prices.delete_price(request.user, self.get_object(), http=request)  # type: ignore[arg-type]
-        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class OverheadViewSet(BookViewSet):
     model = Overhead
     serializer_class = OverheadSerializer
+    setter = prices.set_overhead
+    deleter = prices.delete_overhead
 
-    @extend_schema(request=OpenApiTypes.OBJECT, responses={201: OverheadSerializer})
-    def create(self, request: Request) -> Response:
-        row = prices.set_overhead(request.user, self.organization(request), self.body(request), http=request)  # type: ignore[arg-type]
-        return Response(OverheadSerializer(row).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OverheadSerializer})
-    def update(self, request: Request, pk: str) -> Response:
-        row = self.get_object()
-        row = prices.set_overhead(request.user, row.organization, self.body(request), row, http=request)  # type: ignore[arg-type]
-        return Response(OverheadSerializer(row).data)
+class GridIntensityViewSet(BookViewSet):
+    """Grams of CO2e a kWh emits in a region (a cluster's ``region``) from a day on: what turns energy into
+    emissions on statements."""
 
-    def destroy(self, request: Request, pk: str) -> Response:
-        prices.delete_overhead(request.user, self.get_object(), http=request)  # type: ignore[arg-type]
-        return Response(status=status.HTTP_204_NO_CONTENT)
+    model = GridIntensity
+    serializer_class = GridIntensitySerializer
+    setter = prices.set_grid_intensity
+    deleter = prices.delete_grid_intensity
 
 
 router = SimpleRouter(trailing_slash=True)
 router.register("prices", PriceViewSet, basename="price")
 router.register("overheads", OverheadViewSet, basename="overhead")
+router.register("grid-intensities", GridIntensityViewSet, basename="grid-intensity")
 
 urlpatterns = [
     path("billing/costs/", CostsView.as_view(), name="billing-costs"),

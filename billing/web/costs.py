@@ -40,7 +40,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from billing import attribution, columns, params, reports
 from billing.actions import prices
 from billing.attribution import Attribution, hours, money, month_bounds
-from billing.models import Overhead, Period, Price
+from billing.models import GridIntensity, Overhead, Period, Price
 from billing.web.forms import OverheadForm, PriceForm
 from clusters.capacity import CapacityType
 from common.types import AuthenticatedHttpRequest
@@ -580,6 +580,7 @@ def _book_context(
         "organizations": organizations if len(organizations) > 1 else [],
         "groups": groups,
         "overheads": overheads.select_related("updated_by"),
+        "intensities": GridIntensity.objects.for_user(request.user, Action.VIEW).filter(organization=organization),
         "price_form": price_form,
         "overhead_form": overhead_form,
         "hours_per_month": prices.HOURS_PER_MONTH,

@@ -202,6 +202,10 @@ def price(s: Side) -> dict[str, Any]:
             "effective_from": "2001-01-01", "hourly_rate": "5"}  # fmt: skip
 
 
+def intensity(s: Side) -> dict[str, Any]:
+    return {"region": "europe-west4", "effective_from": "2001-01-01", "grams_per_kwh": "250"}
+
+
 def overhead(s: Side) -> dict[str, Any]:
     return {"name": "Storage", "amount": "500", "starts": "2001-01-01", "ends": ""}
 
@@ -938,6 +942,15 @@ ROWS: list[Row] = [
     row("api:overhead-detail", "PUT", "overhead",       "in  404 404 404 p   p   404 404 404",
         perm="price.set", ok="200", body=overhead),
     row("api:overhead-detail", "DELETE", "overhead",    "in  404 404 404 p   p   404 404 404",
+        perm="price.set", ok="204"),
+    row("api:grid-intensity-list", "GET", None,         "in  200 200 200 200 200 -   -   -"),
+    row("api:grid-intensity-list", "POST", "org",       "in  p   p   p   p   p   404 404 404",
+        perm="price.set", ok="201", body=intensity, query=_org_query),
+    row("api:grid-intensity-detail", "GET", "grid_intensity", "in  404 404 404 p   p   404 404 404",
+        perm="price.set", ok="200"),
+    row("api:grid-intensity-detail", "PUT", "grid_intensity", "in  404 404 404 p   p   404 404 404",
+        perm="price.set", ok="200", body=intensity),
+    row("api:grid-intensity-detail", "DELETE", "grid_intensity", "in  404 404 404 p   p   404 404 404",
         perm="price.set", ok="204"),
     row("api:forecasts", "GET", None,                   "in  p   p   p   p   p   -   -   -",
         perm="finance.read", ok="200"),

@@ -117,8 +117,8 @@ def test_energy_is_what_the_probes_read_and_the_unread_time_at_the_flavors_mean(
     teams = {row["team_name"]: row for row in result.rollup(["team"])}
     assert (teams["Vision"]["energy_wh"], teams["Vision"]["estimated_wh"]) == (8000, 3200)
     assert (teams["Robotics"]["energy_wh"], teams["Robotics"]["estimated_wh"]) == (1600, 0)
-    assert result.job_energy[month["whole"]] == (6400, 3200)
-    assert result.job_energy[month["lazy"]] == (1600, 0)
+    assert result.job_energy[month["whole"]] == (6400, 3200, 0)  # no grid intensity set: no emissions
+    assert result.job_energy[month["lazy"]] == (1600, 0, 0)
 
     client = api_client(month["fleet"].user("fiona"))
     response: Any = client.get("/api/v1/billing/statements/vision.csv", {"month": "2026-11"})
@@ -134,3 +134,27 @@ def test_energy_is_what_the_probes_read_and_the_unread_time_at_the_flavors_mean(
     assert Decimal(str(jobs[-1][header.index("energy kWh")])) == Decimal("8.0")  # the total
     summary = {row[0]: row[1] for row in book["Summary"].iter_rows(values_only=True)}
     assert Decimal(str(summary["Energy (kWh)"])) == Decimal("8.0")
+
+
+def test_emissions_are_the_energy_at_the_regions_grid_intensity(month: dict[str, Any]) -> None:
+    fleet = month["fleet"]
+    client = api_client(fleet.user("fiona"))
+    bad = client.post("/api/v1/grid-intensities/", {"region": "", "grams_per_kwh": "-1"}, format="json")
+    assert bad.status_code == 400
+    assert set(bad.json()["error"]["fields"]) >= {"region", "grams_per_kwh", "effective_from"}
+    assert (
+        api_client(fleet.user("lena"))
+        .post("/api/v1/grid-intensities/", {"region": "x", "effective_from": "2026-11-01", "grams_per_kwh": "1"})
+        .status_code
+        == 403
+    )
+    region = fleet.clusters["east"].region
+    body = {"region": region, "effective_from": "2026-11-01", "grams_per_kwh": "250"}
+    assert client.post("/api/v1/grid-intensities/", body, format="json").status_code == 201
+    # Vision: 8.0 kWh (3.2 of it estimated) on east at 250 g/kWh: 2 kg; Robotics 1.6 kWh: 0.4 kg.
+    costs = client.get("/api/v1/billing/costs/", {"month": "2026-11", "group_by": "team"}).json()
+    assert {r["team_name"]: r["emissions_kg"] for r in costs["rows"]} == {"Vision": "2.000", "Robotics": "0.400"}
+    response: Any = client.get("/api/v1/billing/statements/vision.csv", {"month": "2026-11"})
+    *_, total = csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode()))
+    assert total["emissions kg CO2e"] == "2.000"
+    assert attribution.attribute(fleet.org, NOV).job_energy[month["whole"]] == (6400, 3200, 1600)
