@@ -173,6 +173,8 @@ class Names:
     user: dict[int, str] = field(default_factory=dict)
     cluster: dict[int, str] = field(default_factory=dict)
     flavor: dict[int, str] = field(default_factory=dict)
+    #: Each cluster's region (what its grid intensity is looked up by).
+    cluster_region: dict[int, str] = field(default_factory=dict)
     #: Finance's cost-centre codes of teams and projects (those set).
     team_code: dict[int, str] = field(default_factory=dict)
     project_code: dict[int, str] = field(default_factory=dict)
@@ -447,6 +449,7 @@ def overhead_of(organization_id: int, month: dt.date) -> Decimal:
 
 def _names(organization_id: int) -> Names:
     teams = list(Team.objects.filter(organization_id=organization_id).values_list("pk", "name", "cost_centre"))
+    clusters = list(Cluster.objects.filter(organization_id=organization_id).values_list("pk", "name", "region"))
     projects = list(
         Project.objects.filter(team__organization_id=organization_id).values_list("pk", "name", "cost_centre")
     )
@@ -459,7 +462,8 @@ def _names(organization_id: int) -> Names:
             .values_list("pk", "username")
             .distinct()
         ),
-        cluster=dict(Cluster.objects.filter(organization_id=organization_id).values_list("pk", "name")),
+        cluster={pk: name for pk, name, _ in clusters},
+        cluster_region={pk: region for pk, _, region in clusters},
         flavor=dict(AcceleratorType.objects.filter(organization_id=organization_id).values_list("pk", "name")),
         team_code={pk: code for pk, _, code in teams if code},
         project_code={pk: code for pk, _, code in projects if code},
@@ -487,7 +491,7 @@ def attribute(organization: Organization | int, month: dt.date, now: dt.datetime
     usage_rows = _usage(org_id, start, end)
     capacity_rows = _capacity(org_id, start, end)
     names = _names(org_id)
-    by_line, by_job, energy = _measures(org_id, start, end)
+    by_line, by_job, energy = _measures(org_id, start, end, names.cluster_region)
     reserved = _reserved(org_id, start, end)
     with localcontext() as ctx:
         ctx.prec = 50
@@ -557,7 +561,7 @@ Measure = tuple[int, int, int, int, int]
 
 
 def _measures(
-    org_id: int, start: dt.date, end: dt.date
+    org_id: int, start: dt.date, end: dt.date, regions: Mapping[int, str]
 ) -> tuple[dict[Grain, Measure], dict[int, tuple[int, int, int]], dict[int, tuple[int, int, int]]]:
     """The month's measured and busy thousandth-accelerator-seconds, energy and emissions per line grain, (held,
     measured, busy) per job and each job's energy (Wh, of which estimated) and emissions (g): the usage records are
@@ -594,7 +598,6 @@ def _measures(
         acc[1] += share.busy
         acc[2] += share.watt_seconds
     watts = _estimated_watts(org_id, records, per_piece)
-    regions = dict(Cluster.objects.filter(organization_id=org_id).values_list("pk", "region"))
     grid = IntensityBook.of(org_id)
     by_line: dict[Grain, list[float]] = defaultdict(lambda: [0, 0, 0.0, 0.0, 0.0])
     by_job: dict[int, list[float]] = defaultdict(lambda: [0, 0, 0, 0.0, 0.0, 0.0])

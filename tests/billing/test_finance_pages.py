@@ -252,9 +252,9 @@ def test_the_costs_page_reads_a_fixed_number_of_queries(
 ) -> None:
     client = signed_in(costed, username)
     # The month's allocation reads about ten (price book, usage, capacity, names, overhead, the corrections of
-    # closed months booked in it, the currency, the price book's power for energy where nothing was read) when not
-    # kept, and whether the month is closed two more.
-    with django_assert_max_num_queries(30):
+    # closed months booked in it, the currency, the price book's power for energy where nothing was read, the grid
+    # intensities) when not kept, and whether the month is closed two more.
+    with django_assert_max_num_queries(31):
         assert client.get(COSTS).status_code == 200
 
 
