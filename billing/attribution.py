@@ -11,7 +11,7 @@ with no price in the book cost nothing and are counted as unpriced hours, so fin
 0. Capacity a team reserved ahead (an approved reservation, ``governance.CapacityRequest``) is the team's whether
    it uses it or not: each day, the booked accelerator-hours its own usage of that pool did not fill are charged
    to it at the pool's rate, out of the pool's idle cost (never more than the pool was idle that day), on a line
-   of the team's with no usage, in the name of who asked for it (``_reserved``).
+   of the team's with no usage, in the name of who asked for it (``booked``).
 Rules 1 to 4 share each **day** once it is over (``_share_days``), so a day's shares never change afterwards
 and a team's month-to-date charge only grows, whoever else uses more (on a month-level split, another team's
 growth re-split the fixed overhead and a team's total fell while it ran jobs):
@@ -407,7 +407,7 @@ def _capacity(organization_id: int, start: dt.date, end: dt.date) -> list[dict[s
     )
 
 
-def _reserved(organization_id: int, start: dt.date, end: dt.date) -> dict[tuple[int, Key, dt.date], tuple[int, int]]:
+def booked(organization_id: int, start: dt.date, end: dt.date) -> dict[tuple[int, Key, dt.date], tuple[int, int]]:
     """Per (team, pool, day) of the month: the thousandth-accelerator-seconds reservations booked for the team,
     and who asked for them (approved windows, and those that ended; ``_allocate``'s rule 0)."""
     since, until = midnight(start), midnight(end)
@@ -492,7 +492,7 @@ def attribute(organization: Organization | int, month: dt.date, now: dt.datetime
     capacity_rows = _capacity(org_id, start, end)
     names = _names(org_id)
     by_line, by_job, energy = _measures(org_id, start, end, names.cluster_region)
-    reserved = _reserved(org_id, start, end)
+    reserved = booked(org_id, start, end)
     with localcontext() as ctx:
         ctx.prec = 50
         overhead = overhead_of(org_id, start)

@@ -162,10 +162,12 @@ def statement_rows(attribution: Attribution, team: int) -> Iterator[Row]:
 
 
 def statement_days(attribution: Attribution, team: int) -> Iterator[Row]:
+    """A statement's days, then its total (the Summary's)."""
     mine = attribution.for_teams([team], attribution.fleet_visible)
     name = attribution.names.of("team", team)
     for row in sorted(mine.rollup(["day"]), key=lambda r: r["day"]):
         yield [row["day"], name, *_amounts(row)]
+    yield [None, "Total", *_amounts(mine.totals())]
 
 
 def unallocated_row(attribution: Attribution) -> dict[str, int]:
@@ -252,13 +254,6 @@ def fleet_days(attribution: Attribution) -> Iterator[Row]:
     if attribution.unallocated:
         yield [None, "Unallocated", *_amounts(unallocated_row(attribution))]
     yield [None, "Fleet total", *_amounts(attribution.fleet_totals())]
-
-
-def statement_day_rows(attribution: Attribution, team: int) -> Iterator[Row]:
-    """A statement's days, then its total (the Summary's)."""
-    yield from statement_days(attribution, team)
-    totals = attribution.for_teams([team], attribution.fleet_visible).totals()
-    yield [None, "Total", *_amounts(totals)]
 
 
 def job_rows(attribution: Attribution, jobs: Iterable[JobCost], costs: Sequence[int] | None = None) -> Iterator[Row]:
@@ -453,7 +448,7 @@ def statement_xlsx(
         summary,
         [
             ("Lines", STATEMENT_HEADER, statement_rows(attribution, team)),
-            ("Days", DAY_HEADER, statement_day_rows(attribution, team)),
+            ("Days", DAY_HEADER, statement_days(attribution, team)),
             ("Jobs", JOB_HEADER, statement_jobs(attribution, team, jobs)),
             *(issue.sheets() if issue else []),
         ],

@@ -50,8 +50,9 @@ class Placed(Protocol):
         """Every queue's and cohort's quota rows in ``organization`` (``governance/usage.py`` says what they mean)."""
         ...
 
-    def use_of(self, budgets: Iterable[Budget], now: datetime | None = None) -> dict[int, Use]:
-        """The month's use of each of ``budgets``, by pk (``governance/actions/budgets.py`` says what counts)."""
+    def use_of(self, budgets: Iterable[Budget], now: datetime | None = None, *, both: bool = False) -> dict[int, Use]:
+        """The month's use of each of ``budgets``, by pk (``governance/actions/budgets.py`` says what counts); with
+        ``both``, the full charge of every money budget too (for pages that show it beside usage)."""
         ...
 
     def member_holds(self, team: Team, member: User) -> Decimal:
@@ -76,8 +77,8 @@ def team_usage(team: Team) -> list[Row]:
     return organization_usage(team.organization).of_team(team.pk)
 
 
-def use_of(budgets: Iterable[Budget], now: datetime | None = None) -> dict[int, Use]:
-    return source().use_of(budgets, now)
+def use_of(budgets: Iterable[Budget], now: datetime | None = None, *, both: bool = False) -> dict[int, Use]:
+    return source().use_of(budgets, now, both=both)
 
 
 def member_holds(team: Team, member: User) -> Decimal:

@@ -56,14 +56,6 @@ INPUTS = {
 REASON_MOST = 500
 
 
-def month_label(month: dt.date) -> str:
-    return f"{month:%Y-%m}"
-
-
-def _next_month(month: dt.date) -> dt.date:
-    return month_bounds(month)[1]
-
-
 def closed_months(organization_id: int) -> set[dt.date]:
     return set(Period.objects.filter(organization_id=organization_id, closed=True).values_list("month", flat=True))
 
@@ -71,9 +63,9 @@ def closed_months(organization_id: int) -> set[dt.date]:
 def open_after(organization_id: int, month: dt.date) -> dt.date:
     """The first open month after ``month`` (this month is never closed, so there is one)."""
     shut = closed_months(organization_id)
-    candidate = _next_month(month)
+    candidate = month_bounds(month)[1]
     while candidate in shut:
-        candidate = _next_month(candidate)
+        candidate = month_bounds(candidate)[1]
     return candidate
 
 
@@ -103,7 +95,7 @@ def inputs(organization_id: int, month: dt.date) -> dict[str, str]:
     book = Price.objects.filter(organization_id=organization_id, effective_from__lt=end).values_list(
         "cluster_id", "flavor_id", "capacity_type", "effective_from", "rate"
     )
-    reserved = attribution._reserved(organization_id, start, end)
+    reserved = attribution.booked(organization_id, start, end)
     return {
         "usage": _digest(list(usage)),
         "capacity": _digest(list(capacity)),
@@ -180,7 +172,7 @@ def close(actor: User, organization: Organization, month: Any, http: HttpRequest
     today = timezone.now().astimezone(dt.UTC).date()
     if month_bounds(first)[1] > today:
         raise ValidationError(
-            {"month": f"{month_label(first)} has not ended: it can be closed from {month_bounds(first)[1]}."}
+            {"month": f"{reports.month_label(first)} has not ended: it can be closed from {month_bounds(first)[1]}."}
         )
     with transaction.atomic():
         Organization.objects.select_for_update().filter(pk=organization.pk).first()  # one close or reopen at a time
@@ -188,7 +180,7 @@ def close(actor: User, organization: Organization, month: Any, http: HttpRequest
         if period is not None and period.closed:
             by = period.closed_by.username if period.closed_by else "someone"
             raise ValidationError(
-                {"month": f"{month_label(first)} is already closed (on {period.closed_at:%Y-%m-%d} by {by})."}
+                {"month": f"{reports.month_label(first)} is already closed (on {period.closed_at:%Y-%m-%d} by {by})."}
             )
         result = attribution.attribute(organization.pk, first)
         jobs = attribution.job_costs(organization.pk, first)
@@ -208,7 +200,7 @@ def close(actor: User, organization: Organization, month: Any, http: HttpRequest
             target=period,
             organization=organization,
             changes={
-                "month": [None, month_label(first)],
+                "month": [None, reports.month_label(first)],
                 "revision": [None, period.revision],
                 "fleet_total": [None, str(money(result.fleet_total))],
                 "statements": [None, sorted({s.number for s in issued})],
@@ -275,10 +267,10 @@ def reopen(actor: User, organization: Organization, month: Any, reason: Any, htt
         Organization.objects.select_for_update().filter(pk=organization.pk).first()
         period: Period | None = Period.objects.filter(organization=organization, month=first, closed=True).first()
         if period is None:
-            raise ValidationError({"month": f"{month_label(first)} is not closed."})
+            raise ValidationError({"month": f"{reports.month_label(first)} is not closed."})
         later = Period.objects.filter(organization=organization, month__gt=first, closed=True).order_by("month")
         if later.exists():
-            months = ", ".join(month_label(p.month) for p in later)
+            months = ", ".join(reports.month_label(p.month) for p in later)
             raise ValidationError(
                 {"month": f"Later months are closed ({months}); reopen them first, the latest first."}
             )
@@ -296,7 +288,7 @@ def reopen(actor: User, organization: Organization, month: Any, reason: Any, htt
             target=period,
             organization=organization,
             changes={
-                "month": [month_label(first), month_label(first)],
+                "month": [reports.month_label(first), reports.month_label(first)],
                 "closed": [True, False],
                 "corrections_withdrawn": [None, f"{count} ({money(total)})"],
             },
@@ -357,7 +349,7 @@ def _adjust_month(org_id: int, month: dt.date, now: dt.datetime) -> list[Adjustm
         book_in = open_after(org_id, month)
         last_day = month_bounds(book_in)[1] - dt.timedelta(days=1)
         day = min(now.astimezone(dt.UTC).date(), last_day)
-        reason = f"{month_label(month)} corrected: {', '.join(changed)}"[:200]
+        reason = f"{reports.month_label(month)} corrected: {', '.join(changed)}"[:200]
         rows = []
         for key in sorted(set(live) | set(expected), key=lambda k: tuple((v is None, str(v)) for v in k)):
             got, had = live.get(key, [0, 0, 0, 0]), expected.get(key, [0, 0, 0, 0])

@@ -282,7 +282,7 @@ class BudgetViewSet(Answered, TenantViewSet, mixins.ListModelMixin, mixins.Retri
         now = now or timezone.now()
         context = {
             **self.get_serializer_context(),
-            "uses": placed.use_of(found, now),
+            "uses": placed.use_of(found, now, both=True),
             "now": now,
             "readers": Readers(self.actor),
         }

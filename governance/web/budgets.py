@@ -149,7 +149,7 @@ class Setters:
 def budget_rows(user: User, found: Iterable[Budget], now: datetime, setters: Setters | None = None) -> list[BudgetRow]:
     """The rows of ``found`` (with their teams and projects), the month's use from one ``use_of``."""
     found = list(found)
-    uses = placed.use_of(found, now)
+    uses = placed.use_of(found, now, both=True)
     setters = setters or Setters(user)
     rows = []
     for budget in found:

@@ -28,10 +28,12 @@ def _overlap(start: datetime, end: datetime, lo: datetime, hi: datetime) -> floa
     return max(0.0, (min(end, hi) - max(start, lo)).total_seconds())
 
 
-def use_of(budgets: Iterable[Budget], now: datetime | None = None) -> dict[int, Use]:
+def use_of(budgets: Iterable[Budget], now: datetime | None = None, *, both: bool = False) -> dict[int, Use]:
     """The month's use of each of ``budgets`` (by pk). Ended attempts are summed by the database, grouped by
     what multiplies their time (team, project, accelerators, price); live ones, far fewer, are read one by one
-    for what they may still use."""
+    for what they may still use. The full charge (an attribution of the month, kept a minute) is read only where a
+    budget counts it, or, with ``both``, for every money budget (pages that show it beside usage): not for the
+    placement loop's and the metrics' usage budgets."""
     budgets = list(budgets)
     now = now or timezone.now()
     start, end = month_of(now)
@@ -81,13 +83,16 @@ def use_of(budgets: Iterable[Budget], now: datetime | None = None) -> dict[int, 
         admitted = row["admitted_at"]
         ahead = _overlap(now, admitted + timedelta(seconds=row["job__time_limit"]), now, end)
         add(row, _overlap(admitted, now, start, now), _overlap(admitted, now, recent_from, now), ahead)
-    money = any(b.amount is not None for b in budgets)
-    charges = _charges(budgets, now) if money else {}
+
+    def charged(budget: Budget) -> bool:
+        return budget.amount is not None and (both or budget.counts == Budget.Counts.CHARGE)
+
+    charges = _charges(budgets, now) if any(charged(b) for b in budgets) else {}
     result = {}
     for budget in budgets:
         base = by_project[budget.project_id] if budget.project_id else by_team[budget.team_id]
         use = replace(base, usage_money=base.money)
-        if money:
+        if charged(budget):
             key = ("project", budget.project_id) if budget.project_id else ("team", budget.team_id)
             use.charge_money = float(charges.get(key, 0))
             if budget.counts == Budget.Counts.CHARGE:

@@ -168,9 +168,9 @@ def test_usage_is_computed_once_per_page(budgeted: Fleet, monkeypatch: pytest.Mo
     calls = []
     use_of = placed.use_of
 
-    def counted(found: Any, now: Any = None) -> Any:
+    def counted(found: Any, now: Any = None, **options: Any) -> Any:
         calls.append(sys._getframe(1).f_globals["__name__"])
-        return use_of(found, now)
+        return use_of(found, now, **options)
 
     monkeypatch.setattr(placed, "use_of", counted)
     assert signed_in(budgeted, "lena").get(url(budgeted)).status_code == 200

@@ -245,9 +245,9 @@ def test_a_reservation_is_held_for_billing_day_by_day_and_ending_it_early_stops_
     ended = capacity.withdraw(lena, request, reason="submitted early", now=now)
     assert (ended.state, ended.ends_at) == ("ended", now)
     first, after = attribution.month_bounds(start.date())
-    held = attribution._reserved(fleet.org.pk, first, after)
+    held = attribution.booked(fleet.org.pk, first, after)
     if now.month != start.month:  # the window crosses a month: read both
-        held.update(attribution._reserved(fleet.org.pk, *attribution.month_bounds(now.date())))
+        held.update(attribution.booked(fleet.org.pk, *attribution.month_bounds(now.date())))
     assert {asker for _, asker in held.values()} == {lena.pk}
     # eight accelerators for the 30 hours it was held, in thousandth-accelerator-seconds, cut at midnights
     assert sum(ms for ms, _ in held.values()) == 8 * 30 * 3600 * 1000
