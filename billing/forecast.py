@@ -1,5 +1,5 @@
-"""Demand against capacity per flavor: history from the meter and the queue, forecasts with prediction
-intervals for the next 12 weeks and 6 months, and a backtest of each on held-back history.
+"""Demand against capacity per flavor: history from the meter and the queue, one daily forecast for the next
+26 weeks with calibrated 80 and 95% intervals, backtested from many origins, and split among teams.
 
 **Demand** of a flavor on a UTC day, in accelerator-hours, is what was used plus what waited:
 
@@ -19,316 +19,138 @@ to the forecast's first week, a seventh on each of its first seven days, mean an
 
 **Capacity** of a flavor on a day: its capacity records, accelerators x seconds present. A day without records
 after the first one carries the day before (the meter did not run; the fleet did); before the first record
-it is unknown. Forecast capacity is today's fleet carried forward: the present nodes' accelerators, all day
-every day. Orders and retirements are not known here; the what-if page replays such changes.
+it is unknown. Ahead, capacity is the capacity plan's (``FlavorHistory.plan``: today's fleet with the orders,
+retirements and commitments of the plan on their days), else today's fleet carried forward.
 
-**Models** (statsmodels' ``ETSModel``, additive errors: days without demand rule multiplicative ones out): no,
-additive or damped trend, with and without a seasonality of ``season`` periods when the history holds two
-full seasons, chosen by AICc. Intervals (80 and 95%) are the model's own; a weekly total of the daily model
-takes its interval from simulated paths; negative bounds are cut to 0. The 12-week horizon fits the daily
-series (weekly seasonality) for 84 days; the 6-month one fits weekly totals (7-day blocks ending yesterday, so
-that the last one is whole) for 26 weeks. History ends yesterday: today is not over.
+**One model for every horizon.** Demand is forecast by the day, 26 weeks ahead, once; the 12-week view shows
+its first 84 days and the 6-month view its 26 weekly totals, so a week's figure is the same in both (the
+weekly total is the sum of the days, exactly). The forecast is a weighted combination of three simple
+forecasts of the daily series (``METHODS``): the last week repeated (seasonal naive), the Theta method (simple
+exponential smoothing with half the history's linear drift) and the median of the last 28 days. Each lead
+bucket (week 1, weeks 2-4, weeks 5-26) weighs each method by the inverse square of its error there in the
+backtests (WAPE of weekly totals); before any backtest the weights are equal. These three and that rule were
+chosen on two of the Philly trace's virtual clusters, and hold on the other two (``tests/bench/bench_forecast.py``;
+``docs/billing.md`` has the table).
 
-**Backtest**: the last ``steps`` periods of the history are held back (fewer when it is short: at least half of
-it, and at least 4 weeks of days or 8 weeks, are kept to train on, as a model trained on a sliver of the
-history says little of one trained on all of it); the model is chosen and fitted on the rest as above, and its
-forecast compared with them: the MAPE over the held-back periods with demand (a zero has no percentage error:
-those are counted and said), the share of them inside the 80 and 95% intervals, and the MAPE of repeating the
-last week (the last 7 days, or the last weekly total) as a baseline the model should beat.
+**Backtests from rolling origins**: from every origin (a day with at least ``MIN_HISTORY`` days before it and a
+whole week after it, at most ``MAX_ORIGINS`` of them evenly spaced, the latest last) the combination forecasts
+what came after, weighted as it would have been on that day (only errors seen by then count). Scores per
+horizon of 1, 4 and 12 weeks: the WAPE of weekly totals (all absolute errors over all demand) over every
+origin and week of the horizon that the history holds, beside the same of the seasonal naive forecast.
+
+**Intervals are calibrated on those backtests** (split conformal): the score of a forecast is
+``|log((actual + e) / (forecast + e))|`` (``e`` is a hundredth of the mean demand before the origin, so zeros
+stay finite); an interval at level L from scores s_1..s_n is ``(forecast + e) x exp(-q) - e`` to
+``(forecast + e) x exp(q) - e``, ``q`` the ceil((n + 1) L)-th smallest score, per lead bucket, for days and
+for weekly totals apart. A bucket with too few scores for a level (4 for 80%, 19 for 95%) borrows the nearest
+shorter bucket's, and the forecast says so. The coverage reported is honest: the interval of each backtest was
+calibrated on the scores of earlier backtests only.
+
+**Teams**: a team's forecast of a flavor is the flavor's forecast times the team's share of its demand over
+the 28 days before the origin, so the teams' forecasts add up to the flavor's; each team's backtest and
+intervals are its own (scores of its own errors).
 
 This module is the arithmetic, without a database; ``forecast_history`` reads the history and caches an
 organization's forecast.
 
-Size: the forecast arithmetic without a database: candidate models, fitting, blocks, intervals and the backtests
-that judge them; the backtest (``Backtest``, ``backtest``, ``mape``, ``wape``, ``coverage``) would split out first.
+Size: the forecast arithmetic without a database: methods, their combination, the rolling-origin backtest that
+weighs them and calibrates the intervals, the teams' split and a flavor's forecast against its capacity.
 """
 
 from __future__ import annotations
 
-import ctypes
 import math
-import threading
-import warnings
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import date, timedelta
-from functools import cache
 from typing import Any, TypeVar
 
 import numpy as np
-import pandas as pd
 
 LEVELS = (80, 95)
 #: The pending queue's backlog is spread over the forecast's first this many days.
 BACKLOG_DAYS = 7
-#: Simulated paths behind the intervals of weekly totals of a daily forecast.
-PATHS = 2000
-
-
-@dataclass(frozen=True)
-class Horizon:
-    """A forecast horizon and the series it is fitted on."""
-
-    key: str
-    label: str
-    #: What one step of the series is: "day" or "week" (7 days).
-    period: str
-    steps: int
-    #: Seasonal period in steps, tried when the history holds two full seasons.
-    season: int
-    #: Periods of history needed to forecast at all.
-    min_history: int
-    #: The backtest trains on at least this many periods, and holds back at least ``min_held``.
-    min_train: int
-    min_held: int
-
-    @property
-    def days(self) -> int:
-        return 1 if self.period == "day" else 7
-
-    def count(self, n: int) -> str:
-        return f"{n} {self.period}{'' if n == 1 else 's'}"
-
-
-HORIZONS: dict[str, Horizon] = {
-    "12w": Horizon("12w", "Next 12 weeks", "day", 84, 7, min_history=21, min_train=28, min_held=7),
-    "6m": Horizon("6m", "Next 6 months", "week", 26, 52, min_history=8, min_train=8, min_held=2),
-}
-SEASON_WORDS = {7: "weekly", 52: "yearly"}
+#: How far the forecast reaches, in weeks.
+AHEAD_WEEKS = 26
+AHEAD_DAYS = 7 * AHEAD_WEEKS
+#: Days of history needed to forecast at all (two weeks: the seasonal naive forecast repeats the last one).
+MIN_HISTORY = 14
+#: Backtest origins, at most (evenly spaced over the history, the latest last).
+MAX_ORIGINS = 60
+#: The median and the teams' shares read the last this many days.
+WINDOW = 28
+#: The horizons the backtest scores, in weeks.
+SCORED_WEEKS = (1, 4, 12)
+#: Lead buckets by week (0-based first week, last week): weights and intervals are per bucket.
+BUCKETS = ((0, 0), (1, 3), (4, AHEAD_WEEKS - 1))
+BUCKET_WORDS = ("week 1", "weeks 2-4", f"weeks 5-{AHEAD_WEEKS}")
+#: Conformal scores weigh a half at this age, in days.
+HALF_LIFE = 28
+#: Scores of forecasts k weeks ahead (1-based) are divided by k to this power to be pooled with the first week's.
+GROWTH = 0.25
+#: Methods are weighed by their backtest error to this power (inverse).
+WEIGHT_POWER = 2
+#: A forecast is called unreliable past this 4-week WAPE, or an interval past this many points off nominal.
+UNRELIABLE_WAPE = 50.0
+UNRELIABLE_COVERAGE = 10.0
+#: The longest history the Theta method fits (older days change little and cost time).
+FIT_DAYS = 365
 T = TypeVar("T")
 
 
-# --- fitting and forecasting a series (pure) ----------------------------------------------------------------
+# --- the methods (pure) ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Forecast:
-    """A series' forecast: the mean and the 80 and 95% bounds per step (cut at 0), the model that made it, and
-    with ``block``, totals of that many steps. ``message`` says why there is none (then the lists are empty)."""
-
-    model: str = ""
-    description: str = ""
-    aicc: float | None = None
-    mean: list[float] = field(default_factory=list)
-    lower_80: list[float] = field(default_factory=list)
-    upper_80: list[float] = field(default_factory=list)
-    lower_95: list[float] = field(default_factory=list)
-    upper_95: list[float] = field(default_factory=list)
-    blocks: Forecast | None = None
-    message: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return not self.message
+def seasonal_naive(history: np.ndarray[Any, Any], days: int) -> np.ndarray[Any, Any]:
+    """The last 7 days repeated (the last value when shorter)."""
+    last = history[-7:] if len(history) >= 7 else history[-1:]
+    return np.resize(last, days).astype(float)
 
 
-@dataclass(frozen=True)
-class _Candidate:
-    trend: str | None
-    damped: bool
-    seasonal: bool
-
-    def code(self) -> str:
-        trend = "N" if self.trend is None else ("Ad" if self.damped else "A")
-        return f"ETS(A,{trend},{'A' if self.seasonal else 'N'})"
-
-    def words(self, season: int) -> str:
-        trend = "no trend" if self.trend is None else ("damped trend" if self.damped else "additive trend")
-        seasonal = f"{SEASON_WORDS.get(season, f'{season}-period')} seasonality" if self.seasonal else "no seasonality"
-        return f"additive errors, {trend}, {seasonal}"
+_ALPHAS = np.arange(0.02, 1.0, 0.02)
 
 
-def candidates(n: int, season: int) -> list[_Candidate]:
-    """The configurations tried on ``n`` periods: trend none, additive or damped; seasonal with two seasons."""
-    seasonal = (False, True) if n >= 2 * season else (False,)
-    trends = [(None, False), ("add", False), ("add", True)]
-    return [_Candidate(t, d, s) for s in seasonal for t, d in trends]
+def _smoothed(history: np.ndarray[Any, Any]) -> tuple[float, float]:
+    """Simple exponential smoothing's (alpha, last level), alpha the least squared one-step error on a grid."""
+    level = np.full(len(_ALPHAS), float(history[0]))
+    squared = np.zeros(len(_ALPHAS))
+    for value in history[1:]:
+        error = value - level
+        squared += error * error
+        level += _ALPHAS * error
+    best = int(np.argmin(squared))
+    return float(_ALPHAS[best]), float(level[best])
 
 
-# OpenBLAS as numpy and scipy ship it: (get, set) thread-count functions by their exported names.
-_BLAS_NAMES = [
-    (f"{p}_get_num_threads{s}", f"{p}_set_num_threads{s}") for p in ("scipy_openblas", "openblas") for s in ("64_", "")
-]
-_blas_lock = threading.Lock()
-_blas_users = 0
-_blas_saved: list[tuple[Any, int]] = []
+def theta(history: np.ndarray[Any, Any], days: int) -> np.ndarray[Any, Any]:
+    """The Theta method (Assimakopoulos & Nikolopoulos; Hyndman & Billah's form): simple exponential smoothing
+    plus half the linear trend's slope, cut at 0."""
+    y = history[-FIT_DAYS:]
+    if len(y) < 2:
+        return np.full(days, float(y[-1]))
+    alpha, level = _smoothed(y)
+    slope = float(np.polyfit(np.arange(len(y)), y, 1)[0])
+    h = np.arange(1, days + 1)
+    drift = 0.5 * slope * (h - 1 + 1 / alpha - (1 - alpha) ** len(y) / alpha)
+    out: np.ndarray[Any, Any] = np.maximum(0.0, level + drift)
+    return out
 
 
-@cache
-def _blas_libraries() -> list[tuple[Any, Any]]:
-    """The (get, set) thread-count functions of the OpenBLAS libraries this process loaded (Linux; none
-    elsewhere)."""
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = {line.split()[-1] for line in maps if "openblas" in line.lower() and line.rstrip().endswith(".so")}
-    except OSError:
-        return []
-    found = []
-    for path in sorted(paths):
-        try:
-            library = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for get, set_ in _BLAS_NAMES:
-            if hasattr(library, get) and hasattr(library, set_):
-                found.append((getattr(library, get), getattr(library, set_)))
-                break
-    return found
+def recent_median(history: np.ndarray[Any, Any], days: int) -> np.ndarray[Any, Any]:
+    """The median day of the last ``WINDOW`` days, every day (robust to a burst)."""
+    return np.full(days, float(np.median(history[-WINDOW:])))
 
 
-@contextmanager
-def one_blas_thread() -> Iterator[None]:
-    """Hold OpenBLAS to one thread while fitting. ETS's optimizer (L-BFGS-B) does thousands of operations on
-    vectors of a few numbers, for which waking BLAS threads costs more than it saves: fits ran 3 to 10 times
-    slower with two threads than with one on a busy machine. The counts are given back when the last fit
-    ends; where no OpenBLAS is found this does nothing."""
-    global _blas_users
-    from statsmodels.tsa.exponential_smoothing import ets  # noqa: F401 - loads scipy and its OpenBLAS, to be found
-
-    with _blas_lock:
-        if _blas_users == 0:
-            _blas_saved[:] = [(set_, int(get())) for get, set_ in _blas_libraries()]
-            for set_, _ in _blas_saved:
-                set_(1)
-        _blas_users += 1
-    try:
-        yield
-    finally:
-        with _blas_lock:
-            _blas_users -= 1
-            if _blas_users == 0:
-                for set_, count in _blas_saved:
-                    set_(count)
+METHODS = {"seasonal naive": seasonal_naive, "Theta": theta, "28-day median": recent_median}
+NAMES = list(METHODS)
 
 
-def _fit(values: np.ndarray[Any, Any], candidate: _Candidate, season: int) -> Any:
-    from statsmodels.tsa.exponential_smoothing.ets import ETSModel  # slow to import; only when fitting
-
-    endog = pd.Series(values, dtype=float)
-    options: dict[str, Any] = {
-        "error": "add",
-        "trend": candidate.trend,
-        "damped_trend": candidate.damped,
-        "seasonal": "add" if candidate.seasonal else None,
-        "seasonal_periods": season if candidate.seasonal else None,
-    }
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # convergence chatter; a bad fit loses on AICc or is skipped
-        try:
-            model = ETSModel(endog, initialization_method="heuristic", **options)
-        except ValueError:  # too short for the heuristic start: estimate the initial states too
-            model = ETSModel(endog, initialization_method="estimated", **options)
-        return model.fit(disp=False, maxiter=2000)
+def method_paths(history: np.ndarray[Any, Any], days: int) -> np.ndarray[Any, Any]:
+    """Each method's forecast of the next ``days`` days: an array (method, day)."""
+    return np.vstack([method(history, days) for method in METHODS.values()])
 
 
-def _finite(*arrays: Any) -> bool:
-    return all(bool(np.all(np.isfinite(np.asarray(a, dtype=float)))) for a in arrays)
-
-
-def _clipped(values: Any) -> list[float]:
-    return [max(0.0, float(v)) for v in values]
-
-
-def forecast_series(
-    values: Sequence[float], steps: int, *, season: int, min_history: int, unit: str = "days", block: int = 0
-) -> Forecast:
-    """Forecast ``steps`` periods after ``values`` with the ETS configuration of least AICc. With ``block``,
-    also totals of ``block`` steps at a time (intervals from simulated paths). Too short a history gives a
-    Forecast whose ``message`` says so."""
-    with one_blas_thread():
-        return _forecast_series(values, steps, season=season, min_history=min_history, unit=unit, block=block)
-
-
-def _forecast_series(
-    values: Sequence[float], steps: int, *, season: int, min_history: int, unit: str, block: int
-) -> Forecast:
-    n = len(values)
-    if n < min_history:
-        return Forecast(message=f"not enough history ({n} {unit}; needs {min_history})")
-    y = np.asarray(values, dtype=float)
-    if float(y.max()) == float(y.min()):  # nothing varies: ETS has nothing to estimate (and degenerates)
-        flat = [max(0.0, float(y[0]))] * steps
-        blocks = None
-        if block:
-            total = [flat[0] * block] * (steps // block)
-            blocks = Forecast("constant", "no variation in the history", None, total, total, total, total, total)
-        return Forecast("constant", "no variation in the history", None, flat, flat, flat, flat, flat, blocks)
-    best: tuple[float, _Candidate, Any, dict[int, Any]] | None = None
-    for candidate in candidates(n, season):
-        try:
-            results = _fit(y, candidate, season)
-            prediction = results.get_prediction(start=n, end=n + steps - 1)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                frames = {level: prediction.summary_frame(alpha=1 - level / 100) for level in LEVELS}
-        except (ValueError, np.linalg.LinAlgError, IndexError):
-            continue
-        aicc = float(results.aicc)
-        bounds = [f[column] for f in frames.values() for column in ("mean", "pi_lower", "pi_upper")]
-        if not (math.isfinite(aicc) and _finite(*bounds)):
-            continue
-        if best is None or aicc < best[0]:
-            best = (aicc, candidate, results, frames)
-    if best is None:
-        return Forecast(message="no model could be fitted to the history")
-    aicc, chosen, results, frames = best
-    mean = _clipped(frames[80]["mean"])
-    blocks = _block_forecast(results, mean, steps, block, chosen, season, aicc) if block else None
-    return Forecast(
-        model=chosen.code(),
-        description=chosen.words(season),
-        aicc=aicc,
-        mean=mean,
-        lower_80=_clipped(frames[80]["pi_lower"]),
-        upper_80=_clipped(frames[80]["pi_upper"]),
-        lower_95=_clipped(frames[95]["pi_lower"]),
-        upper_95=_clipped(frames[95]["pi_upper"]),
-        blocks=blocks,
-    )
-
-
-def _block_forecast(
-    results: Any, mean: list[float], steps: int, block: int, chosen: _Candidate, season: int, aicc: float
-) -> Forecast:
-    """Totals of ``block`` steps: the sum of the means, bounds from the quantiles of simulated paths' totals
-    (a sum's interval is not the sum of the intervals). Seeded, so the same history gives the same bounds."""
-    count = steps // block
-    paths = np.asarray(
-        results.simulate(steps, anchor="end", repetitions=PATHS, rng=np.random.default_rng(0)), dtype=float
-    ).reshape(steps, -1)
-    totals = np.clip(paths[: count * block], 0, None).reshape(count, block, -1).sum(axis=1)
-    quantile = {q: np.quantile(totals, q, axis=1) for q in (0.025, 0.1, 0.9, 0.975)}
-    return Forecast(
-        model=chosen.code(),
-        description=chosen.words(season),
-        aicc=aicc,
-        mean=[float(sum(mean[i * block : (i + 1) * block])) for i in range(count)],
-        lower_80=_clipped(quantile[0.1]),
-        upper_80=_clipped(quantile[0.9]),
-        lower_95=_clipped(quantile[0.025]),
-        upper_95=_clipped(quantile[0.975]),
-    )
-
-
-def forecast_horizon(values: Sequence[float], horizon: Horizon) -> Forecast:
-    """``horizon``'s forecast of ``values`` (one a period), with weekly totals of a daily one."""
-    return forecast_series(
-        values,
-        horizon.steps,
-        season=horizon.season,
-        min_history=horizon.min_history,
-        unit=f"{horizon.period}s",
-        block=7 if horizon.period == "day" else 0,
-    )
-
-
-def mape(actual: Sequence[float], predicted: Sequence[float]) -> tuple[float | None, int]:
-    """Mean absolute percentage error over the periods with demand, and how many had none (skipped: a zero has
-    no percentage error). None when every period was zero."""
-    errors = [abs(a - p) / a for a, p in zip(actual, predicted, strict=True) if a > 0]
-    skipped = len(actual) - len(errors)
-    return (float(100 * sum(errors) / len(errors)) if errors else None), skipped
+# --- scoring helpers (pure) -----------------------------------------------------------------------------------
 
 
 def wape(actual: Sequence[float], predicted: Sequence[float]) -> float | None:
@@ -345,80 +167,351 @@ def coverage(actual: Sequence[float], lower: Sequence[float], upper: Sequence[fl
     return 100 * inside / len(actual) if actual else 0.0
 
 
-def seasonal_naive(history: Sequence[float], steps: int, season: int) -> list[float]:
-    """The last season repeated (the last value when shorter than a season)."""
-    last = list(history[-season:]) if len(history) >= season else [history[-1]]
-    return [last[i % len(last)] for i in range(steps)]
+def bucket_of_week(week: int) -> int:
+    return next(i for i, (first, last) in enumerate(BUCKETS) if first <= week <= last)
+
+
+#: Each day's bucket, by its 0-based index ahead.
+DAY_BUCKET = np.array([bucket_of_week(d // 7) for d in range(AHEAD_DAYS)])
+WEEK_BUCKET = np.array([bucket_of_week(k) for k in range(AHEAD_WEEKS)])
+
+
+def weighted_quantile(scores: np.ndarray[Any, Any], ages: np.ndarray[Any, Any], level: int) -> float | None:
+    """Non-exchangeable split conformal (Barber, Candes, Ramdas & Tibshirani, 2023): the least score whose
+    weight and the weights of the smaller ones reach ``level`` percent of all weights plus the new forecast's
+    own (1, at +infinity); a score ``HALF_LIFE`` days old weighs a half, so the intervals follow the errors of
+    late. None when the weights are too few to reach it."""
+    if len(scores) == 0:
+        return None
+    order = np.argsort(scores)
+    weights = 0.5 ** (ages[order] / HALF_LIFE)
+    reached = np.cumsum(weights) / (weights.sum() + 1.0) >= level / 100
+    return float(scores[order][np.argmax(reached)]) if reached.any() else None
+
+
+def _score(actual: Any, predicted: Any, epsilon: Any) -> Any:
+    return np.abs(np.log((actual + epsilon) / (predicted + epsilon)))
+
+
+def _bounds(mean: Any, q: Any, epsilon: Any) -> tuple[Any, Any]:
+    return np.maximum(0.0, (mean + epsilon) * np.exp(-q) - epsilon), (mean + epsilon) * np.exp(q) - epsilon
+
+
+# --- calibration ----------------------------------------------------------------------------------------------
+
+
+def growth(week: Any) -> Any:
+    """How much wider an interval is ``week`` weeks ahead (0-based) than in the first week: scores of every lead
+    are divided by it to be pooled, and quantiles multiplied by it."""
+    return (np.asarray(week) + 1.0) ** GROWTH
+
+
+@dataclass
+class Scores:
+    """Scores of backtested forecasts (days or weekly totals), each divided by its lead's ``growth``, with when
+    it became known (the index of the day after its target)."""
+
+    known: list[int] = field(default_factory=list)
+    score: list[float] = field(default_factory=list)
+
+    def add(self, known: Any, score: Any) -> None:
+        self.known.extend(int(k) for k in known)
+        self.score.extend(float(s) for s in score)
+
+    def quantiles(self, by: int) -> dict[int, float | None]:
+        """Per level, ``weighted_quantile`` of the scores known by day ``by``, weighted by their age."""
+        known, score = np.asarray(self.known, dtype=int), np.asarray(self.score, dtype=float)
+        seen = known <= by
+        return {level: weighted_quantile(score[seen], by - known[seen], level) for level in LEVELS}
+
+
+def _intervals(
+    mean: np.ndarray[Any, Any], weeks: np.ndarray[Any, Any], quantiles: Mapping[int, float | None], epsilon: float
+) -> dict[str, np.ndarray[Any, Any]]:
+    """Lower and upper bounds at each level for forecasts ``weeks`` ahead (0-based); NaN where a level has no
+    calibration."""
+    out: dict[str, np.ndarray[Any, Any]] = {}
+    for level in LEVELS:
+        q = quantiles[level]
+        if q is None:
+            out[f"lower_{level}"] = out[f"upper_{level}"] = np.full(len(mean), np.nan)
+            continue
+        out[f"lower_{level}"], out[f"upper_{level}"] = _bounds(mean, q * growth(weeks), epsilon)
+    return out
+
+
+# --- the rolling-origin backtest --------------------------------------------------------------------------------
+
+
+def origins_of(n: int) -> list[int]:
+    """Backtest origins of a history of ``n`` days: indexes with ``MIN_HISTORY`` days before and a whole week
+    after, at most ``MAX_ORIGINS`` evenly spaced, the latest last."""
+    last = n - 7
+    if last < MIN_HISTORY:
+        return []
+    stride = max(1, math.ceil((last - MIN_HISTORY + 1) / MAX_ORIGINS))
+    return list(range(last, MIN_HISTORY - 1, -stride))[::-1]
+
+
+def weekly(path: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Totals of whole weeks of a path (a trailing part week left out); along the last axis."""
+    weeks = path.shape[-1] // 7
+    out: np.ndarray[Any, Any] = path[..., : weeks * 7].reshape(*path.shape[:-1], weeks, 7).sum(axis=-1)
+    return out
+
+
+def _epsilon(history: np.ndarray[Any, Any]) -> float:
+    """A hundredth of the mean day before an origin (a tiny floor when there was no demand)."""
+    return max(0.01 * float(np.mean(history)), 1e-6)
+
+
+@dataclass(frozen=True)
+class Score:
+    """How the forecast did over its first ``weeks`` weeks, from every backtest origin."""
+
+    weeks: int
+    #: (origin, week) pairs scored, and of them those with calibrated intervals.
+    pairs: int = 0
+    calibrated: int = 0
+    wape: float | None = None
+    #: The seasonal naive forecast's WAPE on the same pairs: what the forecast should beat.
+    baseline_wape: float | None = None
+    coverage_80: float | None = None
+    coverage_95: float | None = None
 
 
 @dataclass(frozen=True)
 class Backtest:
-    """How the horizon's model did on the last ``held_back`` periods after training on ``trained_on``."""
+    """The rolling-origin backtest of a series' forecast: scores per horizon, and of the daily values over the
+    first 12 weeks."""
 
-    horizon: str
-    period: str
-    held_back: int = 0
-    trained_on: int = 0
-    model: str = ""
-    mape: float | None = None
-    #: Held-back periods without demand, left out of the MAPE.
-    zeros_skipped: int = 0
-    #: Percent of the held-back periods inside the 80 and 95% intervals.
-    coverage_80: float | None = None
-    coverage_95: float | None = None
-    #: MAPE of repeating the training's last season (week): what the model should beat.
-    baseline_mape: float | None = None
-    #: Of a daily horizon: the MAPE of 7-day totals.
-    weekly_mape: float | None = None
-    #: All the held-back periods' absolute errors over all their demand, in percent: unlike the MAPE, not
-    #: dominated by a few quiet periods.
-    wape: float | None = None
+    origins: int = 0
+    first: int = 0
+    stride: int = 0
+    scores: tuple[Score, ...] = ()
+    daily_wape: float | None = None
+    daily_coverage_80: float | None = None
+    daily_coverage_95: float | None = None
     message: str = ""
 
     @property
     def ok(self) -> bool:
         return not self.message
 
+    def score(self, weeks: int) -> Score | None:
+        return next((s for s in self.scores if s.weeks == weeks), None)
 
-def backtest(values: Sequence[float], horizon: Horizon) -> Backtest:
-    """Hold back the last ``horizon.steps`` periods (fewer when the history is short: at least half of it and at
-    least ``min_train`` periods are kept to train on), fit on the rest as a forecast would, and score the forecast
-    of the held-back periods."""
-    n = len(values)
-    held = min(horizon.steps, n - horizon.min_train, n // 2)
-    if held < horizon.min_held:
-        needs = horizon.min_train + horizon.min_held
-        return Backtest(
-            horizon.key, horizon.period, message=f"not enough history to backtest ({horizon.count(n)}; needs {needs})"
-        )
-    train, actual = list(values[: n - held]), list(values[n - held :])
-    predicted = forecast_series(train, held, season=horizon.season, min_history=horizon.min_train)
-    if not predicted.ok:
-        return Backtest(horizon.key, horizon.period, held, len(train), message=predicted.message)
-    error, zeros = mape(actual, predicted.mean)
-    weekly = None
-    if horizon.period == "day":
-        weeks = held // 7
-        weekly = mape(
-            [sum(actual[i * 7 : i * 7 + 7]) for i in range(weeks)],
-            [sum(predicted.mean[i * 7 : i * 7 + 7]) for i in range(weeks)],
-        )[0]
-    season = horizon.season if horizon.period == "day" else 1
-    return Backtest(
-        horizon=horizon.key,
-        period=horizon.period,
-        held_back=held,
-        trained_on=len(train),
-        model=predicted.model,
-        mape=error,
-        zeros_skipped=zeros,
-        coverage_80=coverage(actual, predicted.lower_80, predicted.upper_80),
-        coverage_95=coverage(actual, predicted.lower_95, predicted.upper_95),
-        baseline_mape=mape(actual, seasonal_naive(train, held, season))[0],
-        weekly_mape=weekly,
-        wape=wape(actual, predicted.mean),
-        message="" if error is not None else "every held-back period was zero: no percentage error",
+    @property
+    def headline(self) -> Score | None:
+        """The 4-week score: what the page leads with (the 1-week one when the history holds no more)."""
+        four = self.score(4)
+        return four if four is not None and four.pairs else self.score(1)
+
+
+@dataclass
+class _Pairs:
+    """Forecasts of weekly totals and of days, and their actuals, for scoring."""
+
+    week: list[int] = field(default_factory=list)
+    actual: list[float] = field(default_factory=list)
+    predicted: list[float] = field(default_factory=list)
+    baseline: list[float] = field(default_factory=list)
+    lower: dict[int, list[float]] = field(default_factory=lambda: {level: [] for level in LEVELS})
+    upper: dict[int, list[float]] = field(default_factory=lambda: {level: [] for level in LEVELS})
+
+
+def _score_pairs(pairs: _Pairs, weeks: int) -> Score:
+    chosen = [i for i, k in enumerate(pairs.week) if k < weeks]
+    actual = [pairs.actual[i] for i in chosen]
+    coverages: dict[int, float | None] = {}
+    calibrated = 0
+    for level in LEVELS:
+        kept = [i for i in chosen if not math.isnan(pairs.lower[level][i])]
+        calibrated = len(kept) if level == LEVELS[0] else calibrated
+        inside = [pairs.actual[i] for i in kept]
+        lower = [pairs.lower[level][i] for i in kept]
+        upper = [pairs.upper[level][i] for i in kept]
+        coverages[level] = coverage(inside, lower, upper) if kept else None
+    return Score(
+        weeks=weeks,
+        pairs=len(chosen),
+        calibrated=calibrated,
+        wape=wape(actual, [pairs.predicted[i] for i in chosen]) if chosen else None,
+        baseline_wape=wape(actual, [pairs.baseline[i] for i in chosen]) if chosen else None,
+        coverage_80=coverages[80],
+        coverage_95=coverages[95],
     )
+
+
+@dataclass(frozen=True)
+class Combined:
+    """A series' forecast from today: daily mean and bounds for ``AHEAD_DAYS``, weekly totals and theirs, the
+    methods' weights per bucket, which bucket each interval was calibrated on, and the backtest."""
+
+    mean: list[float]
+    bounds: dict[str, list[float]]
+    weeks: list[float]
+    week_bounds: dict[str, list[float]]
+    weights: list[dict[str, float]]
+    backtest: Backtest
+
+
+class Track:
+    """A series' rolling-origin run: every origin's methods' forecasts, the weights each origin would have used,
+    the combination's forecasts and the calibration of their intervals; then today's forecast."""
+
+    def __init__(self, values: Sequence[float] | np.ndarray[Any, Any]) -> None:
+        self.values = np.asarray(values, dtype=float)
+        n = len(self.values)
+        self.origins = origins_of(n)
+        #: Per origin: the methods' forecasts of the days the history holds after it (method, day).
+        self.paths = [method_paths(self.values[:t], min(AHEAD_DAYS, n - t)) for t in self.origins]
+        # The methods' weekly errors as they became known: (known day, bucket, method, |error|, actual).
+        events: list[tuple[int, int, int, float, float]] = []
+        for t, paths in zip(self.origins, self.paths, strict=True):
+            actual = weekly(self.values[t : t + paths.shape[1]])
+            for k, total in enumerate(actual):
+                for m, predicted in enumerate(weekly(paths)[:, k]):
+                    events.append((t + 7 * (k + 1), int(WEEK_BUCKET[k]), m, abs(total - predicted), total))
+        self.events = np.array(events, dtype=float).reshape(-1, 5)
+        #: Per origin: the weights it used (bucket, method), and its combined forecast of the days after it.
+        self.weights = [self.weights_by(t) for t in self.origins]
+        self.combined = [
+            np.einsum("dm,md->d", w[DAY_BUCKET[: p.shape[1]]], p) for w, p in zip(self.weights, self.paths, strict=True)
+        ]
+
+    def weights_by(self, day: int) -> np.ndarray[Any, Any]:
+        """The methods' weights per bucket from the errors known by ``day`` (bucket, method): inverse error to the
+        ``WEIGHT_POWER``; a bucket without errors borrows the nearest shorter one's; equal when none."""
+        count = len(BUCKETS) * len(METHODS)
+        known = self.events[self.events[:, 0] <= day] if len(self.events) else self.events
+        index = (known[:, 1] * len(METHODS) + known[:, 2]).astype(int)
+        errors = np.bincount(index, weights=known[:, 3], minlength=count).reshape(len(BUCKETS), len(METHODS))
+        actual = np.bincount(index, weights=known[:, 4], minlength=count).reshape(len(BUCKETS), len(METHODS))
+        weights = np.full((len(BUCKETS), len(METHODS)), 1 / len(METHODS))
+        for b in range(len(BUCKETS)):
+            source = next((s for s in range(b, -1, -1) if actual[s, 0] > 0), None)
+            if source is None:
+                continue
+            inverse = (actual[source] / np.maximum(errors[source], 1e-9 * actual[source])) ** WEIGHT_POWER
+            weights[b] = inverse / inverse.sum()
+        return weights
+
+    def evaluate(
+        self, actual: np.ndarray[Any, Any], forecasts: list[np.ndarray[Any, Any]], baselines: list[Any]
+    ) -> tuple[Backtest, Scores, Scores]:
+        """Score ``forecasts`` (one a backtest origin, of the days after it) against ``actual``: each origin's
+        intervals calibrated on the scores known by then. Gives the backtest and every score (days, weeks)."""
+        if not self.origins:
+            return (
+                Backtest(message=f"not enough history to backtest ({len(actual)} days; needs {MIN_HISTORY + 7})"),
+                Scores(),
+                Scores(),
+            )
+        days, weeks = Scores(), Scores()
+        week_pairs, day_pairs = _Pairs(), _Pairs()
+        for t, forecast, baseline in zip(self.origins, forecasts, baselines, strict=True):
+            epsilon = _epsilon(actual[:t])
+            ahead = len(forecast)
+            held = actual[t : t + ahead]
+            for scores, pairs, unit in ((days, day_pairs, 1), (weeks, week_pairs, 7)):
+                if unit == 1:
+                    truth, mean, base = held[: 7 * 12], forecast[: 7 * 12], baseline[: 7 * 12]
+                else:
+                    truth, mean, base = weekly(held), weekly(forecast), weekly(baseline)
+                index = np.arange(len(truth))
+                lead = index // (7 // unit)
+                bounds = _intervals(mean, lead, scores.quantiles(by=t), epsilon * unit)
+                pairs.week.extend(int(k) for k in lead)
+                pairs.actual.extend(float(v) for v in truth)
+                pairs.predicted.extend(float(v) for v in mean)
+                pairs.baseline.extend(float(v) for v in base)
+                for level in LEVELS:
+                    pairs.lower[level].extend(float(v) for v in bounds[f"lower_{level}"])
+                    pairs.upper[level].extend(float(v) for v in bounds[f"upper_{level}"])
+                scores.add(t + unit * (index + 1), _score(truth, mean, epsilon * unit) / growth(lead))
+        daily = _score_pairs(day_pairs, 12)
+        origins = self.origins
+        test = Backtest(
+            origins=len(origins),
+            first=origins[0],
+            stride=origins[1] - origins[0] if len(origins) > 1 else 1,
+            scores=tuple(_score_pairs(week_pairs, w) for w in SCORED_WEEKS),
+            daily_wape=daily.wape,
+            daily_coverage_80=daily.coverage_80,
+            daily_coverage_95=daily.coverage_95,
+        )
+        return test, days, weeks
+
+    def baselines(self) -> list[np.ndarray[Any, Any]]:
+        return [p[0] for p in self.paths]
+
+    def today(self) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        """Today's weights (from every error known) and combined forecast of ``AHEAD_DAYS`` days."""
+        weights = self.weights_by(len(self.values))
+        paths = method_paths(self.values, AHEAD_DAYS)
+        return weights, np.einsum("dm,md->d", weights[DAY_BUCKET], paths)
+
+
+def _combined(
+    mean: np.ndarray[Any, Any],
+    weights: np.ndarray[Any, Any],
+    backtest: Backtest,
+    days: Scores,
+    weeks: Scores,
+    epsilon: float,
+    today: int,
+) -> Combined:
+    daily = _intervals(mean, np.arange(AHEAD_DAYS) // 7, days.quantiles(today), epsilon)
+    totals = weekly(mean)
+    weekly_bounds = _intervals(totals, np.arange(AHEAD_WEEKS), weeks.quantiles(today), 7 * epsilon)
+
+    def listed(bounds: Mapping[str, np.ndarray[Any, Any]]) -> dict[str, list[float]]:
+        return {key: [float(v) for v in values] for key, values in bounds.items()}
+
+    return Combined(
+        mean=[float(v) for v in mean],
+        bounds=listed(daily),
+        weeks=[float(v) for v in totals],
+        week_bounds=listed(weekly_bounds),
+        weights=[{name: float(w) for name, w in zip(NAMES, row, strict=True)} for row in weights],
+        backtest=backtest,
+    )
+
+
+def forecast_values(values: Sequence[float]) -> Combined | str:
+    """A series' combined forecast, its intervals and backtest; or why there is none."""
+    y = np.asarray(values, dtype=float)
+    if len(y) < MIN_HISTORY:
+        return f"not enough history ({len(y)} days; needs {MIN_HISTORY})"
+    track = Track(y)
+    backtest, days, weeks = track.evaluate(y, track.combined, track.baselines())
+    weights, mean = track.today()
+    return _combined(mean, weights, backtest, days, weeks, _epsilon(y), len(y))
+
+
+def forecast_shares(
+    track: Track,
+    fleet_mean: np.ndarray[Any, Any],
+    weights: np.ndarray[Any, Any],
+    team: Sequence[float],
+    total: np.ndarray[Any, Any],
+) -> Combined:
+    """A team's forecast: the fleet's times the team's share of demand over the ``WINDOW`` days before each
+    origin (and before today); backtested and calibrated on the team's own errors."""
+    mine, everyone = np.asarray(team, dtype=float), np.asarray(total, dtype=float)
+
+    def share(t: int) -> float:
+        for start in (t - WINDOW, 0):
+            whole = float(everyone[max(0, start) : t].sum())
+            if whole > 0:
+                return float(mine[max(0, start) : t].sum()) / whole
+        return 0.0
+
+    forecasts = [share(t) * c for t, c in zip(track.origins, track.combined, strict=True)]
+    baselines = [share(t) * b for t, b in zip(track.origins, track.baselines(), strict=True)]
+    backtest, days, weeks = track.evaluate(mine, forecasts, baselines)
+    return _combined(share(len(mine)) * fleet_mean, weights, backtest, days, weeks, _epsilon(mine), len(mine))
 
 
 # --- series from days (pure) --------------------------------------------------------------------------------
@@ -461,7 +554,9 @@ def block_starts(days: Sequence[date], size: int = 7) -> list[date]:
 @dataclass
 class FlavorHistory:
     """A flavor's days from its first record (or wait) to yesterday: used and queued accelerator-hours, and
-    capacity (None before its first capacity record); the fleet's accelerators now; the pending backlog."""
+    capacity (None before its first capacity record); the fleet's accelerators now; the pending backlog; per
+    team, its demand on those days and its part of the backlog; the capacity plan's accelerators on each day
+    ahead (empty: today's fleet carried forward)."""
 
     flavor: str
     days: list[date]
@@ -470,6 +565,9 @@ class FlavorHistory:
     capacity: list[float | None]
     accelerators: int = 0
     backlog: float = 0.0
+    teams: dict[str, list[float]] = field(default_factory=dict)
+    team_backlog: dict[str, float] = field(default_factory=dict)
+    plan: list[float] = field(default_factory=list)
 
     @property
     def demand(self) -> list[float]:
@@ -477,6 +575,31 @@ class FlavorHistory:
 
 
 # --- a flavor's forecast ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Horizon:
+    """A view of the forecast: its first ``weeks`` weeks, by the day or by the week."""
+
+    key: str
+    label: str
+    period: str
+    weeks: int
+
+    @property
+    def days(self) -> int:
+        """Days in one period."""
+        return 1 if self.period == "day" else 7
+
+    @property
+    def steps(self) -> int:
+        return self.weeks * 7 // self.days
+
+
+HORIZONS: dict[str, Horizon] = {
+    "12w": Horizon("12w", "Next 12 weeks", "day", 12),
+    "6m": Horizon("6m", "Next 6 months", "week", AHEAD_WEEKS),
+}
 
 
 @dataclass(frozen=True)
@@ -492,14 +615,15 @@ class Point:
 
 @dataclass(frozen=True)
 class Predicted:
-    """A forecast period: demand's mean and bounds (backlog included) against capacity, in accelerator-hours."""
+    """A forecast period: demand's mean and bounds (backlog included) against capacity, in accelerator-hours.
+    A bound is None where too few backtests calibrate it."""
 
     start: date
     demand: float
-    lower_80: float
-    upper_80: float
-    lower_95: float
-    upper_95: float
+    lower_80: float | None
+    upper_80: float | None
+    lower_95: float | None
+    upper_95: float | None
     capacity: float
     #: Of the pending backlog, what this period carries (in every figure above).
     backlog: float = 0.0
@@ -509,11 +633,21 @@ class Predicted:
         """Which figure passes capacity: "forecast" (the mean), "80%" or "95%" (the upper bound), or ""."""
         if self.demand > self.capacity:
             return "forecast"
-        if self.upper_80 > self.capacity:
+        if self.upper_80 is not None and self.upper_80 > self.capacity:
             return "80%"
-        if self.upper_95 > self.capacity:
+        if self.upper_95 is not None and self.upper_95 > self.capacity:
             return "95%"
         return ""
+
+
+@dataclass(frozen=True)
+class TeamForecast:
+    """A team's part of a flavor's forecast, with its own backtest."""
+
+    team: str
+    weeks: list[Predicted]
+    backtest: Backtest
+    verdict: str
 
 
 @dataclass(frozen=True)
@@ -523,99 +657,188 @@ class FlavorForecast:
     period: str
     history: list[Point]
     forecast: list[Predicted]
-    #: The forecast in weeks (the daily one's 7-day totals; the weekly one itself).
+    #: The forecast in weeks from today (the same weeks in every view).
     weeks: list[Predicted]
     backtest: Backtest
-    model: str = ""
-    description: str = ""
+    #: The methods' weights per lead bucket (``BUCKET_WORDS``) today.
+    weights: list[dict[str, float]] = field(default_factory=list)
+    #: In words: how far the forecast can be trusted.
+    verdict: str = ""
+    reliable: bool = False
+    teams: list[TeamForecast] = field(default_factory=list)
     #: The fleet's accelerators now, and what they give a period.
     accelerators: int = 0
     capacity: float = 0.0
     backlog: float = 0.0
+    #: Whether capacity ahead follows a capacity plan (else today's fleet carried forward).
+    planned: bool = False
     message: str = ""
 
     @property
     def shortfall(self) -> list[Predicted]:
-        """The weeks where demand's upper 95% bound passes capacity."""
+        """The weeks where demand's mean or an upper bound passes capacity."""
         return [w for w in self.weeks if w.exceeds]
 
+    @property
+    def model(self) -> str:
+        return "weighted Theta, 28-day median and seasonal naive" if self.weights else ""
 
-def _with_backlog(
-    forecast: Forecast, starts: Sequence[date], capacity: float, backlog: Sequence[float]
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}%"
+
+
+def verdict(test: Backtest) -> tuple[str, bool]:
+    """How far a forecast with this backtest can be trusted, in words, and whether it can at all."""
+    if not test.ok:
+        return f"Not backtested: {test.message}. Treat it as a guess.", False
+    score = test.headline
+    assert score is not None
+    horizon = f"{score.weeks} week{'s' if score.weeks > 1 else ''}"
+    facts = (
+        f"In {test.origins} backtests it was off by {_percent(score.wape)} of demand over {horizon} "
+        f"(repeating the last week: {_percent(score.baseline_wape)})"
+    )
+    problems = []
+    if score.wape is None:
+        problems.append("there was no demand to score it on")
+    elif score.wape > UNRELIABLE_WAPE:
+        problems.append(f"an error over {UNRELIABLE_WAPE:.0f}% is too large to plan on")
+    if score.wape is not None and score.baseline_wape is not None and score.wape >= score.baseline_wape:
+        problems.append("it did no better than repeating the last week")
+    cautious = []
+    for level in LEVELS:
+        held = getattr(score, f"coverage_{level}")
+        if held is None:
+            problems.append(f"too few backtests to calibrate its {level}% interval")
+        elif held < level - UNRELIABLE_COVERAGE:
+            problems.append(f"its {level}% interval held only {_percent(held)} of the backtested weeks")
+        elif held > level + UNRELIABLE_COVERAGE:
+            cautious.append(f"its {level}% interval held {_percent(held)}")
+    if test.origins < 8:
+        problems.append(f"{test.origins} backtests are too few to judge it")
+    if problems:
+        return f"Unreliable: {'; '.join(problems)}. {facts}.", False
+    wide = f" The intervals are cautious ({' and '.join(cautious)}): wider than the errors were." if cautious else ""
+    return (
+        f"{facts}; its 80% and 95% intervals held {_percent(score.coverage_80)} and "
+        f"{_percent(score.coverage_95)} of the backtested weeks.{wide}",
+        True,
+    )
+
+
+def _predicted(
+    starts: Sequence[date],
+    mean: Sequence[float],
+    bounds: Mapping[str, Sequence[float]],
+    capacity: Sequence[float],
+    backlog: Sequence[float],
 ) -> list[Predicted]:
     out = []
     for i, start in enumerate(starts):
         extra = backlog[i] if i < len(backlog) else 0.0
+
+        def bound(key: str, i: int = i, extra: float = extra) -> float | None:
+            value = bounds[key][i]
+            return None if math.isnan(value) else value + extra
+
         out.append(
             Predicted(
                 start,
-                forecast.mean[i] + extra,
-                forecast.lower_80[i] + extra,
-                forecast.upper_80[i] + extra,
-                forecast.lower_95[i] + extra,
-                forecast.upper_95[i] + extra,
-                capacity,
+                mean[i] + extra,
+                bound("lower_80"),
+                bound("upper_80"),
+                bound("lower_95"),
+                bound("upper_95"),
+                capacity[i],
                 extra,
             )
         )
     return out
 
 
-def forecast_flavor(history: FlavorHistory, horizon: Horizon, today: date) -> FlavorForecast:
-    """One flavor's forecast for ``horizon`` from ``today`` on, with its backtest (pure: no database)."""
+def _history_points(history: FlavorHistory, horizon: Horizon) -> list[Point]:
     demand = history.demand
-    per_day = history.accelerators * 24.0
     if horizon.period == "day":
-        points = [
+        return [
             Point(d, dem, u, q, c)
             for d, dem, u, q, c in zip(
                 history.days, demand, history.used, history.queued, history.capacity, strict=True
             )
         ]
-        values = demand
-    else:
-        capacity = [
-            None if any(c is None for c in week) else float(sum(c for c in week if c is not None))
-            for week in whole_blocks(history.capacity)
-        ]
-        values = blocks_of(demand)
-        points = [
-            Point(s, dem, u, q, c)
-            for s, dem, u, q, c in zip(
-                block_starts(history.days),
-                values,
-                blocks_of(history.used),
-                blocks_of(history.queued),
-                capacity,
-                strict=True,
-            )
-        ]
-    fitted = forecast_horizon(values, horizon)
-    tested = backtest(values, horizon)
-    capacity_per = per_day * horizon.days
+    capacity = [
+        None if any(c is None for c in week) else float(sum(c for c in week if c is not None))
+        for week in whole_blocks(history.capacity)
+    ]
+    return [
+        Point(s, dem, u, q, c)
+        for s, dem, u, q, c in zip(
+            block_starts(history.days),
+            blocks_of(demand),
+            blocks_of(history.used),
+            blocks_of(history.queued),
+            capacity,
+            strict=True,
+        )
+    ]
+
+
+def forecast_flavor(history: FlavorHistory, horizon: Horizon, today: date) -> FlavorForecast:
+    """One flavor's forecast seen through ``horizon`` from ``today`` on, with its backtest and its teams' parts
+    (pure: no database)."""
+    plan = history.plan or [float(history.accelerators)] * AHEAD_DAYS
+    per_day = [accelerators * 24.0 for accelerators in plan]
+    per_week = [sum(per_day[7 * k : 7 * k + 7]) for k in range(AHEAD_WEEKS)]
     base = FlavorForecast(
         flavor=history.flavor,
         horizon=horizon.key,
         period=horizon.period,
-        history=points,
+        history=_history_points(history, horizon),
         forecast=[],
         weeks=[],
-        backtest=tested,
+        backtest=Backtest(message="no forecast"),
         accelerators=history.accelerators,
-        capacity=capacity_per,
+        capacity=history.accelerators * 24.0 * horizon.days,
         backlog=history.backlog,
-        message=fitted.message,
+        planned=bool(history.plan),
     )
-    if not fitted.ok:
-        return base
-    starts = [today + timedelta(days=i * horizon.days) for i in range(horizon.steps)]
+    demand = history.demand
+    if len(demand) < MIN_HISTORY:
+        message = f"not enough history ({len(demand)} days; needs {MIN_HISTORY})"
+        return FlavorForecast(**{**base.__dict__, "message": message, "verdict": f"No forecast: {message}."})
+    y = np.asarray(demand, dtype=float)
+    track = Track(y)
+    backtest, days, weeks = track.evaluate(y, track.combined, track.baselines())
+    weights, mean = track.today()
+    fleet = _combined(mean, weights, backtest, days, weeks, _epsilon(y), len(y))
+    week_starts = [today + timedelta(days=7 * k) for k in range(AHEAD_WEEKS)]
+    weekly_view = _predicted(week_starts, fleet.weeks, fleet.week_bounds, per_week, [history.backlog])
     if horizon.period == "day":
+        starts = [today + timedelta(days=i) for i in range(horizon.steps)]
         spread = [history.backlog / BACKLOG_DAYS] * BACKLOG_DAYS
-        forecast = _with_backlog(fitted, starts, capacity_per, spread)
-        assert fitted.blocks is not None
-        week_starts = [today + timedelta(days=7 * i) for i in range(len(fitted.blocks.mean))]
-        weeks = _with_backlog(fitted.blocks, week_starts, per_day * 7, [history.backlog])
+        forecast = _predicted(starts, fleet.mean, fleet.bounds, per_day, spread)
+        shown_weeks = weekly_view[: horizon.weeks]
     else:
-        forecast = _with_backlog(fitted, starts, capacity_per, [history.backlog])
-        weeks = forecast
-    return replace(base, forecast=forecast, weeks=weeks, model=fitted.model, description=fitted.description)
+        forecast = weekly_view
+        shown_weeks = weekly_view
+    teams = []
+    for team, values in sorted(history.teams.items()):
+        part = forecast_shares(track, mean, weights, values, y)
+        words, _ = verdict(part.backtest)
+        team_weeks = _predicted(
+            week_starts, part.weeks, part.week_bounds, per_week, [history.team_backlog.get(team, 0.0)]
+        )
+        teams.append(TeamForecast(team, team_weeks[: horizon.weeks], part.backtest, words))
+    words, reliable = verdict(backtest)
+    return FlavorForecast(
+        **{
+            **base.__dict__,
+            "forecast": forecast,
+            "weeks": shown_weeks,
+            "backtest": backtest,
+            "weights": fleet.weights,
+            "verdict": words,
+            "reliable": reliable,
+            "teams": teams,
+        }
+    )

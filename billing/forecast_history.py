@@ -42,7 +42,7 @@ from billing.models import CapacityRecord, UsageRecord
 from clusters.models import AcceleratorType, Node
 from scheduler.models import Attempt, Job
 from tenancy import policy
-from tenancy.models import Organization
+from tenancy.models import Organization, Team
 
 #: How far back history is read.
 HISTORY_DAYS = 3 * 365
@@ -78,7 +78,7 @@ def _waits(
 ) -> Iterable[dict[str, Any]]:
     """Waits of ``queryset``'s rows from ``start`` to ``end`` (cut at ``since``), summed by the database per
     flavor, size and first and last UTC day: the whole wait, the part on the first day and on the last."""
-    size = (f"{prefix}workers", f"{prefix}accelerators", f"{prefix}accelerator_milli")
+    size = (f"{prefix}workers", f"{prefix}accelerators", f"{prefix}accelerator_milli", f"{prefix}team_id")
     one_day = Value(DAY, output_field=DurationField())
 
     def duration(expression: Combinable) -> Any:
@@ -102,9 +102,11 @@ def _waits(
     return rows
 
 
-def queued_hours(organization: Organization, since: datetime, now: datetime) -> dict[tuple[str | None, date], float]:
-    """Accelerator-hours waited per (flavor name, UTC day) from ``since`` to ``now``; flavor None where the
-    job names none (the caller's default)."""
+def queued_hours(
+    organization: Organization, since: datetime, now: datetime
+) -> dict[tuple[str | None, int, date], float]:
+    """Accelerator-hours waited per (flavor name, team id, UTC day) from ``since`` to ``now``; flavor None where
+    the job names none (the caller's default)."""
     attempts = Attempt.objects.filter(
         job__team__organization=organization, job__accelerators__gt=0, admitted_at__gt=since
     )
@@ -129,30 +131,30 @@ def queued_hours(organization: Organization, since: datetime, now: datetime) -> 
         prefix="",
         since=since,
     )
-    hours: dict[tuple[str | None, date], float] = defaultdict(float)
+    hours: dict[tuple[str | None, int, date], float] = defaultdict(float)
     for prefix, rows in (("job__", before_attempts), ("", trailing)):
         for row in rows:
             size = row[f"{prefix}workers"] * row[f"{prefix}accelerators"] * row[f"{prefix}accelerator_milli"] / 1000
-            flavor, first, last = row["w_flavor"], row["first_day"], row["last_day"]
+            flavor, team, first, last = row["w_flavor"], row[f"{prefix}team_id"], row["first_day"], row["last_day"]
             if first == last:
-                hours[(flavor, first)] += size * _seconds(row["whole"]) / 3600
+                hours[(flavor, team, first)] += size * _seconds(row["whole"]) / 3600
                 continue
-            hours[(flavor, first)] += size * _seconds(row["head"]) / 3600
-            hours[(flavor, last)] += size * _seconds(row["tail"]) / 3600
+            hours[(flavor, team, first)] += size * _seconds(row["head"]) / 3600
+            hours[(flavor, team, last)] += size * _seconds(row["tail"]) / 3600
             for day in days_between(first + DAY, last - DAY):
-                hours[(flavor, day)] += size * row["waits"] * 24
+                hours[(flavor, team, day)] += size * row["waits"] * 24
     return dict(hours)
 
 
-def used_hours(organization: Organization, first: date, last: date) -> dict[tuple[int, date], float]:
-    """Accelerator-hours used per (flavor id, day), from the usage records."""
+def used_hours(organization: Organization, first: date, last: date) -> dict[tuple[int, int, date], float]:
+    """Accelerator-hours used per (flavor id, team id, day), from the usage records."""
     rows = (
         UsageRecord.objects.filter(organization=organization, day__gte=first, day__lte=last)
-        .values("flavor_id", "day")
+        .values("flavor_id", "team_id", "day")
         .annotate(milli_seconds=product_sum("seconds", "milli"))
         .order_by()
     )
-    return {(r["flavor_id"], r["day"]): float(r["milli_seconds"]) / 1000 / 3600 for r in rows}
+    return {(r["flavor_id"], r["team_id"], r["day"]): float(r["milli_seconds"]) / 1000 / 3600 for r in rows}
 
 
 def capacity_hours(organization: Organization, first: date, last: date) -> dict[tuple[int, date], float]:
@@ -166,17 +168,17 @@ def capacity_hours(organization: Organization, first: date, last: date) -> dict[
     return {(r["flavor_id"], r["day"]): float(r["accelerator_seconds"]) / 3600 for r in rows}
 
 
-def backlog_hours(organization: Organization) -> dict[str | None, float]:
-    """What the jobs waiting now ask for, in accelerator-hours, per flavor name (None: not named)."""
+def backlog_hours(organization: Organization) -> dict[tuple[str | None, int], float]:
+    """What the jobs waiting now ask for, in accelerator-hours, per (flavor name (None: not named), team id)."""
     current = Attempt.objects.filter(job=OuterRef("pk"), number=OuterRef("attempt")).values("flavor")[:1]
     rows = (
         Job.objects.filter(team__organization=organization, state__in=WAITING, accelerators__gt=0)
         .annotate(w_flavor=_job_flavor("", Subquery(current)))
-        .values("w_flavor")
+        .values("w_flavor", "team_id")
         .annotate(asked=product_sum("workers", "accelerators", "accelerator_milli", "time_limit"))
         .order_by()
     )
-    return {r["w_flavor"]: float(r["asked"]) / 1000 / 3600 for r in rows}
+    return {(r["w_flavor"], r["team_id"]): float(r["asked"]) / 1000 / 3600 for r in rows}
 
 
 def fleet(organization: Organization) -> dict[str, int]:
@@ -192,44 +194,65 @@ def fleet(organization: Organization) -> dict[str, int]:
 
 
 def read_history(organization: Organization, now: datetime, days: int = HISTORY_DAYS) -> list[FlavorHistory]:
-    """Each flavor's daily history up to yesterday (at most ``days`` days), by name; flavors with neither
-    history, a fleet nor a backlog are left out. Waits and backlog of jobs that name no flavor go to the flavor
-    with the most accelerators in the fleet (else the first by name)."""
+    """Each flavor's daily history up to yesterday (at most ``days`` days), by name, with each team's part (by
+    the team's name); flavors with neither history, a
+    fleet nor a backlog are left out. Waits and backlog of jobs that name no flavor go to the flavor with the
+    most accelerators in the fleet (else the first by name)."""
     today = now.astimezone(UTC).date()
     first, last = today - timedelta(days=days), today - DAY
     since = datetime.combine(first, datetime.min.time(), tzinfo=UTC)
     names = dict(AcceleratorType.objects.filter(organization=organization).values_list("pk", "name"))
+    teams = dict(Team.objects.filter(organization=organization).values_list("pk", "name"))
     accelerators = fleet(organization)
     largest = max(sorted(accelerators), key=lambda name: accelerators[name], default=None)
     default = largest or min(names.values(), default="unknown")
-    used: dict[str, dict[date, float]] = defaultdict(dict)
-    for (flavor_id, day), hours in used_hours(organization, first, last).items():
-        used[names[flavor_id]][day] = hours
+    # flavor -> team -> day -> hours
+    used: dict[str, dict[str, dict[date, float]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(float)))
+    for (flavor_id, team_id, day), hours in used_hours(organization, first, last).items():
+        used[names[flavor_id]][teams[team_id]][day] += hours
     capacity: dict[str, dict[date, float]] = defaultdict(dict)
     for (flavor_id, day), hours in capacity_hours(organization, first, last).items():
         capacity[names[flavor_id]][day] = hours
-    queued: dict[str, dict[date, float]] = defaultdict(lambda: defaultdict(float))
-    for (name, day), hours in queued_hours(organization, since, now).items():
+    queued: dict[str, dict[str, dict[date, float]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(float)))
+    for (name, team_id, day), hours in queued_hours(organization, since, now).items():
         if first <= day <= last:
-            queued[name or default][day] += hours
-    backlog: dict[str, float] = defaultdict(float)
-    for name, hours in backlog_hours(organization).items():
-        backlog[name or default] += hours
+            queued[name or default][teams[team_id]][day] += hours
+    backlog: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for (name, team_id), hours in backlog_hours(organization).items():
+        backlog[name or default][teams[team_id]] += hours
     histories = []
     for flavor in sorted(set(used) | set(capacity) | set(queued) | set(accelerators) | set(backlog)):
         # A flavor's history starts at its first capacity record or its first day with demand.
-        seen = [d for series in (used[flavor], queued[flavor]) for d, v in series.items() if v > 0]
+        seen = [
+            d
+            for parts in (used[flavor], queued[flavor])
+            for series in parts.values()
+            for d, v in series.items()
+            if v > 0
+        ]
         seen += list(capacity[flavor])
         span = days_between(min(seen), last) if seen else []
+        by_team = {
+            team: [
+                u + q for u, q in zip(filled(span, used[flavor][team]), filled(span, queued[flavor][team]), strict=True)
+            ]
+            for team in sorted(set(used[flavor]) | set(queued[flavor]))
+        }
         histories.append(
             FlavorHistory(
                 flavor=flavor,
                 days=span,
-                used=filled(span, used[flavor]),
-                queued=filled(span, queued[flavor]),
+                used=[sum(v) for v in zip(*(filled(span, s) for s in used[flavor].values()), strict=True)]
+                if used[flavor]
+                else [0.0] * len(span),
+                queued=[sum(v) for v in zip(*(filled(span, s) for s in queued[flavor].values()), strict=True)]
+                if queued[flavor]
+                else [0.0] * len(span),
                 capacity=carried(span, capacity[flavor]),
                 accelerators=accelerators.get(flavor, 0),
-                backlog=backlog.get(flavor, 0.0),
+                backlog=sum(backlog[flavor].values()),
+                teams={team: values for team, values in by_team.items() if any(values)},
+                team_backlog=dict(backlog[flavor]),
             )
         )
     return histories

@@ -1,6 +1,7 @@
 """The forecasts API: ``GET /api/v1/forecasts/?horizon=12w|6m&flavor=<name>`` gives, per flavor, demand's daily
-(12 weeks) or weekly (6 months) history, its forecast with 80 and 95% intervals against capacity, the weeks
-where demand may pass capacity, the model chosen and its backtest (``billing/forecast.py`` says how).
+(12 weeks) or weekly (6 months) history, its forecast with calibrated 80 and 95% intervals against capacity,
+the weeks where demand may pass capacity, the methods' weights, the rolling-origin backtest and a verdict in
+words, and each team's part (``billing/forecast.py`` says how).
 
 Finance and admins only, of their own organization (the price book's rule): researchers and leads get a 403.
 An organization is the one the user holds finance or admin in; one who holds it in several names it with
@@ -50,14 +51,15 @@ class PointSerializer(serializers.Serializer[Any]):
 
 
 class PredictedSerializer(serializers.Serializer[Any]):
-    """A forecast period: demand's mean and interval bounds (the pending backlog included) and capacity."""
+    """A forecast period: demand's mean and interval bounds (the pending backlog included) and capacity. A bound is
+    null where too few backtests calibrate it."""
 
     start = serializers.DateField()
     demand = hours("The forecast's mean.")
-    lower_80 = hours()
-    upper_80 = hours()
-    lower_95 = hours()
-    upper_95 = hours()
+    lower_80 = hours(allow_null=True)
+    upper_80 = hours(allow_null=True)
+    lower_95 = hours(allow_null=True)
+    upper_95 = hours(allow_null=True)
     capacity = hours("Today's fleet carried forward.")
     backlog = hours("Of the pending queue's backlog, what this period carries (in every figure).")
     exceeds = serializers.ChoiceField(
@@ -67,35 +69,56 @@ class PredictedSerializer(serializers.Serializer[Any]):
     )
 
 
-class BacktestSerializer(serializers.Serializer[Any]):
-    """The model fitted without the last ``held_back`` periods and scored on them."""
+class ScoreSerializer(serializers.Serializer[Any]):
+    """How the forecast did over its first ``weeks`` weeks, from every backtest origin (weekly totals)."""
 
-    held_back = serializers.IntegerField()
-    trained_on = serializers.IntegerField()
-    model = serializers.CharField()
-    mape = hours("Mean absolute percentage error over the held-back periods with demand.", allow_null=True)
-    zeros_skipped = serializers.IntegerField(help_text="Held-back periods without demand, left out of the MAPE.")
-    coverage_80 = hours("Percent of held-back periods inside the 80% interval.", allow_null=True)
-    coverage_95 = hours("Percent of held-back periods inside the 95% interval.", allow_null=True)
-    baseline_mape = hours("MAPE of repeating the training's last week: what the model should beat.", allow_null=True)
-    weekly_mape = hours("Daily horizon: the MAPE of 7-day totals.", allow_null=True)
-    wape = hours("Sum of absolute errors over the sum of demand held back, percent.", allow_null=True)
+    weeks = serializers.IntegerField()
+    pairs = serializers.IntegerField(help_text="(origin, week) pairs scored.")
+    calibrated = serializers.IntegerField(help_text="Of them, those whose intervals were calibrated.")
+    wape = hours("All absolute errors over all demand, percent.", allow_null=True)
+    baseline_wape = hours("The seasonal naive forecast's WAPE on the same pairs.", allow_null=True)
+    coverage_80 = hours("Percent of calibrated pairs inside the 80% interval.", allow_null=True)
+    coverage_95 = hours("Percent of calibrated pairs inside the 95% interval.", allow_null=True)
+
+
+class BacktestSerializer(serializers.Serializer[Any]):
+    """The rolling-origin backtest: each origin's forecast weighted and calibrated on what was known by then."""
+
+    origins = serializers.IntegerField()
+    stride = serializers.IntegerField(help_text="Days between origins.")
+    scores = ScoreSerializer(many=True, help_text="At 1, 4 and 12 weeks.")
+    daily_wape = hours("WAPE of the daily values over the first 12 weeks.", allow_null=True)
+    daily_coverage_80 = hours(allow_null=True)
+    daily_coverage_95 = hours(allow_null=True)
     message = serializers.CharField(help_text="Why there is no backtest (too little history); empty otherwise.")
+
+
+class TeamForecastSerializer(serializers.Serializer[Any]):
+    team = serializers.CharField(help_text="The team's name.")
+    weeks = PredictedSerializer(many=True, help_text="Its part of the flavor's weekly forecast (they add up).")
+    backtest = BacktestSerializer()
+    verdict = serializers.CharField()
 
 
 class FlavorForecastSerializer(serializers.Serializer[Any]):
     flavor = serializers.CharField()
-    model = serializers.CharField(help_text="The ETS configuration chosen by AICc, e.g. ETS(A,Ad,A).")
-    description = serializers.CharField()
+    model = serializers.CharField(help_text="The methods combined.")
+    weights = serializers.ListField(
+        child=serializers.DictField(child=serializers.FloatField()),
+        help_text="Per lead bucket (week 1, weeks 2-4, weeks 5-26): each method's weight.",
+    )
+    verdict = serializers.CharField(help_text="How far the forecast can be trusted, in words.")
+    reliable = serializers.BooleanField()
     message = serializers.CharField(help_text="Why there is no forecast (too little history); empty otherwise.")
     accelerators = serializers.IntegerField(help_text="The fleet's accelerators of the flavor now.")
     capacity = hours(f"What they give a period, {HOURS}.")
     backlog = hours(f"What the jobs waiting now ask for, {HOURS}.")
     history = PointSerializer(many=True)
     forecast = PredictedSerializer(many=True)
-    weeks = PredictedSerializer(many=True, help_text="The forecast in weeks from today.")
-    shortfall = PredictedSerializer(many=True, help_text="The weeks where demand's upper 95% bound passes capacity.")
+    weeks = PredictedSerializer(many=True, help_text="The forecast in weeks from today: the same in every view.")
+    shortfall = PredictedSerializer(many=True, help_text="The weeks where demand or an upper bound passes capacity.")
     backtest = BacktestSerializer()
+    teams = TeamForecastSerializer(many=True)
 
 
 class ForecastAnswerSerializer(serializers.Serializer[Any]):

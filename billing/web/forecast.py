@@ -1,6 +1,7 @@
 """The Procurement page, ``/billing/capacity/``: per flavor, demand's history and forecast with its 80 and 95%
-intervals against capacity (a Plotly chart), the backtest's error and interval coverage beside it, and the
-weeks where demand may pass capacity; a switch between the next 12 weeks (daily) and 6 months (weekly).
+intervals against capacity (a Plotly chart), the rolling-origin backtest's error (beside seasonal naive's) and
+interval coverage at 1, 4 and 12 weeks, a verdict in words, each team's part, and the weeks where demand may pass
+capacity; a switch between the next 12 weeks (daily) and 6 months (weekly) of the same forecast.
 
 Thin: who may read is ``forecast_history.finance_organizations`` (finance and admins, their own organizations);
 the figures are ``forecast_history.forecast_organization``'s, cached for five minutes. An htmx request for the
@@ -17,7 +18,7 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from billing.forecast import HORIZONS, Backtest, FlavorForecast, Predicted
+from billing.forecast import BUCKET_WORDS, HORIZONS, Backtest, FlavorForecast, Predicted
 from billing.forecast_history import finance_organizations, forecast_organization
 from common.types import AuthenticatedHttpRequest
 from tenancy.models import Organization
@@ -112,20 +113,25 @@ def chart(result: FlavorForecast, today: date) -> dict[str, Any]:
     return {"data": data, "layout": layout}
 
 
-def backtest_words(test: Backtest) -> str:
-    """The backtest in a sentence: what was held back and how the forecast did on it."""
-    if not test.held_back:
-        return f"No backtest: {test.message}."
-    unit = f"{test.period}s"
-    if test.mape is None:
-        return f"Fitted without the last {test.held_back} {unit}: {test.message}."
-    zeros = f" ({test.zeros_skipped} {unit} without demand left out)" if test.zeros_skipped else ""
-    return (
-        f"Fitted on {test.trained_on} {unit} without the last {test.held_back}, its forecast of them was off by "
-        f"{percent(test.mape)} on average{zeros}; repeating the last week would have been off by "
-        f"{percent(test.baseline_mape)}. The 80% interval held {percent(test.coverage_80)} of the {unit}, the 95% "
-        f"interval {percent(test.coverage_95)}."
-    )
+def scores(test: Backtest) -> list[dict[str, Any]]:
+    """The backtest's rows: per horizon, the forecast's and seasonal naive's WAPE and the intervals' coverage."""
+    return [
+        {
+            "weeks": score.weeks,
+            "pairs": score.pairs,
+            "wape": percent(score.wape),
+            "baseline": percent(score.baseline_wape),
+            "better": score.wape is not None and score.baseline_wape is not None and score.wape < score.baseline_wape,
+            "coverage_80": percent(score.coverage_80),
+            "coverage_95": percent(score.coverage_95),
+        }
+        for score in test.scores
+        if score.pairs
+    ]
+
+
+def _range(lower: float | None, upper: float | None) -> str:
+    return "not calibrated" if lower is None or upper is None else f"{hours(lower)} to {hours(upper)}"
 
 
 def _week(week: Predicted) -> dict[str, Any]:
@@ -133,10 +139,10 @@ def _week(week: Predicted) -> dict[str, Any]:
         "start": week.start,
         "end": week.start + timedelta(days=6),
         "demand": hours(week.demand),
-        "range_80": f"{hours(week.lower_80)} to {hours(week.upper_80)}",
-        "range_95": f"{hours(week.lower_95)} to {hours(week.upper_95)}",
+        "range_80": _range(week.lower_80, week.upper_80),
+        "range_95": _range(week.lower_95, week.upper_95),
         "capacity": hours(week.capacity),
-        "exceeds": {"forecast": "the forecast", "80%": "the 80% upper bound", "95%": "the 95% upper bound"}[
+        "exceeds": {"forecast": "the forecast", "80%": "the 80% upper bound", "95%": "the 95% upper bound", "": ""}[
             week.exceeds
         ],
         "backlog": hours(week.backlog) if week.backlog else "",
@@ -151,12 +157,20 @@ def flavor_context(organization: Organization, result: FlavorForecast, today: da
         "key": key,
         "chart": chart(result, today),
         "figure_id": f"{key}-figure",
-        "backtest": backtest_words(test),
-        "mape": percent(test.mape),
-        "weekly_mape": percent(test.weekly_mape) if test.weekly_mape is not None else "",
-        "coverage_80": percent(test.coverage_80),
-        "coverage_95": percent(test.coverage_95),
-        "baseline_mape": percent(test.baseline_mape),
+        "scores": scores(test),
+        "weights": [
+            {"bucket": bucket, "methods": ", ".join(f"{name} {share:.0%}" for name, share in weights.items())}
+            for bucket, weights in zip(BUCKET_WORDS, result.weights, strict=False)
+        ],
+        "teams": [
+            {
+                "team": team.team,
+                "first": _week(team.weeks[0]) if team.weeks else None,
+                "total": hours(sum(w.demand for w in team.weeks)),
+                "verdict": team.verdict,
+            }
+            for team in result.teams
+        ],
         "capacity": hours(result.capacity),
         "backlog": hours(result.backlog),
         "shortfall": [_week(w) for w in result.shortfall],

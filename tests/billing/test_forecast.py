@@ -1,5 +1,6 @@
-"""The forecast's arithmetic on synthetic series, without a database: model choice, intervals, backtest, short
-histories, the backlog and capacity of a flavor's forecast."""
+"""The forecast's arithmetic on synthetic series, without a database: the methods and their weights, the
+rolling-origin backtest, calibrated intervals, one forecast for every view, the teams' parts, the backlog, the
+capacity plan and the verdict in words."""
 
 from __future__ import annotations
 
@@ -9,10 +10,17 @@ import numpy as np
 import pytest
 
 from billing.forecast import (
+    AHEAD_DAYS,
+    AHEAD_WEEKS,
     BACKLOG_DAYS,
+    HALF_LIFE,
     HORIZONS,
+    MAX_ORIGINS,
+    Backtest,
     FlavorHistory,
-    backtest,
+    Score,
+    Scores,
+    Track,
     block_starts,
     blocks_of,
     carried,
@@ -20,10 +28,14 @@ from billing.forecast import (
     days_between,
     filled,
     forecast_flavor,
-    forecast_series,
-    mape,
+    forecast_values,
+    origins_of,
+    recent_median,
     seasonal_naive,
+    theta,
+    verdict,
     wape,
+    weighted_quantile,
 )
 
 DAILY, WEEKLY = HORIZONS["12w"], HORIZONS["6m"]
@@ -37,141 +49,173 @@ def weekly_pattern_with_trend(days: int, noise: float = 40.0, seed: int = 1) -> 
     return list((1000 + 2 * t) * PATTERN[t % 7] + rng.normal(0, noise, days))
 
 
-def history(values: list[float], accelerators: int = 100, backlog: float = 0.0) -> FlavorHistory:
+def history(values: list[float], accelerators: int = 100, backlog: float = 0.0, **extra: object) -> FlavorHistory:
     days = days_between(date(2025, 1, 1), date(2025, 1, 1) + timedelta(days=len(values) - 1))
     capacity: list[float | None] = [accelerators * 24.0] * len(values)
-    return FlavorHistory("H100", days, values, [0.0] * len(values), capacity, accelerators, backlog)
+    return FlavorHistory("H100", days, values, [0.0] * len(values), capacity, accelerators, backlog, **extra)  # type: ignore[arg-type]
 
 
-def test_a_weekly_pattern_with_a_trend_is_forecast_with_a_seasonal_trended_model():
+def test_the_methods_repeat_the_last_week_follow_the_trend_and_take_the_median():
+    y = np.array([1.0, 2, 3, 4, 5, 6, 7, 8, 9])
+    assert list(seasonal_naive(y, 9)) == [3, 4, 5, 6, 7, 8, 9, 3, 4]
+    assert list(seasonal_naive(np.array([4.0]), 3)) == [4.0, 4.0, 4.0]
+    assert list(recent_median(np.array([1.0, 100, 2, 3]), 2)) == [2.5, 2.5]
+    rising = theta(np.arange(100, dtype=float), 10)
+    assert np.all(np.diff(rising) > 0)  # half the drift carries on
+    assert theta(np.array([5.0, 0, 0, 0, 0, 0]), 60).min() == 0.0  # cut at 0
+
+
+def test_a_trend_with_a_weekly_pattern_is_forecast_better_than_repeating_the_last_week():
     values = weekly_pattern_with_trend(365)
-    forecast = forecast_series(values, 84, season=7, min_history=21)
-    assert forecast.ok
-    assert forecast.model == "ETS(A,A,A)"
-    assert forecast.description == "additive errors, additive trend, weekly seasonality"
-    assert len(forecast.mean) == 84
-    # The weekend dip carries on, and the level keeps growing.
-    assert forecast.mean[5] < 0.7 * forecast.mean[2]
-    assert forecast.mean[-7] > forecast.mean[0]
-    for i in range(84):
-        assert forecast.lower_95[i] <= forecast.lower_80[i] <= forecast.mean[i] <= forecast.upper_80[i]
-        assert forecast.upper_80[i] <= forecast.upper_95[i]
+    result = forecast_values(values)
+    assert not isinstance(result, str)
+    assert len(result.mean) == AHEAD_DAYS
+    assert len(result.weeks) == AHEAD_WEEKS
+    test = result.backtest
+    assert 50 <= test.origins <= MAX_ORIGINS
+    four = test.score(4)
+    assert four is not None
+    assert four.wape is not None
+    assert four.baseline_wape is not None
+    assert four.wape < four.baseline_wape  # the last week repeated misses the growth
+    assert four.wape < 5
+    # The intervals were calibrated on earlier backtests only, and hold about what they say.
+    assert four.coverage_80 is not None
+    assert 65 <= four.coverage_80 <= 100
+    assert four.coverage_95 is not None
+    assert four.coverage_95 >= four.coverage_80
+    # The level keeps growing.
+    assert result.weeks[11] > result.weeks[0]
+    for i in range(AHEAD_DAYS):
+        bounds = result.bounds
+        assert bounds["lower_95"][i] <= bounds["lower_80"][i] <= result.mean[i] <= bounds["upper_80"][i]
+        assert bounds["upper_80"][i] <= bounds["upper_95"][i]
 
 
-def test_the_daily_backtest_holds_back_twelve_weeks_and_scores_the_forecast():
-    values = weekly_pattern_with_trend(365)
-    result = backtest(values, DAILY)
-    assert (result.held_back, result.trained_on) == (84, 281)
-    assert result.ok
-    assert result.model == "ETS(A,A,A)"
-    assert result.mape is not None
-    assert result.mape < 5
-    assert result.weekly_mape is not None
-    assert result.weekly_mape < 5
-    assert result.zeros_skipped == 0
-    assert result.wape is not None
-    assert result.wape < 5
-    # The intervals hold most held-back days, and the 95% one more than the 80% one.
-    assert result.coverage_80 is not None
-    assert result.coverage_80 >= 70
-    assert result.coverage_95 is not None
-    assert result.coverage_95 >= 90
-    assert result.coverage_95 >= result.coverage_80
-    # Repeating the last week misses the trend: the model beats it.
-    assert result.baseline_mape is not None
-    assert result.baseline_mape > result.mape
+def test_intervals_widen_with_the_lead():
+    result = forecast_values(weekly_pattern_with_trend(200))
+    assert not isinstance(result, str)
+    width = [result.week_bounds["upper_80"][k] - result.week_bounds["lower_80"][k] for k in range(AHEAD_WEEKS)]
+    assert width[-1] > width[0]
 
 
-def test_the_weekly_backtest_scores_weekly_totals():
-    values = blocks_of(weekly_pattern_with_trend(364))
-    assert len(values) == 52
-    result = backtest(values, WEEKLY)
-    assert (result.held_back, result.trained_on) == (26, 26)
-    assert result.mape is not None
-    assert result.mape < 5
-    assert result.coverage_95 is not None
-    assert result.coverage_95 >= 80
-    assert result.weekly_mape is None  # the periods are weeks already
+def test_a_week_is_the_sum_of_its_days_and_every_view_is_the_same_forecast():
+    values = weekly_pattern_with_trend(150)
+    today = date(2025, 6, 1)
+    daily = forecast_flavor(history(values), DAILY, today)
+    weekly = forecast_flavor(history(values), WEEKLY, today)
+    for k, week in enumerate(daily.weeks):
+        days = daily.forecast[7 * k : 7 * k + 7]
+        assert week.start == days[0].start
+        assert week.demand == pytest.approx(sum(d.demand for d in days), rel=1e-9)  # the target: within 1%
+    assert len(daily.weeks) == 12
+    assert len(weekly.weeks) == len(weekly.forecast) == 26
+    assert weekly.weeks[:12] == daily.weeks
+    assert weekly.backtest == daily.backtest
+
+
+def test_the_teams_forecasts_add_up_to_the_flavors():
+    rng = np.random.default_rng(2)
+    vision = np.array(weekly_pattern_with_trend(120)) * 0.7
+    robotics = np.clip(rng.normal(200, 60, 120), 0, None)
+    total = list(vision + robotics)
+    found = forecast_flavor(
+        history(
+            total,
+            backlog=50.0,
+            teams={"Vision": list(vision), "Robotics": list(robotics)},
+            team_backlog={"Robotics": 50.0},
+        ),
+        WEEKLY,
+        date(2025, 5, 1),
+    )
+    assert [t.team for t in found.teams] == ["Robotics", "Vision"]
+    for k, week in enumerate(found.weeks):
+        assert sum(t.weeks[k].demand for t in found.teams) == pytest.approx(week.demand, rel=1e-9)
+    assert found.teams[0].weeks[0].backlog == 50.0
+    # Each team is backtested on its own demand.
+    assert found.teams[0].backtest.origins == found.backtest.origins
+    assert found.teams[0].backtest.score(4) != found.teams[1].backtest.score(4)
+    assert found.teams[0].verdict
+
+
+def test_backtest_origins_are_evenly_spaced_the_latest_last():
+    assert origins_of(20) == []  # 14 days before and a week after: 21 days
+    assert origins_of(21) == [14]
+    assert origins_of(30) == list(range(14, 24))
+    many = origins_of(400)
+    assert len(many) <= MAX_ORIGINS
+    assert many[-1] == 393
+    assert len(set(np.diff(many))) == 1
+
+
+def test_each_backtest_is_weighted_on_what_was_known_by_its_origin():
+    values = weekly_pattern_with_trend(120)
+    track = Track(values)
+    # The first origin knows no error: equal weights.
+    assert np.allclose(track.weights[0], 1 / 3)
+    # A week after an origin, that origin's first week is known, and the weights move.
+    assert not np.allclose(track.weights_by(track.origins[0] + 7), 1 / 3)
+    weights, _ = track.today()
+    assert np.allclose(weights.sum(axis=1), 1.0)
+    # On a steady climb without a weekly pattern, Theta (which follows the trend) weighs most at every lead.
+    rng = np.random.default_rng(4)
+    climbing = Track(list(100 + 5 * np.arange(150) + rng.normal(0, 10, 150)))
+    weights, _ = climbing.today()
+    assert [int(np.argmax(row)) for row in weights] == [1, 1, 1]
+
+
+def test_conformal_quantiles_need_enough_scores_and_weigh_recent_ones_more():
+    scores = np.arange(1.0, 21.0)  # 20 scores, all new
+    assert weighted_quantile(scores, np.zeros(20), 80) == 17.0  # ceil(21 x 0.8) = 17th
+    assert weighted_quantile(scores, np.zeros(20), 95) == 20.0
+    assert weighted_quantile(scores[:18], np.zeros(18), 95) is None  # 19 needed
+    assert weighted_quantile(np.array([]), np.array([]), 80) is None
+    # Old large errors weigh less than new small ones.
+    mixed = np.array([1.0] * 10 + [10.0] * 10)
+    ages = np.array([0.0] * 10 + [4 * HALF_LIFE] * 10)
+    assert weighted_quantile(mixed, ages, 80) == 1.0
+    held = Scores()
+    held.add([5, 50], [1.0, 9.0])
+    assert held.quantiles(10)[80] is None  # one score known by day 10: too few
+    held.add([6, 7, 8, 9, 10] * 2, [1.0] * 10)
+    assert held.quantiles(10)[80] == 1.0  # the score known on day 50 is not used on day 10
 
 
 def test_a_short_history_says_how_much_is_needed_instead_of_failing():
     values = weekly_pattern_with_trend(10)
-    forecast = forecast_series(values, 84, season=7, min_history=21)
-    assert not forecast.ok
-    assert forecast.message == "not enough history (10 days; needs 21)"
-    assert forecast.mean == []
-    assert backtest(values, DAILY).message == "not enough history to backtest (10 days; needs 35)"
-    assert backtest(values[:5], WEEKLY).message == "not enough history to backtest (5 weeks; needs 10)"
+    assert forecast_values(values) == "not enough history (10 days; needs 14)"
     result = forecast_flavor(history(values), DAILY, date(2025, 1, 11))
-    assert result.message == "not enough history (10 days; needs 21)"
-    assert result.forecast == []
-    assert result.weeks == []
-    assert result.shortfall == []
+    assert result.message == "not enough history (10 days; needs 14)"
+    assert result.verdict == "No forecast: not enough history (10 days; needs 14)."
+    assert (result.forecast, result.weeks, result.shortfall) == ([], [], [])
     assert len(result.history) == 10
+    young = forecast_flavor(history(weekly_pattern_with_trend(16)), DAILY, date(2025, 1, 17))
+    assert young.forecast
+    assert young.backtest.message == "not enough history to backtest (16 days; needs 21)"
+    assert young.verdict.startswith("Not backtested")
+    assert young.forecast[0].upper_80 is None  # nothing to calibrate it on: said, not guessed
 
 
-def test_a_short_history_holds_back_at_most_half_and_keeps_four_weeks_to_train_on():
-    values = weekly_pattern_with_trend(50)
-    assert forecast_series(values, 84, season=7, min_history=21).ok
-    result = backtest(values, DAILY)
-    assert (result.held_back, result.trained_on) == (22, 28)
-    assert result.mape is not None
-    result = backtest(weekly_pattern_with_trend(120), DAILY)
-    assert (result.held_back, result.trained_on) == (60, 60)
-    assert (
-        backtest(weekly_pattern_with_trend(34), DAILY).message == "not enough history to backtest (34 days; needs 35)"
-    )
-    assert backtest(weekly_pattern_with_trend(35), DAILY).held_back == 7
-
-
-def test_seasonality_is_tried_only_with_two_full_seasons():
-    from billing.forecast import candidates
-
-    assert all(not c.seasonal for c in candidates(13, 7))
-    assert any(c.seasonal for c in candidates(14, 7))
-    assert len(candidates(14, 7)) == 6  # trend none, additive, damped; with and without the season
-
-
-def test_lower_bounds_are_cut_at_zero():
+def test_bounds_are_cut_at_zero_and_no_demand_forecasts_none():
     rng = np.random.default_rng(3)
-    values = list(np.clip(rng.normal(2, 5, 60), 0, None))  # mostly zero or small: wide intervals around little
-    forecast = forecast_series(values, 84, season=7, min_history=21, block=7)
-    assert forecast.ok
-    assert min(forecast.lower_95) == 0.0
-    assert all(v >= 0 for v in forecast.lower_95 + forecast.lower_80 + forecast.mean)
-    assert forecast.blocks is not None
-    assert all(v >= 0 for v in forecast.blocks.lower_95)
+    values = list(np.clip(rng.normal(2, 5, 60), 0, None))  # mostly zero or small
+    result = forecast_values(values)
+    assert not isinstance(result, str)
+    assert all(v >= 0 for key in ("lower_80", "lower_95") for v in result.bounds[key])
+    nothing = forecast_values([0.0] * 60)
+    assert not isinstance(nothing, str)
+    assert max(nothing.mean) == 0.0
+    assert max(nothing.week_bounds["upper_95"]) == pytest.approx(0.0, abs=1e-3)
+    four = nothing.backtest.score(4)
+    assert four is not None
+    assert four.pairs > 0
+    assert (four.wape, four.baseline_wape, four.coverage_80, four.coverage_95) == (None, None, 100.0, 100.0)
 
 
-def test_a_constant_history_forecasts_itself():
-    forecast = forecast_series([0.0] * 30, 84, season=7, min_history=21, block=7)
-    assert forecast.model == "constant"
-    assert forecast.mean == [0.0] * 84
-    assert forecast.upper_95 == [0.0] * 84
-    assert forecast.blocks is not None
-    assert forecast.blocks.mean == [0.0] * 12
-    assert backtest([0.0] * 60, DAILY).message == "every held-back period was zero: no percentage error"
-
-
-def test_weekly_totals_of_a_daily_forecast_sum_the_means_with_narrower_intervals_than_summed_bounds():
-    forecast = forecast_series(weekly_pattern_with_trend(200), 84, season=7, min_history=21, block=7)
-    weeks = forecast.blocks
-    assert weeks is not None
-    assert len(weeks.mean) == 12
-    assert weeks.mean[0] == pytest.approx(sum(forecast.mean[:7]))
-    # Daily errors partly cancel within a week: its 95% bound is below the sum of the days' bounds.
-    assert weeks.upper_95[0] < sum(forecast.upper_95[:7])
-    assert weeks.lower_95[0] < weeks.mean[0] < weeks.upper_95[0]
-    assert weeks.upper_95[-1] - weeks.lower_95[-1] > weeks.upper_95[0] - weeks.lower_95[0]  # wider further out
-
-
-def test_mape_skips_zero_actuals_and_says_how_many():
+def test_scoring_helpers():
     assert wape([100, 0, 200], [110, 5, 150]) == pytest.approx(65 / 3)
     assert wape([0, 0], [1, 2]) is None
-    error, skipped = mape([100, 0, 200], [110, 5, 150])
-    assert error == pytest.approx(17.5)
-    assert skipped == 1
-    assert mape([0, 0], [1, 2]) == (None, 2)
     assert coverage([1, 5, 10], [0, 0, 0], [4, 5, 9]) == pytest.approx(200 / 3)
 
 
@@ -185,8 +229,6 @@ def test_series_helpers_fill_carry_and_block_days():
     assert blocks_of(values) == [sum(range(3, 10)), sum(range(10, 17))]
     many = days_between(date(2025, 1, 1), date(2025, 1, 16))
     assert block_starts(many) == [date(2025, 1, 3), date(2025, 1, 10)]
-    assert seasonal_naive([1, 2, 3, 4, 5, 6, 7, 8], 9, 7) == [2, 3, 4, 5, 6, 7, 8, 2, 3]
-    assert seasonal_naive([4.0], 3, 7) == [4.0, 4.0, 4.0]
 
 
 def test_a_flavors_forecast_adds_the_backlog_to_its_first_week_and_carries_todays_capacity():
@@ -195,20 +237,30 @@ def test_a_flavors_forecast_adds_the_backlog_to_its_first_week_and_carries_today
     without = forecast_flavor(history(values, accelerators=100), DAILY, today)
     backlog = 700.0
     with_backlog = forecast_flavor(history(values, accelerators=100, backlog=backlog), DAILY, today)
-    assert with_backlog.model == without.model
     assert with_backlog.message == ""
     assert [p.start for p in with_backlog.forecast[:2]] == [today, today + timedelta(days=1)]
     for i in range(84):
         extra = backlog / BACKLOG_DAYS if i < BACKLOG_DAYS else 0.0
         assert with_backlog.forecast[i].demand == pytest.approx(without.forecast[i].demand + extra)
-        assert with_backlog.forecast[i].upper_95 == pytest.approx(without.forecast[i].upper_95 + extra)
+        upper, plain = with_backlog.forecast[i].upper_95, without.forecast[i].upper_95
+        assert upper is not None
+        assert plain is not None
+        assert upper == pytest.approx(plain + extra)
         assert with_backlog.forecast[i].capacity == 2400.0  # 100 accelerators all day
-    assert len(with_backlog.weeks) == 12
     assert with_backlog.weeks[0].demand == pytest.approx(without.weeks[0].demand + backlog)
     assert with_backlog.weeks[1].demand == pytest.approx(without.weeks[1].demand)
     assert with_backlog.weeks[0].capacity == 16800.0
-    # 120 days: half held back.
-    assert (with_backlog.backtest.held_back, with_backlog.backtest.trained_on) == (60, 60)
+    assert not with_backlog.planned
+
+
+def test_capacity_ahead_follows_the_plan_when_there_is_one():
+    values = weekly_pattern_with_trend(120)
+    plan = [100.0] * 30 + [150.0] * (AHEAD_DAYS - 30)  # 50 more accelerators arrive on day 30
+    found = forecast_flavor(history(values, plan=plan), WEEKLY, date(2025, 5, 1))
+    assert found.planned
+    assert found.weeks[0].capacity == 16800.0
+    assert found.weeks[4].capacity == 24 * (2 * 100 + 5 * 150)  # days 28-34
+    assert found.weeks[5].capacity == 25200.0
 
 
 def test_the_weeks_where_demand_may_pass_capacity_are_the_shortfall():
@@ -217,9 +269,6 @@ def test_the_weeks_where_demand_may_pass_capacity_are_the_shortfall():
     assert plenty.shortfall == []
     tight = forecast_flavor(history(values, accelerators=57), DAILY, date(2025, 8, 1))  # 9,576 a week
     assert tight.shortfall, "demand passes 57 accelerators' 9,576 hours a week"
-    assert {w.exceeds for w in tight.shortfall} <= {"forecast", "80%", "95%"}
-    assert all(w.upper_95 > w.capacity for w in tight.shortfall)
-    # Demand grows toward capacity: first only its upper bound passes, in the end the forecast itself does.
     first, last = tight.shortfall[0], tight.shortfall[-1]
     assert first.exceeds in ("80%", "95%")
     assert first.demand <= first.capacity
@@ -227,18 +276,20 @@ def test_the_weeks_where_demand_may_pass_capacity_are_the_shortfall():
     assert last.demand > last.capacity
 
 
-def test_the_six_month_forecast_is_weekly_from_whole_weeks_ending_yesterday():
-    values = weekly_pattern_with_trend(200)
-    today = date(2025, 8, 1)
-    result = forecast_flavor(history(values, accelerators=100, backlog=500.0), WEEKLY, today)
-    assert result.period == "week"
-    assert len(result.history) == 28  # 200 days: 28 whole weeks, the first 4 days left out
-    assert result.history[-1].start + timedelta(days=7) == date(2025, 1, 1) + timedelta(days=200)
-    assert result.history[-1].capacity == 16800.0
-    assert len(result.forecast) == 26
-    assert result.forecast[1].start == today + timedelta(days=7)
-    assert result.forecast[0].backlog == 500.0
-    assert result.forecast[1].backlog == 0.0
-    assert result.weeks == result.forecast
-    assert result.capacity == 16800.0
-    assert result.backtest.held_back == 14  # 28 weeks: half held back
+def test_the_verdict_says_in_words_why_a_forecast_cannot_be_trusted():
+    good = Backtest(
+        origins=40, scores=(Score(1, 40, 40, 10.0, 20.0, 80.0, 95.0), Score(4, 160, 160, 12.0, 25.0, 78.0, 94.0))
+    )
+    words, reliable = verdict(good)
+    assert reliable
+    assert words.startswith("In 40 backtests it was off by 12% of demand over 4 weeks (repeating the last week: 25%)")
+    worse = Backtest(origins=40, scores=(Score(4, 160, 160, 61.0, 55.0, 31.0, 60.0),))
+    words, reliable = verdict(worse)
+    assert not reliable
+    assert "an error over 50% is too large to plan on" in words
+    assert "it did no better than repeating the last week" in words
+    assert "its 80% interval held only 31% of the backtested weeks" in words
+    words, reliable = verdict(Backtest(origins=40, scores=(Score(4, 160, 160, 12.0, 25.0, 99.0, 100.0),)))
+    assert reliable  # too wide is said, and is no reason to distrust the forecast
+    assert words.endswith("The intervals are cautious (its 80% interval held 99%): wider than the errors were.")
+    assert verdict(Backtest(message="not enough history to backtest (16 days; needs 21)"))[1] is False

@@ -31,7 +31,10 @@ def test_finance_and_admins_read_each_flavors_forecast_and_backtest(history: Lab
     assert set(flavors) == {"A100", "H100"}
     h100 = flavors["H100"]
     assert h100["message"] == ""
-    assert h100["model"].startswith("ETS(A,")
+    assert h100["model"] == "weighted Theta, 28-day median and seasonal naive"
+    assert len(h100["weights"]) == 3
+    assert sum(h100["weights"][0].values()) == pytest.approx(1.0)
+    assert h100["verdict"]
     assert (h100["accelerators"], h100["capacity"]) == (16, 384.0)  # two nodes of 8, all day
     assert len(h100["history"]) == 70
     assert len(h100["forecast"]) == 84
@@ -44,11 +47,16 @@ def test_finance_and_admins_read_each_flavors_forecast_and_backtest(history: Lab
     assert point["start"] == body["today"]
     assert point["lower_95"] <= point["lower_80"] <= point["demand"] <= point["upper_80"] <= point["upper_95"]
     test = h100["backtest"]
-    assert (test["held_back"], test["trained_on"]) == (35, 35)
-    assert test["mape"] is not None
-    assert 0 <= test["coverage_80"] <= test["coverage_95"] <= 100
+    assert (test["origins"], test["stride"]) == (50, 1)
+    assert [s["weeks"] for s in test["scores"]] == [1, 4, 12]
+    four = test["scores"][1]
+    assert four["wape"] is not None
+    assert 0 <= four["coverage_80"] <= four["coverage_95"] <= 100
     assert test["message"] == ""
-    assert flavors["A100"]["message"] == "not enough history (0 days; needs 21)"
+    [vision] = h100["teams"]
+    assert vision["team"] == "Vision"  # the only team with demand: all of it
+    assert [w["demand"] for w in vision["weeks"]] == pytest.approx([w["demand"] for w in h100["weeks"]], abs=0.01)
+    assert flavors["A100"]["message"] == "not enough history (0 days; needs 14)"
     assert flavors["A100"]["forecast"] == []
     assert flavors["A100"]["backtest"]["message"]
 
@@ -63,8 +71,9 @@ def test_the_six_month_horizon_is_weekly_and_one_flavor_may_be_asked_for(history
     assert len(h100["history"]) == 10
     assert len(h100["forecast"]) == 26
     assert h100["history"][-1]["capacity"] == 7 * 192.0
-    assert h100["backtest"]["held_back"] == 2
-    assert h100["backtest"]["weekly_mape"] is None
+    assert h100["backtest"]["origins"] == 50  # the same forecast and backtest as the 12-week view
+    twelve = api("fiona").get(URL, {"flavor": "H100"}).json()["flavors"][0]
+    assert [w["demand"] for w in h100["weeks"][:12]] == [w["demand"] for w in twelve["weeks"]]
 
 
 @pytest.mark.parametrize("username", ["alice", "bob", "lena", "trent"])

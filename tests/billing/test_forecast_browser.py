@@ -85,8 +85,9 @@ def test_finance_reads_demand_against_capacity_and_switches_horizon(growing: Lab
         page.goto("/billing/capacity/")
         h100 = page.locator('[data-testid="capacity-flavor"][data-flavor="H100"]')
         expect(h100.locator(".main-svg").first).to_be_visible()  # Plotly drew the chart
-        expect(h100.get_by_test_id("backtest-mape")).to_contain_text("%")
-        expect(h100.get_by_test_id("backtest-coverage")).to_contain_text("95%:")
+        expect(h100.get_by_test_id("backtest-table")).to_contain_text("4 weeks")
+        expect(h100.get_by_test_id("forecast-verdict")).to_contain_text("backtests")
+        expect(h100.get_by_test_id("team-forecasts")).to_contain_text("Vision")
         expect(h100.get_by_test_id("shortfall-table")).to_be_visible()
         expect(page.locator('[data-flavor="A100"] .main-svg').first).to_be_visible()
         shot(page, "capacity-12-weeks")
@@ -94,7 +95,7 @@ def test_finance_reads_demand_against_capacity_and_switches_horizon(growing: Lab
         expect(page.get_by_test_id("capacity-forecasts")).to_have_attribute("data-horizon", "6m")
         expect(page).to_have_url(f"{page.url.split('?')[0]}?horizon=6m")
         expect(h100.locator(".main-svg").first).to_be_visible()
-        expect(h100.get_by_test_id("backtest-mape")).to_contain_text("%")
+        expect(h100.get_by_test_id("backtest-table")).to_contain_text("12 weeks")
         shot(page, "capacity-6-months")
 
     in_chromium(live_server.url, steps)

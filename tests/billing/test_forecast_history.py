@@ -143,6 +143,32 @@ class Lab:
             self.usage(day, 3600 * (10 + day.weekday()), 8000, flavor)
 
 
+def per_flavor(hours: dict[Any, float]) -> dict[Any, float]:
+    """Hours keyed (flavor, team, day) or (flavor, team) summed over the teams: (flavor, day), or flavor."""
+    out: dict[Any, float] = {}
+    for key, value in hours.items():
+        short = (key[0], key[2]) if len(key) == 3 else key[0]
+        out[short] = out.get(short, 0.0) + value
+    return out
+
+
+def test_demand_is_read_per_team(lab: Lab):
+    vision, robotics = lab.world.teams["vision"], lab.world.teams["robotics"]
+    lab.job(at(5, 8), types=["H100"], accelerators=4, attempts=[(at(5, 10), at(5, 11), "H100")])
+    lab.job(at(5, 8), types=["H100"], accelerators=2, attempts=[(at(5, 9), at(5, 11), "H100")], team="robotics")
+    lab.job(at(9, 20), types=["H100"], state=Job.State.PENDING, time_limit=7200, team="robotics")
+    assert queued_hours(lab.org, SINCE, NOW) == pytest.approx(
+        {("H100", vision.pk, date(2025, 3, 5)): 8.0, ("H100", robotics.pk, date(2025, 3, 5)): 2.0}
+        | {("H100", robotics.pk, date(2025, 3, 9)): 4.0, ("H100", robotics.pk, date(2025, 3, 10)): 12.0}
+    )
+    assert backlog_hours(lab.org) == pytest.approx({("H100", robotics.pk): 2.0})
+    found = {h.flavor: h for h in read_history(lab.org, NOW)}["H100"]
+    assert found.teams["Robotics"][-5:] == pytest.approx([2.0, 0, 0, 0, 4.0])
+    assert found.teams["Vision"][-5:] == pytest.approx([8.0, 0, 0, 0, 0])
+    assert [sum(v) for v in zip(*found.teams.values(), strict=True)] == pytest.approx(found.demand)
+    assert found.team_backlog == pytest.approx({"Robotics": 2.0})
+
+
 @pytest.fixture
 def lab(world: World) -> Lab:
     org = world.org
@@ -168,20 +194,20 @@ def lab(world: World) -> Lab:
 
 def test_a_job_queued_two_hours_for_four_accelerators_adds_eight_queued_hours_on_its_day(lab: Lab):
     lab.job(at(5, 8), types=["H100"], accelerators=4, attempts=[(at(5, 10), at(5, 11), "H100")])
-    assert queued_hours(lab.org, SINCE, NOW) == {("H100", date(2025, 3, 5)): pytest.approx(8.0)}
+    assert per_flavor(queued_hours(lab.org, SINCE, NOW)) == {("H100", date(2025, 3, 5)): pytest.approx(8.0)}
 
 
 def test_a_wait_over_midnights_counts_on_each_day_it_covers(lab: Lab):
     # Two workers of one accelerator wait from 22:00 on the 6th to 02:00 on the 8th.
     lab.job(at(6, 22), types=["H100"], workers=2, attempts=[(at(8, 2), at(8, 3), "H100")])
-    assert queued_hours(lab.org, SINCE, NOW) == pytest.approx(
+    assert per_flavor(queued_hours(lab.org, SINCE, NOW)) == pytest.approx(
         {("H100", date(2025, 3, 6)): 4.0, ("H100", date(2025, 3, 7)): 48.0, ("H100", date(2025, 3, 8)): 4.0}
     )
 
 
 def test_a_requeued_job_waits_again_until_its_next_admission(lab: Lab):
     lab.job(at(5, 1), types=["H100"], attempts=[(at(5, 2), at(5, 6), "H100"), (at(5, 9), at(5, 12), "H100")])
-    assert queued_hours(lab.org, SINCE, NOW) == {("H100", date(2025, 3, 5)): pytest.approx(1.0 + 3.0)}
+    assert per_flavor(queued_hours(lab.org, SINCE, NOW)) == {("H100", date(2025, 3, 5)): pytest.approx(1.0 + 3.0)}
 
 
 def test_jobs_still_waiting_count_until_now_and_cancelled_ones_until_they_left(lab: Lab):
@@ -195,7 +221,7 @@ def test_jobs_still_waiting_count_until_now_and_cancelled_ones_until_they_left(l
         finished=at(3, 15),
         attempts=[(at(3, 11), at(3, 15), "H100")],
     )  # cancelled while running: no wait after
-    assert queued_hours(lab.org, SINCE, NOW) == pytest.approx(
+    assert per_flavor(queued_hours(lab.org, SINCE, NOW)) == pytest.approx(
         {
             ("H100", date(2025, 3, 9)): 8.0,
             ("H100", date(2025, 3, 10)): 24.0,
@@ -209,12 +235,12 @@ def test_jobs_still_waiting_count_until_now_and_cancelled_ones_until_they_left(l
 
 def test_a_share_of_an_accelerator_waits_as_that_share(lab: Lab):
     lab.job(at(5, 0), types=["H100"], milli=250, attempts=[(at(5, 4), at(5, 5), "H100")])
-    assert queued_hours(lab.org, SINCE, NOW) == {("H100", date(2025, 3, 5)): pytest.approx(1.0)}
+    assert per_flavor(queued_hours(lab.org, SINCE, NOW)) == {("H100", date(2025, 3, 5)): pytest.approx(1.0)}
 
 
 def test_waits_before_the_window_are_cut_at_its_start(lab: Lab):
     lab.job(at(31, 12, month=12) - timedelta(days=365), types=["H100"], attempts=[(at(1, 6, month=1), None, "H100")])
-    assert queued_hours(lab.org, SINCE, NOW) == {("H100", date(2025, 1, 1)): pytest.approx(6.0)}
+    assert per_flavor(queued_hours(lab.org, SINCE, NOW)) == {("H100", date(2025, 1, 1)): pytest.approx(6.0)}
 
 
 def test_a_jobs_flavor_is_its_first_type_else_where_it_ran_else_its_queues_first(lab: Lab):
@@ -225,15 +251,15 @@ def test_a_jobs_flavor_is_its_first_type_else_where_it_ran_else_its_queues_first
     robotics.save()
     lab.job(at(5, 0), team="robotics", state=Job.State.CANCELLED, finished=at(5, 4))
     lab.job(at(5, 0), state=Job.State.CANCELLED, finished=at(5, 8))  # names none: the caller's default
-    assert queued_hours(lab.org, SINCE, NOW) == pytest.approx(
+    assert per_flavor(queued_hours(lab.org, SINCE, NOW)) == pytest.approx(
         {("A100", date(2025, 3, 5)): 1.0 + 4.0, ("H100", date(2025, 3, 5)): 2.0, (None, date(2025, 3, 5)): 8.0}
     )
 
 
 def test_jobs_without_accelerators_and_other_organizations_are_no_demand(lab: Lab):
     lab.job(at(5, 0), accelerators=0, types=["H100"], state=Job.State.PENDING)
-    assert queued_hours(lab.org, SINCE, NOW) == {}
-    assert queued_hours(lab.world.other_org, SINCE, NOW) == {}
+    assert per_flavor(queued_hours(lab.org, SINCE, NOW)) == {}
+    assert per_flavor(queued_hours(lab.world.other_org, SINCE, NOW)) == {}
 
 
 def test_usage_and_capacity_records_sum_per_flavor_and_day(lab: Lab):
@@ -242,14 +268,14 @@ def test_usage_and_capacity_records_sum_per_flavor_and_day(lab: Lab):
     lab.usage(day, 1800, 2000, node=1)  # two for half an hour
     lab.usage(day, 86_400, 64_000, flavor="A100")  # 64 all day: 5.5e9 milli-seconds, past 32-bit integers
     lab.usage(day - timedelta(days=1), 7200, 500)
-    assert used_hours(lab.org, date(2025, 3, 1), date(2025, 3, 9)) == pytest.approx(
+    assert per_flavor(used_hours(lab.org, date(2025, 3, 1), date(2025, 3, 9))) == pytest.approx(
         {
             (lab.flavors["H100"].pk, day): 2.0,
             (lab.flavors["A100"].pk, day): 64 * 24.0,
             (lab.flavors["H100"].pk, date(2025, 3, 4)): 1.0,
         }
     )
-    assert used_hours(lab.org, date(2025, 3, 5), date(2025, 3, 5)).keys() == {
+    assert per_flavor(used_hours(lab.org, date(2025, 3, 5), date(2025, 3, 5))).keys() == {
         (lab.flavors["H100"].pk, day),
         (lab.flavors["A100"].pk, day),
     }
@@ -264,7 +290,7 @@ def test_the_backlog_is_what_waiting_jobs_ask_for_and_the_fleet_what_is_present(
     lab.job(at(9, 20), types=["H100"], state=Job.State.PENDING, accelerators=4, workers=2, time_limit=7200)
     lab.job(at(9, 20), state=Job.State.REQUEUED, milli=500, time_limit=3600, attempts=[(at(9, 21), at(9, 22), "A100")])
     lab.job(at(9, 20), types=["H100"], state=Job.State.RUNNING, attempts=[(at(9, 21), None, "H100")])
-    assert backlog_hours(lab.org) == pytest.approx({"H100": 16.0, "A100": 0.5})
+    assert per_flavor(backlog_hours(lab.org)) == pytest.approx({"H100": 16.0, "A100": 0.5})
     Node.objects.create(
         cluster=lab.cluster, name="gone", accelerator=lab.flavors["H100"], accelerators=8, present=False
     )
@@ -303,9 +329,12 @@ def test_an_organizations_forecast_has_every_flavor_and_is_cached(lab: Lab, djan
     assert h100.message == ""
     assert len(h100.forecast) == 84
     assert h100.forecast[0].start == date(2025, 3, 10)
-    assert h100.backtest.mape is not None
-    assert h100.backtest.held_back == 35
-    assert result.flavors[0].message == "not enough history (0 days; needs 21)"
+    assert h100.backtest.origins == 50  # from day 14 to the last with a whole week after it
+    four = h100.backtest.score(4)
+    assert four is not None
+    assert four.wape is not None
+    assert [t.team for t in h100.teams] == ["Vision"]
+    assert result.flavors[0].message == "not enough history (0 days; needs 14)"
     with django_assert_max_num_queries(0):
         assert forecast_organization(lab.org, "12w", NOW) == result
     assert forecast_organization(lab.org, "6m", NOW).flavors[1].period == "week"

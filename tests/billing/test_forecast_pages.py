@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from django.test import Client
 from django.utils import timezone
+from django.utils.html import escape
 
 from billing.forecast_history import forecast_organization
 from billing.web.forecast import percent
@@ -39,14 +40,15 @@ def test_finance_sees_each_flavors_forecast_with_its_backtest_error(history: Lab
     assert response.status_code == 200
     html = response.content.decode()
     h100 = next(f for f in forecast_organization(history.org, "12w").flavors if f.flavor == "H100")
-    assert h100.backtest.mape is not None
+    four = h100.backtest.score(4)
+    assert four is not None
     section = html[html.index('data-flavor="H100"') :]
-    assert "Backtest error (MAPE)" in section
-    mape = re.search(r'data-testid="backtest-mape">([^<]+)<', section)
-    assert mape is not None
-    assert mape.group(1).strip() == percent(h100.backtest.mape)
-    assert f"80%: {percent(h100.backtest.coverage_80)}" in section
-    assert "Fitted on 35 days without the last 35" in section
+    assert "Backtests from 50 origins" in section
+    row = re.search(r"<th scope=\"row\">4 weeks</th><td>(\d+)</td><td>([^<]+)<", section)
+    assert row is not None
+    assert (int(row.group(1)), row.group(2).strip()) == (four.pairs, percent(four.wape))
+    assert escape(h100.verdict) in section
+    assert 'data-testid="team-forecasts"' in section
     # The chart's figure: history, both bands, the forecast and capacity.
     figure_id = re.search(r'data-plotly="([^"]+)"', section)
     assert figure_id is not None
@@ -64,7 +66,7 @@ def test_finance_sees_each_flavors_forecast_with_its_backtest_error(history: Lab
         "Capacity",
     ]
     assert 'href="/billing/what-ifs/"' in html
-    assert "No forecast: not enough history (0 days; needs 21)" in html  # A100: nodes, no history
+    assert "No forecast: not enough history (0 days; needs 14)" in html  # A100: nodes, no history
     assert "vendor/plotly/plotly-basic.min.js" in html
 
 
