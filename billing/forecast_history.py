@@ -36,6 +36,7 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Coalesce, Greatest, NullIf, TruncDate, TruncDay
 from django.utils import timezone
 
+from billing.actions.capacity_plan import plan_of
 from billing.attribution import product_sum
 from billing.forecast import HORIZONS, FlavorForecast, FlavorHistory, carried, days_between, filled, forecast_flavor
 from billing.models import CapacityRecord, UsageRecord
@@ -195,9 +196,9 @@ def fleet(organization: Organization) -> dict[str, int]:
 
 def read_history(organization: Organization, now: datetime, days: int = HISTORY_DAYS) -> list[FlavorHistory]:
     """Each flavor's daily history up to yesterday (at most ``days`` days), by name, with each team's part (by
-    the team's name); flavors with neither history, a
-    fleet nor a backlog are left out. Waits and backlog of jobs that name no flavor go to the flavor with the
-    most accelerators in the fleet (else the first by name)."""
+    the team's name) and the capacity plan's accelerators on each day ahead (``capacity_plan.plan_of``); flavors
+    with neither history, a fleet, a backlog nor a plan are left out. Waits and backlog of jobs that name no
+    flavor go to the flavor with the most accelerators in the fleet (else the first by name)."""
     today = now.astimezone(UTC).date()
     first, last = today - timedelta(days=days), today - DAY
     since = datetime.combine(first, datetime.min.time(), tzinfo=UTC)
@@ -220,8 +221,9 @@ def read_history(organization: Organization, now: datetime, days: int = HISTORY_
     backlog: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for (name, team_id), hours in backlog_hours(organization).items():
         backlog[name or default][teams[team_id]] += hours
+    plans = plan_of(organization, today, accelerators)
     histories = []
-    for flavor in sorted(set(used) | set(capacity) | set(queued) | set(accelerators) | set(backlog)):
+    for flavor in sorted(set(used) | set(capacity) | set(queued) | set(accelerators) | set(backlog) | set(plans)):
         # A flavor's history starts at its first capacity record or its first day with demand.
         seen = [
             d
@@ -253,6 +255,7 @@ def read_history(organization: Organization, now: datetime, days: int = HISTORY_
                 backlog=sum(backlog[flavor].values()),
                 teams={team: values for team, values in by_team.items() if any(values)},
                 team_backlog=dict(backlog[flavor]),
+                plan=plans.get(flavor, []),
             )
         )
     return histories

@@ -142,6 +142,47 @@ class GridIntensity(models.Model):
         return f"{self.region} from {self.effective_from}: {self.grams_per_kwh} g/kWh"
 
 
+class PlanningTenancy(TenancyRules):
+    """The capacity plan: read by those who plan capacity (finance, admins), changed by finance and admins."""
+
+    team_field = None
+    org_field = "organization"
+    policy = {Action.VIEW: FINANCE_ROLES, Action.CHANGE: FINANCE_ROLES}
+
+
+class CapacityChange(models.Model):
+    """A planned change of the fleet's accelerators of ``flavor``: an order arriving ``lead_days`` after
+    ``ordered_on`` (``starts_on``), a retirement from ``starts_on``, or a reserved cloud commitment from
+    ``starts_on`` to ``ends_on`` (both included). The forecast's capacity ahead follows the plan
+    (``billing/actions/capacity_plan.py`` says how)."""
+
+    class Kind(models.TextChoices):
+        ORDER = "order", "Order"
+        RETIREMENT = "retirement", "Retirement"
+        COMMITMENT = "commitment", "Reserved cloud commitment"
+
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="+")
+    flavor = models.ForeignKey(AcceleratorType, on_delete=models.PROTECT, related_name="+")
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    accelerators = models.PositiveIntegerField()
+    ordered_on = models.DateField(null=True, blank=True)
+    lead_days = models.PositiveIntegerField(null=True, blank=True)
+    starts_on = models.DateField()
+    ends_on = models.DateField(null=True, blank=True)
+    note = models.CharField(max_length=200, blank=True)
+    updated_at = models.DateTimeField()
+    updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+
+    objects = TenantManager()
+    Tenancy = PlanningTenancy
+
+    class Meta:
+        ordering = ["starts_on", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} of {self.accelerators} {self.flavor} from {self.starts_on}"
+
+
 class UsageRecord(models.Model):
     """An attempt's accelerators on one node during one UTC day: ``milli`` thousandths of accelerators
     (1000 per whole accelerator) held from ``start`` to ``end`` (whole seconds). ``closed`` once the

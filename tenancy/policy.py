@@ -219,6 +219,9 @@ PERMISSIONS: dict[str, Grant] = {
     "period.close": grant(  # an Organization: close a month of costs, or reopen one with a reason
         A, F, denied="Only finance or an organization admin may close or reopen a month."
     ),
+    "capacity.plan": grant(  # an Organization, a CapacityChange: orders, retirements, reserved commitments
+        A, F, denied="Only finance or an organization admin may change the capacity plan."
+    ),
     "whatif.run": grant(  # an Organization
         A, F, denied="Capacity what-ifs are for the organization's finance staff and admins."
     ),

@@ -12,16 +12,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import QuerySet
 from django.urls import URLPattern, URLResolver, path
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.routers import SimpleRouter
 from rest_framework.views import APIView
 
+from billing.actions import capacity_plan
+from billing.api.costs import BookViewSet
 from billing.forecast import HORIZONS, LEVELS
 from billing.forecast_history import finance_organizations, forecast_organization
+from billing.models import CapacityChange
 from clusters.models import AcceleratorType
 from common.api.serializers import ERROR
 from tenancy.models import Organization
@@ -60,7 +65,7 @@ class PredictedSerializer(serializers.Serializer[Any]):
     upper_80 = hours(allow_null=True)
     lower_95 = hours(allow_null=True)
     upper_95 = hours(allow_null=True)
-    capacity = hours("Today's fleet carried forward.")
+    capacity = hours("The capacity plan's accelerators that period, else today's fleet carried forward.")
     backlog = hours("Of the pending queue's backlog, what this period carries (in every figure).")
     exceeds = serializers.ChoiceField(
         choices=["", "forecast", "80%", "95%"],
@@ -113,6 +118,7 @@ class FlavorForecastSerializer(serializers.Serializer[Any]):
     accelerators = serializers.IntegerField(help_text="The fleet's accelerators of the flavor now.")
     capacity = hours(f"What they give a period, {HOURS}.")
     backlog = hours(f"What the jobs waiting now ask for, {HOURS}.")
+    planned = serializers.BooleanField(help_text="Whether capacity ahead follows the capacity plan.")
     history = PointSerializer(many=True)
     forecast = PredictedSerializer(many=True)
     weeks = PredictedSerializer(many=True, help_text="The forecast in weeks from today: the same in every view.")
@@ -202,6 +208,46 @@ def _no_flavor(flavor: str, names: set[str]) -> str:
     return f"No flavor {flavor!r}; the organization's: {', '.join(sorted(names)) or 'none'}."
 
 
+class CapacityChangeSerializer(serializers.ModelSerializer[CapacityChange]):
+    flavor: Any = serializers.StringRelatedField()
+    updated_by: Any = serializers.StringRelatedField()
+
+    class Meta:
+        model = CapacityChange
+        fields = (
+            "id",
+            "flavor",
+            "kind",
+            "accelerators",
+            "ordered_on",
+            "lead_days",
+            "starts_on",
+            "ends_on",
+            "note",
+            "updated_at",
+            "updated_by",
+        )
+        read_only_fields = fields
+
+
+class CapacityPlanViewSet(BookViewSet):
+    """The capacity plan: orders (``flavor``, ``kind`` "order", ``accelerators``, ``ordered_on``, ``lead_days``),
+    retirements (``starts_on``) and reserved cloud commitments (``starts_on``, ``ends_on``) that the forecasts'
+    capacity ahead follows. Finance and admins read and change it; others see none."""
+
+    model = CapacityChange
+    serializer_class = CapacityChangeSerializer
+    setter = capacity_plan.set_change
+    deleter = capacity_plan.delete_change
+
+    def get_queryset(self) -> QuerySet[CapacityChange]:
+        return super().get_queryset().select_related("flavor", "updated_by")
+
+
+router = SimpleRouter(trailing_slash=True)
+router.register("capacity-plan", CapacityPlanViewSet, basename="capacity-change")
+
 urlpatterns: list[URLPattern | URLResolver] = [
     path("forecasts/", ForecastView.as_view(), name="forecasts"),
+    *router.urls,
 ]

@@ -3,7 +3,7 @@ finance and admins; procurement's capacity forecasts and what-ifs."""
 
 from django.urls import path
 
-from billing.web import codes, costs, forecast, periods, whatif
+from billing.web import codes, costs, forecast, periods, plan, whatif
 
 urlpatterns = [
     path("", costs.costs, name="costs"),
@@ -17,6 +17,8 @@ urlpatterns = [
     path("periods/", periods.period_list, name="billing-periods"),
     path("codes/", codes.codes_edit, name="billing-codes"),
     path("capacity/", forecast.capacity, name="capacity-forecast"),
+    path("capacity/plan/", plan.plan, name="capacity-plan"),
+    path("capacity/plan/<id:pk>/remove/", plan.remove, name="capacity-plan-remove"),
     path("what-ifs/", whatif.what_if_list, name="what-if-list"),
     path("what-ifs/<id:pk>/", whatif.what_if_detail, name="what-if-detail"),
     path("what-ifs/<id:pk>/status/", whatif.what_if_status, name="what-if-status"),

@@ -206,6 +206,11 @@ def intensity(s: Side) -> dict[str, Any]:
     return {"region": "europe-west4", "effective_from": "2001-01-01", "grams_per_kwh": "250"}
 
 
+def plan_change(s: Side) -> dict[str, Any]:
+    return {"flavor": s["flavor"].name, "kind": "order", "accelerators": "16", "ordered_on": "2001-01-01",
+            "lead_days": "90", "note": "matrix"}  # fmt: skip
+
+
 def overhead(s: Side) -> dict[str, Any]:
     return {"name": "Storage", "amount": "500", "starts": "2001-01-01", "ends": ""}
 
@@ -665,6 +670,12 @@ ROWS: list[Row] = [
         perm="price.set", ok="302"),
     row("capacity-forecast", "GET", None,               "in  p   p   p   p   p   -   -   -",
         perm="finance.read", ok="200"),
+    row("capacity-plan", "GET", "org",                  "in  p   p   p   p   p   404 404 404",
+        perm="finance.read", ok="200", query=_org_query),
+    row("capacity-plan", "POST", "org",                 "in  p   p   p   p   p   404 404 404",
+        perm="capacity.plan", ok="302", body=plan_change, query=_org_query),
+    row("capacity-plan-remove", "POST", "capacity_change", "in  404 404 404 p   p   404 404 404",
+        perm="capacity.plan", ok="302"),
     row("what-if-list", "GET", None,                    "in  p   p   p   p   p   -   -   -",
         perm="whatif.run", ok="200"),
     row("what-if-list", "POST", "org",                  "in  p   p   p   p   p   403 400 400",
@@ -954,6 +965,15 @@ ROWS: list[Row] = [
         perm="price.set", ok="204"),
     row("api:forecasts", "GET", None,                   "in  p   p   p   p   p   -   -   -",
         perm="finance.read", ok="200"),
+    row("api:capacity-change-list", "GET", None,        "in  200 200 200 200 200 -   -   -"),
+    row("api:capacity-change-list", "POST", "org",      "in  p   p   p   p   p   404 404 404",
+        perm="capacity.plan", ok="201", body=plan_change, query=_org_query),
+    row("api:capacity-change-detail", "GET", "capacity_change", "in  404 404 404 p   p   404 404 404",
+        perm="capacity.plan", ok="200"),
+    row("api:capacity-change-detail", "PUT", "capacity_change", "in  404 404 404 p   p   404 404 404",
+        perm="capacity.plan", ok="200", body=plan_change),
+    row("api:capacity-change-detail", "DELETE", "capacity_change", "in  404 404 404 p   p   404 404 404",
+        perm="capacity.plan", ok="204"),
     row("api:what-if-list", "GET", None,                "in  200 200 200 200 200 -   -   -"),
     row("api:what-if-list", "POST", "org",              "in  p   p   p   p   p   404 404 404",
         perm="whatif.run", ok="201",

@@ -24,7 +24,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from billing.actions import periods, prices
-from billing.models import GridIntensity, Overhead, Price, WhatIf
+from billing.models import CapacityChange, GridIntensity, Overhead, Price, WhatIf
 from clusters import actions as cluster_actions
 from clusters.models import AcceleratorType, Cluster, MaintenanceWindow, Node
 from demo.tenancy import seed_demo
@@ -268,6 +268,15 @@ def _side(slug: str, org: Organization, home: Team, neighbour: Team, users: dict
         region=f"{canary(slug)}-region",
         effective_from=date(2000, 1, 1),
         grams_per_kwh=Decimal(300),
+        updated_at=timezone.now(),
+    )
+    o["capacity_change"] = CapacityChange.objects.create(
+        organization=org,
+        flavor=o["flavor"],
+        kind=CapacityChange.Kind.RETIREMENT,
+        accelerators=8,
+        starts_on=date(2000, 1, 1),
+        note=canary(slug),
         updated_at=timezone.now(),
     )
     o["what_if"] = WhatIf.objects.create(
