@@ -298,7 +298,7 @@ def forecast_organization(
     return result
 
 
-def finance_organizations(user: Any) -> list[Organization]:
-    """The organizations whose forecasts ``user`` may read: those where they hold finance or admin, as for the
-    what-ifs (the policy's ``finance.read``); a superuser, all."""
-    return list(policy.permitted(user, "finance.read", Organization.objects.order_by("name")))
+def planning_organizations(user: Any) -> list[Organization]:
+    """The organizations whose forecasts and capacity plan ``user`` may read: those where they hold finance,
+    procurement or admin (the policy's ``forecast.read``); a superuser, all."""
+    return list(policy.permitted(user, "forecast.read", Organization.objects.order_by("name")))

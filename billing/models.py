@@ -29,9 +29,11 @@ from clusters.capacity import CapacityType
 from clusters.models import AcceleratorType, Cluster, Node
 from scheduler.models import Attempt, Job
 from tenancy.models import Organization, Project, Team
-from tenancy.scoping import Action, Role, TenancyRules, TenantManager
+from tenancy.scoping import WORK_ROLES, Action, Role, TenancyRules, TenantManager
 
 FINANCE_ROLES = frozenset({Role.FINANCE, Role.ADMIN})
+#: Who plans capacity: forecasts, the capacity plan and what-ifs (procurement sees no one's jobs or costs).
+PLANNING_ROLES = FINANCE_ROLES | {Role.PROCUREMENT}
 
 
 class PriceBookTenancy(TenancyRules):
@@ -143,11 +145,11 @@ class GridIntensity(models.Model):
 
 
 class PlanningTenancy(TenancyRules):
-    """The capacity plan: read by those who plan capacity (finance, admins), changed by finance and admins."""
+    """The capacity plan and what-ifs: those who plan capacity (finance, procurement, admins) read and change them."""
 
     team_field = None
     org_field = "organization"
-    policy = {Action.VIEW: FINANCE_ROLES, Action.CHANGE: FINANCE_ROLES}
+    policy = {Action.VIEW: PLANNING_ROLES, Action.CHANGE: PLANNING_ROLES}
 
 
 class CapacityChange(models.Model):
@@ -211,7 +213,7 @@ class UsageRecord(models.Model):
 
     class Tenancy(TenancyRules):
         org_field = "organization"
-        policy = {Action.VIEW: frozenset(Role)}
+        policy = {Action.VIEW: WORK_ROLES}
 
     class Meta:
         ordering = ["day", "start", "pk"]
@@ -314,7 +316,7 @@ class WhatIf(models.Model):
     claimed_until = models.DateTimeField(null=True, blank=True)
 
     objects = TenantManager()
-    Tenancy = PriceBookTenancy
+    Tenancy = PlanningTenancy
 
     class Meta:
         ordering = ["-created_at", "-pk"]
@@ -432,7 +434,7 @@ class Adjustment(models.Model):
     class Tenancy(TenancyRules):
         team_field = "team"
         org_field = "organization"
-        policy = {Action.VIEW: frozenset(Role)}
+        policy = {Action.VIEW: WORK_ROLES}
 
     class Meta:
         ordering = ["month", "corrects", "pk"]

@@ -17,13 +17,13 @@ from django.db import models
 from clusters.backends import kinds
 from clusters.secrets import decrypt, encrypt
 from tenancy.models import Organization, new_token
-from tenancy.scoping import ALL_ROLES, Action, Role, TenancyRules, TenantManager
+from tenancy.scoping import WORK_ROLES, Action, Role, TenancyRules, TenantManager
 
 
 class ClusterTenancy(TenancyRules):
     team_field = None
     org_field = "organization"
-    policy = {Action.VIEW: ALL_ROLES, Action.CHANGE: frozenset({Role.ADMIN})}
+    policy = {Action.VIEW: WORK_ROLES, Action.CHANGE: frozenset({Role.ADMIN})}
 
 
 class Cluster(models.Model):

@@ -37,6 +37,7 @@ USERS = (
     DemoUser("lena", "Lena Fischer", Role.LEAD, "vision"),
     DemoUser("fiona", "Fiona Walsh", Role.FINANCE, None),
     DemoUser("adam", "Adam Novak", Role.ADMIN, None),
+    DemoUser("paula", "Paula Reyes", Role.PROCUREMENT, None),
 )
 
 

@@ -19,7 +19,7 @@ from django.db.models import F, Q
 
 from clusters.models import AcceleratorType
 from tenancy.models import Organization, Project, Team
-from tenancy.scoping import ALL_ROLES, Action, Role, TenancyRules, TenantManager
+from tenancy.scoping import WORK_ROLES, Action, Role, TenancyRules, TenantManager
 
 
 class OrgTenancy(TenancyRules):
@@ -27,7 +27,7 @@ class OrgTenancy(TenancyRules):
 
     team_field = None
     org_field = "organization"
-    policy = {Action.VIEW: ALL_ROLES, Action.CHANGE: frozenset({Role.ADMIN})}
+    policy = {Action.VIEW: WORK_ROLES, Action.CHANGE: frozenset({Role.ADMIN})}
 
 
 class Cohort(models.Model):
@@ -196,7 +196,7 @@ class Budget(models.Model):
     objects = TenantManager()
 
     class Tenancy(TenancyRules):
-        policy = {Action.VIEW: ALL_ROLES}
+        policy = {Action.VIEW: WORK_ROLES}
 
     class Meta:
         db_table = "scheduler_budget"
@@ -251,7 +251,7 @@ class BudgetAlert(models.Model):
     class Tenancy(TenancyRules):
         team_field = "budget__team"
         org_field = "budget__team__organization"
-        policy = {Action.VIEW: ALL_ROLES}
+        policy = {Action.VIEW: WORK_ROLES}
 
     class Meta:
         db_table = "scheduler_budgetalert"
@@ -306,7 +306,7 @@ class QuotaChange(models.Model):
     class Tenancy(TenancyRules):
         team_field = "team"
         org_field = "organization"
-        policy = {Action.VIEW: ALL_ROLES}
+        policy = {Action.VIEW: WORK_ROLES}
 
     class Meta:
         db_table = "scheduler_quotachange"
@@ -487,7 +487,7 @@ class CapacityRequest(models.Model):
     objects = TenantManager()
 
     class Tenancy(TenancyRules):
-        policy = {Action.VIEW: ALL_ROLES}
+        policy = {Action.VIEW: WORK_ROLES}
 
     class Meta:
         ordering = ["-created_at", "-pk"]

@@ -29,6 +29,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing import attribution
+from billing.forecast_history import forecast_organization
 from billing.reports import month_label
 from clusters.models import OPEN_DRAINS, Cluster, Drain, Node
 from governance.actions import budgets
@@ -213,6 +214,39 @@ def month_so_far(user: User, now: dt.datetime) -> list[MonthSoFar]:
     return result
 
 
+# --- procurement ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Outlook:
+    """An organization's next 12 weeks per accelerator type: what the fleet has, the weeks demand may pass it,
+    and how far the forecast can be trusted."""
+
+    organization: Organization
+    flavors: list[dict[str, Any]]
+
+
+def capacity_outlook(user: User, now: dt.datetime) -> list[Outlook]:
+    """Every organization whose forecasts the user plans from (procurement, finance, admins), at a glance."""
+    result = []
+    for organization in policy.permitted(user, "forecast.read", Organization.objects.order_by("name")):
+        found = forecast_organization(organization, "12w", now)
+        flavors = [
+            {
+                "flavor": f.flavor,
+                "accelerators": f.accelerators,
+                "short": len(f.shortfall),
+                "first": f.shortfall[0].start if f.shortfall else None,
+                "reliable": f.reliable,
+                "verdict": f.verdict,
+            }
+            for f in found.flavors
+            if not f.message
+        ]
+        result.append(Outlook(organization, flavors))
+    return result
+
+
 # --- admin ---------------------------------------------------------------------------------------------------
 
 
@@ -313,6 +347,8 @@ def sections(user: User, roles: set[Role], now: dt.datetime | None = None) -> di
         found["teams"] = teams_led(user, now)
     if Role.FINANCE in roles:
         found["months"] = month_so_far(user, now)
+    if Role.PROCUREMENT in roles:
+        found["outlooks"] = capacity_outlook(user, now)
     if admin:
         found["fleets"] = fleet_health(user, now)
     return found

@@ -46,12 +46,12 @@ class Link:
 
 LINKS = (
     Link("Home", "home", current=("home",)),
-    Link("Teams", "team-list", current=("team-list", "team-detail")),
-    Link("Jobs", "job-list", current=("job-*", "queue-*"), not_current=("job-new",)),
+    Link("Teams", "team-list", current=("team-list", "team-detail"), permission="work.read"),
+    Link("Jobs", "job-list", current=("job-*", "queue-*"), not_current=("job-new",), permission="work.read"),
     Link("Submit", "job-new", current=("job-new",), permission="job.submit"),
     # The model registry, and where models run: services and devices (their pages share one tab bar).
     Link("Models", "model-list", current=("model-*", "service-*", "device-*", "rollout-*"), permission="model.create"),
-    Link("Clusters", "cluster-list", current=("cluster-*", "node-*")),
+    Link("Clusters", "cluster-list", current=("cluster-*", "node-*"), permission="work.read"),
     Link(
         "Quotas",
         "org-quotas",
@@ -60,9 +60,14 @@ LINKS = (
         team_url_name="team-quotas",
         team_permission="quota.project.set",
     ),
-    Link("Costs", "costs", current=("costs", "costs-team")),
+    Link("Costs", "costs", current=("costs", "costs-team"), permission="work.read"),
     Link("Price book", "price-book", current=("price-*", "overhead-*"), permission="price.set"),
-    Link("Capacity", "capacity-forecast", current=("capacity-forecast", "what-if-*"), permission="whatif.run"),
+    Link(
+        "Capacity",
+        "capacity-forecast",
+        current=("capacity-forecast", "capacity-plan*", "what-if-*"),
+        permission="whatif.run",
+    ),
     Link("Audit log", "audit-log", current=("audit-log",), permission="audit.read"),
     Link("SLOs", "slo", current=("slo",), permission="slo.view"),
     Link("API tokens", "token-list", current=("token-list",)),

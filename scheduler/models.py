@@ -25,7 +25,7 @@ from clusters.secrets import JOB_SECRET_ENV, CredentialsError, decrypt, encrypt
 from governance.models import PriorityTier, Queue
 from scheduler.states import ACTIVE, JobState
 from tenancy.models import Organization, Project, Team
-from tenancy.scoping import ALL_ROLES, Action, Role, TenancyRules, TenantManager
+from tenancy.scoping import WORK_ROLES, Action, Role, TenancyRules, TenantManager
 
 
 class JobChildTenancy(TenancyRules):
@@ -68,7 +68,7 @@ class JobArray(models.Model):
     objects = TenantManager()
 
     class Tenancy(TenancyRules):
-        policy = {Action.VIEW: ALL_ROLES, Action.CHANGE: frozenset({Role.RESEARCHER, Role.LEAD, Role.ADMIN})}
+        policy = {Action.VIEW: WORK_ROLES, Action.CHANGE: frozenset({Role.RESEARCHER, Role.LEAD, Role.ADMIN})}
 
     class Meta:
         ordering = ["-submitted_at", "-pk"]
@@ -232,7 +232,7 @@ class Job(models.Model):
 
     class Tenancy(TenancyRules):
         # Researchers may cancel and clone their team's jobs; the actions narrow cancel to their own.
-        policy = {Action.VIEW: ALL_ROLES, Action.CHANGE: frozenset({Role.RESEARCHER, Role.LEAD, Role.ADMIN})}
+        policy = {Action.VIEW: WORK_ROLES, Action.CHANGE: frozenset({Role.RESEARCHER, Role.LEAD, Role.ADMIN})}
 
     class Meta:
         ordering = ["-submitted_at", "-pk"]

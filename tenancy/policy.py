@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 QS = TypeVar("QS", bound=models.QuerySet[Any])
 
-R, L, F, A = Role.RESEARCHER, Role.LEAD, Role.FINANCE, Role.ADMIN
+R, L, F, A, P = Role.RESEARCHER, Role.LEAD, Role.FINANCE, Role.ADMIN, Role.PROCUREMENT
 NOBODY: frozenset[Role] = frozenset()
 
 
@@ -97,6 +97,8 @@ PERMISSIONS: dict[str, Grant] = {
     ),
     "token.revoke": Grant(owner="user_id", superuser=False, denied="You may revoke only your own tokens."),
     "audit.read": grant(A, denied="Only organization admins read the audit log."),  # an Organization
+    # An Organization: its teams' work (teams, jobs, clusters, costs): every role but procurement's.
+    "work.read": grant(A, F, team=[R, L], denied="Procurement plans capacity without seeing the teams' work."),
     "workers.view": grant(A),
     # An Organization: its service level objectives and error budgets (the SLO page).
     "slo.view": grant(
@@ -212,7 +214,10 @@ PERMISSIONS: dict[str, Grant] = {
     "efficiency.read": grant(  # a Team: its least efficient jobs (GPU utilization)
         A, F, team=[L], denied="Only a lead of {obj}, finance or an admin sees its jobs' efficiency."
     ),
-    "finance.read": grant(A, F),  # an Organization: every team's costs, the fleet, the meter, forecasts
+    "finance.read": grant(A, F),  # an Organization: every team's costs, the fleet, the meter
+    "forecast.read": grant(  # an Organization: demand forecasts, the capacity plan (procurement sees no jobs)
+        A, F, P, denied="Capacity forecasts are for finance, procurement and organization admins."
+    ),
     "price.set": grant(  # an Organization, a Price or an Overhead
         A, F, denied="Only finance or an organization admin may change the price book."
     ),
@@ -220,10 +225,10 @@ PERMISSIONS: dict[str, Grant] = {
         A, F, denied="Only finance or an organization admin may close or reopen a month."
     ),
     "capacity.plan": grant(  # an Organization, a CapacityChange: orders, retirements, reserved commitments
-        A, F, denied="Only finance or an organization admin may change the capacity plan."
+        A, F, P, denied="Only finance, procurement or an organization admin may change the capacity plan."
     ),
     "whatif.run": grant(  # an Organization
-        A, F, denied="Capacity what-ifs are for the organization's finance staff and admins."
+        A, F, P, denied="Capacity what-ifs are for the organization's finance staff, procurement and admins."
     ),
 }
 

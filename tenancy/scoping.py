@@ -30,6 +30,7 @@ class Role(models.TextChoices):
     LEAD = "lead", "Team lead"
     FINANCE = "finance", "Finance"
     ADMIN = "admin", "Organization admin"
+    PROCUREMENT = "procurement", "Procurement"
 
     @property
     def is_team_role(self) -> bool:
@@ -37,12 +38,15 @@ class Role(models.TextChoices):
 
 
 TEAM_ROLES = frozenset({Role.RESEARCHER, Role.LEAD})
-ORG_ROLES = frozenset({Role.FINANCE, Role.ADMIN})
+ORG_ROLES = frozenset({Role.FINANCE, Role.ADMIN, Role.PROCUREMENT})
 ALL_ROLES = TEAM_ROLES | ORG_ROLES
+#: The roles that see the teams' work (jobs, usage, services, quotas): every role but procurement, which plans
+#: capacity from forecasts and what-ifs without seeing anyone's jobs.
+WORK_ROLES = TEAM_ROLES | frozenset({Role.FINANCE, Role.ADMIN})
 
 # Who may do what to an ordinary team-owned object. Models with other rules give their own `policy`.
 DEFAULT_POLICY: dict[Action, frozenset[Role]] = {
-    Action.VIEW: ALL_ROLES,
+    Action.VIEW: WORK_ROLES,
     Action.CHANGE: frozenset({Role.LEAD, Role.ADMIN}),
 }
 

@@ -2,8 +2,8 @@
 the organization's last ``days`` days of jobs on today's fleet and on the changed one (``whatif_replay``, where
 the choices behind the replay are written down) and comparing queue wait and utilisation.
 
-``submit_what_if`` (finance and admins; validated field by field, audited) stores a queued ``WhatIf`` and queues
-``billing.tasks.run_what_if`` at the commit. ``run`` claims the row with a compare-and-set (a claim lasts
+``submit_what_if`` (finance, procurement and admins; validated field by field, audited) stores a queued ``WhatIf``
+and queues ``billing.tasks.run_what_if`` at the commit. ``run`` claims the row with a compare-and-set (a claim lasts
 ``CLAIM_SECONDS`` and is renewed with every progress write, so two workers never run one what-if at once and a
 crashed worker's claim runs out), replays both fleets reporting progress (0-0.5, then 0.5-1, at most every
 ``PROGRESS_SECONDS``, one UPDATE each), and stores the result, or the error with the status failed: a run never
@@ -43,7 +43,7 @@ PROGRESS_SECONDS = 0.5  # at most two progress writes a second
 GIVE_UP_AFTER = timedelta(hours=24)
 RESEND_AFTER = timedelta(minutes=10)  # a queued what-if's task is sent again at most this often
 FIELDS = ("cluster", "flavor", "nodes", "days")
-REFUSED = "Capacity what-ifs are for the organization's finance staff and admins."
+REFUSED = "Capacity what-ifs are for the organization's finance staff, procurement and admins."
 
 
 class ClaimLost(RuntimeError):
@@ -54,7 +54,7 @@ class ClaimLost(RuntimeError):
 
 
 def organizations_for(user: User) -> list[Organization]:
-    """The organizations whose what-ifs ``user`` may ask for (finance, admin; a superuser: all)."""
+    """The organizations whose what-ifs ``user`` may ask for (finance, procurement, admin; a superuser: all)."""
     return list(policy.permitted(user, "whatif.run", Organization.objects.order_by("name")))
 
 

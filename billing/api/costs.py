@@ -14,7 +14,7 @@ from typing import IO, Any
 
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import FileResponse, HttpResponse, HttpResponseBase, StreamingHttpResponse
+from django.http import FileResponse, HttpResponse, HttpResponseBase, QueryDict, StreamingHttpResponse
 from django.urls import include, path, re_path
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -57,9 +57,9 @@ def organization_asked(request: Request) -> Organization:
 
 
 def json_object(request: Request) -> Mapping[str, Any]:
-    """The request's body, which must be a JSON object (else a 400)."""
-    if not isinstance(request.data, Mapping):
-        raise serializers.ValidationError({"non_field_errors": ["A JSON object."]})
+    """The request's body, which must be a JSON object (else a 400: a form's fields are not one)."""
+    if not isinstance(request.data, Mapping) or isinstance(request.data, QueryDict):
+        raise serializers.ValidationError({"non_field_errors": ["A JSON object (Content-Type: application/json)."]})
     return request.data
 
 

@@ -25,7 +25,7 @@ from rest_framework.views import APIView
 from billing.actions import capacity_plan
 from billing.api.costs import BookViewSet
 from billing.forecast import HORIZONS, LEVELS
-from billing.forecast_history import finance_organizations, forecast_organization
+from billing.forecast_history import forecast_organization, planning_organizations
 from billing.models import CapacityChange
 from clusters.models import AcceleratorType
 from common.api.serializers import ERROR
@@ -168,9 +168,9 @@ class ForecastView(APIView):
 
     @extend_schema(parameters=PARAMETERS, responses={200: ForecastAnswerSerializer, 400: ERROR, 403: ERROR})
     def get(self, request: Request) -> Response:
-        mine = finance_organizations(request.user)
+        mine = planning_organizations(request.user)
         if not mine:  # asked first: a 403 says nothing of the parameters
-            raise exceptions.PermissionDenied("Forecasts are for finance and organization admins.")
+            raise exceptions.PermissionDenied("Forecasts are for finance, procurement and organization admins.")
         query = ForecastQuerySerializer(data=request.query_params)
         errors: dict[str, Any] = {} if query.is_valid() else dict(query.errors)
         organization, why = _organization(mine, request.query_params.get("organization"))

@@ -3,7 +3,8 @@ intervals against capacity (a Plotly chart), the rolling-origin backtest's error
 interval coverage at 1, 4 and 12 weeks, a verdict in words, each team's part, and the weeks where demand may pass
 capacity; a switch between the next 12 weeks (daily) and 6 months (weekly) of the same forecast.
 
-Thin: who may read is ``forecast_history.finance_organizations`` (finance and admins, their own organizations);
+Thin: who may read is ``forecast_history.planning_organizations`` (finance, procurement and admins, their own
+organizations);
 the figures are ``forecast_history.forecast_organization``'s, cached for five minutes. An htmx request for the
 other horizon gets the forecasts section alone.
 """
@@ -19,7 +20,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from billing.forecast import BUCKET_WORDS, HORIZONS, Backtest, FlavorForecast, Predicted
-from billing.forecast_history import finance_organizations, forecast_organization
+from billing.forecast_history import forecast_organization, planning_organizations
 from common.types import AuthenticatedHttpRequest
 from tenancy.models import Organization
 
@@ -201,9 +202,9 @@ def forecasts_context(organizations: list[Organization], horizon: str) -> dict[s
 @require_GET
 def capacity(request: AuthenticatedHttpRequest) -> HttpResponse:
     """The page (``?horizon=12w`` or ``6m``); an htmx request gets the forecasts section alone."""
-    organizations = finance_organizations(request.user)
+    organizations = planning_organizations(request.user)
     if not organizations:
-        raise PermissionDenied("Capacity forecasts are for finance and organization admins.")
+        raise PermissionDenied("Capacity forecasts are for finance, procurement and organization admins.")
     horizon = request.GET.get("horizon", "12w")
     if horizon not in HORIZONS:
         error = f"horizon: {horizon!r} is not one of {', '.join(HORIZONS)}."

@@ -1,6 +1,6 @@
 """The capacity plan, ``/billing/capacity/plan/``: orders with their lead times, retirements and reserved cloud
-commitments, which the forecasts' capacity ahead follows. Those who may read forecasts see it; finance and admins
-add and remove rows. Thin: ``billing/actions/capacity_plan.py`` judges and audits; a refusal is shown by its
+commitments, which the forecasts' capacity ahead follows. Those who may read forecasts (finance, procurement, admins)
+see it, add and remove rows. Thin: ``billing/actions/capacity_plan.py`` judges and audits; a refusal is shown by its
 field (400)."""
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ def _context(request: AuthenticatedHttpRequest, organization: Organization, **ex
 def plan(request: AuthenticatedHttpRequest) -> HttpResponse:
     """The plan (GET), or a row added to it (POST: the row's fields)."""
     organization = params.organization(request.user, request.GET.get("organization"))
-    if not policy.can(request.user, "finance.read", organization):
-        raise PermissionDenied("The capacity plan is for finance and organization admins.")
+    if not policy.can(request.user, "forecast.read", organization):
+        raise PermissionDenied("The capacity plan is for finance, procurement and organization admins.")
     if request.method == "POST":
         values = {name: request.POST.get(name, "") for name in FORM_FIELDS}
         try:

@@ -168,7 +168,7 @@ def actors(world: World) -> list[Actor]:
             api.credentials(HTTP_AUTHORIZATION=f"Bearer {world.tokens[name]}")
             own = next(s for s in world.sides.values() if world.relation(user, s) is not Rel.OUTSIDER)
             rel = world.relation(user, own)
-            outside = {Rel.FINANCE: "ofin", Rel.ADMIN: "oadm"}.get(rel, "out")
+            outside = {Rel.FINANCE: "ofin", Rel.ADMIN: "oadm", Rel.PROCUREMENT: "oproc"}.get(rel, "out")
         found.append(Actor(name, user, page, api, outside))
     return found
 

@@ -56,6 +56,7 @@ class Rel(enum.StrEnum):
     NEIGHBOUR = "nbr"  # a researcher of another team of the same organization
     FINANCE = "fin"
     ADMIN = "admin"
+    PROCUREMENT = "proc"  # plans capacity: forecasts, the capacity plan, what-ifs; no team's work
     OUTSIDER = "out"  # any role in the other organization
 
 
@@ -317,6 +318,7 @@ def build() -> World:
         Rel.NEIGHBOUR: named["bob"],
         Rel.FINANCE: named["fiona"],
         Rel.ADMIN: named["adam"],
+        Rel.PROCUREMENT: named["paula"],
     }
     rival = Organization.objects.create(name="Rival Labs", slug="rival")
     intruders = Team.objects.create(organization=rival, name="Intruders", slug="intruders")

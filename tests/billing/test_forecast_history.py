@@ -343,8 +343,8 @@ def test_an_organizations_forecast_has_every_flavor_and_is_cached(lab: Lab, djan
 
 def test_finance_and_admins_read_forecasts_of_their_own_organization_only(world: World):
     users = world.users
-    assert forecast_history.finance_organizations(users["fiona"]) == [world.org]
-    assert forecast_history.finance_organizations(users["adam"]) == [world.org]
-    assert forecast_history.finance_organizations(users["mallory"]) == [world.other_org]
+    assert forecast_history.planning_organizations(users["fiona"]) == [world.org]
+    assert forecast_history.planning_organizations(users["adam"]) == [world.org]
+    assert forecast_history.planning_organizations(users["mallory"]) == [world.other_org]
     for name in ("alice", "bob", "lena", "trent"):
-        assert forecast_history.finance_organizations(users[name]) == []
+        assert forecast_history.planning_organizations(users[name]) == []

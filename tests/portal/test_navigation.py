@@ -44,25 +44,27 @@ SHOWN = {
     "fiona": ["Home", "Teams", "Jobs", "Clusters", "Quotas", "Costs", "Price book", "Capacity", "API tokens", "API"],
     "adam": EVERY_LINK,
     "root": EVERY_LINK,
-    "nobody": ["Home", "Teams", "Jobs", "Clusters", "Costs", "API tokens", "API"],
+    "paula": ["Home", "Capacity", "API tokens", "API"],
+    "nobody": ["Home", "API tokens", "API"],
 }
 
 #: The navigation as ``templates/base.html`` laid it out by hand until it became ``portal/navigation.py``: the
 #: reference the Python table is checked against, for every page and every combination of roles. Since then:
 #: a lead's Quotas link, to the quota page of the first team they lead (team 7 here), current there too; the
 #: Models link, for those who may publish models (docs/models.md), current in its whole section: the registry,
-#: services, devices and rollouts.
+#: services, devices and rollouts; the procurement role, whose Capacity link (current on the capacity plan too)
+#: is its only one, as Teams, Jobs, Clusters and Costs are for those who see the teams' work.
 BEFORE = """{% with here=request.resolver_match.url_name %}
       <a href="{% url 'home' %}"{% if here == "home" %} aria-current="page"{% endif %}>Home</a>
-      <a href="{% url 'team-list' %}"{% if here == "team-list" or here == "team-detail" %} aria-current="page"{% endif %}>Teams</a>
-      <a href="{% url 'job-list' %}"{% if here|slice:":4" == "job-" and here != "job-new" or here|slice:":6" == "queue-" %} aria-current="page"{% endif %}>Jobs</a>
+{% if "researcher" in user_roles or "lead" in user_roles or "finance" in user_roles or is_org_admin or user.is_superuser %}<a href="{% url 'team-list' %}"{% if here == "team-list" or here == "team-detail" %} aria-current="page"{% endif %}>Teams</a>{% endif %}
+      {% if "researcher" in user_roles or "lead" in user_roles or "finance" in user_roles or is_org_admin or user.is_superuser %}<a href="{% url 'job-list' %}"{% if here|slice:":4" == "job-" and here != "job-new" or here|slice:":6" == "queue-" %} aria-current="page"{% endif %}>Jobs</a>{% endif %}
       {% if "researcher" in user_roles or "lead" in user_roles or is_org_admin or user.is_superuser %}<a href="{% url 'job-new' %}"{% if here == "job-new" %} aria-current="page"{% endif %}>Submit</a>{% endif %}
       {% if "researcher" in user_roles or "lead" in user_roles or is_org_admin or user.is_superuser %}<a href="{% url 'model-list' %}"{% if here|slice:":6" == "model-" or here|slice:":8" == "service-" or here|slice:":7" == "device-" or here|slice:":8" == "rollout-" %} aria-current="page"{% endif %}>Models</a>{% endif %}
-      <a href="{% url 'cluster-list' %}"{% if here|slice:":8" == "cluster-" or here|slice:":5" == "node-" %} aria-current="page"{% endif %}>Clusters</a>
+      {% if "researcher" in user_roles or "lead" in user_roles or "finance" in user_roles or is_org_admin or user.is_superuser %}<a href="{% url 'cluster-list' %}"{% if here|slice:":8" == "cluster-" or here|slice:":5" == "node-" %} aria-current="page"{% endif %}>Clusters</a>{% endif %}
       {% if is_org_admin or "finance" in user_roles or user.is_superuser %}<a href="{% url 'org-quotas' %}"{% if here == "org-quotas" or here == "team-quotas" %} aria-current="page"{% endif %}>Quotas</a>{% elif "lead" in user_roles %}<a href="/teams/7/quotas/"{% if here == "org-quotas" or here == "team-quotas" %} aria-current="page"{% endif %}>Quotas</a>{% endif %}
-      <a href="{% url 'costs' %}"{% if here == "costs" or here == "costs-team" %} aria-current="page"{% endif %}>Costs</a>
+      {% if "researcher" in user_roles or "lead" in user_roles or "finance" in user_roles or is_org_admin or user.is_superuser %}<a href="{% url 'costs' %}"{% if here == "costs" or here == "costs-team" %} aria-current="page"{% endif %}>Costs</a>{% endif %}
       {% if is_org_admin or "finance" in user_roles or user.is_superuser %}<a href="{% url 'price-book' %}"{% if here|slice:":6" == "price-" or here|slice:":9" == "overhead-" %} aria-current="page"{% endif %}>Price book</a>{% endif %}
-      {% if is_org_admin or "finance" in user_roles or user.is_superuser %}<a href="{% url 'capacity-forecast' %}"{% if here|slice:":8" == "what-if-" or here == "capacity-forecast" %} aria-current="page"{% endif %}>Capacity</a>{% endif %}
+      {% if is_org_admin or "finance" in user_roles or "procurement" in user_roles or user.is_superuser %}<a href="{% url 'capacity-forecast' %}"{% if here|slice:":8" == "what-if-" or here == "capacity-forecast" or here|slice:":13" == "capacity-plan" %} aria-current="page"{% endif %}>Capacity</a>{% endif %}
       {% if is_org_admin or user.is_superuser %}<a href="{% url 'audit-log' %}"{% if here == "audit-log" %} aria-current="page"{% endif %}>Audit log</a>{% endif %}
       {% if is_org_admin or user.is_superuser %}<a href="{% url 'slo' %}"{% if here == "slo" %} aria-current="page"{% endif %}>SLOs</a>{% endif %}
       <a href="{% url 'token-list' %}"{% if here == "token-list" %} aria-current="page"{% endif %}>API tokens</a>
