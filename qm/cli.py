@@ -29,7 +29,7 @@ import webbrowser
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
-from qm import admin, arrays, capacity, finance, models_cmd, pools, queues, services
+from qm import admin, arrays, capacity, finance, models_cmd, planning, pools, queues, services
 from qm.client import (
     BAD_INPUT,
     DEFAULT_URL,
@@ -537,6 +537,7 @@ def build_parser() -> argparse.ArgumentParser:
     capacity.register(command, admin.Lent(table, when, CliError))
     pools.register(command, admin.Lent(table, when, CliError))
     finance.register(command, admin.Lent(table, when, CliError))
+    planning.register(command, admin.Lent(table, when, CliError))
     return parser
 
 
