@@ -22,7 +22,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing.actions import metering, periods, prices
-from billing.models import Overhead, Price
+from billing.models import CapacityChange, Overhead, Price
 from clusters import capacity
 from clusters.capacity import CapacityType
 from clusters.models import AcceleratorType, Cluster, Node
@@ -311,3 +311,33 @@ def close_history(org: Organization, now: dt.datetime) -> list[str]:
             closed.append(f"{month:%Y-%m}")
         month = (month + dt.timedelta(days=32)).replace(day=1)
     return closed
+
+
+def seed_capacity_plan(org: Organization, today: dt.date) -> list[str]:
+    """What procurement has planned for the largest accelerator type: an order placed a month ago arriving in six
+    weeks, and a retirement in four months (rows written as they stand, not through the action: nobody of the demo
+    made them). Once only."""
+    if CapacityChange.objects.filter(organization=org).exists():
+        return []
+    counts: dict[int, int] = {}
+    for flavor_id, accelerators in Node.objects.filter(
+        cluster__organization=org, present=True, accelerator__isnull=False
+    ).values_list("accelerator_id", "accelerators"):
+        counts[flavor_id] = counts.get(flavor_id, 0) + accelerators
+    if not counts:
+        return []
+    flavor = AcceleratorType.objects.get(pk=max(sorted(counts), key=lambda pk: counts[pk]))
+    now = timezone.now()
+    ordered = today - dt.timedelta(days=30)
+    rows = [
+        CapacityChange(
+            organization=org, flavor=flavor, kind=CapacityChange.Kind.ORDER, accelerators=16, ordered_on=ordered,
+            lead_days=72, starts_on=ordered + dt.timedelta(days=72), note="two more nodes", updated_at=now,
+        ),
+        CapacityChange(
+            organization=org, flavor=flavor, kind=CapacityChange.Kind.RETIREMENT, accelerators=8,
+            starts_on=today + dt.timedelta(days=120), note="the oldest node, out of warranty", updated_at=now,
+        ),
+    ]  # fmt: skip
+    CapacityChange.objects.bulk_create(rows)
+    return [str(row) for row in rows]

@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand
 from django.utils import timezone
 
 from demo.background import seed_researchers
-from demo.billing import close_history, seed_history
+from demo.billing import close_history, seed_capacity_plan, seed_history
 from demo.devices import enrolment_tokens
 from demo.fleet import seed_demo_fleet, seed_elastic_pool, sync_demo_fleet
 from demo.inference import seed_inference
@@ -33,6 +33,7 @@ class Command(BaseCommand):
         if history:
             seed_history_samples(org, now - timedelta(hours=SAMPLED_HOURS), now)
         closed = close_history(org, now) if history else []
+        planned = seed_capacity_plan(org, now.date())
         # After the history: the model's versions are published from robotics' finished jobs.
         service = seed_inference(org)
         tokens = enrolment_tokens(org)  # for the agents of ``manage.py demo_devices``
@@ -43,6 +44,8 @@ class Command(BaseCommand):
                 f"GPU samples for the last {SAMPLED_HOURS} hours"
                 + (f"; closed months: {', '.join(closed)}" if closed else "")
             )
+        if planned:
+            self.stdout.write(f"Capacity plan: {'; '.join(planned)}")
         self.stdout.write(
             f"Service {service.team.slug}/{service.name} (public, {service.min_replicas} to {service.max_replicas} "
             f"replicas); device groups with {len(tokens)} demo devices, {sum(1 for t in tokens.values() if t)} "
