@@ -93,6 +93,8 @@ WEIGHT_POWER = 2
 #: A forecast is called unreliable past this 4-week WAPE, or an interval past this many points off nominal.
 UNRELIABLE_WAPE = 50.0
 UNRELIABLE_COVERAGE = 10.0
+#: ... or when the 80% interval's upper bound passes this many times the forecast (too wide to plan on).
+WIDE = 3.0
 #: The longest history the Theta method fits (older days change little and cost time).
 FIT_DAYS = 365
 T = TypeVar("T")
@@ -688,8 +690,9 @@ def _percent(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0f}%"
 
 
-def verdict(test: Backtest) -> tuple[str, bool]:
-    """How far a forecast with this backtest can be trusted, in words, and whether it can at all."""
+def verdict(test: Backtest, week: tuple[float, float | None, float | None] | None = None) -> tuple[str, bool]:
+    """How far a forecast with this backtest can be trusted, in words, and whether it can at all; ``week`` is the
+    forecast of its 4th week (mean, 80% bounds), whose interval may be too wide to plan on."""
     if not test.ok:
         return f"Not backtested: {test.message}. Treat it as a guess.", False
     score = test.headline
@@ -717,6 +720,11 @@ def verdict(test: Backtest) -> tuple[str, bool]:
             cautious.append(f"its {level}% interval held {_percent(held)}")
     if test.origins < 8:
         problems.append(f"{test.origins} backtests are too few to judge it")
+    if week is not None and week[2] is not None and week[0] > 0 and week[2] > WIDE * week[0]:
+        low = f"{week[1]:,.0f}" if week[1] is not None else "?"
+        problems.append(
+            f"its 80% interval is too wide to plan on ({low} to {week[2]:,.0f} in its 4th week, around {week[0]:,.0f})"
+        )
     if problems:
         return f"Unreliable: {'; '.join(problems)}. {facts}.", False
     wide = f" The intervals are cautious ({' and '.join(cautious)}): wider than the errors were." if cautious else ""
@@ -829,7 +837,8 @@ def forecast_flavor(history: FlavorHistory, horizon: Horizon, today: date) -> Fl
             week_starts, part.weeks, part.week_bounds, per_week, [history.team_backlog.get(team, 0.0)]
         )
         teams.append(TeamForecast(team, team_weeks[: horizon.weeks], part.backtest, words))
-    words, reliable = verdict(backtest)
+    fourth = (fleet.weeks[3], fleet.week_bounds["lower_80"][3], fleet.week_bounds["upper_80"][3])
+    words, reliable = verdict(backtest, tuple(None if math.isnan(v) else v for v in fourth))  # type: ignore[arg-type]
     return FlavorForecast(
         **{
             **base.__dict__,

@@ -8,6 +8,7 @@ from django.views.decorators.http import require_GET
 
 from common.types import AuthenticatedHttpRequest
 from portal import home as sections
+from tenancy import policy
 from tenancy.models import Membership
 from tenancy.policy import request_roles
 from tenancy.tasks import last_heartbeat
@@ -19,6 +20,7 @@ def home(request: AuthenticatedHttpRequest) -> HttpResponse:
     context = {
         "memberships": Membership.objects.filter(user=request.user).select_related("organization", "team"),
         "heartbeat": last_heartbeat(),
+        "sees_work": policy.anywhere(request.user, "work.read", roles),
         **sections.sections(request.user, roles),
     }
     return render(request, "portal/home.html", context)

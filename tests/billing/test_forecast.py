@@ -293,3 +293,7 @@ def test_the_verdict_says_in_words_why_a_forecast_cannot_be_trusted():
     assert reliable  # too wide is said, and is no reason to distrust the forecast
     assert words.endswith("The intervals are cautious (its 80% interval held 99%): wider than the errors were.")
     assert verdict(Backtest(message="not enough history to backtest (16 days; needs 21)"))[1] is False
+    words, reliable = verdict(good, (1000.0, 400.0, 3500.0))
+    assert not reliable
+    assert "its 80% interval is too wide to plan on (400 to 3,500 in its 4th week, around 1,000)" in words
+    assert verdict(good, (1000.0, 700.0, 1400.0))[1]
