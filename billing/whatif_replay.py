@@ -22,11 +22,13 @@ Decisions, each a choice a reader of the result should know:
   reported a start). A job waiting now that never ran replays with its time limit; a job that ended without
   ever running (cancelled, or failed before it started) is left out. A job that no node could ever hold, or
   whose accepted types or clusters leave nothing, is reported under ``never_fits``.
-- **The policy** is the production engine (``jobs.Quartermaster``) with the organization's tiers and its
-  queues' flavor orders and preemption settings, cycling at most every ``CYCLE_SECONDS`` as the placement loop
-  does. Quotas, member limits and hard budgets are *not* replayed: they divide today's fleet and would be
-  divided anew after a purchase, while the question here is what capacity does for wait. The fleet starts
-  empty at the window's start (jobs submitted earlier are not replayed).
+- **The policy** is the production engine (``jobs.Quartermaster``) under the organization's rules as the
+  placement loop reads them (``Rules``): its tiers, its cohort tree and its queues with their quotas, borrowing
+  and lending limits, flavor orders and preemption settings, and fair sharing's memory (half-life and weight),
+  cycling at most every ``CYCLE_SECONDS`` as the placement loop does. So nodes bought beside quotas that stay
+  as they are help only as far as borrowing lets the queues reach them: what a purchase without a quota change
+  would do. Member limits and hard budgets are not replayed yet. The fleet starts empty at the window's start
+  (jobs submitted earlier are not replayed).
 - **Utilisation** is busy accelerator-seconds within the window over the fleet's accelerator-seconds in it
   (of the whole fleet, and of the flavor changed); queue wait is what each job that finished waited in all
   (including after preemptions). ``observed`` is what the same jobs waited in reality until first placed.
@@ -49,6 +51,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from clusters.models import Cluster, Node
+from governance.models import FairShare
 from scheduler.engine import model as m
 from scheduler.models import Attempt, Job
 from scheduler.placement import snapshot
@@ -203,13 +206,24 @@ def history(organization: Organization, start: datetime, end: datetime, queues: 
     return workload
 
 
-def governance(
-    organization: Organization, every_flavor: tuple[str, ...]
-) -> tuple[tuple[m.Tier, ...], tuple[m.Queue, ...]]:
-    """The organization's tiers, and its queues with their flavor order and preemption settings but no quota
-    and no cohort (see the module's docstring)."""
-    tiers, _, queues = snapshot.governance(organization, every_flavor, snapshot.Index(generation=0))
-    return tiers, tuple(replace(q, cohort=None, quotas={}) for q in queues)
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """What the placement loop decides by besides the fleet: tiers, the cohort tree, the queues with their quotas,
+    flavor orders and preemption settings, and how fair sharing remembers (``FairShare``)."""
+
+    tiers: tuple[m.Tier, ...]
+    cohorts: tuple[m.Cohort, ...]
+    queues: tuple[m.Queue, ...]
+    half_life: float = 0.0
+    usage_weight: float = 1.0
+
+
+def governance(organization: Organization, every_flavor: tuple[str, ...]) -> Rules:
+    """The organization's rules as the placement loop reads them (``snapshot.governance``; capacity requests
+    approved for a while are left out: they end)."""
+    tiers, cohorts, queues = snapshot.governance(organization, every_flavor, snapshot.Index(generation=0))
+    memory = FairShare.objects.filter(organization=organization).first() or FairShare()
+    return Rules(tiers, cohorts, queues, float(memory.half_life), memory.usage_weight)
 
 
 # ------------------------------------------------------------------------------------------- replaying
@@ -218,13 +232,14 @@ def governance(
 def replay(
     fleet: Fleet,
     workload: Workload,
-    tiers: Sequence[m.Tier],
-    queues: Sequence[m.Queue],
+    rules: Rules,
     progress: Callable[[float], None] | None = None,
 ) -> tuple[Outcome, list[tuple[float, float, float, str, str]]]:
-    """The workload through the production engine on ``fleet``: what happened, and every run."""
-    config = m.Config(max_admissions_per_cycle=settings.PLACEMENT_MAX_ADMISSIONS)
-    policy = Quartermaster(fleet.clusters, config, tiers, queues)
+    """The workload through the production engine on ``fleet`` under ``rules``: what happened, and every run."""
+    config = m.Config(max_admissions_per_cycle=settings.PLACEMENT_MAX_ADMISSIONS, usage_weight=rules.usage_weight)
+    policy = Quartermaster(
+        fleet.clusters, config, rules.tiers, rules.queues, half_life=rules.half_life, cohorts=rules.cohorts
+    )
     total = max(1, len(workload.jobs))
     simulation = Simulation(
         fleet.clusters,
@@ -324,8 +339,8 @@ def what_if_result(
     start = now - timedelta(days=days)
     today = today_fleet(organization)
     changed, change = changed_fleet(today, cluster, flavor, nodes)
-    tiers, queues = governance(organization, today.every_flavor)
-    workload = history(organization, start, now, queues)
+    rules = governance(organization, today.every_flavor)
+    workload = history(organization, start, now, rules.queues)
     result: dict[str, Any] = {
         "window": {"start": start.isoformat(), "end": now.isoformat(), "days": days},
         "change": {"cluster": cluster, "flavor": flavor, "nodes": nodes, **change},
@@ -338,7 +353,7 @@ def what_if_result(
         "days": [(start + timedelta(days=d)).date().isoformat() for d in range(days)],
     }
     for name, fleet, low in (("today", today, 0.0), ("changed", changed, 0.5)):
-        outcome, runs = replay(fleet, workload, tiers, queues, _half(progress, low))
+        outcome, runs = replay(fleet, workload, rules, _half(progress, low))
         result[name] = measures(outcome, runs, fleet, flavor, days)
         if progress:
             progress(low + 0.5)

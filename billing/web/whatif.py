@@ -3,7 +3,7 @@ asked for so far; a run's page follows its progress (an htmx partial polled ever
 running and the tab is visible) and, once done, shows today's fleet and the changed one side by side: a table
 and Plotly charts of queue wait and utilisation.
 
-Finance and admins only, as the organization's quota page: others get 403 on the list and 404 for a run (it is
+Finance, procurement and admins only: others get 403 on the list and 404 for a run (it is
 outside what ``for_user`` lets them see). Thin: asking goes through ``whatif.submit_what_if`` (which decides who
 may, and names each bad field: 400, nothing written); the numbers are the stored result's.
 """

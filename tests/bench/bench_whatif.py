@@ -154,14 +154,14 @@ def bench(jobs: int, nodes: int, add: int, days: int, load: float, seed: int, en
         started = time.perf_counter()
         today = whatif_replay.today_fleet(org)
         changed, _ = whatif_replay.changed_fleet(today, "bench", FLAVOR, add)
-        tier_values, queue_values = whatif_replay.governance(org, today.every_flavor)
-        workload = whatif_replay.history(org, start, now, queue_values)
+        rules = whatif_replay.governance(org, today.every_flavor)
+        workload = whatif_replay.history(org, start, now, rules.queues)
         timings["history_s"] = round(time.perf_counter() - started, 2)
         figures = {}
         cpu: dict[str, float] = {}
         for name, fleet in (("today", today), ("changed", changed)):
             started, used = time.perf_counter(), time.process_time()
-            outcome, runs = whatif_replay.replay(fleet, workload, tier_values, queue_values)
+            outcome, runs = whatif_replay.replay(fleet, workload, rules)
             timings[f"replay_{name}_s"] = round(time.perf_counter() - started, 2)
             cpu[f"replay_{name}_cpu_s"] = round(time.process_time() - used, 2)
             measured = whatif_replay.measures(outcome, runs, fleet, FLAVOR, days)

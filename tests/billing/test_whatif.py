@@ -15,6 +15,8 @@ from billing import tasks, whatif_replay
 from billing.actions import whatif
 from billing.models import WhatIf
 from clusters.models import Cluster, Node
+from governance.actions import quotas
+from governance.models import FairShare, Queue
 from scheduler.engine.model import Cluster as EngineCluster
 from scheduler.engine.model import Node as EngineNode
 from scheduler.engine.model import Queue as EngineQueue
@@ -61,6 +63,19 @@ def test_more_nodes_on_a_crowded_history_wait_less(world: World) -> None:
     assert today["stuck"] == changed["stuck"] == 0
 
 
+def test_quotas_are_replayed_so_nodes_beyond_a_queues_quota_do_not_shorten_its_wait(world: World) -> None:
+    cluster, _ = h.cluster(world.org, nodes=2)
+    h.crowded(world.teams["vision"], world.users["alice"], cluster)
+    vision = Queue.objects.get(team=world.teams["vision"], project=None)
+    quotas.set_quota(world.users["adam"], vision, flavor=h.H100, nominal=8, borrowing_limit=0, reason="one node")
+    result = whatif_replay.what_if_result(world.org, "gpu", h.H100, 2, days=3)
+    today, changed = result["today"], result["changed"]
+    # Vision may hold one node's 8 accelerators, however many the fleet has: the queue is as long on four nodes.
+    assert today["mean_wait_s"] > 3600
+    assert changed["mean_wait_s"] == today["mean_wait_s"]
+    assert changed["utilisation"] < today["utilisation"]
+
+
 def test_removing_nodes_below_what_a_job_needs_shows_it_never_fits(world: World) -> None:
     cluster, _ = h.cluster(world.org, nodes=3)
     team, alice = world.teams["vision"], world.users["alice"]
@@ -105,8 +120,8 @@ def test_the_workload_counts_what_ran_and_leaves_out_what_never_did(world: World
     h.job(team, alice, now - timedelta(days=3), where=cluster)  # before the window
     running = h.job(team, alice, now - timedelta(hours=2), where=cluster, state=Job.State.RUNNING)
     running.attempts.update(ended_at=None, outcome="active")
-    tiers, queues = whatif_replay.governance(world.org, whatif_replay.today_fleet(world.org).every_flavor)
-    workload = whatif_replay.history(world.org, now - timedelta(days=1), now, queues)
+    rules = whatif_replay.governance(world.org, whatif_replay.today_fleet(world.org).every_flavor)
+    workload = whatif_replay.history(world.org, now - timedelta(days=1), now, rules.queues)
     assert workload.left_out == 1
     assert workload.at_limit == 1
     durations = sorted(round(j.duration) for j in workload.jobs)
@@ -114,8 +129,8 @@ def test_the_workload_counts_what_ran_and_leaves_out_what_never_did(world: World
     assert {j.queue for j in workload.jobs} == {"vision"}
     assert {j.tier for j in workload.jobs} == {"normal"}
     assert all(0 < j.submitted < 86400 for j in workload.jobs)
-    assert tiers
-    assert all(q.quotas == {} and q.cohort is None for q in queues)
+    assert rules.tiers
+    assert rules.half_life == FairShare.DEFAULT_HALF_LIFE  # the organization's memory, as the loop keeps it
 
 
 def test_the_replay_sees_each_job_as_the_placement_loop_does(world: World) -> None:
@@ -126,8 +141,8 @@ def test_the_replay_sees_each_job_as_the_placement_loop_does(world: World) -> No
     Job.objects.filter(pk=job.pk).update(max_price_per_hour=12.5, spread_group="svc", preemptible=True)
     job.tier.preemptible = False
     job.tier.save()
-    _, queues = whatif_replay.governance(world.org, whatif_replay.today_fleet(world.org).every_flavor)
-    [replayed] = whatif_replay.history(world.org, now - timedelta(days=1), now, queues).jobs
+    rules = whatif_replay.governance(world.org, whatif_replay.today_fleet(world.org).every_flavor)
+    [replayed] = whatif_replay.history(world.org, now - timedelta(days=1), now, rules.queues).jobs
     request = replayed.request
     assert request is not None
     assert request.id == str(job.pk)
