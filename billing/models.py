@@ -300,8 +300,18 @@ class WhatIf(models.Model):
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
     flavor = models.ForeignKey(AcceleratorType, on_delete=models.CASCADE, related_name="+")
+
+    class Kind(models.TextChoices):
+        NODES = "nodes", "Buy (or retire) nodes"
+        RESERVE = "reserve", "Reserve cloud nodes"
+
     #: Nodes to add (positive) or remove (negative).
     nodes = models.IntegerField()
+    #: How the nodes come and what they cost: bought, at the price book's rate of the cluster's nodes of the type
+    #: (on-prem: purchase written off, power and hosting), arriving ``lead_days`` into the window; or reserved
+    #: cloud capacity at the book's reserved rate, there from the start.
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.NODES)
+    lead_days = models.PositiveIntegerField(default=0)
     days = models.PositiveIntegerField(default=30)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
     #: 0 to 1, updated while it runs.

@@ -29,9 +29,17 @@ Decisions, each a choice a reader of the result should know:
   as they are help only as far as borrowing lets the queues reach them: what a purchase without a quota change
   would do. Member limits and hard budgets are not replayed yet. The fleet starts empty at the window's start
   (jobs submitted earlier are not replayed).
+- **Lead time**: bought nodes arrive ``lead_days`` into the window (out of service until then, as a node down
+  from the start); reserved ones are there from the start.
 - **Utilisation** is busy accelerator-seconds within the window over the fleet's accelerator-seconds in it
-  (of the whole fleet, and of the flavor changed); queue wait is what each job that finished waited in all
-  (including after preemptions). ``observed`` is what the same jobs waited in reality until first placed.
+  (of the whole fleet, and of the flavor changed; a node counts from its arrival); queue wait is what each job
+  that finished waited in all (including after preemptions). ``observed`` is what the same jobs waited in
+  reality until first placed.
+- **Cost** is each fleet's nodes at today's price book over the window, each from its arrival, to the cent in
+  the organization's currency: a node's rate is its cluster's for its type and capacity type (on-prem: the
+  purchase written off over its months, power and hosting; cloud: the hourly rate), so a bought node costs what
+  the cluster's nodes of its type cost, and a reserved one the book's reserved rate. ``priced`` sets the extra
+  cost beside the hours of waiting saved: what a saved hour of waiting costs.
 """
 
 from __future__ import annotations
@@ -39,9 +47,10 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
 import numpy as np
@@ -56,7 +65,7 @@ from scheduler.engine import model as m
 from scheduler.models import Attempt, Job
 from scheduler.placement import snapshot
 from scheduler.placement.jobs import REQUEST_COLUMNS, engine_job
-from scheduler.simulation.events import Outcome, SimJob, Simulation
+from scheduler.simulation.events import Outage, Outcome, SimJob, Simulation
 from scheduler.simulation.jobs import Quartermaster
 from scheduler.states import WAITING
 from tenancy.models import Organization
@@ -64,6 +73,7 @@ from tenancy.models import Organization
 CYCLE_SECONDS = 10.0  # the placement loop's beat (``placement-cycle``)
 LISTED = 50  # job ids listed under never_fits and stuck
 DAY = 86_400.0
+CENT = Decimal("0.01")
 
 
 # ---------------------------------------------------------------------------------------------- fleets
@@ -107,9 +117,12 @@ def change_errors(cluster: str, flavor: str, nodes: int, serving: int, present: 
     return {}
 
 
-def changed_fleet(fleet: Fleet, cluster: str, flavor: str, nodes: int) -> tuple[Fleet, dict[str, Any]]:
+def changed_fleet(
+    fleet: Fleet, cluster: str, flavor: str, nodes: int, rate: Decimal | None = None
+) -> tuple[Fleet, dict[str, Any]]:
     """``fleet`` with ``nodes`` nodes of ``flavor`` added to (removed from, when negative) ``cluster``, and what
-    changed. ``ValidationError`` names the field when the change is impossible on this fleet."""
+    changed; added nodes cost ``rate`` an accelerator-hour when given (reserved capacity), else what the template
+    costs. ``ValidationError`` names the field when the change is impossible on this fleet."""
     if not any(c.name == cluster for c in fleet.clusters):
         raise ValidationError({"cluster": f"Cluster {cluster} is disabled: it has no fleet to change."})
     mine = sorted((n for n in fleet.nodes if n.cluster == cluster and n.flavor == flavor), key=lambda n: n.name)
@@ -121,6 +134,8 @@ def changed_fleet(fleet: Fleet, cluster: str, flavor: str, nodes: int) -> tuple[
         kept = tuple(n for n in fleet.nodes if n.name not in gone)
         return replace(fleet, nodes=kept), {"removed": sorted(gone)}
     template = (mine or spare)[0]
+    if rate is not None:
+        template = replace(template, price_per_accel_hour=float(rate))
     taken = {n.name for n in (*fleet.nodes, *fleet.idle)}
     added: list[m.Node] = []
     k = 0
@@ -234,6 +249,7 @@ def replay(
     workload: Workload,
     rules: Rules,
     progress: Callable[[float], None] | None = None,
+    outages: Sequence[Outage] = (),
 ) -> tuple[Outcome, list[tuple[float, float, float, str, str]]]:
     """The workload through the production engine on ``fleet`` under ``rules``: what happened, and every run."""
     config = m.Config(max_admissions_per_cycle=settings.PLACEMENT_MAX_ADMISSIONS, usage_weight=rules.usage_weight)
@@ -249,6 +265,7 @@ def replay(
         cycle_seconds=CYCLE_SECONDS,
         progress=(lambda done: progress(done / total)) if progress else None,
         keep_runs=True,
+        outages=outages,
     )
     outcome = simulation.run()
     outcome.never_fits[:0] = workload.never_fits
@@ -267,18 +284,34 @@ def _waits(values: Sequence[float]) -> dict[str, float | None]:
     }
 
 
+def fleet_cost(fleet: Fleet, days: int, arriving: Mapping[str, float] | None = None) -> Decimal:
+    """What ``fleet`` costs over ``days`` days at its nodes' rates (the price book's, per accelerator-hour), each
+    node from when it arrives (``arriving``: seconds into the window; others from the start), to the cent."""
+    arriving = arriving or {}
+    total = Decimal(0)
+    for node in fleet.nodes:
+        hours = Decimal(str(max(0.0, days * DAY - arriving.get(node.name, 0.0)))) / 3600
+        total += Decimal(str(node.price_per_accel_hour)) * node.accel_count * hours
+    return total.quantize(CENT, rounding=ROUND_HALF_EVEN)
+
+
 def measures(
     outcome: Outcome,
     runs: Sequence[tuple[float, float, float, str, str]],
     fleet: Fleet,
     flavor: str,
     days: int,
+    arriving: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
-    """Queue wait and utilisation of one replay over a window of ``days`` days, and a series per day."""
+    """Queue wait, utilisation and cost of one replay over a window of ``days`` days, and a series per day.
+    Nodes in ``arriving`` (seconds into the window) count toward utilisation and cost from then."""
     span = days * DAY
+    arriving = arriving or {}
     accelerators = sum(n.accel_count for n in fleet.nodes)
     flavor_nodes = [n for n in fleet.nodes if n.flavor == flavor]
     flavor_accelerators = sum(n.accel_count for n in flavor_nodes)
+    present = sum(n.accel_count * (span - min(span, arriving.get(n.name, 0.0))) for n in fleet.nodes)
+    flavor_present = sum(n.accel_count * (span - min(span, arriving.get(n.name, 0.0))) for n in flavor_nodes)
     busy, flavor_busy = 0.0, 0.0
     busy_by_day = np.zeros(days)
     for start, end, gpus, _, run_flavor in runs:
@@ -302,8 +335,10 @@ def measures(
     return {
         "jobs": len(done),
         **_waits([r.waited for r in done]),
-        "utilisation": round(busy / (accelerators * span), 4) if accelerators else None,
-        "flavor_utilisation": round(flavor_busy / (flavor_accelerators * span), 4) if flavor_accelerators else None,
+        "wait_hours": round(sum(r.waited for r in done) / 3600, 2),
+        "cost": str(fleet_cost(fleet, days, arriving)),
+        "utilisation": round(busy / present, 4) if present else None,
+        "flavor_utilisation": round(flavor_busy / flavor_present, 4) if flavor_present else None,
         "nodes": len(fleet.nodes),
         "accelerators": accelerators,
         "flavor_nodes": len(flavor_nodes),
@@ -332,13 +367,28 @@ def what_if_result(
     days: int,
     now: datetime | None = None,
     progress: Callable[[float], None] | None = None,
+    *,
+    lead_days: int = 0,
+    rate: Decimal | None = None,
 ) -> dict[str, Any]:
-    """Replay the last ``days`` days on today's fleet and on the changed one: the result a ``WhatIf`` keeps."""
+    """Replay the last ``days`` days on today's fleet and on the changed one, and price both: the result a
+    ``WhatIf`` keeps. Added nodes arrive ``lead_days`` into the window (until then they are out of service and
+    cost nothing); ``rate`` prices them (reserved capacity), else they cost what the cluster's nodes of the type
+    do."""
     started = time.perf_counter()
     now = now or timezone.now()
     start = now - timedelta(days=days)
     today = today_fleet(organization)
-    changed, change = changed_fleet(today, cluster, flavor, nodes)
+    changed, change = changed_fleet(today, cluster, flavor, nodes, rate)
+    lead = lead_days * DAY
+    if lead >= days * DAY:  # they arrive after the window: the replay is of today's fleet
+        changed, lead = today, 0.0
+        change["arrives_s"] = lead_days * DAY
+    added = sorted({n.name for n in changed.nodes} - {n.name for n in today.nodes})
+    arriving = dict.fromkeys(added, lead) if lead else {}
+    outages = [Outage(name, 0.0, lead) for name in added] if lead else []
+    if lead:
+        change["arrives_s"] = lead
     rules = governance(organization, today.every_flavor)
     workload = history(organization, start, now, rules.queues)
     result: dict[str, Any] = {
@@ -352,13 +402,29 @@ def what_if_result(
         "observed": _waits(workload.observed_waits),
         "days": [(start + timedelta(days=d)).date().isoformat() for d in range(days)],
     }
-    for name, fleet, low in (("today", today, 0.0), ("changed", changed, 0.5)):
-        outcome, runs = replay(fleet, workload, rules, _half(progress, low))
-        result[name] = measures(outcome, runs, fleet, flavor, days)
+    for name, fleet, low, late, down in (("today", today, 0.0, {}, []), ("changed", changed, 0.5, arriving, outages)):
+        outcome, runs = replay(fleet, workload, rules, _half(progress, low), down)
+        result[name] = measures(outcome, runs, fleet, flavor, days, late)
         if progress:
             progress(low + 0.5)
+    result["priced"] = priced(result["today"], result["changed"], organization.currency)
     result["seconds"] = round(time.perf_counter() - started, 2)
     return result
+
+
+def priced(today: Mapping[str, Any], changed: Mapping[str, Any], currency: str) -> dict[str, Any]:
+    """The change's price against what it does for waiting: what it costs over the window beyond today's fleet
+    (negative: a saving), the hours of waiting it saves (all finished jobs' waits), and what each saved hour
+    costs (None when it saves none)."""
+    extra = Decimal(changed["cost"]) - Decimal(today["cost"])
+    saved = round(float(today["wait_hours"]) - float(changed["wait_hours"]), 2)
+    per_hour = (extra / Decimal(str(saved))).quantize(CENT, rounding=ROUND_HALF_EVEN) if saved > 0 else None
+    return {
+        "currency": currency,
+        "extra_cost": str(extra),
+        "wait_hours_saved": saved,
+        "cost_per_wait_hour_saved": None if per_hour is None else str(per_hour),
+    }
 
 
 def _half(progress: Callable[[float], None] | None, low: float) -> Callable[[float], None] | None:

@@ -16,6 +16,7 @@ import logging
 import math
 import time
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -25,8 +26,10 @@ from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
+from billing.actions.prices import RateBook
 from billing.models import WhatIf
 from billing.whatif_replay import change_errors, in_service, what_if_result
+from clusters.capacity import CapacityType
 from clusters.models import AcceleratorType, Cluster, Node
 from common import enqueue, params
 from tenancy import policy
@@ -36,13 +39,14 @@ from tenancy.models import Organization
 log = logging.getLogger(__name__)
 
 DEFAULT_DAYS, MIN_DAYS, MAX_DAYS = 30, 1, 90
+MAX_LEAD_DAYS = MAX_DAYS  # a lead time past the window: the nodes never arrive in it
 MAX_NODES = 10_000  # nodes added or removed at once
 CLAIM_SECONDS = 300  # a run's hold on its row, renewed by every progress write
 PROGRESS_SECONDS = 0.5  # at most two progress writes a second
 #: A what-if still not done this long after it was asked for is given up (a run that kills its worker).
 GIVE_UP_AFTER = timedelta(hours=24)
 RESEND_AFTER = timedelta(minutes=10)  # a queued what-if's task is sent again at most this often
-FIELDS = ("cluster", "flavor", "nodes", "days")
+FIELDS = ("cluster", "flavor", "nodes", "days", "kind", "lead_days")
 REFUSED = "Capacity what-ifs are for the organization's finance staff, procurement and admins."
 
 
@@ -89,10 +93,22 @@ def _find(rows: QuerySet[Any], ref: Any, by: str) -> Any:
     return None
 
 
-def check(organization: Organization, cluster: Any, flavor: Any, nodes: Any, days: Any) -> dict[str, Any]:
+def check(
+    organization: Organization,
+    cluster: Any,
+    flavor: Any,
+    nodes: Any,
+    days: Any,
+    kind: Any = WhatIf.Kind.NODES,
+    lead_days: Any = 0,
+) -> dict[str, Any]:
     """The request's values resolved in ``organization`` (cluster by id or slug, flavor by id or name);
     ``ValidationError`` names every bad field."""
     errors: dict[str, str] = {}
+    kind = kind or WhatIf.Kind.NODES
+    if kind not in WhatIf.Kind.values:
+        errors["kind"] = f"{kind!r} is not one of {', '.join(WhatIf.Kind.values)}."
+    lead = _integer(0 if lead_days in (None, "") else lead_days, "lead_days", 0, MAX_LEAD_DAYS, errors)
     found_cluster = _find(Cluster.objects.filter(organization=organization), cluster, "slug")
     if cluster in (None, ""):
         errors["cluster"] = "Required."
@@ -109,6 +125,17 @@ def check(organization: Organization, cluster: Any, flavor: Any, nodes: Any, day
     if count == 0:
         errors["nodes"] = "Add (a positive number) or remove (a negative one) at least one node."
     span = _integer(DEFAULT_DAYS if days is None else days, "days", MIN_DAYS, MAX_DAYS, errors)
+    if kind == WhatIf.Kind.RESERVE and not errors:
+        if count is not None and count < 0:
+            errors["nodes"] = "Reserve a positive number of nodes."
+        if lead:
+            errors["lead_days"] = "Reserved capacity is there from the start: only bought nodes have a lead time."
+        if reserved_rate(organization, found_cluster, found_flavor) is None:
+            errors["kind"] = (
+                f"The price book has no reserved rate for {found_flavor.name} in {found_cluster.slug}: add one first."
+            )
+    if count is not None and count < 0 and lead:
+        errors["lead_days"] = "Nodes taken away go at once: a lead time is for nodes bought."
     if not errors:
         present = Node.objects.filter(cluster=found_cluster, accelerator=found_flavor, present=True)
         assert count is not None
@@ -116,7 +143,20 @@ def check(organization: Organization, cluster: Any, flavor: Any, nodes: Any, day
         errors.update(change_errors(found_cluster.slug, found_flavor.name, count, serving, present.count()))
     if errors:
         raise ValidationError(errors)
-    return {"cluster": found_cluster, "flavor": found_flavor, "nodes": count, "days": span}
+    return {
+        "cluster": found_cluster,
+        "flavor": found_flavor,
+        "nodes": count,
+        "days": span,
+        "kind": kind,
+        "lead_days": lead,
+    }
+
+
+def reserved_rate(organization: Organization, cluster: Cluster, flavor: AcceleratorType) -> Decimal | None:
+    """The price book's reserved rate of an accelerator-hour of ``flavor`` in ``cluster`` today, if any."""
+    book = RateBook.of(organization)
+    return book.rate((cluster.pk, flavor.pk, CapacityType.RESERVED), timezone.now().date())
 
 
 def default_organization(user: User, organization: Organization | None) -> Organization:
@@ -139,13 +179,15 @@ def submit_what_if(
     flavor: Any = None,
     nodes: Any = None,
     days: Any = DEFAULT_DAYS,
+    kind: Any = WhatIf.Kind.NODES,
+    lead_days: Any = 0,
     http: HttpRequest | None = None,
 ) -> WhatIf:
     """Ask for a what-if (finance and admins of the organization: 403 otherwise, before the values are
     judged); ``ValidationError`` names every bad field and nothing is written. The run is queued at the commit."""
     organization = default_organization(actor, organization)
     policy.require(actor, "whatif.run", organization)
-    values = check(organization, cluster, flavor, nodes, days)
+    values = check(organization, cluster, flavor, nodes, days, kind, lead_days)
     with transaction.atomic():
         what_if = WhatIf.objects.create(
             organization=organization, requested_by=actor, created_at=timezone.now(), **values
@@ -160,6 +202,8 @@ def submit_what_if(
                 "flavor": values["flavor"].name,
                 "nodes": values["nodes"],
                 "days": values["days"],
+                "kind": values["kind"],
+                "lead_days": values["lead_days"],
             },
             request=http,
         )
@@ -217,6 +261,11 @@ def run(what_if_id: int) -> str:
     what_if = WhatIf.objects.select_related("organization", "cluster", "flavor").get(pk=what_if_id)
     progress = Progress(held)
     try:
+        rate = None
+        if what_if.kind == WhatIf.Kind.RESERVE:
+            rate = reserved_rate(what_if.organization, what_if.cluster, what_if.flavor)
+            if rate is None:
+                raise ValidationError({"kind": "The price book no longer has a reserved rate for this type here."})
         result = what_if_result(
             what_if.organization,
             what_if.cluster.slug,
@@ -224,6 +273,8 @@ def run(what_if_id: int) -> str:
             what_if.nodes,
             what_if.days,
             progress=progress,
+            lead_days=what_if.lead_days,
+            rate=rate,
         )
     except ClaimLost:
         return "lost"

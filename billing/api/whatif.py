@@ -1,10 +1,11 @@
 """The capacity what-ifs API, under ``/api/v1/``: ``what-ifs/`` lists an organization's what-ifs and asks for a
 new one; ``what-ifs/<id>/`` is one of them with its status, progress and, once done, its result.
 
-Finance and admins only (``WhatIf``'s tenancy): anyone else lists nothing and gets 404 for a what-if, and 403 on
-POST, asked before the body is judged. A POST answers 201 with the queued row; the replay runs in a Celery task
-(``billing.tasks.run_what_if``), so poll the row until its status is ``done`` or ``failed``. Bad values answer
-400 naming each field (``billing.actions.whatif.check``), unknown fields too, and nothing is written.
+Finance, procurement and admins only (``WhatIf``'s tenancy): anyone else lists nothing and gets 404 for a
+what-if, and 403 on POST, asked before the body is judged. A POST answers 201 with the queued row; the replay
+runs in a Celery task (``billing.tasks.run_what_if``), so poll the row until its status is ``done`` or
+``failed``. Bad values answer 400 naming each field (``billing.actions.whatif.check``), unknown fields too, and
+nothing is written.
 """
 
 from __future__ import annotations
@@ -42,13 +43,21 @@ class WhatIfSerializer(serializers.ModelSerializer[WhatIf]):
         choices=WhatIf.Status.choices, read_only=True, help_text="queued, running, done, or failed (see `error`)."
     )
     nodes = serializers.IntegerField(read_only=True, help_text="Nodes added (positive) or removed (negative).")
+    kind = serializers.ChoiceField(
+        choices=WhatIf.Kind.choices,
+        read_only=True,
+        help_text="nodes: bought (or retired) at the cluster's rate for the type; reserve: at the reserved rate.",
+    )
+    lead_days = serializers.IntegerField(read_only=True, help_text="Days into the window bought nodes arrive.")
     progress = serializers.FloatField(read_only=True, help_text="0 to 1 while it runs; 1 once done.")
     result = serializers.JSONField(
         read_only=True,
         help_text=(
-            "Once done: `today` and `changed` (jobs, mean/p50/p95/max queue wait in seconds, utilisation of the "
-            "fleet and of the flavor, accelerators, never_fits, stuck, and `by_day` series), `observed` (what the "
-            "jobs waited in reality), `window`, `change`, `workload`, `days`."
+            "Once done: `today` and `changed` (jobs, mean/p50/p95/max queue wait in seconds, `wait_hours` of all "
+            "finished jobs, `cost` over the window in the organization's currency, utilisation of the fleet and of "
+            "the flavor, accelerators, never_fits, stuck, and `by_day` series), `priced` (`currency`, `extra_cost`, "
+            "`wait_hours_saved`, `cost_per_wait_hour_saved`), `observed` (what the jobs waited in reality), "
+            "`window`, `change`, `workload`, `days`."
         ),
     )
 
@@ -60,6 +69,8 @@ class WhatIfSerializer(serializers.ModelSerializer[WhatIf]):
             "cluster",
             "flavor",
             "nodes",
+            "kind",
+            "lead_days",
             "days",
             "status",
             "progress",
@@ -101,6 +112,8 @@ class WhatIfCreateSerializer(StrictSerializer):
     flavor = _Ref(required=False, help_text="The accelerator type's name or id (the cluster must have such nodes).")
     nodes = _Integer(required=False, help_text="Nodes to add (positive) or remove (negative); not 0.")
     days = _Integer(required=False, help_text=f"Days of history to replay, {whatif.MIN_DAYS} to {whatif.MAX_DAYS}.")
+    kind = _Ref(required=False, help_text="nodes (default: bought or retired) or reserve (reserved cloud capacity).")
+    lead_days = _Integer(required=False, help_text="Bought nodes: days into the window until they arrive (default 0).")
 
 
 # Here rather than in filters.py (the one module mypy lets subclass django-filter's untyped FilterSet), beside
@@ -140,9 +153,10 @@ class WhatIfViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMi
         request=WhatIfCreateSerializer,
         responses={201: WhatIfSerializer, 400: ERROR, 403: ERROR, 404: ERROR},
         description=(
-            "Ask for a capacity what-if (finance and admins): the last `days` days of the organization's jobs "
-            "replayed on today's fleet and on one with `nodes` more (fewer) nodes of `flavor` in `cluster`. "
-            "Answers the queued row; it runs in the background: follow `status` and `progress`."
+            "Ask for a capacity what-if (finance, procurement and admins): the last `days` days of the "
+            "organization's jobs replayed on today's fleet and on one with `nodes` more (fewer) nodes of `flavor` in "
+            "`cluster`, bought (arriving `lead_days` in) or reserved, both priced from the price book. Answers the "
+            "queued row; it runs in the background: follow `status` and `progress`."
         ),
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:

@@ -10,6 +10,7 @@ may, and names each bad field: 400, nothing written); the numbers are the stored
 
 from __future__ import annotations
 
+from decimal import Decimal
 from http import HTTPStatus
 from typing import Any
 
@@ -51,6 +52,22 @@ class WhatIfForm(forms.Form):
     flavor = _Choice(queryset=AcceleratorType.objects.none(), label="Accelerator type", empty_label="Choose a type")
     nodes = forms.IntegerField(
         min_value=-whatif.MAX_NODES, max_value=whatif.MAX_NODES, help_text="Positive adds nodes, negative removes."
+    )
+    kind = forms.ChoiceField(
+        choices=WhatIf.Kind.choices,
+        initial=WhatIf.Kind.NODES,
+        required=False,
+        label="How they come",
+        help_text="Bought nodes cost what the cluster's nodes of the type cost in the price book; reserved ones its "
+        "reserved rate.",
+    )
+    lead_days = forms.IntegerField(
+        min_value=0,
+        max_value=whatif.MAX_LEAD_DAYS,
+        initial=0,
+        required=False,
+        label="Lead time, days",
+        help_text="Bought nodes arrive this many days into the replayed window.",
     )
     days = forms.IntegerField(
         min_value=whatif.MIN_DAYS,
@@ -105,6 +122,8 @@ def what_if_list(request: AuthenticatedHttpRequest) -> HttpResponse:
                     flavor=data["flavor"],
                     nodes=data["nodes"],
                     days=data["days"],
+                    kind=data["kind"] or WhatIf.Kind.NODES,
+                    lead_days=data["lead_days"] or 0,
                     http=request,
                 )
             except ValidationError as exc:
@@ -159,8 +178,13 @@ def _percent(value: float | None) -> str:
 
 
 def _difference(today: Any, changed: Any, kind: str) -> str:
+    if kind == "money" and today is not None and changed is not None:
+        money = Decimal(changed) - Decimal(today)
+        return f"{money:+,.2f}" if money else "no change"
     if not isinstance(today, int | float) or not isinstance(changed, int | float):
         return ""
+    if kind == "hours":
+        return f"{changed - today:+,.1f} h" if changed != today else "no change"
     delta = changed - today
     if kind == "wait":
         return "no change" if abs(delta) < 0.5 else ("-" if delta < 0 else "+") + duration(abs(delta))
@@ -171,6 +195,8 @@ def _difference(today: Any, changed: Any, kind: str) -> str:
 
 #: The comparison table's rows: (label, result key, kind).
 ROWS = (
+    ("Cost over the window", "cost", "money"),
+    ("Hours of waiting, all jobs", "wait_hours", "hours"),
     ("Jobs finished", "jobs", "count"),
     ("Mean queue wait", "mean_wait_s", "wait"),
     ("Median queue wait", "p50_wait_s", "wait"),
@@ -188,6 +214,10 @@ ROWS = (
 
 
 def _cell(value: Any, kind: str) -> str:
+    if kind == "money":
+        return "—" if value is None else f"{Decimal(value):,.2f}"
+    if kind == "hours":
+        return "—" if value is None else f"{value:,.1f} h"
     if kind == "wait":
         return duration(value)
     if kind == "percent":
@@ -279,9 +309,32 @@ def daily_chart(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def change_of(what_if: WhatIf) -> str:
-    """The change in words: "+4 H100-SXM-80GB nodes in On-prem H100"."""
+    """The change in words: "+4 H100-SXM-80GB nodes in On-prem H100", "bought, arriving after 30 days",
+    "reserved"."""
     plural = "s" if abs(what_if.nodes) != 1 else ""
-    return f"{what_if.nodes:+d} {what_if.flavor.name} node{plural} in {what_if.cluster.name}"
+    words = f"{what_if.nodes:+d} {what_if.flavor.name} node{plural} in {what_if.cluster.name}"
+    if what_if.kind == WhatIf.Kind.RESERVE:
+        return f"{words}, reserved"
+    if what_if.lead_days:
+        return f"{words}, bought, arriving after {what_if.lead_days} day{'s' if what_if.lead_days != 1 else ''}"
+    return words
+
+
+def price_words(result: dict[str, Any]) -> str:
+    """The change's price against the waiting it saves, in a sentence."""
+    priced = result.get("priced")
+    if not priced:
+        return ""
+    currency, extra = priced["currency"], Decimal(priced["extra_cost"])
+    cost = f"costs {extra:,.2f} {currency} more" if extra >= 0 else f"saves {-extra:,.2f} {currency}"
+    saved = priced["wait_hours_saved"]
+    if priced["cost_per_wait_hour_saved"] is None:
+        return f"Over the window the change {cost} and saves no waiting ({saved:+,.1f} hours)."
+    per_hour = Decimal(priced["cost_per_wait_hour_saved"])
+    return (
+        f"Over the window the change {cost} and saves {saved:,.1f} hours of waiting: {per_hour:,.2f} {currency} "
+        "for each hour of waiting saved."
+    )
 
 
 def _unplaced(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -326,6 +379,7 @@ def status_context(what_if: WhatIf) -> dict[str, Any]:
         "chart": chart(result) if done else None,
         "daily": daily_chart(result) if done else None,
         "observed": {k: duration(v) for k, v in observed.items()},
+        "price_words": price_words(result) if done else "",
         "result": result,
         "figure_id": f"what-if-{what_if.pk}-chart",
         "daily_id": f"what-if-{what_if.pk}-daily",

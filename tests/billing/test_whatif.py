@@ -5,6 +5,7 @@ asking for one (``whatif.submit_what_if``: who may, each bad field named), and r
 from __future__ import annotations
 
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -12,8 +13,9 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
 
 from billing import tasks, whatif_replay
-from billing.actions import whatif
-from billing.models import WhatIf
+from billing.actions import prices, whatif
+from billing.models import Price, WhatIf
+from clusters.capacity import CapacityType, capacity_type
 from clusters.models import Cluster, Node
 from governance.actions import quotas
 from governance.models import FairShare, Queue
@@ -74,6 +76,71 @@ def test_quotas_are_replayed_so_nodes_beyond_a_queues_quota_do_not_shorten_its_w
     assert today["mean_wait_s"] > 3600
     assert changed["mean_wait_s"] == today["mean_wait_s"]
     assert changed["utilisation"] < today["utilisation"]
+
+
+def _price(world: World, cluster: Cluster, flavor: Any, rate: str, capacity: str | None = None) -> None:
+    """A rate in the price book for ``flavor`` in ``cluster``: of the cluster's own capacity type, or ``capacity``."""
+    asked = {
+        "cluster": cluster.pk,
+        "flavor": flavor.pk,
+        "capacity_type": capacity or capacity_type({}, cluster.kind, cluster.options or {}),
+        "hourly_rate": rate,
+        "effective_from": "2000-01-01",
+    }
+    Price.objects.create(organization=world.org, updated_at=timezone.now(), **prices.clean_price(world.org, asked))
+
+
+def test_a_what_if_prices_both_fleets_and_each_hour_of_waiting_saved(world: World) -> None:
+    cluster, flavor = h.cluster(world.org, nodes=2)
+    _price(world, cluster, flavor, "2.5000")
+    h.crowded(world.teams["vision"], world.users["alice"], cluster)
+    result = whatif_replay.what_if_result(world.org, "gpu", h.H100, 2, days=3)
+    today, changed, priced = result["today"], result["changed"], result["priced"]
+    # 16 (then 32) accelerators at 2.50 an hour for three days.
+    assert today["cost"] == "2880.00"
+    assert changed["cost"] == "5760.00"
+    assert priced["currency"] == "USD"
+    assert priced["extra_cost"] == "2880.00"
+    saved = today["wait_hours"] - changed["wait_hours"]
+    assert priced["wait_hours_saved"] == pytest.approx(saved, abs=0.01)
+    assert saved > 0
+    assert Decimal(priced["cost_per_wait_hour_saved"]) == (Decimal("2880") / Decimal(str(round(saved, 2)))).quantize(
+        Decimal("0.01")
+    )
+
+
+def test_bought_nodes_arrive_after_the_lead_time_and_cost_from_then(world: World) -> None:
+    cluster, flavor = h.cluster(world.org, nodes=2)
+    _price(world, cluster, flavor, "2.5000")
+    h.crowded(world.teams["vision"], world.users["alice"], cluster)
+    now = timezone.now()
+    at_once = whatif_replay.what_if_result(world.org, "gpu", h.H100, 2, days=3, now=now)
+    later = whatif_replay.what_if_result(world.org, "gpu", h.H100, 2, days=3, now=now, lead_days=2)
+    assert later["changed"]["cost"] == "3840.00"  # the two new nodes for the last of the three days
+    assert later["change"]["arrives_s"] == 2 * 86400
+    assert at_once["changed"]["mean_wait_s"] < later["changed"]["mean_wait_s"] <= later["today"]["mean_wait_s"]
+    never = whatif_replay.what_if_result(world.org, "gpu", h.H100, 2, days=3, now=now, lead_days=3)
+    assert never["change"]["arrives_s"] == 3 * 86400
+    assert never["changed"]["cost"] == never["today"]["cost"]  # they arrive after the window: nothing changes
+    assert never["changed"]["mean_wait_s"] == never["today"]["mean_wait_s"]
+    assert never["priced"]["cost_per_wait_hour_saved"] is None
+
+
+def test_reserved_nodes_cost_the_reserved_rate(world: World) -> None:
+    cluster, flavor = h.cluster(world.org, nodes=2)
+    _price(world, cluster, flavor, "2.5000")
+    with pytest.raises(ValidationError, match="no reserved rate"):
+        whatif.submit_what_if(world.users["paula"], world.org, cluster="gpu", flavor=h.H100, nodes=2, kind="reserve")
+    _price(world, cluster, flavor, "1.2500", capacity=CapacityType.RESERVED)
+    h.crowded(world.teams["vision"], world.users["alice"], cluster, jobs=6)
+    asked = whatif.submit_what_if(
+        world.users["paula"], world.org, cluster="gpu", flavor=h.H100, nodes=2, kind="reserve"
+    )
+    assert whatif.run(asked.pk) == "done"
+    asked.refresh_from_db()
+    # Today's 16 at 2.50 and 16 reserved at 1.25, for 30 days.
+    assert asked.result["today"]["cost"] == "28800.00"
+    assert asked.result["changed"]["cost"] == "43200.00"
 
 
 def test_removing_nodes_below_what_a_job_needs_shows_it_never_fits(world: World) -> None:
@@ -226,7 +293,13 @@ def test_only_finance_and_admins_of_the_organization_ask(world: World, user: str
     ("values", "fields"),
     [
         ({"cluster": None, "flavor": None, "nodes": None, "days": None}, {"cluster", "flavor", "nodes"}),
-        ({"cluster": "nowhere", "flavor": "TPU-v9", "nodes": "many", "days": "long"}, set(whatif.FIELDS)),
+        (
+            {"cluster": "nowhere", "flavor": "TPU-v9", "nodes": "many", "days": "long"},
+            {"cluster", "flavor", "nodes", "days"},
+        ),
+        ({"kind": "lease", "lead_days": -1}, {"kind", "lead_days"}),
+        ({"kind": "reserve"}, {"kind"}),  # the price book has no reserved rate for the type in the cluster
+        ({"nodes": -1, "lead_days": 30}, {"lead_days"}),
         ({"nodes": 0}, {"nodes"}),
         ({"nodes": -3}, {"nodes"}),  # the cluster has two
         ({"nodes": True}, {"nodes"}),
@@ -272,7 +345,7 @@ def test_asking_stores_audits_and_runs_it_after_the_commit(
     entry = AuditLog.objects.get(action="what_if.requested")
     assert entry.actor == world.users["fiona"]
     assert entry.organization == world.org
-    assert entry.changes == {"cluster": "gpu", "flavor": h.H100, "nodes": 2, "days": 2}
+    assert entry.changes == {"cluster": "gpu", "flavor": h.H100, "nodes": 2, "days": 2, "kind": "nodes", "lead_days": 0}
 
 
 # ------------------------------------------------------------------------------------------- running one
