@@ -26,7 +26,7 @@ from django.core.validators import MinValueValidator
 from django.db import models
 
 from clusters.capacity import CapacityType
-from clusters.models import AcceleratorType, Cluster, Node
+from clusters.models import AcceleratorType, Cluster, ElasticPool, Node
 from scheduler.models import Attempt, Job
 from tenancy.models import Organization, Project, Team
 from tenancy.scoping import WORK_ROLES, Action, Role, TenancyRules, TenantManager
@@ -285,6 +285,28 @@ class MeterState(models.Model):
         return f"meter of {self.organization}"
 
 
+class WhatIfStudy(models.Model):
+    """Several what-ifs over one window compared side by side (a sweep): each scenario and seed is a ``WhatIf`` of
+    its own, run by its own task, so that workers run them at once (``billing/actions/whatif.py``)."""
+
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="what_if_studies")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    name = models.CharField(max_length=120)
+    days = models.PositiveIntegerField(default=30)
+    #: Each scenario is replayed on the history as it was (seed 0) and on ``seeds - 1`` resamplings of its days.
+    seeds = models.PositiveSmallIntegerField(default=1)
+    created_at = models.DateTimeField()
+
+    objects = TenantManager()
+    Tenancy = PlanningTenancy
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class WhatIf(models.Model):
     """A capacity what-if for procurement: the last ``days`` days of the organization's job history replayed
     through the simulator on today's fleet and on the fleet with ``nodes`` more (or fewer, when negative)
@@ -304,6 +326,7 @@ class WhatIf(models.Model):
     class Kind(models.TextChoices):
         NODES = "nodes", "Buy (or retire) nodes"
         RESERVE = "reserve", "Reserve cloud nodes"
+        BURST = "burst", "Burst into an elastic pool"
 
     #: Nodes to add (positive) or remove (negative).
     nodes = models.IntegerField()
@@ -312,6 +335,13 @@ class WhatIf(models.Model):
     #: cloud capacity at the book's reserved rate, there from the start.
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.NODES)
     lead_days = models.PositiveIntegerField(default=0)
+    #: Burst: the elastic pool the replay may ask for nodes, up to ``nodes`` of them (its maximum at most).
+    pool = models.ForeignKey(ElasticPool, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    #: A study's scenario (its place in the study) and seed: 0 replays the history as it was, another resamples
+    #: its days with that seed.
+    study = models.ForeignKey(WhatIfStudy, on_delete=models.CASCADE, null=True, blank=True, related_name="what_ifs")
+    position = models.PositiveSmallIntegerField(default=0)
+    seed = models.PositiveSmallIntegerField(default=0)
     days = models.PositiveIntegerField(default=30)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
     #: 0 to 1, updated while it runs.

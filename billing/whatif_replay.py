@@ -45,6 +45,7 @@ Decisions, each a choice a reader of the result should know:
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -67,6 +68,7 @@ from scheduler.placement import snapshot
 from scheduler.placement.jobs import REQUEST_COLUMNS, engine_job
 from scheduler.simulation.events import Outage, Outcome, SimJob, Simulation
 from scheduler.simulation.jobs import Quartermaster
+from scheduler.simulation.pools import Pool
 from scheduler.states import WAITING
 from tenancy.models import Organization
 
@@ -233,6 +235,28 @@ class Rules:
     usage_weight: float = 1.0
 
 
+def resample(workload: Workload, days: int, seed: int) -> Workload:
+    """The workload with its days drawn again (seed 0: as it was): day ``d`` of the window replays the jobs of a
+    day drawn at random with replacement, at their times of day, so that a scenario's figures can be seen to
+    hold on histories like the one that was and not only on its particular days. Copies of a job are told apart
+    by ``.<day>`` after its id."""
+    if seed == 0:
+        return workload
+    rng = random.Random(seed)  # noqa: S311 - a resampling, not a secret
+    by_day: dict[int, list[SimJob]] = defaultdict(list)
+    for job in workload.jobs:
+        by_day[min(days - 1, int(job.submitted // DAY))].append(job)
+    drawn: list[SimJob] = []
+    for day in range(days):
+        source = rng.randrange(days)
+        for job in by_day[source]:
+            name = f"{job.id}.{day}"
+            request = replace(job.request, id=name) if job.request is not None else None
+            drawn.append(replace(job, id=name, submitted=job.submitted + (day - source) * DAY, request=request))
+    drawn.sort(key=lambda j: (j.submitted, j.id))
+    return replace(workload, jobs=drawn)
+
+
 def governance(organization: Organization, every_flavor: tuple[str, ...]) -> Rules:
     """The organization's rules as the placement loop reads them (``snapshot.governance``; capacity requests
     approved for a while are left out: they end)."""
@@ -250,6 +274,7 @@ def replay(
     rules: Rules,
     progress: Callable[[float], None] | None = None,
     outages: Sequence[Outage] = (),
+    pools: Sequence[Pool] = (),
 ) -> tuple[Outcome, list[tuple[float, float, float, str, str]]]:
     """The workload through the production engine on ``fleet`` under ``rules``: what happened, and every run."""
     config = m.Config(max_admissions_per_cycle=settings.PLACEMENT_MAX_ADMISSIONS, usage_weight=rules.usage_weight)
@@ -266,6 +291,7 @@ def replay(
         progress=(lambda done: progress(done / total)) if progress else None,
         keep_runs=True,
         outages=outages,
+        pools=pools,
     )
     outcome = simulation.run()
     outcome.never_fits[:0] = workload.never_fits
@@ -282,6 +308,11 @@ def _waits(values: Sequence[float]) -> dict[str, float | None]:
         "p95_wait_s": round(float(np.percentile(waits, 95)), 1),
         "max_wait_s": round(float(waits.max()), 1),
     }
+
+
+def _job_id(name: str) -> int:
+    """The portal's id of a replayed job (a resampled copy's, of its original)."""
+    return int(str(name).split(".", 1)[0])
 
 
 def fleet_cost(fleet: Fleet, days: int, arriving: Mapping[str, float] | None = None) -> Decimal:
@@ -332,11 +363,13 @@ def measures(
     for r in done:
         waits_by_day[min(days - 1, max(0, int(r.job.submitted // DAY)))].append(r.waited)
     figures = outcome.figures()
+    burst = Decimal(str(figures.get("elastic_cost", 0))).quantize(CENT, rounding=ROUND_HALF_EVEN)
     return {
         "jobs": len(done),
         **_waits([r.waited for r in done]),
         "wait_hours": round(sum(r.waited for r in done) / 3600, 2),
-        "cost": str(fleet_cost(fleet, days, arriving)),
+        "cost": str(fleet_cost(fleet, days, arriving) + burst),
+        "burst_cost": str(burst),
         "utilisation": round(busy / present, 4) if present else None,
         "flavor_utilisation": round(flavor_busy / flavor_present, 4) if flavor_present else None,
         "nodes": len(fleet.nodes),
@@ -347,9 +380,9 @@ def measures(
         "cycles": outcome.cycles,
         "makespan_s": figures.get("makespan_s"),
         "never_fits": len(outcome.never_fits),
-        "never_fits_jobs": [int(i) for i in outcome.never_fits[:LISTED]],
+        "never_fits_jobs": [_job_id(i) for i in outcome.never_fits[:LISTED]],
         "stuck": len(outcome.stuck),
-        "stuck_jobs": [int(i) for i in outcome.stuck[:LISTED]],
+        "stuck_jobs": [_job_id(i) for i in outcome.stuck[:LISTED]],
         "by_day": {
             "mean_wait_s": [
                 round(float(np.mean(waits_by_day[d])), 1) if waits_by_day.get(d) else None for d in range(days)
@@ -370,6 +403,8 @@ def what_if_result(
     *,
     lead_days: int = 0,
     rate: Decimal | None = None,
+    pool: Pool | None = None,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Replay the last ``days`` days on today's fleet and on the changed one, and price both: the result a
     ``WhatIf`` keeps. Added nodes arrive ``lead_days`` into the window (until then they are out of service and
@@ -379,7 +414,10 @@ def what_if_result(
     now = now or timezone.now()
     start = now - timedelta(days=days)
     today = today_fleet(organization)
-    changed, change = changed_fleet(today, cluster, flavor, nodes, rate)
+    if pool is not None:  # bursting: today's fleet, and the pool's nodes when the loop asks for them
+        changed, change = today, {"pool": pool.name, "max_nodes": pool.max_nodes, "spot": pool.spot}
+    else:
+        changed, change = changed_fleet(today, cluster, flavor, nodes, rate)
     lead = lead_days * DAY
     if lead >= days * DAY:  # they arrive after the window: the replay is of today's fleet
         changed, lead = today, 0.0
@@ -390,7 +428,7 @@ def what_if_result(
     if lead:
         change["arrives_s"] = lead
     rules = governance(organization, today.every_flavor)
-    workload = history(organization, start, now, rules.queues)
+    workload = resample(history(organization, start, now, rules.queues), days, seed)
     result: dict[str, Any] = {
         "window": {"start": start.isoformat(), "end": now.isoformat(), "days": days},
         "change": {"cluster": cluster, "flavor": flavor, "nodes": nodes, **change},
@@ -400,10 +438,16 @@ def what_if_result(
             "at_time_limit": workload.at_limit,
         },
         "observed": _waits(workload.observed_waits),
+        "seed": seed,
         "days": [(start + timedelta(days=d)).date().isoformat() for d in range(days)],
     }
-    for name, fleet, low, late, down in (("today", today, 0.0, {}, []), ("changed", changed, 0.5, arriving, outages)):
-        outcome, runs = replay(fleet, workload, rules, _half(progress, low), down)
+    bursting: tuple[Pool, ...] = (pool,) if pool is not None else ()
+    sides: tuple[tuple[str, Fleet, float, Mapping[str, float], Sequence[Outage], tuple[Pool, ...]], ...] = (
+        ("today", today, 0.0, {}, [], ()),
+        ("changed", changed, 0.5, arriving, outages, bursting),
+    )
+    for name, fleet, low, late, down, pools in sides:
+        outcome, runs = replay(fleet, workload, rules, _half(progress, low), down, pools)
         result[name] = measures(outcome, runs, fleet, flavor, days, late)
         if progress:
             progress(low + 0.5)

@@ -27,11 +27,12 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from billing.actions.prices import RateBook
-from billing.models import WhatIf
+from billing.models import WhatIf, WhatIfStudy
 from billing.whatif_replay import change_errors, in_service, what_if_result
 from clusters.capacity import CapacityType
-from clusters.models import AcceleratorType, Cluster, Node
+from clusters.models import AcceleratorType, Cluster, ElasticPool, Node
 from common import enqueue, params
+from scheduler.simulation.pools import Pool
 from tenancy import policy
 from tenancy.actions import audit
 from tenancy.models import Organization
@@ -46,7 +47,10 @@ PROGRESS_SECONDS = 0.5  # at most two progress writes a second
 #: A what-if still not done this long after it was asked for is given up (a run that kills its worker).
 GIVE_UP_AFTER = timedelta(hours=24)
 RESEND_AFTER = timedelta(minutes=10)  # a queued what-if's task is sent again at most this often
-FIELDS = ("cluster", "flavor", "nodes", "days", "kind", "lead_days")
+FIELDS = ("cluster", "flavor", "nodes", "days", "kind", "lead_days", "pool")
+#: How often a spot pool's node is taken back, per node and day, in a burst's replay: an assumption (clouds do not
+#: say), stated on the result.
+SPOT_RECLAIMS_PER_DAY = 1.0
 REFUSED = "Capacity what-ifs are for the organization's finance staff, procurement and admins."
 
 
@@ -101,14 +105,19 @@ def check(
     days: Any,
     kind: Any = WhatIf.Kind.NODES,
     lead_days: Any = 0,
+    pool: Any = None,
 ) -> dict[str, Any]:
-    """The request's values resolved in ``organization`` (cluster by id or slug, flavor by id or name);
-    ``ValidationError`` names every bad field."""
+    """The request's values resolved in ``organization`` (cluster by id or slug, flavor by id or name, an elastic
+    pool by id or name); ``ValidationError`` names every bad field."""
     errors: dict[str, str] = {}
     kind = kind or WhatIf.Kind.NODES
     if kind not in WhatIf.Kind.values:
         errors["kind"] = f"{kind!r} is not one of {', '.join(WhatIf.Kind.values)}."
     lead = _integer(0 if lead_days in (None, "") else lead_days, "lead_days", 0, MAX_LEAD_DAYS, errors)
+    if kind == WhatIf.Kind.BURST:
+        return _check_burst(organization, pool, nodes, days, lead, errors)
+    if pool not in (None, ""):
+        errors["pool"] = "Only a burst names an elastic pool."
     found_cluster = _find(Cluster.objects.filter(organization=organization), cluster, "slug")
     if cluster in (None, ""):
         errors["cluster"] = "Required."
@@ -126,14 +135,7 @@ def check(
         errors["nodes"] = "Add (a positive number) or remove (a negative one) at least one node."
     span = _integer(DEFAULT_DAYS if days is None else days, "days", MIN_DAYS, MAX_DAYS, errors)
     if kind == WhatIf.Kind.RESERVE and not errors:
-        if count is not None and count < 0:
-            errors["nodes"] = "Reserve a positive number of nodes."
-        if lead:
-            errors["lead_days"] = "Reserved capacity is there from the start: only bought nodes have a lead time."
-        if reserved_rate(organization, found_cluster, found_flavor) is None:
-            errors["kind"] = (
-                f"The price book has no reserved rate for {found_flavor.name} in {found_cluster.slug}: add one first."
-            )
+        errors.update(_reserve_errors(organization, found_cluster, found_flavor, count, lead))
     if count is not None and count < 0 and lead:
         errors["lead_days"] = "Nodes taken away go at once: a lead time is for nodes bought."
     if not errors:
@@ -151,6 +153,91 @@ def check(
         "kind": kind,
         "lead_days": lead,
     }
+
+
+def _reserve_errors(
+    organization: Organization, cluster: Cluster, flavor: AcceleratorType, count: int | None, lead: int | None
+) -> dict[str, str]:
+    errors = {}
+    if count is not None and count < 0:
+        errors["nodes"] = "Reserve a positive number of nodes."
+    if lead:
+        errors["lead_days"] = "Reserved capacity is there from the start: only bought nodes have a lead time."
+    if reserved_rate(organization, cluster, flavor) is None:
+        errors["kind"] = f"The price book has no reserved rate for {flavor.name} in {cluster.slug}: add one first."
+    return errors
+
+
+def _check_burst(
+    organization: Organization, pool: Any, nodes: Any, days: Any, lead: int | None, errors: dict[str, str]
+) -> dict[str, Any]:
+    """A burst's values: its enabled pool, at most ``nodes`` of the pool's nodes (default its maximum)."""
+    pools = ElasticPool.objects.filter(cluster__organization=organization, enabled=True).select_related(
+        "cluster", "accelerator"
+    )
+    found = _find(pools, pool, "name")
+    if pool in (None, ""):
+        errors["pool"] = "Required: the elastic pool to burst into."
+    elif found is None:
+        names = ", ".join(sorted(pools.values_list("name", flat=True))) or "none"
+        errors["pool"] = f"No enabled elastic pool {pool!s} in {organization}; its pools: {names}."
+    count = None if nodes in (None, "") else _integer(nodes, "nodes", 1, MAX_NODES, errors)
+    if found is not None and count is not None and count > found.max_nodes:
+        errors["nodes"] = f"Pool {found.name} grows to {found.max_nodes} nodes at most."
+    if lead:
+        errors["lead_days"] = "A pool's nodes come when asked for (its own lead time): no lead time here."
+    span = _integer(DEFAULT_DAYS if days is None else days, "days", MIN_DAYS, MAX_DAYS, errors)
+    if found is not None and not errors and pool_rate(organization, found) is None:
+        errors["pool"] = (
+            f"The price book has no {found.capacity_type} rate for {found.accelerator.name} in "
+            f"{found.cluster.slug}: add one first."
+        )
+    if errors:
+        raise ValidationError(errors)
+    assert found is not None
+    return {
+        "cluster": found.cluster,
+        "flavor": found.accelerator,
+        "nodes": count or found.max_nodes,
+        "days": span,
+        "kind": WhatIf.Kind.BURST,
+        "lead_days": 0,
+        "pool": found,
+    }
+
+
+def pool_rate(organization: Organization, pool: ElasticPool) -> Decimal | None:
+    """The price book's rate of an accelerator-hour of ``pool``'s nodes (its capacity type) today, if any."""
+    key = (pool.cluster_id, pool.accelerator_id, pool.capacity_type)
+    return RateBook.of(organization).rate(key, timezone.now().date())
+
+
+def simulated_pool(what_if: WhatIf) -> Pool:
+    """A burst's pool as the simulator runs it, at the price book's rate, up to the what-if's ``nodes``. Spot
+    nodes are taken back ``SPOT_RECLAIMS_PER_DAY`` times a node-day on average (an assumption the page states)."""
+    pool = what_if.pool
+    assert pool is not None
+    rate = pool_rate(what_if.organization, pool)
+    if rate is None:
+        raise ValidationError({"pool": f"The price book no longer has a rate for pool {pool.name}'s nodes."})
+    spot = pool.capacity_type == CapacityType.SPOT
+    return Pool(
+        name=pool.name,
+        cluster=pool.cluster.slug,
+        flavor=pool.accelerator.name,
+        accelerators=pool.node_accelerators,
+        cpu=pool.node_cpu,
+        memory=pool.node_memory,
+        price_per_accel_hour=float(rate),
+        lead_time=float(pool.lead_time),
+        max_nodes=min(what_if.nodes, pool.max_nodes),
+        idle_release=float(pool.idle_release),
+        monthly_budget=float(pool.monthly_budget) if pool.monthly_budget is not None else None,
+        spot=spot,
+        reclaims_per_day=SPOT_RECLAIMS_PER_DAY if spot else 0.0,
+        # On a cluster with a topology, the pool's nodes are a domain of their own at each level.
+        topology=tuple(f"{pool.name}" for _ in pool.cluster.levels or ()),
+    )
 
 
 def reserved_rate(organization: Organization, cluster: Cluster, flavor: AcceleratorType) -> Decimal | None:
@@ -181,13 +268,14 @@ def submit_what_if(
     days: Any = DEFAULT_DAYS,
     kind: Any = WhatIf.Kind.NODES,
     lead_days: Any = 0,
+    pool: Any = None,
     http: HttpRequest | None = None,
 ) -> WhatIf:
     """Ask for a what-if (finance and admins of the organization: 403 otherwise, before the values are
     judged); ``ValidationError`` names every bad field and nothing is written. The run is queued at the commit."""
     organization = default_organization(actor, organization)
     policy.require(actor, "whatif.run", organization)
-    values = check(organization, cluster, flavor, nodes, days, kind, lead_days)
+    values = check(organization, cluster, flavor, nodes, days, kind, lead_days, pool)
     with transaction.atomic():
         what_if = WhatIf.objects.create(
             organization=organization, requested_by=actor, created_at=timezone.now(), **values
@@ -204,6 +292,7 @@ def submit_what_if(
                 "days": values["days"],
                 "kind": values["kind"],
                 "lead_days": values["lead_days"],
+                **({"pool": values["pool"].name} if values.get("pool") else {}),
             },
             request=http,
         )
@@ -258,10 +347,14 @@ def run(what_if_id: int) -> str:
     if token is None:
         return "skipped"
     held = WhatIf.objects.filter(pk=what_if_id, status=WhatIf.Status.RUNNING, started_at=token)
-    what_if = WhatIf.objects.select_related("organization", "cluster", "flavor").get(pk=what_if_id)
+    what_if = WhatIf.objects.select_related(
+        "organization", "cluster", "flavor", "pool__cluster", "pool__accelerator"
+    ).get(pk=what_if_id)
     progress = Progress(held)
     try:
-        rate = None
+        rate, pool = None, None
+        if what_if.kind == WhatIf.Kind.BURST:
+            pool = simulated_pool(what_if)
         if what_if.kind == WhatIf.Kind.RESERVE:
             rate = reserved_rate(what_if.organization, what_if.cluster, what_if.flavor)
             if rate is None:
@@ -275,6 +368,8 @@ def run(what_if_id: int) -> str:
             progress=progress,
             lead_days=what_if.lead_days,
             rate=rate,
+            pool=pool,
+            seed=what_if.seed,
         )
     except ClaimLost:
         return "lost"
@@ -317,3 +412,153 @@ def requeue_stale(now: datetime | None = None) -> list[int]:
     for what_if_id in ids:
         enqueue.send("billing.tasks.run_what_if", what_if_id)
     return ids
+
+
+# ------------------------------------------------------------------------------------------------ studies
+
+MAX_SCENARIOS = 40
+MAX_SEEDS = 10
+
+
+def submit_study(
+    actor: User,
+    organization: Organization | None = None,
+    *,
+    name: Any = "",
+    days: Any = DEFAULT_DAYS,
+    seeds: Any = 1,
+    scenarios: Any = (),
+    http: HttpRequest | None = None,
+) -> WhatIfStudy:
+    """Ask for a study: each scenario (a what-if's ``cluster``, ``flavor``, ``nodes``, ``kind``, ``lead_days``,
+    ``pool``) replayed over the same ``days`` for each seed, every pair a ``WhatIf`` with a task of its own, queued
+    at the commit so that free workers take them at once. ``ValidationError`` names every bad field
+    (``scenarios[2].nodes``) and nothing is written."""
+    organization = default_organization(actor, organization)
+    policy.require(actor, "whatif.run", organization)
+    errors: dict[str, str] = {}
+    title = str(name or "").strip()
+    if not title:
+        errors["name"] = "Required."
+    elif len(title) > 120:
+        errors["name"] = "At most 120 characters."
+    span = _integer(DEFAULT_DAYS if days in (None, "") else days, "days", MIN_DAYS, MAX_DAYS, errors)
+    count = _integer(1 if seeds in (None, "") else seeds, "seeds", 1, MAX_SEEDS, errors)
+    checked: list[dict[str, Any]] = []
+    if not isinstance(scenarios, list) or not scenarios:
+        errors["scenarios"] = "A list of one scenario or more."
+    elif len(scenarios) > MAX_SCENARIOS:
+        errors["scenarios"] = f"At most {MAX_SCENARIOS} scenarios."
+    else:
+        for i, scenario in enumerate(scenarios):
+            if not isinstance(scenario, dict):
+                errors[f"scenarios[{i}]"] = "An object of the what-if's fields."
+                continue
+            unknown = set(scenario) - (set(FIELDS) - {"days"})
+            for field in sorted(unknown):
+                errors[f"scenarios[{i}].{field}"] = "Unknown field."
+            values = {k: scenario.get(k) for k in FIELDS if k != "days"}
+            try:
+                checked.append(check(organization, days=span or DEFAULT_DAYS, **values))
+            except ValidationError as error:
+                for field, texts in error.message_dict.items():
+                    errors[f"scenarios[{i}].{field}"] = " ".join(texts)
+    if errors:
+        raise ValidationError(errors)
+    assert span is not None
+    assert count is not None
+    now = timezone.now()
+    with transaction.atomic():
+        study = WhatIfStudy.objects.create(
+            organization=organization, requested_by=actor, name=title, days=span, seeds=count, created_at=now
+        )
+        made = [
+            WhatIf(organization=organization, requested_by=actor, created_at=now, study=study, position=i, seed=seed,
+                   **{**values, "days": span})
+            for i, values in enumerate(checked)
+            for seed in range(count)
+        ]  # fmt: skip
+        WhatIf.objects.bulk_create(made)
+        audit.record(
+            "what_if_study.requested",
+            actor=actor,
+            target=study,
+            organization=organization,
+            changes={"name": title, "days": span, "seeds": count, "scenarios": len(checked)},
+            request=http,
+        )
+        ids = list(study.what_ifs.order_by("position", "seed").values_list("pk", flat=True))
+        transaction.on_commit(lambda: [enqueue.send("billing.tasks.run_what_if", pk) for pk in ids])
+    return study
+
+
+def scenario_words(what_if: WhatIf) -> str:
+    """A scenario in words: "Buy 4 H100 nodes in onprem-h100, arriving after 60 days", "Burst into cloud-burst"."""
+    plural = "s" if abs(what_if.nodes) != 1 else ""
+    if what_if.kind == WhatIf.Kind.BURST:
+        assert what_if.pool is not None
+        return f"Burst into {what_if.pool.name} (up to {what_if.nodes} node{plural}, {what_if.pool.capacity_type})"
+    nodes = f"{abs(what_if.nodes)} {what_if.flavor.name} node{plural} in {what_if.cluster.slug}"
+    if what_if.kind == WhatIf.Kind.RESERVE:
+        return f"Reserve {nodes}"
+    if what_if.nodes < 0:
+        return f"Retire {nodes}"
+    lead = f", arriving after {what_if.lead_days} days" if what_if.lead_days else ""
+    return f"Buy {nodes}{lead}"
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def study_table(study: WhatIfStudy) -> dict[str, Any]:
+    """The study side by side: today's fleet and each scenario, with the means over its seeds of cost, extra cost,
+    mean and 95th-percentile wait, utilisation, hours of waiting saved and what each saved hour costs; and its
+    progress (the what-ifs' mean)."""
+    runs = list(study.what_ifs.select_related("cluster", "flavor", "pool").order_by("position", "seed"))
+    done = [w for w in runs if w.status == WhatIf.Status.DONE and w.result]
+    failed = [w for w in runs if w.status == WhatIf.Status.FAILED]
+    progress = sum(w.progress for w in runs) / len(runs) if runs else 0.0
+    rows: list[dict[str, Any]] = []
+    todays = [w.result["today"] for w in done if w.position == 0]
+    if todays:
+        rows.append(_row("Today's fleet", todays, [], len(todays)))
+    for position in sorted({w.position for w in runs}):
+        mine = [w for w in runs if w.position == position]
+        finished = [w for w in mine if w in done]
+        row = _row(scenario_words(mine[0]), [w.result["changed"] for w in finished], finished, len(mine))
+        row["position"] = position
+        rows.append(row)
+    return {
+        "rows": rows,
+        "progress": progress,
+        "done": len(done),
+        "failed": [{"what_if": w.pk, "error": w.error} for w in failed],
+        "total": len(runs),
+        "complete": len(done) + len(failed) == len(runs),
+        "currency": study.organization.currency,
+    }
+
+
+def _row(label: str, figures: list[dict[str, Any]], runs: list[WhatIf], asked: int) -> dict[str, Any]:
+    """One row of ``study_table``: means over the seeds done (None where none is)."""
+    priced = [w.result["priced"] for w in runs]
+    extra = [Decimal(p["extra_cost"]) for p in priced]
+    per_hour = [Decimal(p["cost_per_wait_hour_saved"]) for p in priced if p["cost_per_wait_hour_saved"] is not None]
+    costs = [Decimal(f["cost"]) for f in figures]
+
+    def money(values: list[Decimal]) -> str | None:
+        return str((sum(values, Decimal(0)) / len(values)).quantize(Decimal("0.01"))) if values else None
+
+    return {
+        "label": label,
+        "seeds_done": len(figures),
+        "seeds": asked,
+        "cost": money(costs),
+        "extra_cost": money(extra) if runs else None,
+        "mean_wait_s": _mean([f["mean_wait_s"] for f in figures if f["mean_wait_s"] is not None]),
+        "p95_wait_s": _mean([f["p95_wait_s"] for f in figures if f["p95_wait_s"] is not None]),
+        "utilisation": _mean([f["utilisation"] for f in figures if f["utilisation"] is not None]),
+        "wait_hours_saved": _mean([float(p["wait_hours_saved"]) for p in priced]) if runs else None,
+        "cost_per_wait_hour_saved": money(per_hour) if runs and len(per_hour) == len(priced) else None,
+    }

@@ -22,7 +22,7 @@ from rest_framework.routers import SimpleRouter
 
 from billing import params
 from billing.actions import whatif
-from billing.models import WhatIf
+from billing.models import WhatIf, WhatIfStudy
 from common.api.parsers import JSONParser
 from common.api.serializers import StrictSerializer
 from tenancy import policy
@@ -49,6 +49,11 @@ class WhatIfSerializer(serializers.ModelSerializer[WhatIf]):
         help_text="nodes: bought (or retired) at the cluster's rate for the type; reserve: at the reserved rate.",
     )
     lead_days = serializers.IntegerField(read_only=True, help_text="Days into the window bought nodes arrive.")
+    pool = serializers.SlugRelatedField[Any](
+        slug_field="name", read_only=True, allow_null=True, help_text="A burst's elastic pool."
+    )
+    study = serializers.PrimaryKeyRelatedField[Any](read_only=True, allow_null=True, help_text="Its study, if any.")
+    seed = serializers.IntegerField(read_only=True, help_text="0: the history as it was; else its days resampled.")
     progress = serializers.FloatField(read_only=True, help_text="0 to 1 while it runs; 1 once done.")
     result = serializers.JSONField(
         read_only=True,
@@ -71,7 +76,11 @@ class WhatIfSerializer(serializers.ModelSerializer[WhatIf]):
             "nodes",
             "kind",
             "lead_days",
+            "pool",
             "days",
+            "study",
+            "position",
+            "seed",
             "status",
             "progress",
             "result",
@@ -104,6 +113,16 @@ class _Integer(_Raw):
     pass
 
 
+@extend_schema_field({"type": "string"})
+class _Text(_Raw):
+    pass
+
+
+@extend_schema_field({"type": "array", "items": {"type": "object"}})
+class _Objects(_Raw):
+    pass
+
+
 class WhatIfCreateSerializer(StrictSerializer):
     """A what-if to run: unknown fields are refused by name; each bad value is named in the same answer."""
 
@@ -112,7 +131,11 @@ class WhatIfCreateSerializer(StrictSerializer):
     flavor = _Ref(required=False, help_text="The accelerator type's name or id (the cluster must have such nodes).")
     nodes = _Integer(required=False, help_text="Nodes to add (positive) or remove (negative); not 0.")
     days = _Integer(required=False, help_text=f"Days of history to replay, {whatif.MIN_DAYS} to {whatif.MAX_DAYS}.")
-    kind = _Ref(required=False, help_text="nodes (default: bought or retired) or reserve (reserved cloud capacity).")
+    kind = _Ref(
+        required=False,
+        help_text="nodes (default: bought or retired), reserve (reserved cloud capacity) or burst (an elastic pool).",
+    )
+    pool = _Ref(required=False, help_text="A burst: the elastic pool's name or id (nodes: at most this many).")
     lead_days = _Integer(required=False, help_text="Bought nodes: days into the window until they arrive (default 0).")
 
 
@@ -172,6 +195,84 @@ class WhatIfViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMi
         return Response(WhatIfSerializer(self.get_queryset().get(pk=what_if.pk)).data, status=status.HTTP_201_CREATED)
 
 
+class WhatIfStudySerializer(serializers.ModelSerializer[WhatIfStudy]):
+    organization = serializers.SlugRelatedField[Any](slug_field="slug", read_only=True, help_text="Its slug.")
+    requested_by = serializers.SlugRelatedField[Any](slug_field="username", read_only=True, allow_null=True)
+    table = serializers.SerializerMethodField(
+        help_text=(
+            "Today's fleet and each scenario side by side, means over the seeds done: `cost` and `extra_cost` over "
+            "the window (in `currency`), `mean_wait_s`, `p95_wait_s`, `utilisation`, `wait_hours_saved`, "
+            "`cost_per_wait_hour_saved`; with `progress` (0 to 1), `done`, `total`, `complete` and `failed`."
+        )
+    )
+    what_ifs = serializers.PrimaryKeyRelatedField[Any](
+        many=True, read_only=True, help_text="One per scenario and seed."
+    )
+
+    class Meta:
+        model = WhatIfStudy
+        fields = ["id", "organization", "name", "days", "seeds", "requested_by", "created_at", "what_ifs", "table"]
+        read_only_fields = fields
+
+    @extend_schema_field({"type": "object"})
+    def get_table(self, study: WhatIfStudy) -> dict[str, Any]:
+        return whatif.study_table(study)
+
+
+class WhatIfStudyCreateSerializer(StrictSerializer):
+    """A study to run: each scenario is a what-if's fields but `days` (the study's)."""
+
+    organization = serializers.CharField(required=False, help_text="Its slug; needed only if you belong to several.")
+    name = _Text(required=False, help_text="What it compares.")
+    days = _Integer(required=False, help_text=f"Days of history to replay, {whatif.MIN_DAYS} to {whatif.MAX_DAYS}.")
+    seeds = _Integer(required=False, help_text=f"1 (the history as it was) to {whatif.MAX_SEEDS}: resamplings of it.")
+    scenarios = _Objects(
+        required=False,
+        help_text=(
+            "A list of what-ifs: {cluster, flavor, nodes, kind: nodes|reserve|burst, lead_days, pool}, at most "
+            f"{whatif.MAX_SCENARIOS}."
+        ),
+    )
+
+
+@extend_schema_view(
+    list=extend_schema(description="The organization's what-if studies, newest first (finance, procurement, admins)."),
+    retrieve=extend_schema(description="One study: its scenarios side by side (`table`), as far as they have run."),
+)
+class WhatIfStudyViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
+    """Studies of what-ifs: several scenarios over one window, compared side by side and run in parallel."""
+
+    model = WhatIfStudy
+    serializer_class = WhatIfStudySerializer
+    parser_classes = [JSONParser]
+
+    def get_queryset(self) -> QuerySet[WhatIfStudy]:
+        return super().get_queryset().select_related("organization", "requested_by").order_by("-created_at", "-pk")
+
+    @extend_schema(
+        request=WhatIfStudyCreateSerializer,
+        responses={201: WhatIfStudySerializer, 400: ERROR, 403: ERROR, 404: ERROR},
+        description=(
+            "Ask for a study: each scenario replayed over the last `days` days for each seed, every pair a what-if "
+            "run by a task of its own (workers run them at once). Answers the study; follow `table.progress`."
+        ),
+    )
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        named = request.data.get("organization") if isinstance(request.data, dict) else None
+        organization = whatif.default_organization(
+            self.actor, None if named in (None, "") else params.organization(self.actor, named)
+        )
+        policy.require(self.actor, "whatif.run", organization)
+        body = WhatIfStudyCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        values = {k: v for k, v in body.validated_data.items() if k != "organization"}
+        study = whatif.submit_study(self.actor, organization, http=request, **values)
+        return Response(
+            WhatIfStudySerializer(self.get_queryset().get(pk=study.pk)).data, status=status.HTTP_201_CREATED
+        )
+
+
 router = SimpleRouter(trailing_slash=True)
 router.register("what-ifs", WhatIfViewSet, basename="what-if")
+router.register("what-if-studies", WhatIfStudyViewSet, basename="what-if-study")
 urlpatterns = router.urls

@@ -3,7 +3,7 @@ finance and admins; procurement's capacity forecasts and what-ifs."""
 
 from django.urls import path
 
-from billing.web import codes, costs, forecast, periods, plan, whatif
+from billing.web import codes, costs, forecast, periods, plan, studies, whatif
 
 urlpatterns = [
     path("", costs.costs, name="costs"),
@@ -22,4 +22,7 @@ urlpatterns = [
     path("what-ifs/", whatif.what_if_list, name="what-if-list"),
     path("what-ifs/<id:pk>/", whatif.what_if_detail, name="what-if-detail"),
     path("what-ifs/<id:pk>/status/", whatif.what_if_status, name="what-if-status"),
+    path("what-ifs/studies/", studies.study_new, name="what-if-study-new"),
+    path("what-ifs/studies/<id:pk>/", studies.study_detail, name="what-if-study"),
+    path("what-ifs/studies/<id:pk>/status/", studies.study_status, name="what-if-study-status"),
 ]

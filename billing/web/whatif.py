@@ -24,7 +24,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
 from billing.actions import whatif
-from billing.models import WhatIf
+from billing.models import WhatIf, WhatIfStudy
 from billing.whatif_replay import in_service
 from clusters.models import AcceleratorType, Cluster, Node
 from common.types import AuthenticatedHttpRequest
@@ -132,10 +132,41 @@ def what_if_list(request: AuthenticatedHttpRequest) -> HttpResponse:
                 messages.success(request, "What-if queued: the replay runs in the background.")
                 return redirect("what-if-detail", pk=what_if.pk)
         status = HTTPStatus.BAD_REQUEST
-    rows = WhatIf.objects.for_user(request.user, Action.VIEW).select_related("cluster", "flavor", "requested_by")
+    return render(request, "billing/whatif_list.html", what_if_list_context(request, form), status=status)
+
+
+def what_if_list_context(
+    request: AuthenticatedHttpRequest,
+    form: WhatIfForm | None = None,
+    study_errors: dict[str, str] | None = None,
+    study_values: Any = None,
+) -> dict[str, Any]:
+    """The what-ifs page: the form, today's fleet, the what-ifs asked for (those of studies are on theirs), and
+    the studies with the form to ask for one."""
+    organizations = _organizations(request)
+    rows = (
+        WhatIf.objects.for_user(request.user, Action.VIEW)
+        .filter(study=None)
+        .select_related("cluster", "flavor", "requested_by", "pool")
+    )
     page = Paginator(rows.order_by("-created_at", "-pk"), PER_PAGE).get_page(request.GET.get("page"))
-    context = {"form": form, "page": page, "rows": [summary(w) for w in page], "fleet": _fleet(organizations)}
-    return render(request, "billing/whatif_list.html", context, status=status)
+    studies = WhatIfStudy.objects.for_user(request.user, Action.VIEW).annotate(runs=Count("what_ifs"))
+    return {
+        "form": form or WhatIfForm(organizations),
+        "page": page,
+        "rows": [summary(w) for w in page],
+        "fleet": _fleet(organizations),
+        "studies": studies.select_related("requested_by").order_by("-created_at", "-pk")[:PER_PAGE],
+        "study_errors": study_errors or {},
+        "study_values": study_values or {"days": whatif.DEFAULT_DAYS, "seeds": 1},
+        "grammar": GRAMMAR_LINES,
+    }
+
+
+#: The study form's examples, one scenario a line.
+GRAMMAR_LINES = (
+    "buy 4 H100 in onprem after 60 days\nretire 2 H100 in onprem\nreserve 8 H100 in cloud\nburst cloud-burst up to 6"
+)
 
 
 def _what_if(request: AuthenticatedHttpRequest, pk: int) -> WhatIf:

@@ -41,6 +41,8 @@ class Pool:
     #: A spot pool's reclaims: how often a node is taken back, per node and day, on average, and the notice given.
     reclaims_per_day: float = 0.0
     notice: float = 30.0
+    #: Its nodes' domains, one a level of the cluster's topology (a cluster without one: none).
+    topology: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.accelerators < 1 or self.max_nodes < 0 or self.lead_time < 0 or self.idle_release < 0:
@@ -61,6 +63,7 @@ class Pool:
             memory_capacity=self.memory,
             price_per_accel_hour=self.price_per_accel_hour,
             spot=self.spot,
+            topology=self.topology,
         )
 
     @property

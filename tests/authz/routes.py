@@ -225,6 +225,19 @@ def what_if(s: Side) -> dict[str, Any]:
     return {"cluster": s["cluster"].pk, "flavor": s["flavor"].pk, "nodes": 2, "days": 30}
 
 
+def study(s: Side) -> dict[str, Any]:
+    return {
+        "name": "matrix",
+        "days": 7,
+        "scenarios": [{"cluster": s["cluster"].slug, "flavor": s["flavor"].name, "nodes": 2}],
+    }
+
+
+def study_form(s: Side) -> dict[str, Any]:
+    return {"organization": s.org.slug, "name": "matrix", "days": "7", "seeds": "1",
+            "scenarios": f"buy 2 {s['flavor'].name} in {s['cluster'].slug}"}  # fmt: skip
+
+
 def service_form(s: Side) -> dict[str, Any]:
     return {
         "team": s.home.pk, "name": "matrix-new", "image": "serve:1", "command": "serve", "env": "", "port": "0",
@@ -691,6 +704,12 @@ ROWS: list[Row] = [
         perm="whatif.run", ok="200"),
     row("what-if-status", "GET", "what_if",             "in  404 404 404 p   p   p   404 404 404 404",
         perm="whatif.run", ok="200"),
+    row("what-if-study-new", "POST", "org",             "in  p   p   p   p   p   p   404 404 404 404",
+        perm="whatif.run", ok="302", body=study_form),
+    row("what-if-study", "GET", "what_if_study",        "in  404 404 404 p   p   p   404 404 404 404",
+        perm="whatif.run", ok="200"),
+    row("what-if-study-status", "GET", "what_if_study", "in  404 404 404 p   p   p   404 404 404 404",
+        perm="whatif.run", ok="200"),
     # The API: sign-in, the user, the probes
     row("api:token-obtain", "POST", None,               "201 201 201 201 201 201 201 -   -   -   -", body=lambda s: {
         **login(s), "name": "matrix"}),
@@ -988,6 +1007,11 @@ ROWS: list[Row] = [
         perm="whatif.run", ok="201",
         body=lambda s: {"organization": s.org.slug, **what_if(s)}),
     row("api:what-if-detail", "GET", "what_if",         "in  404 404 404 p   p   p   404 404 404 404",
+        perm="whatif.run", ok="200"),
+    row("api:what-if-study-list", "GET", None,          "in  200 200 200 200 200 200 -   -   -   -"),
+    row("api:what-if-study-list", "POST", "org",        "in  p   p   p   p   p   p   404 404 404 404",
+        perm="whatif.run", ok="201", body=lambda s: {"organization": s.org.slug, **study(s)}),
+    row("api:what-if-study-detail", "GET", "what_if_study", "in  404 404 404 p   p   p   404 404 404 404",
         perm="whatif.run", ok="200"),
     # Lists filtered by another team's or organization's id: refused as "not one of the choices" (400) where
     # the filter names its choices, as one that does not exist is; or nothing of it (200, an empty list) where

@@ -24,7 +24,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from billing.actions import periods, prices
-from billing.models import CapacityChange, GridIntensity, Overhead, Price, WhatIf
+from billing.models import CapacityChange, GridIntensity, Overhead, Price, WhatIf, WhatIfStudy
 from clusters import actions as cluster_actions
 from clusters.models import AcceleratorType, Cluster, MaintenanceWindow, Node
 from demo.tenancy import seed_demo
@@ -279,6 +279,9 @@ def _side(slug: str, org: Organization, home: Team, neighbour: Team, users: dict
         starts_on=date(2000, 1, 1),
         note=canary(slug),
         updated_at=timezone.now(),
+    )
+    o["what_if_study"] = WhatIfStudy.objects.create(
+        organization=org, requested_by=users[Rel.FINANCE], name=f"{canary(slug)} study", created_at=timezone.now()
     )
     o["what_if"] = WhatIf.objects.create(
         organization=org,
