@@ -60,12 +60,15 @@ def test_each_role_sees_its_own_home_and_teams(page: Page, demo, demo_user):
         Role.LEAD: "home-team-vision",
         Role.FINANCE: "home-finance",
         Role.ADMIN: "home-fleet",
+        Role.PROCUREMENT: "home-procurement",
     }[demo_user.role]
     expect(page.get_by_test_id(section).get_by_test_id("main-link")).to_be_visible()
     expect(page.get_by_text("coming soon")).to_have_count(0)
 
-    for name in ("Teams", "API tokens", "API"):
+    procurement = demo_user.role == Role.PROCUREMENT  # plans capacity without seeing the teams' work
+    for name in ("API tokens", "API"):
         expect(nav_link(page, name)).to_have_count(1)
+    expect(nav_link(page, "Teams")).to_have_count(0 if procurement else 1)
     is_admin = demo_user.role == Role.ADMIN
     expect(nav_link(page, "Audit log")).to_have_count(1 if is_admin else 0)
     expect(page.get_by_test_id("heartbeat")).to_have_count(1 if is_admin else 0)
@@ -76,6 +79,9 @@ def test_each_role_sees_its_own_home_and_teams(page: Page, demo, demo_user):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"{demo_user.username}-home.png"), full_page=True)
 
+    if procurement:
+        expect(nav_link(page, "Capacity")).to_have_count(1)
+        return
     nav_link(page, "Teams").click()
     expect(page).to_have_url(re.compile(r"/teams/$"))
     expect(page.get_by_role("heading", name="Teams", exact=True)).to_be_visible()

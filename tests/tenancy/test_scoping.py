@@ -59,7 +59,8 @@ def test_memberships_of_a_team_are_visible_to_that_team_only(world: World) -> No
     seen_by_alice = {m.user.username for m in Membership.objects.for_user(world.users["alice"], Action.VIEW)}
     assert seen_by_alice == {"alice", "lena"}
     seen_by_adam = {m.user.username for m in Membership.objects.for_user(world.users["adam"], Action.VIEW)}
-    assert seen_by_adam == {"alice", "bob", "lena", "fiona", "adam"}
+    assert seen_by_adam == {"alice", "bob", "lena", "fiona", "adam", "paula"}
+    assert not Membership.objects.for_user(world.users["paula"], Action.VIEW).exists()  # procurement: no team's people
     assert not Membership.objects.for_user(world.users["alice"], Action.CHANGE).exists()
 
 
