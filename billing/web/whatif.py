@@ -342,6 +342,8 @@ def daily_chart(result: dict[str, Any]) -> dict[str, Any]:
 def change_of(what_if: WhatIf) -> str:
     """The change in words: "+4 H100-SXM-80GB nodes in On-prem H100", "bought, arriving after 30 days",
     "reserved"."""
+    if what_if.kind == WhatIf.Kind.BURST:
+        return whatif.scenario_words(what_if)
     plural = "s" if abs(what_if.nodes) != 1 else ""
     words = f"{what_if.nodes:+d} {what_if.flavor.name} node{plural} in {what_if.cluster.name}"
     if what_if.kind == WhatIf.Kind.RESERVE:
