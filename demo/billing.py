@@ -25,7 +25,7 @@ from billing.actions import metering, periods, prices
 from billing.models import CapacityChange, Overhead, Price
 from clusters import capacity
 from clusters.capacity import CapacityType
-from clusters.models import AcceleratorType, Cluster, Node
+from clusters.models import AcceleratorType, Cluster, ElasticPool, Node
 from governance.models import PriorityTier, Queue
 from scheduler.actions import lifecycle
 from scheduler.models import Assignment, Attempt, Job, JobEvent
@@ -57,6 +57,8 @@ PRICE_BOOK: dict[str, dict[str, object]] = {
     "tpu-v5p": {"capacity_type": CapacityType.ON_DEMAND, "hourly_rate": "4.2000"},
 }
 OVERHEAD = ("Platform team, support contracts and storage", Decimal("40000.00"))
+#: What an accelerator-hour of an elastic pool's nodes costs, by the pool's capacity type (a cloud's list price).
+POOL_RATES = {CapacityType.ON_DEMAND: "8.5000", CapacityType.SPOT: "3.4000", CapacityType.RESERVED: "5.2000"}
 #: team slug -> (user, jobs a weekday at the start, {flavor: weight}, sizes in accelerators, hours median)
 TEAMS = {
     "vision": ("alice", 18, {"H100-SXM-80GB": 3, "A100-SXM-40GB": 1}, (1, 4, 8, 16, 32, 64), 10.0),
@@ -65,7 +67,8 @@ TEAMS = {
 
 
 def seed_prices(org: Organization, since: dt.date) -> None:
-    """The demo clusters' price book rows (from ``since``) and the organization's overhead, once."""
+    """The demo clusters' price book rows (from ``since``), its elastic pools' (``POOL_RATES``) and the
+    organization's overhead, once."""
     now = timezone.now()
     for cluster in Cluster.objects.filter(organization=org, slug__in=PRICE_BOOK):
         row = PRICE_BOOK[cluster.slug]
@@ -77,6 +80,16 @@ def seed_prices(org: Organization, since: dt.date) -> None:
                 org, {**row, "cluster": cluster.pk, "flavor": flavor.pk, "effective_from": since.isoformat()}
             )
             Price.objects.create(organization=org, updated_at=now, **{**values, "note": "Demo price book"})
+    for pool in ElasticPool.objects.filter(cluster__organization=org).select_related("cluster"):
+        kind = pool.capacity_type
+        if (
+            kind in POOL_RATES
+            and not Price.objects.filter(cluster=pool.cluster, flavor=pool.accelerator_id, capacity_type=kind).exists()
+        ):
+            asked = {"cluster": pool.cluster_id, "flavor": pool.accelerator_id, "capacity_type": kind,
+                     "hourly_rate": POOL_RATES[kind], "effective_from": since.isoformat()}  # fmt: skip
+            values = prices.clean_price(org, asked)
+            Price.objects.create(organization=org, updated_at=now, **{**values, "note": f"Demo: pool {pool.name}"})
     name, amount = OVERHEAD
     Overhead.objects.get_or_create(
         organization=org, name=name, defaults={"amount": amount, "starts": since.replace(day=1), "updated_at": now}

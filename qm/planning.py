@@ -5,7 +5,10 @@ scoping and permissions: finance, procurement and admins) as the capacity pages.
   trusted (in words), its backtest at 1, 4 and 12 weeks beside repeating the last week, and its weeks against
   capacity (the weeks demand may pass it marked); ``--teams`` adds each team's part;
 - ``qm plan`` lists the capacity plan; ``qm plan add order|retirement|commitment ...`` and ``qm plan remove ID``
-  change it.
+  change it;
+- ``qm whatif compare "buy 4 H100 in onprem" "burst cloud-burst" ... [--days 30] [--seeds 1] [--wait]`` asks for a
+  study of those options side by side (one replay each and seed, run in parallel); ``qm whatif show ID`` prints a
+  study's table (cost, extra cost, waits, utilisation, waiting saved, cost per hour of waiting saved).
 
 ``--json`` prints the API's answer instead. ``qm.cli`` registers the commands and lends them its table format and
 its error (``admin.Lent``).
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -141,8 +145,63 @@ class Commands:
         return OK
 
 
+def _wait(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds / 60:.0f} min" if seconds < 3600 else f"{seconds / 3600:.1f} h"
+
+
+def _amount(value: str | None) -> str:
+    return "-" if value is None else f"{float(value):,.2f}"
+
+
+class Studies:
+    def __init__(self, lent: Lent) -> None:
+        self.lent = lent
+
+    def whatif(self, args: argparse.Namespace, settings: Settings, client: Client) -> int:
+        if args.action == "compare":
+            body = {"name": args.name or "; ".join(args.options)[:120], "days": args.days, "seeds": args.seeds}
+            study = client.call("POST", "what-if-studies/", body={**body, "options": args.options})[1]
+            print(f"Study #{study['id']}: {study['table']['total']} what-ifs queued.", file=sys.stderr)
+            if not args.wait:
+                return self._print(study, args, settings)
+            while not study["table"]["complete"]:
+                args.sleep(2)
+                study = client.get(f"what-if-studies/{study['id']}/")
+            return self._print(study, args, settings)
+        return self._print(client.get(f"what-if-studies/{args.id}/"), args, settings)
+
+    def _print(self, study: dict[str, Any], args: argparse.Namespace, settings: Settings) -> int:
+        if args.json:
+            print(json.dumps(study, indent=2), file=settings.out)
+            return OK
+        table = study["table"]
+        print(f"{study['name']}: the last {study['days']} days, amounts in {table['currency']}", file=settings.out)
+        rows = [["OPTION", "COST", "EXTRA", "MEAN WAIT", "P95 WAIT", "USE", "SAVED", "PER HOUR SAVED"]]
+        for row in table["rows"]:
+            use = "-" if row["utilisation"] is None else f"{row['utilisation'] * 100:.1f}%"
+            saved = "" if row["wait_hours_saved"] is None else f"{row['wait_hours_saved']:,.1f} h"
+            rows.append(
+                [
+                    row["label"],
+                    _amount(row["cost"]),
+                    "" if row["extra_cost"] is None else _amount(row["extra_cost"]),
+                    _wait(row["mean_wait_s"]),
+                    _wait(row["p95_wait_s"]),
+                    use,
+                    saved,
+                    _amount(row["cost_per_wait_hour_saved"]) if row["cost_per_wait_hour_saved"] else "-",
+                ]
+            )
+        self.lent.table(rows, settings.out)
+        if not table["complete"]:
+            print(f"{table['done']} of {table['total']} replays done so far.", file=settings.out)
+        return OK
+
+
 def register(command: Callable[[str, Callable[..., int], str], argparse.ArgumentParser], lent: Lent) -> None:
-    """Add ``qm forecast`` and ``qm plan`` to ``qm``'s parser."""
+    """Add ``qm forecast``, ``qm plan`` and ``qm whatif`` to ``qm``'s parser."""
     run = Commands(lent)
     forecast = command("forecast", run.forecast, "demand against capacity per accelerator type, backtested")
     forecast.add_argument("--horizon", choices=["12w", "6m"], default="12w", help="12 weeks or 6 months (weekly)")
@@ -166,3 +225,18 @@ def register(command: Callable[[str, Callable[..., int], str], argparse.Argument
     adding.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="the API's answer as JSON")
     removing = actions.add_parser("remove", help="take a row out of the plan")
     removing.add_argument("id", type=int)
+
+    studies = Studies(lent)
+    whatif = command("whatif", studies.whatif, "buy or burst: capacity options replayed side by side, priced")
+    whatif.add_argument("--json", action="store_true", help="the API's answer as JSON")
+    steps = whatif.add_subparsers(dest="action", metavar="ACTION", required=True)
+    compare = steps.add_parser("compare", help='compare options, e.g. "buy 4 H100 in onprem" "burst cloud-burst"')
+    compare.add_argument("options", nargs="+", help="one option each: buy|retire|reserve N TYPE in CLUSTER, burst POOL")
+    compare.add_argument("--name", help="what the study compares (default: the options)")
+    compare.add_argument("--days", type=int, default=30, help="days of history replayed")
+    compare.add_argument("--seeds", type=int, default=1, help="1: the history as it was; more: resampled too")
+    compare.add_argument("--wait", action="store_true", help="follow it until every replay is done")
+    compare.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="the API's answer as JSON")
+    show = steps.add_parser("show", help="a study's table")
+    show.add_argument("id", type=int)
+    show.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="the API's answer as JSON")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -415,6 +416,44 @@ def requeue_stale(now: datetime | None = None) -> list[int]:
 
 
 # ------------------------------------------------------------------------------------------------ studies
+
+#: One scenario a line: what the form's textarea accepts.
+LINES = (
+    re.compile(r"^(?P<verb>buy|retire|reserve)\s+(?P<nodes>\d+)\s+(?P<flavor>\S+)\s+in\s+(?P<cluster>\S+)"
+               r"(?:\s+after\s+(?P<lead>\d+)\s+days?)?$", re.IGNORECASE),
+    re.compile(r"^(?P<verb>burst)\s+(?:into\s+)?(?P<pool>\S+)(?:\s+up\s+to\s+(?P<nodes>\d+))?$", re.IGNORECASE),
+)  # fmt: skip
+GRAMMAR = (
+    "buy 4 H100 in onprem [after 60 days] · retire 2 H100 in onprem · reserve 8 H100 in cloud · "
+    "burst cloud-burst [up to 6]"
+)
+
+
+def scenarios_of(text: str) -> tuple[list[dict[str, Any]], list[int], dict[str, str]]:
+    """The scenarios the lines describe, the line each came from, and the lines not understood."""
+    found: list[dict[str, Any]] = []
+    lines: list[int] = []
+    errors: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        line = " ".join(line.split())
+        if not line or line.startswith("#"):
+            continue
+        match = next((m for pattern in LINES if (m := pattern.match(line))), None)
+        if match is None:
+            errors[f"line {number}"] = f"{line!r} is not a scenario; write one of: {GRAMMAR}."
+            continue
+        parts = match.groupdict()
+        verb = parts["verb"].lower()
+        if verb == "burst":
+            found.append({"kind": "burst", "pool": parts["pool"], "nodes": parts["nodes"]})
+        else:
+            nodes = int(parts["nodes"]) * (-1 if verb == "retire" else 1)
+            kind = "reserve" if verb == "reserve" else "nodes"
+            scenario = {"kind": kind, "nodes": nodes, "flavor": parts["flavor"], "cluster": parts["cluster"]}
+            found.append({**scenario, "lead_days": parts["lead"] or 0})
+        lines.append(number)
+    return found, lines, errors
+
 
 MAX_SCENARIOS = 40
 MAX_SEEDS = 10

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
+from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field, extend_schema_view
 from rest_framework import mixins, serializers, status
@@ -226,6 +227,13 @@ class WhatIfStudyCreateSerializer(StrictSerializer):
     name = _Text(required=False, help_text="What it compares.")
     days = _Integer(required=False, help_text=f"Days of history to replay, {whatif.MIN_DAYS} to {whatif.MAX_DAYS}.")
     seeds = _Integer(required=False, help_text=f"1 (the history as it was) to {whatif.MAX_SEEDS}: resamplings of it.")
+    options = _Objects(
+        required=False,
+        help_text=(
+            "Instead of `scenarios`, one option a line as the page's form takes them: `buy 4 H100 in onprem after "
+            "60 days`, `retire 2 H100 in onprem`, `reserve 8 H100 in cloud`, `burst cloud-burst up to 6`."
+        ),
+    )
     scenarios = _Objects(
         required=False,
         help_text=(
@@ -265,7 +273,15 @@ class WhatIfStudyViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveMo
         policy.require(self.actor, "whatif.run", organization)
         body = WhatIfStudyCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        values = {k: v for k, v in body.validated_data.items() if k != "organization"}
+        values = {k: v for k, v in body.validated_data.items() if k not in ("organization", "options")}
+        lines = body.validated_data.get("options")
+        if lines is not None:
+            if not isinstance(lines, list) or not all(isinstance(line, str) for line in lines):
+                raise ValidationError({"options": "A list of lines such as 'buy 4 H100 in onprem'."})
+            scenarios, _, errors = whatif.scenarios_of("\n".join(lines))
+            if errors:
+                raise ValidationError({f"options[{int(k.split()[1]) - 1}]": v for k, v in errors.items()})
+            values["scenarios"] = scenarios
         study = whatif.submit_study(self.actor, organization, http=request, **values)
         return Response(
             WhatIfStudySerializer(self.get_queryset().get(pk=study.pk)).data, status=status.HTTP_201_CREATED

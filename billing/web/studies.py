@@ -27,43 +27,6 @@ from billing.web.whatif import duration, what_if_list_context
 from common.types import AuthenticatedHttpRequest
 from tenancy.scoping import Action
 
-#: One scenario a line: what the form's textarea accepts.
-LINES = (
-    re.compile(r"^(?P<verb>buy|retire|reserve)\s+(?P<nodes>\d+)\s+(?P<flavor>\S+)\s+in\s+(?P<cluster>\S+)"
-               r"(?:\s+after\s+(?P<lead>\d+)\s+days?)?$", re.IGNORECASE),
-    re.compile(r"^(?P<verb>burst)\s+(?:into\s+)?(?P<pool>\S+)(?:\s+up\s+to\s+(?P<nodes>\d+))?$", re.IGNORECASE),
-)  # fmt: skip
-GRAMMAR = (
-    "buy 4 H100 in onprem [after 60 days] · retire 2 H100 in onprem · reserve 8 H100 in cloud · "
-    "burst cloud-burst [up to 6]"
-)
-
-
-def scenarios_of(text: str) -> tuple[list[dict[str, Any]], list[int], dict[str, str]]:
-    """The scenarios the lines describe, the line each came from, and the lines not understood."""
-    found: list[dict[str, Any]] = []
-    lines: list[int] = []
-    errors: dict[str, str] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        line = " ".join(line.split())
-        if not line or line.startswith("#"):
-            continue
-        match = next((m for pattern in LINES if (m := pattern.match(line))), None)
-        if match is None:
-            errors[f"line {number}"] = f"{line!r} is not a scenario; write one of: {GRAMMAR}."
-            continue
-        parts = match.groupdict()
-        verb = parts["verb"].lower()
-        if verb == "burst":
-            found.append({"kind": "burst", "pool": parts["pool"], "nodes": parts["nodes"]})
-        else:
-            nodes = int(parts["nodes"]) * (-1 if verb == "retire" else 1)
-            kind = "reserve" if verb == "reserve" else "nodes"
-            scenario = {"kind": kind, "nodes": nodes, "flavor": parts["flavor"], "cluster": parts["cluster"]}
-            found.append({**scenario, "lead_days": parts["lead"] or 0})
-        lines.append(number)
-    return found, lines, errors
-
 
 @require_POST
 def study_new(request: AuthenticatedHttpRequest) -> HttpResponse:
@@ -73,7 +36,7 @@ def study_new(request: AuthenticatedHttpRequest) -> HttpResponse:
         if request.POST.get("organization")
         else None
     )
-    scenarios, lines, errors = scenarios_of(request.POST.get("scenarios", ""))
+    scenarios, lines, errors = whatif.scenarios_of(request.POST.get("scenarios", ""))
     if not errors:
         try:
             study = whatif.submit_study(

@@ -13,7 +13,6 @@ from django.test import Client
 from billing import whatif_replay
 from billing.actions import whatif
 from billing.models import WhatIf, WhatIfStudy
-from billing.web.studies import scenarios_of
 from clusters.models import ElasticPool
 from scheduler.simulation.events import SimJob
 from tenancy.models import AuditLog
@@ -128,7 +127,7 @@ def test_a_bad_study_names_each_scenarios_field_and_writes_nothing(
 
 
 def test_the_form_reads_one_option_a_line_and_names_the_line_of_a_mistake(world: World, crowded: ElasticPool) -> None:
-    found, lines, errors = scenarios_of(
+    found, lines, errors = whatif.scenarios_of(
         "buy 2 H100-SXM-80GB in gpu after 1 day\n\n# a comment\nburst burst up to 2\nlease 3"
     )
     assert found == [
@@ -158,3 +157,34 @@ def test_the_form_reads_one_option_a_line_and_names_the_line_of_a_mistake(world:
     researcher = Client()
     researcher.force_login(world.users["alice"])
     assert researcher.get(good["Location"]).status_code == 404
+
+
+@pytest.mark.django_db(transaction=True)
+def test_qm_whatif_compares_options_and_follows_them(
+    crowded: ElasticPool, live_server: Any, world: World, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    from qm import cli
+    from tenancy import actions as tenancy_actions
+
+    monkeypatch.setenv("QM_URL", live_server.url)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    _, token = tenancy_actions.issue_token(world.users["paula"], name="cli tests")
+    monkeypatch.setenv("QM_TOKEN", token)
+    status = cli.main(["whatif", "compare", "buy 2 H100-SXM-80GB in gpu", "burst burst", "--days", "3"])
+    _, err = capsys.readouterr()
+    assert status == 0, err
+    study = WhatIfStudy.objects.get()
+    assert err.strip() == f"Study #{study.pk}: 2 what-ifs queued."  # one an option and seed
+    # Each task ran at the commit (the tests' Celery runs tasks where they are sent).
+    assert set(study.what_ifs.values_list("status", flat=True)) == {WhatIf.Status.DONE}
+    assert cli.main(["whatif", "show", str(study.pk)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "buy 2 H100-SXM-80GB in gpu; burst burst: the last 3 days, amounts in USD"
+    assert lines[1].split()[:3] == ["OPTION", "COST", "EXTRA"]
+    assert lines[2].startswith("Today's fleet")
+    assert lines[3].startswith("Buy 2 H100-SXM-80GB nodes in gpu")
+    assert lines[4].startswith("Burst into burst")
+    assert cli.main(["whatif", "show", str(study.pk), "--json"]) == 0
+    assert '"complete": true' in capsys.readouterr().out
+    assert cli.main(["whatif", "compare", "lease 3 H100"]) != 0
+    assert "options[0]" in capsys.readouterr().err
