@@ -337,6 +337,9 @@ class WhatIf(models.Model):
     lead_days = models.PositiveIntegerField(default=0)
     #: Burst: the elastic pool the replay may ask for nodes, up to ``nodes`` of them (its maximum at most).
     pool = models.ForeignKey(ElasticPool, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    #: Whether the queues' and cohorts' quotas of the type grow (or shrink) with the fleet, in proportion: nodes
+    #: bought beside quotas left as they are help only as far as borrowing reaches them.
+    grow_quotas = models.BooleanField(default=False)
     #: A study's scenario (its place in the study) and seed: 0 replays the history as it was, another resamples
     #: its days with that seed.
     study = models.ForeignKey(WhatIfStudy, on_delete=models.CASCADE, null=True, blank=True, related_name="what_ifs")

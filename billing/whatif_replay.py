@@ -257,6 +257,27 @@ def resample(workload: Workload, days: int, seed: int) -> Workload:
     return replace(workload, jobs=drawn)
 
 
+def grown(rules: Rules, flavor: str, factor: float) -> Rules:
+    """``rules`` with every quota of ``flavor`` (of queues and cohorts: nominal, borrowing and lending limits)
+    times ``factor``, rounded up: the quotas an admin would give a fleet that grew (or shrank) by it."""
+
+    def scale(quotas: m.Quotas) -> m.Quotas:
+        def times(value: int | None) -> int | None:
+            return None if value is None else math.ceil(value * factor)
+
+        return {
+            key: replace(q, nominal=math.ceil(q.nominal * factor), borrowing_limit=times(q.borrowing_limit),
+                         lending_limit=times(q.lending_limit)) if key[0] == flavor else q
+            for key, q in quotas.items()
+        }  # fmt: skip
+
+    return replace(
+        rules,
+        queues=tuple(replace(q, quotas=scale(q.quotas)) for q in rules.queues),
+        cohorts=tuple(replace(c, quotas=scale(c.quotas)) for c in rules.cohorts),
+    )
+
+
 def governance(organization: Organization, every_flavor: tuple[str, ...]) -> Rules:
     """The organization's rules as the placement loop reads them (``snapshot.governance``; capacity requests
     approved for a while are left out: they end)."""
@@ -405,6 +426,7 @@ def what_if_result(
     rate: Decimal | None = None,
     pool: Pool | None = None,
     seed: int = 0,
+    grow_quotas: bool = False,
 ) -> dict[str, Any]:
     """Replay the last ``days`` days on today's fleet and on the changed one, and price both: the result a
     ``WhatIf`` keeps. Added nodes arrive ``lead_days`` into the window (until then they are out of service and
@@ -442,12 +464,20 @@ def what_if_result(
         "days": [(start + timedelta(days=d)).date().isoformat() for d in range(days)],
     }
     bursting: tuple[Pool, ...] = (pool,) if pool is not None else ()
-    sides: tuple[tuple[str, Fleet, float, Mapping[str, float], Sequence[Outage], tuple[Pool, ...]], ...] = (
-        ("today", today, 0.0, {}, [], ()),
-        ("changed", changed, 0.5, arriving, outages, bursting),
+    changed_rules = rules
+    if grow_quotas:
+        before = sum(n.accel_count for n in today.nodes if n.flavor == flavor)
+        after = sum(n.accel_count for n in changed.nodes if n.flavor == flavor)
+        after += sum(p.accelerators * p.max_nodes for p in bursting if p.flavor == flavor)
+        factor = after / before if before else 1.0
+        changed_rules = grown(rules, flavor, factor)
+        result["change"]["quotas_times"] = round(factor, 4)
+    sides: tuple[tuple[str, Fleet, float, Mapping[str, float], Sequence[Outage], tuple[Pool, ...], Rules], ...] = (
+        ("today", today, 0.0, {}, [], (), rules),
+        ("changed", changed, 0.5, arriving, outages, bursting, changed_rules),
     )
-    for name, fleet, low, late, down, pools in sides:
-        outcome, runs = replay(fleet, workload, rules, _half(progress, low), down, pools)
+    for name, fleet, low, late, down, pools, side_rules in sides:
+        outcome, runs = replay(fleet, workload, side_rules, _half(progress, low), down, pools)
         result[name] = measures(outcome, runs, fleet, flavor, days, late)
         if progress:
             progress(low + 0.5)

@@ -48,7 +48,7 @@ PROGRESS_SECONDS = 0.5  # at most two progress writes a second
 #: A what-if still not done this long after it was asked for is given up (a run that kills its worker).
 GIVE_UP_AFTER = timedelta(hours=24)
 RESEND_AFTER = timedelta(minutes=10)  # a queued what-if's task is sent again at most this often
-FIELDS = ("cluster", "flavor", "nodes", "days", "kind", "lead_days", "pool")
+FIELDS = ("cluster", "flavor", "nodes", "days", "kind", "lead_days", "pool", "grow_quotas")
 #: How often a spot pool's node is taken back, per node and day, in a burst's replay: an assumption (clouds do not
 #: say), stated on the result.
 SPOT_RECLAIMS_PER_DAY = 1.0
@@ -107,9 +107,26 @@ def check(
     kind: Any = WhatIf.Kind.NODES,
     lead_days: Any = 0,
     pool: Any = None,
+    grow_quotas: Any = False,
 ) -> dict[str, Any]:
     """The request's values resolved in ``organization`` (cluster by id or slug, flavor by id or name, an elastic
     pool by id or name); ``ValidationError`` names every bad field."""
+    values = _check(organization, cluster, flavor, nodes, days, kind, lead_days, pool)
+    if grow_quotas not in (None, "", True, False):
+        raise ValidationError({"grow_quotas": "true or false."})
+    return {**values, "grow_quotas": bool(grow_quotas)}
+
+
+def _check(
+    organization: Organization,
+    cluster: Any,
+    flavor: Any,
+    nodes: Any,
+    days: Any,
+    kind: Any,
+    lead_days: Any,
+    pool: Any,
+) -> dict[str, Any]:
     errors: dict[str, str] = {}
     kind = kind or WhatIf.Kind.NODES
     if kind not in WhatIf.Kind.values:
@@ -270,13 +287,14 @@ def submit_what_if(
     kind: Any = WhatIf.Kind.NODES,
     lead_days: Any = 0,
     pool: Any = None,
+    grow_quotas: Any = False,
     http: HttpRequest | None = None,
 ) -> WhatIf:
     """Ask for a what-if (finance and admins of the organization: 403 otherwise, before the values are
     judged); ``ValidationError`` names every bad field and nothing is written. The run is queued at the commit."""
     organization = default_organization(actor, organization)
     policy.require(actor, "whatif.run", organization)
-    values = check(organization, cluster, flavor, nodes, days, kind, lead_days, pool)
+    values = check(organization, cluster, flavor, nodes, days, kind, lead_days, pool, grow_quotas)
     with transaction.atomic():
         what_if = WhatIf.objects.create(
             organization=organization, requested_by=actor, created_at=timezone.now(), **values
@@ -294,6 +312,7 @@ def submit_what_if(
                 "kind": values["kind"],
                 "lead_days": values["lead_days"],
                 **({"pool": values["pool"].name} if values.get("pool") else {}),
+                **({"grow_quotas": True} if values["grow_quotas"] else {}),
             },
             request=http,
         )
@@ -371,6 +390,7 @@ def run(what_if_id: int) -> str:
             rate=rate,
             pool=pool,
             seed=what_if.seed,
+            grow_quotas=what_if.grow_quotas,
         )
     except ClaimLost:
         return "lost"
@@ -420,12 +440,13 @@ def requeue_stale(now: datetime | None = None) -> list[int]:
 #: One scenario a line: what the form's textarea accepts.
 LINES = (
     re.compile(r"^(?P<verb>buy|retire|reserve)\s+(?P<nodes>\d+)\s+(?P<flavor>\S+)\s+in\s+(?P<cluster>\S+)"
-               r"(?:\s+after\s+(?P<lead>\d+)\s+days?)?$", re.IGNORECASE),
-    re.compile(r"^(?P<verb>burst)\s+(?:into\s+)?(?P<pool>\S+)(?:\s+up\s+to\s+(?P<nodes>\d+))?$", re.IGNORECASE),
+               r"(?:\s+after\s+(?P<lead>\d+)\s+days?)?(?P<quotas>\s+with\s+quotas)?$", re.IGNORECASE),
+    re.compile(r"^(?P<verb>burst)\s+(?:into\s+)?(?P<pool>\S+)(?:\s+up\s+to\s+(?P<nodes>\d+))?"
+               r"(?P<quotas>\s+with\s+quotas)?$", re.IGNORECASE),
 )  # fmt: skip
 GRAMMAR = (
     "buy 4 H100 in onprem [after 60 days] · retire 2 H100 in onprem · reserve 8 H100 in cloud · "
-    "burst cloud-burst [up to 6]"
+    "burst cloud-burst [up to 6], each [with quotas] (the type's quotas grow with the fleet)"
 )
 
 
@@ -444,13 +465,14 @@ def scenarios_of(text: str) -> tuple[list[dict[str, Any]], list[int], dict[str, 
             continue
         parts = match.groupdict()
         verb = parts["verb"].lower()
+        quotas = {"grow_quotas": True} if parts["quotas"] else {}
         if verb == "burst":
-            found.append({"kind": "burst", "pool": parts["pool"], "nodes": parts["nodes"]})
+            found.append({"kind": "burst", "pool": parts["pool"], "nodes": parts["nodes"], **quotas})
         else:
             nodes = int(parts["nodes"]) * (-1 if verb == "retire" else 1)
             kind = "reserve" if verb == "reserve" else "nodes"
             scenario = {"kind": kind, "nodes": nodes, "flavor": parts["flavor"], "cluster": parts["cluster"]}
-            found.append({**scenario, "lead_days": parts["lead"] or 0})
+            found.append({**scenario, "lead_days": parts["lead"] or 0, **quotas})
         lines.append(number)
     return found, lines, errors
 
@@ -546,6 +568,12 @@ def scenario_words(what_if: WhatIf) -> str:
     return f"Buy {nodes}{lead}"
 
 
+def scenario_label(what_if: WhatIf) -> str:
+    """``scenario_words``, and whether quotas grow with the fleet."""
+    words = scenario_words(what_if)
+    return f"{words}, quotas grown with it" if what_if.grow_quotas else words
+
+
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -565,7 +593,7 @@ def study_table(study: WhatIfStudy) -> dict[str, Any]:
     for position in sorted({w.position for w in runs}):
         mine = [w for w in runs if w.position == position]
         finished = [w for w in mine if w in done]
-        row = _row(scenario_words(mine[0]), [w.result["changed"] for w in finished], finished, len(mine))
+        row = _row(scenario_label(mine[0]), [w.result["changed"] for w in finished], finished, len(mine))
         row["position"] = position
         rows.append(row)
     return {

@@ -55,6 +55,7 @@ class WhatIfSerializer(serializers.ModelSerializer[WhatIf]):
     )
     study = serializers.PrimaryKeyRelatedField[Any](read_only=True, allow_null=True, help_text="Its study, if any.")
     seed = serializers.IntegerField(read_only=True, help_text="0: the history as it was; else its days resampled.")
+    grow_quotas = serializers.BooleanField(read_only=True, help_text="The type's quotas grow with the fleet.")
     progress = serializers.FloatField(read_only=True, help_text="0 to 1 while it runs; 1 once done.")
     result = serializers.JSONField(
         read_only=True,
@@ -78,6 +79,7 @@ class WhatIfSerializer(serializers.ModelSerializer[WhatIf]):
             "kind",
             "lead_days",
             "pool",
+            "grow_quotas",
             "days",
             "study",
             "position",
@@ -119,6 +121,11 @@ class _Text(_Raw):
     pass
 
 
+@extend_schema_field({"type": "boolean"})
+class _Boolean(_Raw):
+    pass
+
+
 @extend_schema_field({"type": "array", "items": {"type": "object"}})
 class _Objects(_Raw):
     pass
@@ -137,6 +144,7 @@ class WhatIfCreateSerializer(StrictSerializer):
         help_text="nodes (default: bought or retired), reserve (reserved cloud capacity) or burst (an elastic pool).",
     )
     pool = _Ref(required=False, help_text="A burst: the elastic pool's name or id (nodes: at most this many).")
+    grow_quotas = _Boolean(required=False, help_text="true: the type's quotas grow with the fleet, in proportion.")
     lead_days = _Integer(required=False, help_text="Bought nodes: days into the window until they arrive (default 0).")
 
 

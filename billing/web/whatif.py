@@ -61,6 +61,11 @@ class WhatIfForm(forms.Form):
         help_text="Bought nodes cost what the cluster's nodes of the type cost in the price book; reserved ones its "
         "reserved rate.",
     )
+    grow_quotas = forms.BooleanField(
+        required=False,
+        label="Grow the type's quotas with the fleet",
+        help_text="Every queue's and cohort's quota of the type grows in proportion; else they stay as they are.",
+    )
     lead_days = forms.IntegerField(
         min_value=0,
         max_value=whatif.MAX_LEAD_DAYS,
@@ -124,6 +129,7 @@ def what_if_list(request: AuthenticatedHttpRequest) -> HttpResponse:
                     days=data["days"],
                     kind=data["kind"] or WhatIf.Kind.NODES,
                     lead_days=data["lead_days"] or 0,
+                    grow_quotas=data["grow_quotas"],
                     http=request,
                 )
             except ValidationError as exc:
@@ -342,8 +348,8 @@ def daily_chart(result: dict[str, Any]) -> dict[str, Any]:
 def change_of(what_if: WhatIf) -> str:
     """The change in words: "+4 H100-SXM-80GB nodes in On-prem H100", "bought, arriving after 30 days",
     "reserved"."""
-    if what_if.kind == WhatIf.Kind.BURST:
-        return whatif.scenario_words(what_if)
+    if what_if.kind == WhatIf.Kind.BURST or what_if.grow_quotas:
+        return whatif.scenario_label(what_if)
     plural = "s" if abs(what_if.nodes) != 1 else ""
     words = f"{what_if.nodes:+d} {what_if.flavor.name} node{plural} in {what_if.cluster.name}"
     if what_if.kind == WhatIf.Kind.RESERVE:

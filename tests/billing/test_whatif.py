@@ -76,6 +76,11 @@ def test_quotas_are_replayed_so_nodes_beyond_a_queues_quota_do_not_shorten_its_w
     assert today["mean_wait_s"] > 3600
     assert changed["mean_wait_s"] == today["mean_wait_s"]
     assert changed["utilisation"] < today["utilisation"]
+    # Quotas grown with the fleet (twice the accelerators: twice vision's quota) take the queue down.
+    grown = whatif_replay.what_if_result(world.org, "gpu", h.H100, 2, days=3, grow_quotas=True)
+    assert grown["change"]["quotas_times"] == 2.0
+    assert grown["changed"]["mean_wait_s"] < today["mean_wait_s"]
+    assert grown["today"] == today
 
 
 def _price(world: World, cluster: Cluster, flavor: Any, rate: str, capacity: str | None = None) -> None:

@@ -128,11 +128,11 @@ def test_a_bad_study_names_each_scenarios_field_and_writes_nothing(
 
 def test_the_form_reads_one_option_a_line_and_names_the_line_of_a_mistake(world: World, crowded: ElasticPool) -> None:
     found, lines, errors = whatif.scenarios_of(
-        "buy 2 H100-SXM-80GB in gpu after 1 day\n\n# a comment\nburst burst up to 2\nlease 3"
+        "buy 2 H100-SXM-80GB in gpu after 1 day\n\n# a comment\nburst burst up to 2 with quotas\nlease 3"
     )
     assert found == [
         {"kind": "nodes", "nodes": 2, "flavor": h.H100, "cluster": "gpu", "lead_days": "1"},
-        {"kind": "burst", "pool": "burst", "nodes": "2"},
+        {"kind": "burst", "pool": "burst", "nodes": "2", "grow_quotas": True},
     ]
     assert lines == [1, 4]
     assert list(errors) == ["line 5"]
