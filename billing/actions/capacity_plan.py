@@ -68,16 +68,8 @@ def _flavor(organization: Organization, value: Any, errors: dict[str, str]) -> A
     return found
 
 
-def _whole(value: Any, field: str, errors: dict[str, str], low: int, high: int, required: bool = True) -> int | None:
-    if value is None or value == "":
-        if required:
-            errors[field] = REQUIRED
-        return None
-    try:
-        return params.integer(value, field, low=low, high=high)
-    except params.BadParameter as bad:
-        errors[field] = bad.reason
-        return None
+def _whole(value: Any, field: str, errors: dict[str, str], low: int, high: int) -> int | None:
+    return params.whole(value, field, low, high, errors, REQUIRED)
 
 
 def clean(organization: Organization, data: Mapping[str, Any]) -> dict[str, Any]:

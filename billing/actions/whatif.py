@@ -71,14 +71,7 @@ def organizations_for(user: User) -> list[Organization]:
 
 
 def _integer(value: Any, field: str, low: int, high: int, errors: dict[str, str]) -> int | None:
-    if value is None or value == "":
-        errors[field] = "Required."
-        return None
-    try:
-        return params.integer(value, field, low=low, high=high)
-    except params.BadParameter as bad:
-        errors[field] = bad.reason
-        return None
+    return params.whole(value, field, low, high, errors, "Required.")
 
 
 def _find(rows: QuerySet[Any], ref: Any, by: str) -> Any:

@@ -11,8 +11,8 @@ import pytest
 from django.utils import timezone
 
 from billing.models import CapacityChange
-from qm import cli
 from tenancy import actions as tenancy_actions
+from tests.billing.test_cli_finance import qm
 from tests.billing.test_forecast_history import Lab, lab  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -29,13 +29,6 @@ def server(live_server: Any, lab: Lab, tmp_path: Path, monkeypatch: pytest.Monke
 def as_user(lab: Lab, monkeypatch: pytest.MonkeyPatch, username: str) -> None:  # noqa: F811
     _, token = tenancy_actions.issue_token(lab.world.users[username], name="cli tests")
     monkeypatch.setenv("QM_TOKEN", token)
-
-
-def qm(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    status = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def test_procurement_reads_the_forecast_and_keeps_the_plan(server: Lab, monkeypatch: Any, capsys: Any) -> None:

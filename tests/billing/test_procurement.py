@@ -9,15 +9,15 @@ from django.apps import apps
 from django.test import Client
 from django.utils import timezone
 
-from billing.models import CapacityChange, WhatIf
+from billing.models import CapacityChange, WhatIf, WhatIfStudy
 from scheduler.models import Job
 from tenancy.models import Organization
 from tenancy.scoping import Action, Role
 from tests.billing.test_forecast_history import Lab, lab  # noqa: F401 - the fixture
 from tests.conftest import api_client
 
-#: The only models whose rows procurement may read: its organization, the capacity plan and what-ifs.
-PROCUREMENT_READS = {Organization, CapacityChange, WhatIf}
+#: The only models whose rows procurement may read: its organization, the capacity plan, what-ifs and their studies.
+PROCUREMENT_READS = {Organization, CapacityChange, WhatIf, WhatIfStudy}
 
 
 def test_no_model_shows_its_rows_to_procurement_but_the_planning_ones():
