@@ -22,7 +22,7 @@ from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
 from billing import params
-from billing.actions import whatif
+from billing.actions import studies, whatif
 from billing.models import WhatIf, WhatIfStudy
 from common.api.parsers import JSONParser
 from common.api.serializers import StrictSerializer
@@ -225,7 +225,7 @@ class WhatIfStudySerializer(serializers.ModelSerializer[WhatIfStudy]):
 
     @extend_schema_field({"type": "object"})
     def get_table(self, study: WhatIfStudy) -> dict[str, Any]:
-        return whatif.study_table(study)
+        return studies.study_table(study)
 
 
 class WhatIfStudyCreateSerializer(StrictSerializer):
@@ -234,7 +234,7 @@ class WhatIfStudyCreateSerializer(StrictSerializer):
     organization = serializers.CharField(required=False, help_text="Its slug; needed only if you belong to several.")
     name = _Text(required=False, help_text="What it compares.")
     days = _Integer(required=False, help_text=f"Days of history to replay, {whatif.MIN_DAYS} to {whatif.MAX_DAYS}.")
-    seeds = _Integer(required=False, help_text=f"1 (the history as it was) to {whatif.MAX_SEEDS}: resamplings of it.")
+    seeds = _Integer(required=False, help_text=f"1 (the history as it was) to {studies.MAX_SEEDS}: resamplings of it.")
     options = _Objects(
         required=False,
         help_text=(
@@ -246,7 +246,7 @@ class WhatIfStudyCreateSerializer(StrictSerializer):
         required=False,
         help_text=(
             "A list of what-ifs: {cluster, flavor, nodes, kind: nodes|reserve|burst, lead_days, pool}, at most "
-            f"{whatif.MAX_SCENARIOS}."
+            f"{studies.MAX_SCENARIOS}."
         ),
     )
 
@@ -286,11 +286,11 @@ class WhatIfStudyViewSet(TenantViewSet, mixins.ListModelMixin, mixins.RetrieveMo
         if lines is not None:
             if not isinstance(lines, list) or not all(isinstance(line, str) for line in lines):
                 raise ValidationError({"options": "A list of lines such as 'buy 4 H100 in onprem'."})
-            scenarios, _, errors = whatif.scenarios_of("\n".join(lines))
+            scenarios, _, errors = studies.scenarios_of("\n".join(lines))
             if errors:
                 raise ValidationError({f"options[{int(k.split()[1]) - 1}]": v for k, v in errors.items()})
             values["scenarios"] = scenarios
-        study = whatif.submit_study(self.actor, organization, http=request, **values)
+        study = studies.submit_study(self.actor, organization, http=request, **values)
         return Response(
             WhatIfStudySerializer(self.get_queryset().get(pk=study.pk)).data, status=status.HTTP_201_CREATED
         )

@@ -2,9 +2,9 @@
 window, compared side by side in one table and one Plotly chart while their what-ifs run in parallel; asked for
 from the what-ifs page with one scenario a line.
 
-Thin: ``whatif.submit_study`` decides who may and names each bad field (400, nothing written), mapped here to the
-line it came from; ``whatif.study_table`` gives the figures. Finance, procurement and admins only: anyone else
-gets 403 on asking and 404 for a study (outside what ``for_user`` lets them see).
+Thin: ``billing.actions.studies.submit_study`` decides who may and names each bad field (400, nothing
+written), mapped here to the line it came from; ``studies.study_table`` gives the figures. Finance, procurement
+and admins only: anyone else gets 403 on asking and 404 for a study (outside what ``for_user`` lets them see).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from billing import params
-from billing.actions import whatif
+from billing.actions import studies as study_actions
 from billing.models import WhatIfStudy
 from billing.web.whatif import duration, what_if_list_context
 from common.types import AuthenticatedHttpRequest
@@ -36,10 +36,10 @@ def study_new(request: AuthenticatedHttpRequest) -> HttpResponse:
         if request.POST.get("organization")
         else None
     )
-    scenarios, lines, errors = whatif.scenarios_of(request.POST.get("scenarios", ""))
+    scenarios, lines, errors = study_actions.scenarios_of(request.POST.get("scenarios", ""))
     if not errors:
         try:
-            study = whatif.submit_study(
+            study = study_actions.submit_study(
                 request.user,
                 organization,
                 name=request.POST.get("name", ""),
@@ -71,7 +71,7 @@ def _money(value: str | None) -> str:
 
 
 def context_of(study: WhatIfStudy) -> dict[str, Any]:
-    table = whatif.study_table(study)
+    table = study_actions.study_table(study)
     rows = [
         {
             **row,

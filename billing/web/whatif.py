@@ -23,7 +23,7 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
-from billing.actions import whatif
+from billing.actions import studies, whatif
 from billing.models import WhatIf, WhatIfStudy
 from billing.whatif_replay import in_service
 from clusters.models import AcceleratorType, Cluster, Node
@@ -349,7 +349,7 @@ def change_of(what_if: WhatIf) -> str:
     """The change in words: "+4 H100-SXM-80GB nodes in On-prem H100", "bought, arriving after 30 days",
     "reserved"."""
     if what_if.kind == WhatIf.Kind.BURST or what_if.grow_quotas:
-        return whatif.scenario_label(what_if)
+        return studies.scenario_label(what_if)
     plural = "s" if abs(what_if.nodes) != 1 else ""
     words = f"{what_if.nodes:+d} {what_if.flavor.name} node{plural} in {what_if.cluster.name}"
     if what_if.kind == WhatIf.Kind.RESERVE:

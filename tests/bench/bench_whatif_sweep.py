@@ -7,7 +7,7 @@ defaults (SQLite, the embedded broker), then for each worker count starts one Ce
 concurrency (``celery -A portal worker --concurrency N``, as ``manage.py demo`` does), asks for a study of 20
 scenarios (``SCENARIOS``: buying 1 to 16 H100 nodes, some after a lead time, retiring some, buying and retiring
 A100s, bursting into the demo's cloud pool up to 1 to 4 nodes; quotas grown with what is bought or burst) through
-``whatif.submit_study`` (one task per scenario and seed, sent at the commit), and times it until every replay is
+``studies.submit_study`` (one task per scenario and seed, sent at the commit), and times it until every replay is
 done or failed. Prints one JSON object: the replays, the seconds per worker count, and the study's table for the
 last run.
 """
@@ -74,7 +74,7 @@ def sweep(days: int, workers: list[int], seeds: int) -> dict[str, Any]:
         django.setup()
         from django.contrib.auth import get_user_model
 
-        from billing.actions import whatif
+        from billing.actions import studies
         from tenancy.models import Organization
 
         organization = Organization.objects.get(slug="demo")
@@ -86,10 +86,10 @@ def sweep(days: int, workers: list[int], seeds: int) -> dict[str, Any]:
             try:
                 time.sleep(5)  # the worker's start, before the clock
                 asked = time.perf_counter()
-                study = whatif.submit_study(
+                study = studies.submit_study(
                     paula, organization, name=f"sweep, {count} worker(s)", days=days, seeds=seeds, scenarios=SCENARIOS
                 )
-                while not (table := whatif.study_table(study))["complete"]:
+                while not (table := studies.study_table(study))["complete"]:
                     time.sleep(1)
                     if time.perf_counter() - asked > 3600:
                         raise RuntimeError(f"the sweep on {count} worker(s) did not finish in an hour")

@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from django.test import Client
 
 from billing import whatif_replay
-from billing.actions import whatif
+from billing.actions import studies, whatif
 from billing.models import WhatIf, WhatIfStudy
 from clusters.models import ElasticPool
 from scheduler.simulation.events import SimJob
@@ -45,15 +45,15 @@ def test_a_study_compares_buying_with_bursting_with_prices(world: World, crowded
         {"cluster": "gpu", "flavor": h.H100, "nodes": 2},
         {"kind": "burst", "pool": "burst", "nodes": 3},
     ]
-    study = whatif.submit_study(
+    study = studies.submit_study(
         world.users["paula"], world.org, name="buy or burst", days=3, seeds=2, scenarios=scenarios
     )
     made = list(study.what_ifs.order_by("position", "seed").values_list("position", "seed", "kind"))
     assert made == [(0, 0, "nodes"), (0, 1, "nodes"), (1, 0, "burst"), (1, 1, "burst")]
     assert AuditLog.objects.get(action="what_if_study.requested").changes["scenarios"] == 2
-    assert not whatif.study_table(study)["complete"]
+    assert not studies.study_table(study)["complete"]
     run_all(study)
-    table = whatif.study_table(study)
+    table = studies.study_table(study)
     assert table["complete"]
     assert table["currency"] == "USD"
     today, buy, burst = table["rows"]
@@ -77,7 +77,7 @@ def test_a_study_compares_buying_with_bursting_with_prices(world: World, crowded
 
 
 def test_a_seed_resamples_the_days_of_the_history(world: World, crowded: ElasticPool) -> None:
-    study = whatif.submit_study(
+    study = studies.submit_study(
         world.users["fiona"],
         world.org,
         name="seeds",
@@ -120,14 +120,14 @@ def test_a_bad_study_names_each_scenarios_field_and_writes_nothing(
     world: World, crowded: ElasticPool, scenarios: list[Any], fields: set[str]
 ) -> None:
     with pytest.raises(ValidationError) as raised:
-        whatif.submit_study(world.users["paula"], world.org, name="bad", days=3, scenarios=scenarios)
+        studies.submit_study(world.users["paula"], world.org, name="bad", days=3, scenarios=scenarios)
     assert set(raised.value.message_dict) == fields
     assert not WhatIfStudy.objects.exists()
     assert not WhatIf.objects.exists()
 
 
 def test_the_form_reads_one_option_a_line_and_names_the_line_of_a_mistake(world: World, crowded: ElasticPool) -> None:
-    found, lines, errors = whatif.scenarios_of(
+    found, lines, errors = studies.scenarios_of(
         "buy 2 H100-SXM-80GB in gpu after 1 day\n\n# a comment\nburst burst up to 2 with quotas\nlease 3"
     )
     assert found == [
