@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import struct
 import sys
 import threading
 import time
@@ -111,14 +112,23 @@ def test_the_children_write_their_metrics_into_one_directory_emptied_first(tmp_p
     count = (
         "from prometheus_client import Counter; Counter('qm_test_total', 'a test').inc(); import time; time.sleep(120)"
     )
-    with supervising({"one": [PY, "-c", count], "two": [PY, "-c", count]}, env=env):
-        deadline = time.monotonic() + 30
-        while len(list(metrics.glob("counter_*.db"))) < 2:
-            assert time.monotonic() < deadline, list(metrics.iterdir())
-            time.sleep(0.05)
     from prometheus_client import CollectorRegistry
     from prometheus_client.multiprocess import MultiProcessCollector
 
-    registry = CollectorRegistry()
-    MultiProcessCollector(registry, path=str(metrics))
-    assert registry.get_sample_value("qm_test_total") == 2
+    def counted() -> float | None:
+        """Both children's counts, once both have written them (a file just made is empty for a moment)."""
+        if len(list(metrics.glob("counter_*.db"))) < 2:
+            return None
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=str(metrics))
+        try:
+            return registry.get_sample_value("qm_test_total")
+        except struct.error:
+            return None
+
+    with supervising({"one": [PY, "-c", count], "two": [PY, "-c", count]}, env=env):
+        deadline = time.monotonic() + 30
+        while (total := counted()) != 2:
+            assert time.monotonic() < deadline, (total, list(metrics.iterdir()))
+            time.sleep(0.05)
+    assert counted() == 2  # and kept once they stopped

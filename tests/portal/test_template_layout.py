@@ -41,4 +41,4 @@ def test_every_polled_part_uses_the_polling_partial() -> None:
     polling = {name for name, text in found.items() if "data-poll-while-visible" in text or 'hx-trigger="every' in text}
     assert polling == {"partials/poll.html"}
     users = {name for name, text in found.items() if '{% include "partials/poll.html"' in text}
-    assert len(users) == 8, users  # the job page's output panel and its follower are the last two
+    assert len(users) == 9, users  # a what-if study's table is the last
