@@ -481,15 +481,25 @@ def _combined(
     )
 
 
+def _fitted(y: np.ndarray[Any, Any]) -> tuple[Track, np.ndarray[Any, Any], np.ndarray[Any, Any], Combined]:
+    """A series' run of backtests, today's weights and mean, and its combined forecast with intervals."""
+    track = Track(y)
+    backtest, days, weeks = track.evaluate(y, track.combined, track.baselines())
+    weights, mean = track.today()
+    return track, weights, mean, _combined(mean, weights, backtest, days, weeks, _epsilon(y), len(y))
+
+
 def forecast_values(values: Sequence[float]) -> Combined | str:
     """A series' combined forecast, its intervals and backtest; or why there is none."""
     y = np.asarray(values, dtype=float)
     if len(y) < MIN_HISTORY:
         return f"not enough history ({len(y)} days; needs {MIN_HISTORY})"
-    track = Track(y)
-    backtest, days, weeks = track.evaluate(y, track.combined, track.baselines())
-    weights, mean = track.today()
-    return _combined(mean, weights, backtest, days, weeks, _epsilon(y), len(y))
+    return _fitted(y)[3]
+
+
+def cache_key(organization_id: int, horizon: str, day: date) -> str:
+    """Where an organization's forecast for ``horizon`` made on ``day`` is cached (``forecast_history``)."""
+    return f"billing:forecast:{organization_id}:{horizon}:{day.isoformat()}"
 
 
 def forecast_shares(
@@ -815,10 +825,8 @@ def forecast_flavor(history: FlavorHistory, horizon: Horizon, today: date) -> Fl
         message = f"not enough history ({len(demand)} days; needs {MIN_HISTORY})"
         return FlavorForecast(**{**base.__dict__, "message": message, "verdict": f"No forecast: {message}."})
     y = np.asarray(demand, dtype=float)
-    track = Track(y)
-    backtest, days, weeks = track.evaluate(y, track.combined, track.baselines())
-    weights, mean = track.today()
-    fleet = _combined(mean, weights, backtest, days, weeks, _epsilon(y), len(y))
+    track, weights, mean, fleet = _fitted(y)
+    backtest = fleet.backtest
     week_starts = [today + timedelta(days=7 * k) for k in range(AHEAD_WEEKS)]
     weekly_view = _predicted(week_starts, fleet.weeks, fleet.week_bounds, per_week, [history.backlog])
     if horizon.period == "day":

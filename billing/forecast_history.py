@@ -38,7 +38,16 @@ from django.utils import timezone
 
 from billing.actions.capacity_plan import plan_of
 from billing.attribution import product_sum
-from billing.forecast import HORIZONS, FlavorForecast, FlavorHistory, carried, days_between, filled, forecast_flavor
+from billing.forecast import (
+    HORIZONS,
+    FlavorForecast,
+    FlavorHistory,
+    cache_key,
+    carried,
+    days_between,
+    filled,
+    forecast_flavor,
+)
 from billing.models import CapacityRecord, UsageRecord
 from clusters.models import AcceleratorType, Node
 from scheduler.models import Attempt, Job
@@ -284,7 +293,7 @@ def forecast_organization(
     chosen = HORIZONS[horizon]
     now = now or timezone.now()
     today = now.astimezone(UTC).date()
-    key = f"billing:forecast:{organization.pk}:{chosen.key}:{today.isoformat()}"
+    key = cache_key(organization.pk, chosen.key, today)
     if use_cache:
         found = cache.get(key)
         if isinstance(found, OrganizationForecast):

@@ -29,7 +29,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from billing.actions.prices import _as_text, _date, _unknown
-from billing.forecast import AHEAD_DAYS, HORIZONS
+from billing.forecast import AHEAD_DAYS, HORIZONS, cache_key
 from billing.models import CapacityChange
 from clusters.models import AcceleratorType
 from common import params
@@ -129,8 +129,8 @@ def _changed(organization_id: int) -> None:
     now, and again at the commit (a reader in between kept what it read)."""
 
     def forget() -> None:
-        today = timezone.now().astimezone(dt.UTC).date().isoformat()
-        cache.delete_many([f"billing:forecast:{organization_id}:{h}:{today}" for h in HORIZONS])
+        today = timezone.now().astimezone(dt.UTC).date()
+        cache.delete_many([cache_key(organization_id, h, today) for h in HORIZONS])
 
     forget()
     transaction.on_commit(forget)
